@@ -1,0 +1,227 @@
+"""Compression codecs of RecordBatch v2, written the way Kafka's Java client writes them.
+
+=========  ======================================================================================
+id  name   bytes of the compressed ``Records`` block
+=========  ======================================================================================
+1   gzip   a gzip stream (RFC 1952), like ``java.util.zip.GZIPOutputStream``; read: one or more
+           gzip members (zlib-wrapped and raw deflate are accepted too)
+2   snappy written in xerial block framing, like snappy-java's ``SnappyOutputStream`` (which Kafka's
+           Java client uses for every magic)::
+
+               XerialStream => Magic "\\x82SNAPPY\\x00" (8), Version Int32 (1), Compat Int32 (1),
+                               [BlockLength Int32, RawSnappyBlock]   (blocks of <= 32 KiB input)
+
+           read: xerial framing, a bare raw snappy block (librdkafka), or the snappy framing format
+3   lz4    the standard LZ4 frame format (Kafka's ``KafkaLZ4BlockOutputStream``: independent 64 KiB
+           blocks, no content size, no checksums beyond the frame header's)
+4   zstd   standard zstd frames; read: one or more frames, with or without the content size
+=========  ======================================================================================
+
+Every decoder caps its output at ``max_size`` bytes (a small compressed batch must not be able to
+blow up a replica's memory) and turns any codec failure into ``CorruptMessageError``.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import cramjam
+import lz4.frame as _lz4f
+import zstandard as _zstd
+
+from storage.errors import CorruptMessageError, UnsupportedCompressionTypeError
+
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+BY_NAME = {v: k for k, v in NAMES.items()}
+MAX_DECOMPRESSED_SIZE = 256 * 1024 * 1024
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compat
+XERIAL_BLOCK_LENGTH = struct.Struct(">i")
+XERIAL_BLOCK_SIZE = 32 * 1024
+SNAPPY_FRAMED_MAGIC = b"\xff\x06\x00\x00sNaPpY"
+
+_compress_raw = cramjam.snappy.compress_raw
+_decompress_raw = cramjam.snappy.decompress_raw
+_pack_block_length = XERIAL_BLOCK_LENGTH.pack
+_unpack_block_length = XERIAL_BLOCK_LENGTH.unpack_from
+_XERIAL_PREFIX = XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)
+_ZSTD_COMPRESSOR = _zstd.ZstdCompressor(level=3)
+_ZSTD_DECOMPRESSOR = _zstd.ZstdDecompressor()
+
+
+def codec_name(compression_type: int) -> str:
+    return NAMES.get(compression_type, f"unknown({compression_type})")
+
+
+def _unsupported(compression_type: int) -> UnsupportedCompressionTypeError:
+    return UnsupportedCompressionTypeError(
+        f"unknown compression type {compression_type} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
+
+
+# --- writers ------------------------------------------------------------------------------------
+
+def gzip_compress(data) -> bytes:
+    c = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16+15: gzip header and trailer
+    return c.compress(data) + c.flush()
+
+
+def snappy_compress(data) -> bytes:
+    mv = memoryview(data)
+    out = [_XERIAL_PREFIX]
+    for i in range(0, len(mv), XERIAL_BLOCK_SIZE):
+        block = bytes(_compress_raw(mv[i:i + XERIAL_BLOCK_SIZE]))
+        out.append(_pack_block_length(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def lz4_compress(data) -> bytes:
+    return _lz4f.compress(
+        data, block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False,
+        store_size=False)
+
+
+def zstd_compress(data) -> bytes:
+    return _ZSTD_COMPRESSOR.compress(data)
+
+
+_COMPRESSORS = {GZIP: gzip_compress, SNAPPY: snappy_compress, LZ4: lz4_compress, ZSTD: zstd_compress}
+
+
+def compress(compression_type: int, data) -> bytes:
+    """``data`` compressed with codec ``compression_type`` (0 returns the bytes unchanged)."""
+    if compression_type == NONE:
+        return bytes(data)
+    fn = _COMPRESSORS.get(compression_type)
+    if fn is None:
+        raise _unsupported(compression_type)
+    return fn(data)
+
+
+# --- readers ------------------------------------------------------------------------------------
+
+def _too_big(name: str, max_size: int) -> CorruptMessageError:
+    return CorruptMessageError(f"{name} records block decompresses to more than {max_size} bytes")
+
+
+def gzip_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    out = []
+    total = 0
+    rest = bytes(data)
+    while True:
+        d = zlib.decompressobj(47)  # 32+15: gzip or zlib header, auto-detected
+        chunk = d.decompress(rest, max_size - total + 1)
+        total += len(chunk)
+        out.append(chunk)
+        if total > max_size:
+            raise _too_big("gzip", max_size)
+        if not d.eof:
+            raise CorruptMessageError("gzip records block is truncated")
+        rest = d.unused_data
+        if not rest:
+            return b"".join(out)
+
+
+def _snappy_raw(block, max_size: int) -> bytes:
+    size = _raw_snappy_length(block)
+    if size > max_size:
+        raise CorruptMessageError(f"snappy block claims {size} bytes, more than {max_size}")
+    return bytes(_decompress_raw(block))
+
+
+def _raw_snappy_length(block) -> int:
+    """The uncompressed length in a raw snappy block's varint preamble."""
+    result = shift = 0
+    for i in range(min(len(block), 5)):
+        b = block[i]
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result
+        shift += 7
+    raise CorruptMessageError("snappy block has a malformed length preamble")
+
+
+def snappy_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    mv = memoryview(data)
+    if mv[:8] == XERIAL_MAGIC and len(mv) >= XERIAL_HEADER.size:
+        out = []
+        total = 0
+        pos, n = XERIAL_HEADER.size, len(mv)
+        while pos < n:
+            if pos + 4 > n:
+                raise CorruptMessageError("xerial snappy stream has a torn block length")
+            (size,) = _unpack_block_length(mv, pos)
+            pos += 4
+            if size < 0 or pos + size > n:
+                raise CorruptMessageError(f"xerial snappy block length {size} exceeds the stream")
+            block = _snappy_raw(mv[pos:pos + size], max_size - total)
+            total += len(block)
+            out.append(block)
+            pos += size
+        return b"".join(out)
+    if mv[:10] == SNAPPY_FRAMED_MAGIC:
+        d = cramjam.snappy.Decompressor()
+        d.decompress(mv)
+        out = bytes(d.flush())
+        if len(out) > max_size:
+            raise _too_big("snappy", max_size)
+        return out
+    return _snappy_raw(mv, max_size)
+
+
+def lz4_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    out = []
+    total = 0
+    rest = bytes(data)
+    while rest:
+        d = _lz4f.LZ4FrameDecompressor()
+        chunk = d.decompress(rest, max_length=max_size - total + 1)
+        total += len(chunk)
+        out.append(chunk)
+        if total > max_size:
+            raise _too_big("lz4", max_size)
+        if not d.eof:
+            raise CorruptMessageError("lz4 records block is truncated")
+        rest = d.unused_data
+    return b"".join(out)
+
+
+def zstd_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    with _ZSTD_DECOMPRESSOR.stream_reader(bytes(data), read_across_frames=True) as reader:
+        out = reader.read(max_size + 1)
+        # stream_reader.read may return short reads at frame boundaries: drain until EOF
+        parts = [out]
+        total = len(out)
+        while total <= max_size:
+            more = reader.read(max_size - total + 1)
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+    if total > max_size:
+        raise _too_big("zstd", max_size)
+    return b"".join(parts)
+
+
+_DECOMPRESSORS = {GZIP: gzip_decompress, SNAPPY: snappy_decompress, LZ4: lz4_decompress,
+                  ZSTD: zstd_decompress}
+
+
+def decompress(compression_type: int, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    """Inverse of ``compress``. Raises ``CorruptMessageError`` for any malformed or oversized input and
+    ``UnsupportedCompressionTypeError`` for an unknown codec id."""
+    if compression_type == NONE:
+        return bytes(data)
+    fn = _DECOMPRESSORS.get(compression_type)
+    if fn is None:
+        raise _unsupported(compression_type)
+    try:
+        return fn(data, max_size)
+    except CorruptMessageError:
+        raise
+    except Exception as e:  # zlib.error, lz4/zstd/cramjam errors, EOFError, ValueError, ...
+        raise CorruptMessageError(
+            f"{codec_name(compression_type)} records block cannot be decompressed: "
+            f"{type(e).__name__}: {e}") from None
