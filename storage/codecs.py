@@ -189,20 +189,30 @@ def lz4_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
 
 
 def zstd_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
-    with _ZSTD_DECOMPRESSOR.stream_reader(bytes(data), read_across_frames=True) as reader:
-        out = reader.read(max_size + 1)
-        # stream_reader.read may return short reads at frame boundaries: drain until EOF
-        parts = [out]
-        total = len(out)
-        while total <= max_size:
-            more = reader.read(max_size - total + 1)
-            if not more:
-                break
-            parts.append(more)
-            total += len(more)
-    if total > max_size:
-        raise _too_big("zstd", max_size)
-    return b"".join(parts)
+    # Fed in small slices so the output cap holds (zstd's decompressobj has no output limit of its own),
+    # frame after frame, and a frame left unfinished is an error (zstandard's readers end silently).
+    mv = memoryview(data)
+    out = []
+    total = pos = 0
+    n = len(mv)
+    dobj = _ZSTD_DECOMPRESSOR.decompressobj()
+    fed = False
+    while pos < n:
+        chunk = mv[pos:pos + 1024]
+        pos += len(chunk)
+        fed = True
+        piece = dobj.decompress(chunk)
+        total += len(piece)
+        if total > max_size:
+            raise _too_big("zstd", max_size)
+        out.append(piece)
+        if dobj.eof:
+            pos -= len(dobj.unused_data)
+            dobj = _ZSTD_DECOMPRESSOR.decompressobj()
+            fed = False
+    if fed:
+        raise CorruptMessageError("zstd records block is truncated")
+    return b"".join(out)
 
 
 _DECOMPRESSORS = {GZIP: gzip_decompress, SNAPPY: snappy_decompress, LZ4: lz4_decompress,
@@ -217,6 +227,8 @@ def decompress(compression_type: int, data, max_size: int = MAX_DECOMPRESSED_SIZ
     fn = _DECOMPRESSORS.get(compression_type)
     if fn is None:
         raise _unsupported(compression_type)
+    if not len(data):
+        raise CorruptMessageError(f"{codec_name(compression_type)} records block is empty")
     try:
         return fn(data, max_size)
     except CorruptMessageError:

@@ -59,7 +59,8 @@ from typing import Iterator, NamedTuple
 from crc32c import crc32c as _crc32c
 
 from storage.codecs import compress, decompress
-from storage.errors import CorruptMessageError, InvalidRecordError, KafkaError
+from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
+                            UnsupportedCompressionTypeError)
 
 __all__ = [
     "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC",
@@ -70,7 +71,11 @@ __all__ = [
     "BatchHeader", "Record", "parse_header", "crc_ok", "validate_batch", "iter_batch_headers",
     "set_base_offset", "set_partition_leader_epoch", "set_log_append_time",
     "RecordBatchBuilder", "RecordBatch", "iter_batches", "iter_records", "decode_records",
-    "build_control_batch", "parse_control_record",
+    "build_control_batch", "parse_control_record", "encode_varint", "decode_varint",
+    "COMPRESSION_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK", "CONTROL_MASK", "DELETE_HORIZON_MASK",
+    "BASE_OFFSET_POS", "LENGTH_POS", "PARTITION_LEADER_EPOCH_POS", "MAGIC_POS", "CRC_POS", "ATTRIBUTES_POS",
+    "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
+    "RECORDS_COUNT_POS", "RECORDS_POS", "CONTROL_KEY", "CONTROL_VALUE",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -286,3 +291,498 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     with memoryview(buf) as mv:
         crc = _crc32c(mv[pos + ATTRIBUTES_POS:pos + LOG_OVERHEAD + length])
     _pack_I(buf, pos + CRC_POS, crc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints (zigzag base-128). Writers use a table for the common small values.
+
+def _encode_unsigned(z: int) -> bytes:
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_VARINT_TABLE_SIZE = 1 << 14  # zigzag values encoded in 1 or 2 bytes
+_VARINT = [_encode_unsigned(z) for z in range(_VARINT_TABLE_SIZE)]
+_UVARINT = _VARINT[::2]  # _UVARINT[n]: the varint of a non-negative n < 8192
+
+
+def encode_varint(n: int) -> bytes:
+    """Zigzag varint/varlong of a signed 64-bit ``n``."""
+    z = (n << 1) ^ (n >> 63)
+    if z < _VARINT_TABLE_SIZE:
+        return _VARINT[z]
+    if z >> 64:
+        raise ValueError(f"{n} does not fit in a signed 64-bit varlong")
+    return _encode_unsigned(z)
+
+
+def decode_varint(buf, pos: int = 0) -> tuple[int, int]:
+    """``(value, next_pos)`` of the zigzag varint/varlong at ``buf[pos]``; InvalidRecordError if malformed."""
+    z = shift = 0
+    n = len(buf)
+    while True:
+        if pos >= n:
+            raise InvalidRecordError("varint runs past the end of the buffer")
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError("varint is longer than 10 bytes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple  # of (str, bytes | None)
+
+
+_new_record = tuple.__new__
+_EMPTY = ()
+
+
+def _as_bytes(data, what: str):
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"record {what} must be bytes, bytearray, memoryview or None, not {type(data).__name__}")
+
+
+class RecordBatchBuilder:
+    """Accumulates records into one RecordBatch v2 (single owner, not thread-safe).
+
+    ``append`` returns False (the record is not added) when the batch already holds a record and this one
+    would take the estimated (uncompressed) size past ``batch_size``: the caller starts a new batch, so a
+    batch always takes at least one record however large. Timestamps are passed in, never read.
+    ``offset`` (absolute, increasing) lets the cleaner rebuild a batch keeping the original offsets;
+    ``delete_horizon_ms`` stamps the cleaner's delete horizon (attributes bit 6, in BaseTimestamp).
+    """
+
+    __slots__ = ("compression_type", "timestamp_type", "base_offset", "producer_id", "producer_epoch",
+                 "base_sequence", "is_transactional", "is_control", "partition_leader_epoch",
+                 "batch_size", "delete_horizon_ms", "_parts", "_size", "_count", "_base_ts", "_max_ts",
+                 "_last_delta")
+
+    def __init__(self, compression_type: int = NONE, timestamp_type: int = TIMESTAMP_CREATE_TIME,
+                 base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                 is_transactional: bool = False, is_control: bool = False,
+                 partition_leader_epoch: int = -1, batch_size: int = 16384,
+                 delete_horizon_ms: int | None = None):
+        if compression_type not in (NONE, GZIP, SNAPPY, LZ4, ZSTD):
+            raise UnsupportedCompressionTypeError(f"unknown compression type {compression_type}")
+        if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
+            raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
+        self.compression_type = compression_type
+        self.timestamp_type = timestamp_type
+        self.base_offset = base_offset
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.is_transactional = is_transactional
+        self.is_control = is_control
+        self.partition_leader_epoch = partition_leader_epoch
+        self.batch_size = batch_size
+        self.delete_horizon_ms = delete_horizon_ms
+        self._parts: list = []
+        self._size = BATCH_OVERHEAD
+        self._count = 0
+        self._base_ts = delete_horizon_ms  # None until the first record unless a horizon is set
+        self._max_ts = NO_TIMESTAMP
+        self._last_delta = -1
+
+    @property
+    def record_count(self) -> int:
+        return self._count
+
+    @property
+    def estimated_size(self) -> int:
+        """Bytes of the batch before compression (an upper bound in practice once compressed)."""
+        return self._size
+
+    def append(self, timestamp_ms: int, key, value, headers=(), offset: int | None = None) -> bool:
+        if type(key) is not bytes and key is not None:
+            key = _as_bytes(key, "key")
+        if type(value) is not bytes and value is not None:
+            value = _as_bytes(value, "value")
+        base_ts = self._base_ts
+        if base_ts is None:
+            if timestamp_ms < NO_TIMESTAMP:
+                raise InvalidTimestampError(f"invalid negative record timestamp {timestamp_ms}")
+            base_ts = self._base_ts = timestamp_ms
+        pos = _UVARINT  # encodings of 0..8191 (zigzag of n >= 0 is 2n)
+        tsd = timestamp_ms - base_ts
+        if 0 <= tsd < 8192:
+            ts_b = pos[tsd]
+        else:
+            if timestamp_ms < NO_TIMESTAMP:
+                raise InvalidTimestampError(f"invalid negative record timestamp {timestamp_ms}")
+            ts_b = encode_varint(tsd)
+        if offset is None:
+            delta = self._last_delta + 1
+        else:
+            delta = offset - self.base_offset
+            if delta <= self._last_delta or delta > 0x7FFFFFFF:
+                raise ValueError(f"record offset {offset} does not follow offset delta {self._last_delta} "
+                                 f"of base offset {self.base_offset}")
+        od_b = pos[delta] if delta < 8192 else encode_varint(delta)
+        if key is None:
+            rec = [b"\x00", ts_b, od_b, b"\x01"]
+        else:
+            klen = len(key)
+            rec = [b"\x00", ts_b, od_b, pos[klen] if klen < 8192 else encode_varint(klen), key]
+        if value is None:
+            rec.append(b"\x01")
+        else:
+            vlen = len(value)
+            rec += (pos[vlen] if vlen < 8192 else encode_varint(vlen), value)
+        rec.append(_encode_headers(headers) if headers else b"\x00")
+        body = b"".join(rec)
+        n = len(body)
+        len_b = pos[n] if n < 8192 else encode_varint(n)
+        size = n + len(len_b)
+        if self._size + size > self.batch_size and self._count:
+            return False
+        self._parts += (len_b, body)
+        self._size += size
+        self._count += 1
+        self._last_delta = delta
+        if timestamp_ms > self._max_ts:
+            self._max_ts = timestamp_ms
+        return True
+
+    def build(self) -> bytes:
+        """The batch's bytes (the builder may keep being appended to and built again)."""
+        records = b"".join(self._parts)
+        if self.compression_type:
+            records = compress(self.compression_type, records)
+        attributes = self.compression_type
+        if self.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+            attributes |= TIMESTAMP_TYPE_MASK
+        if self.is_transactional:
+            attributes |= TRANSACTIONAL_MASK
+        if self.is_control:
+            attributes |= CONTROL_MASK
+        if self.delete_horizon_ms is not None:
+            attributes |= DELETE_HORIZON_MASK
+        base_ts = NO_TIMESTAMP if self._base_ts is None else self._base_ts
+        header = bytearray(BATCH_HEADER.pack(
+            self.base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(records), self.partition_leader_epoch,
+            MAGIC, 0, attributes, max(self._last_delta, 0), base_ts, self._max_ts, self.producer_id,
+            self.producer_epoch, self.base_sequence, self._count))
+        crc = _crc32c(records, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))
+        _pack_I(header, CRC_POS, crc)
+        header += records
+        return bytes(header)
+
+
+def _encode_headers(headers) -> bytes:
+    out = [encode_varint(len(headers))]
+    for hk, hv in headers:
+        if type(hk) is str:
+            hk = hk.encode("utf-8")
+        elif isinstance(hk, (bytes, bytearray, memoryview)):
+            hk = bytes(hk)
+        else:
+            raise TypeError(f"record header key must be str, not {type(hk).__name__}")
+        out.append(encode_varint(len(hk)))
+        out.append(hk)
+        if hv is None:
+            out.append(b"\x01")
+        else:
+            hv = _as_bytes(hv, "header value")
+            out.append(encode_varint(len(hv)))
+            out.append(hv)
+    return b"".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+def _slow_varint(data, p: int) -> tuple[int, int]:
+    """``(value, next_pos)`` of a zigzag varint of any length (the decode loop's rare path)."""
+    z = s = 0
+    while True:
+        b = data[p]
+        p += 1
+        z |= (b & 127) << s
+        if b < 128:
+            return (z >> 1) ^ -(z & 1), p
+        s += 7
+        if s > 63:
+            raise ValueError("a varint is longer than 10 bytes")
+
+
+# Zigzag-decoded values of 1-byte varints (_ZZ1[b0]) and of 2-byte varints (_ZZ2[b0][b1], b0 >= 128):
+# list indexing is specialised by the interpreter, shifts and xors are not.
+_ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
+_ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
+                       for b0 in range(128, 256)]
+
+
+def _decode_records(data, p: int, end: int, count: int, base_offset: int, base_ts: int, out: list) -> None:
+    """Decode ``count`` records from ``data[p:end]`` (bytes) onto ``out``: the consumer's hot loop.
+
+    Varints of 1 and 2 bytes are decoded inline through tables (a call per varint would double the
+    cost); malformed input surfaces as IndexError/ValueError (UnicodeDecodeError is one), which the
+    caller turns into InvalidRecordError.
+    """
+    new = _new_record
+    R = Record
+    add = out.append
+    empty = _EMPTY
+    zz1 = _ZZ1
+    zz2 = _ZZ2
+    slow = _slow_varint
+    for _ in range(count):
+        z = data[p]  # Length
+        if z < 128:
+            n = zz1[z]
+            p += 1
+        else:
+            b = data[p + 1]
+            if b < 128:
+                n = zz2[z][b]
+                p += 2
+            else:
+                n, p = slow(data, p)
+        rend = p + n
+        if n < 6 or rend > end:  # attributes + five 1-byte varints at least
+            raise ValueError(f"record length {n} does not fit the batch")
+        z = data[p + 1]  # TimestampDelta, after the (unused) Attributes byte
+        if z < 128:
+            ts = base_ts + zz1[z]
+            p += 2
+        else:
+            n, p = slow(data, p + 1)
+            ts = base_ts + n
+        z = data[p]  # OffsetDelta
+        if z < 128:
+            offset = base_offset + zz1[z]
+            p += 1
+        else:
+            b = data[p + 1]
+            if b < 128:
+                offset = base_offset + zz2[z][b]
+                p += 2
+            else:
+                n, p = slow(data, p)
+                offset = base_offset + n
+        z = data[p]  # KeyLength, Key
+        if z < 128:
+            n = zz1[z]
+            p += 1
+        else:
+            b = data[p + 1]
+            if b < 128:
+                n = zz2[z][b]
+                p += 2
+            else:
+                n, p = slow(data, p)
+        if n < 0:
+            if n != -1:
+                raise ValueError(f"record at offset {offset} has negative key length {n}")
+            key = None
+        else:
+            key = data[p:p + n]
+            p += n
+        z = data[p]  # ValueLength, Value
+        if z < 128:
+            n = zz1[z]
+            p += 1
+        else:
+            b = data[p + 1]
+            if b < 128:
+                n = zz2[z][b]
+                p += 2
+            else:
+                n, p = slow(data, p)
+        if n < 0:
+            if n != -1:
+                raise ValueError(f"record at offset {offset} has negative value length {n}")
+            value = None
+        else:
+            value = data[p:p + n]
+            p += n
+            if p > rend:
+                raise ValueError(f"record at offset {offset} overruns its declared length")
+        if data[p]:  # HeadersCount
+            headers, p = _decode_headers(data, p, rend)
+        else:
+            headers = empty
+            p += 1
+        if p != rend:
+            raise ValueError(f"record at offset {offset} does not fill its declared length")
+        add(new(R, (offset, ts, key, value, headers)))
+    if p != end:
+        raise ValueError(f"{end - p} bytes remain after the batch's {count} records")
+
+
+def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
+    count, p = decode_varint(data, p)
+    if count < 0 or count > rend - p:
+        raise ValueError(f"impossible record header count {count}")
+    headers = []
+    for _ in range(count):
+        klen, p = decode_varint(data, p)
+        if klen < 0 or p + klen > rend:
+            raise ValueError(f"impossible record header key length {klen}")
+        hkey = data[p:p + klen].decode("utf-8")
+        p += klen
+        vlen, p = decode_varint(data, p)
+        if vlen == -1:
+            hval = None
+        elif vlen < 0 or p + vlen > rend:
+            raise ValueError(f"impossible record header value length {vlen}")
+        else:
+            hval = data[p:p + vlen]
+            p += vlen
+        headers.append((hkey, hval))
+    return tuple(headers), p
+
+
+def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
+    """Decode the records of the (already validated) batch at ``pos`` onto ``out``."""
+    start = pos + RECORDS_POS
+    end = pos + LOG_OVERHEAD + h[1]
+    attributes = h[5]
+    compression = attributes & COMPRESSION_MASK
+    if start == end and not h[12]:  # an emptied batch (the cleaner keeps these): nothing to decompress
+        return
+    if compression:
+        with memoryview(buf) as mv:
+            data = decompress(compression, mv[start:end])
+        p, stop = 0, len(data)
+    elif type(buf) is bytes:
+        data, p, stop = buf, start, end
+    else:
+        with memoryview(buf) as mv:
+            data = mv[start:end].tobytes()
+        p, stop = 0, end - start
+    count = h[12]
+    if count > stop - p:  # every record takes at least 7 bytes: reject absurd counts cheaply
+        raise InvalidRecordError(
+            f"record batch at offset {h[0]} claims {count} records in {stop - p} bytes")
+    try:
+        first = len(out)
+        _decode_records(data, p, stop, count, h[0], h[7], out)
+    except (IndexError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        detail = str(e) if not isinstance(e, IndexError) else "a record runs past the end of the batch"
+        raise InvalidRecordError(
+            f"record batch at offset {h[0]} holds a malformed record: {detail}") from None
+    if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record carries the batch's MaxTimestamp
+        append_ts = h[8]
+        out[first:] = [_new_record(Record, (r[0], append_ts, r[2], r[3], r[4])) for r in out[first:]]
+
+
+class RecordBatch:
+    """One batch over ``buf[pos:]``: ``.header`` at once (frame and CRC checked unless ``validate`` is
+    False), the records decoded (and decompressed) only when iterated, one whole batch at a time."""
+
+    __slots__ = ("buf", "pos", "header", "_records")
+
+    def __init__(self, buf, pos: int = 0, validate: bool = True, header: BatchHeader | None = None):
+        self.buf = buf
+        self.pos = pos
+        if header is None:
+            header = validate_batch(buf, pos) if validate else parse_header(buf, pos)
+        self.header = header
+        self._records: list | None = None
+
+    def records(self) -> list[Record]:
+        if self._records is None:
+            out: list = []
+            _records_of(self.buf, self.pos, self.header, out)
+            self._records = out
+        return self._records
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records())
+
+    def __len__(self) -> int:
+        return self.header[12]
+
+    def raw(self) -> bytes:
+        """This batch's bytes."""
+        return bytes(self.buf[self.pos:self.pos + LOG_OVERHEAD + self.header[1]])
+
+    def __repr__(self) -> str:
+        h = self.header
+        return (f"RecordBatch(base_offset={h.base_offset}, last_offset={h.last_offset}, "
+                f"count={h.records_count}, compression={h.compression_type}, control={h.is_control})")
+
+
+def iter_batches(buf, validate: bool = True) -> Iterator[RecordBatch]:
+    """Each batch of concatenated batches; CorruptMessageError at a torn or corrupt one."""
+    for pos, h in iter_batch_headers(buf, validate):
+        yield RecordBatch(buf, pos, header=h)
+
+
+def iter_records(buf, include_control: bool = False, validate: bool = True) -> Iterator[Record]:
+    """Records of concatenated batches, a batch decoded at a time. Control batches (transaction markers)
+    are skipped unless ``include_control``, as a Kafka consumer does; ``validate=False`` skips the CRC
+    (the consumer's ``check.crcs=false``), never the structural checks."""
+    for pos, h in iter_batch_headers(buf, validate):
+        if h[5] & CONTROL_MASK and not include_control:
+            continue
+        out: list = []
+        _records_of(buf, pos, h, out)
+        yield from out
+
+
+def decode_records(buf, include_control: bool = False, validate: bool = True) -> list[Record]:
+    """Every record of concatenated batches (CRC checked unless ``validate=False``), skipping control
+    batches unless ``include_control``: the consumer's fast path."""
+    out: list = []
+    for pos, h in iter_batch_headers(buf, validate):
+        if h[5] & CONTROL_MASK and not include_control:
+            continue
+        _records_of(buf, pos, h, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Control batches (transaction markers)
+
+def build_control_batch(control_type: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                        timestamp_ms: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+    """A transactional control batch holding one COMMIT or ABORT marker (Kafka's EndTransactionMarker)."""
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise ValueError(f"control type must be CONTROL_ABORT (0) or CONTROL_COMMIT (1), not {control_type}")
+    b = RecordBatchBuilder(base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
+                           is_transactional=True, is_control=True,
+                           partition_leader_epoch=partition_leader_epoch)
+    b.append(timestamp_ms, CONTROL_KEY.pack(0, control_type), CONTROL_VALUE.pack(0, coordinator_epoch))
+    return b.build()
+
+
+def parse_control_record(record: Record) -> tuple[int, int]:
+    """``(control_type, coordinator_epoch)`` of a record from a control batch."""
+    key, value = record.key, record.value
+    if key is None or len(key) < CONTROL_KEY.size:
+        raise InvalidRecordError(f"control record at offset {record.offset} has a key of "
+                                 f"{0 if key is None else len(key)} bytes, at least 4 needed")
+    version, control_type = CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise InvalidRecordError(f"control record at offset {record.offset} has key version {version}")
+    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+        raise InvalidRecordError(f"control record at offset {record.offset} has unknown type {control_type}")
+    if value is None or len(value) < CONTROL_VALUE.size:
+        raise InvalidRecordError(f"control record at offset {record.offset} has a value of "
+                                 f"{0 if value is None else len(value)} bytes, at least 6 needed")
+    version, coordinator_epoch = CONTROL_VALUE.unpack_from(value)
+    if version < 0:
+        raise InvalidRecordError(f"control record at offset {record.offset} has value version {version}")
+    return control_type, coordinator_epoch

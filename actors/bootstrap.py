@@ -1,0 +1,179 @@
+"""Start and stop a rafka cluster from a Ray driver (tests, benchmarks, the client's LocalCluster).
+
+``start_cluster(cluster, num_brokers, data_dir, broker_config=None, node_ids=None)`` creates the broker
+actors in parallel (detached: the cluster outlives the driver; pinned to ``node_ids[i]`` when given),
+starts them (the first to get there creates the controller), and waits until the controller has every
+broker registered. ``ClusterHandle.shutdown()`` stops it all and clears the cluster's GCS KV
+namespace: the durable copy of the metadata is the controller's log under ``data_dir``, so a later
+``start_cluster`` with the same name and directory brings back the same topics and data.
+
+Call from a driver (blocking ``ray.get``), not from inside an async actor.
+"""
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.exceptions import RayActorError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from storage.errors import raise_for_code
+
+from .broker import RemoteBroker, broker_name
+from .controller import NAMESPACE, controller_name
+from .metadata_store import ClusterKV
+
+
+def _broker_options(cluster: str, broker_id: int, node_id: str | None):
+    opts = {"name": broker_name(cluster, broker_id), "namespace": NAMESPACE, "lifetime": "detached",
+            "num_cpus": 0, "max_concurrency": 1000}
+    if node_id is not None:
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    return RemoteBroker.options(**opts)
+
+
+class ClusterHandle:
+    def __init__(self, cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None,
+                 node_ids: list[str] | None):
+        self.cluster, self.num_brokers, self.data_dir = cluster, num_brokers, data_dir
+        self.broker_config = dict(broker_config or {})
+        self.node_ids = list(node_ids) if node_ids else None
+        self.brokers: dict[int, object] = {}
+        self.timings: dict[str, float] = {}
+
+    # ---- lookups ----------------------------------------------------------------------------------
+    def controller(self, timeout_s: float = 30.0):
+        """The current controller's handle (looked up by name: it changes on failover)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                h = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
+                ray.get(h.ping.remote(), timeout=timeout_s)
+                return h
+            except (ValueError, RayActorError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def broker(self, i: int):
+        return self.brokers[i]
+
+    def metadata(self) -> dict:
+        return ray.get(self.controller().metadata.remote())
+
+    def describe(self, topic: str) -> dict:
+        return ray.get(self.controller().describe_topics.remote([topic]))[0]
+
+    def leader_replica(self, topic: str, partition: int):
+        from .replica import replica_name
+        s = self.describe(topic)["partitions"][partition]
+        if s["leader"] < 0:
+            return None
+        return ray.get_actor(replica_name(self.cluster, topic, partition, s["leader"]), namespace=NAMESPACE)
+
+    def replica(self, topic: str, partition: int, broker_id: int):
+        from .replica import replica_name
+        return ray.get_actor(replica_name(self.cluster, topic, partition, broker_id), namespace=NAMESPACE)
+
+    # ---- admin ------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, rf: int = 1, configs: dict | None = None,
+                     timeout_ms: int = 60000) -> dict:
+        res = ray.get(self.controller().create_topics.remote(
+            [{"name": name, "num_partitions": partitions, "replication_factor": rf, "configs": configs or {}}],
+            timeout_ms))[0]
+        raise_for_code(res["error_code"], res["error_message"])
+        return res
+
+    def delete_topic(self, name: str) -> dict:
+        res = ray.get(self.controller().delete_topics.remote([name]))[0]
+        raise_for_code(res["error_code"], res["error_message"])
+        return res
+
+    def wait_for(self, predicate, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = "condition"):
+        """Poll ``predicate(metadata)`` until truthy; returns its value."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                v = predicate(self.metadata())
+            except (RayActorError, ValueError):
+                v = None
+            if v:
+                return v
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.cluster}: timed out waiting for {what}")
+            time.sleep(interval_s)
+
+    # ---- faults -----------------------------------------------------------------------------------
+    def kill_broker(self, i: int) -> None:
+        """Kill broker ``i``'s process (its replicas, and the controller if it hosts it, die with it)."""
+        h = self.brokers.get(i)
+        if h is not None:
+            ray.kill(h, no_restart=True)
+
+    def restart_broker(self, i: int, timeout_s: float = 60.0) -> dict:
+        """Start broker ``i`` again on the same directory (after ``kill_broker``)."""
+        node = self.node_ids[i] if self.node_ids else None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                h = _broker_options(self.cluster, i, node).remote(self.cluster, i, self.data_dir, self.broker_config)
+                break
+            except ValueError:  # the killed incarnation still holds the name for a moment
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.brokers[i] = h
+        return ray.get(h.start.remote(), timeout=timeout_s)
+
+    # ---- shutdown ---------------------------------------------------------------------------------
+    def shutdown(self, clear_kv: bool = True) -> None:
+        live = []
+        for h in self.brokers.values():
+            try:
+                ray.get(h.prepare_shutdown.remote(), timeout=10)
+                live.append(h)
+            except Exception:  # noqa: BLE001 - a dead broker has nothing to stop
+                continue
+        try:
+            ctl = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
+            ray.get(ctl.shutdown.remote(), timeout=10)
+            ray.kill(ctl, no_restart=True)
+        except Exception:  # noqa: BLE001 - no controller left
+            pass
+        for h in live:
+            try:
+                ray.get(h.shutdown.remote(), timeout=30)
+            except Exception:  # noqa: BLE001
+                continue
+        for h in self.brokers.values():
+            try:
+                ray.kill(h, no_restart=True)
+            except Exception:  # noqa: BLE001
+                continue
+        self.brokers.clear()
+        if clear_kv:
+            ClusterKV(self.cluster).clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+def start_cluster(cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None = None,
+                  node_ids: list[str] | None = None, timeout_s: float = 120.0) -> ClusterHandle:
+    t0 = time.monotonic()
+    ch = ClusterHandle(cluster, num_brokers, data_dir, broker_config, node_ids)
+    for i in range(num_brokers):
+        node = node_ids[i] if node_ids else None
+        ch.brokers[i] = _broker_options(cluster, i, node).remote(cluster, i, data_dir, ch.broker_config)
+    try:
+        ray.get([h.start.remote() for h in ch.brokers.values()], timeout=timeout_s)
+        ch.wait_for(lambda md: {b["id"] for b in md["brokers"] if b["alive"]} >= set(range(num_brokers)),
+                    timeout_s, what="every broker registered")
+    except BaseException:
+        ch.shutdown()
+        raise
+    ch.timings["start_s"] = time.monotonic() - t0
+    return ch

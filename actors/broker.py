@@ -1,0 +1,442 @@
+"""The broker: one async actor per broker id, named ``"{cluster}:broker-{id}"``, detached.
+
+It owns ``data_dir/broker-{id}/`` (a ``<topic>-<partition>/`` directory per hosted replica, holding the
+replica's log plus Kafka's ``partition.metadata`` with the topic id) and hosts the replica actors of its
+partitions as non-detached children pinned to its own Ray node: they fate-share with the broker, as
+a Kafka broker's partitions live and die with its process.
+
+Lifecycle. ``start()`` makes sure a controller exists (creating the named controller actor with
+``get_if_exists=True`` *is* the election), registers (getting a broker epoch), then runs a heartbeat
+loop and a controller watch: a long-poll on the controller (``broker_session``) raises within ~20 ms
+when the controller dies, and the broker re-runs the election. The controller is a *child* of the
+broker that created it (not detached), like Kafka's controller living inside a broker: killing that
+broker also kills the controller, and the surviving brokers elect a new one; a cluster whose brokers
+are all gone leaves no controller behind. It is soft-pinned to its creator's node so its metadata log
+sits on that node's disk.
+
+Partitions are recovered lazily: nothing is opened at start; the controller answers the registration
+with the broker's full partition set (LeaderAndIsr ``full=True``) and the broker creates a replica
+actor for each, passing its directory (an existing log reopens and recovers). A full LeaderAndIsr also
+deletes stray partition directories (topics deleted while the broker was away), and a directory whose
+``partition.metadata`` names another topic id (deleted and re-created under the same name) is wiped
+before use.
+
+Fencing. Every controller request carries the controller epoch; one older than the newest seen is
+answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from storage.errors import KafkaError, StaleControllerEpochError, error_response
+
+from .controller import NAMESPACE, RemoteController, controller_name
+from .metadata_store import ClusterKV, read_cluster
+
+log = logging.getLogger("rafka.broker")
+
+# Kafka's broker-level defaults for topic configs (log.* name -> topic config name).
+BROKER_TOPIC_DEFAULTS = {
+    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes", "log.index.interval.bytes": "index.interval.bytes",
+    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
+    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy", "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms", "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type", "min.insync.replicas": "min.insync.replicas",
+}
+REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.fetch.wait.max.ms",
+                "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
+PARTITION_METADATA = "partition.metadata"
+
+
+def broker_name(cluster: str, broker_id: int) -> str:
+    return f"{cluster}:broker-{broker_id}"
+
+
+def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
+    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
+
+
+def _err_dict(exc: BaseException) -> dict:
+    if isinstance(exc, RayTaskError) and isinstance(getattr(exc, "cause", None), KafkaError):
+        exc = exc.cause
+    code, msg = error_response(exc)
+    return {"error_code": code, "error_message": msg}
+
+
+class BrokerActor:
+    def __init__(self, cluster: str, broker_id: int, data_dir: str, config: dict | None = None):
+        self.cluster, self.broker_id, self.data_dir = cluster, int(broker_id), data_dir
+        self.config = dict(config or {})
+        self.dir = os.path.join(data_dir, f"broker-{broker_id}")
+        os.makedirs(self.dir, exist_ok=True)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.heartbeat_s = int(self.config.get("broker.heartbeat.interval.ms", 2000)) / 1000
+        self.controller = None
+        self.controller_epoch = -1
+        self.broker_epoch = -1
+        self.replicas: dict[tuple[str, int], object] = {}
+        self.topic_ids: dict[tuple[str, int], str] = {}
+        self.topic_configs: dict[str, dict] = {}
+        self.stopping = False
+        self.latest_version = -1
+        self._cache: dict | None = None
+        self._cache_version = -1
+        self._pid_next = 0
+        self._pid_end = 0
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._pid_lock: asyncio.Lock | None = None
+        self._register_lock: asyncio.Lock | None = None
+        self._sessions: list[tuple[int, asyncio.Future]] = []
+        self._tasks: list[asyncio.Task] = []
+        self._kv = ClusterKV(cluster)
+
+    # ---- election and registration ---------------------------------------------------------------
+    def _controller_options(self):
+        return RemoteController.options(
+            name=controller_name(self.cluster), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
+            max_concurrency=1000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=True))
+
+    async def _ensure_controller(self, timeout_s: float = 60.0):
+        """Find or become the controller: named-actor creation with get_if_exists is the election."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        delay = 0.02
+        while not self.stopping:
+            try:
+                h = self._controller_options().remote(self.cluster, self.data_dir, self.config, self.broker_id)
+                info = await h.describe_controller.remote()
+                self._see_epoch(info["controller_epoch"])
+                self.controller = h
+                return h
+            except (RayActorError, RayTaskError, ValueError) as e:
+                if loop.time() > deadline:
+                    raise
+                log.info("broker %s: controller not reachable yet (%s)", self.broker_id, type(e).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        return None
+
+    async def _register(self) -> dict:
+        async with self._register_lock:
+            while not self.stopping:
+                ctl = self.controller or await self._ensure_controller()
+                info = {"node_id": self.node_id, "rack": self.config.get("broker.rack"), "log_dir": self.dir}
+                me = ray.get_runtime_context().current_actor
+                try:
+                    res = await ctl.register_broker.remote(self.broker_id, info, me)
+                except (RayActorError, RayTaskError) as e:
+                    log.info("broker %s: register failed (%s), re-electing", self.broker_id, type(e).__name__)
+                    self.controller = None
+                    await asyncio.sleep(0.05)
+                    continue
+                if res.get("error_code"):
+                    raise KafkaError(res.get("error_message"))
+                self._see_epoch(res["controller_epoch"])
+                self.broker_epoch = res["broker_epoch"]
+                return res
+            return {}
+
+    async def start(self) -> dict:
+        """Elect or find the controller, register, then heartbeat and watch the controller."""
+        self._pid_lock = asyncio.Lock()
+        self._register_lock = asyncio.Lock()
+        res = await self._register()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._heartbeat_loop()), loop.create_task(self._watch_controller())]
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                "controller_epoch": res.get("controller_epoch", self.controller_epoch), "node_id": self.node_id}
+
+    async def _heartbeat_loop(self):
+        while not self.stopping:
+            await asyncio.sleep(self.heartbeat_s)
+            ctl = self.controller
+            if ctl is None:
+                continue
+            try:
+                res = await ctl.heartbeat.remote(self.broker_id, self.broker_epoch)
+            except (RayActorError, RayTaskError):
+                continue  # the watch re-elects
+            self._see_epoch(res.get("controller_epoch", -1))
+            if res.get("error_code") in (77, 102):  # STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED
+                log.warning("broker %s was fenced (%s): registering again", self.broker_id, res.get("error_message"))
+                await self._register()
+
+    async def _watch_controller(self):
+        while not self.stopping:
+            ctl = self.controller
+            try:
+                if ctl is not None:
+                    await ctl.broker_session.remote(self.broker_id)
+                    await asyncio.sleep(0.05)  # controller resigned or shut down: look again
+            except (RayActorError, RayTaskError) as e:
+                log.info("broker %s: controller gone (%s)", self.broker_id, type(e).__name__)
+            if self.stopping:
+                return
+            self.controller = None
+            try:
+                await self._ensure_controller()
+            except (RayActorError, RayTaskError, ValueError):
+                await asyncio.sleep(0.2)
+                continue
+            # a new controller probes registered brokers itself; this heartbeat re-registers if it
+            # fenced us meanwhile
+            try:
+                res = await self.controller.heartbeat.remote(self.broker_id, self.broker_epoch)
+                if res.get("error_code") in (77, 102):
+                    await self._register()
+            except (RayActorError, RayTaskError):
+                continue
+
+    # ---- controller epoch fencing --------------------------------------------------------------------
+    def _see_epoch(self, epoch: int) -> None:
+        if epoch > self.controller_epoch:
+            self.controller_epoch = epoch
+            for e, fut in self._sessions:
+                if e < epoch and not fut.done():
+                    fut.set_result({"error_code": 11, "reason": "newer controller", "controller_epoch": epoch})
+            self._sessions = [(e, f) for e, f in self._sessions if not f.done()]
+
+    def _stale(self, controller_epoch: int) -> dict | None:
+        if controller_epoch < self.controller_epoch:
+            code, msg = error_response(StaleControllerEpochError(
+                f"Controller epoch {controller_epoch} is older than {self.controller_epoch}"))
+            return {"error_code": code, "error_message": msg, "controller_epoch": self.controller_epoch}
+        self._see_epoch(controller_epoch)
+        return None
+
+    async def controller_session(self, controller_epoch: int) -> dict:
+        """The controller's long-poll on this broker: returns only on shutdown or a newer controller."""
+        stale = self._stale(controller_epoch)
+        if stale:
+            return stale
+        fut = asyncio.get_running_loop().create_future()
+        if self.stopping:
+            return {"error_code": 0, "reason": "shutdown"}
+        self._sessions.append((controller_epoch, fut))
+        return await fut
+
+    def incarnation(self) -> dict:
+        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
+                "controller_epoch": self.controller_epoch, "node_id": self.node_id}
+
+    # ---- LeaderAndIsr / StopReplica / UpdateMetadata --------------------------------------------------
+    def _lock(self, key) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _partition_dir(self, topic: str, p: int) -> str:
+        return os.path.join(self.dir, f"{topic}-{p}")
+
+    def _replica_props(self, topic_configs: dict) -> dict:
+        props = {}
+        for k, v in self.config.items():
+            if k in BROKER_TOPIC_DEFAULTS:
+                props[BROKER_TOPIC_DEFAULTS[k]] = v
+            elif k in REPLICA_KEYS:
+                props[k] = v
+        props.update(topic_configs or {})
+        return props
+
+    def _prepare_dir(self, topic: str, p: int, topic_id: str) -> str:
+        d = self._partition_dir(topic, p)
+        meta = os.path.join(d, PARTITION_METADATA)
+        if os.path.exists(meta):
+            with open(meta) as f:
+                lines = dict(line.strip().split(": ", 1) for line in f if ": " in line)
+            if lines.get("topic_id") != topic_id:
+                log.warning("broker %s: %s holds topic id %s, not %s: deleting the stale log",
+                            self.broker_id, d, lines.get("topic_id"), topic_id)
+                shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d, exist_ok=True)
+        if not os.path.exists(meta):
+            tmp = meta + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(f"version: 0\ntopic_id: {topic_id}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, meta)
+        return d
+
+    async def _create_replica(self, s: dict):
+        from .replica import ReplicaActor
+        topic, p = s["topic"], s["partition"]
+        d = self._prepare_dir(topic, p, s["topic_id"])
+        cls = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
+        name = replica_name(self.cluster, topic, p, self.broker_id)
+        for attempt in range(100):
+            try:
+                h = cls.options(name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)
+                                ).remote(self.cluster, topic, p, s["topic_id"], self.broker_id, d,
+                                         self._replica_props(s.get("configs")))
+                return h
+            except ValueError:  # the previous incarnation's replica still holds the name for a moment
+                await asyncio.sleep(0.05)
+        raise RuntimeError(f"replica name {name} stayed taken")
+
+    async def _apply(self, s: dict) -> dict:
+        key = (s["topic"], s["partition"])
+        out = {"topic": key[0], "partition": key[1], "leader": s["leader"], "leader_epoch": s["leader_epoch"]}
+        async with self._lock(key):
+            if self.broker_id not in s["replicas"]:
+                return {**out, "error_code": 6, "error_message": "this broker is not a replica"}
+            try:
+                h = self.replicas.get(key)
+                if h is None or self.topic_ids.get(key) != s["topic_id"]:
+                    if h is not None:
+                        await self._stop_one(key, delete=True)
+                    h = await self._create_replica(s)
+                    self.replicas[key] = h
+                    self.topic_ids[key] = s["topic_id"]
+                self.topic_configs[key[0]] = dict(s.get("configs") or {})
+                state = {k: s[k] for k in ("topic", "partition", "topic_id", "leader", "leader_epoch", "isr",
+                                           "replicas", "partition_epoch", "controller_epoch")}
+                if s["leader"] == self.broker_id:
+                    res = await h.become_leader.remote(state)
+                else:
+                    res = await h.become_follower.remote(state)
+            except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
+                log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
+                if isinstance(e, RayActorError):
+                    self.replicas.pop(key, None)
+                return {**out, **_err_dict(e)}
+            if res.get("ignored"):  # the replica already runs this (or a newer) state
+                return {**out, "error_code": 0, "error_message": res.get("error_message"), "ignored": True}
+            return {**out, "error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
+
+    async def leader_and_isr(self, controller_epoch: int, states: list[dict], full: bool = False) -> dict:
+        stale = self._stale(controller_epoch)
+        if stale:
+            return stale
+        results = list(await asyncio.gather(*(self._apply(s) for s in states)))
+        if full:
+            keep = {(s["topic"], s["partition"]) for s in states}
+            for key in [k for k in self.replicas if k not in keep]:
+                async with self._lock(key):
+                    await self._stop_one(key, delete=True)
+            for name in os.listdir(self.dir):
+                topic, _, p = name.rpartition("-")
+                if topic and p.isdigit() and (topic, int(p)) not in keep:
+                    log.info("broker %s: deleting stray log %s", self.broker_id, name)
+                    shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+        return {"error_code": 0, "error_message": None, "partitions": results}
+
+    async def _stop_one(self, key, delete: bool) -> dict:
+        h = self.replicas.pop(key, None)
+        self.topic_ids.pop(key, None)
+        res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
+        if h is not None:
+            try:
+                r = await h.stop.remote(delete)
+                res.update(error_code=r.get("error_code", 0), error_message=r.get("error_message"))
+            except (RayActorError, RayTaskError) as e:
+                res.update(_err_dict(e))
+            ray.kill(h, no_restart=True)
+        if delete:
+            shutil.rmtree(self._partition_dir(*key), ignore_errors=True)
+        return res
+
+    async def stop_replica(self, controller_epoch: int, partitions: list, delete: bool = False) -> dict:
+        stale = self._stale(controller_epoch)
+        if stale:
+            return stale
+
+        async def one(tp):
+            key = (tp[0], int(tp[1]))
+            async with self._lock(key):
+                return await self._stop_one(key, delete)
+        results = await asyncio.gather(*(one(tp) for tp in partitions))
+        return {"error_code": 0, "error_message": None, "partitions": list(results)}
+
+    async def update_metadata(self, controller_epoch: int, version: int) -> dict:
+        stale = self._stale(controller_epoch)
+        if stale:
+            return stale
+        self.latest_version = max(self.latest_version, version)
+        return {"error_code": 0, "error_message": None}
+
+    async def update_topic_config(self, controller_epoch: int, topic: str, configs: dict) -> dict:
+        stale = self._stale(controller_epoch)
+        if stale:
+            return stale
+        self.topic_configs[topic] = dict(configs)
+        props = self._replica_props(configs)
+        keys = [k for k in self.replicas if k[0] == topic]
+        res = await asyncio.gather(*(self.replicas[k].update_config.remote(props) for k in keys),
+                                   return_exceptions=True)
+        errors = [r for r in res if isinstance(r, BaseException) or r.get("error_code")]
+        if errors:
+            return {"error_code": -1, "error_message": str(errors[0])}
+        return {"error_code": 0, "error_message": None}
+
+    # ---- client-facing --------------------------------------------------------------------------------
+    async def metadata(self) -> dict:
+        """Cached cluster metadata (refreshed from GCS KV when the controller announced a newer version)."""
+        if self._cache is None or self._cache_version < self.latest_version:
+            self._cache = read_cluster(self._kv)
+            self._cache_version = self._cache["version"]
+        return {"controller_epoch": self.controller_epoch, "broker_id": self.broker_id, **self._cache}
+
+    async def init_producer_id(self) -> dict:
+        """A fresh producer id (epoch 0) from this broker's block; a new block from the controller."""
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                for _ in range(100):
+                    ctl = self.controller or await self._ensure_controller()
+                    try:
+                        first, count = await ctl.allocate_producer_ids.remote(self.broker_id, self.broker_epoch)
+                        break
+                    except RayActorError:
+                        self.controller = None
+                        await asyncio.sleep(0.05)
+                    except RayTaskError as e:
+                        return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
+                else:
+                    return {"error_code": 15, "error_message": "controller unavailable",
+                            "producer_id": -1, "producer_epoch": -1}
+                self._pid_next, self._pid_end = first, first + count
+            pid = self._pid_next
+            self._pid_next += 1
+        return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
+
+    def replica_handles(self) -> dict:
+        return dict(self.replicas)
+
+    def hosted_partitions(self) -> list[tuple[str, int]]:
+        return sorted(self.replicas)
+
+    # ---- shutdown -------------------------------------------------------------------------------------
+    def prepare_shutdown(self) -> dict:
+        """Stop heartbeating and watching the controller (a cluster shutdown is under way)."""
+        self.stopping = True
+        for t in self._tasks:
+            t.cancel()
+        for _, fut in self._sessions:
+            if not fut.done():
+                fut.set_result({"error_code": 0, "reason": "shutdown"})
+        return {"error_code": 0}
+
+    async def shutdown(self) -> dict:
+        """Close every replica's log (no delete), then the broker can be killed."""
+        self.prepare_shutdown()
+        keys = list(self.replicas)
+        res = await asyncio.gather(*(self._stop_one(k, delete=False) for k in keys))
+        return {"error_code": 0, "partitions": list(res)}
+
+    def ping(self) -> int:
+        return self.broker_id
+
+
+RemoteBroker = ray.remote(BrokerActor)

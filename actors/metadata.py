@@ -1,0 +1,709 @@
+"""The cluster metadata image and the controller's pure decisions (no Ray, no I/O, time passed in).
+
+Every change is a record, a msgpack-able dict with a ``type`` (Kafka's KRaft metadata records):
+
+====================  ==========================================================================
+RegisterBroker        broker_id, broker_epoch, node_id, rack, log_dir   (broker alive)
+FenceBroker           broker_id, broker_epoch                           (broker not alive)
+Topic                 name, topic_id
+Partition             topic, topic_id, partition, replicas, isr, leader, leader_epoch,
+                      partition_epoch, adding, removing
+PartitionChange       topic, partition + the complete new partition state (as Partition)
+ConfigRecord          resource_type "topic", resource, name, value (None deletes the override)
+RemoveTopic           name, topic_id
+ProducerIds           broker_id, broker_epoch, next_producer_id
+SnapshotVersion       version   (ends a snapshot: sets the version instead of bumping it)
+====================  ==========================================================================
+
+``MetadataImage.replay(record)`` is the only thing that mutates the image; it asserts each transition.
+``image.version`` counts the records replayed (the metadata offset): a broker's epoch is the offset of
+its RegisterBroker record, as in Kafka.
+
+``ControllerLogic`` holds the image and the controller config; its handlers read the image and return
+``(records, response)``. The actor persists the records, replays them, then acts on the response
+(sends LeaderAndIsr, StopReplica, ...). Handlers never mutate. A handler that needs the effect of its
+own earlier records (fencing several brokers) is called once per step by the actor.
+"""
+from __future__ import annotations
+
+import base64
+import random
+from dataclasses import dataclass, field
+
+from storage.errors import (BrokerIdNotRegisteredError, ElectionNotNeededError,
+                            EligibleLeadersNotAvailableError, FencedLeaderEpochError, IneligibleReplicaError,
+                            InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
+                            InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError,
+                            InvalidUpdateVersionError, KafkaError, NewLeaderElectedError,
+                            NoReassignmentInProgressError, PreferredLeaderNotAvailableError,
+                            StaleBrokerEpochError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
+                            error_response)
+
+from .partition_change import (ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, MetadataInvariantError,
+                               PartitionChangeBuilder, PartitionState, check_partition, check_transition,
+                               reassignment_plan)
+from .placement import assign_replicas, unify_collision_chars, validate_topic_name
+
+__all__ = ["MetadataImage", "ControllerLogic", "ControllerConfig", "BrokerInfo", "TopicInfo",
+           "PartitionState", "MetadataInvariantError", "ELECT_PREFERRED", "ELECT_UNCLEAN", "NO_LEADER",
+           "validate_topic_configs", "TOPIC_CONFIG_KEYS", "PRODUCER_ID_BLOCK_SIZE"]
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+# Kafka's topic-level configs, used only while storage.log (LogConfig, the authority) is missing.
+TOPIC_CONFIG_KEYS = frozenset({
+    "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "flush.messages",
+    "flush.ms", "retention.ms", "retention.bytes", "cleanup.policy", "delete.retention.ms",
+    "min.compaction.lag.ms", "max.message.bytes", "message.timestamp.type", "min.insync.replicas",
+    "unclean.leader.election.enable"})
+
+
+def _config_str(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _truthy(v) -> bool:
+    return str(v).strip().lower() == "true"
+
+
+def topic_config_keys() -> frozenset:
+    """The topic config names storage understands (``LogConfig.to_props`` keys when storage.log is there)."""
+    try:
+        from storage.log import LogConfig
+    except ImportError:
+        return TOPIC_CONFIG_KEYS
+    return frozenset(LogConfig().to_props())
+
+
+def validate_topic_configs(configs: dict) -> dict[str, str]:
+    """Normalize topic config overrides to strings; INVALID_CONFIG on an unknown key or a bad value
+    (``storage.log.LogConfig.from_props`` decides; without storage.log only the keys are checked)."""
+    if configs is None:
+        return {}
+    if not isinstance(configs, dict):
+        raise InvalidConfigError(f"configs must be a mapping, got {type(configs).__name__}")
+    keys = topic_config_keys()
+    out = {}
+    for k, v in configs.items():
+        if not isinstance(k, str) or k not in keys:
+            raise InvalidConfigError(f"Unknown topic config name: {k}")
+        if v is None:
+            raise InvalidConfigError(f"Invalid value None for configuration {k}")
+        out[k] = _config_str(v)
+    try:
+        from storage.log import LogConfig
+    except ImportError:  # a value sanity check until storage.log is importable
+        for k, v in out.items():
+            if k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
+                raise InvalidConfigError(f"Invalid value {v} for configuration {k}: must be true or false")
+            if k not in ("cleanup.policy", "message.timestamp.type", "unclean.leader.election.enable"):
+                try:
+                    int(v)
+                except ValueError:
+                    raise InvalidConfigError(f"Invalid value {v} for configuration {k}: not a number") from None
+        return out
+    try:
+        LogConfig.from_props(dict(out))
+    except KafkaError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        raise InvalidConfigError(f"Invalid topic config: {e}") from None
+    return out
+
+
+@dataclass
+class ControllerConfig:
+    """The broker configs the controller acts on (Kafka's names and defaults)."""
+    unclean_leader_election: bool = False            # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True               # auto.leader.rebalance.enable
+    imbalance_percentage: int = 10                   # leader.imbalance.per.broker.percentage
+    imbalance_check_interval_s: float = 300.0        # leader.imbalance.check.interval.seconds
+    num_partitions: int = 1                          # num.partitions
+    default_replication_factor: int = 1              # default.replication.factor
+    session_timeout_ms: int = 9000                   # broker.session.timeout.ms
+    heartbeat_interval_ms: int = 2000                # broker.heartbeat.interval.ms
+
+    @classmethod
+    def from_props(cls, props: dict | None) -> "ControllerConfig":
+        props = props or {}
+        c = cls()
+        try:
+            c.unclean_leader_election = _truthy(props.get("unclean.leader.election.enable", False))
+            c.auto_leader_rebalance = _truthy(props.get("auto.leader.rebalance.enable", True))
+            c.imbalance_percentage = int(props.get("leader.imbalance.per.broker.percentage", 10))
+            c.imbalance_check_interval_s = float(props.get("leader.imbalance.check.interval.seconds", 300))
+            c.num_partitions = int(props.get("num.partitions", 1))
+            c.default_replication_factor = int(props.get("default.replication.factor", 1))
+            c.session_timeout_ms = int(props.get("broker.session.timeout.ms", 9000))
+            c.heartbeat_interval_ms = int(props.get("broker.heartbeat.interval.ms", 2000))
+        except (TypeError, ValueError) as e:
+            raise InvalidConfigError(f"Invalid broker config: {e}") from None
+        return c
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    broker_epoch: int
+    node_id: str | None = None
+    rack: str | None = None
+    log_dir: str = ""
+    alive: bool = True
+
+    def to_dict(self) -> dict:  # the KV shape of internals.md
+        return {"id": self.broker_id, "node_id": self.node_id, "rack": self.rack, "log_dir": self.log_dir,
+                "epoch": self.broker_epoch, "alive": self.alive}
+
+    @property
+    def rack_key(self) -> str | None:
+        return self.rack or self.node_id
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    topic_id: str
+    configs: dict[str, str] = field(default_factory=dict)
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
+                "partitions": {p: s.to_dict() for p, s in sorted(self.partitions.items())}}
+
+
+class MetadataImage:
+    def __init__(self):
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.next_producer_id = 0
+        self.version = 0
+
+    # ---- replay: the only mutation -------------------------------------------------------------
+    def replay(self, rec: dict) -> None:
+        t = rec["type"]
+        fn = getattr(self, "_replay_" + t, None)
+        if fn is None:
+            raise MetadataInvariantError(f"unknown metadata record type {t!r}")
+        fn(rec)
+        if t != "SnapshotVersion":
+            self.version += 1
+
+    def _replay_RegisterBroker(self, r):
+        old = self.brokers.get(r["broker_id"])
+        if old is not None and r["broker_epoch"] <= old.broker_epoch:
+            raise MetadataInvariantError(f"broker {r['broker_id']} epoch went down")
+        self.brokers[r["broker_id"]] = BrokerInfo(r["broker_id"], r["broker_epoch"], r.get("node_id"),
+                                                  r.get("rack"), r.get("log_dir", ""), True)
+
+    def _replay_FenceBroker(self, r):
+        b = self.brokers.get(r["broker_id"])
+        if b is None or b.broker_epoch != r["broker_epoch"]:
+            raise MetadataInvariantError(f"fencing unknown broker incarnation {r}")
+        b.alive = False
+
+    def _replay_Topic(self, r):
+        if r["name"] in self.topics:
+            raise MetadataInvariantError(f"topic {r['name']} exists")
+        self.topics[r["name"]] = TopicInfo(r["name"], r["topic_id"])
+
+    def _replay_Partition(self, r):
+        t = self.topics.get(r["topic"])
+        if t is None or r["partition"] in t.partitions or r["partition"] != len(t.partitions):
+            raise MetadataInvariantError(f"bad new partition {r}")
+        s = PartitionState.from_dict(r)
+        check_partition(s, f"{r['topic']}-{r['partition']}")
+        t.partitions[r["partition"]] = s
+
+    def _replay_PartitionChange(self, r):
+        t = self.topics.get(r["topic"])
+        if t is None or r["partition"] not in t.partitions:
+            raise MetadataInvariantError(f"change of unknown partition {r}")
+        new = PartitionState.from_dict(r)
+        check_transition(t.partitions[r["partition"]], new, f"{r['topic']}-{r['partition']}")
+        t.partitions[r["partition"]] = new
+
+    def _replay_ConfigRecord(self, r):
+        t = self.topics.get(r["resource"])
+        if t is None:
+            raise MetadataInvariantError(f"config of unknown topic {r}")
+        if r["value"] is None:
+            t.configs.pop(r["name"], None)
+        else:
+            t.configs[r["name"]] = r["value"]
+
+    def _replay_RemoveTopic(self, r):
+        t = self.topics.get(r["name"])
+        if t is None or t.topic_id != r["topic_id"]:
+            raise MetadataInvariantError(f"removing unknown topic {r}")
+        del self.topics[r["name"]]
+
+    def _replay_ProducerIds(self, r):
+        if r["next_producer_id"] <= self.next_producer_id:
+            raise MetadataInvariantError("producer id block went backwards")
+        self.next_producer_id = r["next_producer_id"]
+
+    def _replay_SnapshotVersion(self, r):
+        self.version = r["version"]
+
+    # ---- snapshots and KV ----------------------------------------------------------------------
+    def snapshot_records(self) -> list[dict]:
+        """Records that rebuild this image exactly (brokers, topics, configs, ids, then the version)."""
+        out: list[dict] = []
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            out.append({"type": "RegisterBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
+                        "node_id": b.node_id, "rack": b.rack, "log_dir": b.log_dir})
+            if not b.alive:
+                out.append({"type": "FenceBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
+        for t in self.topics.values():
+            out.append({"type": "Topic", "name": t.name, "topic_id": t.topic_id})
+            for k, v in sorted(t.configs.items()):
+                out.append({"type": "ConfigRecord", "resource_type": "topic", "resource": t.name,
+                            "name": k, "value": v})
+            for p, s in sorted(t.partitions.items()):
+                out.append({"type": "Partition", "topic": t.name, "topic_id": t.topic_id, "partition": p,
+                            **s.to_dict()})
+        if self.next_producer_id:
+            out.append({"type": "ProducerIds", "broker_id": -1, "broker_epoch": -1,
+                        "next_producer_id": self.next_producer_id})
+        out.append({"type": "SnapshotVersion", "version": self.version})
+        return out
+
+    @classmethod
+    def from_records(cls, records) -> "MetadataImage":
+        img = cls()
+        for r in records:
+            img.replay(r)
+        return img
+
+    @classmethod
+    def from_kv(cls, brokers: list[dict], topics: list[dict], version: int, next_producer_id: int):
+        img = cls()
+        for b in brokers:
+            img.brokers[b["id"]] = BrokerInfo(b["id"], b["epoch"], b.get("node_id"), b.get("rack"),
+                                              b.get("log_dir", ""), bool(b.get("alive")))
+        for t in topics:
+            parts = {int(p): PartitionState.from_dict(s) for p, s in t["partitions"].items()}
+            for p, s in parts.items():
+                check_partition(s, f"{t['name']}-{p}")
+            img.topics[t["name"]] = TopicInfo(t["name"], t["topic_id"], dict(t.get("configs") or {}), parts)
+        img.version, img.next_producer_id = version, next_producer_id
+        return img
+
+    # ---- queries -------------------------------------------------------------------------------
+    def alive_brokers(self) -> set[int]:
+        return {b.broker_id for b in self.brokers.values() if b.alive}
+
+    def partition(self, topic: str, p: int) -> PartitionState | None:
+        t = self.topics.get(topic)
+        return None if t is None else t.partitions.get(p)
+
+    def partitions_of_broker(self, broker_id: int):
+        for t in self.topics.values():
+            for p, s in t.partitions.items():
+                if broker_id in s.replicas:
+                    yield t, p, s
+
+    def describe_topic(self, name: str) -> dict:
+        t = self.topics[name]
+        alive = self.alive_brokers()
+        parts = []
+        for p, s in sorted(t.partitions.items()):
+            d = s.to_dict()
+            d["partition"] = p
+            d["offline_replicas"] = [r for r in s.replicas if r not in alive]
+            parts.append(d)
+        return {"name": name, "topic_id": t.topic_id, "error_code": 0, "error_message": None,
+                "configs": dict(t.configs), "partitions": parts}
+
+
+def _err(exc: KafkaError) -> dict:
+    code, msg = error_response(exc)
+    return {"error_code": code, "error_message": msg}
+
+
+class ControllerLogic:
+    """The controller's decisions over an image. Handlers return (records, response) and never mutate."""
+
+    def __init__(self, image: MetadataImage, config: ControllerConfig, rng: random.Random | None = None):
+        self.image, self.config = image, config
+        self.rng = rng or random.Random()
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def unclean_enabled(self, topic: str) -> bool:
+        t = self.image.topics.get(topic)
+        if t is not None and "unclean.leader.election.enable" in t.configs:
+            return _truthy(t.configs["unclean.leader.election.enable"])
+        return self.config.unclean_leader_election
+
+    def _builder(self, topic: str, p: int, alive: set[int] | None = None) -> PartitionChangeBuilder:
+        return PartitionChangeBuilder(topic, p, self.image.topics[topic].partitions[p],
+                                      self.image.alive_brokers() if alive is None else alive,
+                                      self.unclean_enabled(topic))
+
+    def _new_topic_id(self) -> str:
+        return base64.urlsafe_b64encode(self.rng.getrandbits(128).to_bytes(16, "big")).rstrip(b"=").decode()
+
+    def _placement(self, num_partitions: int, rf: int, start_partition: int = 0,
+                   first_broker: int | None = None) -> list[list[int]]:
+        alive = sorted(self.image.alive_brokers())
+        if rf < 1:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+        if rf > len(alive):
+            raise InvalidReplicationFactorError(
+                f"Replication factor: {rf} larger than available brokers: {len(alive)}.")
+        racks = {b: self.image.brokers[b].rack_key for b in alive}
+        return assign_replicas(racks, num_partitions, rf, self.rng, start_partition, first_broker)
+
+    def _new_partition_record(self, topic: str, topic_id: str, p: int, replicas: list[int]) -> dict:
+        alive = self.image.alive_brokers()
+        isr = [r for r in replicas if r in alive]
+        if not isr:
+            raise InvalidReplicaAssignmentError(
+                f"All brokers specified in the partition assignment for partition {p} are fenced.")
+        s = PartitionState(list(replicas), isr, isr[0], 0, 0)
+        return {"type": "Partition", "topic": topic, "topic_id": topic_id, "partition": p, **s.to_dict()}
+
+    def _check_assignment(self, assignment, rf_expected: int | None = None) -> list[list[int]]:
+        if not isinstance(assignment, (list, tuple)) or not assignment:
+            raise InvalidReplicaAssignmentError("Replica assignment must be a non-empty list")
+        out = []
+        for replicas in assignment:
+            if not isinstance(replicas, (list, tuple)) or not replicas:
+                raise InvalidReplicaAssignmentError("A partition's replica list must be non-empty")
+            replicas = list(replicas)
+            if not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas):
+                raise InvalidReplicaAssignmentError(f"Replica ids must be integers: {replicas}")
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignmentError(f"Duplicate brokers in replica assignment {replicas}")
+            unknown = [r for r in replicas if r not in self.image.brokers]
+            if unknown:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes brokers {unknown}, which are not registered.")
+            if rf_expected is not None and len(replicas) != rf_expected:
+                raise InvalidReplicaAssignmentError(
+                    f"Inconsistent replication factor between partitions: {len(replicas)} vs {rf_expected}")
+            rf_expected = len(replicas)
+            out.append(replicas)
+        return out
+
+    # ---- brokers -------------------------------------------------------------------------------
+    def register_broker(self, broker_id: int, info: dict) -> tuple[list[dict], dict]:
+        """A (re)starting broker: fence its previous incarnation if still alive, register it, and elect
+        it leader of partitions left without one (it is in their ISR, or unclean election is on)."""
+        if not isinstance(broker_id, int) or isinstance(broker_id, bool) or broker_id < 0:
+            raise InvalidReplicaAssignmentError(f"Invalid broker id {broker_id!r}")
+        records: list[dict] = []
+        old = self.image.brokers.get(broker_id)
+        alive = self.image.alive_brokers()
+        if old is not None and old.alive:
+            records += self.fence_broker(broker_id)
+            alive.discard(broker_id)
+        epoch = self.image.version + len(records)
+        records.append({"type": "RegisterBroker", "broker_id": broker_id, "broker_epoch": epoch,
+                        "node_id": info.get("node_id"), "rack": info.get("rack"),
+                        "log_dir": info.get("log_dir", "")})
+        alive.add(broker_id)
+        changed = {(r["topic"], r["partition"]): r for r in records if r["type"] == "PartitionChange"}
+        for t, p, s in list(self.image.partitions_of_broker(broker_id)):
+            cur = PartitionState.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
+            if cur.leader != NO_LEADER:
+                continue
+            b = PartitionChangeBuilder(t.name, p, cur, alive, self.unclean_enabled(t.name))
+            rec = b.build()
+            if rec is not None:
+                changed[(t.name, p)] = rec
+                records.append(rec)
+        return records, {"broker_epoch": epoch}
+
+    def fence_broker(self, broker_id: int, broker_epoch: int | None = None) -> list[dict]:
+        """Broker loss: FenceBroker, then for each of its partitions shrink the ISR (never to empty),
+        elect a new leader if it led, bump the leader epoch (the controller changed the ISR)."""
+        b = self.image.brokers.get(broker_id)
+        if b is None or not b.alive or (broker_epoch is not None and broker_epoch != b.broker_epoch):
+            return []
+        records = [{"type": "FenceBroker", "broker_id": broker_id, "broker_epoch": b.broker_epoch}]
+        alive = self.image.alive_brokers() - {broker_id}
+        for t, p, s in self.image.partitions_of_broker(broker_id):
+            builder = PartitionChangeBuilder(t.name, p, s, alive, self.unclean_enabled(t.name))
+            if broker_id in s.isr and len(s.isr) > 1:
+                builder.set_isr([r for r in s.isr if r != broker_id])
+                builder.bump_leader_epoch = True
+            rec = builder.build()
+            if rec is not None:
+                records.append(rec)
+        return records
+
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int | None = None):
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            raise BrokerIdNotRegisteredError(f"Broker {broker_id} is not registered")
+        if broker_epoch is not None and broker_epoch != b.broker_epoch:
+            raise StaleBrokerEpochError(f"Broker {broker_id} epoch {broker_epoch} != {b.broker_epoch}")
+        first = self.image.next_producer_id
+        rec = {"type": "ProducerIds", "broker_id": broker_id, "broker_epoch": b.broker_epoch,
+               "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE}
+        return [rec], (first, PRODUCER_ID_BLOCK_SIZE)
+
+    # ---- topics --------------------------------------------------------------------------------
+    def create_topics(self, topics: list[dict]) -> tuple[list[dict], list[dict]]:
+        records: list[dict] = []
+        results: list[dict] = []
+        pending: set[str] = set()
+        unified = {unify_collision_chars(n) for n in self.image.topics}
+        for req in topics:
+            name = req.get("name") if isinstance(req, dict) else None
+            res = {"name": name, "topic_id": None, "num_partitions": 0, "replication_factor": 0,
+                   "error_code": 0, "error_message": None}
+            try:
+                if not isinstance(req, dict):
+                    raise InvalidTopicError("Each topic must be a mapping")
+                validate_topic_name(name)
+                if name in self.image.topics or name in pending:
+                    raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
+                if unify_collision_chars(name) in unified:
+                    raise InvalidTopicError(
+                        f"Topic '{name}' collides with existing topics (names differing only in '.' and '_').")
+                configs = validate_topic_configs(req.get("configs"))
+                assignment = req.get("replica_assignment")
+                if assignment:
+                    if isinstance(assignment, dict):
+                        keys = sorted(assignment)
+                        if keys != list(range(len(keys))):
+                            raise InvalidReplicaAssignmentError("Partitions must be numbered 0..n-1")
+                        assignment = [assignment[k] for k in keys]
+                    placement = self._check_assignment(assignment)
+                else:
+                    n = req.get("num_partitions", -1)
+                    rf = req.get("replication_factor", -1)
+                    n = self.config.num_partitions if n in (-1, None) else n
+                    rf = self.config.default_replication_factor if rf in (-1, None) else rf
+                    if not isinstance(n, int) or n < 1:
+                        raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+                    if not isinstance(rf, int) or rf < 1:
+                        raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
+                    placement = self._placement(n, rf)
+                topic_id = self._new_topic_id()
+                recs = [{"type": "Topic", "name": name, "topic_id": topic_id}]
+                for k, v in sorted(configs.items()):
+                    recs.append({"type": "ConfigRecord", "resource_type": "topic", "resource": name,
+                                 "name": k, "value": v})
+                for p, replicas in enumerate(placement):
+                    recs.append(self._new_partition_record(name, topic_id, p, replicas))
+                records += recs
+                pending.add(name)
+                unified.add(unify_collision_chars(name))
+                res.update(topic_id=topic_id, num_partitions=len(placement),
+                           replication_factor=len(placement[0]))
+            except KafkaError as e:
+                res.update(_err(e))
+            results.append(res)
+        return records, results
+
+    def delete_topics(self, names: list[str]) -> tuple[list[dict], list[dict]]:
+        records, results, seen = [], [], set()
+        for name in names:
+            t = self.image.topics.get(name) if isinstance(name, str) else None
+            if t is None or name in seen:
+                results.append({"name": name, "topic_id": None,
+                                **_err(UnknownTopicOrPartitionError(f"Topic {name!r} does not exist."))})
+                continue
+            seen.add(name)
+            records.append({"type": "RemoveTopic", "name": name, "topic_id": t.topic_id})
+            results.append({"name": name, "topic_id": t.topic_id, "error_code": 0, "error_message": None})
+        return records, results
+
+    def create_partitions(self, name: str, total_count: int, assignment=None) -> tuple[list[dict], dict]:
+        res = {"name": name, "error_code": 0, "error_message": None}
+        try:
+            t = self.image.topics.get(name) if isinstance(name, str) else None
+            if t is None:
+                raise UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
+            cur = len(t.partitions)
+            if not isinstance(total_count, int) or total_count <= cur:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {cur} partitions, which is higher than or equal to the requested "
+                    f"{total_count}.")
+            rf = len(t.partitions[0].replicas)
+            if assignment:
+                placement = self._check_assignment(assignment, rf)
+                if len(placement) != total_count - cur:
+                    raise InvalidReplicaAssignmentError(
+                        f"Increasing the number of partitions by {total_count - cur} but {len(placement)} "
+                        f"assignments provided.")
+            else:
+                placement = self._placement(total_count - cur, rf, cur, t.partitions[0].replicas[0])
+            records = [self._new_partition_record(name, t.topic_id, cur + i, r) for i, r in enumerate(placement)]
+            return records, res
+        except KafkaError as e:
+            res.update(_err(e))
+            return [], res
+
+    def alter_configs(self, name: str, set_configs: dict | None, delete: list | None) -> tuple[list[dict], dict]:
+        """Topic config overrides; turning unclean election on elects leaders of offline partitions."""
+        res = {"name": name, "error_code": 0, "error_message": None}
+        try:
+            t = self.image.topics.get(name) if isinstance(name, str) else None
+            if t is None:
+                raise UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
+            new = validate_topic_configs(set_configs or {})
+            delete = list(delete or [])
+            for k in delete:
+                if k not in topic_config_keys():
+                    raise InvalidConfigError(f"Unknown topic config name: {k}")
+            merged = {k: v for k, v in t.configs.items() if k not in delete}
+            merged.update(new)
+            validate_topic_configs(merged)
+        except KafkaError as e:
+            res.update(_err(e))
+            return [], res
+        records = [{"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": v}
+                   for k, v in sorted(new.items()) if t.configs.get(k) != v]
+        records += [{"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": None}
+                    for k in delete if k in t.configs and k not in new]
+        unclean = _truthy(merged.get("unclean.leader.election.enable", self.config.unclean_leader_election))
+        if unclean and not self.unclean_enabled(name):
+            alive = self.image.alive_brokers()
+            for p, s in sorted(t.partitions.items()):
+                if s.leader == NO_LEADER:
+                    rec = PartitionChangeBuilder(name, p, s, alive, True).build()
+                    if rec is not None:
+                        records.append(rec)
+        return records, res
+
+    # ---- partitions ----------------------------------------------------------------------------
+    def alter_partition(self, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch):
+        """AlterPartition from the leader replica (ISR shrink/expand). Returns (records, response)."""
+        s = self.image.partition(topic, partition) if isinstance(topic, str) else None
+        try:
+            if s is None:
+                raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+            if leader_epoch != s.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"Leader epoch {leader_epoch} of {topic}-{partition} is not the current {s.leader_epoch}")
+            if leader_id != s.leader:
+                raise InvalidRequestError(f"Broker {leader_id} is not the leader of {topic}-{partition}")
+            if partition_epoch != s.partition_epoch:
+                raise InvalidUpdateVersionError(
+                    f"Partition epoch {partition_epoch} of {topic}-{partition} is not the current "
+                    f"{s.partition_epoch}")
+            new_isr = list(new_isr or [])
+            if len(set(new_isr)) != len(new_isr) or leader_id not in new_isr:
+                raise InvalidRequestError(f"Invalid ISR {new_isr}: it must hold the leader, without duplicates")
+            alive = self.image.alive_brokers()
+            bad = [r for r in new_isr if r not in s.replicas or r not in alive]
+            if bad:
+                raise IneligibleReplicaError(f"Replicas {bad} are not alive members of {s.replicas}")
+        except KafkaError as e:
+            cur = s.to_dict() if s is not None else {}
+            return [], {**_err(e), "leader": cur.get("leader", -1), "leader_epoch": cur.get("leader_epoch", -1),
+                        "isr": cur.get("isr", []), "partition_epoch": cur.get("partition_epoch", -1)}
+        rec = self._builder(topic, partition, alive).set_isr(new_isr).build()
+        new = PartitionState.from_dict(rec) if rec else s
+        resp = {"error_code": 0, "error_message": None, "leader": new.leader, "leader_epoch": new.leader_epoch,
+                "isr": list(new.isr), "partition_epoch": new.partition_epoch}
+        if new.leader != s.leader:
+            resp.update(_err(NewLeaderElectedError(f"Reassignment of {topic}-{partition} moved the leader")))
+        return ([rec] if rec else []), resp
+
+    def elect_leaders(self, partitions, election_type: int = ELECT_PREFERRED) -> tuple[list[dict], list[dict]]:
+        if partitions is None:
+            partitions = [(t.name, p) for t in self.image.topics.values() for p in sorted(t.partitions)]
+        records, results = [], []
+        alive = self.image.alive_brokers()
+        for item in partitions:
+            topic, p = (item[0], item[1]) if isinstance(item, (list, tuple)) and len(item) == 2 else (None, None)
+            res = {"topic": topic, "partition": p, "error_code": 0, "error_message": None}
+            try:
+                if election_type not in (ELECT_PREFERRED, ELECT_UNCLEAN):
+                    raise InvalidRequestError(f"Unknown election type {election_type}")
+                s = self.image.partition(topic, p) if isinstance(topic, str) else None
+                if s is None:
+                    raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+                if election_type == ELECT_PREFERRED:
+                    pref = s.replicas[0]
+                    if s.leader == pref:
+                        raise ElectionNotNeededError(f"{pref} is already the leader of {topic}-{p}")
+                    if pref not in alive or pref not in s.isr:
+                        raise PreferredLeaderNotAvailableError(
+                            f"Preferred replica {pref} of {topic}-{p} is not alive or not in the ISR")
+                else:
+                    if s.leader != NO_LEADER:
+                        raise ElectionNotNeededError(f"{topic}-{p} has leader {s.leader}")
+                    if not any(r in alive for r in s.replicas):
+                        raise EligibleLeadersNotAvailableError(f"No replica of {topic}-{p} is alive")
+                rec = self._builder(topic, p, alive).set_election(election_type).build()
+                if rec is None:
+                    raise EligibleLeadersNotAvailableError(f"No eligible leader for {topic}-{p}")
+                records.append(rec)
+            except KafkaError as e:
+                res.update(_err(e))
+            results.append(res)
+        return records, results
+
+    def imbalanced_partitions(self) -> list[tuple[str, int]]:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: for each preferred broker whose share of
+        partitions led by someone else exceeds leader.imbalance.per.broker.percentage, the partitions
+        where moving the leadership back is possible (preferred alive and in ISR, no reassignment)."""
+        alive = self.image.alive_brokers()
+        by_pref: dict[int, list[tuple[str, int, PartitionState]]] = {}
+        for t in self.image.topics.values():
+            for p, s in t.partitions.items():
+                if not s.reassigning:
+                    by_pref.setdefault(s.replicas[0], []).append((t.name, p, s))
+        out = []
+        for b, parts in sorted(by_pref.items()):
+            not_led = [(t, p, s) for t, p, s in parts if s.leader != b]
+            if not parts or len(not_led) * 100 <= self.config.imbalance_percentage * len(parts):
+                continue
+            if b not in alive:
+                continue
+            out += [(t, p) for t, p, s in not_led if b in s.isr]
+        return out
+
+    # ---- reassignment --------------------------------------------------------------------------
+    def alter_partition_reassignments(self, assignments: list[dict]) -> tuple[list[dict], list[dict]]:
+        """Start (replicas = target list) or cancel (replicas = None) reassignments (KIP-455)."""
+        records, results = [], []
+        alive = self.image.alive_brokers()
+        for a in assignments:
+            topic = a.get("topic") if isinstance(a, dict) else None
+            p = a.get("partition") if isinstance(a, dict) else None
+            res = {"topic": topic, "partition": p, "error_code": 0, "error_message": None}
+            try:
+                if not isinstance(a, dict):
+                    raise InvalidRequestError("Each reassignment must be a mapping")
+                s = self.image.partition(topic, p) if isinstance(topic, str) else None
+                if s is None:
+                    raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
+                target = a.get("replicas")
+                original = s.original_replicas
+                if target is None:
+                    if not s.reassigning:
+                        raise NoReassignmentInProgressError(f"No reassignment of {topic}-{p} in progress")
+                    # Kafka's PartitionReassignmentRevert: back to the original replicas; if none of
+                    # them is in the ISR, the ISR becomes the original replicas.
+                    b = self._builder(topic, p, alive).set_replicas(
+                        original, [], []).set_isr([r for r in s.isr if r in original] or original)
+                else:
+                    target = self._check_assignment([target])[0]
+                    merged, adding, removing = reassignment_plan(original, target)
+                    b = self._builder(topic, p, alive).set_replicas(merged, adding, removing)
+                rec = b.build()
+                if rec is not None:
+                    records.append(rec)
+            except KafkaError as e:
+                res.update(_err(e))
+            results.append(res)
+        return records, results
+
+    def list_partition_reassignments(self) -> list[dict]:
+        out = []
+        for t in self.image.topics.values():
+            for p, s in sorted(t.partitions.items()):
+                if s.reassigning:
+                    out.append({"topic": t.name, "partition": p, "replicas": list(s.replicas),
+                                "adding": list(s.adding), "removing": list(s.removing)})
+        return out
+

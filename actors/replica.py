@@ -1,0 +1,735 @@
+"""One partition replica as a Ray async actor: Kafka's Partition + ReplicaFetcherThread for one partition.
+
+Created by the broker (a fate-sharing child) as
+``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace="rafka",
+num_cpus=0, max_concurrency=1000).remote(cluster, topic, partition, topic_id, broker_id, log_dir,
+config_props)``, then driven by ``become_leader(state)`` / ``become_follower(state)`` (LeaderAndIsr).
+
+Leader: ``produce`` appends through the Log (validation, idempotent dedup, offsets), acks=all waits in a
+DelayedProduce until the high watermark passes the batch; followers fetch with ``replica_id`` and their
+LEO, which advances the HW (min LEO over the ISR); followers that lag more than
+``replica.lag.time.max.ms`` leave the ISR and caught-up ones rejoin, through the controller's
+``alter_partition``. Consumers read up to the HW, long-polled in a DelayedFetch.
+
+Follower: a background loop truncates by leader epoch (OffsetForLeaderEpoch, KIP-279) after every
+leader change, then long-polls the leader's ``fetch`` and appends as follower.
+
+Errors never escape as exceptions: every method answers ``error_code`` / ``error_message``.
+
+Concurrency: all calls run on the actor's one event loop; the Log has exactly one owner (this actor)
+and every Log call is synchronous (one append or one read at a time). After each ``await`` the code
+re-checks ``self._gen`` (bumped on every role change) before touching the log.
+
+``config_props`` are Kafka topic configs (``LogConfig.from_props``) plus these replica-level keys,
+stripped before the Log sees them: ``replica.lag.time.max.ms`` (30000), ``replica.fetch.max.bytes``
+(4194304), ``replica.fetch.wait.max.ms`` (500), ``replica.fetch.backoff.ms`` (50),
+``log.retention.check.interval.ms`` (300000), ``log.flush.scheduler.interval.ms`` (1000).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import ray
+from ray.exceptions import RayActorError
+
+from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, LeaderState,
+                              check_transition, truncation_offset)
+from actors.purgatory import DelayedOperation, DelayedOperationPurgatory
+from storage import errors as E
+from storage.log import Log, LogConfig
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "rafka"
+REPLICA_DEFAULTS = {
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.max.bytes": 4 * 1024 * 1024,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.backoff.ms": 50,
+    "log.retention.check.interval.ms": 300000,
+    "log.flush.scheduler.interval.ms": 1000,
+}
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
+    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
+
+
+def controller_name(cluster: str) -> str:
+    return f"{cluster}:controller"
+
+
+def split_config(config_props: dict | None) -> tuple[dict, dict]:
+    """(replica-level settings with defaults, topic configs for LogConfig)."""
+    replica, topic = dict(REPLICA_DEFAULTS), {}
+    for k, v in (config_props or {}).items():
+        if k in REPLICA_DEFAULTS:
+            try:
+                replica[k] = int(v)
+            except (TypeError, ValueError):
+                raise E.InvalidConfigError(f"{k}={v!r} is not an integer") from None
+        else:
+            topic[k] = v
+    return replica, topic
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _err(exc: BaseException, **fields) -> dict:
+    code, message = E.error_response(exc)
+    if code == -1 and not isinstance(exc, E.KafkaError):
+        log.exception("unexpected error")
+    return {"error_code": code, "error_message": message, **fields}
+
+
+_PRODUCE_ERR = {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
+_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b""}
+_LIST_ERR = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+_EPOCH_ERR = {"leader_epoch": -1, "end_offset": -1}
+
+
+class _Retry(Exception):
+    """A retriable condition inside the follower loop: back off and go around again."""
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=all: waits until the high watermark reaches ``required_offset`` (last offset + 1)."""
+
+    def __init__(self, replica: "ReplicaActor", timeout_ms: int, required_offset: int, response: dict):
+        super().__init__(timeout_ms)
+        self.replica, self.required_offset, self.response = replica, required_offset, response
+
+    def try_complete(self) -> bool:
+        r = self.replica
+        if r.role != LEADER or r.log.high_watermark >= self.required_offset:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> dict:
+        r = self.replica
+        if self.expired:
+            return {**self.response, "error_code": E.RequestTimedOutError.code,
+                    "error_message": f"acks=all: high watermark {r.log.high_watermark} did not reach "
+                                     f"{self.required_offset} in {self.delay_ms:.0f} ms"}
+        if r.role != LEADER:
+            return {**self.response, **_err(E.NotLeaderOrFollowerError("leadership moved before the "
+                                                                        "batch was replicated"))}
+        if len(r.isr) < r.config.min_insync_replicas:
+            return {**self.response, **_err(E.NotEnoughReplicasAfterAppendError(
+                f"ISR {list(r.isr)} is below min.insync.replicas={r.config.min_insync_replicas}"))}
+        return self.response
+
+    def on_cancel(self) -> dict:
+        return {**self.response, **_err(E.NotLeaderOrFollowerError("replica stopped"))}
+
+
+class DelayedFetch(DelayedOperation):
+    """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
+    followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
+
+    def __init__(self, replica: "ReplicaActor", max_wait_ms: int, args: tuple, min_bytes: int,
+                 epoch: int):
+        super().__init__(max_wait_ms)
+        self.replica, self.args, self.min_bytes, self.epoch = replica, args, min_bytes, epoch
+        self.gen = replica._gen
+
+    def try_complete(self) -> bool:
+        r = self.replica
+        if r._gen != self.gen or r.role != LEADER:
+            return self.force_complete()
+        fetch_offset, _max_bytes, replica_id, isolation = self.args
+        end = r.log.log_end_offset if replica_id >= 0 else r._fetchable_end(isolation)
+        if fetch_offset < r.log.log_start_offset or fetch_offset > r.log.log_end_offset:
+            return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
+        if end > fetch_offset and r._marks.bytes_between(fetch_offset, end) >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> dict:
+        return self.replica._read(*self.args, epoch=self.epoch)
+
+    def on_cancel(self) -> dict:
+        return _err(E.NotLeaderOrFollowerError("replica stopped"), **_FETCH_ERR)
+
+
+class ReplicaActor:
+    def __init__(self, cluster: str, topic: str, partition: int, topic_id, broker_id: int,
+                 log_dir: str, config_props: dict | None = None):
+        self.cluster, self.topic, self.partition = cluster, topic, int(partition)
+        self.topic_id, self.broker_id, self.log_dir = topic_id, int(broker_id), log_dir
+        self.replica_conf, topic_props = split_config(config_props)
+        self.config_props = dict(config_props or {})
+        self.config = LogConfig.from_props(topic_props)
+        self.log = Log(log_dir, self.config, now_ms=now_ms())
+        self.role = NEW
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.controller_epoch = -1
+        self.isr: tuple[int, ...] = ()
+        self.replicas: tuple[int, ...] = ()
+        self._gen = 0
+        self._leader: LeaderState | None = None
+        self._produce_purgatory = DelayedOperationPurgatory("produce")
+        self._fetch_purgatory = DelayedOperationPurgatory("fetch")
+        self._marks = ByteMarks()
+        self._marks.reset(self.log.log_end_offset)
+        self._follower_task: asyncio.Task | None = None
+        self._alter_task: asyncio.Task | None = None
+        self._housekeeping_task: asyncio.Task | None = None
+        self._controller = None
+        self._last_flush_ms = now_ms()
+        self._last_retention_ms = now_ms()
+        self._follower_fetches = 0
+        self._follower_error: str | None = None
+
+    # ---- LeaderAndIsr -----------------------------------------------------------------------------
+    def _stale(self, state: dict) -> str | None:
+        """Why a LeaderAndIsr is stale (None when it must be applied)."""
+        epoch = int(state["leader_epoch"])
+        if self.role == STOPPED:
+            return "replica is stopped"
+        if epoch < self.leader_epoch:
+            return f"leader epoch {epoch} < current {self.leader_epoch}"
+        if epoch == self.leader_epoch and int(state.get("partition_epoch", -1)) <= self.partition_epoch:
+            return f"leader epoch {epoch} is not newer than the current one"
+        return None
+
+    def _adopt(self, state: dict) -> None:
+        self.leader_id = int(state["leader"])
+        self.leader_epoch = int(state["leader_epoch"])
+        self.partition_epoch = int(state.get("partition_epoch", self.partition_epoch))
+        self.controller_epoch = int(state.get("controller_epoch", self.controller_epoch))
+        self.isr = tuple(sorted(int(b) for b in state.get("isr", ())))
+        self.replicas = tuple(int(b) for b in state.get("replicas", ()))
+        if state.get("topic_id") is not None:
+            self.topic_id = state["topic_id"]
+
+    async def become_leader(self, state: dict) -> dict:
+        stale = self._stale(state)
+        if stale:
+            return {"error_code": E.StaleControllerEpochError.code if self.role != STOPPED else
+                    E.NotLeaderOrFollowerError.code, "error_message": f"ignored LeaderAndIsr: {stale}",
+                    "ignored": True}
+        check_transition(self.role, LEADER)
+        same_epoch = self.role == LEADER and int(state["leader_epoch"]) == self.leader_epoch
+        self._adopt(state)
+        if same_epoch:  # ISR/assignment update within the epoch: keep follower progress
+            self._leader.commit(self.isr, self.partition_epoch, now_ms())
+            self._leader.replicas = self.replicas
+            self._maybe_increment_hw()
+            return {"error_code": 0, "error_message": None}
+        self._gen += 1
+        self._cancel_follower()
+        self._cancel_alter()
+        previous = self._leader if self.role == LEADER else None
+        self.role = LEADER
+        self._leader = LeaderState.start(self.broker_id, self.leader_epoch, self.partition_epoch,
+                                         self.isr, self.replicas, self.log.log_end_offset, now_ms(),
+                                         previous)
+        self._maybe_increment_hw()
+        self._fetch_purgatory.check_all()
+        self._ensure_housekeeping()
+        log.info("%s-%d b%d: leader at epoch %d, isr %s, LEO %d, HW %d", self.topic, self.partition,
+                 self.broker_id, self.leader_epoch, self.isr, self.log.log_end_offset,
+                 self.log.high_watermark)
+        return {"error_code": 0, "error_message": None}
+
+    async def become_follower(self, state: dict) -> dict:
+        stale = self._stale(state)
+        if stale:
+            return {"error_code": E.StaleControllerEpochError.code if self.role != STOPPED else
+                    E.NotLeaderOrFollowerError.code, "error_message": f"ignored LeaderAndIsr: {stale}",
+                    "ignored": True}
+        check_transition(self.role, FOLLOWER)
+        new_leader = int(state["leader"])
+        same = (self.role == FOLLOWER and int(state["leader_epoch"]) == self.leader_epoch
+                and new_leader == self.leader_id)
+        self._adopt(state)
+        if same:  # partition-epoch-only update: the fetch loop carries on
+            return {"error_code": 0, "error_message": None}
+        self._gen += 1
+        self.role = FOLLOWER
+        self._leader = None
+        self._cancel_alter()
+        self._cancel_follower()
+        # waiting produces/fetches on this former leader answer NOT_LEADER_OR_FOLLOWER now
+        self._produce_purgatory.check_all()
+        self._fetch_purgatory.check_all()
+        if new_leader >= 0 and new_leader != self.broker_id:
+            self._follower_task = asyncio.ensure_future(
+                self._follower_loop(self._gen, new_leader, self.leader_epoch))
+        self._ensure_housekeeping()
+        log.info("%s-%d b%d: follower of b%d at epoch %d", self.topic, self.partition, self.broker_id,
+                 new_leader, self.leader_epoch)
+        return {"error_code": 0, "error_message": None}
+
+    async def stop(self, delete: bool = False) -> dict:
+        """StopReplica: answer parked requests, stop the loops, close (and with ``delete`` remove) the log."""
+        if self.role == STOPPED:
+            return {"error_code": 0, "error_message": None}
+        check_transition(self.role, STOPPED)
+        self.role = STOPPED
+        self._gen += 1
+        self._cancel_follower()
+        self._cancel_alter()
+        if self._housekeeping_task is not None:
+            self._housekeeping_task.cancel()
+        self._produce_purgatory.shutdown()
+        self._fetch_purgatory.shutdown()
+        try:
+            if delete:
+                self.log.delete()
+            else:
+                self.log.close()
+        except Exception as exc:
+            return _err(exc)
+        return {"error_code": 0, "error_message": None}
+
+    async def update_config(self, config_props: dict) -> dict:
+        try:
+            replica_conf, topic_props = split_config(config_props)
+            config = LogConfig.from_props(topic_props)
+        except Exception as exc:
+            return _err(exc)
+        self.replica_conf, self.config, self.config_props = replica_conf, config, dict(config_props)
+        if hasattr(self.log, "update_config"):
+            self.log.update_config(config)
+        else:
+            self.log.config = config
+        self._produce_purgatory.check_all()  # min.insync.replicas may have changed
+        return {"error_code": 0, "error_message": None}
+
+    def _cancel_follower(self) -> None:
+        if self._follower_task is not None:
+            self._follower_task.cancel()
+            self._follower_task = None
+
+    def _cancel_alter(self) -> None:
+        if self._alter_task is not None:
+            self._alter_task.cancel()
+            self._alter_task = None
+
+    def _check_leader(self, current_leader_epoch: int) -> E.KafkaError | None:
+        if current_leader_epoch is not None and current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                return E.FencedLeaderEpochError(
+                    f"request epoch {current_leader_epoch} < leader epoch {self.leader_epoch}")
+            if current_leader_epoch > self.leader_epoch:
+                return E.UnknownLeaderEpochError(
+                    f"request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}")
+        if self.role != LEADER:
+            return E.NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition} "
+                f"(role {self.role}, leader {self.leader_id}, epoch {self.leader_epoch})")
+        return None
+
+    # ---- produce ----------------------------------------------------------------------------------
+    async def produce(self, batches: bytes, acks: int = -1, timeout_ms: int = 30000,
+                      current_leader_epoch: int = -1) -> dict:
+        try:
+            if acks not in (0, 1, -1):
+                raise E.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
+            err = self._check_leader(current_leader_epoch)
+            if err is not None:
+                raise err
+            if not isinstance(batches, (bytes, bytearray, memoryview)) or len(batches) == 0:
+                raise E.CorruptMessageError("produce needs one or more record batches as bytes")
+            min_isr = self.config.min_insync_replicas
+            if acks == -1 and len(self.isr) < min_isr:
+                raise E.NotEnoughReplicasError(
+                    f"ISR {list(self.isr)} is below min.insync.replicas={min_isr}")
+            info = self.log.append_as_leader(batches, self.leader_epoch, now_ms())
+            if not info.duplicate:
+                self._marks.record(self.log.log_end_offset, info.valid_bytes)
+                self._fetch_purgatory.check_and_complete("follower")
+                self._maybe_increment_hw()
+            response = {"error_code": 0, "error_message": None, "base_offset": info.first_offset,
+                        "log_append_time": info.log_append_time,
+                        "log_start_offset": self.log.log_start_offset}
+            if info.duplicate:
+                response["duplicate"] = True
+            if acks != -1:
+                return response
+            op = DelayedProduce(self, timeout_ms, info.last_offset + 1, response)
+            self._produce_purgatory.try_complete_else_watch(op, ["hw"])
+            return await op.wait()
+        except Exception as exc:
+            return _err(exc, **_PRODUCE_ERR)
+
+    # ---- fetch ------------------------------------------------------------------------------------
+    def _fetchable_end(self, isolation_level: int) -> int:
+        hw = self.log.high_watermark
+        if isolation_level == 1:
+            return min(hw, self._first_unstable_offset(hw))
+        return hw
+
+    def _first_unstable_offset(self, default: int) -> int:
+        fuo = getattr(self.log, "first_unstable_offset", None)
+        if callable(fuo):
+            fuo = fuo()
+        return default if fuo is None or fuo < 0 else fuo
+
+    def _read(self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int,
+              epoch: int) -> dict:
+        """One synchronous read answering a fetch (leader only)."""
+        try:
+            err = self._check_leader(epoch)
+            if err is not None:
+                raise err
+            lg = self.log
+            hw = lg.high_watermark
+            lso = min(hw, self._first_unstable_offset(hw))
+            if replica_id >= 0:
+                end = None  # followers read up to the LEO
+            else:
+                end = lso if isolation_level == 1 else hw
+            if fetch_offset > lg.log_end_offset or fetch_offset < lg.log_start_offset:
+                raise E.OffsetOutOfRangeError(
+                    f"fetch offset {fetch_offset} outside [{lg.log_start_offset}, {lg.log_end_offset}]")
+            if end is not None and fetch_offset >= end:
+                records = b""
+            else:
+                records = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True).records
+            resp = {"error_code": 0, "error_message": None, "high_watermark": hw,
+                    "log_start_offset": lg.log_start_offset, "last_stable_offset": lso,
+                    "records": bytes(records) if not isinstance(records, bytes) else records}
+            if replica_id >= 0:
+                resp["log_end_offset"] = lg.log_end_offset
+                resp["leader_epoch"] = self.leader_epoch
+            return resp
+        except Exception as exc:
+            extra = dict(_FETCH_ERR)
+            if isinstance(exc, E.OffsetOutOfRangeError):
+                extra.update(log_start_offset=self.log.log_start_offset,
+                             high_watermark=self.log.high_watermark,
+                             log_end_offset=self.log.log_end_offset)
+            return _err(exc, **extra)
+
+    async def fetch(self, fetch_offset: int, max_bytes: int = 1048576, max_wait_ms: int = 0,
+                    min_bytes: int = 1, replica_id: int = -1, current_leader_epoch: int = -1,
+                    isolation_level: int = 0) -> dict:
+        try:
+            err = self._check_leader(current_leader_epoch)
+            if err is not None:
+                raise err
+            if replica_id >= 0:
+                if fetch_offset > self.log.log_end_offset:
+                    raise E.OffsetOutOfRangeError(
+                        f"follower b{replica_id} fetch offset {fetch_offset} is past the leader's LEO "
+                        f"{self.log.log_end_offset}")
+                self._on_follower_fetch(replica_id, fetch_offset)
+            resp = self._read(fetch_offset, max_bytes, replica_id, isolation_level, current_leader_epoch)
+            if resp["error_code"] or max_wait_ms <= 0 or len(resp["records"]) >= max(1, min_bytes):
+                return resp
+            op = DelayedFetch(self, max_wait_ms, (fetch_offset, max_bytes, replica_id, isolation_level),
+                              max(1, min_bytes), current_leader_epoch)
+            key = "follower" if replica_id >= 0 else "consumer"
+            self._fetch_purgatory.try_complete_else_watch(op, [key])
+            return await op.wait()
+        except Exception as exc:
+            extra = dict(_FETCH_ERR)
+            if isinstance(exc, E.OffsetOutOfRangeError):
+                extra.update(log_start_offset=self.log.log_start_offset,
+                             high_watermark=self.log.high_watermark,
+                             log_end_offset=self.log.log_end_offset)
+            return _err(exc, **extra)
+
+    # ---- leader: ISR and HW -----------------------------------------------------------------------
+    def _on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
+        ls = self._leader
+        ls.on_follower_fetch(replica_id, fetch_offset, self.log.log_end_offset, now_ms())
+        if ls.pending_isr is None and ls.can_join_isr(replica_id, self.log.high_watermark):
+            self._submit_isr(tuple(self.isr) + (replica_id,), f"b{replica_id} caught up")
+        self._maybe_increment_hw()
+
+    def _maybe_increment_hw(self) -> None:
+        if self.role != LEADER:
+            return
+        old = self.log.high_watermark
+        new = self._leader.high_watermark(self.log.log_end_offset, old)
+        if new > old:
+            self.log.update_high_watermark(new)
+            self._produce_purgatory.check_and_complete("hw")
+            self._fetch_purgatory.check_and_complete("consumer")
+
+    def _maybe_shrink_isr(self) -> None:
+        ls = self._leader
+        if self.role != LEADER or ls is None or ls.pending_isr is not None:
+            return
+        out = ls.out_of_sync_replicas(self.log.log_end_offset, now_ms(),
+                                      self.replica_conf["replica.lag.time.max.ms"])
+        if out:
+            new_isr = tuple(b for b in self.isr if b not in out)
+            self._submit_isr(new_isr, f"{out} lagged more than "
+                                      f"{self.replica_conf['replica.lag.time.max.ms']} ms")
+
+    def _submit_isr(self, new_isr: tuple, why: str) -> None:
+        new_isr = self._leader.propose(new_isr)
+        log.info("%s-%d b%d: ISR %s -> %s (%s)", self.topic, self.partition, self.broker_id,
+                 list(self.isr), list(new_isr), why)
+        self._alter_task = asyncio.ensure_future(self._alter_partition(self._gen, new_isr))
+
+    async def _controller_handle(self):
+        if self._controller is None:
+            loop = asyncio.get_running_loop()
+            self._controller = await loop.run_in_executor(
+                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE))
+        return self._controller
+
+    async def _alter_partition(self, gen: int, new_isr: tuple) -> None:
+        """AlterPartition with retries while the controller is being re-elected."""
+        backoff = 0.05
+        while self._gen == gen and self.role == LEADER:
+            try:
+                ctrl = await self._controller_handle()
+                resp = await ctrl.alter_partition.remote(self.topic, self.partition, self.broker_id,
+                                                         self.leader_epoch, list(new_isr),
+                                                         self.partition_epoch)
+            except (RayActorError, ValueError) as exc:  # dead, restarting or not yet named
+                self._controller = None
+                log.info("alter_partition: controller unavailable (%s), retrying", type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            if self._gen != gen:
+                return
+            code = resp.get("error_code", 0)
+            if code == 0:
+                self._apply_isr(resp)
+                return
+            if E.for_code(code).retriable:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            log.info("%s-%d b%d: alter_partition to %s refused: %s", self.topic, self.partition,
+                     self.broker_id, list(new_isr), E.for_code(code).name)
+            self._leader.abort()
+            if (resp.get("isr") is not None and resp.get("leader_epoch") == self.leader_epoch
+                    and resp.get("partition_epoch", -1) > self.partition_epoch):
+                self._apply_isr(resp)
+            return
+
+    def _apply_isr(self, resp: dict) -> None:
+        if int(resp["partition_epoch"]) < self.partition_epoch:
+            self._leader.abort()  # a newer LeaderAndIsr already told us more
+            return
+        self.isr = tuple(sorted(resp["isr"]))
+        self.partition_epoch = int(resp["partition_epoch"])
+        self._leader.commit(self.isr, self.partition_epoch, now_ms())
+        self._alter_task = None
+        self._maybe_increment_hw()
+        self._produce_purgatory.check_and_complete("hw")
+
+    # ---- follower ---------------------------------------------------------------------------------
+    async def _lookup(self, name: str):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=NAMESPACE))
+
+    def _truncate(self, offset: int, why: str) -> None:
+        if offset >= self.log.log_end_offset:
+            return
+        log.info("%s-%d b%d: truncating %d -> %d (%s)", self.topic, self.partition, self.broker_id,
+                 self.log.log_end_offset, offset, why)
+        self.log.truncate_to(offset)
+        self._marks.reset(self.log.log_end_offset)
+
+    async def _truncate_by_epoch(self, leader, gen: int, leader_epoch: int) -> None:
+        """OffsetForLeaderEpoch until the log is a prefix of the leader's (KIP-101/279)."""
+        for _ in range(1000):
+            requested = self.log.latest_epoch
+            if requested < 0:
+                # no epoch information: everything above our HW is suspect
+                self._truncate(self.log.high_watermark, "no leader epochs, truncate to HW")
+                return
+            resp = await leader.offset_for_leader_epoch.remote(requested, leader_epoch)
+            if self._gen != gen:
+                raise asyncio.CancelledError()
+            if resp["error_code"]:
+                raise _Retry(f"offset_for_leader_epoch: {E.for_code(resp['error_code']).name}")
+            offset, done = truncation_offset(requested, resp["leader_epoch"], resp["end_offset"],
+                                             self.log.end_offset_for_epoch, self.log.log_end_offset,
+                                             self.log.high_watermark)
+            self._truncate(offset, f"leader epoch {resp['leader_epoch']} ends at {resp['end_offset']}, "
+                                   f"our latest epoch {requested}")
+            if done:
+                return
+        raise _Retry("epoch truncation did not converge")
+
+    async def _follower_loop(self, gen: int, leader_id: int, leader_epoch: int) -> None:
+        name = replica_name(self.cluster, self.topic, self.partition, leader_id)
+        conf = self.replica_conf
+        leader = None
+        truncated = False
+        backoff = conf["replica.fetch.backoff.ms"] / 1000.0
+        delay = backoff
+        while self._gen == gen:
+            try:
+                if leader is None:
+                    leader = await self._lookup(name)
+                if not truncated:
+                    await self._truncate_by_epoch(leader, gen, leader_epoch)
+                    truncated = True
+                resp = await leader.fetch.remote(
+                    self.log.log_end_offset, conf["replica.fetch.max.bytes"],
+                    conf["replica.fetch.wait.max.ms"], 1, self.broker_id, leader_epoch, 0)
+                if self._gen != gen:
+                    return
+                self._follower_fetches += 1
+                code = resp["error_code"]
+                if code == 0:
+                    self._apply_fetched(resp)
+                    delay = backoff
+                    continue
+                if code == E.OffsetOutOfRangeError.code:
+                    self._out_of_range(resp)
+                    continue
+                raise _Retry(E.for_code(code).name + ": " + str(resp.get("error_message")))
+            except asyncio.CancelledError:
+                return
+            except RayActorError as exc:  # leader died: wait for the next LeaderAndIsr, probing slowly
+                leader = None
+                self._follower_error = f"leader b{leader_id} unavailable: {type(exc).__name__}"
+            except ValueError as exc:  # the leader's replica actor is not created (yet)
+                leader = None
+                self._follower_error = f"leader b{leader_id} not found: {exc}"
+            except E.UnexpectedAppendOffsetError as exc:
+                truncated = False
+                self._follower_error = str(exc)
+            except _Retry as exc:
+                self._follower_error = str(exc)
+            except Exception as exc:
+                log.exception("follower loop of %s-%d b%d", self.topic, self.partition, self.broker_id)
+                self._follower_error = f"{type(exc).__name__}: {exc}"
+            if self._gen != gen:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _apply_fetched(self, resp: dict) -> None:
+        records = resp["records"]
+        lg = self.log
+        if records:
+            info = lg.append_as_follower(records)
+            self._marks.record(lg.log_end_offset, info.valid_bytes)
+        leader_start = resp.get("log_start_offset", -1)
+        if leader_start > lg.log_start_offset and hasattr(lg, "delete_records"):
+            lg.delete_records(min(leader_start, lg.log_end_offset))
+        hw = min(resp["high_watermark"], lg.log_end_offset)
+        if hw > lg.high_watermark:
+            lg.update_high_watermark(hw)
+        self._follower_error = None
+
+    def _out_of_range(self, resp: dict) -> None:
+        lg = self.log
+        leader_leo = resp.get("log_end_offset", -1)
+        leader_start = resp.get("log_start_offset", -1)
+        if 0 <= leader_leo < lg.log_end_offset:
+            self._truncate(leader_leo, "fetch offset past the leader's LEO")
+        elif leader_start > lg.log_end_offset:
+            log.info("%s-%d b%d: leader log starts at %d past our LEO %d: restarting the log there",
+                     self.topic, self.partition, self.broker_id, leader_start, lg.log_end_offset)
+            lg.truncate_fully_and_start_at(leader_start)
+            self._marks.reset(lg.log_end_offset)
+
+    # ---- offsets ----------------------------------------------------------------------------------
+    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1,
+                           isolation_level: int = 0) -> dict:
+        try:
+            err = self._check_leader(current_leader_epoch)
+            if err is not None:
+                raise err
+            lg = self.log
+            if timestamp == EARLIEST:
+                return {"error_code": 0, "error_message": None, "offset": lg.log_start_offset,
+                        "timestamp": -1, "leader_epoch": self._epoch_at_start()}
+            if timestamp == LATEST:
+                if lg.high_watermark < self._leader.leader_epoch_start_offset:
+                    raise E.OffsetNotAvailableError(
+                        f"high watermark {lg.high_watermark} has not reached this leader epoch's start "
+                        f"offset {self._leader.leader_epoch_start_offset}")
+                end = self._fetchable_end(isolation_level)
+                return {"error_code": 0, "error_message": None, "offset": end, "timestamp": -1,
+                        "leader_epoch": lg.latest_epoch}
+            found = lg.fetch_offset_by_timestamp(timestamp)
+            if found is None or found[0] >= self._fetchable_end(isolation_level):
+                return {"error_code": 0, "error_message": None, "offset": -1, "timestamp": -1,
+                        "leader_epoch": -1}
+            offset, ts, epoch = found
+            return {"error_code": 0, "error_message": None, "offset": offset, "timestamp": ts,
+                    "leader_epoch": epoch}
+        except Exception as exc:
+            return _err(exc, **_LIST_ERR)
+
+    def _epoch_at_start(self) -> int:
+        found = self.log.fetch_offset_by_timestamp(EARLIEST)
+        return found[2] if found else -1
+
+    async def offset_for_leader_epoch(self, epoch: int, current_leader_epoch: int = -1) -> dict:
+        try:
+            err = self._check_leader(current_leader_epoch)
+            if err is not None:
+                raise err
+            e, end = self.log.end_offset_for_epoch(epoch)
+            return {"error_code": 0, "error_message": None, "leader_epoch": e, "end_offset": end}
+        except Exception as exc:
+            return _err(exc, **_EPOCH_ERR)
+
+    # ---- housekeeping -----------------------------------------------------------------------------
+    def _ensure_housekeeping(self) -> None:
+        if self._housekeeping_task is None or self._housekeeping_task.done():
+            self._housekeeping_task = asyncio.ensure_future(self._housekeeping())
+
+    async def _housekeeping(self) -> None:
+        """ISR expiration (every lag/2, like Kafka's isr-expiration task), flush.ms and retention."""
+        while self.role in (LEADER, FOLLOWER):
+            conf = self.replica_conf
+            interval = max(0.01, min(conf["replica.lag.time.max.ms"] / 2000.0,
+                                     conf["log.flush.scheduler.interval.ms"] / 1000.0,
+                                     conf["log.retention.check.interval.ms"] / 1000.0))
+            await asyncio.sleep(interval)
+            try:
+                if self.role == LEADER:
+                    self._maybe_shrink_isr()
+                t = now_ms()
+                flush_ms = self.config.flush_ms
+                if flush_ms is not None and flush_ms < 2**62 and t - self._last_flush_ms >= flush_ms:
+                    self.log.flush()
+                    self._last_flush_ms = t
+                if t - self._last_retention_ms >= conf["log.retention.check.interval.ms"]:
+                    self._last_retention_ms = t
+                    self.log.delete_old_segments(t)
+            except Exception:
+                log.exception("housekeeping of %s-%d b%d", self.topic, self.partition, self.broker_id)
+
+    # ---- introspection ----------------------------------------------------------------------------
+    async def state(self) -> dict:
+        lg = self.log
+        st = {"cluster": self.cluster, "topic": self.topic, "partition": self.partition,
+              "topic_id": self.topic_id, "broker_id": self.broker_id, "role": self.role,
+              "leader": self.leader_id, "leader_epoch": self.leader_epoch,
+              "partition_epoch": self.partition_epoch, "controller_epoch": self.controller_epoch,
+              "isr": list(self.isr), "replicas": list(self.replicas), "pid": os.getpid()}
+        if self.role != STOPPED:
+            st.update(log_start_offset=lg.log_start_offset, log_end_offset=lg.log_end_offset,
+                      high_watermark=lg.high_watermark, latest_epoch=lg.latest_epoch)
+        st["delayed_produces"] = self._produce_purgatory.delayed()
+        st["delayed_fetches"] = self._fetch_purgatory.delayed()
+        if self._leader is not None:
+            st["pending_isr"] = list(self._leader.pending_isr) if self._leader.pending_isr else None
+            st["followers"] = {b: {"log_end_offset": f.log_end_offset,
+                                   "last_caught_up_time_ms": f.last_caught_up_time_ms}
+                               for b, f in self._leader.followers.items()}
+        if self.role == FOLLOWER:
+            st["follower_fetches"] = self._follower_fetches
+            st["follower_error"] = self._follower_error
+        return st
+
+    async def ping(self) -> bool:
+        return True

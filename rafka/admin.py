@@ -1,0 +1,196 @@
+"""``Admin``: Kafka's admin operations, served by the controller actor (``{cluster}:controller``).
+
+    admin = rafka.Admin(cluster)
+    admin.create_topic("clicks", num_partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"})
+    admin.describe_topics(["clicks"])     # leader, replicas, ISR per partition
+    admin.alter_configs("clicks", set={"retention.ms": "3600000"})
+
+Every call returns plain dicts/lists (easy to print or dump as JSON) and raises the Kafka error class of
+the first failure, with the controller's message, e.g. ``TopicAlreadyExistsError``. Calls retry
+NOT_CONTROLLER / a controller being replaced for up to ``default_api_timeout_ms``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+from rafka.cluster import resolve_cluster
+from rafka.config import AdminConfig, ConsumerConfig
+from rafka.errors import KafkaError, KafkaTimeoutError, for_code
+from rafka.fetcher import EARLIEST, LATEST, Fetcher
+from rafka.metadata import ClusterMetadata, RAY_NAMESPACE, controller_actor_name, kv_get, kv_list
+from rafka.structs import OffsetAndTimestamp, TopicPartition
+
+__all__ = ["Admin", "NewTopic"]
+
+ELECTION_TYPES = {"preferred": 0, "unclean": 1}
+
+
+class NewTopic(dict):
+    """A topic to create: ``NewTopic("t", 6, 3, {"min.insync.replicas": "2"})``."""
+
+    def __init__(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                 configs: dict | None = None, replica_assignment: list | None = None):
+        super().__init__(name=name, num_partitions=num_partitions, replication_factor=replication_factor,
+                         configs={k: str(v) if not isinstance(v, bool) else str(v).lower()
+                                  for k, v in (configs or {}).items()})
+        if replica_assignment is not None:
+            self["replica_assignment"] = replica_assignment
+
+
+def _raise_first(results: Iterable[dict], what: str) -> None:
+    errs = [r for r in results if r.get("error_code")]
+    if not errs:
+        return
+    first = errs[0]
+    cls = for_code(first["error_code"])
+    msgs = "; ".join(f"{r.get('name') or (str(r.get('topic')) + '-' + str(r.get('partition')))}: "
+                     f"{r.get('error_message') or for_code(r['error_code']).default_message}" for r in errs)
+    raise cls(f"{what} failed: {msgs}")
+
+
+class Admin:
+    def __init__(self, cluster: Any = None, **config: Any):
+        self.config = AdminConfig(**config)
+        self.cluster_name = resolve_cluster(cluster)
+        self.metadata = ClusterMetadata(self.cluster_name)
+        self._controller = None
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _call(self, method: str, *args, timeout_ms: float | None = None) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+        timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        last: BaseException | None = None
+        while True:
+            try:
+                if self._controller is None:
+                    self._controller = ray.get_actor(controller_actor_name(self.cluster_name),
+                                                     namespace=RAY_NAMESPACE)
+                left = max(0.05, deadline - time.monotonic())
+                return ray.get(getattr(self._controller, method).remote(*args),
+                               timeout=min(left, self.config.request_timeout_ms / 1000.0))
+            except (RayActorError, ValueError) as exc:  # controller dying/replaced, or not (yet) named
+                last = exc
+                self._controller = None
+            except GetTimeoutError as exc:
+                last = exc
+            except KafkaError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"admin call {method} did not complete in {timeout_ms:.0f} ms: {last}")
+            time.sleep(self.config.retry_backoff_ms / 1000.0)
+
+    # -- topics ------------------------------------------------------------------------------------
+    def create_topics(self, topics: Iterable[dict], timeout_ms: int | None = None) -> dict[str, str]:
+        """Create topics (``NewTopic`` or dicts of the same keys); returns ``{name: topic_id}`` once every
+        partition has a leader. Raises the first error (e.g. ``TopicAlreadyExistsError``)."""
+        reqs = [t if isinstance(t, dict) else NewTopic(*t) for t in topics]
+        t = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        results = self._call("create_topics", reqs, t)
+        _raise_first(results, "create topics")
+        return {r["name"]: r.get("topic_id") for r in results}
+
+    def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
+                     configs: dict | None = None, replica_assignment: list | None = None,
+                     timeout_ms: int | None = None) -> str:
+        return self.create_topics([NewTopic(name, num_partitions, replication_factor, configs,
+                                            replica_assignment)], timeout_ms)[name]
+
+    def delete_topics(self, names: Iterable[str], timeout_ms: int | None = None) -> None:
+        results = self._call("delete_topics", list(names), timeout_ms=timeout_ms)
+        _raise_first(results, "delete topics")
+
+    def create_partitions(self, new_totals: dict[str, int]) -> None:
+        """Grow topics to the given partition counts: ``{"clicks": 12}``."""
+        for name, total in new_totals.items():
+            res = self._call("create_partitions", name, int(total))
+            _raise_first([res], "create partitions")
+
+    def list_topics(self) -> list[str]:
+        return self.metadata.list_topics()
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[dict]:
+        """Per topic: ``{name, topic_id, configs, partitions: [{partition, leader, leader_epoch, replicas,
+        isr, offline_replicas, ...}]}``."""
+        results = self._call("describe_topics", None if names is None else list(names))
+        if isinstance(results, dict):
+            results = list(results.values())
+        _raise_first(results, "describe topics")
+        return results
+
+    def describe_cluster(self) -> dict:
+        """``{cluster, controller_epoch, brokers: [{id, alive, rack, log_dir, node_id, epoch}], topics}``."""
+        brokers = self.metadata.brokers()
+        epochs = [int(k.split("/", 1)[1]) for k in kv_list(self.cluster_name, "controller_epoch/")]
+        return {"cluster": self.cluster_name,
+                "controller_epoch": max(epochs) if epochs else -1,
+                "metadata_version": kv_get(self.cluster_name, "metadata_version"),
+                "brokers": [{"id": b, **{k: v for k, v in info.items() if k != "id"}}
+                            for b, info in sorted(brokers.items())],
+                "topics": len(self.list_topics())}
+
+    # -- configs -----------------------------------------------------------------------------------
+    def describe_configs(self, topic: str, include_defaults: bool = True) -> dict[str, str]:
+        """The topic's effective configs: its overrides over the storage defaults."""
+        (desc,) = self.describe_topics([topic])
+        out: dict[str, str] = {}
+        if include_defaults:
+            from storage.log import LogConfig
+            out.update({k: str(v) for k, v in LogConfig().to_props().items()})
+        out.update({k: str(v) for k, v in (desc.get("configs") or {}).items()})
+        return out
+
+    def alter_configs(self, topic: str, set: dict | None = None, delete: Iterable[str] | None = None) -> None:
+        """Incrementally set and delete topic config overrides (Kafka's IncrementalAlterConfigs)."""
+        values = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (set or {}).items()}
+        res = self._call("alter_configs", topic, values, list(delete or []))
+        _raise_first([res], "alter configs")
+
+    # -- partitions --------------------------------------------------------------------------------
+    def list_offsets(self, specs: dict, timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """``{tp: "earliest" | "latest" | timestamp_ms}`` -> ``{tp: OffsetAndTimestamp}`` (offset -1 when
+        no record has a timestamp at or after the one asked)."""
+        fetcher = Fetcher(self.metadata, ConsumerConfig(retry_backoff_ms=self.config.retry_backoff_ms))
+        t = float(self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
+        out = {}
+        for tp, spec in specs.items():
+            ts = {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)
+            if not isinstance(ts, int):
+                raise ValueError(f"offset spec for {tp} must be 'earliest', 'latest' or a timestamp, not {spec!r}")
+            off, found_ts, epoch = fetcher.list_offset(TopicPartition(*tp), ts, t)
+            out[TopicPartition(*tp)] = OffsetAndTimestamp(off, found_ts, epoch)
+        return out
+
+    def elect_leaders(self, partitions: Iterable | None = None, election_type: str = "preferred") -> list[dict]:
+        """Preferred (or unclean) leader election; ``None`` means every partition. Returns per-partition
+        results; ELECTION_NOT_NEEDED is not an error."""
+        if election_type not in ELECTION_TYPES:
+            raise ValueError(f"election_type must be 'preferred' or 'unclean', not {election_type!r}")
+        parts = None if partitions is None else [list(tp) for tp in partitions]
+        results = self._call("elect_leaders", parts, ELECTION_TYPES[election_type])
+        _raise_first([r for r in results if r.get("error_code") != 84], "elect leaders")
+        return results
+
+    def alter_partition_reassignments(self, assignments: dict) -> None:
+        """``{tp: [broker ids] | None}``: move replicas (None cancels a reassignment in progress)."""
+        reqs = [{"topic": tp[0], "partition": tp[1], "replicas": None if r is None else list(r)}
+                for tp, r in assignments.items()]
+        results = self._call("alter_partition_reassignments", reqs)
+        _raise_first(results, "alter partition reassignments")
+
+    def list_partition_reassignments(self) -> list[dict]:
+        return self._call("list_partition_reassignments")
+
+    def close(self) -> None:
+        self._controller = None
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

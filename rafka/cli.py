@@ -1,0 +1,425 @@
+"""The ``rafka`` command line (Redpanda ``rpk``'s verbs).
+
+    rafka cluster start [--brokers N] [--data-dir D]      a persistent local Ray head + detached actors
+    rafka cluster info | stop
+    rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
+    rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
+    rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
+    rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n']
+    rafka perf produce --topic T --records N --record-size B --acks all [--json]
+    rafka perf consume --topic T --records N [--json]
+
+Global: ``--cluster NAME`` (default: the started one, else ``rafka``), ``--address`` (Ray address),
+``--json`` (machine-readable output). Errors are one line on stderr; exit codes: 0 ok, 1 Kafka/other
+error, 2 usage, 3 no cluster, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from rafka import clusterctl
+from rafka.errors import ClusterNotFoundError, KafkaError
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CLUSTER = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def _kv_pairs(items: list[str] | None, what: str) -> dict[str, str]:
+    out = {}
+    for item in items or ():
+        for part in item.split(","):
+            if "=" not in part:
+                raise UsageError(f"{what} expects key=value, got {part!r}")
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _print(args, data: Any, human: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(data, default=str))
+    elif human is not None:
+        print(human)
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def _connect(args):
+    from rafka.cluster import connect
+    return connect(address=args.address, cluster=args.cluster)
+
+
+# -- cluster -------------------------------------------------------------------------------------------
+def cmd_cluster_start(args) -> int:
+    info = clusterctl.start(brokers=args.brokers, data_dir=args.data_dir, cluster=args.cluster or "rafka",
+                            num_cpus=args.num_cpus, port=args.port, config=_kv_pairs(args.config, "--config"))
+    _print(args, info, f"rafka cluster {info['cluster']!r} started: {info['brokers']} broker(s)\n"
+                       f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
+                       f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
+                       f"Attach with: rafka.connect() or rafka.connect({info['address']!r})")
+    return EXIT_OK
+
+
+def cmd_cluster_stop(args) -> int:
+    info = clusterctl.stop()
+    _print(args, info, f"stopped rafka cluster {info['cluster']!r} ({info['killed']} Ray process(es))")
+    return EXIT_OK
+
+
+def cmd_cluster_info(args) -> int:
+    from rafka.admin import Admin
+    handle = _connect(args)
+    desc = Admin(handle).describe_cluster()
+    desc["address"] = handle.address
+    rows = [[b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
+            for b in desc["brokers"]]
+    human = (f"cluster {desc['cluster']}  controller epoch {desc['controller_epoch']}  "
+             f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
+             + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"]))
+    _print(args, desc, human)
+    return EXIT_OK
+
+
+# -- topics --------------------------------------------------------------------------------------------
+def cmd_topic_create(args) -> int:
+    from rafka.admin import Admin, NewTopic
+    admin = Admin(_connect(args))
+    configs = _kv_pairs(args.config, "-c")
+    ids = admin.create_topics([NewTopic(n, args.partitions, args.replicas, configs) for n in args.names])
+    _print(args, [{"name": n, "topic_id": i} for n, i in ids.items()],
+           _table([[n, "OK"] for n in ids], ["TOPIC", "STATUS"]))
+    return EXIT_OK
+
+
+def cmd_topic_list(args) -> int:
+    from rafka.admin import Admin
+    admin = Admin(_connect(args))
+    names = admin.list_topics()
+    descs = admin.describe_topics(names) if names else []
+    rows = [[d["name"], len(d["partitions"]), len(d["partitions"][0]["replicas"]) if d["partitions"] else 0]
+            for d in descs]
+    _print(args, [{"name": r[0], "partitions": r[1], "replicas": r[2]} for r in rows],
+           _table(rows, ["NAME", "PARTITIONS", "REPLICAS"]))
+    return EXIT_OK
+
+
+def cmd_topic_describe(args) -> int:
+    from rafka.admin import Admin
+    from rafka.structs import TopicPartition
+    admin = Admin(_connect(args))
+    descs = admin.describe_topics(args.names)
+    out = []
+    for d in descs:
+        specs = {}
+        for p in d["partitions"]:
+            specs[TopicPartition(d["name"], p["partition"])] = "earliest"
+        starts = admin.list_offsets(specs)
+        ends = admin.list_offsets({tp: "latest" for tp in specs})
+        for p in d["partitions"]:
+            tp = TopicPartition(d["name"], p["partition"])
+            p["log_start_offset"], p["high_watermark"] = starts[tp].offset, ends[tp].offset
+        d["effective_configs"] = admin.describe_configs(d["name"])
+        out.append(d)
+    if args.json:
+        _print(args, out)
+        return EXIT_OK
+    for d in out:
+        print(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
+        if d.get("configs"):
+            print("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
+        rows = [[p["partition"], p["leader"], p.get("leader_epoch", ""), p["replicas"], p["isr"],
+                 p.get("offline_replicas") or "", p["log_start_offset"], p["high_watermark"]]
+                for p in d["partitions"]]
+        print(_table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
+                            "HIGH-WATERMARK"]))
+    return EXIT_OK
+
+
+def cmd_topic_delete(args) -> int:
+    from rafka.admin import Admin
+    Admin(_connect(args)).delete_topics(args.names)
+    _print(args, [{"name": n, "deleted": True} for n in args.names],
+           _table([[n, "OK"] for n in args.names], ["TOPIC", "STATUS"]))
+    return EXIT_OK
+
+
+def cmd_topic_add_partitions(args) -> int:
+    from rafka.admin import Admin
+    admin = Admin(_connect(args))
+    totals = {}
+    for d in admin.describe_topics(args.names):
+        totals[d["name"]] = len(d["partitions"]) + args.num
+    admin.create_partitions(totals)
+    _print(args, [{"name": n, "partitions": t} for n, t in totals.items()],
+           _table([[n, t] for n, t in totals.items()], ["TOPIC", "PARTITIONS"]))
+    return EXIT_OK
+
+
+def cmd_topic_alter_config(args) -> int:
+    from rafka.admin import Admin
+    sets = _kv_pairs(args.set, "--set")
+    if not sets and not args.delete:
+        raise UsageError("alter-config needs --set key=value or --delete key")
+    admin = Admin(_connect(args))
+    admin.alter_configs(args.name, set=sets, delete=args.delete)
+    (d,) = admin.describe_topics([args.name])
+    _print(args, {"name": args.name, "configs": d.get("configs", {})},
+           "\n".join(f"{k}={v}" for k, v in sorted((d.get("configs") or {}).items())) or "(no overrides)")
+    return EXIT_OK
+
+
+def cmd_topic_produce(args) -> int:
+    from rafka.producer import Producer
+    handle = _connect(args)
+    sent, failed = [], []
+    with Producer(handle, acks=args.acks, linger_ms=args.linger_ms) as producer:
+        for line in sys.stdin:
+            line = line.rstrip("\n")
+            key, value = args.key, line
+            if args.key_separator and args.key_separator in line:
+                key, value = line.split(args.key_separator, 1)
+            fut = producer.send(args.name, value=value.encode(), key=None if key is None else key.encode(),
+                                partition=args.partition)
+            sent.append(fut)
+        producer.flush()
+    for fut in sent:
+        if fut.failed():
+            failed.append(str(fut.exception()))
+    results = [fut.get() for fut in sent if fut.succeeded()]
+    if not args.json:
+        for md in results[-5:] if len(results) > 5 else results:
+            print(f"Produced to partition {md.partition} at offset {md.offset}")
+        if len(results) > 5:
+            print(f"... {len(results)} records produced")
+    else:
+        print(json.dumps({"produced": len(results), "failed": len(failed),
+                          "records": [{"partition": m.partition, "offset": m.offset} for m in results]}))
+    if failed:
+        raise KafkaError(f"{len(failed)} record(s) failed: {failed[0]}")
+    return EXIT_OK
+
+
+def _format_record(fmt: str, r) -> str:
+    def text(b):
+        if b is None:
+            return ""
+        return b.decode("utf-8", errors="replace") if isinstance(b, bytes) else str(b)
+    if fmt == "json":
+        return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                           "timestamp": r.timestamp, "key": None if r.key is None else text(r.key),
+                           "value": None if r.value is None else text(r.value),
+                           "headers": {k: text(v) for k, v in r.headers}})
+    out = fmt.replace("\\n", "\n").replace("\\t", "\t")
+    for code, val in (("%t", r.topic), ("%p", r.partition), ("%o", r.offset), ("%d", r.timestamp),
+                      ("%k", text(r.key)), ("%v", text(r.value))):
+        out = out.replace(code, str(val))
+    return out
+
+
+def cmd_topic_consume(args) -> int:
+    from rafka.consumer import Consumer
+    from rafka.structs import TopicPartition
+    handle = _connect(args)
+    consumer = Consumer(handle, auto_offset_reset="earliest")
+    parts = consumer.partitions_for_topic(args.name)
+    if parts is None:
+        raise KafkaError(f"topic {args.name!r} does not exist")
+    tps = [TopicPartition(args.name, p) for p in sorted(parts) if args.partition is None or p in args.partition]
+    consumer.assign(tps)
+    if args.offset in ("start", "oldest", "earliest"):
+        consumer.seek_to_beginning()
+    elif args.offset in ("end", "newest", "latest"):
+        consumer.seek_to_end()
+    else:
+        try:
+            off = int(args.offset)
+        except ValueError:
+            raise UsageError(f"--offset must be start, end or a number, got {args.offset!r}") from None
+        for tp in tps:
+            consumer.seek(tp, off)
+    ends = consumer.end_offsets(tps) if args.exit_at_end else None
+    fmt = "json" if args.json else args.format
+    got = 0
+    out = sys.stdout
+    try:
+        while args.num is None or got < args.num:
+            if ends is not None and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+            limit = None if args.num is None else args.num - got
+            for recs in consumer.poll(timeout_ms=500, max_records=limit).values():
+                for r in recs:
+                    text = _format_record(fmt, r)
+                    out.write(text if fmt != "json" and text.endswith("\n") else text + ("\n" if fmt == "json" else ""))
+                    got += 1
+            out.flush()
+    finally:
+        consumer.close()
+    return EXIT_OK
+
+
+# -- perf ----------------------------------------------------------------------------------------------
+def _progress(args, total: int, label: str):
+    if args.json or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=__import__("rich.console").console.Console(stderr=True))
+    task = prog.add_task(label, total=total)
+    prog.start()
+    return (lambda done: prog.update(task, completed=done)), prog.stop
+
+
+def cmd_perf_produce(args) -> int:
+    from rafka.perf import produce_perf
+    handle = _connect(args)
+    update, stop = _progress(args, args.records, "producing")
+    cfg = {"acks": args.acks, "batch_size": args.batch_size, "linger_ms": args.linger_ms,
+           "compression_type": args.compression}
+    try:
+        res = produce_perf(handle, args.topic, args.records, args.record_size, args.throughput, update,
+                           key_count=args.keys, **cfg)
+    finally:
+        stop()
+    human = (f"{res['records']} records sent, {res['records_per_s']:.1f} records/sec "
+             f"({res['mb_per_s']:.2f} MB/sec), {res['latency_avg_ms']:.2f} ms avg latency, "
+             f"{res['latency_max_ms']:.2f} ms max latency, {res['latency_p50_ms']:.2f} ms 50th, "
+             f"{res['latency_p95_ms']:.2f} ms 95th, {res['latency_p99_ms']:.2f} ms 99th"
+             + (f", {res['errors']} errors (first: {res['first_error']})" if res["errors"] else ""))
+    _print(args, res, human)
+    return EXIT_ERROR if res["errors"] else EXIT_OK
+
+
+def cmd_perf_consume(args) -> int:
+    from rafka.perf import consume_perf
+    handle = _connect(args)
+    update, stop = _progress(args, args.records, "consuming")
+    try:
+        res = consume_perf(handle, args.topic, args.records, args.timeout, update)
+    finally:
+        stop()
+    human = (f"{res['records']} records consumed in {res['elapsed_s']:.2f} s, {res['records_per_s']:.1f} "
+             f"records/sec ({res['mb_per_s']:.2f} MB/sec)" + (" (timed out)" if res["timed_out"] else ""))
+    _print(args, res, human)
+    return EXIT_ERROR if res["timed_out"] else EXIT_OK
+
+
+# -- parser --------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
+    common.add_argument("--address", default=None, help="Ray address: host:port, auto or ray://host:port")
+    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    p = argparse.ArgumentParser(prog="rafka", parents=[common],
+                                description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
+    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,perf}")
+
+    cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
+        dest="verb", required=True)
+    s = cl.add_parser("start", parents=[common], help="start a persistent local Ray head and a rafka cluster")
+    s.add_argument("--brokers", type=int, default=3)
+    s.add_argument("--data-dir", default=None, help="log dirs (default ~/.rafka/data)")
+    s.add_argument("--num-cpus", type=int, default=None)
+    s.add_argument("--port", type=int, default=None, help="Ray GCS port (default: a free one)")
+    s.add_argument("-c", "--config", action="append", help="broker config key=value (repeatable)")
+    s.set_defaults(func=cmd_cluster_start)
+    cl.add_parser("stop", parents=[common], help="stop the cluster started here").set_defaults(func=cmd_cluster_stop)
+    cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)
+
+    tp = groups.add_parser("topic", help="create, inspect, produce to and consume from topics").add_subparsers(
+        dest="verb", required=True)
+    s = tp.add_parser("create", parents=[common])
+    s.add_argument("names", nargs="+")
+    s.add_argument("-p", "--partitions", type=int, default=-1)
+    s.add_argument("-r", "--replicas", type=int, default=-1)
+    s.add_argument("-c", "--config", action="append", help="topic config key=value (repeatable)")
+    s.set_defaults(func=cmd_topic_create)
+    tp.add_parser("list", parents=[common]).set_defaults(func=cmd_topic_list)
+    s = tp.add_parser("describe", parents=[common])
+    s.add_argument("names", nargs="+")
+    s.set_defaults(func=cmd_topic_describe)
+    s = tp.add_parser("delete", parents=[common])
+    s.add_argument("names", nargs="+")
+    s.set_defaults(func=cmd_topic_delete)
+    s = tp.add_parser("add-partitions", parents=[common])
+    s.add_argument("names", nargs="+")
+    s.add_argument("-n", "--num", type=int, required=True, help="partitions to add")
+    s.set_defaults(func=cmd_topic_add_partitions)
+    s = tp.add_parser("alter-config", parents=[common])
+    s.add_argument("name")
+    s.add_argument("--set", action="append", help="key=value (repeatable)")
+    s.add_argument("--delete", action="append", help="key to reset to the default (repeatable)")
+    s.set_defaults(func=cmd_topic_alter_config)
+    s = tp.add_parser("produce", parents=[common], help="one record per stdin line")
+    s.add_argument("name")
+    s.add_argument("-k", "--key", default=None, help="key for every record")
+    s.add_argument("--key-separator", default=None, help="split each line into key SEP value")
+    s.add_argument("-p", "--partition", type=int, default=None)
+    s.add_argument("--acks", default="all")
+    s.add_argument("--linger-ms", type=int, default=5)
+    s.set_defaults(func=cmd_topic_produce)
+    s = tp.add_parser("consume", parents=[common])
+    s.add_argument("name")
+    s.add_argument("-o", "--offset", default="start", help="start, end or an offset (default start)")
+    s.add_argument("-n", "--num", type=int, default=None, help="stop after N records")
+    s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
+    s.add_argument("-p", "--partition", type=int, action="append", default=None)
+    s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
+    s.set_defaults(func=cmd_topic_consume)
+
+    pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
+    s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--records", type=int, required=True)
+    s.add_argument("--record-size", type=int, default=100)
+    s.add_argument("--acks", default="all")
+    s.add_argument("--throughput", type=int, default=-1, help="records/s cap (-1: none)")
+    s.add_argument("--batch-size", type=int, default=65536)
+    s.add_argument("--linger-ms", type=int, default=5)
+    s.add_argument("--compression", default="none")
+    s.add_argument("--keys", type=int, default=0, help="cycle through this many keys (0: null keys)")
+    s.set_defaults(func=cmd_perf_produce)
+    s = pf.add_parser("consume", parents=[common], help="kafka-consumer-perf-test")
+    s.add_argument("--topic", required=True)
+    s.add_argument("--records", type=int, required=True)
+    s.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    s.set_defaults(func=cmd_perf_consume)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"rafka: usage error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClusterNotFoundError as exc:
+        print(f"rafka: {exc.message}", file=sys.stderr)
+        return EXIT_NO_CLUSTER
+    except KafkaError as exc:
+        print(f"rafka: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return EXIT_OK
+    except (ValueError, TypeError, OSError, TimeoutError) as exc:
+        print(f"rafka: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

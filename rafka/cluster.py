@@ -1,0 +1,230 @@
+"""Finding a rafka cluster: ``LocalCluster`` (embedded, the default) and ``connect`` (attach to one).
+
+    with rafka.LocalCluster(brokers=3, data_dir="/tmp/rafka") as cluster:
+        producer = rafka.Producer(cluster)
+
+    cluster = rafka.connect()                 # RAY_ADDRESS, the `rafka cluster start` head, or "auto"
+    cluster = rafka.connect("ray://head:10001", cluster="prod")
+
+A cluster is a set of named actors in Ray namespace ``rafka`` (``{name}:controller``,
+``{name}:broker-N``, ``{name}:replica-...``) plus its metadata in GCS KV; clients only need the Ray
+connection and the cluster name. Client constructors take a ``LocalCluster``/``ClusterHandle``, a
+cluster name, or nothing (``connect()`` with the defaults).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rafka.errors import ClusterNotFoundError
+from rafka.metadata import RAY_NAMESPACE, controller_actor_name
+
+__all__ = ["LocalCluster", "ClusterHandle", "connect", "resolve_cluster", "state_file", "DEFAULT_CLUSTER"]
+
+DEFAULT_CLUSTER = "rafka"
+
+
+def state_file() -> Path:
+    """Where ``rafka cluster start`` records the Ray head it started (``$RAFKA_HOME`` or ``~/.rafka``)."""
+    home = os.environ.get("RAFKA_HOME") or os.path.join(Path.home(), ".rafka")
+    return Path(home) / "cluster.json"
+
+
+def read_state() -> dict | None:
+    try:
+        return json.loads(state_file().read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class ClusterHandle:
+    """A connection to a running rafka cluster: its name and the Ray address it lives on."""
+
+    def __init__(self, name: str, address: str | None):
+        self.name = name
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"ClusterHandle(name={self.name!r}, address={self.address!r})"
+
+    def controller(self):
+        import ray
+        return ray.get_actor(controller_actor_name(self.name), namespace=RAY_NAMESPACE)
+
+    def admin(self, **config):
+        from rafka.admin import Admin
+        return Admin(self, **config)
+
+    def producer(self, **config):
+        from rafka.producer import Producer
+        return Producer(self, **config)
+
+    def consumer(self, **config):
+        from rafka.consumer import Consumer
+        return Consumer(self, **config)
+
+
+def _ray_init(address: str | None) -> str | None:
+    import ray
+    if ray.is_initialized():
+        return address
+    try:
+        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False,
+                 logging_level="WARNING", configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "auto"
+        raise ClusterNotFoundError(f"no Ray cluster at {where}: {str(exc).splitlines()[0] if str(exc) else exc}. "
+                                   "Start one with `rafka cluster start` or use rafka.LocalCluster()") from None
+    return address
+
+
+def wait_for_controller(name: str, timeout_s: float) -> Any:
+    import ray
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get_actor(controller_actor_name(name), namespace=RAY_NAMESPACE)
+        except ValueError:
+            if time.monotonic() >= deadline:
+                raise ClusterNotFoundError(
+                    f"no rafka cluster named {name!r} on this Ray cluster (no actor "
+                    f"{controller_actor_name(name)!r} in namespace {RAY_NAMESPACE!r})") from None
+            time.sleep(0.1)
+
+
+def connect(address: str | None = None, cluster: str | None = None, timeout_s: float = 5.0) -> ClusterHandle:
+    """Attach to a running cluster. ``address``: a Ray address (``host:port``), ``"auto"``, or
+    ``ray://host:10001`` (Ray Client, e.g. from a notebook outside the cluster); by default
+    ``RAY_ADDRESS``, else the head recorded by ``rafka cluster start``, else ``"auto"``.
+    Raises ``ClusterNotFoundError`` (a ``ConnectionError``) when there is no such cluster."""
+    import ray
+    state = read_state()
+    if cluster is None:
+        cluster = (state or {}).get("cluster", DEFAULT_CLUSTER)
+    if not ray.is_initialized():
+        if address is None:
+            address = os.environ.get("RAY_ADDRESS") or (state or {}).get("address") or "auto"
+        _ray_init(address)
+    wait_for_controller(cluster, timeout_s)
+    return ClusterHandle(cluster, address)
+
+
+def resolve_cluster(cluster: Any) -> str:
+    """The cluster name a client constructor was given (connecting to Ray first when needed)."""
+    import ray
+    if cluster is None:
+        return connect().name
+    if isinstance(cluster, str):
+        if not ray.is_initialized():
+            return connect(cluster=cluster).name
+        return cluster
+    name = getattr(cluster, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"expected a LocalCluster, ClusterHandle or cluster name, not {type(cluster).__name__}")
+    if not ray.is_initialized():
+        raise ClusterNotFoundError(f"cluster {name!r} is not running (Ray is not initialized)")
+    return name
+
+
+class LocalCluster:
+    """An embedded rafka cluster in this process's Ray: controller + ``brokers`` broker actors.
+
+    Starts a local Ray instance when none is initialized (``num_cpus`` defaults to the machine's,
+    no dashboard) and shuts it down on ``stop()`` only if it started it. ``data_dir`` holds every
+    broker's logs and the controller's metadata log; starting again on the same ``data_dir`` recovers
+    the topics and their data. Without ``data_dir`` a temporary directory is used and removed on stop.
+    ``broker_config`` entries (Kafka's dotted names, e.g. ``{"replica.lag.time.max.ms": 5000}``) go
+    to every broker and the controller.
+    """
+
+    def __init__(self, brokers: int = 3, data_dir: str | os.PathLike | None = None, name: str = DEFAULT_CLUSTER,
+                 num_cpus: int | None = None, start: bool = True,
+                 broker_config: dict | None = None, **extra_config: Any):
+        self.num_brokers = brokers
+        self.name = name
+        self._tmp = None
+        if data_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="rafka-")
+            data_dir = self._tmp.name
+        self.data_dir = str(data_dir)
+        self.num_cpus = num_cpus
+        self.broker_config = {**(broker_config or {}), **{k.replace("_", "."): v for k, v in extra_config.items()}}
+        self._started_ray = False
+        self._handle: Any = None
+        self.address: str | None = None
+        if start:
+            self.start()
+
+    def start(self) -> "LocalCluster":
+        import ray
+        from actors.bootstrap import start_cluster
+        if not ray.is_initialized():
+            ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
+                     namespace=RAY_NAMESPACE,
+                     log_to_driver=False, logging_level="WARNING")
+            self._started_ray = True
+        self.address = ray.get_runtime_context().gcs_address
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._handle = start_cluster(self.name, self.num_brokers, self.data_dir,
+                                     broker_config=self.broker_config or None)
+        return self
+
+    @property
+    def handle(self) -> ClusterHandle:
+        return ClusterHandle(self.name, self.address)
+
+    def broker_ids(self) -> list[int]:
+        return list(range(self.num_brokers))
+
+    def kill_broker(self, broker_id: int) -> None:
+        """Fault injection: kill one broker actor (its replicas die with it), as a crashed server."""
+        self._handle.kill_broker(broker_id)
+
+    def restart_broker(self, broker_id: int) -> None:
+        """Start a killed broker again on its directory; it rejoins as follower and catches up."""
+        self._handle.restart_broker(broker_id)
+
+    @property
+    def server(self):
+        """The server-side ``actors.bootstrap.ClusterHandle`` (fault injection, waits)."""
+        return self._handle
+
+    def stop(self) -> None:
+        """Stop the brokers and controller (logs closed cleanly); shut Ray down if this started it."""
+        import ray
+        if self._handle is not None:
+            self._handle.shutdown()
+            self._handle = None
+        if self._started_ray and ray.is_initialized():
+            ray.shutdown()
+            self._started_ray = False
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    shutdown = stop
+
+    def admin(self, **config):
+        from rafka.admin import Admin
+        return Admin(self, **config)
+
+    def producer(self, **config):
+        from rafka.producer import Producer
+        return Producer(self, **config)
+
+    def consumer(self, **config):
+        from rafka.consumer import Consumer
+        return Consumer(self, **config)
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalCluster(name={self.name!r}, brokers={self.num_brokers}, data_dir={self.data_dir!r})"

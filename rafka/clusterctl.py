@@ -1,0 +1,186 @@
+"""``rafka cluster start|stop``: a persistent local Ray head that outlives the command, plus detached
+rafka actors on it.
+
+start: ``ray start --head`` with its own ``--temp-dir`` (a fresh directory under /tmp) and free ports for
+GCS, Ray Client and the dashboard agent (so it coexists with other Ray instances on the machine); then
+this process attaches, starts the controller and brokers as detached actors, records everything in the
+state file (``$RAFKA_HOME/cluster.json``, default ``~/.rafka``) and detaches. Any later process attaches
+with ``rafka.connect()`` (which reads the state file) or the printed address.
+
+stop: stops the rafka actors cleanly (logs closed), then ends exactly the Ray processes of that temp dir
+(those whose command line names it, and their descendants: workers are children of the raylet) with
+SIGTERM, then SIGKILL after a grace period. It never runs ``ray stop``, which would end every Ray
+instance on the machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rafka.cluster import read_state, state_file
+from rafka.errors import ClusterNotFoundError, KafkaError
+
+
+def free_port() -> int:
+    """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if not 10002 <= port <= 19999:
+            return port
+
+
+def _proc_table() -> tuple[dict[int, str], dict[int, int]]:
+    cmd, parent = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd[int(d)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            parent[int(d)] = int(st[st.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return cmd, parent
+
+
+def ray_processes(temp_dir: str) -> set[int]:
+    """Pids of the Ray processes started with ``temp_dir`` and all their descendants."""
+    cmd, parent = _proc_table()
+    marker = temp_dir.rstrip("/") + "/"
+    found = {pid for pid, c in cmd.items() if marker in c or c.rstrip().endswith(temp_dir)}
+    found.discard(os.getpid())
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parent.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                changed = True
+    return found
+
+
+def _kill(pids: set[int], grace_s: float = 5.0) -> int:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = {p for p in alive if _alive(p)}
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _ray_is_up(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka", num_cpus: int | None = None,
+          port: int | None = None, config: dict | None = None) -> dict:
+    state = read_state()
+    if state and _ray_is_up(state["address"]) and ray_processes(state["temp_dir"]):
+        raise KafkaError(f"a rafka cluster is already running at {state['address']} "
+                         f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`")
+    data_dir = os.path.abspath(data_dir or os.path.join(state_file().parent, "data"))
+    os.makedirs(data_dir, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix="rafka-ray-", dir="/tmp")
+    gcs_port = port or free_port()
+    client_port = free_port()
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    cmd = [ray_bin if os.path.exists(ray_bin) else "ray", "start", "--head", "--temp-dir", temp_dir,
+           "--port", str(gcs_port), "--ray-client-server-port", str(client_port),
+           "--dashboard-agent-listen-port", str(free_port()), "--include-dashboard=false",
+           "--disable-usage-stats", "--num-cpus", str(num_cpus or os.cpu_count() or 1)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    if proc.returncode != 0:
+        _kill(ray_processes(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise KafkaError(f"`ray start --head` failed: {' | '.join(tail)}")
+    import ray
+    from ray._private.services import get_node_ip_address
+    address = f"{get_node_ip_address()}:{gcs_port}"
+    info = {"cluster": cluster, "address": address, "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
+            "temp_dir": temp_dir, "data_dir": data_dir, "brokers": brokers, "started_at": time.time(),
+            "pids": sorted(ray_processes(temp_dir))}
+    try:
+        ray.init(address=address, namespace="rafka", log_to_driver=False, logging_level="WARNING")
+        from actors.bootstrap import start_cluster
+        start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
+    except BaseException:
+        if ray.is_initialized():
+            ray.shutdown()
+        _kill(ray_processes(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    ray.shutdown()
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    state_file().write_text(json.dumps(info, indent=2))
+    return info
+
+
+def stop() -> dict:
+    state = read_state()
+    if not state:
+        raise ClusterNotFoundError(f"no cluster was started from here (no {state_file()})")
+    temp_dir = state["temp_dir"]
+    if _ray_is_up(state["address"]):
+        import ray
+        try:
+            if not ray.is_initialized():
+                ray.init(address=state["address"], namespace="rafka", log_to_driver=False, logging_level="WARNING")
+            from actors.bootstrap import ClusterHandle
+            from rafka.metadata import RAY_NAMESPACE, broker_actor_name
+            server = ClusterHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
+            for i in range(state["brokers"]):
+                try:
+                    server.brokers[i] = ray.get_actor(broker_actor_name(state["cluster"], i), namespace=RAY_NAMESPACE)
+                except ValueError:
+                    continue
+            server.shutdown()
+        except Exception as exc:  # noqa: BLE001 - the processes are ended below regardless
+            print(f"rafka: warning: clean actor shutdown failed ({type(exc).__name__}: {exc}); "
+                  "ending the Ray processes", file=sys.stderr)
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+    killed = _kill(ray_processes(temp_dir))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        state_file().unlink()
+    except FileNotFoundError:
+        pass
+    return {"cluster": state["cluster"], "killed": killed, "temp_dir": temp_dir, "data_dir": state["data_dir"]}

@@ -1,0 +1,303 @@
+"""The consumer's fetcher (Kafka's ``Fetcher`` + ``SubscriptionState`` for manual assignment).
+
+Pipelining as in the Java consumer: ``poll`` returns records that are already buffered and, before
+returning, sends the next ``fetch`` to each partition's leader replica actor. Ray delivers the reply on
+its own threads while the application processes the batch it got, so the following ``poll`` usually
+finds data waiting: one fetch buffered plus one in flight per partition. Fetches long-poll on the
+leader for ``fetch_max_wait_ms`` / ``fetch_min_bytes``.
+
+Decoding happens in ``poll`` on the caller's thread (``storage.records.decode_records``, the fast path),
+only for partitions whose records are handed out; control batches are skipped; records below the
+position (a fetch returns whole batches) are dropped.
+
+Each partition's state carries an ``epoch`` bumped by every seek/reset/reassign: replies to fetches sent
+under an older epoch are discarded, so a seek is never followed by stale records.
+
+Not thread-safe: one thread drives a consumer, as in Kafka.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from rafka.errors import (KafkaError, KafkaTimeoutError, NoOffsetForPartitionError, NotLeaderOrFollowerError,
+                          OffsetOutOfRangeError, UnknownServerError, for_code)
+from rafka.metadata import ClusterMetadata
+from rafka.structs import ConsumerRecord, TopicPartition
+from storage.records import TIMESTAMP_LOG_APPEND_TIME, decode_records, iter_batch_headers
+
+log = logging.getLogger("rafka.consumer")
+
+EARLIEST, LATEST = -2, -1
+_METADATA_ERRORS = {3, 5, 6, 9, 74, 75}
+_new = tuple.__new__
+
+
+class PartitionState:
+    __slots__ = ("tp", "position", "fetch_position", "epoch", "paused", "reset", "high_watermark",
+                 "log_start_offset", "last_stable_offset", "buffer", "in_flight", "retry_at")
+
+    def __init__(self, tp: TopicPartition):
+        self.tp = tp
+        self.position: int | None = None       # next offset the application gets
+        self.fetch_position: int | None = None  # next offset to fetch (ahead of position when buffered)
+        self.epoch = 0
+        self.paused = False
+        self.reset: int | None = None            # EARLIEST/LATEST pending (seek_to_beginning/end)
+        self.high_watermark = -1
+        self.log_start_offset = -1
+        self.last_stable_offset = -1
+        self.buffer: list[CompletedFetch] = []
+        self.in_flight: tuple[Any, int, int] | None = None  # (ref, epoch, leader)
+        self.retry_at = 0.0
+
+    def seek(self, offset: int) -> None:
+        self.position = self.fetch_position = offset
+        self.reset = None
+        self.epoch += 1
+        self.buffer.clear()
+        self.in_flight = None
+
+
+class CompletedFetch:
+    """The raw bytes of one fetch reply, decoded on first use."""
+
+    __slots__ = ("records", "raw", "next_offset", "index")
+
+    def __init__(self, raw: bytes, next_offset: int):
+        self.raw = raw
+        self.next_offset = next_offset
+        self.records: list | None = None
+        self.index = 0
+
+    def decode(self, st: PartitionState, check_crcs: bool) -> list:
+        if self.records is None:
+            topic, part = st.tp
+            start = st.position
+            out: list = []
+            plain = True
+            headers = []
+            for pos, h in iter_batch_headers(self.raw, validate=check_crcs):
+                headers.append((pos, h))
+                if h.is_control or h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+                    plain = False
+            if plain:
+                epoch = headers[0][1].partition_leader_epoch if headers else -1
+                out = [_new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
+                       for r in decode_records(self.raw) if r[0] >= start]
+            else:
+                for pos, h in headers:
+                    if h.is_control or h.next_offset <= start:
+                        continue
+                    end = pos + h.size_in_bytes
+                    tst, epoch = h.timestamp_type, h.partition_leader_epoch
+                    out.extend(_new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
+                               for r in decode_records(self.raw[pos:end]) if r[0] >= start)
+            self.records = out
+            self.raw = b""
+        return self.records
+
+    def remaining(self) -> int:
+        return 0 if self.records is None else len(self.records) - self.index
+
+
+class Fetcher:
+    def __init__(self, metadata: ClusterMetadata, config):
+        self.metadata = metadata
+        self.cfg = config
+        self.states: dict[TopicPartition, PartitionState] = {}
+
+    # -- assignment --------------------------------------------------------------------------------
+    def assign(self, partitions) -> None:
+        new = {}
+        for tp in partitions:
+            tp = TopicPartition(*tp)
+            new[tp] = self.states.get(tp) or PartitionState(tp)
+        self.states = new
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        st = self.states.get(tp)
+        if st is None:
+            raise KafkaError(f"partition {tp} is not assigned to this consumer")
+        return st
+
+    # -- offsets -----------------------------------------------------------------------------------
+    def list_offset(self, tp: TopicPartition, timestamp: int, timeout_ms: float) -> tuple[int, int, int]:
+        """``(offset, timestamp, leader_epoch)`` from the leader's ListOffsets; retries leadership errors."""
+        import ray
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        last: BaseException | None = None
+        while True:
+            try:
+                leader = self.metadata.leader(tp)
+                if leader is None:
+                    raise NotLeaderOrFollowerError(f"{tp} has no leader")
+                handle, leader_id, epoch = leader
+                left = max(0.01, deadline - time.monotonic())
+                resp = ray.get(handle.list_offsets.remote(timestamp, epoch), timeout=left)
+                code = resp.get("error_code", 0)
+                if code:
+                    raise for_code(code)(resp.get("error_message") or None)
+                return int(resp["offset"]), int(resp.get("timestamp", -1)), int(resp.get("leader_epoch", -1))
+            except Exception as exc:  # noqa: BLE001 - classified: retriable ones loop
+                err = classify(exc)
+                if not getattr(err, "retriable", False):
+                    raise err from exc
+                last = err
+                self.metadata.forget_handle(tp)
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"list offsets for {tp} did not finish in {timeout_ms:.0f} ms: {last}")
+            time.sleep(self.cfg.retry_backoff_ms / 1000.0)
+            self.metadata.refresh([tp.topic], force=True)
+
+    def resolve_positions(self, timeout_ms: float) -> None:
+        """Give every partition without a position one: pending seek_to_*, else ``auto_offset_reset``."""
+        for st in self.states.values():
+            if st.position is not None and st.reset is None:
+                continue
+            target = st.reset
+            if target is None:
+                policy = self.cfg.auto_offset_reset
+                if policy == "none":
+                    raise NoOffsetForPartitionError(f"no position for {st.tp} and auto_offset_reset is 'none'")
+                target = EARLIEST if policy == "earliest" else LATEST
+            offset, _, _ = self.list_offset(st.tp, target, timeout_ms)
+            st.seek(offset)
+
+    # -- fetching ----------------------------------------------------------------------------------
+    def send_fetches(self) -> None:
+        now = time.monotonic()
+        cfg = self.cfg
+        for st in self.states.values():
+            if st.paused or st.in_flight is not None or st.fetch_position is None or st.reset is not None:
+                continue
+            if len(st.buffer) > 1 or now < st.retry_at:
+                continue
+            try:
+                leader = self.metadata.leader(st.tp)
+            except KafkaError:
+                st.retry_at = now + cfg.retry_backoff_ms / 1000.0
+                continue
+            if leader is None:
+                self.metadata.request_update()
+                st.retry_at = now + cfg.retry_backoff_ms / 1000.0
+                continue
+            handle, leader_id, epoch = leader
+            ref = handle.fetch.remote(st.fetch_position, cfg.max_partition_fetch_bytes, cfg.fetch_max_wait_ms,
+                                      cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
+            st.in_flight = (ref, st.epoch, leader_id)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for fetch replies and buffer them; True if any arrived."""
+        import ray
+        refs = [st.in_flight[0] for st in self.states.values() if st.in_flight is not None]
+        if not refs:
+            if timeout_s > 0:
+                time.sleep(min(timeout_s, self.cfg.retry_backoff_ms / 1000.0))
+            return False
+        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
+        if not ready:
+            return False
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(ready)
+        for st in list(self.states.values()):
+            if st.in_flight is not None and st.in_flight[0] in done:
+                self._complete(st)
+        return True
+
+    def _complete(self, st: PartitionState) -> None:
+        import ray
+        ref, epoch, leader_id = st.in_flight
+        st.in_flight = None
+        try:
+            resp = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001
+            err = classify(exc)
+        else:
+            code = resp.get("error_code", 0)
+            err = for_code(code)(resp.get("error_message") or None) if code else None
+        if epoch != st.epoch:
+            return  # a seek happened meanwhile
+        if err is None:
+            st.high_watermark = resp.get("high_watermark", st.high_watermark)
+            st.log_start_offset = resp.get("log_start_offset", st.log_start_offset)
+            st.last_stable_offset = resp.get("last_stable_offset", st.last_stable_offset)
+            raw = resp.get("records") or b""
+            if raw:
+                last = None
+                for _pos, h in iter_batch_headers(raw, validate=False):
+                    last = h
+                nxt = last.next_offset if last is not None else st.fetch_position
+                st.buffer.append(CompletedFetch(raw, nxt))
+                st.fetch_position = max(st.fetch_position, nxt)
+            return
+        if isinstance(err, OffsetOutOfRangeError):
+            if self.cfg.auto_offset_reset == "none":
+                st.retry_at = float("inf")
+                raise OffsetOutOfRangeError(f"fetch offset {st.fetch_position} is out of range for {st.tp} "
+                                            f"and auto_offset_reset is 'none'")
+            log.info("offset %s out of range for %s: resetting (%s)", st.fetch_position, st.tp,
+                     self.cfg.auto_offset_reset)
+            st.reset = EARLIEST if self.cfg.auto_offset_reset == "earliest" else LATEST
+            return
+        st.retry_at = time.monotonic() + self.cfg.retry_backoff_ms / 1000.0
+        if err.code in _METADATA_ERRORS:
+            self.metadata.forget_handle(st.tp, leader_id)
+            return
+        if not err.retriable:
+            raise err
+        log.debug("retriable fetch error for %s: %s", st.tp, err)
+
+    # -- handing out records -----------------------------------------------------------------------
+    def drain(self, max_records: int) -> dict[TopicPartition, list[ConsumerRecord]]:
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        left = max_records
+        check = self.cfg.check_crcs
+        kd, vd = self.cfg.key_deserializer, self.cfg.value_deserializer
+        for st in self.states.values():
+            if left <= 0:
+                break
+            if st.paused:
+                continue
+            while st.buffer and left > 0:
+                cf = st.buffer[0]
+                recs = cf.decode(st, check)
+                take = recs[cf.index:cf.index + left]
+                cf.index += len(take)
+                if cf.index >= len(recs):
+                    st.buffer.pop(0)
+                    st.position = max(st.position, cf.next_offset)
+                if take:
+                    if kd is not None or vd is not None:
+                        take = [r._replace(key=kd(r.key) if kd and r.key is not None else r.key,
+                                           value=vd(r.value) if vd and r.value is not None else r.value)
+                                for r in take]
+                    out.setdefault(st.tp, []).extend(take)
+                    st.position = max(st.position, take[-1].offset + 1)
+                    left -= len(take)
+        if out and len(self.states) > 1:
+            # rotate so the next poll starts with another partition (fairness)
+            first = next(iter(out))
+            st = self.states.pop(first)
+            self.states[first] = st
+        return out
+
+    def has_buffered(self) -> bool:
+        return any(st.buffer and not st.paused for st in self.states.values())
+
+
+def classify(exc: BaseException) -> BaseException:
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+    if isinstance(exc, RayActorError):
+        return NotLeaderOrFollowerError(f"replica actor unavailable: {type(exc).__name__}")
+    if isinstance(exc, GetTimeoutError):
+        return KafkaTimeoutError(str(exc))
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, KafkaError):
+            return cause
+        return UnknownServerError(f"call failed on the replica: {cause or exc}")
+    return UnknownServerError(f"{type(exc).__name__}: {exc}")

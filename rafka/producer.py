@@ -1,0 +1,180 @@
+"""``Producer``: Kafka's producer API over rafka's replica actors.
+
+    with rafka.Producer(cluster, acks="all", linger_ms=5) as p:
+        fut = p.send("clicks", value=b"...", key=b"user-1")
+        md = fut.get(timeout=10)          # RecordMetadata(topic, partition, offset, timestamp, ...)
+        p.send("clicks", b"x", callback=lambda md, exc: ...)
+        p.flush()
+
+``send`` serializes, picks the partition (explicit, user ``partitioner``, or Kafka's default: murmur2
+of the key, KIP-480 sticky for null keys), appends to the partition's open batch (blocking up to
+``max_block_ms`` for metadata or buffer space) and returns at once; a background ``Sender`` thread
+ships batches to partition leaders. See ``rafka.config.ProducerConfig`` for every setting.
+
+Thread safety: ``send``/``flush`` may be called from many threads; ``close`` once.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from rafka.accumulator import RECORD_OVERHEAD, FutureRecordMetadata, RecordAccumulator, now_ms
+from rafka.cluster import resolve_cluster
+from rafka.config import ProducerConfig
+from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
+from rafka.metadata import ClusterMetadata
+from rafka.partitioner import DefaultPartitioner
+from rafka.sender import Sender
+from rafka.structs import PartitionInfo, TopicPartition
+
+__all__ = ["Producer"]
+
+_ids = itertools.count(1)
+
+
+def to_bytes(data: Any, what: str, serializer: Callable | None) -> bytes | None:
+    if serializer is not None and data is not None:
+        data = serializer(data)
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    raise TypeError(f"{what} of type {type(data).__name__} needs a {what}_serializer "
+                    f"(bytes and str are sent as they are)")
+
+
+def _headers(headers) -> tuple:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, dict) else headers
+    out = []
+    for k, v in items:
+        if not isinstance(k, str):
+            raise TypeError(f"header keys must be str, not {type(k).__name__}")
+        out.append((k, to_bytes(v, "header value", None)))
+    return tuple(out)
+
+
+class Producer:
+    def __init__(self, cluster: Any = None, **config: Any):
+        self.config = ProducerConfig(**config)
+        self.cluster_name = resolve_cluster(cluster)
+        self.client_id = self.config.client_id or f"producer-{next(_ids)}"
+        self.metadata = ClusterMetadata(self.cluster_name, self.config.metadata_max_age_ms)
+        self._default_partitioner = DefaultPartitioner()
+        self._user_partitioner = self.config.partitioner
+        self.accumulator = RecordAccumulator(
+            self.config.batch_size, self.config.buffer_memory, self.config.linger_ms, self.config.compression_id,
+            self.config.retry_backoff_ms, self.config.retry_backoff_max_ms, self.config.delivery_timeout_ms)
+        self.sender = Sender(self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id)
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.sender.start()
+
+    # -- sending -----------------------------------------------------------------------------------
+    def send(self, topic: str, value: Any = None, key: Any = None, headers=None, partition: int | None = None,
+             timestamp_ms: int | None = None, callback: Callable | None = None) -> FutureRecordMetadata:
+        """Queue one record; returns a future of its ``RecordMetadata``.
+
+        ``callback(metadata, exception)`` runs on the sender thread when the record is acknowledged or
+        fails. Raises at once (not through the future) for bad arguments, ``RecordTooLargeError``, and
+        ``KafkaTimeoutError`` when metadata or buffer space did not come within ``max_block_ms``.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer is closed")
+        if self.sender.fatal_error is not None:
+            raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
+        start = time.monotonic()
+        kb = to_bytes(key, "key", self.config.key_serializer)
+        vb = to_bytes(value, "value", self.config.value_serializer)
+        hdrs = _headers(headers)
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61 + \
+            sum(len(k) + len(v or b"") for k, v in hdrs)
+        if size > self.config.max_request_size:
+            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
+                                      f"max_request_size ({self.config.max_request_size})")
+        if size > self.config.buffer_memory:
+            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
+                                      f"buffer_memory ({self.config.buffer_memory})")
+        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
+        all_parts = tm.partition_ids
+        sticky = False
+        if partition is not None:
+            if partition not in tm.partitions:
+                raise ValueError(f"invalid partition {partition} for topic {topic!r}: it has partitions "
+                                 f"0..{len(all_parts) - 1}")
+            part = partition
+        elif self._user_partitioner is not None:
+            part = int(self._user_partitioner(topic, kb, all_parts, tm.available))
+            if part not in tm.partitions:
+                raise ValueError(f"partitioner returned {part}, not a partition of {topic!r}")
+        else:
+            part = self._default_partitioner(topic, kb, all_parts, tm.available)
+            sticky = kb is None
+        ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
+        left_ms = max(0.0, self.config.max_block_ms - (time.monotonic() - start) * 1000)
+        res = self.accumulator.append(TopicPartition(topic, part), ts, kb, vb, hdrs, callback, left_ms,
+                                      abort_on_new_batch=sticky)
+        if res.aborted:
+            part = self._default_partitioner.on_new_batch(topic, all_parts, tm.available, part)
+            left_ms = max(0.0, self.config.max_block_ms - (time.monotonic() - start) * 1000)
+            res = self.accumulator.append(TopicPartition(topic, part), ts, kb, vb, hdrs, callback, left_ms)
+        return res.future
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now and wait until each record is acknowledged or failed."""
+        acc = self.accumulator
+        with acc._lock:
+            acc.flushes_in_progress += 1
+        try:
+            self.sender.wakeup()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for batch in acc.incomplete_snapshot():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not batch.done.wait(left):
+                    raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
+        finally:
+            with acc._lock:
+                acc.flushes_in_progress -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (within ``timeout`` seconds, forever by default), then stop the sender; records still
+        unsent when the timeout passes fail with an error."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self.accumulator._lock:
+            self.accumulator.closed = True
+        self.sender.running = False
+        self.sender.wakeup()
+        self.sender.join(timeout)
+        if self.sender.is_alive():
+            self.sender.force_close = True
+            self.sender.wakeup()
+            self.sender.join(5.0)
+
+    # -- metadata ----------------------------------------------------------------------------------
+    def partitions_for(self, topic: str) -> list[PartitionInfo]:
+        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
+        return [tm.partitions[p] for p in tm.partition_ids]
+
+    @property
+    def producer_id(self) -> int:
+        return self.sender.producer_id
+
+    def metrics(self) -> dict:
+        acc = self.accumulator
+        return {"buffer_available_bytes": acc.pool.available, "buffer_total_bytes": acc.pool.total,
+                "incomplete_batches": len(acc.incomplete_snapshot()), "producer_id": self.sender.producer_id}
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

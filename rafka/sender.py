@@ -1,0 +1,297 @@
+"""The producer's background sender thread (Kafka's ``Sender`` + the idempotent part of ``TransactionManager``).
+
+Loop: expire batches older than ``delivery_timeout_ms``; find partitions with ready batches whose
+leader is known and whose in-flight budget allows; drain them; call ``produce`` on the leader's replica
+actor (an ObjectRef, never waited on inline: completion wakes the loop through ``ObjectRef.future()``);
+handle the responses that arrived.
+
+In-flight budget per partition (its leader is one actor, Kafka's "connection"): with idempotence at most
+``max_in_flight_requests_per_connection`` (<= 5) *batches*, so the leader's 5-batch duplicate window
+covers every retry; without it, that many *calls*. One call carries several ready batches of a
+partition, concatenated up to ``max_request_size``, so calls stay large (Ray's per-call cost is ~1 ms).
+
+Idempotence: a producer id/epoch comes from a broker's ``init_producer_id()``; sequences are assigned
+per partition when a batch is first drained and baked into its bytes, which retries resend unchanged.
+A retried batch goes alone and ahead of newer ones. OUT_OF_ORDER_SEQUENCE for a batch whose
+predecessor is itself unresolved is retried (it arrived first); otherwise it is fatal for the batch and
+the producer takes a new producer id (Kafka's idempotent-producer reset).
+
+Errors: retriable Kafka errors (``err.retriable``), a dead or unavailable leader actor and request
+timeouts are retried after ``retry_backoff_ms`` (exponential up to ``retry_backoff_max_ms``) while
+``retries`` and ``delivery_timeout_ms`` allow, with a metadata refresh for leadership errors; anything
+else fails the batch's futures.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+from typing import Any
+
+from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
+from rafka.errors import (DuplicateSequenceNumberError, KafkaError, KafkaTimeoutError,
+                          NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, RequestTimedOutError,
+                          UnknownServerError, for_code)
+from rafka.metadata import ClusterMetadata, broker_actor_name, RAY_NAMESPACE
+from rafka.structs import TopicPartition
+
+log = logging.getLogger("rafka.producer")
+
+_METADATA_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown tp, leader n/a, not leader, replica n/a, fenced/unknown epoch
+_RESET_PID_ERRORS = {45, 47, 59}  # out of order sequence, invalid producer epoch, unknown producer id
+
+
+class InFlight:
+    __slots__ = ("ref", "future", "tp", "batches", "leader", "sent_ms", "abandoned")
+
+    def __init__(self, ref, tp: TopicPartition, batches: list[ProducerBatch], leader: int, sent_ms: float):
+        self.ref, self.tp, self.batches, self.leader, self.sent_ms = ref, tp, batches, leader, sent_ms
+        self.future = None
+        self.abandoned = False
+
+
+class Sender(threading.Thread):
+    def __init__(self, cluster: str, config, accumulator: RecordAccumulator, metadata: ClusterMetadata,
+                 client_id: str):
+        super().__init__(name=f"rafka-sender-{client_id}", daemon=True)
+        self.cluster = cluster
+        self.cfg = config
+        self.acc = accumulator
+        self.metadata = metadata
+        self.idempotent = config.enable_idempotence
+        self._wake = threading.Event()
+        self._responses: collections.deque[InFlight] = collections.deque()
+        self._in_flight: dict[int, InFlight] = {}
+        self._tp_batches: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._tp_calls: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._next_seq: dict[TopicPartition, int] = collections.defaultdict(int)
+        self._last_acked: dict[TopicPartition, int] = collections.defaultdict(lambda: -1)
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._pid_retry_at = 0.0
+        self.running = True
+        self.force_close = False
+        self.fatal_error: BaseException | None = None
+        accumulator.wakeup = self._wake.set
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    # -- main loop ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while self.running or (not self.force_close and (self.acc.incomplete_snapshot() or self._in_flight)):
+                self._run_once()
+        except BaseException as exc:  # noqa: BLE001 - record and fail everything rather than hang users
+            log.exception("producer sender thread crashed")
+            self.fatal_error = exc
+        self._abort_everything(self.fatal_error or KafkaError("producer closed before the record was sent"))
+
+    def _run_once(self) -> None:
+        now = monotonic_ms()
+        while self._responses:
+            self._handle(self._responses.popleft(), now)
+        for batch in self.acc.expired(now):
+            self._fail(batch, KafkaTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.tp}: "
+                f"{now - batch.created_ms:.0f} ms has passed since batch creation"))
+        self._check_request_timeouts(now)
+        wait_ms = 50.0
+        if self.idempotent and self.producer_id < 0:
+            if not self._ensure_producer_id(now):
+                wait_ms = max(1.0, self._pid_retry_at - now)
+                self._wake.wait(wait_ms / 1000.0)
+                self._wake.clear()
+                return
+        ready, next_ms = self.acc.ready(now, self._can_send)
+        wait_ms = min(wait_ms, next_ms)
+        for tp in ready:
+            if not self._send(tp, now):
+                wait_ms = min(wait_ms, float(self.cfg.retry_backoff_ms))
+        if self._responses:
+            return
+        self._wake.wait(max(wait_ms, 0.5) / 1000.0)
+        self._wake.clear()
+
+    def _can_send(self, tp: TopicPartition) -> bool:
+        if self.idempotent:
+            return self._tp_batches[tp] < self.cfg.max_in_flight_requests_per_connection
+        return self._tp_calls[tp] < self.cfg.max_in_flight_requests_per_connection
+
+    # -- producer id -------------------------------------------------------------------------------
+    def _ensure_producer_id(self, now: float) -> bool:
+        if now < self._pid_retry_at:
+            return False
+        import ray
+        brokers = list(self.metadata.brokers().items())
+        random.shuffle(brokers)
+        last: BaseException | None = None
+        for broker_id, info in brokers:
+            if info.get("alive") is False:
+                continue
+            try:
+                broker = ray.get_actor(broker_actor_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
+                resp = ray.get(broker.init_producer_id.remote(), timeout=self.cfg.request_timeout_ms / 1000)
+            except Exception as exc:  # noqa: BLE001 - try the next broker
+                last = exc
+                continue
+            code = resp.get("error_code", 0)
+            if code:
+                last = for_code(code)(resp.get("error_message"))
+                continue
+            self.producer_id = int(resp["producer_id"])
+            self.producer_epoch = int(resp.get("producer_epoch", 0))
+            self._next_seq.clear()
+            self._last_acked.clear()
+            return True
+        log.warning("could not get a producer id yet: %s", last or "no live broker")
+        self._pid_retry_at = now + self.cfg.retry_backoff_ms
+        return False
+
+    # -- sending -----------------------------------------------------------------------------------
+    def _send(self, tp: TopicPartition, now: float) -> bool:
+        try:
+            leader = self.metadata.leader(tp)
+        except KafkaError as exc:
+            for batch in self.acc.drain(tp, 1 << 62, 1 << 30):
+                self._fail(batch, exc)
+            return True
+        except Exception:  # noqa: BLE001 - GCS hiccup: try again after the backoff
+            log.warning("metadata read failed for %s", tp, exc_info=True)
+            return False
+        if leader is None:
+            self.metadata.request_update()
+            return False
+        handle, leader_id, _epoch = leader
+        if self.idempotent:
+            budget = self.cfg.max_in_flight_requests_per_connection - self._tp_batches[tp]
+        else:
+            budget = 1 << 30
+        batches = self.acc.drain(tp, self.cfg.max_request_size, budget)
+        if not batches:
+            return True
+        for batch in batches:
+            if batch.payload is None:
+                if self.idempotent:
+                    seq = self._next_seq[tp]
+                    self._next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
+                    batch.seal(self.producer_id, self.producer_epoch, seq)
+                else:
+                    batch.seal(-1, -1, -1)
+        payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
+        ref = handle.produce.remote(payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        inf = InFlight(ref, tp, batches, leader_id, now)
+        self._in_flight[id(inf)] = inf
+        self._tp_batches[tp] += len(batches)
+        self._tp_calls[tp] += 1
+        inf.future = ref.future()
+        inf.future.add_done_callback(lambda _f, inf=inf: self._arrived(inf))
+        return True
+
+    def _arrived(self, inf: InFlight) -> None:
+        self._responses.append(inf)
+        self._wake.set()
+
+    def _check_request_timeouts(self, now: float) -> None:
+        limit = self.cfg.request_timeout_ms + 1000  # the leader answers REQUEST_TIMED_OUT itself first
+        for inf in list(self._in_flight.values()):
+            if now - inf.sent_ms > limit:
+                inf.abandoned = True
+                self._retire(inf)
+                err = RequestTimedOutError(f"no produce response from the leader of {inf.tp} in {limit} ms")
+                self.metadata.forget_handle(inf.tp, inf.leader)
+                for batch in inf.batches:
+                    self._retry_or_fail(batch, err, now)
+
+    def _retire(self, inf: InFlight) -> None:
+        if self._in_flight.pop(id(inf), None) is not None:
+            self._tp_batches[inf.tp] -= len(inf.batches)
+            self._tp_calls[inf.tp] -= 1
+
+    # -- responses ---------------------------------------------------------------------------------
+    def _handle(self, inf: InFlight, now: float) -> None:
+        if inf.abandoned:
+            return
+        self._retire(inf)
+        err: BaseException | None = None
+        resp: dict[str, Any] = {}
+        try:
+            resp = inf.future.result()
+        except Exception as exc:  # noqa: BLE001 - classified below
+            err = _classify(exc)
+            if isinstance(err, NotLeaderOrFollowerError):
+                self.metadata.forget_handle(inf.tp, inf.leader)
+        if err is None:
+            code = resp.get("error_code", 0)
+            if code:
+                err = for_code(code)(resp.get("error_message") or None)
+        if err is None:
+            base = int(resp["base_offset"])
+            lat = int(resp.get("log_append_time", -1) or -1)
+            for batch in inf.batches:
+                if self.idempotent and batch.producer_id == self.producer_id:
+                    self._last_acked[inf.tp] = max(self._last_acked[inf.tp],
+                                                   batch.base_sequence + batch.record_count - 1)
+                batch.complete(base if self.cfg.acks != 0 else -1, lat)
+                self.acc.finish(batch)
+                base += batch.record_count
+            return
+        if err.code in _METADATA_ERRORS:
+            self.metadata.request_update()
+            if err.code == 6:
+                self.metadata.forget_handle(inf.tp, inf.leader)
+        for batch in inf.batches:
+            self._retry_or_fail(batch, err, now)
+
+    def _retry_or_fail(self, batch: ProducerBatch, err: BaseException, now: float) -> None:
+        code = getattr(err, "code", -1)
+        if isinstance(err, DuplicateSequenceNumberError):
+            batch.complete(-1)  # Kafka: already written, offset unknown
+            self.acc.finish(batch)
+            return
+        retriable = getattr(err, "retriable", False)
+        if isinstance(err, OutOfOrderSequenceNumberError) and self.idempotent and \
+                batch.producer_id == self.producer_id and \
+                batch.base_sequence != (self._last_acked[batch.tp] + 1) & 0x7FFFFFFF:
+            retriable = True  # an earlier batch of this partition failed first; it will be resent ahead
+        batch.last_error = err
+        expired = now - batch.created_ms >= self.cfg.delivery_timeout_ms
+        if retriable and batch.attempts < self.cfg.retries and not expired and not self.force_close:
+            self.acc.reenqueue(batch, now)
+            return
+        if expired and retriable:
+            err = KafkaTimeoutError(f"expiring {batch.record_count} record(s) for {batch.tp}: delivery_timeout_ms "
+                                    f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}")
+        self._fail(batch, err)
+        if self.idempotent and code in _RESET_PID_ERRORS and batch.producer_id == self.producer_id:
+            log.warning("resetting the producer id after %s on %s", err, batch.tp)
+            self.producer_id = -1
+
+    def _fail(self, batch: ProducerBatch, err: BaseException) -> None:
+        batch.fail(err)
+        self.acc.finish(batch)
+
+    def _abort_everything(self, err: BaseException) -> None:
+        for inf in list(self._in_flight.values()):
+            inf.abandoned = True
+            self._retire(inf)
+        for batch in self.acc.abort_all(err):
+            self._fail(batch, err)
+        for batch in self.acc.incomplete_snapshot():
+            self._fail(batch, err)
+
+
+def _classify(exc: BaseException) -> BaseException:
+    """A produce call's exception as a Kafka error: dead/unavailable actors become NOT_LEADER_OR_FOLLOWER."""
+    from ray.exceptions import RayActorError, RayTaskError
+    if isinstance(exc, RayActorError):
+        return NotLeaderOrFollowerError(f"leader replica actor unavailable: {type(exc).__name__}")
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, KafkaError):
+            return cause
+        return UnknownServerError(f"produce failed on the leader: {cause or exc}")
+    return UnknownServerError(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,343 @@
+"""Sparse per-segment indexes: Kafka's OffsetIndex (``.index``) and TimeIndex (``.timeindex``).
+
+File grammars (big-endian, fixed-size entries, no header; a file is a whole number of entries)::
+
+    OffsetIndexFile => [OffsetEntry]
+        OffsetEntry => RelativeOffset Int32      offset - segment base offset; the LAST offset of the
+                                                 indexed batch (Kafka's rule), strictly increasing
+                       Position Int32            byte position of that batch in the .log, increasing
+
+    TimeIndexFile => [TimeEntry]
+        TimeEntry => Timestamp Int64             largest record timestamp seen in the segment so far,
+                                                 strictly increasing from entry to entry
+                     RelativeOffset Int32        offset - base offset of (the batch holding) that
+                                                 timestamp's last offset, non-decreasing
+
+Storage choice (documented, as the brief allows): files are *append-only* and never preallocated, so a
+crash never leaves a zero-filled tail to trim and a closed or rolled segment needs no resize. The cap
+``segment.index.bytes`` still applies: an index holds at most ``max_index_size // entry_size`` entries
+and ``is_full`` tells the segment to roll. The entries live in memory in two compact ``array``s (4/8
+bytes per field), looked up by ``bisect`` (arrays support the sequence protocol); the file is written
+through a small buffer, flushed (``flush``: write + fsync) by the owning segment. Indexes of old segments
+load lazily: the segment builds these objects on first use.
+
+A lookup on a sparse index gives a *lower bound* position: the caller scans batch headers forward from it.
+An index that fails ``sanity_check`` (torn entry, non-monotonic entries, offsets outside the segment)
+raises ``CorruptIndexError``; the segment then rebuilds both indexes from its log (``truncate`` + append).
+
+Concurrency: none. A segment's single owner (the Log, driven by one replica actor) calls these.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_right
+
+__all__ = ["OffsetIndex", "TimeIndex", "CorruptIndexError", "OFFSET_ENTRY", "TIME_ENTRY"]
+
+OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
+_BIG_ENDIAN_HOST = sys.byteorder == "big"
+_MAX_REL = 0x7FFFFFFF
+
+
+class CorruptIndexError(Exception):
+    """An index file does not follow its grammar or contradicts its segment (internal; triggers a rebuild)."""
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _split(raw: bytes, first: str, second: str, entry_size: int) -> tuple[array, array]:
+    """De-interleave big-endian fixed entries of two fields into two native arrays."""
+    n = len(raw) // entry_size
+    if first == "q":  # (int64, int32) entries: unpack per entry (time indexes are small)
+        a, b = array("q"), array("i")
+        for ts, rel in TIME_ENTRY.iter_unpack(raw[: n * entry_size]):
+            a.append(ts)
+            b.append(rel)
+        return a, b
+    both = array("i", raw[: n * entry_size])
+    if not _BIG_ENDIAN_HOST:
+        both.byteswap()
+    return both[0::2], both[1::2]
+
+
+class _IndexFile:
+    """The append-only file behind an index: buffered appends, truncation, fsync, rename, delete."""
+
+    __slots__ = ("path", "_f")
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f = None
+
+    def _writer(self):
+        if self._f is None:
+            self._f = open(self.path, "ab", buffering=8192)
+        return self._f
+
+    def create(self) -> None:
+        self._writer()
+
+    def write(self, data: bytes) -> None:
+        self._writer().write(data)
+
+    def truncate(self, size: int) -> None:
+        f = self._writer()
+        f.flush()
+        os.ftruncate(f.fileno(), size)
+
+    def flush(self, fsync: bool = True) -> None:
+        if self._f is not None:
+            self._f.flush()
+            if fsync:
+                os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def rename(self, new_path: str) -> None:
+        self.flush(fsync=False)
+        if os.path.exists(self.path):
+            os.replace(self.path, new_path)
+        self.path = new_path
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class OffsetIndex:
+    """Maps (last) offsets of some batches to their byte positions in the segment's log."""
+
+    entry_size = OFFSET_ENTRY.size
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int):
+        self.base_offset = base_offset
+        self.max_entries = max(max_index_size, 0) // self.entry_size
+        self._file = _IndexFile(path)
+        raw = _read_file(path)
+        self._torn = len(raw) % self.entry_size
+        self._rel, self._pos = _split(raw, "i", "i", self.entry_size)
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    @property
+    def entries(self) -> int:
+        return len(self._rel)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._rel) >= self.max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._rel) * self.entry_size
+
+    @property
+    def last_offset(self) -> int:
+        """Absolute offset of the last entry (the base offset when empty)."""
+        return self.base_offset + self._rel[-1] if self._rel else self.base_offset
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """``(offset, position)`` of the largest entry with offset <= target, else ``(base, 0)``."""
+        rel = target_offset - self.base_offset
+        if rel < 0:
+            return self.base_offset, 0
+        i = bisect_right(self._rel, min(rel, _MAX_REL)) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._rel[i], self._pos[i]
+
+    def lookup_position(self, position: int) -> int:
+        """The largest indexed position <= ``position`` (0 when none): always a batch boundary."""
+        i = bisect_right(self._pos, position) - 1
+        return self._pos[i] if i >= 0 else 0
+
+    # ------------------------------------------------------------------ writes
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self._rel and rel <= self._rel[-1]:
+            raise ValueError(f"offset index {self.path}: offset {offset} not above last entry {self.last_offset}")
+        if rel < 0 or rel > _MAX_REL:
+            raise ValueError(f"offset index {self.path}: offset {offset} not relative to base {self.base_offset}")
+        if len(self._rel) >= self.max_entries:
+            raise ValueError(f"offset index {self.path} is full ({self.max_entries} entries)")
+        self._rel.append(rel)
+        self._pos.append(position)
+        self._file.write(OFFSET_ENTRY.pack(rel, position))
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset``."""
+        i = bisect_right(self._rel, offset - self.base_offset - 1) if offset > self.base_offset else 0
+        if i < len(self._rel):
+            del self._rel[i:], self._pos[i:]
+            self._file.truncate(i * self.entry_size)
+
+    def truncate(self) -> None:
+        """Remove every entry."""
+        del self._rel[:], self._pos[:]
+        self._torn = 0
+        self._file.truncate(0)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise ``CorruptIndexError`` unless the file is whole entries, offsets strictly increase and
+        positions increase and lie inside a log of ``log_size`` bytes."""
+        if self._torn:
+            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self.entry_size}")
+        rel, pos = self._rel, self._pos
+        if not rel:
+            return
+        if rel[0] < 0 or pos[0] < 0 or pos[-1] >= max(log_size, 1):
+            raise CorruptIndexError(f"{self.path}: entry outside the segment (log size {log_size})")
+        if len(rel) > 1 and not (_strictly_increasing(rel) and _strictly_increasing(pos)):
+            raise CorruptIndexError(f"{self.path}: entries are not strictly increasing")
+
+    # ------------------------------------------------------------------ file
+    def create(self) -> None:
+        self._file.create()
+
+    def flush(self, fsync: bool = True) -> None:
+        self._file.flush(fsync)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rename(self, new_path: str) -> None:
+        self._file.rename(new_path)
+
+    def delete(self) -> None:
+        self._file.delete()
+
+
+class TimeIndex:
+    """Maps the running maximum timestamp of a segment to the offset where it was reached."""
+
+    entry_size = TIME_ENTRY.size
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int):
+        self.base_offset = base_offset
+        self.max_entries = max(max_index_size, 0) // self.entry_size
+        self._file = _IndexFile(path)
+        raw = _read_file(path)
+        self._torn = len(raw) % self.entry_size
+        self._ts, self._rel = _split(raw, "q", "i", self.entry_size)
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    @property
+    def entries(self) -> int:
+        return len(self._ts)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self._ts) >= self.max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._ts) * self.entry_size
+
+    def last_entry(self) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the last entry, ``(-1, base_offset)`` when empty."""
+        if not self._ts:
+            return -1, self.base_offset
+        return self._ts[-1], self.base_offset + self._rel[-1]
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self._ts[i], self.base_offset + self._rel[i]
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the largest entry with timestamp <= target, else ``(-1, base)``."""
+        i = bisect_right(self._ts, target_timestamp) - 1
+        if i < 0:
+            return -1, self.base_offset
+        return self._ts[i], self.base_offset + self._rel[i]
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
+        """Append ``(timestamp, offset)`` if ``timestamp`` is above the last entry's; returns whether it did.
+        ``skip_full_check`` lets a segment that is becoming inactive record its final maximum."""
+        if self._ts and timestamp <= self._ts[-1]:
+            return False
+        if timestamp < 0:
+            return False
+        rel = offset - self.base_offset
+        if rel < 0 or rel > _MAX_REL or (self._rel and rel < self._rel[-1]):
+            raise ValueError(f"time index {self.path}: offset {offset} out of order (base {self.base_offset})")
+        if not skip_full_check and len(self._ts) >= self.max_entries:
+            raise ValueError(f"time index {self.path} is full ({self.max_entries} entries)")
+        self._ts.append(timestamp)
+        self._rel.append(rel)
+        self._file.write(TIME_ENTRY.pack(timestamp, rel))
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry with offset >= ``offset`` (entries' offsets are non-decreasing)."""
+        i = bisect_right(self._rel, offset - self.base_offset - 1) if offset > self.base_offset else 0
+        if i < len(self._ts):
+            del self._ts[i:], self._rel[i:]
+            self._file.truncate(i * self.entry_size)
+
+    def truncate(self) -> None:
+        del self._ts[:], self._rel[:]
+        self._torn = 0
+        self._file.truncate(0)
+
+    def sanity_check(self, next_offset: int | None = None) -> None:
+        """Raise ``CorruptIndexError`` unless whole entries, strictly increasing timestamps, non-decreasing
+        offsets, all inside ``[base_offset, next_offset)`` when that is known."""
+        if self._torn:
+            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self.entry_size}")
+        ts, rel = self._ts, self._rel
+        if not ts:
+            return
+        if rel[0] < 0 or ts[0] < 0:
+            raise CorruptIndexError(f"{self.path}: negative first entry")
+        if next_offset is not None and self.base_offset + rel[-1] >= max(next_offset, self.base_offset + 1):
+            raise CorruptIndexError(f"{self.path}: last entry offset beyond the segment's end {next_offset}")
+        if len(ts) > 1 and not (_strictly_increasing(ts) and _non_decreasing(rel)):
+            raise CorruptIndexError(f"{self.path}: entries are out of order")
+
+    def create(self) -> None:
+        self._file.create()
+
+    def flush(self, fsync: bool = True) -> None:
+        self._file.flush(fsync)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rename(self, new_path: str) -> None:
+        self._file.rename(new_path)
+
+    def delete(self) -> None:
+        self._file.delete()
+
+
+def _strictly_increasing(a: array) -> bool:
+    # C-speed: a sorted copy equal to the original, and no two equal neighbours (a set is as long)
+    return a.tolist() == sorted(a) and len(set(a)) == len(a)
+
+
+def _non_decreasing(a: array) -> bool:
+    return a.tolist() == sorted(a)

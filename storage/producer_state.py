@@ -1,0 +1,474 @@
+"""Idempotent/transactional producer state of one partition: Kafka's ProducerStateManager.
+
+Per producer id the manager keeps the producer epoch, the metadata of its last
+``max_batches_per_producer`` (5, Kafka's max.in.flight limit for idempotence) data batches
+``(first_seq, last_seq, first_offset, last_offset, timestamp)``, the coordinator epoch of its last
+transaction marker, the first offset of its open transaction, and the broker time of its last append
+(for ``producer.id.expiration.ms``).
+
+Use by the owning Log:
+
+- Leader append: ``check(header)`` for each batch *before* writing (returns the original
+  ``(first_offset, last_offset)`` of a duplicate -- nothing must be written -- or None; raises
+  ``InvalidProducerEpochError`` / ``OutOfOrderSequenceNumberError`` / ``InvalidTxnStateError`` /
+  ``TransactionCoordinatorFencedError``), then ``update(header, now_ms, buf, pos)`` for each batch
+  *after* writing, with the assigned offsets in ``header``. ``check`` sees the state as of the last
+  ``update``: a Log appending several batches of one producer in a single call must check and update
+  them one by one (Kafka clients send one batch per partition per request, so this is rare).
+- Follower append and recovery replay: ``update`` only (no checks, like Kafka's REPLICATION origin).
+- Open / recovery: ``replay_from = load(log_start_offset, log_end_offset, now_ms)``, then ``update``
+  for every batch in ``[replay_from, log_end_offset)``, passing the batch's ``max_timestamp`` as time.
+- Segment roll / close: ``take_snapshot(log_end_offset)``; log start moved / segments deleted:
+  ``delete_snapshots_below(offset)``; truncation: ``truncate(offset, log_start_offset)`` then replay;
+  ``truncate_fully_and_start_at(offset)``; high watermark moved: ``on_high_watermark_updated(hw)``.
+
+Sequence rules (Kafka >= 2.5, KIP-360), checked in this order:
+  1. producer id -1 (non-idempotent batch): no checks, no state.
+  2. unknown producer id: accepted with any epoch and any sequence. After retention/DeleteRecords
+     removed all of a producer's batches its state may be gone, so a non-zero sequence is legal.
+  3. epoch < known epoch: ``InvalidProducerEpochError``.
+  4. same epoch and ``(base_seq, last_seq)`` equal to one of the cached batches: duplicate.
+  5. higher epoch: the first sequence must be 0, else ``OutOfOrderSequenceNumberError``.
+  6. same epoch: ``base_seq`` must be ``last_seq + 1`` (0 after 2**31-1), else
+     ``OutOfOrderSequenceNumberError``; a known producer with no cached data batch (only markers)
+     must start at 0.
+Transactions: the first transactional data batch of a producer opens its transaction at that batch's
+base offset; a COMMIT/ABORT control batch closes it (``update`` returns a ``CompletedTxn`` for the
+transaction index). A closed transaction stays "unreplicated" -- still unstable -- until the high
+watermark passes its marker. ``first_unstable_offset`` is the smallest first offset of all open or
+unreplicated transactions; the last stable offset is ``min(first_unstable_offset, high_watermark)``.
+
+Snapshot file ``<offset:020d>.snapshot`` (state after every batch below ``offset``), big-endian::
+
+    snapshot := version:int16 (=1) crc:uint32 count:int32 entry{count}
+                -- crc: CRC-32C of every byte after the crc field
+    entry    := producer_id:int64 producer_epoch:int16 coordinator_epoch:int32
+                last_timestamp:int64 txn_first_offset:int64 (-1: no open transaction)
+                batch_count:int8 batch{batch_count}
+    batch    := first_seq:int32 last_seq:int32 first_offset:int64 last_offset:int64 timestamp:int64
+
+Unlike Kafka (which keeps only the last batch) all cached batches are stored, so duplicate detection
+survives a restart. Written to ``<name>.tmp``, fsynced, renamed, directory fsynced. A snapshot that fails
+its length or CRC check is logged, deleted and the next older one is tried.
+
+Concurrency: not thread-safe. Only the owning Log (driven by its single replica actor) calls it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections import deque
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from storage.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
+from storage.records import (
+    CONTROL_ABORT,
+    NO_PRODUCER_EPOCH,
+    NO_SEQUENCE,
+    BatchHeader,
+    RecordBatch,
+    parse_control_record,
+)
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 0x7FFFFFFF
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (1 day)
+_SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
+
+SNAP_HEADER = struct.Struct(">hIi")       # version, crc, count
+SNAP_ENTRY = struct.Struct(">qhiqqb")     # pid, epoch, coordinator epoch, last ts, txn first offset, n
+SNAP_BATCH = struct.Struct(">iiqqq")      # first seq, last seq, first offset, last offset, timestamp
+_CRC_FROM = 6                             # bytes after version (2) + crc (4)
+
+
+class CorruptSnapshotError(ValueError):
+    """A producer snapshot failed its checks (internal; logged and the file discarded)."""
+
+
+class BatchMetadata(NamedTuple):
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction closed by a marker at ``last_offset`` (the marker's offset), for the txn index."""
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+
+
+class ProducerStateEntry:
+    __slots__ = ("producer_id", "producer_epoch", "batches", "coordinator_epoch", "last_timestamp",
+                 "current_txn_first_offset")
+
+    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH, coordinator_epoch: int = -1,
+                 last_timestamp: int = -1, current_txn_first_offset: int | None = None, batches=(),
+                 max_batches: int = 5):
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.batches: deque[BatchMetadata] = deque(batches, maxlen=max_batches)
+        self.coordinator_epoch = coordinator_epoch
+        self.last_timestamp = last_timestamp
+        self.current_txn_first_offset = current_txn_first_offset
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def first_seq(self) -> int:
+        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def _set_epoch(self, epoch: int) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()  # sequences restart with a new epoch
+            self.producer_epoch = epoch
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ProducerStateEntry) and self._key() == other._key()
+
+    def _key(self):
+        return (self.producer_id, self.producer_epoch, list(self.batches), self.coordinator_epoch,
+                self.last_timestamp, self.current_txn_first_offset)
+
+    def __repr__(self) -> str:
+        return (f"ProducerStateEntry(pid={self.producer_id}, epoch={self.producer_epoch}, "
+                f"batches={list(self.batches)}, coordinator_epoch={self.coordinator_epoch}, "
+                f"last_ts={self.last_timestamp}, txn_first_offset={self.current_txn_first_offset})")
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def _control_of(header: BatchHeader, buf, pos: int) -> tuple[int, int] | None:
+    """(control_type, coordinator_epoch) of a control batch; None for an empty (cleaned) one."""
+    if header.records_count == 0:
+        return None
+    if buf is None:
+        raise ValueError("a control batch needs its bytes (buf, pos) to read the marker")
+    records = RecordBatch(buf, pos, header=header).records()
+    if not records:
+        raise InvalidRecordError(f"control batch at offset {header.base_offset} has no record")
+    return parse_control_record(records[0])
+
+
+def snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def encode_snapshot(entries) -> bytes:
+    parts = []
+    n = 0
+    for e in entries:
+        txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+        parts.append(SNAP_ENTRY.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.last_timestamp,
+                                     txn, len(e.batches)))
+        parts.extend(SNAP_BATCH.pack(*b) for b in e.batches)
+        n += 1
+    body = struct.pack(">i", n) + b"".join(parts)
+    return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(body)) + body
+
+
+def decode_snapshot(data: bytes, max_batches: int = 5) -> list[ProducerStateEntry]:
+    if len(data) < SNAP_HEADER.size:
+        raise CorruptSnapshotError(f"{len(data)} bytes, shorter than the header")
+    version, crc, count = SNAP_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"unsupported snapshot version {version}")
+    if crc32c(memoryview(data)[_CRC_FROM:]) != crc:
+        raise CorruptSnapshotError("CRC mismatch")
+    if count < 0:
+        raise CorruptSnapshotError(f"negative entry count {count}")
+    pos = SNAP_HEADER.size
+    out = []
+    try:
+        for _ in range(count):
+            pid, epoch, coord, ts, txn, nb = SNAP_ENTRY.unpack_from(data, pos)
+            pos += SNAP_ENTRY.size
+            if nb < 0:
+                raise CorruptSnapshotError(f"negative batch count for producer {pid}")
+            batches = []
+            for _ in range(nb):
+                batches.append(BatchMetadata(*SNAP_BATCH.unpack_from(data, pos)))
+                pos += SNAP_BATCH.size
+            out.append(ProducerStateEntry(pid, epoch, coord, ts, None if txn < 0 else txn,
+                                          batches[-max_batches:], max_batches))
+    except struct.error:
+        raise CorruptSnapshotError("truncated entry") from None
+    if pos != len(data):
+        raise CorruptSnapshotError(f"{len(data) - pos} trailing bytes")
+    return out
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ProducerStateManager:
+    """Producer id -> ProducerStateEntry for one partition log in ``log_dir``."""
+
+    def __init__(self, log_dir: str, max_batches_per_producer: int = 5,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+        if max_batches_per_producer < 1:
+            raise ValueError("max_batches_per_producer must be >= 1")
+        self.log_dir = log_dir
+        self.max_batches = max_batches_per_producer
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self._unreplicated: dict[int, CompletedTxn] = {}  # marker offset -> closed, not yet under the HW
+        self.map_end_offset = 0  # state reflects every batch below this offset
+
+    # ------------------------------------------------------------------ queries
+    def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self.producers.get(producer_id)
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """``{producer_id: first_offset}`` of open transactions, by first offset."""
+        open_ = [(e.current_txn_first_offset, pid) for pid, e in self.producers.items()
+                 if e.current_txn_first_offset is not None]
+        return {pid: first for first, pid in sorted(open_)}
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an open or not-yet-replicated transaction, None when all is stable."""
+        firsts = [e.current_txn_first_offset for e in self.producers.values()
+                  if e.current_txn_first_offset is not None]
+        firsts.extend(t.first_offset for t in self._unreplicated.values())
+        return min(firsts) if firsts else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        fuo = self.first_unstable_offset
+        return high_watermark if fuo is None else min(fuo, high_watermark)
+
+    # ------------------------------------------------------------------ append path
+    def check(self, header: BatchHeader, buf=None, pos: int = 0) -> tuple[int, int] | None:
+        """Validate a leader append of ``header``'s batch against the state (see module docstring)."""
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        entry = self.producers.get(pid)
+        if entry is None:
+            return None
+        epoch = header.producer_epoch
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {epoch} of producer {pid} at offset {header.base_offset} is smaller than the last "
+                f"seen epoch {entry.producer_epoch}")
+        if header.is_control:
+            control = _control_of(header, buf, pos) if buf is not None else None
+            if control is not None and control[1] < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"coordinator epoch {control[1]} of marker for producer {pid} is older than "
+                    f"{entry.coordinator_epoch}")
+            return None
+        first_seq, last_seq = header.base_sequence, header.last_sequence
+        dup = entry.find_duplicate(epoch, first_seq, last_seq)
+        if dup is not None:
+            return dup.first_offset, dup.last_offset
+        if epoch != entry.producer_epoch:
+            if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceNumberError(
+                    f"invalid sequence {first_seq} for the new epoch {epoch} of producer {pid} "
+                    f"(current epoch {entry.producer_epoch}): a new epoch starts at 0")
+        elif not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceNumberError(
+                f"out of order sequence for producer {pid}: {first_seq} (incoming), {entry.last_seq} "
+                f"(current end sequence), epoch {epoch}")
+        if entry.current_txn_first_offset is not None and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"non-transactional write from producer {pid} while its transaction from offset "
+                f"{entry.current_txn_first_offset} is open")
+        return None
+
+    def update(self, header: BatchHeader, append_time_ms: int, buf=None, pos: int = 0) -> CompletedTxn | None:
+        """Apply an appended batch (offsets assigned). Control batches need ``buf``/``pos`` for their
+        marker. ``append_time_ms`` < 0 means "use the batch's max timestamp". Returns the transaction a
+        marker closed (None for data batches, non-idempotent batches and empty markers)."""
+        if header.next_offset > self.map_end_offset:
+            self.map_end_offset = header.next_offset
+        pid = header.producer_id
+        if pid < 0:
+            return None
+        ts = append_time_ms if append_time_ms >= 0 else header.max_timestamp
+        entry = self.producers.get(pid)
+        if header.is_control:
+            control = _control_of(header, buf, pos)
+            if control is None:  # an empty marker batch: the cleaner removed its transaction
+                return None
+            if entry is None:
+                entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
+            control_type, coordinator_epoch = control
+            completed = None
+            if entry.current_txn_first_offset is not None:
+                completed = CompletedTxn(pid, entry.current_txn_first_offset, header.base_offset,
+                                         control_type == CONTROL_ABORT)
+                self._unreplicated[header.base_offset] = completed
+            entry._set_epoch(header.producer_epoch)
+            entry.coordinator_epoch = coordinator_epoch
+            entry.current_txn_first_offset = None
+            entry.last_timestamp = ts
+            return completed
+        if entry is None:
+            entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
+        entry._set_epoch(header.producer_epoch)
+        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
+                                           header.last_offset, header.max_timestamp))
+        entry.last_timestamp = ts
+        if header.is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = header.base_offset
+        return None
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Closed transactions whose marker is below the high watermark become stable."""
+        for marker in [m for m in self._unreplicated if m < high_watermark]:
+            del self._unreplicated[marker]
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Forget producers idle for ``producer_id_expiration_ms`` with no open transaction."""
+        expired = [pid for pid, e in self.producers.items() if self._is_expired(e, now_ms)]
+        for pid in expired:
+            del self.producers[pid]
+        return expired
+
+    def _is_expired(self, e: ProducerStateEntry, now_ms: int) -> bool:
+        return e.current_txn_first_offset is None and now_ms - e.last_timestamp >= self.producer_id_expiration_ms
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_offsets(self) -> list[int]:
+        out = []
+        for name in os.listdir(self.log_dir):
+            m = _SNAPSHOT_RE.match(name)
+            if m:
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    @property
+    def latest_snapshot_offset(self) -> int | None:
+        offsets = self.snapshot_offsets()
+        return offsets[-1] if offsets else None
+
+    def _snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.log_dir, snapshot_file_name(offset))
+
+    def take_snapshot(self, offset: int | None = None) -> str:
+        """Write the state (which must cover exactly the batches below ``offset``, default
+        ``map_end_offset``) to ``<offset:020d>.snapshot`` atomically; returns the path."""
+        if offset is None:
+            offset = self.map_end_offset
+        if offset != self.map_end_offset:
+            log.warning("%s: producer snapshot at %d but the state covers batches below %d",
+                        self.log_dir, offset, self.map_end_offset)
+        data = encode_snapshot(self.producers[pid] for pid in sorted(self.producers))
+        path = self._snapshot_path(offset)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.log_dir)
+        return path
+
+    def read_snapshot(self, offset: int) -> list[ProducerStateEntry]:
+        with open(self._snapshot_path(offset), "rb") as f:
+            return decode_snapshot(f.read(), self.max_batches)
+
+    def _delete_snapshot(self, offset: int) -> None:
+        try:
+            os.remove(self._snapshot_path(offset))
+        except FileNotFoundError:
+            pass  # already gone: deleting is idempotent
+
+    def _remove_tmp_files(self) -> None:
+        for name in os.listdir(self.log_dir):
+            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+                os.remove(os.path.join(self.log_dir, name))
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for o in self.snapshot_offsets():
+            if o < offset:
+                self._delete_snapshot(o)
+
+    def _reset(self, offset: int) -> None:
+        self.producers.clear()
+        self._unreplicated.clear()
+        self.map_end_offset = offset
+
+    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None) -> int:
+        """Rebuild the state from the latest valid snapshot at or below ``log_end_offset``; returns the
+        offset from which the Log must replay its batches through ``update`` up to its end. Snapshots
+        above the end are deleted (they describe truncated data), corrupt ones are logged and deleted.
+        With ``now_ms``, expired producers are dropped. No usable snapshot: empty state, replay from
+        ``log_start_offset``."""
+        self._remove_tmp_files()
+        for o in self.snapshot_offsets():
+            if o > log_end_offset:
+                self._delete_snapshot(o)
+        for o in reversed(self.snapshot_offsets()):
+            try:
+                entries = self.read_snapshot(o)
+            except (CorruptSnapshotError, OSError) as e:
+                log.warning("%s: producer snapshot %s is unusable (%s); deleting it",
+                            self.log_dir, snapshot_file_name(o), e)
+                self._delete_snapshot(o)
+                continue
+            self._reset(max(o, log_start_offset))
+            for e in entries:
+                if now_ms is None or not self._is_expired(e, now_ms):
+                    self.producers[e.producer_id] = e
+            return self.map_end_offset
+        self._reset(log_start_offset)
+        return log_start_offset
+
+    def truncate(self, offset: int, log_start_offset: int = 0, now_ms: int | None = None) -> int:
+        """The log was truncated to ``offset``: snapshots above it go (one exactly at ``offset`` still
+        describes the remaining log and stays); if the state covered batches at or above ``offset`` it is
+        reloaded. Returns the offset from which the Log replays up to ``offset`` (``offset`` itself when
+        nothing is to replay)."""
+        for o in self.snapshot_offsets():
+            if o > offset:
+                self._delete_snapshot(o)
+        if self.map_end_offset <= offset:
+            return offset
+        return self.load(log_start_offset, offset, now_ms)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """The whole log was replaced by an empty one starting at ``offset``."""
+        for o in self.snapshot_offsets():
+            self._delete_snapshot(o)
+        self._reset(offset)
