@@ -158,6 +158,7 @@ class DelayedFetch(DelayedOperation):
         return _err(E.NotLeaderOrFollowerError("replica stopped"), **_FETCH_ERR)
 
 
+@ray.remote
 class ReplicaActor:
     def __init__(self, cluster: str, topic: str, partition: int, topic_id, broker_id: int,
                  log_dir: str, config_props: dict | None = None):
@@ -230,6 +231,10 @@ class ReplicaActor:
         self._cancel_alter()
         previous = self._leader if self.role == LEADER else None
         self.role = LEADER
+        if self.leader_epoch > self.log.latest_epoch:
+            # Kafka's maybeAssignEpochStartOffset: followers asking about older epochs learn where
+            # they ended even before this leader's first append
+            self.log.epoch_cache.assign(self.leader_epoch, self.log.log_end_offset)
         self._leader = LeaderState.start(self.broker_id, self.leader_epoch, self.partition_epoch,
                                          self.isr, self.replicas, self.log.log_end_offset, now_ms(),
                                          previous)
@@ -365,16 +370,7 @@ class ReplicaActor:
 
     # ---- fetch ------------------------------------------------------------------------------------
     def _fetchable_end(self, isolation_level: int) -> int:
-        hw = self.log.high_watermark
-        if isolation_level == 1:
-            return min(hw, self._first_unstable_offset(hw))
-        return hw
-
-    def _first_unstable_offset(self, default: int) -> int:
-        fuo = getattr(self.log, "first_unstable_offset", None)
-        if callable(fuo):
-            fuo = fuo()
-        return default if fuo is None or fuo < 0 else fuo
+        return self.log.last_stable_offset if isolation_level == 1 else self.log.high_watermark
 
     def _read(self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int,
               epoch: int) -> dict:
@@ -385,7 +381,7 @@ class ReplicaActor:
                 raise err
             lg = self.log
             hw = lg.high_watermark
-            lso = min(hw, self._first_unstable_offset(hw))
+            lso = lg.last_stable_offset
             if replica_id >= 0:
                 end = None  # followers read up to the LEO
             else:
@@ -618,12 +614,12 @@ class ReplicaActor:
         if records:
             info = lg.append_as_follower(records)
             self._marks.record(lg.log_end_offset, info.valid_bytes)
-        leader_start = resp.get("log_start_offset", -1)
-        if leader_start > lg.log_start_offset and hasattr(lg, "delete_records"):
-            lg.delete_records(min(leader_start, lg.log_end_offset))
         hw = min(resp["high_watermark"], lg.log_end_offset)
         if hw > lg.high_watermark:
             lg.update_high_watermark(hw)
+        leader_start = min(resp.get("log_start_offset", -1), lg.high_watermark)
+        if leader_start > lg.log_start_offset:  # retention / DeleteRecords on the leader
+            lg.delete_records(leader_start)
         self._follower_error = None
 
     def _out_of_range(self, resp: dict) -> None:
@@ -698,10 +694,9 @@ class ReplicaActor:
                 if self.role == LEADER:
                     self._maybe_shrink_isr()
                 t = now_ms()
-                flush_ms = self.config.flush_ms
-                if flush_ms is not None and flush_ms < 2**62 and t - self._last_flush_ms >= flush_ms:
-                    self.log.flush()
+                if t - self._last_flush_ms >= conf["log.flush.scheduler.interval.ms"]:
                     self._last_flush_ms = t
+                    self.log.maybe_flush(t)  # flush.ms / flush.messages policy of the Log
                 if t - self._last_retention_ms >= conf["log.retention.check.interval.ms"]:
                     self._last_retention_ms = t
                     self.log.delete_old_segments(t)

@@ -205,7 +205,7 @@ def main(argv=None) -> dict:
     root = tempfile.mkdtemp(prefix="rafka-bench-")
     cluster = "bench" + str(os.getpid())
     t0 = time.perf_counter()
-    ray.init(namespace="rafka", include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", namespace="rafka", include_dashboard=False, log_to_driver=False,
              configure_logging=False, num_cpus=2)
     ray_init_s = time.perf_counter() - t0
     setup = (DirectSetup if args.direct else ClusterSetup)(cluster, root)

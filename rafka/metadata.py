@@ -53,8 +53,17 @@ def kv_get(cluster: str, key: str) -> Any:
 
 
 def kv_list(cluster: str, prefix: str) -> list[str]:
+    """Keys under ``prefix``. Ray 2.60 lists keys of a namespace holding ':' (ours, ``rafka:{cluster}``)
+    with the namespace's part after its first ':' still in front (``"{cluster}:brokers/0"``): strip it."""
     keys = _kv()._internal_kv_list(prefix, namespace=kv_namespace(cluster))
-    return sorted(k.decode() if isinstance(k, bytes) else k for k in keys)
+    junk = f"{cluster}:"
+    out = []
+    for k in keys:
+        k = k.decode() if isinstance(k, bytes) else k
+        if not k.startswith(prefix) and k.startswith(junk):
+            k = k[len(junk):]
+        out.append(k)
+    return sorted(out)
 
 
 class TopicMetadata:

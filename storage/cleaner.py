@@ -68,8 +68,6 @@ from storage.records import (
     BatchHeader,
     RecordBatch,
     RecordBatchBuilder,
-    _ZZ1,
-    _ZZ2,
     crc_ok,
     decode_varint,
     parse_control_record,
@@ -81,12 +79,16 @@ SEGMENT_EXTENSIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 INT32_MAX = 0x7FFFFFFF
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
+# zigzag values of 1-byte varints (_ZZ1[b0]) and 2-byte varints (_ZZ2[b0][b1], b0 >= 128)
+_ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
+_ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
+                       for b0 in range(128, 256)]
 
 
 @dataclass
 class CleanerStats:
     """What one ``compact_log`` pass did. ``replacements``: ``(new_segment, old_segments)`` per group
-    swapped in, in offset order (the Log swaps its in-memory segment list accordingly)."""
+    handed to ``replace_segments``, in offset order."""
 
     segments_cleaned: int = 0
     groups_swapped: int = 0
@@ -399,7 +401,7 @@ class _Compaction:
         if not cleanable:
             return stats
         stats.first_offset = cleanable[0].base_offset
-        stats.end_offset = cleanable[-1].next_offset
+        stats.end_offset = self.segments[len(cleanable)].base_offset  # the next segment starts there
         stats.segments_cleaned = len(cleanable)
         self.build_offset_map(cleanable)
         kept_offsets = sorted(self.map.values())

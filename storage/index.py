@@ -24,6 +24,8 @@ load lazily: the segment builds these objects on first use.
 A lookup on a sparse index gives a *lower bound* position: the caller scans batch headers forward from it.
 An index that fails ``sanity_check`` (torn entry, non-monotonic entries, offsets outside the segment)
 raises ``CorruptIndexError``; the segment then rebuilds both indexes from its log (``truncate`` + append).
+A damaged entry that still looks ordered is caught when used: the segment checks that the batch at the
+entry's position ends at the entry's offset, and rebuilds on a mismatch.
 
 Concurrency: none. A segment's single owner (the Log, driven by one replica actor) calls these.
 """

@@ -140,7 +140,15 @@ class LogSegment:
                 h = self._header_at(pos)
                 if h is None or h.base_offset + h.last_offset_delta != off:
                     raise CorruptIndexError(f"{oi.path}: last entry ({off}, {pos}) does not match the log")
+            if not oi.entries and self._size > self.index_interval_bytes:
+                for p, h in self.iter_headers(0):  # a batch this far in must have been indexed
+                    if p > self.index_interval_bytes:
+                        raise CorruptIndexError(f"{oi.path}: empty, but the log has a batch at {p}")
             ti.sanity_check(None if self._next_offset is None else self._next_offset)
+            if oi.entries and not ti.entries:
+                h = self._header_at(oi.entry(oi.entries - 1)[1])
+                if h is not None and h.max_timestamp >= 0:
+                    raise CorruptIndexError(f"{ti.path}: empty, but indexed batches have timestamps")
             if ti.entries and ti.last_entry()[1] > oi.last_offset and self._size:
                 last = self._last_header(oi.lookup(ti.last_entry()[1])[1])
                 if last is None or ti.last_entry()[1] > last.base_offset + last.last_offset_delta:
@@ -221,8 +229,9 @@ class LogSegment:
 
     def _ensure_max_ts(self) -> None:
         if self._max_ts is None:
-            ts, off = self.time_index.last_entry()
-            self._max_ts, self._offset_of_max_ts = ts, off
+            ti = self.time_index  # loading it may rebuild the indexes, which computes the maximum
+            if self._max_ts is None:
+                self._max_ts, self._offset_of_max_ts = ti.last_entry()
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -244,11 +253,26 @@ class LogSegment:
         return os.fstat(self._fd).st_mtime_ns // 1_000_000
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, BatchHeader] | None:
-        """``(position, header)`` of the first batch whose last offset is >= ``offset``, or None."""
-        pos = max(self.offset_index.lookup(offset)[1], start_position)
-        for p, h in self.iter_headers(pos):
-            if h[0] + h[6] >= offset:
-                return p, h
+        """``(position, header)`` of the first batch whose last offset is >= ``offset``, or None.
+
+        The batch at the index entry used must carry the entry's offset: an index entry that does not
+        (a corrupt index that passed the sanity check) makes the segment rebuild its indexes, once."""
+        for attempt in (0, 1):
+            entry_offset, entry_pos = self.offset_index.lookup(offset)
+            pos = max(entry_pos, start_position)
+            try:
+                for p, h in self.iter_headers(pos):
+                    if p == entry_pos and entry_pos and h[0] + h[6] != entry_offset:
+                        raise CorruptIndexError(f"{self.index_path}: entry ({entry_offset}, {entry_pos}) "
+                                                f"names a batch ending at {h[0] + h[6]}")
+                    if h[0] + h[6] >= offset:
+                        return p, h
+                return None
+            except (CorruptIndexError, CorruptMessageError) as e:
+                if attempt or entry_pos == 0:
+                    raise CorruptMessageError(f"segment {self.log_path}: {e}") from None
+                log.warning("segment %s: %s; rebuilding the indexes", self.log_path, e)
+                self.rebuild_indexes()
         return None
 
     def _first_batch_timestamp(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from storage import cleaner
@@ -361,21 +361,24 @@ def test_crash_mid_swap_recovers(logdir, stage):
 
 
 # ---------------------------------------------------------------------------- model-based
+_put = st.tuples(st.just("put"), st.integers(0, 5), st.integers(1, 3))
 ops = st.lists(st.one_of(
-    st.tuples(st.just("put"), st.integers(0, 5), st.integers(1, 3)),
+    _put, _put, _put,
+    st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
     st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
     st.tuples(st.just("roll"), st.just(0), st.just(0)),
-    st.tuples(st.just("compact"), st.integers(0, 1500), st.just(0)),
-), min_size=1, max_size=30)
+    st.tuples(st.just("compact"), st.integers(0, 2500), st.just(0)),
+), min_size=5, max_size=50)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=ops)
 def test_matches_dict_model(tmp_path_factory, ops):
     d = str(tmp_path_factory.mktemp("log"))
     log = Log(d, config(delete_retention_ms=1000, segment_bytes=600), now_ms=T0)
     written = {}  # offset -> (key, value): everything ever appended
     latest = {}  # key -> offset of its latest record
+    horizon = {}  # tombstone offset -> its delete horizon, from the first pass that kept it
     now = T0
     for op, a, b in ops:
         if op in ("put", "del"):
@@ -391,6 +394,8 @@ def test_matches_dict_model(tmp_path_factory, ops):
             now += a
             log.update_high_watermark(log.log_end_offset)
             stats = log.compact(now)
+            event(f"records removed: {stats.records_kept < stats.records_read}")
+            event(f"tombstones expired: {stats.tombstones_removed > 0}")
             got = [(r.offset, r.key, r.value) for r in records(log)]
             offsets = [o for o, _, _ in got]
             assert offsets == sorted(set(offsets))
@@ -402,10 +407,61 @@ def test_matches_dict_model(tmp_path_factory, ops):
                     assert o in got_offsets
             cleaned = [(o, k) for o, k, _ in got if o < stats.end_offset]
             assert len({k for _, k in cleaned}) == len(cleaned)  # one record per key in the cleaned range
+            end = stats.end_offset  # the map covers only the cleaned range: latest below its end
             for o, k in cleaned:
-                assert latest[k] == o
+                assert o == max(x for x, (kk, _) in written.items() if kk == k and x < end)
             assert all(o in got_offsets for o in written if o >= stats.end_offset)  # tail untouched
+            for o, k, v in got:
+                if v is None and o < end:
+                    assert now < horizon.setdefault(o, now + 1000)  # kept only before its horizon
+            for o, h in horizon.items():
+                if o in got_offsets:
+                    assert now < h
+                elif latest[written[o][0]] == o:
+                    assert now >= h  # the key's tombstone went: only after the horizon
     log.close()
     reopened = Log(d, config(delete_retention_ms=1000, segment_bytes=600), now_ms=now)
     assert reopened.log_end_offset == (max(written) + 1 if written else 0)
     reopened.close()
+
+
+def test_commit_marker_lifecycle_after_its_data_is_gone(logdir):
+    log = Log(logdir, config(delete_retention_ms=1000), now_ms=T0)
+    put(log, [(b"a", b"txn")], pid=8, epoch=0, seq=0, txn=True)  # 0
+    marker(log, CONTROL_COMMIT, 8)                                # 1
+    put(log, [(b"a", b"plain")])                                  # 2 supersedes the txn's record
+    ready(log)
+    log.producer_state.producer_id_expiration_ms = 0
+    assert log.producer_state.remove_expired_producers(T0) == [8]  # no longer an active producer
+    log.compact(T0)  # the txn's batch goes; its marker stays this pass (a batch of it was seen)
+    assert [(h.base_offset, h.is_control, h.has_delete_horizon) for h, _ in batches(log)] == [
+        (1, True, False), (2, False, False)]
+    log.compact(T0 + 10)  # no data of the txn left: the marker gets its delete horizon
+    hs = [h for h, _ in batches(log)]
+    assert hs[0].is_control and hs[0].delete_horizon_ms == T0 + 1010
+    assert RecordBatch(batches(log)[0][1], 0).records()[0].key == b"\x00\x00\x00\x01"  # still COMMIT
+    log.compact(T0 + 1009)
+    assert len(batches(log)) == 2
+    stats = log.compact(T0 + 1010)
+    assert stats.markers_removed == 1
+    assert [(h.base_offset, h.is_control) for h, _ in batches(log)] == [(2, False)]
+    log.close()
+
+
+def test_key_scanner_matches_the_record_decoder():
+    from storage.records import decode_records, parse_header
+    big_key = b"K" * 200  # 2-byte key length
+    b = RecordBatchBuilder(base_offset=0, batch_size=1 << 30)
+    for i in range(9000):  # offset deltas up to 3 bytes; timestamps deltas of several bytes
+        assert b.append(T0 + i * 1_000_003, big_key + b"%d" % (i % 50) if i % 3 else b"k%d" % i,
+                        None if i % 7 == 0 else b"v", (("h", b"x"),) if i % 5 == 0 else ())
+    for compression in (NONE, ZSTD):
+        b.compression_type = compression
+        data = b.build()
+        h = parse_header(data)
+        m: dict = {}
+        cleaner._scan_keys(h, data, m)
+        expected = {}
+        for r in decode_records(data):
+            expected[r.key] = r.offset
+        assert m == expected

@@ -146,7 +146,7 @@ def test_sequence_wraps_at_int32_max(psm):
     assert psm.last_entry(1).last_seq == INT32_MAX
     assert a.append(1, 0, 0) == ("ok", (2, 2))
     # a batch straddling the wrap: last_seq wraps too
-    a2 = Appender(ProducerStateManager(psm.log_dir + "/..", 5))
+    a2 = Appender(ProducerStateManager(psm.log_dir))
     a2.append(2, 0, INT32_MAX - 1, 4)
     assert a2.psm.last_entry(2).last_seq == 1
     assert a2.append(2, 0, INT32_MAX - 1, 4) == ("dup", (0, 3))
@@ -250,18 +250,15 @@ def test_snapshot_round_trip(psm, tmp_path):
 
 
 def test_snapshot_codec_golden_and_corruption():
-    e = ProducerStateManager.__new__(ProducerStateManager)
-    from storage.producer_state import ProducerStateEntry
+    from storage.producer_state import CorruptSnapshotError, ProducerStateEntry
     entry = ProducerStateEntry(5, 1, 2, 3, None, [BatchMetadata(0, 0, 10, 10, 99)])
     data = encode_snapshot([entry])
     assert data[:2] == b"\x00\x01" and len(data) == 2 + 4 + 4 + 31 + 32
     assert decode_snapshot(data) == [entry]
-    from storage.producer_state import CorruptSnapshotError
     for bad in (data[:-1], data + b"\x00", data[:5], data[:10] + bytes([data[10] ^ 1]) + data[11:],
                 b"\x00\x02" + data[2:]):
         with pytest.raises(CorruptSnapshotError):
             decode_snapshot(bad)
-    del e
 
 
 def test_corrupt_latest_snapshot_falls_back_to_older(psm, tmp_path):

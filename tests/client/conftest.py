@@ -1,0 +1,35 @@
+"""Client tests run against real rafka clusters on the session's Ray (tests/conftest.py)."""
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import pytest
+
+import rafka
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def rafka_cluster(ray_cluster, tmp_path_factory):
+    """One 3-broker rafka cluster shared by the non-destructive client tests."""
+    cluster = rafka.LocalCluster(brokers=3, name="c" + uuid.uuid4().hex[:8],
+                                 data_dir=tmp_path_factory.mktemp("rafka-data"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def admin(rafka_cluster):
+    return rafka.Admin(rafka_cluster)
+
+
+@pytest.fixture
+def new_topic(admin):
+    """``new_topic(partitions, rf, **configs)`` -> a fresh topic name."""
+    def make(partitions: int = 1, rf: int = 1, **configs) -> str:
+        name = f"t{next(_names)}-{uuid.uuid4().hex[:6]}"
+        admin.create_topic(name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()})
+        return name
+    return make

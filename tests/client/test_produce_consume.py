@@ -1,0 +1,209 @@
+"""Producer and consumer against a real 3-broker cluster: placement, ordering, positions, offsets."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import rafka
+from rafka import TopicPartition
+from rafka.errors import KafkaTimeoutError, NoOffsetForPartitionError, OffsetOutOfRangeError, RecordTooLargeError
+from rafka.partitioner import partition_for_key
+
+pytestmark = pytest.mark.cluster
+
+
+def consume_all(cluster, topic, partitions, expected, timeout_s=30, **config):
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", **config)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got = {}
+    deadline = time.monotonic() + timeout_s
+    n = 0
+    while n < expected and time.monotonic() < deadline:
+        for tp, recs in c.poll(timeout_ms=500).items():
+            got.setdefault(tp.partition, []).extend(recs)
+            n += len(recs)
+    c.close()
+    return got
+
+
+def test_keyed_records_follow_murmur2_and_keep_per_key_order(rafka_cluster, new_topic):
+    topic = new_topic(3, 3, min_insync_replicas="2")
+    keys = [f"user-{i}".encode() for i in range(40)]
+    with rafka.Producer(rafka_cluster, linger_ms=2, batch_size=4096) as p:
+        futs = [(k, i, p.send(topic, value=b"%d" % i, key=k)) for i in range(2000) for k in [keys[i % 40]]]
+        p.flush()
+        mds = [(k, i, f.get(timeout=30)) for k, i, f in futs]
+    for k, _, md in mds:
+        assert md.partition == partition_for_key(k, 3)  # Kafka's Java client would pick the same
+    per_part = {}
+    for _, _, md in mds:
+        per_part.setdefault(md.partition, []).append(md.offset)
+    for offsets in per_part.values():  # dense, never reused
+        assert sorted(offsets) == list(range(len(offsets)))
+    got = consume_all(rafka_cluster, topic, 3, 2000)
+    assert sum(len(v) for v in got.values()) == 2000
+    for part, recs in got.items():
+        assert [r.offset for r in recs] == list(range(len(recs)))
+        by_key = {}
+        for r in recs:
+            assert partition_for_key(r.key, 3) == part
+            by_key.setdefault(r.key, []).append(int(r.value))
+        for seq in by_key.values():
+            assert seq == sorted(seq)  # per-key order as sent
+
+
+def test_values_headers_nulls_timestamps_and_callbacks(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    seen = []
+    with rafka.Producer(rafka_cluster, value_serializer=lambda v: v.encode(), key_serializer=str.encode) as p:
+        f1 = p.send(topic, "hello", key="k", headers=[("h", b"1"), ("n", None)], timestamp_ms=1234,
+                    callback=lambda md, exc: seen.append((md, exc)))
+        f2 = p.send(topic, None, key=None, headers={"only": b"x"})
+        md1, md2 = f1.get(10), f2.get(10)
+    assert (md1.offset, md1.timestamp, md1.serialized_key_size, md1.serialized_value_size) == (0, 1234, 1, 5)
+    assert md2.offset == 1 and md2.serialized_value_size == -1
+    assert seen and seen[0][0] == md1 and seen[0][1] is None
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest", value_deserializer=bytes.decode)
+    c.assign([TopicPartition(topic, 0)])
+    recs = []
+    while len(recs) < 2:
+        recs += c.poll(2000).get(TopicPartition(topic, 0), [])
+    assert (recs[0].key, recs[0].value, recs[0].timestamp, recs[0].headers) == \
+        (b"k", "hello", 1234, (("h", b"1"), ("n", None)))
+    assert (recs[1].key, recs[1].value, recs[1].headers) == (None, None, (("only", b"x"),))
+
+
+def test_null_keys_stick_to_a_partition_per_batch(rafka_cluster, new_topic):
+    topic = new_topic(3, 1)
+    with rafka.Producer(rafka_cluster, batch_size=1024, linger_ms=50) as p:
+        futs = [p.send(topic, b"x" * 100) for _ in range(300)]
+        p.flush()
+        parts = [f.get().partition for f in futs]
+    runs = 1 + sum(1 for a, b in zip(parts, parts[1:]) if a != b)
+    assert len(set(parts)) >= 2  # moved on after batches filled
+    assert runs <= len(parts) // 5  # ...but in runs of whole batches, not record by record
+
+
+def test_explicit_and_custom_partitioners(rafka_cluster, new_topic):
+    topic = new_topic(3, 1)
+    calls = []
+
+    def last_partition(topic_, key, all_parts, available):
+        calls.append((topic_, key, list(all_parts)))
+        return all_parts[-1]
+    with rafka.Producer(rafka_cluster, partitioner=last_partition) as p:
+        assert p.send(topic, b"a", key=b"k").get(10).partition == 2
+        assert p.send(topic, b"b", partition=0).get(10).partition == 0  # explicit wins
+        with pytest.raises(ValueError, match="invalid partition 7"):
+            p.send(topic, b"c", partition=7)
+    assert calls == [(topic, b"k", [0, 1, 2])]
+
+
+def test_send_errors_raise_at_once(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    with rafka.Producer(rafka_cluster, max_request_size=1000, max_block_ms=300) as p:
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            p.send(topic, b"x" * 2000)
+        t0 = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="not present in metadata after 300 ms"):
+            p.send("no-such-topic", b"x")
+        assert 0.25 < time.monotonic() - t0 < 5
+        with pytest.raises(TypeError, match="value_serializer"):
+            p.send(topic, {"a": 1})
+    with pytest.raises(rafka.errors.IllegalStateError):
+        p.send(topic, b"after close")
+    with pytest.raises(ValueError, match="unknown producer config 'lingerms'"):
+        rafka.Producer(rafka_cluster, lingerms=1)
+
+
+def test_seek_positions_offsets_and_times(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    tp = TopicPartition(topic, 0)
+    with rafka.Producer(rafka_cluster) as p:
+        for i in range(100):
+            p.send(topic, b"%d" % i, timestamp_ms=1_000_000 + i * 10)
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="latest")
+    c.assign([tp])
+    assert c.beginning_offsets([tp]) == {tp: 0}
+    assert c.end_offsets([tp]) == {tp: 100}
+    assert c.position(tp) == 100  # latest
+    assert c.poll(200) == {}
+    c.seek(tp, 42)
+    recs = c.poll(5000, max_records=5)[tp]
+    assert [r.offset for r in recs] == [42, 43, 44, 45, 46] and c.position(tp) == 47
+    c.seek_to_beginning(tp)
+    assert c.position(tp) == 0
+    assert c.poll(5000, max_records=1)[tp][0].value == b"0"
+    c.seek_to_end(tp)
+    assert c.position(tp) == 100
+    found = c.offsets_for_times({tp: 1_000_000 + 555, TopicPartition(topic, 0): 1_000_000 + 555})
+    assert found[tp].offset == 56 and found[tp].timestamp == 1_000_560
+    assert c.offsets_for_times({tp: 9_000_000})[tp] is None
+    c.seek(tp, c.offsets_for_times({tp: 1_000_000 + 990})[tp].offset)
+    assert [r.value for r in c.poll(5000)[tp]] == [b"99"]
+    c.close()
+
+
+def test_iteration_pause_resume(rafka_cluster, new_topic):
+    topic = new_topic(2, 1)
+    with rafka.Producer(rafka_cluster) as p:
+        for i in range(20):
+            p.send(topic, b"%d" % i, partition=i % 2)
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest", consumer_timeout_ms=1500)
+    t0, t1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    c.assign([t0, t1])
+    c.pause(t1)
+    assert c.paused() == {t1}
+    first = list(c)  # stops after 1.5 s without records
+    assert {(r.partition) for r in first} == {0} and len(first) == 10
+    c.resume(t1)
+    rest = list(c)
+    assert {(r.partition) for r in rest} == {1} and len(rest) == 10
+    assert c.position(t0) == 10 and c.position(t1) == 10
+
+
+def test_offset_reset_policies(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    tp = TopicPartition(topic, 0)
+    with rafka.Producer(rafka_cluster) as p:
+        for i in range(10):
+            p.send(topic, b"%d" % i)
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="none")
+    c.assign([tp])
+    with pytest.raises(NoOffsetForPartitionError):
+        c.poll(100)
+    c.seek(tp, 500)  # beyond the log end
+    with pytest.raises(OffsetOutOfRangeError):
+        for _ in range(20):
+            c.poll(500)
+    e = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
+    e.assign([tp])
+    e.seek(tp, 500)
+    recs = []
+    for _ in range(20):
+        recs += e.poll(500).get(tp, [])
+        if recs:
+            break
+    assert recs[0].offset == 0  # reset to the beginning
+
+
+def test_poll_prefetches_while_the_app_works(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    tp = TopicPartition(topic, 0)
+    with rafka.Producer(rafka_cluster, batch_size=65536) as p:
+        for i in range(30000):
+            p.send(topic, b"v" * 50)
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest", max_partition_fetch_bytes=200_000)
+    c.assign([tp])
+    total = len(c.poll(5000)[tp])
+    waits = []
+    while total < 30000:
+        time.sleep(0.02)  # the application's work; the next fetch is in flight meanwhile
+        t = time.monotonic()
+        recs = c.poll(5000).get(tp, [])
+        waits.append(time.monotonic() - t)
+        total += len(recs)
+    assert total == 30000
+    waits.sort()
+    assert waits[len(waits) // 2] < 0.01  # the median poll found its data already there

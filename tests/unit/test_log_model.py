@@ -1,0 +1,197 @@
+"""Model-based test: random appends (leader and follower), rolls, truncations, high watermark moves,
+DeleteRecords, retention, flushes and reopens (clean and after a crash) against an in-memory model of
+offset -> record, checking reads, offsets and timestamp lookups after every step."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from storage.errors import OffsetOutOfRangeError
+from storage.log import Log, LogConfig
+from storage.records import RecordBatchBuilder, decode_records
+
+CFG = LogConfig(segment_bytes=700, index_interval_bytes=150, retention_ms=-1)
+
+
+class LogMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="logmodel")
+        self.generation = 0
+        self.config = CFG
+        self.lg = Log(self._dir(), self.config, now_ms=0)
+        self.batches: list[tuple[int, list[tuple[int, int, bytes]]]] = []  # (base, [(offset, ts, value)])
+        self.leo = self.lso = self.hw = 0
+        self.epoch = 0
+        self.counter = 0
+
+    def _dir(self):
+        return os.path.join(self.root, f"g{self.generation}", "t-0")
+
+    def teardown(self):
+        self.lg.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ model helpers
+    def records(self, lo=0, hi=None):
+        hi = self.leo if hi is None else hi
+        return [(o, ts, v) for _, recs in self.batches for (o, ts, v) in recs if lo <= o < hi]
+
+    def _batch(self, timestamps, base_offset=0, epoch=-1):
+        b = RecordBatchBuilder(base_offset=base_offset, partition_leader_epoch=epoch)
+        values = []
+        for ts in timestamps:
+            self.counter += 1
+            v = b"r%d" % self.counter
+            b.append(ts, b"k", v)
+            values.append(v)
+        return b.build(), values
+
+    def _add(self, base, timestamps, values):
+        self.batches.append((base, [(base + i, ts, v) for i, (ts, v) in enumerate(zip(timestamps, values))]))
+        self.leo = base + len(values)
+
+    # ------------------------------------------------------------------ rules
+    @rule(timestamps=st.lists(st.integers(0, 1000), min_size=1, max_size=4))
+    def append_leader(self, timestamps):
+        data, values = self._batch(timestamps)
+        info = self.lg.append_as_leader(data, self.epoch, now_ms=0)
+        assert (info.first_offset, info.last_offset) == (self.leo, self.leo + len(values) - 1)
+        self._add(self.leo, timestamps, values)
+
+    @rule(timestamps=st.lists(st.integers(0, 1000), min_size=1, max_size=3))
+    def append_follower(self, timestamps):
+        data, values = self._batch(timestamps, base_offset=self.leo, epoch=self.epoch)
+        self.lg.append_as_follower(data, now_ms=0)
+        self._add(self.leo, timestamps, values)
+
+    @rule()
+    def bump_epoch(self):
+        self.epoch += 1
+
+    @rule()
+    def roll(self):
+        self.lg.roll(now_ms=0)
+
+    @rule(data=st.data())
+    def truncate(self, data):
+        target = data.draw(st.integers(self.lso, self.leo))
+        assert self.lg.truncate_to(target) == (target < self.leo)
+        removed = [b for b, recs in self.batches if recs[-1][0] >= target]  # a batch holding target goes whole
+        self.batches = [(b, recs) for b, recs in self.batches if recs[-1][0] < target]
+        if removed:
+            self.leo = removed[0]
+        self.hw = min(self.hw, self.leo)
+        self.lso = min(self.lso, self.leo)
+
+    @rule(gap=st.integers(0, 5))
+    def truncate_fully(self, gap):
+        start = self.leo + gap
+        self.lg.truncate_fully_and_start_at(start, now_ms=0)
+        self.batches, self.leo, self.lso, self.hw = [], start, start, start
+
+    @rule(data=st.data())
+    def update_hw(self, data):
+        self.hw = data.draw(st.integers(self.lso, self.leo))
+        assert self.lg.update_high_watermark(self.hw) == self.hw
+
+    @rule(data=st.data())
+    def delete_records(self, data):
+        target = data.draw(st.integers(self.lso, self.hw))
+        assert self.lg.delete_records(target) == max(self.lso, target)
+        self.lso = max(self.lso, target)
+
+    @rule(retention_bytes=st.integers(-1, 3000), retention_ms=st.integers(-1, 1500), now=st.integers(0, 2000))
+    def retention(self, retention_bytes, retention_ms, now):
+        self.config = LogConfig(segment_bytes=700, index_interval_bytes=150, retention_bytes=retention_bytes,
+                                retention_ms=retention_ms)
+        self.lg.update_config(self.config)
+        before_segments = [(s.base_offset, s.size) for s in self.lg.segments]
+        deleted = self.lg.delete_old_segments(now_ms=now)
+        new_lso = self.lg.log_start_offset
+        assert self.lso <= new_lso <= self.hw
+        assert new_lso == self.lso or new_lso == self.lg.segments[0].base_offset
+        if deleted and retention_ms < 0:  # only bytes (and the log start) can delete: never the active one
+            assert before_segments[-1][0] in [s.base_offset for s in self.lg.segments]
+        self.lso = new_lso
+
+    @rule()
+    def flush(self):
+        self.lg.flush(now_ms=0)
+        assert self.lg.recovery_point == self.leo
+
+    @rule()
+    def reopen_clean(self):
+        self.lg.close()
+        self.lg = Log(self.lg.dir, self.config, now_ms=0)
+        assert self.lg.high_watermark == self.hw
+
+    @rule()
+    def reopen_after_crash(self):
+        old = self.lg
+        self.generation += 1
+        os.makedirs(os.path.dirname(self._dir()))
+        shutil.copytree(old.dir, self._dir())  # what the OS holds: as after a process crash
+        old.close()
+        self.lg = Log(self._dir(), self.config, now_ms=0)
+        assert self.lso <= self.lg.high_watermark <= self.hw
+        self.hw = self.lg.high_watermark
+
+    @rule(ts=st.integers(-3, 1001))
+    def timestamp_lookup(self, ts):
+        got = self.lg.fetch_offset_by_timestamp(ts)
+        live = self.records(self.lso)
+        if ts == -2:
+            assert got[0] == self.lso
+        elif ts == -1:
+            assert got[0] == self.leo
+        elif ts == -3:
+            present = self.records(self.lg.segments[0].base_offset)
+            if not present or self.lso == self.leo:
+                assert got is None
+            else:
+                best = max(t for _, t, _ in present)
+                if got is None:  # only when every record with the largest timestamp is below the log start
+                    assert all(o < self.lso for o, t, _ in present if t == best)
+                else:
+                    assert got[1] == best and got[0] >= self.lso and (got[0], best) in [(o, t) for o, t, _ in live]
+        else:
+            expected = next(((o, t) for o, t, _ in live if t >= ts), None)
+            assert (got[:2] if got else None) == expected
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def offsets_match(self):
+        lg = self.lg
+        assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark) == (self.lso, self.leo, self.hw)
+
+    @invariant()
+    def reads_match(self):
+        got, off = [], self.lso
+        while off < self.leo:
+            r = self.lg.read(off, 500)
+            assert r.records, (off, self.leo)
+            got += [(x.offset, x.timestamp, x.value) for x in decode_records(r.records) if x.offset >= self.lso]
+            off = r.next_offset
+        assert got == self.records(self.lso)
+        upto = self.lg.read(self.lso, 10 ** 6, max_offset=self.hw) if self.lso < self.leo else None
+        if upto is not None:
+            visible = [x.offset for x in decode_records(upto.records) if x.offset >= self.lso]
+            whole = [o for _, recs in self.batches if recs[-1][0] < self.hw for o, _, _ in recs if o >= self.lso]
+            assert visible == whole
+        if self.lso > 0:
+            try:
+                self.lg.read(self.lso - 1, 100)
+            except OffsetOutOfRangeError:
+                pass
+            else:
+                raise AssertionError("read below the log start offset")
+
+
+LogMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestLogModel = LogMachine.TestCase
