@@ -299,10 +299,10 @@ class _AbstractSticky(AbstractPartitionAssignor):
     def member_data(self, sub: Subscription) -> tuple[list[TopicPartition], int]:
         raise NotImplementedError
 
-    def _owned(self, partitions_per_topic, subscriptions) -> tuple[dict[str, list[TopicPartition]], dict]:
+    def _owned(self, partitions_per_topic, subscriptions):
         """Valid prior ownership: per partition the claim of the highest generation wins; claims tied at
         that generation are invalidated (Kafka's partitionsWithMultiplePreviousOwners). Returns
-        (member -> owned partitions, partition -> set of all claiming members)."""
+        (member -> owned partitions, partition -> set of all claiming members, invalidated partitions)."""
         best: dict[TopicPartition, tuple[int, list[str]]] = {}
         claimants: dict[TopicPartition, set[str]] = {}
         for mid in sorted(subscriptions):
@@ -317,19 +317,22 @@ class _AbstractSticky(AbstractPartitionAssignor):
                 elif generation == current[0]:
                     current[1].append(mid)
         owned: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
+        contested = set()
         for tp in sorted(best):
             _, owners = best[tp]
             if len(owners) == 1:
                 owned[owners[0]].append(tp)
-        return owned, claimants
+            else:
+                contested.add(tp)
+        return owned, claimants, contested
 
     def assign(self, partitions_per_topic, subscriptions):
         return self._assign_with_claims(partitions_per_topic, subscriptions)[0]
 
     def _assign_with_claims(self, partitions_per_topic, subscriptions):
         if not subscriptions:
-            return {}, {}
-        owned, claimants = self._owned(partitions_per_topic, subscriptions)
+            return {}, {}, set()
+        owned, claimants, contested = self._owned(partitions_per_topic, subscriptions)
         # A member keeps only partitions of topics it still subscribes to.
         for mid, parts in owned.items():
             topics = set(subscriptions[mid].topics)
@@ -339,7 +342,7 @@ class _AbstractSticky(AbstractPartitionAssignor):
             result = self._constrained(partitions_per_topic, sorted(subscriptions), owned, next(iter(topic_sets)))
         else:
             result = self._general(partitions_per_topic, subscriptions, owned)
-        return {m: Assignment(ps) for m, ps in result.items()}, claimants
+        return {m: Assignment(ps) for m, ps in result.items()}, claimants, contested
 
     @staticmethod
     def _constrained(partitions_per_topic, members: list[str], owned: dict[str, list[TopicPartition]],
@@ -476,10 +479,13 @@ class CooperativeStickyAssignor(_AbstractSticky):
         return _I32.pack(self._generation)
 
     def assign(self, partitions_per_topic, subscriptions):
-        result, claimants = self._assign_with_claims(partitions_per_topic, subscriptions)
-        # A partition claimed by another member is not handed over yet: that member revokes it first.
+        result, claimants, contested = self._assign_with_claims(partitions_per_topic, subscriptions)
+        # Kafka's partitionsTransferringOwnership: a partition another member still claims is not handed
+        # over yet (that member revokes it first); nor is one several members claimed in the same
+        # generation, even to one of them.
         for mid, a in result.items():
-            a.partitions = [tp for tp in a.partitions if not (claimants.get(tp, set()) - {mid})]
+            a.partitions = [tp for tp in a.partitions if tp not in contested
+                            and (mid in claimants.get(tp, ()) or not claimants.get(tp))]
         return result
 
 

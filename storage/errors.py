@@ -145,7 +145,7 @@ class NoError(KafkaError):
 def _class_name(name: str) -> str:
     camel = "".join(part.capitalize() for part in name.lower().split("_"))
     camel = re.sub(r"Exception$", "", camel)
-    return camel + "Error"
+    return camel if camel.endswith("Error") else camel + "Error"
 
 
 _BY_CODE: dict[int, type[KafkaError]] = {0: NoError}

@@ -43,6 +43,8 @@ OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 _MAX_REL = 0x7FFFFFFF
+_BLOCK = 4096
+_BLOCK_STRUCT = struct.Struct(">" + "qi" * _BLOCK)
 
 
 class CorruptIndexError(Exception):
@@ -60,11 +62,14 @@ def _read_file(path: str) -> bytes:
 def _split(raw: bytes, first: str, second: str, entry_size: int) -> tuple[array, array]:
     """De-interleave big-endian fixed entries of two fields into two native arrays."""
     n = len(raw) // entry_size
-    if first == "q":  # (int64, int32) entries: unpack per entry (time indexes are small)
+    if first == "q":  # (int64, int32) entries: unpack in blocks of entries with one struct call each
         a, b = array("q"), array("i")
-        for ts, rel in TIME_ENTRY.iter_unpack(raw[: n * entry_size]):
-            a.append(ts)
-            b.append(rel)
+        for start in range(0, n, _BLOCK):
+            k = min(_BLOCK, n - start)
+            st = _BLOCK_STRUCT if k == _BLOCK else struct.Struct(">" + "qi" * k)
+            vals = st.unpack_from(raw, start * entry_size)
+            a.extend(vals[0::2])
+            b.extend(vals[1::2])
         return a, b
     both = array("i", raw[: n * entry_size])
     if not _BIG_ENDIAN_HOST:

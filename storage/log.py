@@ -1,6 +1,6 @@
 """One partition's log: Kafka's UnifiedLog/LocalLog (synchronous) over segments (storage/segment.py), with
 its leader epoch cache (storage/epoch_cache.py), producer state (storage/producer_state.py) and
-checkpoints, plus ``LogConfig`` (Kafka's topic configs).
+checkpoints. ``LogConfig`` (Kafka's topic configs) lives in storage/log_config.py and is re-exported here.
 
 Directory of one partition (``Log(dir)``)::
 
@@ -42,10 +42,10 @@ from typing import NamedTuple
 from storage import cleaner
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
-    InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
+    CorruptMessageError, InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
     RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
-from storage.log_config import LONG_MAX, LogConfig
+from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
     CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_LOG_APPEND_TIME, TRANSACTIONAL_MASK, RecordBatch, parse_header,
@@ -233,7 +233,12 @@ class Log:
             self._recover_segments(first_recovered, rebuild_epochs)
         for seg in self._segments[:-1]:
             seg.on_become_inactive()
-        self._leo = self.active_segment.next_offset  # loads (and if need be rebuilds) its indexes
+        try:
+            self._leo = self.active_segment.next_offset  # loads (and if need be rebuilds) its indexes
+        except CorruptMessageError as e:  # damage after a clean shutdown: the tail is recovered anyway
+            log.warning("log %s: active segment is damaged (%s); recovering it", self.dir, e)
+            self.active_segment.recover(strict_offsets=self.config.cleanup_policy == "delete")
+            self._leo = self.active_segment.next_offset
         self._lso = min(max(lso or 0, self._bases[0]), self._leo)
         self._hw = min(max(hw, self._lso), self._leo)
         self._rp = self._leo
@@ -304,8 +309,6 @@ class Log:
                 self._delete_tail(i + 1)
                 break
             i += 1
-        if len(self._segments) > 1 and self._segments[-1].size == 0 and self._segments[-2].size == 0:
-            self._delete_tail(len(self._segments) - 1)
 
     def _delete_tail(self, i: int) -> None:
         for seg in self._segments[i:]:

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 
 from storage.errors import CorruptMessageError, for_name
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
-from storage.records import LOG_OVERHEAD, BatchHeader, parse_header, validate_batch
+from storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch
 
 log = logging.getLogger(__name__)
 KafkaStorageError = for_name("KAFKA_STORAGE_ERROR")  # KAFKA_STORAGE_ERROR (56), retriable
@@ -40,12 +40,10 @@ KafkaStorageError = for_name("KAFKA_STORAGE_ERROR")  # KAFKA_STORAGE_ERROR (56),
 __all__ = ["LogSegment", "log_file_name", "index_file_name", "time_index_file_name", "parse_base_offset"]
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
-MIN_BATCH_LENGTH = 49  # smallest legal Length field (61 - 12)
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF
 _HEADER_CHUNK = 64 * 1024  # bytes read at once while walking batch headers
 _RECOVER_CHUNK = 4 * 1024 * 1024  # bytes read at once while validating a whole segment
 _LENGTH = struct.Struct(">qi")  # base offset, length
-_EPOCH = struct.Struct(">i")
 
 
 def log_file_name(base_offset: int, suffix: str = "") -> str:
@@ -87,6 +85,7 @@ class LogSegment:
         self._next_offset: int | None = base_offset if self._size == 0 else None
         self._rolling_ts: int | None = None  # max timestamp of the first batch (segment.ms), lazily
         self._closed = False
+        self._rebuilt = False  # indexes rebuilt once already: a second inconsistency is the log's fault
         if self._size == 0:  # a new (or emptied) segment: its (empty) index files exist from the start
             self._load_indexes()
             self._offset_index.create()
@@ -134,13 +133,15 @@ class LogSegment:
         ti = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
         self._offset_index, self._time_index = oi, ti
         try:
+            if self._size == 0 and (oi.entries or ti.entries):
+                raise CorruptIndexError(f"{oi.path}: entries for an empty segment")
             oi.sanity_check(self._size)
             if oi.entries:  # the last entry must point at a batch whose last offset it names
                 off, pos = oi.entry(oi.entries - 1)
                 h = self._header_at(pos)
                 if h is None or h.base_offset + h.last_offset_delta != off:
                     raise CorruptIndexError(f"{oi.path}: last entry ({off}, {pos}) does not match the log")
-            if not oi.entries and self._size > self.index_interval_bytes:
+            if not oi.entries and oi.max_entries and ti.max_entries and self._size > self.index_interval_bytes:
                 for p, h in self.iter_headers(0):  # a batch this far in must have been indexed
                     if p > self.index_interval_bytes:
                         raise CorruptIndexError(f"{oi.path}: empty, but the log has a batch at {p}")
@@ -156,11 +157,22 @@ class LogSegment:
         except (CorruptIndexError, CorruptMessageError) as e:
             log.warning("segment %s: index is corrupt (%s); rebuilding it from the log", self.log_path, e)
             self.rebuild_indexes()
+            return
+        self._reset_bytes_since_index()
+
+    def _reset_bytes_since_index(self) -> None:
+        """Bytes from the last indexed batch (or the start) to the end: the same value as if the segment
+        had been appended to without interruption, so the next entry lands where it always would."""
+        oi = self._offset_index
+        self._bytes_since_last_index_entry = self._size - (oi.entry(oi.entries - 1)[1] if oi.entries else 0)
 
     def rebuild_indexes(self) -> int:
-        """Rebuild both indexes by scanning (and validating) the log; truncates a corrupt tail.
-        Offsets need only increase (a cleaned segment has gaps). Returns the bytes truncated."""
-        return self.recover(strict_offsets=False)
+        """Rebuild both indexes by scanning (and validating) the log, which is left as it is: indexes
+        cover the valid prefix, a corrupt batch later surfaces as CorruptMessageError to its reader
+        (only Log recovery truncates). Offsets need only increase (a cleaned segment has gaps).
+        Returns the number of bytes past the valid prefix."""
+        self._rebuilt = True
+        return self.recover(strict_offsets=False, truncate=False)
 
     # ------------------------------------------------------------------ low-level reads
     def read_bytes(self, position: int, size: int) -> bytes:
@@ -175,18 +187,22 @@ class LogSegment:
     def iter_headers(self, start_position: int = 0, end_position: int | None = None
                      ) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each batch from ``start_position`` (a batch boundary) to
-        ``end_position``; reads headers only (no CRC). CorruptMessageError on a torn header."""
+        ``end_position``; reads headers only (no CRC). CorruptMessageError on a torn batch."""
         end = self._size if end_position is None else min(end_position, self._size)
         fd, pos = self._fd, start_position
         buf, buf_start, last_size = b"", pos, 0
+        first_read = min(_HEADER_CHUNK, self.index_interval_bytes + 4096)  # usually the whole walk
         while pos < end:
             off = pos - buf_start
             if off + 61 > len(buf):
-                want = 61 if last_size >= _HEADER_CHUNK else _HEADER_CHUNK
+                want = 61 if last_size >= _HEADER_CHUNK else (_HEADER_CHUNK if buf else first_read)
                 buf, buf_start, off = os.pread(fd, min(want, max(end - pos, 61)), pos), pos, 0
             h = parse_header(buf, off)
-            yield pos, h
             last_size = LOG_OVERHEAD + h[1]
+            if pos + last_size > self._size:
+                raise CorruptMessageError(f"segment {self.log_path}: batch at {pos} of {last_size} bytes "
+                                          f"runs past the end of the file ({self._size})")
+            yield pos, h
             pos += last_size
 
     def _last_header(self, start_position: int) -> BatchHeader | None:
@@ -269,7 +285,7 @@ class LogSegment:
                         return p, h
                 return None
             except (CorruptIndexError, CorruptMessageError) as e:
-                if attempt or entry_pos == 0:
+                if attempt or entry_pos == 0 or self._rebuilt:
                     raise CorruptMessageError(f"segment {self.log_path}: {e}") from None
                 log.warning("segment %s: %s; rebuilding the indexes", self.log_path, e)
                 self.rebuild_indexes()
@@ -378,12 +394,13 @@ class LogSegment:
 
     # ------------------------------------------------------------------ recovery and truncation
     def recover(self, strict_offsets: bool = False,
-                on_batch: Callable[[int, BatchHeader], None] | None = None, min_epoch: int = -1) -> int:
+                on_batch: Callable[[int, BatchHeader], None] | None = None, min_epoch: int = -1,
+                truncate: bool = True) -> int:
         """Validate every batch (length, magic, CRC, offsets increasing, inside the segment -- with
         ``strict_offsets`` each batch must start exactly where the previous ended -- and partition
         leader epochs never decreasing, starting from ``min_epoch``), rebuild both indexes from scratch,
-        truncate the log at the first invalid batch. Returns the number of bytes truncated.
-        ``on_batch(position, header)`` is called for each valid batch, in order."""
+        truncate the log at the first invalid batch (unless ``truncate`` is False). Returns the number
+        of bytes past the valid prefix. ``on_batch(position, header)`` is called for each valid batch."""
         oi = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
         ti = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
         oi.truncate()
@@ -424,11 +441,11 @@ class LogSegment:
             expected, prev_epoch = last + 1, max(prev_epoch, epoch)
             pos += n
         truncated = size - pos
-        if truncated:
+        if truncated and truncate:
             log.warning("segment %s: truncating %d invalid bytes at position %d", self.log_path, truncated, pos)
             os.ftruncate(fd, pos)
             self._size = pos
-        self._next_offset = expected
+        self._next_offset = expected if pos == self._size else None
         self._rolling_ts = None
         return truncated
 
@@ -444,7 +461,7 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         os.ftruncate(self._fd, pos)
         self._size = pos
-        self._bytes_since_last_index_entry = 0
+        self._reset_bytes_since_index()
         self._rolling_ts = None
         # recompute the end and the max timestamp from the last remaining time index entry on
         ts, ts_off = self.time_index.last_entry()

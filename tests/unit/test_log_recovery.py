@@ -213,9 +213,12 @@ def test_damage_after_flush_never_loses_flushed_batches(tmp_path_factory, data):
             f.truncate(pos + inner)
         expected = [b for _, _, b in batches[:j]]
     else:
+        at = pos + (inner + 17 if inner < 17 else inner)  # a CRC-covered byte of the batch
         with open(os.path.join(d, name), "r+b") as f:
-            f.seek(pos + inner + 17 if inner < 17 else pos + inner)  # a CRC-covered byte
-            f.write(b"\xee" if f.read(1) != b"\xee" else b"\x11")
+            f.seek(at)
+            old = f.read(1)
+            f.seek(at)
+            f.write(b"\xee" if old != b"\xee" else b"\x11")
         expected = [b for _, _, b in batches[:j]]
     lg = Log(d, CFG, now_ms=0)
     got = [b for _, _, b in stored_batches(d)]
@@ -249,6 +252,26 @@ def test_garbage_appended_and_empty_files(original, tmp_path):
         pass  # an empty segment file past a torn one
     lg = Log(d, CFG, now_ms=0)
     check_consistent(lg, batches)
+    lg.close()
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("drop_index", [False, True])
+def test_tail_damaged_after_clean_shutdown(tmp_path, seed, drop_index):
+    rng = random.Random(seed)
+    d = str(tmp_path / "t-0")
+    build(d).close()
+    batches = stored_batches(d)
+    active = segment_files(d)[-1]
+    mine = [(pos, b) for name, pos, b in batches if name == active]
+    cut = rng.randrange(1, sum(len(b) for _, b in mine))
+    with open(os.path.join(d, active), "r+b") as f:
+        f.truncate(cut)
+    if drop_index:
+        os.remove(os.path.join(d, active.replace(".log", ".index")))
+    lg = Log(d, CFG, now_ms=0)
+    keep = [b for name, pos, b in batches if name != active or pos + len(b) <= cut]
+    check_consistent(lg, keep)
     lg.close()
 
 
