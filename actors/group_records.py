@@ -44,7 +44,7 @@ __all__ = [
     "OFFSET_COMMIT_KEY_VERSION", "GROUP_METADATA_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",
     "GROUP_METADATA_VALUE_VERSION", "OffsetCommitKey", "OffsetCommitValue", "GroupMetadataKey",
     "GroupMetadataValue", "MemberMetadata", "CoordinatorRecord", "encode_key", "encode_value",
-    "decode_key", "decode_value", "decode_record", "offset_commit_record", "group_metadata_record",
+    "decode_key", "decode_value", "decode_record", "decode_records", "offset_commit_record", "group_metadata_record",
     "java_string_hashcode", "kafka_abs", "partition_for",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from actors.group_records import decode_record
-from actors.group_state import GroupCoordinatorConfig, GroupCoordinatorShard, GroupState, Pending
+from actors.group_state import GroupCoordinatorConfig, GroupCoordinatorShard, GroupState
 
 G = "g"
 SESSION = 10_000

@@ -57,6 +57,7 @@ def test_assignment_golden_bytes_and_empty():
     assert decode_assignment(b"") == Assignment([])  # the coordinator's empty assignment
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's schema loader
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_subscription_bytes_match_kafka_python(version):
     from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
@@ -71,6 +72,7 @@ def test_subscription_bytes_match_kafka_python(version):
         assert decoded.owned_partitions == ours.owned_partitions
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_assignment_bytes_match_kafka_python():
     from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
     theirs = ConsumerProtocolAssignment(1, assigned_partitions=[("a", [0, 1]), ("b", [2])], user_data=b"x")
@@ -263,7 +265,7 @@ def test_every_partition_exactly_once(sc, name):
         check_sticky_balanced(partitions, subs, result)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(scenario(), st.data())
 def test_sticky_stays_valid_balanced_and_keeps_what_it_can(sc, data):
     partitions, subs = sc
@@ -276,13 +278,15 @@ def test_sticky_stays_valid_balanced_and_keeps_what_it_can(sc, data):
     second = sticky_round(StickyAssignor, partitions, subs2, first, 1)
     check_valid(partitions, subs2, second)
     check_sticky_balanced(partitions, subs2, second)
-    # a member keeps a partition unless balance needs it elsewhere: whatever moved between two staying
-    # members came from a member that had at least as many partitions as the receiver
+    # a member keeps a partition unless balance needs it elsewhere: a partition moving between two
+    # staying members never leaves the giver worse off than the receiver by more than one
     for m in subs2:
         for tp in second[m] - first.get(m, set()):
             owner = next((o for o, ps in first.items() if tp in ps and o in subs2), None)
             if owner is not None:
-                assert len(first[owner]) >= len(second[m]), (tp, owner, m)
+                assert len(second[owner]) >= len(second[m]) - 1, (tp, owner, m)
+    # nothing changed -> nothing moves
+    assert sticky_round(StickyAssignor, partitions, subs2, second, 2) == second
 
 
 @settings(max_examples=50, deadline=None)

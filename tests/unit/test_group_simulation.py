@@ -60,6 +60,7 @@ class Consumer:
         if resp["leader"] == self.member_id and resp["members"] and not resp["skip_assignment"]:
             assignments = perform_assignment(self.assignor, resp["members"], PARTITIONS)
             self.sim.leader_assignments[self.generation] = assignments
+            self.sim.check_handover(assignments)
         self.on_sync(self.sim.h.sync(self.member_id, self.generation, assignments, group_instance_id=self.instance))
 
     def on_sync(self, resp):
@@ -150,6 +151,15 @@ class Sim:
             return False
         owner = next((c for c in self.live() if c.member_id == member_id), None)
         return owner is not None and bool(set(decode_assignment(resp["assignment"]).partitions) - owner.owned)
+
+    def check_handover(self, assignments: dict[str, bytes]):
+        """Whatever the answers' order: nobody is given a partition another live consumer still holds
+        (eager members revoked everything before rejoining; cooperative ones hold back moving partitions)."""
+        owners = {tp: c for c in self.live() for tp in c.owned}
+        for member_id, data in assignments.items():
+            for tp in decode_assignment(data).partitions:
+                holder = owners.get(tp)
+                assert holder is None or holder.member_id == member_id, f"{tp} handed to {member_id} from {holder.name}"
 
     def record_generation(self, consumer: Consumer, assigned: set):
         """Per generation, per seat (a static member's instance id survives its restarts)."""
@@ -253,25 +263,27 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("crash"), st.integers(0, 9)),
     st.tuples(st.just("commit"), st.integers(0, 9)),
     st.tuples(st.just("tick"), st.integers(1, 8)),
-), min_size=1, max_size=18)
+), min_size=3, max_size=16)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky", "cooperative-sticky"])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=ops, same_topics=st.booleans(), rng=st.randoms(use_true_random=False))
-def test_group_never_double_assigns_and_settles(strategy, script, same_topics, rng):
+@given(initial=st.lists(add_op, min_size=1, max_size=4), script=ops, same_topics=st.booleans(),
+       rng=st.randoms(use_true_random=False))
+def test_group_never_double_assigns_and_settles(strategy, initial, script, same_topics, rng):
     sim = Sim(strategy, rng)
-    for op in script:
-        if same_topics and op[0] == "add":
-            op = ("add", (op[1][0], ["a", "b"]))
-        sim.step(op)
-    sim.settle()
+    for phase in (initial, script):  # a settled group first, so the script's changes move owned partitions
+        for op in phase:
+            if same_topics and op[0] == "add":
+                op = ("add", (op[1][0], ["a", "b"]))
+            sim.step(op)
+        sim.settle()
     g = sim.h.group()
     live = sim.live()
     if live:
         counts = [len(c.owned) for c in live]
-        if same_topics:
-            assert max(counts) - min(counts) <= 1, counts  # every assignor balances equal subscriptions
+        if same_topics and strategy != "range":  # range balances per topic only (4+3 over 5: 2,2,2,1,0)
+            assert max(counts) - min(counts) <= 1, counts
         # what members hold is exactly what the coordinator relayed for the generation
         seats = {c.seat(): c.owned for c in live}
         assert seats == {k: v for k, v in sim.by_generation[g.generation_id].items() if k in seats}
