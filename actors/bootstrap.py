@@ -11,10 +11,11 @@ Call from a driver (blocking ``ray.get``), not from inside an async actor.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from storage.errors import raise_for_code
@@ -22,6 +23,8 @@ from storage.errors import raise_for_code
 from .broker import RemoteBroker, broker_name
 from .controller import NAMESPACE, controller_name
 from .metadata_store import ClusterKV
+
+log = logging.getLogger("rafka.bootstrap")
 
 
 def _broker_options(cluster: str, broker_id: int, node_id: str | None):
@@ -95,7 +98,7 @@ class ClusterHandle:
         while True:
             try:
                 v = predicate(self.metadata())
-            except (RayActorError, ValueError):
+            except (RayActorError, ValueError, GetTimeoutError):  # controller failing over
                 v = None
             if v:
                 return v
@@ -136,10 +139,14 @@ class ClusterHandle:
                 continue
         try:
             ctl = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
-            ray.get(ctl.shutdown.remote(), timeout=10)
+        except ValueError:  # no controller left (its host broker is gone)
+            ctl = None
+        if ctl is not None:
+            try:
+                ray.get(ctl.shutdown.remote(), timeout=10)
+            except Exception as e:  # noqa: BLE001 - it is being killed anyway
+                log.info("controller shutdown of %s: %s", self.cluster, e)
             ray.kill(ctl, no_restart=True)
-        except Exception:  # noqa: BLE001 - no controller left
-            pass
         for h in live:
             try:
                 ray.get(h.shutdown.remote(), timeout=30)

@@ -39,6 +39,9 @@ from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
 from .controller import NAMESPACE, RemoteController, controller_name
 from .metadata_store import ClusterKV, read_cluster
+from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
+
+_REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
 
 log = logging.getLogger("rafka.broker")
 
@@ -96,6 +99,7 @@ class BrokerActor:
         self._pid_lock: asyncio.Lock | None = None
         self._register_lock: asyncio.Lock | None = None
         self._sessions: list[tuple[int, asyncio.Future]] = []
+        self._hb_suspended_until = 0.0
         self._tasks: list[asyncio.Task] = []
         self._kv = ClusterKV(cluster)
 
@@ -104,7 +108,7 @@ class BrokerActor:
         return RemoteController.options(
             name=controller_name(self.cluster), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
             max_concurrency=1000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=True))
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False))
 
     async def _ensure_controller(self, timeout_s: float = 60.0):
         """Find or become the controller: named-actor creation with get_if_exists is the election."""
@@ -126,8 +130,12 @@ class BrokerActor:
                 delay = min(delay * 2, 0.5)
         return None
 
-    async def _register(self) -> dict:
+    async def _register(self, if_epoch: int | None = None) -> dict:
+        """Register (again). ``if_epoch``: only if this incarnation still has that broker epoch (a stale
+        heartbeat answer racing a registration that already happened must not register twice)."""
         async with self._register_lock:
+            if if_epoch is not None and if_epoch != self.broker_epoch:
+                return {}
             while not self.stopping:
                 ctl = self.controller or await self._ensure_controller()
                 info = {"node_id": self.node_id, "rack": self.config.get("broker.rack"), "log_dir": self.dir}
@@ -156,20 +164,27 @@ class BrokerActor:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "controller_epoch": res.get("controller_epoch", self.controller_epoch), "node_id": self.node_id}
 
+    def suspend_heartbeats(self, duration_ms: int) -> dict:
+        """Fault injection: behave like a hung broker (no heartbeats) for ``duration_ms``; the process and
+        its replicas stay up, so only the controller's session timeout can notice."""
+        self._hb_suspended_until = asyncio.get_running_loop().time() + duration_ms / 1000
+        return {"error_code": 0}
+
     async def _heartbeat_loop(self):
         while not self.stopping:
             await asyncio.sleep(self.heartbeat_s)
             ctl = self.controller
-            if ctl is None:
+            if ctl is None or asyncio.get_running_loop().time() < self._hb_suspended_until:
                 continue
+            epoch = self.broker_epoch
             try:
-                res = await ctl.heartbeat.remote(self.broker_id, self.broker_epoch)
+                res = await ctl.heartbeat.remote(self.broker_id, epoch)
             except (RayActorError, RayTaskError):
                 continue  # the watch re-elects
             self._see_epoch(res.get("controller_epoch", -1))
             if res.get("error_code") in (77, 102):  # STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED
                 log.warning("broker %s was fenced (%s): registering again", self.broker_id, res.get("error_message"))
-                await self._register()
+                await self._register(if_epoch=epoch)
 
     async def _watch_controller(self):
         while not self.stopping:
@@ -190,10 +205,11 @@ class BrokerActor:
                 continue
             # a new controller probes registered brokers itself; this heartbeat re-registers if it
             # fenced us meanwhile
+            epoch = self.broker_epoch
             try:
-                res = await self.controller.heartbeat.remote(self.broker_id, self.broker_epoch)
+                res = await self.controller.heartbeat.remote(self.broker_id, epoch)
                 if res.get("error_code") in (77, 102):
-                    await self._register()
+                    await self._register(if_epoch=epoch)
             except (RayActorError, RayTaskError):
                 continue
 
@@ -270,10 +286,9 @@ class BrokerActor:
         return d
 
     async def _create_replica(self, s: dict):
-        from .replica import ReplicaActor
         topic, p = s["topic"], s["partition"]
         d = self._prepare_dir(topic, p, s["topic_id"])
-        cls = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
+        cls = _REPLICA_CLS
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for attempt in range(100):
             try:

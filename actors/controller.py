@@ -59,6 +59,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _observe(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
 class BrokerChannel:
     """Ordered requests to one broker incarnation (Kafka's ControllerChannelManager queue)."""
 
@@ -73,6 +78,7 @@ class BrokerChannel:
 
     def send(self, method: str, *args, **kwargs) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_observe)  # callers may drop the future: a dead broker is not an error
         if self.closed:
             fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
         else:
@@ -156,7 +162,7 @@ class ControllerActor:
         self._started: asyncio.Future | None = None
         self._ack_cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
-        self._sessions: list[asyncio.Future] = []
+        self._sessions: dict[int, asyncio.Future] = {}  # broker id -> its pending broker_session call
         self._handles: dict[int, object] = {}  # broker handles passed in by register_broker
         self._pending_stops: list[asyncio.Future] = []  # StopReplica futures of the last commit
         log.info("controller %s epoch %d (image version %d)", cluster, self.epoch, self.logic.image.version)
@@ -233,7 +239,7 @@ class ControllerActor:
         for ch in list(self.channels.values()):
             ch.close()
         self.channels.clear()
-        for f in self._sessions:
+        for f in self._sessions.values():
             if not f.done():
                 f.set_result({"reason": "resigned" if self.resigned else "shutdown", "controller_epoch": self.epoch})
 
@@ -408,7 +414,8 @@ class ControllerActor:
     async def describe_controller(self) -> dict:
         await self._ensure_started()
         return {"cluster": self.cluster, "controller_epoch": self.epoch, "host_broker_id": self.host_broker_id,
-                "metadata_version": self.image.version}
+                "metadata_version": self.image.version, "node_id": ray.get_runtime_context().get_node_id(),
+                "pid": os.getpid()}
 
     async def register_broker(self, broker_id: int, info: dict, handle=None) -> dict:
         await self._ensure_started()
@@ -440,7 +447,10 @@ class ControllerActor:
         """The brokers' long-poll on the controller: pending while this controller serves."""
         await self._ensure_started()
         fut = asyncio.get_running_loop().create_future()
-        self._sessions.append(fut)
+        old = self._sessions.get(broker_id)
+        if old is not None and not old.done():  # that broker's previous watch (its caller is gone)
+            old.set_result({"reason": "replaced", "controller_epoch": self.epoch})
+        self._sessions[broker_id] = fut
         return await fut
 
     async def alter_partition(self, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch) -> dict:

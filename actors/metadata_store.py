@@ -136,7 +136,16 @@ class ClusterKV:
         self._kv._internal_kv_del(key.encode(), namespace=self.ns)
 
     def keys(self, prefix: str) -> list[str]:
-        return [k.decode() for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns)]
+        # GCS returns keys of a namespace holding ':' with the part after the first ':' still in front
+        # ("rafka:c" lists "c:topics/x"): strip it so keys round-trip into get().
+        junk = self.ns.split(":", 1)[1] + ":" if ":" in self.ns else ""
+        out = []
+        for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns):
+            k = k.decode()
+            if junk and k.startswith(junk) and not k.startswith(prefix):
+                k = k[len(junk):]
+            out.append(k)
+        return out
 
     # ---- controller epoch ----------------------------------------------------------------------
     def latest_controller_epoch(self) -> int:

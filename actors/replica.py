@@ -188,6 +188,7 @@ class ReplicaActor:
         self._last_flush_ms = now_ms()
         self._last_retention_ms = now_ms()
         self._follower_fetches = 0
+        self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self._follower_error: str | None = None
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
@@ -363,8 +364,12 @@ class ReplicaActor:
             if acks != -1:
                 return response
             op = DelayedProduce(self, timeout_ms, info.last_offset + 1, response)
+            t0 = time.perf_counter()
             self._produce_purgatory.try_complete_else_watch(op, ["hw"])
-            return await op.wait()
+            result = await op.wait()
+            self._stats["acks_all_produces"] += 1
+            self._stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
+            return result
         except Exception as exc:
             return _err(exc, **_PRODUCE_ERR)
 
@@ -714,6 +719,7 @@ class ReplicaActor:
         if self.role != STOPPED:
             st.update(log_start_offset=lg.log_start_offset, log_end_offset=lg.log_end_offset,
                       high_watermark=lg.high_watermark, latest_epoch=lg.latest_epoch)
+        st["stats"] = dict(self._stats)
         st["delayed_produces"] = self._produce_purgatory.delayed()
         st["delayed_fetches"] = self._fetch_purgatory.delayed()
         if self._leader is not None:

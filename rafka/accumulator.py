@@ -225,13 +225,6 @@ class FutureRecordMetadata:
         return self
 
 
-class AppendResult:
-    __slots__ = ("future", "batch_full", "new_batch", "aborted")
-
-    def __init__(self, future, batch_full: bool, new_batch: bool, aborted: bool):
-        self.future, self.batch_full, self.new_batch, self.aborted = future, batch_full, new_batch, aborted
-
-
 class RecordAccumulator:
     def __init__(self, batch_size: int, buffer_memory: int, linger_ms: int, compression: int,
                  retry_backoff_ms: int, retry_backoff_max_ms: int, delivery_timeout_ms: int):
@@ -252,13 +245,18 @@ class RecordAccumulator:
 
     # -- user side ---------------------------------------------------------------------------------
     def append(self, tp: TopicPartition, timestamp: int, key, value, headers, callback,
-               max_block_ms: float, abort_on_new_batch: bool = False) -> AppendResult:
+               max_block_ms: float, abort_on_new_batch: bool = False) -> "FutureRecordMetadata | None":
+        """Add a record to ``tp``'s open batch, or to a new one (blocking up to ``max_block_ms`` for
+        memory). Returns the record's future, or None when a new batch was needed and
+        ``abort_on_new_batch`` asked to be told first (KIP-480: the caller picks another partition)."""
         with self._lock:
-            res = self._try_append(tp, timestamp, key, value, headers, callback)
-            if res is not None:
-                return res
+            dq = self._queues.get(tp)
+            if dq:
+                fut = dq[-1].try_append(timestamp, key, value, headers, callback)
+                if fut is not None:
+                    return fut
         if abort_on_new_batch:
-            return AppendResult(None, False, False, True)
+            return None
         size = (0 if key is None else len(key)) + (0 if value is None else len(value)) + RECORD_OVERHEAD
         if headers:
             size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
@@ -269,15 +267,18 @@ class RecordAccumulator:
             with self._lock:
                 if self.closed:
                     raise KafkaError("producer is closed: cannot send")
-                res = self._try_append(tp, timestamp, key, value, headers, callback)
-                if res is not None:
-                    return res
+                dq = self._queues.get(tp)
+                if dq:
+                    fut = dq[-1].try_append(timestamp, key, value, headers, callback)
+                    if fut is not None:
+                        return fut
+                else:
+                    dq = self._queues[tp] = collections.deque()
                 batch = ProducerBatch(tp, RecordBatchBuilder(compression_type=self.compression,
                                                              batch_size=self.batch_size),
                                       monotonic_ms(), reserve)
                 fut = batch.try_append(timestamp, key, value, headers, callback)
                 assert fut is not None  # an empty batch always takes one record
-                dq = self._queues.setdefault(tp, collections.deque())
                 dq.append(batch)
                 with self._incomplete_lock:
                     self.incomplete.add(batch)
@@ -286,22 +287,9 @@ class RecordAccumulator:
         finally:
             if not kept:
                 self.pool.release(reserve)
-        if full:
+        if full:  # the batch before this one is full: the sender has work
             self.wakeup()
-        return AppendResult(fut, full, True, False)
-
-    def _try_append(self, tp, timestamp, key, value, headers, callback) -> AppendResult | None:
-        dq = self._queues.get(tp)
-        if not dq:
-            return None
-        last = dq[-1]
-        fut = last.try_append(timestamp, key, value, headers, callback)
-        if fut is None:
-            return None
-        full = len(dq) > 1 or last.is_full()
-        if full:
-            self.wakeup()
-        return AppendResult(fut, full, False, False)
+        return fut
 
     # -- sender side -------------------------------------------------------------------------------
     def ready(self, now: float, can_send: Callable[[TopicPartition], bool]) -> tuple[list, float]:

@@ -18,7 +18,7 @@ from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
 from rafka.errors import KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
-from rafka.metadata import ClusterMetadata, RAY_NAMESPACE, controller_actor_name, kv_get, kv_list
+from rafka.metadata import ClusterMetadata, RAY_NAMESPACE, controller_actor_name
 from rafka.structs import OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Admin", "NewTopic"]
@@ -123,26 +123,20 @@ class Admin:
         return results
 
     def describe_cluster(self) -> dict:
-        """``{cluster, controller_epoch, brokers: [{id, alive, rack, log_dir, node_id, epoch}], topics}``."""
-        brokers = self.metadata.brokers()
-        epochs = [int(k.split("/", 1)[1]) for k in kv_list(self.cluster_name, "controller_epoch/")]
-        return {"cluster": self.cluster_name,
-                "controller_epoch": max(epochs) if epochs else -1,
-                "metadata_version": kv_get(self.cluster_name, "metadata_version"),
-                "brokers": [{"id": b, **{k: v for k, v in info.items() if k != "id"}}
-                            for b, info in sorted(brokers.items())],
-                "topics": len(self.list_topics())}
+        """``{cluster, controller_id, controller_epoch, metadata_version, brokers: [{id, alive, rack, log_dir,
+        node_id, epoch}], topics}`` (the broker hosting the controller is ``controller_id``)."""
+        md = self._call("metadata")
+        return {"cluster": self.cluster_name, "controller_id": md.get("controller_id", -1),
+                "controller_epoch": md.get("controller_epoch", -1), "metadata_version": md.get("version"),
+                "brokers": list(md.get("brokers") or []), "topics": len(md.get("topics") or [])}
 
     # -- configs -----------------------------------------------------------------------------------
     def describe_configs(self, topic: str, include_defaults: bool = True) -> dict[str, str]:
-        """The topic's effective configs: its overrides over the storage defaults."""
-        (desc,) = self.describe_topics([topic])
-        out: dict[str, str] = {}
-        if include_defaults:
-            from storage.log import LogConfig
-            out.update({k: str(v) for k, v in LogConfig().to_props().items()})
-        out.update({k: str(v) for k, v in (desc.get("configs") or {}).items()})
-        return out
+        """The topic's configs: effective values (overrides over the storage defaults), or only the
+        overrides with ``include_defaults=False``."""
+        res = self._call("describe_configs", topic)
+        _raise_first([res], "describe configs")
+        return dict(res.get("configs") if include_defaults else res.get("overrides") or {})
 
     def alter_configs(self, topic: str, set: dict | None = None, delete: Iterable[str] | None = None) -> None:
         """Incrementally set and delete topic config overrides (Kafka's IncrementalAlterConfigs)."""

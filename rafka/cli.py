@@ -56,8 +56,15 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
 
 
 def _connect(args):
-    from rafka.cluster import connect
-    return connect(address=args.address, cluster=args.cluster)
+    """The cluster to talk to: --address, else RAY_ADDRESS, else the one `rafka cluster start` recorded.
+    Unlike ``rafka.connect()``, the CLI does not guess with Ray's "auto" (it could pick up any Ray
+    instance on the machine)."""
+    from rafka.cluster import connect, read_state, state_file
+    address = args.address or os.environ.get("RAY_ADDRESS") or (read_state() or {}).get("address")
+    if address is None:
+        raise ClusterNotFoundError(f"no cluster started here ({state_file()} is absent): run `rafka cluster "
+                                   "start`, or pass --address / set RAY_ADDRESS")
+    return connect(address=address, cluster=args.cluster)
 
 
 # -- cluster -------------------------------------------------------------------------------------------
@@ -84,7 +91,8 @@ def cmd_cluster_info(args) -> int:
     desc["address"] = handle.address
     rows = [[b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
             for b in desc["brokers"]]
-    human = (f"cluster {desc['cluster']}  controller epoch {desc['controller_epoch']}  "
+    human = (f"cluster {desc['cluster']}  controller on broker {desc['controller_id']} "
+             f"(epoch {desc['controller_epoch']})  "
              f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
              + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"]))
     _print(args, desc, human)
@@ -316,12 +324,17 @@ def cmd_perf_consume(args) -> int:
 
 # -- parser --------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    # the global flags are accepted before or after the verb; SUPPRESS keeps a subcommand's parser from
+    # overwriting a value given before it with its own default
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
-    common.add_argument("--address", default=None, help="Ray address: host:port, auto or ray://host:port")
-    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    p = argparse.ArgumentParser(prog="rafka", parents=[common],
-                                description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
+    common.add_argument("--cluster", default=argparse.SUPPRESS, help="rafka cluster name (default: the started one)")
+    common.add_argument("--address", default=argparse.SUPPRESS,
+                        help="Ray address: host:port, auto or ray://host:port (default: the started cluster)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable JSON output")
+    p = argparse.ArgumentParser(prog="rafka", description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
+    p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
+    p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
+    p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
     groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,perf}")
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(

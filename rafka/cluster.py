@@ -68,10 +68,60 @@ class ClusterHandle:
         return Consumer(self, **config)
 
 
+def use_token_auth_if_available() -> bool:
+    """Ray 2.60 turns token authentication on for clusters started where a token exists
+    (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH``), but a process *attaching* only
+    sends it in token mode: enter token mode when a token is there and the user did not choose a mode
+    (``RAY_AUTH_MODE``). Sending a token to a cluster without authentication is harmless."""
+    try:
+        from ray._private.authentication.authentication_token_setup import \
+            maybe_enable_token_auth_if_token_available
+    except ImportError:  # a Ray without token authentication
+        return False
+    import logging
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    return maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _reachable(address: str, timeout_s: float = 2.0) -> bool:
+    import socket
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _resolve_address(address: str) -> str:
+    """``auto`` -> the address of the latest local Ray instance, checked to be reachable; an explicit
+    ``host:port`` is checked too, so a dead address fails in seconds (Ray itself retries for minutes).
+    ``ray://`` addresses pass through."""
+    if address.startswith("ray://"):
+        return address
+    resolved = address
+    if address == "auto":
+        from ray._private.services import get_ray_address_from_environment
+        try:
+            resolved = get_ray_address_from_environment("auto", None)
+        except Exception:  # noqa: BLE001 - Ray's own lookup failing means there is nothing to find
+            resolved = None
+        if not resolved:
+            raise ClusterNotFoundError("no running Ray cluster found on this machine. Start one with "
+                                       "`rafka cluster start` or use rafka.LocalCluster()")
+    if not _reachable(resolved):
+        raise ClusterNotFoundError(f"no Ray cluster answers at {resolved}"
+                                   + (" (the latest one recorded on this machine)" if address == "auto" else "")
+                                   + ". Start one with `rafka cluster start` or use rafka.LocalCluster()")
+    return resolved
+
+
 def _ray_init(address: str | None) -> str | None:
     import ray
     if ray.is_initialized():
         return address
+    use_token_auth_if_available()
+    address = _resolve_address(address or "auto")
     try:
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False,
                  logging_level="WARNING", configure_logging=True)
@@ -108,25 +158,28 @@ def connect(address: str | None = None, cluster: str | None = None, timeout_s: f
     if not ray.is_initialized():
         if address is None:
             address = os.environ.get("RAY_ADDRESS") or (state or {}).get("address") or "auto"
-        _ray_init(address)
+        address = _ray_init(address)
     wait_for_controller(cluster, timeout_s)
     return ClusterHandle(cluster, address)
 
 
-def resolve_cluster(cluster: Any) -> str:
-    """The cluster name a client constructor was given (connecting to Ray first when needed)."""
+def resolve_cluster(cluster: Any, timeout_s: float = 5.0) -> str:
+    """The cluster name a client constructor was given, after checking that the cluster is there
+    (connecting to Ray first when needed); ``ClusterNotFoundError`` otherwise."""
     import ray
     if cluster is None:
-        return connect().name
+        return connect(timeout_s=timeout_s).name
     if isinstance(cluster, str):
         if not ray.is_initialized():
-            return connect(cluster=cluster).name
-        return cluster
-    name = getattr(cluster, "name", None)
-    if not isinstance(name, str):
-        raise TypeError(f"expected a LocalCluster, ClusterHandle or cluster name, not {type(cluster).__name__}")
-    if not ray.is_initialized():
-        raise ClusterNotFoundError(f"cluster {name!r} is not running (Ray is not initialized)")
+            return connect(cluster=cluster, timeout_s=timeout_s).name
+        name = cluster
+    else:
+        name = getattr(cluster, "name", None)
+        if not isinstance(name, str):
+            raise TypeError(f"expected a LocalCluster, ClusterHandle or cluster name, not {type(cluster).__name__}")
+        if not ray.is_initialized():
+            raise ClusterNotFoundError(f"cluster {name!r} is not running (Ray is not initialized)")
+    wait_for_controller(name, timeout_s)
     return name
 
 

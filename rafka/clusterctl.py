@@ -107,6 +107,21 @@ def _ray_is_up(address: str) -> bool:
         return False
 
 
+def ensure_token() -> str:
+    """The cluster's authentication mode: token (Ray 2.60's default) unless the user set
+    ``RAY_AUTH_MODE``; a missing token is generated (``~/.ray/auth_token``, as ``ray get-auth-token
+    --generate`` does) so every process of this user can attach."""
+    mode = os.environ.get("RAY_AUTH_MODE", "token").lower()
+    if mode != "token":
+        return mode
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth, generate_and_save_token
+    from ray._raylet import AuthenticationTokenLoader
+    if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        generate_and_save_token()
+    _enable_token_auth()  # RAY_AUTH_MODE=token for `ray start` and this process (its cached config too)
+    return mode
+
+
 def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka", num_cpus: int | None = None,
           port: int | None = None, config: dict | None = None) -> dict:
     state = read_state()
@@ -123,6 +138,7 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
            "--port", str(gcs_port), "--ray-client-server-port", str(client_port),
            "--dashboard-agent-listen-port", str(free_port()), "--include-dashboard=false",
            "--disable-usage-stats", "--num-cpus", str(num_cpus or os.cpu_count() or 1)]
+    ensure_token()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     if proc.returncode != 0:
@@ -132,6 +148,8 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
         raise KafkaError(f"`ray start --head` failed: {' | '.join(tail)}")
     import ray
     from ray._private.services import get_node_ip_address
+    from rafka.cluster import use_token_auth_if_available
+    use_token_auth_if_available()
     address = f"{get_node_ip_address()}:{gcs_port}"
     info = {"cluster": cluster, "address": address, "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
             "temp_dir": temp_dir, "data_dir": data_dir, "brokers": brokers, "started_at": time.time(),
@@ -159,6 +177,8 @@ def stop() -> dict:
     temp_dir = state["temp_dir"]
     if _ray_is_up(state["address"]):
         import ray
+        from rafka.cluster import use_token_auth_if_available
+        use_token_auth_if_available()
         try:
             if not ray.is_initialized():
                 ray.init(address=state["address"], namespace="rafka", log_to_driver=False, logging_level="WARNING")

@@ -67,7 +67,9 @@ def kv_list(cluster: str, prefix: str) -> list[str]:
 
 
 class TopicMetadata:
-    __slots__ = ("name", "topic_id", "configs", "partitions")
+    """One topic's metadata; immutable once built (a refresh builds a new one)."""
+
+    __slots__ = ("name", "topic_id", "configs", "partitions", "partition_ids", "available", "tps")
 
     def __init__(self, raw: dict):
         self.name = raw["name"]
@@ -81,14 +83,9 @@ class TopicMetadata:
                                      tuple(st.get("replicas") or ()), tuple(st.get("isr") or ()),
                                      int(st.get("leader_epoch", -1)))
         self.partitions = parts
-
-    @property
-    def partition_ids(self) -> list[int]:
-        return sorted(self.partitions)
-
-    @property
-    def available(self) -> list[int]:
-        return [p for p, info in sorted(self.partitions.items()) if info.leader >= 0]
+        self.partition_ids = sorted(parts)
+        self.available = [p for p in self.partition_ids if parts[p].leader >= 0]
+        self.tps = {p: TopicPartition(self.name, p) for p in self.partition_ids}
 
 
 class ClusterMetadata:
@@ -105,10 +102,9 @@ class ClusterMetadata:
 
     # -- reads -------------------------------------------------------------------------------------
     def topic(self, name: str) -> TopicMetadata | None:
-        with self._lock:
-            tm = self._topics.get(name)
-            fresh = not self._stale and (time.monotonic() - self._last_refresh) * 1000 < self.max_age_ms
-        if tm is not None and fresh:
+        tm = self._topics.get(name)  # a dict read is atomic: no lock on the hot path
+        if tm is not None and not self._stale and \
+                (time.monotonic() - self._last_refresh) * 1000 < self.max_age_ms:
             return tm
         self.refresh([name], force=tm is None)
         with self._lock:
@@ -154,8 +150,10 @@ class ClusterMetadata:
 
     def wait_for_topic(self, name: str, timeout_ms: float) -> TopicMetadata:
         """The topic's metadata, waiting up to ``timeout_ms`` for it to appear (Kafka's waitOnMetadata)."""
-        deadline = time.monotonic() + timeout_ms / 1000.0
         tm = self.topic(name)
+        if tm is not None and tm.partitions:
+            return tm
+        deadline = time.monotonic() + timeout_ms / 1000.0
         while tm is None or not tm.partitions:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"topic {name!r} not present in metadata after {timeout_ms:.0f} ms")

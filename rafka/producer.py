@@ -26,9 +26,9 @@ from rafka.cluster import resolve_cluster
 from rafka.config import ProducerConfig
 from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from rafka.metadata import ClusterMetadata
-from rafka.partitioner import DefaultPartitioner
+from rafka.partitioner import DefaultPartitioner, partition_for_key
 from rafka.sender import Sender
-from rafka.structs import PartitionInfo, TopicPartition
+from rafka.structs import PartitionInfo
 
 __all__ = ["Producer"]
 
@@ -72,6 +72,7 @@ class Producer:
             self.config.batch_size, self.config.buffer_memory, self.config.linger_ms, self.config.compression_id,
             self.config.retry_backoff_ms, self.config.retry_backoff_max_ms, self.config.delivery_timeout_ms)
         self.sender = Sender(self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id)
+        self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
         self._closed = False
         self._close_lock = threading.Lock()
         self.sender.start()
@@ -89,42 +90,48 @@ class Producer:
             raise IllegalStateError("cannot send after the producer is closed")
         if self.sender.fatal_error is not None:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
+        cfg = self.config
+        kb = key if (key is None or type(key) is bytes) and cfg.key_serializer is None else \
+            to_bytes(key, "key", cfg.key_serializer)
+        vb = value if (value is None or type(value) is bytes) and cfg.value_serializer is None else \
+            to_bytes(value, "value", cfg.value_serializer)
+        hdrs = _headers(headers) if headers else ()
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61
+        if hdrs:
+            size += sum(len(k) + len(v or b"") for k, v in hdrs)
+        if size > self._max_record_size:
+            limit = "max_request_size" if size > cfg.max_request_size else "buffer_memory"
+            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
+                                      f"{limit} ({getattr(cfg, limit)})")
         start = time.monotonic()
-        kb = to_bytes(key, "key", self.config.key_serializer)
-        vb = to_bytes(value, "value", self.config.value_serializer)
-        hdrs = _headers(headers)
-        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61 + \
-            sum(len(k) + len(v or b"") for k, v in hdrs)
-        if size > self.config.max_request_size:
-            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
-                                      f"max_request_size ({self.config.max_request_size})")
-        if size > self.config.buffer_memory:
-            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
-                                      f"buffer_memory ({self.config.buffer_memory})")
-        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
-        all_parts = tm.partition_ids
+        tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
         sticky = False
         if partition is not None:
+            if partition not in tm.partitions:  # maybe added since we looked: refresh once
+                self.metadata.refresh([topic], force=True)
+                tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
             if partition not in tm.partitions:
                 raise ValueError(f"invalid partition {partition} for topic {topic!r}: it has partitions "
-                                 f"0..{len(all_parts) - 1}")
+                                 f"0..{len(tm.partition_ids) - 1}")
             part = partition
         elif self._user_partitioner is not None:
-            part = int(self._user_partitioner(topic, kb, all_parts, tm.available))
+            part = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
             if part not in tm.partitions:
                 raise ValueError(f"partitioner returned {part}, not a partition of {topic!r}")
+        elif kb is not None:
+            part = partition_for_key(kb, len(tm.partition_ids))
         else:
-            part = self._default_partitioner(topic, kb, all_parts, tm.available)
-            sticky = kb is None
+            part = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
+            sticky = True
         ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
-        left_ms = max(0.0, self.config.max_block_ms - (time.monotonic() - start) * 1000)
-        res = self.accumulator.append(TopicPartition(topic, part), ts, kb, vb, hdrs, callback, left_ms,
-                                      abort_on_new_batch=sticky)
-        if res.aborted:
-            part = self._default_partitioner.on_new_batch(topic, all_parts, tm.available, part)
-            left_ms = max(0.0, self.config.max_block_ms - (time.monotonic() - start) * 1000)
-            res = self.accumulator.append(TopicPartition(topic, part), ts, kb, vb, hdrs, callback, left_ms)
-        return res.future
+        left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+        fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, left_ms if left_ms > 0 else 0.0,
+                                      sticky)
+        if fut is None:  # KIP-480: the sticky partition's batch is full or sent: move on
+            part = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, part)
+            left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+            fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, max(0.0, left_ms))
+        return fut
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until each record is acknowledged or failed."""

@@ -70,6 +70,7 @@ class Sender(threading.Thread):
         self.producer_id = -1
         self.producer_epoch = -1
         self._pid_retry_at = 0.0
+        self._pid_warnings = 0
         self.running = True
         self.force_close = False
         self.fatal_error: BaseException | None = None
@@ -84,8 +85,12 @@ class Sender(threading.Thread):
             while self.running or (not self.force_close and (self.acc.incomplete_snapshot() or self._in_flight)):
                 self._run_once()
         except BaseException as exc:  # noqa: BLE001 - record and fail everything rather than hang users
-            log.exception("producer sender thread crashed")
-            self.fatal_error = exc
+            import ray
+            if ray.is_initialized():
+                log.exception("producer sender thread crashed")
+                self.fatal_error = exc
+            else:
+                self.fatal_error = KafkaError("Ray was shut down under a running producer")
         self._abort_everything(self.fatal_error or KafkaError("producer closed before the record was sent"))
 
     def _run_once(self) -> None:
@@ -145,7 +150,9 @@ class Sender(threading.Thread):
             self._next_seq.clear()
             self._last_acked.clear()
             return True
-        log.warning("could not get a producer id yet: %s", last or "no live broker")
+        (log.warning if self._pid_warnings == 0 else log.debug)(
+            "could not get a producer id yet: %s", last or "no live broker")
+        self._pid_warnings += 1
         self._pid_retry_at = now + self.cfg.retry_backoff_ms
         return False
 

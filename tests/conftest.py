@@ -6,6 +6,11 @@ import uuid
 
 import pytest
 
+# Loopback-only clusters: without this, ray.init() rewrites "127.0.0.1:<port>" to the machine's own IP
+# (services.resolve_ip_for_localhost) while the head node listens on 127.0.0.1 only, and the connect
+# times out. Must be set before ray is imported (ray_constants reads it at import).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 
 @pytest.fixture(scope="session")
 def ray_cluster():
@@ -15,8 +20,12 @@ def ray_cluster():
     rafka creates is named by a per-test cluster name, so tests never see each other's actors.
     """
     import ray
+    import ray._private.services as services
     from ray.cluster_utils import Cluster
 
+    # ray.init canonicalizes 127.0.0.1 to the machine's routable IP, where a loopback-only GCS does not
+    # listen ("Timed out while waiting for GCS"): keep loopback addresses as given in this driver.
+    services.resolve_ip_for_localhost = lambda host: host
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     cluster = Cluster(
         initialize_head=True,

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import uuid
 
 import pytest
@@ -10,22 +9,6 @@ import pytest
 import rafka
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """tests/conftest.py's session Ray, minus ``node_ip_address="127.0.0.1"``: Ray 2.60's ``ray.init``
-    rewrites a loopback bootstrap address to the node's IP, where a loopback-bound GCS is not listening,
-    so the driver never connects. The head binds to the node IP (as ``ray start --head`` does)."""
-    import ray
-    from ray.cluster_utils import Cluster
-
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
-    ray.init(address=cluster.address, namespace="rafka", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -27,16 +27,18 @@ def leaders(admin, topic):
 
 def test_leader_failover_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
     admin = rafka.Admin(fresh_cluster)
-    admin.create_topic("clicks", 2, 3, {"min.insync.replicas": "2"})
+    admin.create_topic("clicks", 3, 3, {"min.insync.replicas": "2"})
     before = leaders(admin, "clicks")
-    victim = before[0][0]
+    # the broker hosting the controller: it leads one of the 3 partitions (leaders are spread), so both a
+    # partition leader and the controller fail over while the producer keeps going
+    victim = admin.describe_cluster()["controller_id"]
+    part = next(p for p, (leader, _) in before.items() if leader == victim)
     n, kill_at = 6000, 2000
     errors, futs = [], []
     with rafka.Producer(fresh_cluster, linger_ms=5, batch_size=8192, request_timeout_ms=5000) as p:
         for i in range(n):
-            if i == kill_at:
-                p.flush()
-                fresh_cluster.kill_broker(victim)  # the leader of partition 0 (and a replica of 1)
+            if i == kill_at:  # batches are in flight to the victim at this point
+                fresh_cluster.kill_broker(victim)
             futs.append(p.send("clicks", b"%d" % i, key=b"user-%d" % (i % 25),
                                callback=lambda md, exc: exc and errors.append(exc)))
             if i % 500 == 0:
@@ -45,16 +47,17 @@ def test_leader_failover_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
     assert errors == []
     acked = [f.get() for f in futs]
     after = leaders(admin, "clicks")
-    assert after[0][0] not in (victim, -1) and victim not in after[0][1]
+    assert after[part][0] not in (victim, -1) and victim not in after[part][1]
     c = rafka.Consumer(fresh_cluster, auto_offset_reset="earliest")
-    c.assign([TopicPartition("clicks", 0), TopicPartition("clicks", 1)])
+    c.assign([TopicPartition("clicks", p) for p in range(3)])
     got = []
     deadline = time.monotonic() + 60
     while len(got) < n and time.monotonic() < deadline:
         for recs in c.poll(1000).values():
             got += recs
     assert sorted(int(r.value) for r in got) == list(range(n))  # nothing lost, nothing twice
-    for part in (0, 1):
+    assert admin.describe_cluster()["controller_id"] != victim
+    for part in range(3):
         offs = [r.offset for r in got if r.partition == part]
         assert offs == list(range(len(offs)))
         assert sorted(md.offset for md in acked if md.partition == part) == offs
@@ -86,6 +89,10 @@ def test_stalled_partition_blocks_send_then_times_out(fresh_cluster):
         f2.get(timeout=20)
     assert isinstance(errs[0], KafkaTimeoutError)
     assert p.metrics()["buffer_available_bytes"] == 2 * 16384 + 100  # memory came back
-    fresh_cluster.restart_broker(follower)  # the ISR recovers: sends go through again
-    assert p.send("stuck", b"d", key=b"k").get(timeout=60).offset >= 0
     p.close()
+    fresh_cluster.restart_broker(follower)  # the ISR recovers: sends go through again
+    deadline = time.monotonic() + 60
+    while len(leaders(admin, "stuck")[0][1]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with rafka.Producer(fresh_cluster) as p2:
+        assert p2.send("stuck", b"d", key=b"k").get(timeout=60).offset >= 0

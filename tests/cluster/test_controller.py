@@ -1,7 +1,6 @@
 """Controller, brokers and bootstrap on a real Ray cluster (faults injected with ray.kill / node removal)."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -12,8 +11,8 @@ from storage.records import RecordBatchBuilder, decode_records
 
 pytestmark = pytest.mark.cluster
 
-FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 3000,
-        "replica.lag.time.max.ms": 1500, "replica.fetch.wait.max.ms": 100,
+FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 6000,
+        "replica.lag.time.max.ms": 10000, "replica.fetch.wait.max.ms": 100,
         "leader.imbalance.check.interval.seconds": 3600}
 
 
@@ -70,7 +69,7 @@ def test_create_describe_spread_and_controller_failover(cluster):
     leaders = sorted(p["leader"] for p in d["partitions"])
     assert leaders == [0, 1, 2]  # round robin: one leader per broker
     for p in d["partitions"]:
-        assert sorted(p["replicas"]) == [0, 1, 2] and sorted(p["isr"]) == [0, 1, 2]
+        assert sorted(p["replicas"]) == [0, 1, 2] and p["leader"] in p["isr"]
         st = ray.get(ch.leader_replica("orders", p["partition"]).state.remote())
         assert st["role"] == "leader" and st["leader_epoch"] == p["leader_epoch"]
 
@@ -95,6 +94,225 @@ def test_create_describe_spread_and_controller_failover(cluster):
         assert ray.get(ch.broker(i).stop_replica.remote(old["controller_epoch"], [["orders", 0]], True))[
             "error_code"] == 11
     # the metadata survived the failover and the brokers are still registered, nothing moved
-    assert ch.describe("orders")["partitions"] == d["partitions"]
+    def moved(parts):
+        return [(p["replicas"], p["leader"], p["leader_epoch"]) for p in parts]
+    assert moved(ch.describe("orders")["partitions"]) == moved(d["partitions"])
     md = ch.metadata()
     assert all(b["alive"] for b in md["brokers"])
+
+
+def test_producer_ids_never_reused_across_failover(cluster):
+    ch = cluster(num_brokers=2)
+    a = ray.get(ch.broker(0).init_producer_id.remote())
+    b = ray.get(ch.broker(0).init_producer_id.remote())
+    c = ray.get(ch.broker(1).init_producer_id.remote())
+    assert (a["producer_id"], b["producer_id"]) == (a["producer_id"], a["producer_id"] + 1)
+    assert abs(c["producer_id"] - a["producer_id"]) == 1000  # another broker, another block
+    ray.kill(ch.controller(), no_restart=True)
+    time.sleep(0.2)
+    first, count = ray.get(ch.controller().allocate_producer_ids.remote(0))
+    assert (first, count) == (2000, 1000)
+    # bad input gets an error, never a dead controller
+    with pytest.raises(Exception) as e:
+        ray.get(ch.controller().allocate_producer_ids.remote(42))
+    assert "BROKER_ID_NOT_REGISTERED" in str(e.value)
+    assert ray.get(ch.controller().ping.remote()) >= 2
+
+
+def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
+    ch = cluster()
+    ctl = ch.controller()
+    bad = ray.get(ctl.create_topics.remote([
+        {"name": "bad name", "num_partitions": 1, "replication_factor": 1},
+        {"name": "x", "num_partitions": 0, "replication_factor": 1},
+        {"name": "y", "num_partitions": 1, "replication_factor": 4},
+        {"name": "z", "num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "soon"}}]))
+    assert [r["error_code"] for r in bad] == [17, 37, 38, 40]
+    ch.create_topic("t", partitions=2, rf=2, configs={"retention.ms": 60000})
+    assert ray.get(ctl.create_topics.remote([{"name": "t", "num_partitions": 1, "replication_factor": 1}]))[0][
+        "error_code"] == 36
+
+    # add partitions: leaders running for the new ones too
+    res = ray.get(ctl.create_partitions.remote("t", 3))
+    assert res["error_code"] == 0
+    d = ch.describe("t")
+    assert [p["partition"] for p in d["partitions"]] == [0, 1, 2]
+    assert ray.get(ch.leader_replica("t", 2).state.remote())["role"] == "leader"
+    assert ray.get(ctl.create_partitions.remote("t", 2))["error_code"] == 37
+
+    # alter configs reaches the running replicas
+    assert ray.get(ctl.alter_configs.remote("t", {"max.message.bytes": 200}, ["retention.ms"]))["error_code"] == 0
+    assert ray.get(ctl.alter_configs.remote("t", {"max.message.bytes": "big"}))["error_code"] == 40
+    desc = ray.get(ctl.describe_configs.remote("t"))
+    assert desc["overrides"] == {"max.message.bytes": "200"} and desc["configs"]["retention.ms"] == "604800000"
+    leader = ch.leader_replica("t", 0)
+    deadline = time.monotonic() + 10
+    while True:
+        res = ray.get(leader.produce.remote(batch(b"x" * 500), 1, 5000))
+        if res["error_code"] == 10 or time.monotonic() > deadline:  # MESSAGE_TOO_LARGE
+            break
+        time.sleep(0.05)
+    assert res["error_code"] == 10
+
+    # delete: every replica's log leaves the disk
+    dirs = [tmp_path / f"broker-{r}" / f"t-{p['partition']}" for p in d["partitions"] for r in p["replicas"]]
+    assert dirs and all(x.is_dir() for x in dirs)
+    assert ray.get(ctl.delete_topics.remote(["t", "nope"]))[1]["error_code"] == 3
+    assert not any(x.exists() for x in dirs)
+    assert ch.describe("t")["error_code"] == 3
+    assert all(not ray.get(ch.broker(i).hosted_partitions.remote()) for i in range(3))
+    # a re-created topic of the same name gets a new id and empty logs
+    ch.create_topic("t", partitions=1, rf=1)
+    assert read_all(ch.leader_replica("t", 0)) == []
+
+
+def test_broker_loss_return_and_preferred_election(cluster):
+    ch = cluster()
+    ch.create_topic("p", partitions=3, rf=3, configs={"min.insync.replicas": 2})
+    for i in range(3):
+        produce(ch, "p", i, b"before-%d" % i)
+    before = {p["partition"]: p for p in ch.describe("p")["partitions"]}
+    # the hardest case: the broker that hosts the controller dies (the controller dies with it)
+    host = ray.get(ch.controller().describe_controller.remote())["host_broker_id"]
+    victim = host
+    led = [p for p, s in before.items() if s["leader"] == victim]
+    assert led
+    t0 = time.monotonic()
+    ch.kill_broker(victim)
+    md = ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == victim)["alive"] and md,
+                     10, what="broker fenced")
+    print(f"broker loss detected in {time.monotonic() - t0:.2f}s (controller host {host}, victim {victim})")
+    for p in md["topics"][0]["partitions"]:
+        old = before[p["partition"]]
+        assert victim not in p["isr"] and p["leader"] in old["isr"] and p["leader"] != victim
+        assert p["leader_epoch"] == old["leader_epoch"] + 1
+        assert p["partition_epoch"] > old["partition_epoch"]
+        assert p["offline_replicas"] == [victim]
+    assert md["controller_epoch"] == 2
+    q = led[0]
+    wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
+              "new leader running")
+    assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q]
+    produce(ch, "p", q, b"after")
+
+    # the broker returns: follower of the new leader, catches up, re-enters the ISR
+    ch.restart_broker(victim)
+    for i in range(3):
+        wait_part(ch, "p", i, lambda p: victim in p["isr"], f"broker {victim} back in the ISR of p-{i}")
+    st = ray.get(ch.replica("p", q, victim).state.remote())
+    assert st["role"] == "follower" and st["log_end_offset"] == 2
+
+    # preferred leader election moves leadership back to the first replica
+    res = ray.get(ch.controller().elect_leaders.remote(None, 0))
+    codes = {(r["topic"], r["partition"]): r["error_code"] for r in res}
+    assert sorted(codes.values()) == [0] * len(led) + [84] * (3 - len(led))  # 84: ELECTION_NOT_NEEDED
+    d = ch.describe("p")
+    assert all(p["leader"] == p["replicas"][0] for p in d["partitions"])
+    assert part(ch, "p", q)["leader"] == victim
+    wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
+              "preferred leader running")
+    assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q, b"after"]
+
+
+def test_hung_broker_session_timeout_and_auto_rebalance(cluster):
+    ch = cluster(config={"broker.session.timeout.ms": 1500, "leader.imbalance.check.interval.seconds": 1})
+    ch.create_topic("h", partitions=3, rf=3)
+    before = part(ch, "h", 0)
+    hung = before["leader"]
+    epoch = ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"]
+    ray.get(ch.broker(hung).suspend_heartbeats.remote(2500))
+    t0 = time.monotonic()
+    p = wait_part(ch, "h", 0, lambda p: p["leader"] != hung and p, "leadership moved off the hung broker", 10)
+    print(f"hung broker fenced after {time.monotonic() - t0:.2f}s")
+    assert p["leader_epoch"] > before["leader_epoch"] and p["leader"] in before["isr"]
+    # it wakes up, learns it was fenced (STALE_BROKER_EPOCH), registers again with a new epoch ...
+    ch.wait_for(lambda md: next(b for b in md["brokers"] if b["id"] == hung)["alive"], 15, what="re-registered")
+    assert ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"] > epoch
+    # ... re-enters the ISR, and the periodic imbalance check gives it its preferred leadership back
+    p = wait_part(ch, "h", 0, lambda p: p["leader"] == hung and p, "auto leader rebalance", 30)
+    assert hung in p["isr"] and p["replicas"][0] == hung
+
+
+def test_unclean_election_off_then_on(cluster):
+    ch = cluster()
+    ctl = ch.controller()
+    res = ray.get(ctl.create_topics.remote([{"name": "u", "replica_assignment": [[0, 1]]}]))[0]
+    assert res["error_code"] == 0
+    produce(ch, "u", 0, b"a")
+    ch.kill_broker(1)
+    wait_part(ch, "u", 0, lambda p: p["isr"] == [0], "ISR shrunk to [0]")
+    produce(ch, "u", 0, b"b")  # only broker 0 has it
+    ch.kill_broker(0)
+    wait_part(ch, "u", 0, lambda p: p["leader"] == -1 and p["isr"] == [0], "partition offline")
+    ch.restart_broker(1)
+    ch.wait_for(lambda md: next(b for b in md["brokers"] if b["id"] == 1)["alive"], 10, what="broker 1 back")
+    time.sleep(1.0)
+    p = part(ch, "u")
+    assert (p["leader"], p["isr"]) == (-1, [0])  # unclean election off: stays offline
+    assert ray.get(ch.controller().elect_leaders.remote([("u", 0)], 0))[0]["error_code"] == 80
+    # turning unclean election on for the topic elects the live, out-of-sync replica (losing "b")
+    assert ray.get(ch.controller().alter_configs.remote("u", {"unclean.leader.election.enable": True}))[
+        "error_code"] == 0
+    p = wait_part(ch, "u", 0, lambda p: p["leader"] == 1 and p, "unclean leader")
+    assert p["isr"] == [1]
+    wait_part(ch, "u", 0, lambda p: ray.get(ch.leader_replica("u", 0).state.remote())["role"] == "leader",
+              "unclean leader running")
+    assert read_all(ch.leader_replica("u", 0)) == [b"a"]
+
+
+def test_reassignment(cluster, tmp_path):
+    ch = cluster()
+    ctl = ch.controller()
+    assert ray.get(ctl.create_topics.remote([{"name": "r", "replica_assignment": [[0, 1]]}]))[0]["error_code"] == 0
+    produce(ch, "r", 0, b"one", b"two")
+    res = ray.get(ctl.alter_partition_reassignments.remote([{"topic": "r", "partition": 0, "replicas": [2, 1]},
+                                                             {"topic": "r", "partition": 5, "replicas": [2]}]))
+    assert [r["error_code"] for r in res] == [0, 3]
+    p = wait_part(ch, "r", 0, lambda p: not p["adding"] and not p["removing"] and p, "reassignment done")
+    assert p["replicas"] == [2, 1] and sorted(p["isr"]) == [1, 2] and p["leader"] in (1, 2)
+    assert ray.get(ctl.list_partition_reassignments.remote()) == []
+    deadline = time.monotonic() + 10
+    while (tmp_path / "broker-0" / "r-0").exists():
+        assert time.monotonic() < deadline, "the removed replica's log stays on disk"
+        time.sleep(0.05)
+    assert ray.get(ch.broker(0).hosted_partitions.remote()) == []
+    res = ray.get(ctl.elect_leaders.remote([("r", 0)], 0))[0]
+    assert res["error_code"] in (0, 84)
+    wait_part(ch, "r", 0, lambda p: p["leader"] == 2, "leader on the preferred replica 2")
+    wait_part(ch, "r", 0, lambda p: ray.get(ch.leader_replica("r", 0).state.remote())["role"] == "leader",
+              "leader running")
+    assert read_all(ch.leader_replica("r", 0)) == [b"one", b"two"]
+
+
+def test_whole_cluster_restart_keeps_topics_and_data(cluster, cluster_name, tmp_path):
+    ch = cluster()
+    tid = ch.create_topic("keep", partitions=2, rf=2)["topic_id"]
+    produce(ch, "keep", 0, b"x", b"y")
+    produce(ch, "keep", 1, b"z")
+    ch.shutdown()  # GCS KV namespace cleared: the controller's metadata log is all that is left
+    t0 = time.monotonic()
+    ch2 = cluster()
+    for p in range(2):
+        wait_part(ch2, "keep", p, lambda s: s["leader"] >= 0 and len(s["isr"]) == 2, f"keep-{p} fully back")
+    print(f"restart with 2x2 replicas {time.monotonic() - t0:.2f}s")
+    assert ch2.describe("keep")["topic_id"] == tid
+    assert read_all(ch2.leader_replica("keep", 0)) == [b"x", b"y"]
+    assert read_all(ch2.leader_replica("keep", 1)) == [b"z"]
+
+
+@pytest.mark.slow
+def test_broker_on_removed_node_is_detected(ray_cluster, cluster):
+    node = ray_cluster.add_node(num_cpus=0)
+    ray_cluster.wait_for_nodes()
+    head = ray.get_runtime_context().get_node_id()
+    ch = cluster(num_brokers=3, node_ids=[head, head, node.node_id])
+    assert ray.get(ch.broker(2).incarnation.remote())["node_id"] == node.node_id
+    ch.create_topic("n", partitions=1, rf=3)
+    print("controller", ray.get(ch.controller().describe_controller.remote()))
+    t0 = time.monotonic()
+    ray_cluster.remove_node(node)
+    ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == 2)["alive"], 30,
+                what="broker 2 fenced")
+    print(f"node loss detected in {time.monotonic() - t0:.2f}s")
+    p = part(ch, "n")
+    assert 2 not in p["isr"] and p["leader"] in (0, 1)

@@ -33,7 +33,7 @@ def wait_until(fn, timeout=30.0, what="condition", interval=0.05):
             v = fn()
         except (RayActorError, ValueError, GetTimeoutError):
             v = None
-        if v:
+        if v is not None and v is not False:
             return v
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
@@ -76,10 +76,21 @@ def full_isr(ch, topic, n=3, timeout=30.0):
 
 
 @pytest.fixture
-def cluster(ray_cluster, cluster_name, tmp_path):
-    ch = start_cluster(cluster_name, 3, str(tmp_path), broker_config={"replica.lag.time.max.ms": LAG_MS})
-    yield ch
-    ch.shutdown()
+def make_cluster(ray_cluster, cluster_name, tmp_path):
+    started = []
+
+    def make(lag_ms=LAG_MS):
+        ch = start_cluster(cluster_name, 3, str(tmp_path), broker_config={"replica.lag.time.max.ms": lag_ms})
+        started.append(ch)
+        return ch
+    yield make
+    for ch in started:
+        ch.shutdown()
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    return make_cluster()
 
 
 def test_produce_acks_and_fetch_round_trip(cluster):
@@ -95,8 +106,9 @@ def test_produce_acks_and_fetch_round_trip(cluster):
     assert st["high_watermark"] == st["log_end_offset"] == 3  # acks=all answered after the HW passed
     r0 = ray.get(h.produce.remote(batch([b"d"], ts=t0 + 20), 0, 5000))
     assert r0["error_code"] == 0
-    assert read_values(h) == wait_until(lambda: read_values(h) if len(read_values(h)) == 4 else None) \
-        == [b"a", b"b", b"c", b"d"]
+    # acks=0 is answered before followers have it: the consumer sees it once the HW passes it
+    assert wait_until(lambda: (lambda v: v if len(v) == 4 else None)(read_values(h)), 10,
+                      "acks=0 record replicated") == [b"a", b"b", b"c", b"d"]
     # list offsets: earliest, latest (= HW), by timestamp; offsets for leader epoch
     lo = lambda ts: ray.get(h.list_offsets.remote(ts))  # noqa: E731
     assert lo(-2)["offset"] == 0 and lo(-1)["offset"] == 4
@@ -112,7 +124,6 @@ def test_produce_acks_and_fetch_round_trip(cluster):
     assert code(ray.get(h.produce.remote(bytes(bad), 1, 5000))) == E.CorruptMessageError.code
     assert code(ray.get(h.produce.remote(b"\x00" * 10, 1, 5000))) == E.CorruptMessageError.code
     epoch = st["leader_epoch"]
-    assert code(ray.get(h.fetch.remote(0, 1000, 0, 1, -1, epoch - 1))) == E.FencedLeaderEpochError.code
     assert code(ray.get(h.fetch.remote(0, 1000, 0, 1, -1, epoch + 1))) == E.UnknownLeaderEpochError.code
     assert code(ray.get(h.list_offsets.remote(-1, epoch + 1))) == E.UnknownLeaderEpochError.code
     assert code(ray.get(h.fetch.remote(99, 1000))) == E.OffsetOutOfRangeError.code
@@ -199,11 +210,12 @@ def test_isr_shrink_and_expand(cluster):
     assert fst["role"] == "follower" and fst["leader"] == b
 
 
-def test_high_watermark_hides_unreplicated_and_follower_truncates(cluster):
+def test_high_watermark_hides_unreplicated_and_follower_truncates(make_cluster):
     """Followers cut off (StopReplica without delete: their brokers and ISR membership stay); the
     leader takes acks=1 writes consumers must not see; it dies, an ISR follower is elected; when the
-    old leader returns as follower, its unreplicated tail is truncated by leader epoch."""
-    ch = cluster
+    old leader returns as follower, its unreplicated tail is truncated by leader epoch. The lag limit
+    is long here so the cut-off followers stay in the ISR, as in a short network partition."""
+    ch = make_cluster(lag_ms=60000)
     ch.create_topic("trunc", 1, 3, {"min.insync.replicas": "1"})
     a, ha = full_isr(ch, "trunc")
     assert ray.get(ha.produce.remote(batch([b"r0", b"r1"]), -1, 5000))["error_code"] == 0
@@ -224,9 +236,11 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(cluster):
     ch.kill_broker(a)
     new = wait_until(lambda: (lambda p: p["leader"] if p["leader"] in others else None)(part(ch, "trunc")),
                      30, "a new leader from the ISR")
-    hn = ch.replica("trunc", 0, new)
+    hn = wait_until(lambda: ch.replica("trunc", 0, new), 30, "new leader replica created")
     wait_until(lambda: rstate(hn)["role"] == "leader", 30, "new leader running")
     assert rstate(hn)["leader_epoch"] > old_epoch
+    fenced = ray.get(hn.fetch.remote(0, 1000, 0, 1, -1, old_epoch))  # a client with the old epoch
+    assert fenced["error_code"] == E.FencedLeaderEpochError.code
     r = wait_until(lambda: (lambda r: r if r["error_code"] == 0 else None)(
         ray.get(hn.produce.remote(batch([b"n0"]), 1, 5000))), 30, "produce to the new leader")
     assert r["base_offset"] == 2                                # offsets 2.. are reused: u* never committed
@@ -237,13 +251,14 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(cluster):
     assert rstate(ha2)["leader"] == new
     wait_until(lambda: a in rstate(hn)["isr"], 30, "old leader rejoins the ISR")
     assert read_values(hn) == [b"r0", b"r1", b"n0"]
-    # make the old leader the leader again (preferred election if it is first, else kill the others'
-    # leadership) and read its log: the divergent tail is gone
+    # preferred leader election gives the partition back to the old leader (replicas[0]); reading its
+    # own log shows the divergent tail is gone
+    assert part(ch, "trunc")["replicas"][0] == a
     res = ray.get(ch.controller().elect_leaders.remote([("trunc", 0)], 0))
-    if part(ch, "trunc")["leader"] == a:
-        wait_until(lambda: rstate(ha2)["role"] == "leader", 30, "old leader leads again")
-        wait_until(lambda: rstate(ha2)["high_watermark"] == 3, 30, "HW on the old leader")
-        assert read_values(ha2) == [b"r0", b"r1", b"n0"], res
+    wait_until(lambda: part(ch, "trunc")["leader"] == a, 30, f"preferred election {res}")
+    wait_until(lambda: rstate(ha2)["role"] == "leader" and rstate(ha2)["high_watermark"] == 3, 30,
+               "old leader leads again")
+    assert read_values(ha2) == [b"r0", b"r1", b"n0"]
 
 
 def test_delayed_fetch(cluster):
@@ -255,16 +270,16 @@ def test_delayed_fetch(cluster):
     t0 = time.monotonic()
     r = ray.get(h.fetch.remote(1, 1 << 20, 400, 1))
     assert r["records"] == b"" and r["error_code"] == 0
-    assert 0.35 <= time.monotonic() - t0 < 3
+    assert 0.35 <= time.monotonic() - t0 < 10
     # new data wakes a parked fetch long before max_wait
     t0 = time.monotonic()
-    parked = h.fetch.remote(1, 1 << 20, 10000, 1)
+    parked = h.fetch.remote(1, 1 << 20, 30000, 1)
     time.sleep(0.3)
     assert ray.get(h.produce.remote(batch([b"second"]), -1, 5000))["error_code"] == 0
-    r = ray.get(parked, timeout=15)
+    r = ray.get(parked, timeout=40)
     took = time.monotonic() - t0
     assert [x.value for x in decode_records(r["records"])] == [b"second"]
-    assert 0.25 <= took < 5, took
+    assert 0.25 <= took < 15, took  # woken by the append, far from the 30 s max_wait
     # min_bytes not reached: waits the whole max_wait, then answers with what there is
     t0 = time.monotonic()
     parked = h.fetch.remote(2, 1 << 20, 1000, 1 << 20)
@@ -316,7 +331,7 @@ class IdempotentDriver(threading.Thread):
                     if self.handle is None:
                         self.handle = self._leader()
                     r = ray.get(self.handle.produce.remote(payload, -1, 5000), timeout=15)
-                except (RayActorError, GetTimeoutError, ValueError) as exc:
+                except (RayActorError, GetTimeoutError, ValueError):
                     self.handle = None
                     self.retries += 1
                     time.sleep(0.05)
@@ -341,12 +356,12 @@ def test_leader_failover_keeps_every_acknowledged_record(cluster):
     pid = ray.get(ch.broker(0).init_producer_id.remote())["producer_id"]
     d = IdempotentDriver(ch, "fo", pid)
     d.start()
-    wait_until(lambda: len(d.acked) >= 200 or d.failures, 60, "first acks")
+    wait_until(lambda: len(d.acked) >= 200 or bool(d.failures), 60, "first acks")
     assert not d.failures, d.failures
     acked_before = len(d.acked)
     ch.kill_broker(leader)  # mid-stream: the driver has a produce in flight most of the time
     t0 = time.monotonic()
-    wait_until(lambda: len(d.acked) >= acked_before + 200 or d.failures, 90, "acks after failover")
+    wait_until(lambda: len(d.acked) >= acked_before + 200 or bool(d.failures), 90, "acks after failover")
     recovered = time.monotonic() - t0
     d.stop_flag.set()
     d.join(60)
@@ -359,4 +374,9 @@ def test_leader_failover_keeps_every_acknowledged_record(cluster):
     assert values == d.acked, (len(values), len(d.acked), d.retries)  # all, once, in order
     assert len(set(values)) == len(values)
     assert st["leader_epoch"] > 0
+    # the old leader's broker comes back: its replica rejoins as a follower with the same log
+    ch.restart_broker(leader)
+    wait_until(lambda: leader in rstate(h)["isr"], 60, "old leader back in the ISR")
+    old = rstate(ch.replica("fo", 0, leader))
+    assert old["role"] == "follower" and old["log_end_offset"] == st["log_end_offset"]
     print(f"failover: {len(d.acked)} records acked, {d.retries} retries, recovered in {recovered:.2f}s")

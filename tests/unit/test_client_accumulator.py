@@ -19,8 +19,8 @@ def make(batch_size=1024, buffer_memory=1 << 20, linger_ms=5, delivery_timeout_m
 
 def test_records_fill_a_batch_up_to_batch_size_then_a_new_one():
     acc = make(batch_size=1024)
-    results = [acc.append(TP, 1000 + i, b"k%d" % i, b"v" * 100, (), None, 1000) for i in range(30)]
-    assert results[0].new_batch and not results[1].new_batch
+    futs = [acc.append(TP, 1000 + i, b"k%d" % i, b"v" * 100, (), None, 1000) for i in range(30)]
+    assert futs[0]._batch is futs[1]._batch and futs[0]._batch is not futs[-1]._batch
     batches = acc.drain(TP, 1 << 20, 100)
     assert len(batches) >= 3
     for b in batches:
@@ -34,13 +34,12 @@ def test_records_fill_a_batch_up_to_batch_size_then_a_new_one():
     assert total == 30
     recs = [r for b in batches for r in decode_records(b.payload)]
     assert [r.key for r in recs] == [b"k%d" % i for i in range(30)]
-    assert results[-1].batch_full is False or len(batches) > 1
 
 
 def test_futures_resolve_with_offsets_and_callbacks_fire_once():
     acc = make()
     seen = []
-    futs = [acc.append(TP, 5, None, b"x", (), lambda md, exc: seen.append((md, exc)), 1000).future
+    futs = [acc.append(TP, 5, None, b"x", (), lambda md, exc: seen.append((md, exc)), 1000)
             for _ in range(3)]
     late = []
     futs[2].add_callback(late.append)
@@ -63,7 +62,7 @@ def test_futures_resolve_with_offsets_and_callbacks_fire_once():
 def test_failed_batch_raises_through_every_future():
     acc = make()
     errs = []
-    f = acc.append(TP, 5, None, b"x", (), lambda md, exc: errs.append(exc), 1000).future
+    f = acc.append(TP, 5, None, b"x", (), lambda md, exc: errs.append(exc), 1000)
     f.add_errback(errs.append)
     (batch,) = acc.drain(TP, 1 << 20, 10)
     batch.fail(NotEnoughReplicasError("isr too small"))
@@ -99,7 +98,16 @@ def test_blocked_append_resumes_when_a_batch_completes():
     batch.complete(0)
     acc.finish(batch)
     th.join(5)
-    assert done and done[0].new_batch
+    assert done and done[0]._batch.tp == TopicPartition("t", 2)
+
+
+def test_abort_on_new_batch_only_when_no_open_batch_has_room():
+    acc = make(batch_size=300)
+    assert acc.append(TP, 1, None, b"x", (), None, 1000, abort_on_new_batch=True) is None  # nothing open
+    first = acc.append(TP, 1, None, b"x" * 100, (), None, 1000)
+    assert acc.append(TP, 1, None, b"y" * 100, (), None, 1000, abort_on_new_batch=True) is not None
+    assert acc.append(TP, 1, None, b"z" * 100, (), None, 1000, abort_on_new_batch=True) is None  # full
+    assert first._batch.record_count == 2
 
 
 def test_pool_rejects_impossible_sizes():

@@ -1,0 +1,189 @@
+"""``make demo``: rafka's main job in one command.
+
+Starts an embedded 3-broker cluster, creates a replicated topic (6 partitions, RF 3,
+min.insync.replicas 2), produces a generated web-click stream keyed by user with an idempotent
+acks=all producer, kills one broker part-way and keeps producing, consumes everything back, checks
+that nothing was lost or duplicated and that every user's clicks kept their order, prints a summary
+(records, throughput, leaders and ISR before/after the failure) and shuts down cleanly.
+
+    python -m rafka.demo [--records 60000] [--users 500] [--data-dir DIR]
+
+Exit status 0 when every check passed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+PAGES = ["/", "/search", "/product/{}", "/cart", "/checkout", "/account", "/help", "/blog/{}"]
+TOPIC = "clicks"
+
+
+def click_stream(n: int, users: int, seed: int = 7):
+    """``n`` click events: ``(key, value, user, seq)``; ``seq`` counts each user's clicks."""
+    rng = random.Random(seed)
+    seqs = [0] * users
+    t0 = int(time.time() * 1000)
+    for i in range(n):
+        u = min(int(rng.paretovariate(1.2)) - 1, users - 1)  # a few heavy users, a long tail
+        seqs[u] += 1
+        page = rng.choice(PAGES).format(rng.randrange(1000))
+        event = {"id": i, "user": f"user-{u:04d}", "seq": seqs[u], "page": page, "ts": t0 + i,
+                 "referrer": rng.choice(["google", "direct", "newsletter", "ads", None]),
+                 "device": rng.choice(["mobile", "desktop", "tablet"])}
+        yield f"user-{u:04d}".encode(), json.dumps(event, separators=(",", ":")).encode()
+
+
+def partition_table(admin, title: str) -> tuple[Table, dict]:
+    (desc,) = admin.describe_topics([TOPIC])
+    table = Table(title=title, title_justify="left")
+    for col in ("partition", "leader", "replicas", "ISR", "offline"):
+        table.add_column(col)
+    state = {}
+    for p in desc["partitions"]:
+        state[p["partition"]] = (p["leader"], list(p["isr"]))
+        table.add_row(str(p["partition"]), str(p["leader"]), str(p["replicas"]), str(p["isr"]),
+                      str(p.get("offline_replicas") or ""))
+    return table, state
+
+
+def run(records: int, users: int, data_dir: str | None, console: Console) -> bool:
+    import rafka
+    from rafka import TopicPartition
+
+    t_start = time.monotonic()
+    console.rule("[bold]rafka demo: Kafka's design on Ray")
+    console.print("Starting an embedded cluster: 1 controller + 3 brokers (Ray actors) ...")
+    tmp = None
+    if data_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="rafka-demo-")
+        data_dir = tmp.name
+    cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, num_cpus=2,
+                                 broker_config={"replica.lag.time.max.ms": 5000})
+    ok = False
+    try:
+        console.print(f"  up in {time.monotonic() - t_start:.1f} s, logs under {data_dir}")
+        admin = rafka.Admin(cluster)
+        t = time.monotonic()
+        admin.create_topic(TOPIC, num_partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"})
+        console.print(f"Created topic [bold]{TOPIC}[/]: 6 partitions x 3 replicas, min.insync.replicas=2 "
+                      f"({time.monotonic() - t:.1f} s)")
+        before_table, before = partition_table(admin, "Leaders and ISR before the failure")
+        console.print(before_table)
+
+        ctl = admin.describe_cluster()["controller_id"]
+        led = {b: sum(1 for leader, _ in before.values() if leader == b) for b in range(3)}
+        victim = ctl  # the broker hosting the controller: partition leaders and the controller fail over
+        kill_at = records // 3
+
+        acked, errors = [0], []
+
+        def on_ack(md, exc):
+            if exc is None:
+                acked[0] += 1
+            else:
+                errors.append(exc)
+
+        console.print(f"Producing {records:,} click events from {users} users (keyed by user, acks=all, "
+                      f"idempotent); broker {victim} (the controller's host, leader of {led[victim]} partitions) dies after "
+                      f"{kill_at:,} ...")
+        producer = rafka.Producer(cluster, acks="all", linger_ms=5, batch_size=32768)
+        sent_bytes = 0
+        t_prod = time.monotonic()
+        t_kill = None
+        for i, (key, value) in enumerate(click_stream(records, users)):
+            if i == kill_at:
+                t_kill = time.monotonic()
+                cluster.kill_broker(victim)
+                console.print(f"  [bold red]killed broker {victim}[/] at record {i:,}; producing on")
+            producer.send(TOPIC, value, key=key, callback=on_ack)
+            sent_bytes += len(value)
+        producer.flush()
+        prod_s = time.monotonic() - t_prod
+        producer.close()
+        console.print(f"  {acked[0]:,} acknowledged, {len(errors)} failed in {prod_s:.1f} s "
+                      f"({records / prod_s:,.0f} records/s, {sent_bytes / prod_s / 1e6:.1f} MB/s)")
+        after_table, after = partition_table(admin, f"Leaders and ISR after broker {victim} died")
+        console.print(after_table)
+
+        console.print("Consuming everything back from the beginning ...")
+        consumer = rafka.Consumer(cluster, auto_offset_reset="earliest")
+        tps = [TopicPartition(TOPIC, p) for p in range(6)]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        seen_ids: set[int] = set()
+        dups = 0
+        last_seq: dict[str, int] = {}
+        order_breaks = 0
+        offsets_ok = True
+        next_offset = {tp: 0 for tp in tps}
+        got = 0
+        t_cons = time.monotonic()
+        deadline = t_cons + 120
+        while any(consumer.position(tp) < ends[tp] for tp in tps) and time.monotonic() < deadline:
+            for tp, recs in consumer.poll(timeout_ms=1000).items():
+                for r in recs:
+                    if r.offset != next_offset[tp]:
+                        offsets_ok = False
+                    next_offset[tp] = r.offset + 1
+                    ev = json.loads(r.value)
+                    if ev["id"] in seen_ids:
+                        dups += 1
+                    seen_ids.add(ev["id"])
+                    if ev["seq"] <= last_seq.get(ev["user"], 0):
+                        order_breaks += 1
+                    last_seq[ev["user"]] = ev["seq"]
+                    got += 1
+        cons_s = time.monotonic() - t_cons
+        consumer.close()
+        missing = records - len(seen_ids)
+        checks = [
+            ("every record acknowledged", acked[0] == records and not errors,
+             f"{acked[0]:,}/{records:,}" + (f", first error: {errors[0]}" if errors else "")),
+            ("nothing lost", missing == 0, f"{len(seen_ids):,} distinct events read, {missing} missing"),
+            ("nothing duplicated", dups == 0 and got == records, f"{got:,} records read, {dups} duplicates"),
+            ("per-user order kept", order_breaks == 0, f"{len(last_seq)} users, {order_breaks} out of order"),
+            ("offsets dense per partition", offsets_ok and sum(ends.values()) == records,
+             f"high watermarks sum to {sum(ends.values()):,}"),
+            ("a new leader took over", all(after[p][0] not in (victim, -1) for p in after)
+             and all(victim not in isr for _, isr in after.values()), f"broker {victim} out of every ISR"),
+        ]
+        summary = Table(title="Summary", title_justify="left")
+        summary.add_column("check")
+        summary.add_column("result")
+        summary.add_column("detail")
+        for name, passed, detail in checks:
+            summary.add_row(name, "[green]PASS[/]" if passed else "[red]FAIL[/]", detail)
+        console.print(summary)
+        console.print(f"produce: {records / prod_s:,.0f} records/s (acks=all, RF 3, across a broker failure); "
+                      f"consume: {got / cons_s:,.0f} records/s; "
+                      f"failure injected {t_kill - t_prod:.1f} s into the run" if t_kill else "")
+        ok = all(passed for _, passed, _ in checks)
+    finally:
+        console.print("Shutting down the cluster ...")
+        cluster.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    console.rule(f"[bold]{'all checks passed' if ok else 'SOME CHECKS FAILED'}"
+                 f" in {time.monotonic() - t_start:.0f} s")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rafka.demo", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=60000)
+    ap.add_argument("--users", type=int, default=500)
+    ap.add_argument("--data-dir", default=None, help="keep the logs here (default: a temporary directory)")
+    args = ap.parse_args(argv)
+    return 0 if run(args.records, args.users, args.data_dir, Console()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The `rafka` CLI end to end, through subprocesses, against a cluster it starts itself (its own Ray head)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+RAFKA = str(Path(sys.executable).with_name("rafka"))
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    home = tmp_path_factory.mktemp("rafka-home")
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "RAFKA_HOME": str(home), "LANG": "C.UTF-8"}
+
+    def run(*args, stdin: str | None = None, timeout: float = 120, check: bool = True):
+        proc = subprocess.run([RAFKA, *args], input=stdin, capture_output=True, text=True, env=env,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"rafka {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+    out = run("cluster", "start", "--brokers", "1", "--data-dir", str(home / "data"), "--num-cpus", "1", "--json")
+    run.info = json.loads(out.stdout)
+    run.env = env
+    yield run
+    stopped = run("cluster", "stop", "--json", check=False)
+    from rafka.clusterctl import ray_processes
+    assert stopped.returncode == 0 and json.loads(stopped.stdout)["killed"] > 0
+    assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
+
+
+def test_start_attach_from_a_fresh_process(cli):
+    info = cli.info
+    assert info["brokers"] == 1 and Path(info["temp_dir"]).is_dir()
+    code = ("import rafka, json; h = rafka.connect(%r); print(json.dumps(rafka.Admin(h).describe_cluster()))"
+            % info["address"])
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}  # no RAFKA_HOME: only the address
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    desc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [b["id"] for b in desc["brokers"]] == [0] and desc["brokers"][0]["alive"]
+    out = json.loads(cli("cluster", "info", "--json").stdout)
+    assert out["address"] == info["address"] and out["controller_id"] == 0
+
+
+def test_topic_lifecycle_and_round_trip(cli):
+    cli("topic", "create", "events", "-p", "2", "-r", "1", "-c", "retention.ms=60000")
+    assert json.loads(cli("topic", "list", "--json").stdout) == [{"name": "events", "partitions": 2, "replicas": 1}]
+    lines = "".join(f"user-{i % 3}:click {i}\n" for i in range(6))
+    produced = json.loads(cli("topic", "produce", "events", "--key-separator", ":", "--json", stdin=lines).stdout)
+    assert produced["produced"] == 6 and produced["failed"] == 0
+    (desc,) = json.loads(cli("topic", "describe", "events", "--json").stdout)
+    assert desc["configs"] == {"retention.ms": "60000"}
+    assert sum(p["high_watermark"] for p in desc["partitions"]) == 6
+    assert desc["effective_configs"]["retention.ms"] == "60000"
+    recs = [json.loads(x) for x in cli("topic", "consume", "events", "-n", "6").stdout.splitlines()]
+    assert sorted(r["value"] for r in recs) == sorted(f"click {i}" for i in range(6))
+    for r in recs:  # one key, one partition
+        assert all(o["partition"] == r["partition"] for o in recs if o["key"] == r["key"])
+    text = cli("topic", "consume", "events", "-e", "-p", "0", "-f", "%k=%v\\n").stdout
+    assert all("=" in line for line in text.splitlines())
+    cli("topic", "add-partitions", "events", "-n", "1")
+    assert len(json.loads(cli("topic", "describe", "events", "--json").stdout)[0]["partitions"]) == 3
+    cli("topic", "alter-config", "events", "--set", "retention.ms=1000", "--delete", "nope.config", check=False)
+    cli("topic", "alter-config", "events", "--set", "retention.ms=1000")
+    assert json.loads(cli("topic", "describe", "events", "--json").stdout)[0]["configs"]["retention.ms"] == "1000"
+    cli("topic", "delete", "events")
+    assert json.loads(cli("topic", "list", "--json").stdout) == []
+
+
+def test_errors_are_one_line_with_exit_codes(cli):
+    bad = cli("topic", "describe", "missing", check=False)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError")
+    cli("topic", "create", "dup")
+    dup = cli("topic", "create", "dup", check=False)
+    assert dup.returncode == 1 and "TopicAlreadyExistsError" in dup.stderr
+    cfg = cli("topic", "create", "x", "-c", "no.such=1", check=False)
+    assert cfg.returncode == 1 and "InvalidConfigError" in cfg.stderr and "no.such" in cfg.stderr
+    usage = cli("topic", "create", "y", "-c", "novalue", check=False)
+    assert usage.returncode == 2 and "key=value" in usage.stderr
+    nowhere = cli("topic", "list", "--address", "127.0.0.1:1", check=False)
+    assert nowhere.returncode == 3 and "no Ray cluster answers" in nowhere.stderr
+
+
+def test_perf_json(cli):
+    cli("topic", "create", "perf", "-p", "2", "-r", "1")
+    res = json.loads(cli("perf", "produce", "--topic", "perf", "--records", "20000", "--record-size", "100",
+                         "--acks", "all", "--json").stdout)
+    assert res["records"] == 20000 and res["errors"] == 0
+    assert res["records_per_s"] > 0 and res["mb_per_s"] > 0
+    assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"] <= res["latency_max_ms"]
+    res = json.loads(cli("perf", "consume", "--topic", "perf", "--records", "20000", "--json").stdout)
+    assert res["records"] == 20000 and res["bytes"] == 2_000_000 and not res["timed_out"]
