@@ -11,8 +11,9 @@ loop and a controller watch: a long-poll on the controller (``broker_session``) 
 when the controller dies, and the broker re-runs the election. The controller is a *child* of the
 broker that created it (not detached), like Kafka's controller living inside a broker: killing that
 broker also kills the controller, and the surviving brokers elect a new one; a cluster whose brokers
-are all gone leaves no controller behind. It is soft-pinned to its creator's node so its metadata log
-sits on that node's disk.
+are all gone leaves no controller behind. It is hard-pinned to its creator's node, so its metadata log
+sits on that node's disk and a node loss takes broker and controller together (with soft pinning Ray
+placed it on another node under load, where its loss was only noticed by GCS's ~30 s node timeout).
 
 Partitions are recovered lazily: nothing is opened at start; the controller answers the registration
 with the broker's full partition set (LeaderAndIsr ``full=True``) and the broker creates a replica
@@ -287,7 +288,7 @@ class BrokerActor:
 
     async def _create_replica(self, s: dict):
         topic, p = s["topic"], s["partition"]
-        d = self._prepare_dir(topic, p, s["topic_id"])
+        d = await asyncio.to_thread(self._prepare_dir, topic, p, s["topic_id"])
         cls = _REPLICA_CLS
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for attempt in range(100):

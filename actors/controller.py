@@ -216,7 +216,7 @@ class ControllerActor:
         async with self._lock:
             for (b, e), h in zip(alive.items(), handles):
                 if h is None:  # one broker per commit: each fence sees the previous ones applied
-                    self._commit(self.logic.fence_broker(b, e))
+                    await self._commit(self.logic.fence_broker(b, e))
                 else:
                     self._open_channel(b, e, h)
             for b, ch in self.channels.items():
@@ -232,6 +232,11 @@ class ControllerActor:
         log.warning("controller epoch %d resigns: %s", self.epoch, why)
         self.resigned = why
         self._stop_background()
+        self.mlog.close()
+        # a resigned controller still holds the name, which would make every broker's election find it
+        # again: it leaves, so that the next election creates a controller with a fresh epoch
+        asyncio.get_running_loop().call_later(
+            0.1, lambda: ray.kill(ray.get_runtime_context().current_actor, no_restart=True))
 
     def _stop_background(self):
         for t in self._tasks:
@@ -244,11 +249,12 @@ class ControllerActor:
                 f.set_result({"reason": "resigned" if self.resigned else "shutdown", "controller_epoch": self.epoch})
 
     # ---- commit and effects --------------------------------------------------------------------
-    def _commit(self, records: list[dict]) -> None:
-        """Write-ahead to the metadata log, replay, publish to KV, then send the effects."""
+    async def _commit(self, records: list[dict]) -> None:
+        """Write-ahead to the metadata log, replay, publish to KV, then send the effects. Callers hold
+        ``_lock``; the fsync runs off the event loop so heartbeats keep being served meanwhile."""
         if not records:
             return
-        self.mlog.append(records)
+        await asyncio.to_thread(self.mlog.append, records)
         img = self.image
         before = {}
         for r in records:
@@ -390,11 +396,22 @@ class ControllerActor:
         async with self._lock:
             if self.stopping or self.resigned:
                 return
-            self._commit(self.logic.fence_broker(broker_id, broker_epoch))
+            await self._commit(self.logic.fence_broker(broker_id, broker_epoch))
 
     async def _session_checker(self):
+        period = max(0.05, self.config.heartbeat_interval_ms / 2000)
         while True:
-            await asyncio.sleep(max(0.05, self.config.heartbeat_interval_ms / 2000))
+            t0 = time.monotonic()
+            await asyncio.sleep(period)
+            stalled = time.monotonic() - t0 - period
+            if stalled > self.config.heartbeat_interval_ms / 1000:
+                # this controller's own loop stalled (a loaded machine): heartbeats may be queued
+                # unread, so the silence is ours, not the brokers'; give every session a fresh start
+                log.warning("controller loop stalled %.2fs: extending broker sessions", stalled)
+                now = time.monotonic()
+                for b in self.last_seen:
+                    self.last_seen[b] = now
+                continue
             deadline = time.monotonic() - self.config.session_timeout_ms / 1000
             for b in sorted(self.image.alive_brokers()):
                 if self.last_seen.get(b, time.monotonic()) < deadline:
@@ -408,7 +425,7 @@ class ControllerActor:
                 tps = self.logic.imbalanced_partitions()
                 if tps:
                     log.info("auto leader rebalance: %s", tps)
-                    self._commit(self.logic.elect_leaders(tps, ELECT_PREFERRED)[0])
+                    await self._commit(self.logic.elect_leaders(tps, ELECT_PREFERRED)[0])
 
     # ---- broker-facing API -----------------------------------------------------------------------
     async def describe_controller(self) -> dict:
@@ -427,7 +444,7 @@ class ControllerActor:
                 return {"error_code": code, "error_message": msg, "controller_epoch": self.epoch}
             if handle is not None:
                 self._handles[broker_id] = handle
-            self._commit(records)
+            await self._commit(records)
         return {"error_code": 0, "controller_epoch": self.epoch, "broker_epoch": resp["broker_epoch"]}
 
     async def heartbeat(self, broker_id: int, broker_epoch: int) -> dict:
@@ -458,14 +475,14 @@ class ControllerActor:
         async with self._lock:
             records, resp = self.logic.alter_partition(topic, partition, leader_id, leader_epoch, new_isr,
                                                        partition_epoch)
-            self._commit(records)
+            await self._commit(records)
         return resp
 
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int | None = None) -> tuple[int, int]:
         await self._ensure_started()
         async with self._lock:
             records, resp = self.logic.allocate_producer_ids(broker_id, broker_epoch)
-            self._commit(records)
+            await self._commit(records)
         return resp
 
     # ---- admin API -------------------------------------------------------------------------------
@@ -473,7 +490,7 @@ class ControllerActor:
         await self._ensure_started()
         async with self._lock:
             records, results = self.logic.create_topics(list(topics or []))
-            self._commit(records)
+            await self._commit(records)
         keys = [(r["topic"], r["partition"]) for r in records if r["type"] == "Partition"]
         if keys and not await self._wait_leaders(keys, timeout_ms):
             late = {t for t, p in keys if not self._leaders_ready([(t, p)])}
@@ -487,7 +504,7 @@ class ControllerActor:
         await self._ensure_started()
         async with self._lock:
             records, results = self.logic.delete_topics(list(names or []))
-            self._commit(records)
+            await self._commit(records)
             stops = list(self._pending_stops) if records else []
         for name in list(self.leader_acked):
             if name[0] not in self.image.topics:
@@ -501,7 +518,7 @@ class ControllerActor:
         await self._ensure_started()
         async with self._lock:
             records, res = self.logic.create_partitions(name, total_count, assignment)
-            self._commit(records)
+            await self._commit(records)
         keys = [(r["topic"], r["partition"]) for r in records]
         if keys and not await self._wait_leaders(keys, timeout_ms):
             res["error_code"], res["error_message"] = error_response(RequestTimedOutError(
@@ -512,7 +529,7 @@ class ControllerActor:
         await self._ensure_started()
         async with self._lock:
             records, res = self.logic.alter_configs(name, set, delete)
-            self._commit(records)
+            await self._commit(records)
         return res
 
     async def describe_configs(self, name: str) -> dict:
@@ -556,14 +573,14 @@ class ControllerActor:
         async with self._lock:
             records, results = self.logic.elect_leaders(
                 None if partitions is None else [tuple(p) for p in partitions], election_type)
-            self._commit(records)
+            await self._commit(records)
         return results
 
     async def alter_partition_reassignments(self, assignments: list[dict]) -> list[dict]:
         await self._ensure_started()
         async with self._lock:
             records, results = self.logic.alter_partition_reassignments(list(assignments or []))
-            self._commit(records)
+            await self._commit(records)
         return results
 
     async def list_partition_reassignments(self) -> list[dict]:

@@ -101,7 +101,7 @@ def test_create_describe_spread_and_controller_failover(cluster):
     assert all(b["alive"] for b in md["brokers"])
 
 
-def test_producer_ids_never_reused_across_failover(cluster):
+def test_producer_ids_and_zombie_controller_fencing(cluster):
     ch = cluster(num_brokers=2)
     a = ray.get(ch.broker(0).init_producer_id.remote())
     b = ray.get(ch.broker(0).init_producer_id.remote())
@@ -116,7 +116,29 @@ def test_producer_ids_never_reused_across_failover(cluster):
     with pytest.raises(Exception) as e:
         ray.get(ch.controller().allocate_producer_ids.remote(42))
     assert "BROKER_ID_NOT_REGISTERED" in str(e.value)
-    assert ray.get(ch.controller().ping.remote()) >= 2
+    assert ray.get(ch.controller().ping.remote()) == 2
+
+    # fencing: another controller claims epoch 3 in GCS KV and reaches broker 0 first; the controller
+    # of epoch 2 learns it is stale (its long-poll on broker 0 answers STALE_CONTROLLER_EPOCH), resigns
+    # and leaves, and the brokers elect a controller of epoch 4
+    from actors.metadata_store import ClusterKV
+    rival = ClusterKV(ch.cluster).claim_controller_epoch({"host_broker_id": -1})
+    assert rival == 3
+    assert ray.get(ch.broker(0).update_metadata.remote(rival, 0))["error_code"] == 0
+    assert ray.get(ch.broker(0).update_metadata.remote(2, 0))["error_code"] == 11
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if ray.get(ch.controller().ping.remote(), timeout=5) == 4:
+                break
+        except ray.exceptions.RayActorError:
+            pass
+        assert time.monotonic() < deadline, "no controller of epoch 4"
+        time.sleep(0.05)
+    ch.wait_for(lambda md: md["controller_epoch"] == 4 and all(b["alive"] for b in md["brokers"]), 10,
+                what="brokers kept by the new controller")
+    first, _ = ray.get(ch.controller().allocate_producer_ids.remote(1))
+    assert first == 3000
 
 
 def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
@@ -171,6 +193,11 @@ def test_broker_loss_return_and_preferred_election(cluster):
     ch.create_topic("p", partitions=3, rf=3, configs={"min.insync.replicas": 2})
     for i in range(3):
         produce(ch, "p", i, b"before-%d" % i)
+    # settled: preferred leaders, full ISRs (a loaded machine may have fenced someone during the start)
+    ch.wait_for(lambda md: all(len(p["isr"]) == 3 for p in md["topics"][0]["partitions"]), 60, what="full ISRs")
+    ray.get(ch.controller().elect_leaders.remote(None, 0))
+    ch.wait_for(lambda md: all(p["leader"] == p["replicas"][0] for p in md["topics"][0]["partitions"]), 10,
+                what="preferred leaders")
     before = {p["partition"]: p for p in ch.describe("p")["partitions"]}
     # the hardest case: the broker that hosts the controller dies (the controller dies with it)
     host = ray.get(ch.controller().describe_controller.remote())["host_broker_id"]
@@ -179,8 +206,10 @@ def test_broker_loss_return_and_preferred_election(cluster):
     assert led
     t0 = time.monotonic()
     ch.kill_broker(victim)
-    md = ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == victim)["alive"] and md,
-                     10, what="broker fenced")
+    # (the dying controller may itself fence the victim in the ~50 ms before it follows its host)
+    md = ch.wait_for(lambda md: md["controller_epoch"] == 2
+                     and not next(b for b in md["brokers"] if b["id"] == victim)["alive"] and md,
+                     10, what="new controller, broker fenced")
     print(f"broker loss detected in {time.monotonic() - t0:.2f}s (controller host {host}, victim {victim})")
     for p in md["topics"][0]["partitions"]:
         old = before[p["partition"]]
@@ -188,7 +217,6 @@ def test_broker_loss_return_and_preferred_election(cluster):
         assert p["leader_epoch"] == old["leader_epoch"] + 1
         assert p["partition_epoch"] > old["partition_epoch"]
         assert p["offline_replicas"] == [victim]
-    assert md["controller_epoch"] == 2
     q = led[0]
     wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
               "new leader running")
@@ -203,9 +231,11 @@ def test_broker_loss_return_and_preferred_election(cluster):
     assert st["role"] == "follower" and st["log_end_offset"] == 2
 
     # preferred leader election moves leadership back to the first replica
+    moving = {p["partition"] for p in ch.describe("p")["partitions"] if p["leader"] != p["replicas"][0]}
+    assert q in moving
     res = ray.get(ch.controller().elect_leaders.remote(None, 0))
-    codes = {(r["topic"], r["partition"]): r["error_code"] for r in res}
-    assert sorted(codes.values()) == [0] * len(led) + [84] * (3 - len(led))  # 84: ELECTION_NOT_NEEDED
+    codes = {r["partition"]: r["error_code"] for r in res}
+    assert codes == {i: 0 if i in moving else 84 for i in range(3)}  # 84: ELECTION_NOT_NEEDED
     d = ch.describe("p")
     assert all(p["leader"] == p["replicas"][0] for p in d["partitions"])
     assert part(ch, "p", q)["leader"] == victim
@@ -215,12 +245,14 @@ def test_broker_loss_return_and_preferred_election(cluster):
 
 
 def test_hung_broker_session_timeout_and_auto_rebalance(cluster):
-    ch = cluster(config={"broker.session.timeout.ms": 1500, "leader.imbalance.check.interval.seconds": 1})
+    ch = cluster(config={"broker.session.timeout.ms": 2000, "leader.imbalance.check.interval.seconds": 1})
     ch.create_topic("h", partitions=3, rf=3)
-    before = part(ch, "h", 0)
+    # settled: preferred leader, full ISR (a loaded machine may have fenced someone during the start)
+    before = wait_part(ch, "h", 0, lambda p: p["leader"] == p["replicas"][0] and len(p["isr"]) == 3 and p,
+                       "partition settled", 60)
     hung = before["leader"]
     epoch = ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"]
-    ray.get(ch.broker(hung).suspend_heartbeats.remote(2500))
+    ray.get(ch.broker(hung).suspend_heartbeats.remote(4000))
     t0 = time.monotonic()
     p = wait_part(ch, "h", 0, lambda p: p["leader"] != hung and p, "leadership moved off the hung broker", 10)
     print(f"hung broker fenced after {time.monotonic() - t0:.2f}s")
@@ -284,6 +316,7 @@ def test_reassignment(cluster, tmp_path):
     assert read_all(ch.leader_replica("r", 0)) == [b"one", b"two"]
 
 
+@pytest.mark.slow
 def test_whole_cluster_restart_keeps_topics_and_data(cluster, cluster_name, tmp_path):
     ch = cluster()
     tid = ch.create_topic("keep", partitions=2, rf=2)["topic_id"]
@@ -308,7 +341,6 @@ def test_broker_on_removed_node_is_detected(ray_cluster, cluster):
     ch = cluster(num_brokers=3, node_ids=[head, head, node.node_id])
     assert ray.get(ch.broker(2).incarnation.remote())["node_id"] == node.node_id
     ch.create_topic("n", partitions=1, rf=3)
-    print("controller", ray.get(ch.controller().describe_controller.remote()))
     t0 = time.monotonic()
     ray_cluster.remove_node(node)
     ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == 2)["alive"], 30,

@@ -405,3 +405,33 @@ def test_replay_asserts_transitions():
     with pytest.raises(MetadataInvariantError):
         logic.image.replay({"type": "Topic", "name": "t", "topic_id": "x"})
     assert part(logic).to_dict() == s
+
+
+def test_metadata_log_torn_tail_and_snapshot(tmp_path):
+    from actors.metadata_store import MetadataLog
+    path = str(tmp_path / "controller" / "metadata.log")
+    logic = make()
+    create(logic, n=2, rf=2)
+    log = MetadataLog(path)
+    log.append(logic.image.snapshot_records()[:-1])
+    log.append([{"type": "ProducerIds", "broker_id": 0, "broker_epoch": 0, "next_producer_id": 1000}])
+    log.close()
+    good = len(MetadataLog(path).read_all())
+    with open(path, "ab") as f:  # a crash in the middle of the next append
+        f.write(b"\x00\x00\x01\x00garbage")
+    size_before = (tmp_path / "controller" / "metadata.log").stat().st_size
+    records = MetadataLog(path).read_all()
+    assert len(records) == good
+    assert (tmp_path / "controller" / "metadata.log").stat().st_size < size_before  # tail cut off
+    img = MetadataImage.from_records(records)
+    assert img.topics["t"].to_dict() == logic.image.topics["t"].to_dict() and img.next_producer_id == 1000
+    # a flipped byte inside a record ends the valid prefix there
+    data = bytearray((tmp_path / "controller" / "metadata.log").read_bytes())
+    data[-3] ^= 0xFF
+    (tmp_path / "controller" / "metadata.log").write_bytes(bytes(data))
+    assert len(MetadataLog(path).read_all()) == good - 1
+    # rewrite replaces the log atomically with a snapshot
+    log = MetadataLog(path)
+    log.rewrite(logic.image.snapshot_records())
+    again = MetadataImage.from_records(MetadataLog(path).read_all())
+    assert again.version == logic.image.version and again.topics["t"].to_dict() == logic.image.topics["t"].to_dict()
