@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install test test-fast demo bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py storage/_crecords.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
@@ -30,4 +30,4 @@ bench: install
 	$(PY) benchmarks/storage_bench.py --json
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis build storage/_crecords*.so

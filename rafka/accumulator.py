@@ -292,8 +292,9 @@ class RecordAccumulator:
         return fut
 
     # -- sender side -------------------------------------------------------------------------------
-    def ready(self, now: float, can_send: Callable[[TopicPartition], bool]) -> tuple[list, float]:
-        """Partitions with a batch to send now, and ms until the next one might be (linger/backoff)."""
+    def ready(self, now: float, can_send: Callable[[TopicPartition, "ProducerBatch"], bool]) -> tuple[list, float]:
+        """Partitions with a batch to send now, and ms until the next one might be (linger/backoff).
+        ``can_send(tp, first_batch)`` is the sender's in-flight gate."""
         ready, next_ms = [], float(self.linger_ms) if self.linger_ms else 100.0
         exhausted = self.pool.waiters > 0
         with self._lock:
@@ -308,7 +309,7 @@ class RecordAccumulator:
                 sendable = (len(dq) > 1 or first.is_full() or first.closed or waited >= self.linger_ms
                             or exhausted or self.flushes_in_progress or self.closed)
                 if sendable:
-                    if can_send(tp):
+                    if can_send(tp, first):
                         ready.append(tp)
                 else:
                     next_ms = min(next_ms, self.linger_ms - waited)
@@ -336,10 +337,11 @@ class RecordAccumulator:
                     break
         return out
 
-    def reenqueue(self, batch: ProducerBatch, now: float) -> None:
-        """Put a failed batch back at the front, in sequence order, with exponential backoff."""
+    def reenqueue(self, batch: ProducerBatch, now: float, backoff: bool = True) -> None:
+        """Put a failed batch back at the front, in sequence order, with exponential backoff (or none)."""
         batch.attempts += 1
-        backoff = min(self.retry_backoff_ms * (2 ** (batch.attempts - 1)), self.retry_backoff_max_ms)
+        backoff = min(self.retry_backoff_ms * (2 ** (batch.attempts - 1)), self.retry_backoff_max_ms) \
+            if backoff else 0
         batch.next_attempt_ms = now + backoff
         with self._lock:
             dq = self._queues.setdefault(batch.tp, collections.deque())

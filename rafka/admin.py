@@ -89,8 +89,8 @@ class Admin:
         """Create topics (``NewTopic`` or dicts of the same keys); returns ``{name: topic_id}`` once every
         partition has a leader. Raises the first error (e.g. ``TopicAlreadyExistsError``)."""
         reqs = [t if isinstance(t, dict) else NewTopic(*t) for t in topics]
-        t = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
-        results = self._call("create_topics", reqs, t)
+        t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        results = self._call("create_topics", reqs, t, timeout_ms=t + 5000)
         _raise_first(results, "create topics")
         return {r["name"]: r.get("topic_id") for r in results}
 

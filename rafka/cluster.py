@@ -216,9 +216,14 @@ class LocalCluster:
         import ray
         from actors.bootstrap import start_cluster
         if not ray.is_initialized():
-            ray.init(address="local", num_cpus=self.num_cpus or os.cpu_count(), include_dashboard=False,
-                     namespace=RAY_NAMESPACE,
-                     log_to_driver=False, logging_level="WARNING")
+            import logging
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            cpus = self.num_cpus or os.cpu_count() or 1
+            # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
+            # keeps the raylet from warning about "too many worker processes" on small machines
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, namespace=RAY_NAMESPACE,
+                     log_to_driver=False, logging_level="WARNING",
+                     _system_config={"worker_maximum_startup_concurrency": max(8, cpus)})
             self._started_ray = True
         self.address = ray.get_runtime_context().gcs_address
         os.makedirs(self.data_dir, exist_ok=True)

@@ -118,3 +118,38 @@ def consume_perf(cluster: Any, topic: str, records: int, timeout_s: float = 60.0
             "records_per_s": round(got / elapsed, 1) if elapsed else 0.0,
             "mb_per_s": round(nbytes / elapsed / 1e6, 2) if elapsed else 0.0,
             "timed_out": got < records}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rafka.perf``: the three client figures on an embedded 3-broker cluster, as JSON:
+    acks=1 to RF 1, acks=all (idempotent) to RF 3 with min.insync.replicas 2, and consume."""
+    import argparse
+    import json
+    from rafka.admin import Admin
+    from rafka.cluster import LocalCluster
+    ap = argparse.ArgumentParser(prog="python -m rafka.perf")
+    ap.add_argument("--records", type=int, default=300000)
+    ap.add_argument("--record-size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=65536)
+    ap.add_argument("--latency-rate", type=int, default=5000, help="records/s of the moderate-load latency run")
+    args = ap.parse_args(argv)
+    out = {}
+    with LocalCluster(brokers=3) as cluster:
+        admin = Admin(cluster)
+        admin.create_topic("perf-rf1", args.partitions, 1)
+        admin.create_topic("perf-rf3", args.partitions, 3, {"min.insync.replicas": "2"})
+        out["produce_acks1_rf1"] = produce_perf(cluster, "perf-rf1", args.records, args.record_size, acks=1,
+                                                batch_size=args.batch_size)
+        out["produce_acksall_rf3"] = produce_perf(cluster, "perf-rf3", args.records, args.record_size,
+                                                  acks="all", batch_size=args.batch_size)
+        out["consume_rf1"] = consume_perf(cluster, "perf-rf1", args.records)
+        out["latency_acksall_rf3_moderate"] = produce_perf(
+            cluster, "perf-rf3", args.latency_rate * 5, args.record_size, throughput=args.latency_rate,
+            acks="all", linger_ms=1)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

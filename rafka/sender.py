@@ -8,7 +8,9 @@ handle the responses that arrived.
 In-flight budget per partition (its leader is one actor, Kafka's "connection"): with idempotence at most
 ``max_in_flight_requests_per_connection`` (<= 5) *batches*, so the leader's 5-batch duplicate window
 covers every retry; without it, that many *calls*. One call carries several ready batches of a
-partition, concatenated up to ``max_request_size``, so calls stay large (Ray's per-call cost is ~1 ms).
+partition, concatenated up to 96 KB (under Ray's 100 KB inline-argument limit: such calls skip the
+object store and arrive in order), so calls stay large (Ray's per-call cost is ~1 ms). Ray does not
+promise in-order execution of calls to an async actor, so ordering is also enforced by ``_can_send``.
 
 Idempotence: a producer id/epoch comes from a broker's ``init_producer_id()``; sequences are assigned
 per partition when a batch is first drained and baked into its bytes, which retries resend unchanged.
@@ -39,7 +41,8 @@ from rafka.structs import TopicPartition
 log = logging.getLogger("rafka.producer")
 
 _METADATA_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown tp, leader n/a, not leader, replica n/a, fenced/unknown epoch
-_RESET_PID_ERRORS = {45, 47, 59}  # out of order sequence, invalid producer epoch, unknown producer id
+_RESET_PID_ERRORS = {45, 47, 59}
+INLINE_CALL_BYTES = 96 * 1024  # out of order sequence, invalid producer epoch, unknown producer id
 
 
 class InFlight:
@@ -71,6 +74,9 @@ class Sender(threading.Thread):
         self.producer_epoch = -1
         self._pid_retry_at = 0.0
         self._pid_warnings = 0
+        # calls stay under Ray's inline-argument limit (100 KB) so they travel in order and skip the
+        # object store; a single larger batch still goes (alone)
+        self._max_call_bytes = min(config.max_request_size, INLINE_CALL_BYTES)
         self.running = True
         self.force_close = False
         self.fatal_error: BaseException | None = None
@@ -119,10 +125,21 @@ class Sender(threading.Thread):
         self._wake.wait(max(wait_ms, 0.5) / 1000.0)
         self._wake.clear()
 
-    def _can_send(self, tp: TopicPartition) -> bool:
+    def _can_send(self, tp: TopicPartition, first: ProducerBatch) -> bool:
+        """The in-flight gate. Ray does not keep calls to an async actor in submission order (a big
+        argument travels through the object store and can arrive after a later small one), so order
+        is restored the way TCP gives it to Kafka for free: a retried batch goes only when nothing of
+        its partition is in flight, and with idempotence the first batch of a producer id on a
+        partition goes alone (a leader accepts any first sequence of an unknown producer, as Kafka's
+        does, so an overtaking second batch would be taken as the start)."""
+        calls = self._tp_calls[tp]
+        if first.attempts and calls:
+            return False
         if self.idempotent:
+            if calls and self._last_acked[tp] < 0:
+                return False
             return self._tp_batches[tp] < self.cfg.max_in_flight_requests_per_connection
-        return self._tp_calls[tp] < self.cfg.max_in_flight_requests_per_connection
+        return calls < self.cfg.max_in_flight_requests_per_connection
 
     # -- producer id -------------------------------------------------------------------------------
     def _ensure_producer_id(self, now: float) -> bool:
@@ -147,6 +164,7 @@ class Sender(threading.Thread):
                 continue
             self.producer_id = int(resp["producer_id"])
             self.producer_epoch = int(resp.get("producer_epoch", 0))
+            log.debug("producer id %d epoch %d from broker %d", self.producer_id, self.producer_epoch, broker_id)
             self._next_seq.clear()
             self._last_acked.clear()
             return True
@@ -173,9 +191,11 @@ class Sender(threading.Thread):
         handle, leader_id, _epoch = leader
         if self.idempotent:
             budget = self.cfg.max_in_flight_requests_per_connection - self._tp_batches[tp]
+            if self._last_acked[tp] < 0:
+                budget = 1
         else:
             budget = 1 << 30
-        batches = self.acc.drain(tp, self.cfg.max_request_size, budget)
+        batches = self.acc.drain(tp, self._max_call_bytes, budget)
         if not batches:
             return True
         for batch in batches:
@@ -258,14 +278,19 @@ class Sender(threading.Thread):
             self.acc.finish(batch)
             return
         retriable = getattr(err, "retriable", False)
+        overtaken = False
         if isinstance(err, OutOfOrderSequenceNumberError) and self.idempotent and \
                 batch.producer_id == self.producer_id and \
                 batch.base_sequence != (self._last_acked[batch.tp] + 1) & 0x7FFFFFFF:
-            retriable = True  # an earlier batch of this partition failed first; it will be resent ahead
+            # it overtook an earlier batch of its partition (still in flight, or failed and coming
+            # back): resend it, without backoff, once nothing of the partition is in flight
+            retriable = overtaken = True
         batch.last_error = err
         expired = now - batch.created_ms >= self.cfg.delivery_timeout_ms
         if retriable and batch.attempts < self.cfg.retries and not expired and not self.force_close:
-            self.acc.reenqueue(batch, now)
+            log.debug("retrying %d record(s) of %s (pid %d seq %d, attempt %d): %s", batch.record_count,
+                      batch.tp, batch.producer_id, batch.base_sequence, batch.attempts + 1, err)
+            self.acc.reenqueue(batch, now, backoff=not overtaken)
             return
         if expired and retriable:
             err = KafkaTimeoutError(f"expiring {batch.record_count} record(s) for {batch.tp}: delivery_timeout_ms "

@@ -199,11 +199,13 @@ def test_poll_prefetches_while_the_app_works(rafka_cluster, new_topic):
     total = len(c.poll(5000)[tp])
     waits = []
     while total < 30000:
-        time.sleep(0.02)  # the application's work; the next fetch is in flight meanwhile
+        if total < 29000:  # poll sent the next fetch before returning: it runs while the app works
+            assert c._fetcher.states[tp].in_flight is not None or c._fetcher.states[tp].buffer
+        time.sleep(0.02)  # the application's work
         t = time.monotonic()
         recs = c.poll(5000).get(tp, [])
         waits.append(time.monotonic() - t)
         total += len(recs)
     assert total == 30000
     waits.sort()
-    assert waits[len(waits) // 2] < 0.01  # the median poll found its data already there
+    assert waits[len(waits) // 2] < 0.05  # the median poll found its data already there (no round trip)

@@ -119,16 +119,16 @@ def test_ready_waits_for_linger_unless_full_or_flushing():
     acc = make(batch_size=200, linger_ms=50)
     acc.append(TP, 1, None, b"x", (), None, 1000)
     now = monotonic_ms()
-    ready, next_ms = acc.ready(now, lambda tp: True)
+    ready, next_ms = acc.ready(now, lambda tp, first: True)
     assert ready == [] and 0 < next_ms <= 50
-    assert acc.ready(now + 60, lambda tp: True)[0] == [TP]
+    assert acc.ready(now + 60, lambda tp, first: True)[0] == [TP]
     acc.flushes_in_progress = 1
-    assert acc.ready(now, lambda tp: True)[0] == [TP]
+    assert acc.ready(now, lambda tp, first: True)[0] == [TP]
     acc.flushes_in_progress = 0
     for _ in range(10):  # fill past one batch: sendable at once
         acc.append(TP1, 1, None, b"y" * 50, (), None, 1000)
-    assert TP1 in acc.ready(now, lambda tp: True)[0]
-    assert TP1 not in acc.ready(now, lambda tp: tp != TP1)[0]
+    assert TP1 in acc.ready(now, lambda tp, first: True)[0]
+    assert TP1 not in acc.ready(now, lambda tp, first: tp != TP1)[0]
 
 
 def test_drain_respects_max_bytes_and_retried_batches_go_alone_in_sequence_order():
@@ -144,9 +144,9 @@ def test_drain_respects_max_bytes_and_retried_batches_go_alone_in_sequence_order
     now = monotonic_ms()
     for b in reversed(first):  # failures come back in any order
         acc.reenqueue(b, now)
-    assert acc.ready(now, lambda tp: True)[0] == []  # backing off
+    assert acc.ready(now, lambda tp, first: True)[0] == []  # backing off
     later = now + 1000
-    assert acc.ready(later, lambda tp: True)[0] == [TP]
+    assert acc.ready(later, lambda tp, first: True)[0] == [TP]
     for expect in first:
         (got,) = acc.drain(TP, 1 << 20, 100)
         assert got is expect and got.attempts == 1
