@@ -3,7 +3,9 @@
 ``start_cluster(cluster, num_brokers, data_dir, broker_config=None, node_ids=None)`` creates the broker
 actors in parallel (detached: the cluster outlives the driver; pinned to ``node_ids[i]`` when given),
 starts them (the first to get there creates the controller), and waits until the controller has every
-broker registered. ``ClusterHandle.shutdown()`` stops it all and clears the cluster's GCS KV
+broker registered. ``ClusterHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
+FindCoordinator through any live broker (the first call creates ``__consumer_offsets``).
+``ClusterHandle.shutdown()`` stops it all and clears the cluster's GCS KV
 namespace: the durable copy of the metadata is the controller's log under ``data_dir``, so a later
 ``start_cluster`` with the same name and directory brings back the same topics and data.
 
@@ -77,6 +79,40 @@ class ClusterHandle:
     def replica(self, topic: str, partition: int, broker_id: int):
         from .replica import replica_name
         return ray.get_actor(replica_name(self.cluster, topic, partition, broker_id), namespace=NAMESPACE)
+
+    def find_coordinator(self, group_id: str, timeout_s: float = 30.0) -> dict:
+        """FindCoordinator through any live broker, retried while the group's offsets partition has no
+        leader (COORDINATOR_NOT_AVAILABLE); the first call creates ``__consumer_offsets``."""
+        deadline = time.monotonic() + timeout_s
+        last = None
+        while True:
+            for i in sorted(self.brokers):
+                try:
+                    last = ray.get(self.brokers[i].find_coordinator.remote(group_id), timeout=timeout_s)
+                except (RayActorError, GetTimeoutError):
+                    continue
+                if last["error_code"] == 0:
+                    return last
+                if last["error_code"] != 15:
+                    raise_for_code(last["error_code"], last["error_message"])
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.cluster}: no coordinator for group {group_id!r}: {last}")
+            time.sleep(0.05)
+
+    def group_coordinator(self, group_id: str, timeout_s: float = 30.0):
+        """``(handle, find_coordinator answer)`` of the actor coordinating ``group_id``. A name not (yet)
+        registered -- metadata names the new leader before its broker has applied the LeaderAndIsr -- is
+        Kafka's NOT_COORDINATOR: find again."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.find_coordinator(group_id, timeout_s)
+            try:
+                return ray.get_actor(info["coordinator"], namespace=NAMESPACE), info
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     # ---- admin ------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, rf: int = 1, configs: dict | None = None,

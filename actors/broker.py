@@ -24,6 +24,15 @@ before use.
 
 Fencing. Every controller request carries the controller epoch; one older than the newest seen is
 answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
+
+Group coordination. The broker hosts a ``GroupCoordinatorActor`` (``actors/group_coordinator.py``,
+``"{cluster}:group-coordinator-{id}"``, a non-detached child pinned to its node, created when the broker
+first leads a ``__consumer_offsets`` partition -- an idle actor costs ~120 MiB, so clusters without
+consumer groups do not pay for it -- and again if it died alone) and tells it, in the partition's
+LeaderAndIsr order, when its replica of a ``__consumer_offsets`` partition becomes leader or follower or
+is stopped. ``find_coordinator(group_id)``
+creates ``__consumer_offsets`` through the controller on first use (Kafka's auto-creation of the
+internal topic) and answers the leader of the group's partition.
 """
 from __future__ import annotations
 
@@ -39,6 +48,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
 from .controller import NAMESPACE, RemoteController, controller_name
+from .group_coordinator import (
+    OFFSETS_TOPIC, RemoteGroupCoordinator, group_coordinator_name, offsets_partitions, offsets_topic_spec,
+)
+from .group_records import partition_for
 from .metadata_store import ClusterKV, read_cluster
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 
@@ -103,6 +116,10 @@ class BrokerActor:
         self._hb_suspended_until = 0.0
         self._tasks: list[asyncio.Task] = []
         self._kv = ClusterKV(cluster)
+        self._gc = None  # the group coordinator actor (created on first need)
+        self._gc_lock: asyncio.Lock | None = None
+        self._offsets_roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
+        self._offsets_create_lock: asyncio.Lock | None = None
 
     # ---- election and registration ---------------------------------------------------------------
     def _controller_options(self):
@@ -328,6 +345,8 @@ class BrokerActor:
                 if isinstance(e, RayActorError):
                     self.replicas.pop(key, None)
                 return {**out, **_err_dict(e)}
+            if key[0] == OFFSETS_TOPIC:
+                await self._notify_offsets(key[1], s["leader"] == self.broker_id, int(s["leader_epoch"]), h)
             if res.get("ignored"):  # the replica already runs this (or a newer) state
                 return {**out, "error_code": 0, "error_message": res.get("error_message"), "ignored": True}
             return {**out, "error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
@@ -352,6 +371,8 @@ class BrokerActor:
     async def _stop_one(self, key, delete: bool) -> dict:
         h = self.replicas.pop(key, None)
         self.topic_ids.pop(key, None)
+        if key[0] == OFFSETS_TOPIC:
+            await self._notify_offsets(key[1], False, None, None)
         res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
         if h is not None:
             try:
@@ -426,6 +447,118 @@ class BrokerActor:
             pid = self._pid_next
             self._pid_next += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
+
+    # ---- group coordination -----------------------------------------------------------------------------
+    async def _group_coordinator(self):
+        """This broker's group coordinator; (re)created on demand, then told every offsets partition it leads."""
+        if self._gc_lock is None:
+            self._gc_lock = asyncio.Lock()
+        async with self._gc_lock:
+            if self._gc is not None:
+                return self._gc
+            name = group_coordinator_name(self.cluster, self.broker_id)
+            for _ in range(200):
+                try:
+                    gc = RemoteGroupCoordinator.options(
+                        name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+                    ).remote(self.cluster, self.broker_id, self.config)
+                    break
+                except ValueError:  # a previous incarnation still holds the name for a moment
+                    await asyncio.sleep(0.05)
+            else:
+                raise RuntimeError(f"group coordinator name {name} stayed taken")
+            leads = [(p, e, h) for p, (lead, e, h) in self._offsets_roles.items() if lead]
+            await asyncio.gather(*(gc.on_elected.remote(p, e, h) for p, e, h in leads))
+            self._gc = gc
+            return gc
+
+    async def _notify_offsets(self, p: int, leader: bool, epoch: int | None, replica) -> None:
+        """Tell the group coordinator that this broker leads / no longer leads ``__consumer_offsets-p``."""
+        if leader:
+            self._offsets_roles[p] = (True, epoch, replica)
+        else:
+            self._offsets_roles.pop(p, None)
+            if self._gc is None:
+                return  # no coordinator yet: it has nothing to unload (a new one learns only our leads)
+        for _ in range(3):
+            try:
+                gc = await self._group_coordinator()
+                if leader:
+                    await gc.on_elected.remote(p, epoch, replica)
+                else:
+                    await gc.on_resigned.remote(p, epoch)
+                return
+            except RayActorError as e:  # it died alone: a new one is told every partition we lead
+                log.warning("broker %s: group coordinator gone (%s), recreating", self.broker_id, type(e).__name__)
+                self._gc = None
+            except (RuntimeError, RayTaskError) as e:
+                log.warning("broker %s: group coordinator not told about %s-%s: %s", self.broker_id,
+                            OFFSETS_TOPIC, p, e)
+                return
+
+    async def _fresh_metadata(self) -> dict:
+        self._cache = await asyncio.to_thread(read_cluster, self._kv)
+        self._cache_version = self._cache["version"]
+        return await self.metadata()
+
+    async def _ensure_offsets_topic(self) -> dict:
+        """Create ``__consumer_offsets`` (once; concurrent finders wait for the same creation)."""
+        if self._offsets_create_lock is None:
+            self._offsets_create_lock = asyncio.Lock()
+        async with self._offsets_create_lock:
+            md = await self._fresh_metadata()
+            if OFFSETS_TOPIC in md["topics"]:
+                return {"error_code": 0, "error_message": None}
+            alive = sum(1 for b in md["brokers"] if b.get("alive"))
+            spec = offsets_topic_spec(self.config, alive)
+            for _ in range(50):
+                ctl = self.controller or await self._ensure_controller()
+                try:
+                    res = (await ctl.create_topics.remote([spec], 30000))[0]
+                    break
+                except RayActorError:
+                    self.controller = None
+                    await asyncio.sleep(0.05)
+            else:
+                return {"error_code": 15, "error_message": "controller unavailable"}
+            log.info("broker %s: created %s (%s partitions, rf %s): %s", self.broker_id, OFFSETS_TOPIC,
+                     spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
+            await self._fresh_metadata()
+            if res["error_code"] in (0, 36):  # TOPIC_ALREADY_EXISTS: another broker was first
+                return {"error_code": 0, "error_message": None}
+            return {"error_code": res["error_code"], "error_message": res.get("error_message")}
+
+    async def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
+        """FindCoordinator for a consumer group -> ``{error_code, error_message, broker_id, coordinator
+        (the coordinator actor's name), partition}``; COORDINATOR_NOT_AVAILABLE (15) while the group's
+        ``__consumer_offsets`` partition has no leader (the caller retries)."""
+        def answer(code, msg=None, broker_id=-1, partition=-1):
+            return {"error_code": code, "error_message": msg, "broker_id": broker_id, "partition": partition,
+                    "coordinator": group_coordinator_name(self.cluster, broker_id) if broker_id >= 0 else None}
+        if key_type != 0:
+            return answer(42, f"key_type {key_type!r}: only group coordinators (0) are served")
+        if not isinstance(group_id, str):
+            return answer(42, "group_id must be a string")
+        md = await self.metadata()
+        topic = md["topics"].get(OFFSETS_TOPIC)
+        if topic is None:
+            res = await self._ensure_offsets_topic()
+            if res["error_code"]:
+                return answer(15, f"{OFFSETS_TOPIC} could not be created: {res['error_message']}")
+            topic = (await self.metadata())["topics"].get(OFFSETS_TOPIC)
+        n = offsets_partitions(self.config)
+        p = partition_for(group_id, n)
+        parts = (topic or {}).get("partitions", {})
+        state = parts.get(p, parts.get(str(p)))
+        if state is None or state.get("leader", -1) < 0:
+            state = ((await self._fresh_metadata())["topics"].get(OFFSETS_TOPIC) or {}).get("partitions", {})
+            state = state.get(p, state.get(str(p)))
+        if state is None:
+            return answer(15, f"{OFFSETS_TOPIC} has no partition {p} (offsets.topic.num.partitions={n})")
+        if state.get("leader", -1) < 0:
+            return answer(15, f"{OFFSETS_TOPIC}-{p} has no leader", partition=p)
+        return answer(0, None, state["leader"], p)
 
     def replica_handles(self) -> dict:
         return dict(self.replicas)
