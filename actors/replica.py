@@ -51,6 +51,7 @@ REPLICA_DEFAULTS = {
     "replica.fetch.backoff.ms": 50,
     "log.retention.check.interval.ms": 300000,
     "log.flush.scheduler.interval.ms": 1000,
+    "log.cleaner.backoff.ms": 15000,
 }
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
@@ -187,6 +188,8 @@ class ReplicaActor:
         self._controller = None
         self._last_flush_ms = now_ms()
         self._last_retention_ms = now_ms()
+        self._last_clean_ms = now_ms()
+        self._cleaned_up_to = -1  # active segment's base offset at the last compaction pass
         self._follower_fetches = 0
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self._follower_error: str | None = None
@@ -693,7 +696,8 @@ class ReplicaActor:
             conf = self.replica_conf
             interval = max(0.01, min(conf["replica.lag.time.max.ms"] / 2000.0,
                                      conf["log.flush.scheduler.interval.ms"] / 1000.0,
-                                     conf["log.retention.check.interval.ms"] / 1000.0))
+                                     conf["log.retention.check.interval.ms"] / 1000.0,
+                                     conf["log.cleaner.backoff.ms"] / 1000.0))
             await asyncio.sleep(interval)
             try:
                 if self.role == LEADER:
@@ -705,8 +709,30 @@ class ReplicaActor:
                 if t - self._last_retention_ms >= conf["log.retention.check.interval.ms"]:
                     self._last_retention_ms = t
                     self.log.delete_old_segments(t)
+                    self.log.producer_state.remove_expired_producers(t)
+                if t - self._last_clean_ms >= conf["log.cleaner.backoff.ms"]:
+                    self._last_clean_ms = t
+                    self._maybe_compact(t)
             except Exception:
                 log.exception("housekeeping of %s-%d b%d", self.topic, self.partition, self.broker_id)
+
+    def _maybe_compact(self, t: int) -> None:
+        """The log cleaner for ``cleanup.policy=compact``: a pass whenever a segment rolled since the last
+        one (only closed segments are cleaned). A corrupt batch marks nothing: it is logged and retried
+        at the next backoff, like Kafka's uncleanable partitions."""
+        lg = self.log
+        if not lg.config.compact or lg.active_segment.base_offset <= self._cleaned_up_to:
+            return
+        try:
+            stats = lg.compact(t)
+        except E.CorruptMessageError:
+            log.exception("compaction of %s-%d b%d hit a corrupt batch", self.topic, self.partition,
+                          self.broker_id)
+            return
+        self._cleaned_up_to = lg.active_segment.base_offset
+        self._stats["compaction_passes"] = self._stats.get("compaction_passes", 0) + 1
+        self._stats["compaction_records_removed"] = (self._stats.get("compaction_records_removed", 0)
+                                                     + stats.records_read - stats.records_kept)
 
     # ---- introspection ----------------------------------------------------------------------------
     async def state(self) -> dict:
