@@ -24,12 +24,13 @@ there is no lock around ``try_complete``: the event loop serialises it.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Hashable, Iterable
 from typing import Any
 
 
-class DelayedOperation:
+class DelayedOperation(abc.ABC):
     """An operation that completes when its condition holds, or expires after ``delay_ms``."""
 
     def __init__(self, delay_ms: float):
@@ -42,13 +43,13 @@ class DelayedOperation:
         self._on_done: list = []
 
     # ---- hooks for subclasses ---------------------------------------------------------------------
+    @abc.abstractmethod
     def try_complete(self) -> bool:
         """Check whether the operation can complete now; if so return ``self.force_complete()``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def on_complete(self) -> Any:
         """Build the response (runs exactly once, on success, expiry or ``force_complete``)."""
-        raise NotImplementedError
 
     def on_expiration(self) -> None:
         """Runs just before ``on_complete`` when the operation timed out (``self.expired`` is True)."""

@@ -31,6 +31,7 @@ Pure Python, no Ray; safe to call from any thread (assignors keep only their own
 """
 from __future__ import annotations
 
+import abc
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
@@ -236,7 +237,7 @@ def _partitions(partitions_per_topic: dict[str, int], topics: Iterable[str]) -> 
             for p in range(partitions_per_topic[t])]
 
 
-class AbstractPartitionAssignor:
+class AbstractPartitionAssignor(abc.ABC):
     """Kafka's ConsumerPartitionAssignor: ``assign(partitions_per_topic, subscriptions)`` maps each member id
     to an Assignment; topics absent from ``partitions_per_topic`` (unknown to metadata) are ignored."""
 
@@ -249,9 +250,10 @@ class AbstractPartitionAssignor:
     def on_assignment(self, assignment: Assignment, generation: int) -> None:
         """Called by the consumer with its own assignment after SyncGroup."""
 
+    @abc.abstractmethod
     def assign(self, partitions_per_topic: dict[str, int],
                subscriptions: dict[str, Subscription]) -> dict[str, Assignment]:
-        raise NotImplementedError
+        """Each member's assignment, from every member's subscription."""
 
 
 class RangeAssignor(AbstractPartitionAssignor):
@@ -296,8 +298,9 @@ class RoundRobinAssignor(AbstractPartitionAssignor):
 class _AbstractSticky(AbstractPartitionAssignor):
     """Kafka's AbstractStickyAssignor (both paths); subclasses say where ownership comes from."""
 
+    @abc.abstractmethod
     def member_data(self, sub: Subscription) -> tuple[list[TopicPartition], int]:
-        raise NotImplementedError
+        """(partitions the member owned, generation they were owned in)."""
 
     def _owned(self, partitions_per_topic, subscriptions):
         """Valid prior ownership: per partition the claim of the highest generation wins; claims tied at
