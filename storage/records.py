@@ -49,10 +49,16 @@ Under LogAppendTime every record's timestamp is the batch's MaxTimestamp (Kafka'
 malformed input raises ``CorruptMessageError`` (the batch frame or CRC) or ``InvalidRecordError`` (a
 record inside a batch whose CRC was fine); no other exception type escapes this module's readers.
 
+Decoding records (the consumer's hot loop) runs in the C extension ``storage._crecords`` when it is
+built (``pip install -e .`` compiles it; ``ACCELERATED`` says whether it is in use); the pure-Python
+``_decode_records`` is the fallback and the reference it is tested against. ``RAFKA_PURE_PYTHON=1`` in
+the environment (read at import) forces the pure path.
+
 Thread safety: everything here is a pure function of its arguments; the builder is single-owner.
 """
 from __future__ import annotations
 
+import os
 import struct
 from typing import Iterator, NamedTuple
 
@@ -75,7 +81,7 @@ __all__ = [
     "COMPRESSION_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK", "CONTROL_MASK", "DELETE_HORIZON_MASK",
     "BASE_OFFSET_POS", "LENGTH_POS", "PARTITION_LEADER_EPOCH_POS", "MAGIC_POS", "CRC_POS", "ATTRIBUTES_POS",
     "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
-    "RECORDS_COUNT_POS", "RECORDS_POS", "CONTROL_KEY", "CONTROL_VALUE",
+    "RECORDS_COUNT_POS", "RECORDS_POS", "CONTROL_KEY", "CONTROL_VALUE", "ACCELERATED",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -511,6 +517,22 @@ def _encode_headers(headers) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Reading
 
+def _load_accelerator():
+    """``storage._crecords.decode_into`` bound to ``Record``, or None (not built, or RAFKA_PURE_PYTHON)."""
+    if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from storage import _crecords
+    except ImportError:
+        return None
+    _crecords.set_record_type(Record)
+    return _crecords.decode_into
+
+
+_c_decode = _load_accelerator()  # read at each call, so tests can swap paths
+ACCELERATED: bool = _c_decode is not None
+
+
 def _slow_varint(data, p: int) -> tuple[int, int]:
     """``(value, next_pos)`` of a zigzag varint of any length (the decode loop's rare path)."""
     z = s = 0
@@ -533,7 +555,8 @@ _ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1
 
 
 def _decode_records(data, p: int, end: int, count: int, base_offset: int, base_ts: int, out: list) -> None:
-    """Decode ``count`` records from ``data[p:end]`` (bytes) onto ``out``: the consumer's hot loop.
+    """Decode ``count`` records from ``data[p:end]`` (bytes) onto ``out``: the consumer's hot loop (the
+    reference and fallback of ``storage._crecords.decode_into``, which runs instead when built).
 
     Varints of 1 and 2 bytes are decoded inline through tables (a call per varint would double the
     cost); malformed input surfaces as IndexError/ValueError (UnicodeDecodeError is one), which the
@@ -675,6 +698,16 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
     if count > stop - p:  # every record takes at least 7 bytes: reject absurd counts cheaply
         raise InvalidRecordError(
             f"record batch at offset {h[0]} claims {count} records in {stop - p} bytes")
+    c_decode = _c_decode
+    if c_decode is not None:
+        try:
+            if c_decode(data, p, stop, count, h[0], h[7], h[8] if attributes & TIMESTAMP_TYPE_MASK else None,
+                        out):
+                return
+        except ValueError as e:  # UnicodeDecodeError is a ValueError
+            raise InvalidRecordError(
+                f"record batch at offset {h[0]} holds a malformed record: {e}") from None
+        # False: a timestamp or offset past 64 bits (hostile input); the reference decoder below is exact
     try:
         first = len(out)
         _decode_records(data, p, stop, count, h[0], h[7], out)

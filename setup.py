@@ -1,0 +1,15 @@
+"""Build wiring for the one C extension (everything else is declared in pyproject.toml).
+
+``storage._crecords`` is the compiled RecordBatch v2 record decoder that ``storage.records`` uses when
+it imports (``storage.records.ACCELERATED``); ``pip install -e .`` / ``pip install .`` compile it.
+"""
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "storage._crecords",
+            sources=["storage/_crecords.c"],
+        ),
+    ],
+)
