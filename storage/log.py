@@ -186,6 +186,12 @@ class Log:
     def update_high_watermark(self, hw: int) -> int:
         """Set the high watermark (clamped into ``[log_start_offset, log_end_offset]``); returns it."""
         self._hw = min(max(hw, self._lso), self._leo)
+        written = self._written.get(HIGH_WATERMARK_FILE)
+        if written is not None and self._hw < written:
+            # A lowered HW (truncation, a follower adopting its leader's) is checkpointed at once: a
+            # crash must never bring back a HW above what this replica last knew.
+            _write_checkpoint(os.path.join(self.dir, HIGH_WATERMARK_FILE), self._hw)
+            self._written[HIGH_WATERMARK_FILE] = self._hw
         self.producer_state.on_high_watermark_updated(self._hw)
         return self._hw
 
