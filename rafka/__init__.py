@@ -13,11 +13,12 @@ from rafka.admin import Admin, NewTopic
 from rafka.cluster import ClusterHandle, LocalCluster, connect
 from rafka.consumer import Consumer
 from rafka.producer import Producer
-from rafka.structs import ConsumerRecord, OffsetAndTimestamp, PartitionInfo, RecordMetadata, TopicPartition
+from rafka.group import ConsumerRebalanceListener
+from rafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, PartitionInfo, RecordMetadata, TopicPartition
 from rafka import errors
 
 __version__ = "0.1.0"
 
 __all__ = ["Admin", "NewTopic", "ClusterHandle", "LocalCluster", "connect", "Consumer", "Producer",
-           "ConsumerRecord", "OffsetAndTimestamp", "PartitionInfo", "RecordMetadata", "TopicPartition",
+           "ConsumerRebalanceListener", "ConsumerRecord", "OffsetAndMetadata", "OffsetAndTimestamp", "PartitionInfo", "RecordMetadata", "TopicPartition",
            "errors", "__version__"]

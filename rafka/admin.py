@@ -179,6 +179,37 @@ class Admin:
     def list_partition_reassignments(self) -> list[dict]:
         return self._call("list_partition_reassignments")
 
+    # -- consumer groups (rafka/group_admin.py) ---------------------------------------------------
+    def list_groups(self) -> list[dict]:
+        """``[{group_id, protocol_type, group_state}]`` of every group in the cluster."""
+        from rafka import group_admin
+        return group_admin.list_groups(self)
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[dict]:
+        """Per group: state, members with their assignment, and per partition committed offset, log end
+        and lag."""
+        from rafka import group_admin
+        return [group_admin.describe_group(self, g) for g in group_ids]
+
+    def delete_groups(self, group_ids: Iterable[str]) -> None:
+        from rafka import group_admin
+        group_admin.delete_groups(self, group_ids)
+
+    def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        from rafka import group_admin
+        return group_admin.committed_offsets(self, group_id)
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
+        """Set committed offsets ``{tp: offset}`` of a group without active members."""
+        from rafka import group_admin
+        group_admin.alter_offsets(self, group_id, offsets)
+
+    def reset_consumer_group_offsets(self, group_id: str, to: Any, topics: Iterable[str] | None = None
+                                     ) -> dict[TopicPartition, int]:
+        """Reset to ``"earliest"``/``"latest"``/``{"timestamp": ms}``/an offset; returns the new offsets."""
+        from rafka import group_admin
+        return group_admin.reset_offsets(self, group_id, to, topics)
+
     def close(self) -> None:
         self._controller = None
 

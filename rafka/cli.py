@@ -5,7 +5,8 @@
     rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
     rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
     rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
-    rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n']
+    rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n'] [--group G]
+    rafka group list | describe G | seek G --to start|end|N [--topic T] | delete G
     rafka perf produce --topic T --records N --record-size B --acks all [--json]
     rafka perf consume --topic T --records N [--json]
 
@@ -239,6 +240,8 @@ def cmd_topic_consume(args) -> int:
     from rafka.consumer import Consumer
     from rafka.structs import TopicPartition
     handle = _connect(args)
+    if args.consumer_group:
+        return _consume_group(args, handle)
     consumer = Consumer(handle, auto_offset_reset="earliest")
     parts = consumer.partitions_for_topic(args.name)
     if parts is None:
@@ -273,6 +276,88 @@ def cmd_topic_consume(args) -> int:
             out.flush()
     finally:
         consumer.close()
+    return EXIT_OK
+
+
+def _consume_group(args, handle) -> int:
+    """``topic consume NAME --group G``: a member of G (committed offsets, else --offset start|end);
+    commits what it printed on exit. -e stops once every assigned partition reached its end."""
+    import time
+    from rafka.consumer import Consumer
+    if args.offset not in ("start", "oldest", "earliest", "end", "newest", "latest"):
+        raise UsageError("with --group, --offset is start or end (the reset policy); use `rafka group seek`")
+    reset = "earliest" if args.offset in ("start", "oldest", "earliest") else "latest"
+    consumer = Consumer(handle, group_id=args.consumer_group, auto_offset_reset=reset, enable_auto_commit=False)
+    if consumer.partitions_for_topic(args.name) is None:
+        raise KafkaError(f"topic {args.name!r} does not exist")
+    consumer.subscribe([args.name])
+    fmt = "json" if args.json else args.format
+    got, out = 0, sys.stdout
+    try:
+        while args.num is None or got < args.num:
+            limit = None if args.num is None else args.num - got
+            batch = consumer.poll(timeout_ms=500, max_records=limit)
+            for recs in batch.values():
+                for r in recs:
+                    text = _format_record(fmt, r)
+                    out.write(text if fmt != "json" and text.endswith("\n") else text + ("\n" if fmt == "json" else ""))
+                    got += 1
+            out.flush()
+            if batch:
+                consumer.commit()
+            elif args.exit_at_end and consumer.assignment():
+                tps = sorted(consumer.assignment())
+                ends = consumer.end_offsets(tps)
+                if all(consumer.position(tp) >= ends[tp] for tp in tps):
+                    break
+            time.sleep(0)
+    finally:
+        consumer.close()
+    return EXIT_OK
+
+
+# -- groups --------------------------------------------------------------------------------------------
+def cmd_group_list(args) -> int:
+    from rafka.admin import Admin
+    groups = Admin(_connect(args)).list_groups()
+    _print(args, groups, _table([[g["group_id"], g["group_state"], g["protocol_type"]] for g in groups],
+                                ["GROUP", "STATE", "TYPE"]))
+    return EXIT_OK
+
+
+def cmd_group_describe(args) -> int:
+    from rafka.admin import Admin
+    d = Admin(_connect(args)).describe_groups([args.group_id])[0]
+    client = {m["member_id"]: m["client_id"] for m in d["members"]}
+    rows = [[o["topic"], o["partition"], "-" if o["committed"] is None else o["committed"], o["log_end"],
+             "-" if o["lag"] is None else o["lag"], o["member_id"] or "-", client.get(o["member_id"], "-")]
+            for o in d["offsets"]]
+    total = sum(o["lag"] or 0 for o in d["offsets"])
+    human = (f"GROUP {d['group_id']}  STATE {d['state']}  MEMBERS {len(d['members'])}  TOTAL-LAG {total}\n"
+             + _table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "MEMBER-ID", "CLIENT-ID"]))
+    _print(args, d, human)
+    return EXIT_OK
+
+
+def cmd_group_seek(args) -> int:
+    from rafka.admin import Admin
+    to: Any = {"start": "earliest", "earliest": "earliest", "end": "latest", "latest": "latest"}.get(args.to)
+    if to is None:
+        try:
+            to = int(args.to)
+        except ValueError:
+            raise UsageError(f"--to must be start, end or an offset, got {args.to!r}") from None
+    new = Admin(_connect(args)).reset_consumer_group_offsets(args.group_id, to, args.topic)
+    rows = [[tp.topic, tp.partition, off] for tp, off in sorted(new.items())]
+    _print(args, [{"topic": tp.topic, "partition": tp.partition, "offset": off} for tp, off in sorted(new.items())],
+           _table(rows, ["TOPIC", "PARTITION", "NEW-OFFSET"]))
+    return EXIT_OK
+
+
+def cmd_group_delete(args) -> int:
+    from rafka.admin import Admin
+    Admin(_connect(args)).delete_groups([args.group_id])
+    _print(args, {"deleted": args.group_id}, f"deleted group {args.group_id}")
     return EXIT_OK
 
 
@@ -335,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
-    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,perf}")
+    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf}")
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
         dest="verb", required=True)
@@ -388,7 +473,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
     s.add_argument("-p", "--partition", type=int, action="append", default=None)
     s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
+    s.add_argument("-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group")
     s.set_defaults(func=cmd_topic_consume)
+
+    gp = groups.add_parser("group", help="list, describe, seek and delete consumer groups").add_subparsers(
+        dest="verb", required=True)
+    gp.add_parser("list", parents=[common]).set_defaults(func=cmd_group_list)
+    s = gp.add_parser("describe", parents=[common], help="members and the per-partition lag table")
+    s.add_argument("group_id", metavar="GROUP")
+    s.set_defaults(func=cmd_group_describe)
+    s = gp.add_parser("seek", parents=[common], help="reset committed offsets (the group must be empty)")
+    s.add_argument("group_id", metavar="GROUP")
+    s.add_argument("--to", required=True, help="start, end or an offset")
+    s.add_argument("--topic", action="append", default=None, help="only these topics (default: committed ones)")
+    s.set_defaults(func=cmd_group_seek)
+    s = gp.add_parser("delete", parents=[common])
+    s.add_argument("group_id", metavar="GROUP")
+    s.set_defaults(func=cmd_group_delete)
 
     pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
     s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")

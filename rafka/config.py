@@ -76,6 +76,15 @@ def _callable_or_none(key: str, v: Any) -> Callable | None:
     raise ValueError(f"invalid value {v!r} for config '{key}': expected a callable or None")
 
 
+def _strategies(key: str, v: Any) -> list[str]:
+    """``partition_assignment_strategy``: assignor names (a list or a comma-separated string), in preference order."""
+    from rafka.assignors import ASSIGNORS
+    names = [n.strip() for n in v.split(",")] if isinstance(v, str) else list(v or ())
+    if not names or any(n not in ASSIGNORS for n in names):
+        raise ValueError(f"invalid value {v!r} for config '{key}': expected names from {sorted(ASSIGNORS)}")
+    return names
+
+
 def _acks(key: str, v: Any) -> int:
     norm = {"all": -1, "-1": -1, "0": 0, "1": 1, -1: -1, 0: 0, 1: 1}
     if isinstance(v, bool) or (isinstance(v, str) and v.lower() not in norm) or \
@@ -189,7 +198,7 @@ class ConsumerConfig(_Config):
         "metadata_max_age_ms": (300000, _int(0)),
         "check_crcs": (True, _bool),
         "consumer_timeout_ms": (None, _opt_int(0)),
-        # consumer groups (used by subscribe()/commit once the group coordinator lands)
+        # consumer groups (subscribe / commits: rafka/group.py)
         "group_id": (None, _str_or_none),
         "group_instance_id": (None, _str_or_none),
         "enable_auto_commit": (True, _bool),
@@ -197,6 +206,7 @@ class ConsumerConfig(_Config):
         "session_timeout_ms": (45000, _int(1)),
         "heartbeat_interval_ms": (3000, _int(1)),
         "max_poll_interval_ms": (300000, _int(1)),
+        "partition_assignment_strategy": (("range", "cooperative-sticky"), _strategies),
     }
 
     def _validate(self) -> None:

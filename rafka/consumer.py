@@ -9,8 +9,8 @@ Positions: ``seek``, ``seek_to_beginning``/``seek_to_end`` (lazy, resolved at th
 ``position`` like Kafka), ``auto_offset_reset`` earliest/latest/none for partitions without a valid
 position (``OffsetOutOfRangeError``/``NoOffsetForPartitionError`` with none). Offsets:
 ``beginning_offsets``, ``end_offsets`` (the high watermark), ``offsets_for_times``. Flow:
-``pause``/``resume``. Group membership (``subscribe``, commits) arrives with the group coordinator;
-``group_id`` and the group settings are already accepted by the config.
+``pause``/``resume``. Consumer groups (``group_id=``): ``subscribe(topics | pattern=, listener=)``,
+``commit``/``commit_async``/``committed``, auto commit; the membership logic is in ``rafka/group.py``.
 
 Not thread-safe (one thread per consumer, as in Kafka).
 """
@@ -25,7 +25,7 @@ from rafka.config import ConsumerConfig
 from rafka.errors import IllegalStateError
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
 from rafka.metadata import ClusterMetadata
-from rafka.structs import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from rafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Consumer"]
 
@@ -46,11 +46,18 @@ class Consumer:
         self._closed = False
         self._iter_buffer: list[ConsumerRecord] = []
         self._iter_pos = 0
+        self._group = None
+        if self.config.group_id is not None:
+            from rafka.group import GroupMembership
+            self._group = GroupMembership(self, self.config.group_id)
+        self._subscribed = False
 
     # -- assignment --------------------------------------------------------------------------------
     def assign(self, partitions: Iterable) -> None:
         """Take exactly these partitions (replacing the previous assignment)."""
         self._check_open()
+        if self._subscribed:
+            raise IllegalStateError("assign() after subscribe(): unsubscribe first")
         tps = _tps(partitions)
         for tp in tps:
             tm = self.metadata.topic(tp.topic)
@@ -62,8 +69,90 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._fetcher.states)
 
+    def subscribe(self, topics: Iterable[str] = (), pattern=None, listener=None) -> None:
+        """Join the group (``group_id``) for these topics, or every topic matching ``pattern`` (a regex,
+        matched against whole names, re-evaluated every ``metadata_max_age_ms``). ``listener`` gets
+        ``on_partitions_revoked/assigned/lost`` (``rafka.group.ConsumerRebalanceListener``). The group is
+        joined by the next ``poll``."""
+        self._check_open()
+        if self._group is None:
+            raise IllegalStateError("subscribe() needs a group_id")
+        if isinstance(topics, str):
+            topics = [topics]
+        if not topics and pattern is None:
+            raise ValueError("subscribe() needs topics or a pattern")
+        if self.assignment() and not self._subscribed:
+            raise IllegalStateError("subscribe() after assign(): unsubscribe first")
+        self._subscribed = True
+        self._group.subscribe(topics, pattern, listener)
+
+    def subscription(self) -> set[str]:
+        return self._group.subscription() if self._subscribed else set()
+
     def unsubscribe(self) -> None:
+        if self._subscribed:
+            from rafka.group import GroupMembership
+            self._group.close()  # commit (auto commit), revoke, leave
+            self._group = GroupMembership(self, self.config.group_id)
+            self._subscribed = False
         self.assign([])
+
+    def _set_group_assignment(self, tps) -> None:
+        self._fetcher.assign(sorted(tps))
+        self._iter_buffer, self._iter_pos = [], 0
+
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Each assigned partition's position as the application sees it (for commits)."""
+        out = {}
+        pending = self._iter_buffer[self._iter_pos:]
+        for tp, st in self._fetcher.states.items():
+            first = next((r.offset for r in pending if (r.topic, r.partition) == tp), None)
+            pos = first if first is not None else st.position
+            if pos is not None and st.reset is None:
+                out[tp] = OffsetAndMetadata(pos)
+        return out
+
+    # -- group offsets -----------------------------------------------------------------------------
+    def _need_group(self):
+        self._check_open()
+        if self._group is None:
+            raise IllegalStateError("this consumer has no group_id")
+        return self._group
+
+    def commit(self, offsets: dict | None = None) -> None:
+        """Commit ``offsets`` (``{tp: offset | OffsetAndMetadata}``, the next offsets to read), or every
+        assigned partition's current position; blocks until the coordinator stored them."""
+        g = self._need_group()
+        g.commit({TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None
+                 else self._consumed_offsets())
+
+    def commit_async(self, offsets: dict | None = None, callback=None):
+        """Commit in a background thread; ``callback(offsets, exception_or_None)`` when done. Returns the thread."""
+        import threading
+        g = self._need_group()
+        offs = {TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None \
+            else self._consumed_offsets()
+
+        def run():
+            err = None
+            try:
+                g.commit(offs)
+            except Exception as e:  # noqa: BLE001 - handed to the callback, as Kafka does
+                err = e
+            if callback is not None:
+                callback(offs, err)
+        t = threading.Thread(target=run, name="rafka-commit-async", daemon=True)
+        t.start()
+        return t
+
+    def committed(self, partition, timeout_ms: int | None = None) -> OffsetAndMetadata | None:
+        """The group's committed offset for the partition (None if there is none)."""
+        tp = TopicPartition(*partition)
+        return self._need_group().committed([tp]).get(tp)
+
+    def group_metadata(self) -> dict:
+        """``{group_id, generation_id, member_id, group_instance_id}`` (Kafka's groupMetadata())."""
+        return self._need_group().group_metadata()
 
     # -- positions ---------------------------------------------------------------------------------
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -157,6 +246,8 @@ class Consumer:
         f = self._fetcher
         deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
         while True:
+            if self._subscribed:
+                self._group.on_poll(deadline if not f.states else time.monotonic())
             f.resolve_positions(self.config.default_api_timeout_ms)
             if f.has_buffered():
                 out = f.drain(limit)
@@ -171,7 +262,7 @@ class Consumer:
                 if not f.has_buffered():
                     return {}
                 continue
-            f.wait(left)
+            f.wait(min(left, 0.05) if self._subscribed else left)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         return self
@@ -194,6 +285,11 @@ class Consumer:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def close(self) -> None:
+        """Commit (with auto commit) and leave the group, then stop."""
+        if self._closed:
+            return
+        if self._subscribed:
+            self._group.close()
         self._closed = True
         self._fetcher.assign([])
 

@@ -37,3 +37,10 @@ class ClusterNotFoundError(KafkaError, ConnectionError):
     """connect() found no Ray cluster, or no rafka cluster with that name on it."""
     code, name, retriable = -1, "CLUSTER_NOT_FOUND", False
     default_message = "No rafka cluster found."
+
+
+class CommitFailedError(KafkaError):
+    """The commit cannot complete: the group rebalanced and the partitions may belong to another member
+    (Kafka's CommitFailedException). Poll again (rejoining the group), then commit what you own."""
+    code, name, retriable = -1, "COMMIT_FAILED", False
+    default_message = "Commit cannot be completed since the group has already rebalanced."

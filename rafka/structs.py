@@ -51,3 +51,10 @@ class PartitionInfo(NamedTuple):
     replicas: tuple
     isr: tuple
     leader_epoch: int = -1
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset: the next offset to consume, with optional metadata (Kafka's OffsetAndMetadata)."""
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1

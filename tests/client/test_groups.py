@@ -1,0 +1,357 @@
+"""Consumer groups from the client (real Ray, one 3-broker cluster for the module): subscribe, rebalances
+on join/leave/poll-timeout, committed offsets, at-least-once, regex subscription, static membership."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+
+import rafka
+from rafka import TopicPartition
+
+pytestmark = pytest.mark.cluster
+
+# short group timings so rebalances take well under a second or two
+BROKER_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 100,
+                 "offsets.topic.num.partitions": 2, "replica.lag.time.max.ms": 10000}
+FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=200, max_poll_interval_ms=8000,
+            auto_offset_reset="earliest", fetch_max_wait_ms=100)
+
+
+@pytest.fixture(scope="module")
+def gcluster(ray_cluster, tmp_path_factory):
+    cluster = rafka.LocalCluster(brokers=3, name="grp" + uuid.uuid4().hex[:8],
+                                 data_dir=tmp_path_factory.mktemp("groups"), broker_config=BROKER_CONFIG)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def gadmin(gcluster):
+    return rafka.Admin(gcluster)
+
+
+def topic(admin, partitions: int, name: str | None = None) -> str:
+    name = name or f"g-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(name, partitions, 1)
+    return name
+
+
+def produce(cluster, name: str, n: int, start: int = 0) -> None:
+    with rafka.Producer(cluster, linger_ms=1) as p:
+        for i in range(start, start + n):
+            p.send(name, str(i).encode(), key=str(i).encode())
+        p.flush()
+
+
+def group() -> str:
+    return "grp-" + uuid.uuid4().hex[:8]
+
+
+def poll_until(consumers, cond, timeout_s: float = 30.0, sink=None):
+    """Poll every consumer in turn until ``cond()``; records go to ``sink`` (a list) when given."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        for c in consumers:
+            for recs in c.poll(timeout_ms=50).values():
+                if sink is not None:
+                    sink.extend(recs)
+
+
+def owners_disjoint_and_complete(consumers, name: str, partitions: int) -> bool:
+    gens = {c.group_metadata()["generation_id"] for c in consumers}
+    owned = [c.assignment() for c in consumers]
+    everything = set().union(*owned)
+    return len(gens) == 1 and -1 not in gens and sum(len(o) for o in owned) == len(everything) and \
+        everything == {TopicPartition(name, p) for p in range(partitions)}
+
+
+class Recorder(rafka.ConsumerRebalanceListener):
+    def __init__(self):
+        self.events = []
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", set(revoked)))
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", set(assigned)))
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", set(lost)))
+
+
+def test_members_split_partitions_and_take_over_on_close(gcluster, gadmin):
+    name, g = topic(gadmin, 6), group()
+    listeners = [Recorder() for _ in range(3)]
+    cs = [rafka.Consumer(gcluster, group_id=g, **FAST) for _ in range(3)]
+    try:
+        for c, lst in zip(cs, listeners):
+            c.subscribe([name], listener=lst)
+        poll_until(cs, lambda: owners_disjoint_and_complete(cs, name, 6))
+        assert all(len(c.assignment()) == 2 for c in cs)
+        assert all(("assigned", cs[i].assignment()) in listeners[i].events for i in range(3))
+        gen = cs[0].group_metadata()["generation_id"]
+        cs[2].close()
+        assert listeners[2].events[-1][0] == "revoked"
+        rest = cs[:2]
+        poll_until(rest, lambda: owners_disjoint_and_complete(rest, name, 6)
+                   and rest[0].group_metadata()["generation_id"] > gen)
+        assert sorted(len(c.assignment()) for c in rest) == [3, 3]
+    finally:
+        for c in cs:
+            c.close()
+
+
+def test_cooperative_sticky_keeps_unmoved_partitions(gcluster, gadmin):
+    name, g = topic(gadmin, 4), group()
+    cfg = dict(FAST, partition_assignment_strategy="cooperative-sticky")
+    a_listener, b_listener = Recorder(), Recorder()
+    a = rafka.Consumer(gcluster, group_id=g, **cfg)
+    b = rafka.Consumer(gcluster, group_id=g, **cfg)
+    try:
+        a.subscribe([name], listener=a_listener)
+        poll_until([a], lambda: len(a.assignment()) == 4)
+        before = a.assignment()
+        b.subscribe([name], listener=b_listener)
+        poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2
+                   and owners_disjoint_and_complete([a, b], name, 4))
+        revoked = set().union(*(tps for kind, tps in a_listener.events if kind == "revoked"))
+        assert revoked == before - a.assignment() and len(revoked) == 2  # only the moved ones stopped
+        assert a.assignment() <= before
+        assert not any(kind == "lost" for kind, _ in a_listener.events)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_committed_offsets_survive_and_new_member_resumes(gcluster, gadmin):
+    name, g = topic(gadmin, 2), group()
+    produce(gcluster, name, 40)
+    seen = []
+    c1 = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
+    c1.subscribe([name])
+    poll_until([c1], lambda: len(seen) >= 40, sink=seen)
+    c1.commit()
+    tps = [TopicPartition(name, p) for p in range(2)]
+    committed = {tp: c1.committed(tp).offset for tp in tps}
+    assert sum(committed.values()) == 40
+    c1.close()
+    produce(gcluster, name, 10, start=40)
+    c2 = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
+    try:
+        c2.subscribe([name])
+        later = []
+        poll_until([c2], lambda: len(later) >= 10, sink=later)
+        assert sorted(int(r.value) for r in later) == list(range(40, 50))  # resumed at the commits
+        assert {tp: c2.committed(tp).offset for tp in tps} == committed
+        done = threading.Event()
+        got = []
+        c2.commit_async(callback=lambda offs, err: (got.append((offs, err)), done.set()))
+        assert done.wait(10)
+        assert got[0][1] is None
+        assert sum(c2.committed(tp).offset for tp in tps) == 50
+    finally:
+        c2.close()
+
+
+def test_at_least_once_when_a_member_dies_before_committing(gcluster, gadmin):
+    """The victim processes records and stops (no commit, no close, no more polls): it is removed after
+    max_poll_interval_ms, and the survivor processes its uncommitted records again; nothing is lost."""
+    name, g = topic(gadmin, 4), group()
+    produce(gcluster, name, 200)
+    cfg = dict(FAST, enable_auto_commit=False)
+    victim = rafka.Consumer(gcluster, group_id=g, **dict(cfg, max_poll_interval_ms=2000))
+    survivor = rafka.Consumer(gcluster, group_id=g, **cfg)
+    by_victim, by_survivor = [], []
+    try:
+        victim.subscribe([name])
+        survivor.subscribe([name])
+        poll_until([victim, survivor], lambda: owners_disjoint_and_complete([victim, survivor], name, 4))
+        victim_parts = victim.assignment()
+        poll_until([victim], lambda: len(by_victim) >= 20, sink=by_victim)
+        own = sum(survivor.end_offsets(survivor.assignment()).values())
+        poll_until([survivor], lambda: len(by_survivor) >= own, sink=by_survivor)
+        survivor.commit()
+        # the victim stops here: its heartbeat thread sees no poll for max_poll_interval_ms and leaves
+        t0 = time.monotonic()
+        poll_until([survivor], lambda: survivor.assignment() >= victim_parts, sink=by_survivor)
+        assert time.monotonic() - t0 < 15
+        poll_until([survivor], lambda: {int(r.value) for r in by_survivor} == set(range(200)), sink=by_survivor)
+        again = {int(r.value) for r in by_victim}
+        assert again and again <= {int(r.value) for r in by_survivor}  # processed again, none lost
+        assert {r.topic for r in by_victim} == {name}
+        assert {TopicPartition(r.topic, r.partition) for r in by_victim} <= victim_parts
+        assert victim.group_metadata()["generation_id"] == -1  # it learned it is out of the group
+    finally:
+        survivor.close()
+        victim.close()
+
+
+def test_regex_subscription_picks_up_new_topic(gcluster, gadmin):
+    prefix = "rx" + uuid.uuid4().hex[:6]
+    first = topic(gadmin, 2, f"{prefix}-a")
+    c = rafka.Consumer(gcluster, group_id=group(), metadata_max_age_ms=300, **FAST)
+    try:
+        c.subscribe(pattern=rf"{prefix}-.*")
+        poll_until([c], lambda: len(c.assignment()) == 2)
+        assert {tp.topic for tp in c.assignment()} == {first}
+        second = topic(gadmin, 3, f"{prefix}-b")
+        topic(gadmin, 1, f"other-{prefix}")
+        poll_until([c], lambda: len(c.assignment()) == 5)
+        assert {tp.topic for tp in c.assignment()} == {first, second}
+        produce(gcluster, second, 5)
+        got = []
+        poll_until([c], lambda: len(got) >= 5, sink=got)
+        assert {r.topic for r in got} == {second}
+    finally:
+        c.close()
+
+
+def test_static_member_restart_within_session_timeout_keeps_generation(gcluster, gadmin):
+    name, g = topic(gadmin, 4), group()
+    cfg = dict(FAST, session_timeout_ms=6000)
+    a = rafka.Consumer(gcluster, group_id=g, group_instance_id="a", **cfg)
+    b = rafka.Consumer(gcluster, group_id=g, group_instance_id="b", **cfg)
+    try:
+        a.subscribe([name])
+        b.subscribe([name])
+        poll_until([a, b], lambda: owners_disjoint_and_complete([a, b], name, 4))
+        gen, a_parts = a.group_metadata()["generation_id"], a.assignment()
+        a.close()  # a static member does not leave on close
+        a = rafka.Consumer(gcluster, group_id=g, group_instance_id="a", **cfg)
+        a.subscribe([name])
+        poll_until([a, b], lambda: a.assignment() == a_parts)
+        deadline = time.monotonic() + 1.5  # b keeps heartbeating: no rebalance is started
+        while time.monotonic() < deadline:
+            a.poll(timeout_ms=50)
+            b.poll(timeout_ms=50)
+        assert a.group_metadata()["generation_id"] == gen
+        assert b.group_metadata()["generation_id"] == gen
+        assert owners_disjoint_and_complete([a, b], name, 4)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_admin_lists_describes_resets_and_deletes_groups(gcluster, gadmin):
+    name, g = topic(gadmin, 2), group()
+    produce(gcluster, name, 30)
+    c = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, client_id="lagger", **FAST)
+    seen = []
+    c.subscribe([name])
+    poll_until([c], lambda: len(seen) >= 30, sink=seen)
+    tps = sorted(c.assignment())
+    c.commit({tps[0]: 10, tps[1]: 5})
+    assert g in {x["group_id"] for x in gadmin.list_groups()}
+    d = gadmin.describe_groups([g])[0]
+    assert d["state"] == "Stable" and d["protocol_type"] == "consumer"
+    assert [m["client_id"] for m in d["members"]] == ["lagger"]
+    assert sorted(d["members"][0]["assignment"]) == tps
+    ends = c.end_offsets(tps)
+    lag = {(o["topic"], o["partition"]): (o["committed"], o["log_end"], o["lag"]) for o in d["offsets"]}
+    assert lag == {(tps[0].topic, 0): (10, ends[tps[0]], ends[tps[0]] - 10),
+                   (tps[1].topic, 1): (5, ends[tps[1]], ends[tps[1]] - 5)}
+    with pytest.raises(rafka.errors.KafkaError):  # active members: offsets cannot be altered, nor deleted
+        gadmin.delete_groups([g])
+    c.close()
+    assert gadmin.reset_consumer_group_offsets(g, "latest") == ends
+    assert gadmin.list_consumer_group_offsets(g) == ends
+    assert gadmin.reset_consumer_group_offsets(g, "earliest") == {tp: 0 for tp in tps}
+    gadmin.alter_consumer_group_offsets(g, {tps[0]: 3})
+    assert gadmin.list_consumer_group_offsets(g)[tps[0]] == 3
+    c2 = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
+    again = []
+    c2.subscribe([name])
+    poll_until([c2], lambda: len(again) >= 30 - 3, sink=again)
+    assert len([r for r in again if r.partition == tps[0].partition]) == ends[tps[0]] - 3
+    c2.close()
+    gadmin.delete_groups([g])
+    assert g not in {x["group_id"] for x in gadmin.list_groups()}
+    assert gadmin.list_consumer_group_offsets(g) == {}
+
+
+def test_cli_group_commands_and_group_consume(gcluster, gadmin, capsys):
+    from rafka.cli import main
+    name, g = topic(gadmin, 2), group()
+    produce(gcluster, name, 12)
+    base = ["--address", gcluster.address, "--cluster", gcluster.name]
+
+    def run(*argv):
+        capsys.readouterr()
+        assert main(base + list(argv)) == 0
+        return capsys.readouterr().out
+
+    out = run("--json", "topic", "consume", name, "--group", g, "-e")
+    assert sorted(int(json.loads(line)["value"]) for line in out.splitlines()) == list(range(12))
+    assert g in {x["group_id"] for x in json.loads(run("--json", "group", "list"))}
+    d = json.loads(run("--json", "group", "describe", g))
+    assert d["state"] == "Empty" and sum(o["committed"] for o in d["offsets"]) == 12
+    assert all(o["lag"] == 0 for o in d["offsets"])
+    assert "TOTAL-LAG 0" in run("group", "describe", g)
+    seek = json.loads(run("--json", "group", "seek", g, "--to", "start"))
+    assert sorted((s["partition"], s["offset"]) for s in seek) == [(0, 0), (1, 0)]
+    assert "TOTAL-LAG 12" in run("group", "describe", g)
+    out = run("--json", "topic", "consume", name, "--group", g, "-n", "12")
+    assert len(out.splitlines()) == 12
+    run("group", "delete", g)
+    assert g not in {x["group_id"] for x in json.loads(run("--json", "group", "list"))}
+
+
+CRASHING_MEMBER = r"""
+import os, sys
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+import ray, ray._private.services as services
+services.resolve_ip_for_localhost = lambda host: host
+ray.init(address=sys.argv[1], namespace="rafka", log_to_driver=False, logging_level="ERROR")
+import rafka
+c = rafka.Consumer(sys.argv[2], group_id=sys.argv[3], enable_auto_commit=False, session_timeout_ms=3000,
+                   heartbeat_interval_ms=200, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+c.subscribe([sys.argv[4]])
+while True:  # process (print) records, never commit; the test SIGKILLs this process
+    for recs in c.poll(timeout_ms=100).values():
+        for r in recs:
+            print(r.partition, int(r.value), flush=True)
+"""
+
+
+def test_crashed_member_is_expired_by_session_timeout_and_its_records_reprocessed(gcluster, gadmin, tmp_path):
+    """A member process is SIGKILLed after processing records and before committing: no LeaveGroup, no
+    heartbeats. Its session expires, the survivor takes its partitions and processes those records again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    name, g = topic(gadmin, 2), group()
+    produce(gcluster, name, 100)
+    script = tmp_path / "member.py"
+    script.write_text(CRASHING_MEMBER)
+    out = open(tmp_path / "member.out", "w+")
+    proc = subprocess.Popen([sys.executable, str(script), gcluster.address, gcluster.name, g, name],
+                            stdout=out, stderr=subprocess.DEVNULL, cwd=os.getcwd())
+    survivor = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
+    mine = []
+    try:
+        deadline = time.monotonic() + 60
+        while sum(1 for _ in open(out.name)) < 10:  # the member joined and processed some records
+            assert proc.poll() is None and time.monotonic() < deadline, "member process did not consume"
+            time.sleep(0.1)
+        survivor.subscribe([name])
+        poll_until([survivor], lambda: len(survivor.assignment()) == 1, timeout_s=60, sink=mine)
+        processed_by_crashed = [tuple(map(int, line.split())) for line in open(out.name)]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        t0 = time.monotonic()
+        poll_until([survivor], lambda: len(survivor.assignment()) == 2, timeout_s=30, sink=mine)
+        assert time.monotonic() - t0 >= 1.0  # it took the session timeout (3 s) to notice, not a LeaveGroup
+        poll_until([survivor], lambda: {int(r.value) for r in mine} == set(range(100)), sink=mine)
+        again = {v for _, v in processed_by_crashed}
+        assert again and again <= {int(r.value) for r in mine}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        survivor.close()
+        out.close()
