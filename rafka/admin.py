@@ -57,7 +57,11 @@ class Admin:
         self._controller = None
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def _call(self, method: str, *args, timeout_ms: float | None = None) -> Any:
+    def _call(self, method: str, *args, timeout_ms: float | None = None,
+              attempt_timeout_ms: float | None = None) -> Any:
+        """One controller call, retried on retriable errors until ``timeout_ms``. Each attempt waits at
+        most ``attempt_timeout_ms`` (default ``request_timeout_ms``): calls that wait server-side (create
+        topics waits for leaders) pass their own, so they are not re-sent while the first still runs."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
         timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
@@ -70,7 +74,7 @@ class Admin:
                                                      namespace=RAY_NAMESPACE)
                 left = max(0.05, deadline - time.monotonic())
                 return ray.get(getattr(self._controller, method).remote(*args),
-                               timeout=min(left, self.config.request_timeout_ms / 1000.0))
+                               timeout=min(left, (attempt_timeout_ms or self.config.request_timeout_ms) / 1000.0))
             except (RayActorError, ValueError) as exc:  # controller dying/replaced, or not (yet) named
                 last = exc
                 self._controller = None
@@ -90,7 +94,7 @@ class Admin:
         partition has a leader. Raises the first error (e.g. ``TopicAlreadyExistsError``)."""
         reqs = [t if isinstance(t, dict) else NewTopic(*t) for t in topics]
         t = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        results = self._call("create_topics", reqs, t, timeout_ms=t + 5000)
+        results = self._call("create_topics", reqs, t, timeout_ms=t + 5000, attempt_timeout_ms=t + 5000)
         _raise_first(results, "create topics")
         return {r["name"]: r.get("topic_id") for r in results}
 

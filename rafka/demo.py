@@ -3,7 +3,10 @@
 Starts an embedded 3-broker cluster, creates a replicated topic (6 partitions, RF 3,
 min.insync.replicas 2), produces a generated web-click stream keyed by user with an idempotent
 acks=all producer, kills one broker part-way and keeps producing, consumes everything back, checks
-that nothing was lost or duplicated and that every user's clicks kept their order, prints a summary
+that nothing was lost or duplicated and that every user's clicks kept their order, then has a consumer
+group of three ("click-counters", manual commits) process the topic while one member crashes part-way
+(its session times out, the survivors take over from its last commit: nothing lost, re-processing
+counted; per-partition group lag printed before and after), prints a summary
 (records, throughput, leaders and ISR before/after the failure) and shuts down cleanly.
 
     python -m rafka.demo [--records 60000] [--users 500] [--data-dir DIR]
@@ -54,6 +57,137 @@ def partition_table(admin, title: str) -> tuple[Table, dict]:
     return table, state
 
 
+GROUP = "click-counters"
+
+
+def lag_table(admin, title: str) -> tuple[Table, dict]:
+    (g,) = admin.describe_groups([GROUP])
+    table = Table(title=f"{title} (group state {g['state']})", title_justify="left")
+    for col in ("partition", "committed", "log end", "lag"):
+        table.add_column(col, justify="right")
+    lags = {}
+    for o in sorted(g["offsets"], key=lambda o: o["partition"]):
+        if o["topic"] == TOPIC:
+            lags[o["partition"]] = o["lag"]
+            table.add_row(str(o["partition"]), str(o["committed"]), str(o["log_end"]), str(o["lag"]))
+    return table, lags
+
+
+def group_part(cluster, admin, records: int, ends: dict, console: Console) -> list:
+    """Three consumers in group ``click-counters`` count clicks per user with manual commits; one of
+    them dies part-way (stops polling and heartbeating, never closes or leaves); after its session
+    times out the survivors take its partitions over from its last commit and finish."""
+    import rafka
+    from rafka.errors import KafkaError
+
+    session_ms = 3000
+    console.print(f"Consumer group [bold]{GROUP}[/]: 3 members, manual commits, session timeout "
+                  f"{session_ms / 1000:.0f} s; one member crashes part-way ...")
+    # the group starts from the beginning of the log (kafka-consumer-groups --reset-offsets --to-earliest)
+    admin.reset_consumer_group_offsets(GROUP, "earliest", topics=[TOPIC])
+    table, lag_before = lag_table(admin, "Group lag right after producing")
+    console.print(table)
+
+    class CommitOnRevoke(rafka.ConsumerRebalanceListener):
+        def __init__(self):
+            self.consumer = None
+
+        def on_partitions_revoked(self, revoked):
+            try:  # commit what was processed before the partitions move (Kafka's usual pattern)
+                self.consumer.commit({tp: self.consumer.position(tp) for tp in revoked})
+            except KafkaError:
+                pass  # the member already lost them; the new owner re-processes from the last commit
+
+        def on_partitions_lost(self, lost):
+            pass  # not ours any more: nothing to commit
+
+    members = []
+    for _ in range(3):
+        lst = CommitOnRevoke()
+        c = rafka.Consumer(cluster, group_id=GROUP, enable_auto_commit=False, auto_offset_reset="earliest",
+                           session_timeout_ms=session_ms, heartbeat_interval_ms=300,
+                           max_poll_interval_ms=60000, fetch_max_wait_ms=100, max_poll_records=200)
+        lst.consumer = c
+        c.subscribe([TOPIC], listener=lst)
+        members.append(c)
+    clicks: dict[str, int] = {}
+    processed: dict[int, int] = {}  # event id -> times processed
+    since_commit = [0, 0, 0]
+    polls = [0, 0, 0]
+    victim = None
+    victim_uncommitted = 0
+    killed_at = None
+    gen_at_kill = -1
+    t0 = time.monotonic()
+    deadline = t0 + 120
+    all_tps = set(ends)
+
+    def finished(alive) -> bool:
+        owned = [c.assignment() for c in alive]
+        gens = {c.group_metadata()["generation_id"] for c in alive}
+        return len(gens) == 1 and set().union(*owned) == all_tps and sum(map(len, owned)) == len(all_tps) \
+            and all(c.position(tp) >= ends[tp] for c in alive for tp in c.assignment())
+
+    while time.monotonic() < deadline:
+        alive = [i for i in range(3) if i != victim]
+        if victim is not None and finished([members[i] for i in alive]):
+            break
+        for i in alive:
+            c = members[i]
+            for recs in c.poll(timeout_ms=50).values():
+                for r in recs:
+                    ev = json.loads(r.value)
+                    clicks[ev["user"]] = clicks.get(ev["user"], 0) + 1
+                    processed[ev["id"]] = processed.get(ev["id"], 0) + 1
+                    since_commit[i] += 1
+            if victim is None and sum(processed.values()) >= records // 3 and since_commit[i]:
+                # it crashes mid-batch: records processed since its last commit were never committed
+                victim = i
+                victim_parts = sorted(tp.partition for tp in members[victim].assignment())
+                victim_uncommitted = since_commit[victim]
+                gen_at_kill = members[victim].group_metadata()["generation_id"]
+                members[victim]._group._stop.set()  # crash: its heartbeats stop, it never polls, commits or leaves
+                killed_at = time.monotonic()
+                console.print(f"  [bold red]member {victim} crashed[/] owning partitions {victim_parts} after "
+                              f"{sum(processed.values()):,} records processed, {victim_uncommitted:,} of its own "
+                              "not yet committed")
+                continue
+            polls[i] += 1
+            if polls[i] % 5 == 0 and c.assignment():
+                try:
+                    c.commit()
+                    since_commit[i] = 0
+                except KafkaError:
+                    pass  # a rebalance is under way: the next poll rejoins, the next commit covers it
+    survivors = [members[i] for i in range(3) if i != victim]
+    done = victim is not None and finished(survivors)
+    took_over_s = None
+    if done:
+        for c in survivors:
+            c.commit()
+        took_over_s = time.monotonic() - killed_at
+    new_gen = survivors[0].group_metadata()["generation_id"] if survivors else -1
+    table, lag_after = lag_table(admin, "Group lag after the survivors finished")
+    console.print(table)
+    for c in survivors:
+        c.close()
+    distinct = len(processed)
+    dups = sum(processed.values()) - distinct
+    console.print(f"  {sum(processed.values()):,} records processed ({distinct:,} distinct, {dups:,} re-processed after "
+                  f"the crash; the victim had {victim_uncommitted:,} uncommitted) in {time.monotonic() - t0:.1f} s; "
+                  f"{len(clicks)} users counted" + (f"; survivors done {took_over_s:.1f} s after the crash"
+                                                   if took_over_s is not None else ""))
+    return [
+        ("group: nothing lost after a member crash", done and distinct == records and all(
+            processed.get(i) for i in range(records)),
+         f"{distinct:,}/{records:,} events processed at least once, {dups:,} re-processed"),
+        ("group: rebalanced and lag 0", done and victim is not None and new_gen > gen_at_kill
+         and all(v == 0 for v in lag_after.values()) and len(lag_after) == len(ends),
+         f"lag {sum(v or 0 for v in lag_before.values()):,} -> {sum(v or 0 for v in lag_after.values())}, "
+         f"generation {gen_at_kill} -> {new_gen}"),
+    ]
+
+
 def run(records: int, users: int, data_dir: str | None, console: Console) -> bool:
     import rafka
     from rafka import TopicPartition
@@ -66,7 +200,9 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
         tmp = tempfile.TemporaryDirectory(prefix="rafka-demo-")
         data_dir = tmp.name
     cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, num_cpus=2,
-                                 broker_config={"replica.lag.time.max.ms": 5000})
+                                 broker_config={"replica.lag.time.max.ms": 5000,
+                                                "group.min.session.timeout.ms": 1000,
+                                                "group.initial.rebalance.delay.ms": 200})
     ok = False
     try:
         console.print(f"  up in {time.monotonic() - t_start:.1f} s, logs under {data_dir}")
@@ -144,6 +280,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
         cons_s = time.monotonic() - t_cons
         consumer.close()
         missing = records - len(seen_ids)
+        group_checks = group_part(cluster, admin, records, {tp: ends[tp] for tp in tps}, console)
         checks = [
             ("every record acknowledged", acked[0] == records and not errors,
              f"{acked[0]:,}/{records:,}" + (f", first error: {errors[0]}" if errors else "")),
@@ -154,7 +291,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
              f"high watermarks sum to {sum(ends.values()):,}"),
             ("a new leader took over", all(after[p][0] not in (victim, -1) for p in after)
              and all(victim not in isr for _, isr in after.values()), f"broker {victim} out of every ISR"),
-        ]
+        ] + group_checks
         summary = Table(title="Summary", title_justify="left")
         summary.add_column("check")
         summary.add_column("result")
