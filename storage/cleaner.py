@@ -53,6 +53,7 @@ from crc32c import crc32c
 
 from storage.codecs import decompress
 from storage.errors import CorruptMessageError, InvalidRecordError
+from storage.control import parse_control_record
 from storage.records import (
     ATTRIBUTES_POS,
     BATCH_HEADER,
@@ -70,7 +71,6 @@ from storage.records import (
     RecordBatchBuilder,
     crc_ok,
     decode_varint,
-    parse_control_record,
 )
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 

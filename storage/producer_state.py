@@ -71,13 +71,13 @@ from storage.errors import (
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
+from storage.control import parse_control_record
 from storage.records import (
     CONTROL_ABORT,
     NO_PRODUCER_EPOCH,
     NO_SEQUENCE,
     BatchHeader,
     RecordBatch,
-    parse_control_record,
 )
 
 log = logging.getLogger(__name__)

@@ -77,11 +77,11 @@ __all__ = [
     "BatchHeader", "Record", "parse_header", "crc_ok", "validate_batch", "iter_batch_headers",
     "set_base_offset", "set_partition_leader_epoch", "set_log_append_time",
     "RecordBatchBuilder", "RecordBatch", "iter_batches", "iter_records", "decode_records",
-    "build_control_batch", "parse_control_record", "encode_varint", "decode_varint",
+    "encode_varint", "decode_varint",
     "COMPRESSION_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK", "CONTROL_MASK", "DELETE_HORIZON_MASK",
     "BASE_OFFSET_POS", "LENGTH_POS", "PARTITION_LEADER_EPOCH_POS", "MAGIC_POS", "CRC_POS", "ATTRIBUTES_POS",
     "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
-    "RECORDS_COUNT_POS", "RECORDS_POS", "CONTROL_KEY", "CONTROL_VALUE", "ACCELERATED",
+    "RECORDS_COUNT_POS", "RECORDS_POS", "ACCELERATED",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -91,8 +91,6 @@ BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
 BATCH_OVERHEAD = 61  # BATCH_HEADER.size
 LOG_OVERHEAD = 12  # base offset (8) + length (4)
 MAGIC = 2
-CONTROL_KEY = struct.Struct(">hh")  # version, type
-CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 assert BATCH_HEADER.size == BATCH_OVERHEAD
 
 # byte positions inside a batch
@@ -784,38 +782,3 @@ def decode_records(buf, include_control: bool = False, validate: bool = True) ->
             continue
         _records_of(buf, pos, h, out)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Control batches (transaction markers)
-
-def build_control_batch(control_type: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                        timestamp_ms: int, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
-    """A transactional control batch holding one COMMIT or ABORT marker (Kafka's EndTransactionMarker)."""
-    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
-        raise ValueError(f"control type must be CONTROL_ABORT (0) or CONTROL_COMMIT (1), not {control_type}")
-    b = RecordBatchBuilder(base_offset=base_offset, producer_id=producer_id, producer_epoch=producer_epoch,
-                           is_transactional=True, is_control=True,
-                           partition_leader_epoch=partition_leader_epoch)
-    b.append(timestamp_ms, CONTROL_KEY.pack(0, control_type), CONTROL_VALUE.pack(0, coordinator_epoch))
-    return b.build()
-
-
-def parse_control_record(record: Record) -> tuple[int, int]:
-    """``(control_type, coordinator_epoch)`` of a record from a control batch."""
-    key, value = record.key, record.value
-    if key is None or len(key) < CONTROL_KEY.size:
-        raise InvalidRecordError(f"control record at offset {record.offset} has a key of "
-                                 f"{0 if key is None else len(key)} bytes, at least 4 needed")
-    version, control_type = CONTROL_KEY.unpack_from(key)
-    if version < 0:
-        raise InvalidRecordError(f"control record at offset {record.offset} has key version {version}")
-    if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
-        raise InvalidRecordError(f"control record at offset {record.offset} has unknown type {control_type}")
-    if value is None or len(value) < CONTROL_VALUE.size:
-        raise InvalidRecordError(f"control record at offset {record.offset} has a value of "
-                                 f"{0 if value is None else len(value)} bytes, at least 6 needed")
-    version, coordinator_epoch = CONTROL_VALUE.unpack_from(value)
-    if version < 0:
-        raise InvalidRecordError(f"control record at offset {record.offset} has value version {version}")
-    return control_type, coordinator_epoch

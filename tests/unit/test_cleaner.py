@@ -21,8 +21,8 @@ from storage.records import (
     ZSTD,
     RecordBatch,
     RecordBatchBuilder,
-    build_control_batch,
 )
+from storage.control import build_control_batch
 
 T0 = 1_000_000
 

@@ -5,7 +5,8 @@ from rafka.cli import _format_record, _kv_pairs, UsageError
 from rafka.fetcher import CompletedFetch, PartitionState
 from rafka.metadata import TopicMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
-from storage.records import CONTROL_COMMIT, RecordBatchBuilder, build_control_batch, set_log_append_time
+from storage.records import CONTROL_COMMIT, RecordBatchBuilder, set_log_append_time
+from storage.control import build_control_batch
 
 TP = TopicPartition("t", 3)
 

@@ -15,8 +15,9 @@ from storage.log import (
     CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, Log, LogConfig,
 )
 from storage.records import (
-    CONTROL_COMMIT, RecordBatchBuilder, build_control_batch, decode_records, iter_batch_headers, validate_batch,
+    CONTROL_COMMIT, RecordBatchBuilder, decode_records, iter_batch_headers, validate_batch,
 )
+from storage.control import build_control_batch
 from storage.segment import LogSegment, log_file_name
 
 

@@ -26,9 +26,9 @@ from storage.records import (
     CONTROL_COMMIT,
     TRANSACTIONAL_MASK,
     BatchHeader,
-    build_control_batch,
     parse_header,
 )
+from storage.control import build_control_batch
 
 INT32_MAX = 0x7FFFFFFF
 
