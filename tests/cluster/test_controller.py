@@ -220,6 +220,9 @@ def test_broker_loss_return_and_preferred_election(cluster):
     q = led[0]
     wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
               "new leader running")
+    # a new leader's HW catches up only once its followers fetch again: wait for it, then compare
+    wait_part(ch, "p", q, lambda p: read_all(ch.leader_replica("p", q)) == [b"before-%d" % q],
+              "the new leader serves the acknowledged record")
     assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q]
     produce(ch, "p", q, b"after")
 
