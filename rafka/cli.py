@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
-    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf}")
+    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf,serve,job}")
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
         dest="verb", required=True)
@@ -508,6 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--records", type=int, required=True)
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
+
+    # the gateway and the Spark jobs own their verbs (serve/cli.py, jobs/cli.py); their modules import
+    # Serve / RayDP only when a verb runs, so `rafka topic ...` stays light
+    from serve.cli import register as register_serve
+    from jobs.cli import register as register_jobs
+    register_serve(groups, common)
+    register_jobs(groups, common)
     return p
 
 

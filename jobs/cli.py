@@ -1,0 +1,6 @@
+"""`rafka jobs ...` verbs (registered by rafka/cli.py)."""
+from __future__ import annotations
+
+
+def register(groups, common) -> None:
+    raise NotImplementedError("being written")
