@@ -47,6 +47,7 @@ class Consumer:
         self._iter_buffer: list[ConsumerRecord] = []
         self._iter_pos = 0
         self._group = None
+        self._async_commits = None  # one worker thread: async commits complete in the order they were made
         if self.config.group_id is not None:
             from rafka.group import GroupMembership
             self._group = GroupMembership(self, self.config.group_id)
@@ -127,11 +128,16 @@ class Consumer:
                  else self._consumed_offsets())
 
     def commit_async(self, offsets: dict | None = None, callback=None):
-        """Commit in a background thread; ``callback(offsets, exception_or_None)`` when done. Returns the thread."""
-        import threading
+        """Commit without blocking; ``callback(offsets, exception_or_None)`` when done. Returns a
+        ``concurrent.futures.Future``. Async commits run one at a time on one thread per consumer, in the
+        order they were made (as Kafka's do), so an older commit never lands after a newer one; ``close()``
+        waits for the pending ones."""
         g = self._need_group()
         offs = {TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None \
             else self._consumed_offsets()
+        if self._async_commits is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="rafka-commit-async")
 
         def run():
             err = None
@@ -141,9 +147,9 @@ class Consumer:
                 err = e
             if callback is not None:
                 callback(offs, err)
-        t = threading.Thread(target=run, name="rafka-commit-async", daemon=True)
-        t.start()
-        return t
+            if err is not None:
+                raise err
+        return self._async_commits.submit(run)
 
     def committed(self, partition, timeout_ms: int | None = None) -> OffsetAndMetadata | None:
         """The group's committed offset for the partition (None if there is none)."""
@@ -288,6 +294,8 @@ class Consumer:
         """Commit (with auto commit) and leave the group, then stop."""
         if self._closed:
             return
+        if self._async_commits is not None:
+            self._async_commits.shutdown(wait=True)  # pending async commits complete before leaving
         if self._subscribed:
             self._group.close()
         self._closed = True

@@ -154,6 +154,14 @@ def test_committed_offsets_survive_and_new_member_resumes(gcluster, gadmin):
         assert done.wait(10)
         assert got[0][1] is None
         assert sum(c2.committed(tp).offset for tp in tps) == 50
+        # async commits land in the order they were made: the last one made is the one that stays
+        tp0 = tps[0]
+        order = []
+        futures = [c2.commit_async({tp0: off}, callback=lambda offs, err: order.append((offs[tp0], err)))
+                   for off in range(1, 31)]
+        assert futures[-1].result(timeout=30) is None
+        assert order == [(off, None) for off in range(1, 31)]
+        assert c2.committed(tp0).offset == 30
     finally:
         c2.close()
 
