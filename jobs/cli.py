@@ -1,6 +1,117 @@
-"""`rafka jobs ...` verbs (registered by rafka/cli.py)."""
+"""`rafka job ...` verbs (registered by rafka/cli.py).
+
+    rafka job list
+    rafka job run clickstream [--topic clicks] [--group clickstream] [--results-topic clickstream-results]
+                              [--parquet DIR] [--session-gap-ms MS] [--executors 1] [--json]
+
+``job run`` attaches to the cluster like every verb (``--address``/``RAY_ADDRESS``/the started cluster),
+starts Spark on that Ray cluster through RayDP (~15 s), runs the job and stops Spark. Progress goes to
+stderr: one line per step of the job and Spark's console progress bar per stage; the summary goes to
+stdout (a table, or JSON with ``--json``). RayDP and PySpark are imported only when a job runs.
+"""
 from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+
+JOBS = {"clickstream": "per-page click counts and per-user sessions of a click topic, to a compacted "
+                       "results topic and Parquet; commits the group's offsets (re-runs process new records)"}
 
 
 def register(groups, common) -> None:
-    raise NotImplementedError("being written")
+    jp = groups.add_parser("job", help="Spark jobs over topics (RayDP)").add_subparsers(dest="verb", required=True)
+    jp.add_parser("list", parents=[common], help="the jobs that can run").set_defaults(func=cmd_job_list)
+    s = jp.add_parser("run", parents=[common], help="run a job on the cluster's Ray through Spark (RayDP)")
+    s.add_argument("job", choices=sorted(JOBS))
+    s.add_argument("--topic", default="clicks", help="input topic (default clicks)")
+    s.add_argument("--group", default="clickstream", help="consumer group whose offsets track progress")
+    s.add_argument("--results-topic", default="clickstream-results", help="compacted results topic")
+    s.add_argument("--parquet", default="clickstream-output", help="Parquet output directory")
+    s.add_argument("--session-gap-ms", type=int, default=1_800_000, help="inactivity that ends a session")
+    s.add_argument("--executors", type=int, default=1, help="Spark executors (Ray actors)")
+    s.add_argument("--executor-cores", type=int, default=1)
+    s.add_argument("--executor-memory", default="1G")
+    s.set_defaults(func=cmd_job_run)
+
+
+def cmd_job_list(args) -> int:
+    from rafka.cli import EXIT_OK, _print, _table
+    _print(args, [{"name": n, "description": d} for n, d in JOBS.items()],
+           _table([[n, d] for n, d in JOBS.items()], ["JOB", "DESCRIPTION"]))
+    return EXIT_OK
+
+
+def _step_printer(args):
+    """Each job step as a line on stderr (with the time since the start), unless --json."""
+    t0 = time.monotonic()
+    if args.json:
+        return lambda step: None
+    return lambda step: print(f"[{time.monotonic() - t0:6.1f}s] {step}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send fd 1 to stderr while Spark runs: the JVMs it starts (driver, RayDP's AppMaster) print log4j
+    notices on stdout, which must carry only the summary (it may be --json)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def cmd_job_run(args) -> int:
+    from rafka.cli import EXIT_ERROR, EXIT_OK, UsageError, _connect, _print
+    from jobs import clickstream
+    from jobs.spark import init_spark, stop_spark
+    if args.executors < 1 or args.executor_cores < 1:
+        raise UsageError("--executors and --executor-cores must be >= 1")
+    if args.session_gap_ms < 0:
+        raise UsageError("--session-gap-ms must be >= 0")
+    handle = _connect(args)
+    from rafka.admin import Admin
+    from rafka.errors import UnknownTopicOrPartitionError
+    if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
+        raise UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")
+    say = _step_printer(args)
+    # the step lines and Spark's bar are the progress: Ray Data's per-dataset INFO reports would bury them
+    import ray.data  # noqa: F401 - Ray Data configures its loggers on import: quiet them after that
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    say(f"starting Spark ({args.executors} executor(s) on Ray)")
+    with _stdout_to_stderr():
+        try:
+            spark = init_spark(f"rafka-job-{args.job}", args.executors, args.executor_cores, args.executor_memory)
+        except Exception as exc:  # noqa: BLE001 - a JVM/RayDP start failure is one line, not a Java trace
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"rafka: Spark did not start: {first}", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            summary = clickstream.run(handle, spark, topic=args.topic, group=args.group,
+                                      results_topic=args.results_topic, parquet_dir=args.parquet,
+                                      session_gap_ms=args.session_gap_ms, progress=say)
+        finally:
+            say("stopping Spark")
+            stop_spark()
+    _print(args, summary, _summary_text(summary))
+    return EXIT_OK
+
+
+def _summary_text(s: dict) -> str:
+    from rafka.cli import _table
+    if not s["records"] and not s["redo"]:
+        return f"nothing new in {s['topic']!r} for group {s['group']!r} (last run {s['run']})"
+    ranges = ", ".join(f"{p}:[{a},{b})" for p, (a, b) in sorted(s["ranges"].items()))
+    rows = [["run", f"{s['run']}{' (redo of an uncommitted run)' if s['redo'] else ''}"],
+            ["records", s["records"]], ["skipped (malformed)", s["skipped"]], ["offset ranges", ranges],
+            ["sessions (this run)", s["sessions"]], ["pages (total)", len(s["pages"])],
+            ["parquet", s["parquet"].get("page_counts", "")], ["", s["parquet"].get("sessions", "")],
+            ["results topic", s["results_topic"]], ["elapsed", f"{s['elapsed_s']:.1f} s"]]
+    top = _table([[p, n] for p, n in s["top_pages"]], ["TOP PAGE", "CLICKS (TOTAL)"])
+    return _table(rows, ["CLICKSTREAM", ""]) + "\n\n" + top

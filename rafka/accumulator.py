@@ -225,6 +225,19 @@ class FutureRecordMetadata:
         return self
 
 
+def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
+    """Append ``items[i:]`` to ``batch`` until it is full; returns the index of the first left out."""
+    n = len(items)
+    while i < n:
+        ts, key, value, headers = items[i]
+        fut = batch.try_append(ts, key, value, headers, None)
+        if fut is None:
+            break
+        futures.append(fut)
+        i += 1
+    return i
+
+
 class RecordAccumulator:
     def __init__(self, batch_size: int, buffer_memory: int, linger_ms: int, compression: int,
                  retry_backoff_ms: int, retry_backoff_max_ms: int, delivery_timeout_ms: int):
@@ -290,6 +303,55 @@ class RecordAccumulator:
         if full:  # the batch before this one is full: the sender has work
             self.wakeup()
         return fut
+
+    def append_many(self, tp: TopicPartition, items: list, max_block_ms: float
+                    ) -> tuple[list["FutureRecordMetadata"], int]:
+        """Append ``items`` (``(timestamp, key, value, headers)`` each) to ``tp``'s batches in order, opening
+        new batches as they fill; returns the records' futures and how many batches were opened. One lock
+        round per batch instead of one per record (``Producer.send_batch``)."""
+        futures: list[FutureRecordMetadata] = []
+        opened, i, n = 0, 0, len(items)
+        deadline = time.monotonic() + max_block_ms / 1000.0
+        while i < n:
+            with self._lock:
+                dq = self._queues.get(tp)
+                if dq:
+                    i = _fill(dq[-1], items, i, futures)
+            if i >= n:
+                break
+            _, key, value, headers = items[i]
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value)) + RECORD_OVERHEAD
+            if headers:
+                size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
+            reserve = max(self.batch_size, size + 61)
+            self.pool.allocate(reserve, max(0.0, (deadline - time.monotonic()) * 1000))
+            kept = full = False
+            try:
+                with self._lock:
+                    if self.closed:
+                        raise KafkaError("producer is closed: cannot send")
+                    dq = self._queues.get(tp)
+                    if dq and (j := _fill(dq[-1], items, i, futures)) > i:  # another thread opened a batch
+                        i = j
+                        continue
+                    if dq is None:
+                        dq = self._queues[tp] = collections.deque()
+                    batch = ProducerBatch(tp, RecordBatchBuilder(compression_type=self.compression,
+                                                                 batch_size=self.batch_size),
+                                          monotonic_ms(), reserve)
+                    i = _fill(batch, items, i, futures)
+                    dq.append(batch)
+                    with self._incomplete_lock:
+                        self.incomplete.add(batch)
+                    kept = True
+                    opened += 1
+                    full = batch.is_full() or len(dq) > 1
+            finally:
+                if not kept:
+                    self.pool.release(reserve)
+            if full:
+                self.wakeup()
+        return futures, opened
 
     # -- sender side -------------------------------------------------------------------------------
     def ready(self, now: float, can_send: Callable[[TopicPartition, "ProducerBatch"], bool]) -> tuple[list, float]:

@@ -1,21 +1,24 @@
-"""``make demo``: rafka's main job in one command.
+"""``make demo``: rafka's main job in one command, the full pipeline.
 
-Starts an embedded 3-broker cluster, creates a replicated topic (6 partitions, RF 3,
-min.insync.replicas 2), produces a generated web-click stream keyed by user with an idempotent
-acks=all producer, kills one broker part-way and keeps producing, consumes everything back, checks
-that nothing was lost or duplicated and that every user's clicks kept their order, then has a consumer
-group of three ("click-counters", manual commits) process the topic while one member crashes part-way
-(its session times out, the survivors take over from its last commit: nothing lost, re-processing
-counted; per-partition group lag printed before and after), prints a summary
-(records, throughput, leaders and ISR before/after the failure) and shuts down cleanly.
+Starts an embedded 3-broker cluster and the HTTP gateway (Ray Serve, REST-proxy API), creates a
+replicated topic (6 partitions, RF 3, min.insync.replicas 2) and posts a generated web-click stream keyed
+by user to it over HTTP (1,000 records per request; the gateway's producer is idempotent, acks=all),
+killing one broker part-way; consumes everything back and checks that nothing was lost or duplicated and
+that every user's clicks kept their order; has a consumer group of three ("click-counters", manual
+commits) process the topic while one member crashes part-way (the survivors take over from its last
+commit; lag printed before and after); then runs the Spark job on RayDP (jobs/clickstream.py: per-page
+counts and per-user sessions into a compacted results topic and Parquet, offsets committed for its
+group), posts more events over HTTP and runs the job again, which processes only the new ones; the
+results are checked against a plain-Python computation. Prints a summary and shuts down cleanly.
 
-    python -m rafka.demo [--records 60000] [--users 500] [--data-dir DIR]
+    python -m rafka.demo [--records 60000] [--more 10000] [--users 500] [--data-dir DIR] [--port 8082]
 
 Exit status 0 when every check passed.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import random
 import sys
@@ -29,19 +32,61 @@ PAGES = ["/", "/search", "/product/{}", "/cart", "/checkout", "/account", "/help
 TOPIC = "clicks"
 
 
-def click_stream(n: int, users: int, seed: int = 7):
-    """``n`` click events: ``(key, value, user, seq)``; ``seq`` counts each user's clicks."""
-    rng = random.Random(seed)
-    seqs = [0] * users
-    t0 = int(time.time() * 1000)
-    for i in range(n):
-        u = min(int(rng.paretovariate(1.2)) - 1, users - 1)  # a few heavy users, a long tail
-        seqs[u] += 1
-        page = rng.choice(PAGES).format(rng.randrange(1000))
-        event = {"id": i, "user": f"user-{u:04d}", "seq": seqs[u], "page": page, "ts": t0 + i,
-                 "referrer": rng.choice(["google", "direct", "newsletter", "ads", None]),
-                 "device": rng.choice(["mobile", "desktop", "tablet"])}
-        yield f"user-{u:04d}".encode(), json.dumps(event, separators=(",", ":")).encode()
+class ClickStream:
+    """Generated web clicks: ``(key, value)`` pairs, key = user, value = a JSON event. Successive
+    ``take(n)`` calls continue the stream (ids, per-user ``seq`` and timestamps go on), so a second
+    batch after a pipeline run is new data, not a replay."""
+
+    def __init__(self, users: int, seed: int = 7):
+        self.users = users
+        self.rng = random.Random(seed)
+        self.seqs = [0] * users
+        self.next_id = 0
+        # event time: one click every 100 ms starting three hours ago, so light users' clicks are far
+        # apart (several sessions) and heavy users' are close (long sessions)
+        self.t0 = int(time.time() * 1000) - 3 * 3600 * 1000
+        self.events: list[dict] = []  # everything generated, for the plain-Python cross-checks
+
+    def take(self, n: int) -> list[tuple[bytes, bytes]]:
+        rng, out = self.rng, []
+        for _ in range(n):
+            i = self.next_id
+            self.next_id += 1
+            u = min(int(rng.paretovariate(1.2)) - 1, self.users - 1)  # a few heavy users, a long tail
+            self.seqs[u] += 1
+            page = rng.choice(PAGES).format(rng.randrange(1000))
+            event = {"id": i, "user": f"user-{u:04d}", "seq": self.seqs[u], "page": page, "ts": self.t0 + 100 * i,
+                     "referrer": rng.choice(["google", "direct", "newsletter", "ads", None]),
+                     "device": rng.choice(["mobile", "desktop", "tablet"])}
+            self.events.append(event)
+            out.append((event["user"].encode(), json.dumps(event, separators=(",", ":")).encode()))
+        return out
+
+
+def post_records(url: str, topic: str, pairs: list[tuple[bytes, bytes]], per_request: int = 1000) -> dict:
+    """Produce ``pairs`` through the HTTP gateway (REST-proxy v2, binary embedded format), one request of
+    ``per_request`` records at a time, so each user's clicks keep their order. Returns counts of acked and
+    failed records and the first error message."""
+    import requests
+
+    acked, failed, first_error = 0, 0, None
+    with requests.Session() as http:
+        for i in range(0, len(pairs), per_request):
+            body = {"records": [{"key": base64.b64encode(k).decode(), "value": base64.b64encode(v).decode()}
+                                for k, v in pairs[i:i + per_request]]}
+            resp = http.post(f"{url}/topics/{topic}", json=body, timeout=120,
+                             headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+            if resp.status_code != 200:
+                failed += len(body["records"])
+                first_error = first_error or f"HTTP {resp.status_code}: {resp.text[:200]}"
+                continue
+            for o in resp.json()["offsets"]:
+                if o.get("error_code"):
+                    failed += 1
+                    first_error = first_error or f"{o['error_code']}: {o.get('error')}"
+                else:
+                    acked += 1
+    return {"acked": acked, "failed": failed, "first_error": first_error}
 
 
 def partition_table(admin, title: str) -> tuple[Table, dict]:
@@ -58,6 +103,9 @@ def partition_table(admin, title: str) -> tuple[Table, dict]:
 
 
 GROUP = "click-counters"
+JOB_GROUP = "clickstream"
+RESULTS = "clickstream-results"
+SESSION_GAP_MS = 30 * 60 * 1000
 
 
 def lag_table(admin, title: str) -> tuple[Table, dict]:
@@ -188,9 +236,104 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
     ]
 
 
-def run(records: int, users: int, data_dir: str | None, console: Console) -> bool:
+def expected_results(events: list[dict]) -> tuple[dict[str, int], set[tuple]]:
+    """Page totals and sessions ``(user, start, end, clicks)`` computed in plain Python, for the checks."""
+    pages: dict[str, int] = {}
+    by_user: dict[str, list[int]] = {}
+    for e in events:
+        pages[e["page"]] = pages.get(e["page"], 0) + 1
+        by_user.setdefault(e["user"], []).append(e["ts"])
+    sessions = set()
+    for user, times in by_user.items():
+        times.sort()
+        start = end = times[0]
+        clicks = 0
+        for t in times:
+            if t - end > SESSION_GAP_MS:
+                sessions.add((user, start, end, clicks))
+                start, clicks = t, 0
+            end = max(end, t)
+            clicks += 1
+        sessions.add((user, start, end, clicks))
+    return pages, sessions
+
+
+def run_table(res: dict) -> Table:
+    ranges = ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(res["ranges"].items()))
+    table = Table(title=f"Clickstream run {res['run']}: {res['records']:,} new records in {res['elapsed_s']:.1f} s "
+                        f"(offsets {ranges or 'none'})", title_justify="left")
+    for col in ("page", "total clicks"):
+        table.add_column(col, justify="right" if col != "page" else "left")
+    for page, n in res["top_pages"][:8]:
+        table.add_row(page, f"{n:,}")
+    return table
+
+
+def pipeline_part(cluster, url: str, stream: "ClickStream", more: int, data_dir: str, console: Console) -> list:
+    """The Spark pipeline on RayDP: the clickstream job (jobs/clickstream.py) reads the click topic,
+    counts clicks per page and sessionizes users, writes a compacted results topic and Parquet, and
+    commits its group's offsets; more events arrive over HTTP and a second run processes only them."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from jobs import clickstream
+    from jobs.spark import init_spark, stop_spark
+
+    console.rule("[bold]Spark on Ray: the clickstream job")
+    console.print("Starting Spark through RayDP (1 executor) ...")
+    t = time.monotonic()
+    spark = init_spark("rafka-demo", num_executors=1, executor_cores=1, executor_memory="1G")
+    console.print(f"  Spark {spark.version} up in {time.monotonic() - t:.1f} s")
+    out_dir = os.path.join(data_dir, "clickstream")
+    step = lambda s: console.print(f"  [dim]{s}[/]")  # noqa: E731
+    try:
+        first = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
+                                parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS, progress=step)
+        console.print(run_table(first))
+        console.print(f"{more:,} more click events arrive over HTTP ...")
+        posted = post_records(url, TOPIC, stream.take(more))
+        second = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
+                                 parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS, progress=step)
+        console.print(run_table(second))
+        idle = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
+                               parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS)
+    finally:
+        stop_spark()
+    results = clickstream.read_results(cluster, RESULTS)
+    want_pages, want_sessions = expected_results(stream.events)
+    got_sessions = {(s["user"], s["start"], s["end"], s["clicks"]) for s in results["sessions"]}
+    parquet_clicks: dict[str, int] = {}
+    runs = []
+    for run_dir in sorted(os.listdir(os.path.join(out_dir, "page_counts"))):
+        rows = pq.read_table(os.path.join(out_dir, "page_counts", run_dir)).to_pylist()
+        runs.append(f"{run_dir}: {len(rows):,} pages")
+        for r in rows:
+            parquet_clicks[r["page"]] = parquet_clicks.get(r["page"], 0) + r["clicks"]
+    console.print(f"Parquet under {out_dir}: " + "; ".join(runs))
+    users = len({s[0] for s in want_sessions})
+    console.print(f"Sessions (gap {SESSION_GAP_MS // 60000} min): {len(got_sessions):,} for {users} users in "
+                  f"{RESULTS}; a session that spans both runs is continued, not split")
+    total = len(stream.events)
+    return [
+        ("pipeline: more events acknowledged over HTTP", posted["acked"] == more and not posted["failed"],
+         f"{posted['acked']:,}/{more:,}" + (f", {posted['first_error']}" if posted["first_error"] else "")),
+        ("pipeline: second run read only the new records", first["records"] + second["records"] == total
+         and second["records"] == more and idle["records"] == 0,
+         f"run 1: {first['records']:,}, run 2: {second['records']:,}, run 3: {idle['records']}"),
+        ("pipeline: page totals = plain Python", results["pages"] == want_pages,
+         f"{len(want_pages):,} pages, {sum(results['pages'].values()):,} clicks counted"),
+        ("pipeline: sessions = plain Python", got_sessions == want_sessions,
+         f"{len(got_sessions):,} sessions (expected {len(want_sessions):,})"),
+        ("pipeline: Parquet = topic results", parquet_clicks == want_pages, f"{len(runs)} run directories"),
+    ]
+
+
+def run(records: int, users: int, data_dir: str | None, console: Console, more: int = 10000,
+        gateway_port: int = 8082) -> bool:
     import rafka
     from rafka import TopicPartition
+    from serve.http import start_gateway, stop_gateway
 
     t_start = time.monotonic()
     console.rule("[bold]rafka demo: Kafka's design on Ray")
@@ -204,6 +347,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
                                                 "group.min.session.timeout.ms": 1000,
                                                 "group.initial.rebalance.delay.ms": 200})
     ok = False
+    stream = ClickStream(users)
     try:
         console.print(f"  up in {time.monotonic() - t_start:.1f} s, logs under {data_dir}")
         admin = rafka.Admin(cluster)
@@ -219,32 +363,25 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
         victim = ctl  # the broker hosting the controller: partition leaders and the controller fail over
         kill_at = records // 3
 
-        acked, errors = [0], []
-
-        def on_ack(md, exc):
-            if exc is None:
-                acked[0] += 1
-            else:
-                errors.append(exc)
-
-        console.print(f"Producing {records:,} click events from {users} users (keyed by user, acks=all, "
-                      f"idempotent); broker {victim} (the controller's host, leader of {led[victim]} partitions) dies after "
-                      f"{kill_at:,} ...")
-        producer = rafka.Producer(cluster, acks="all", linger_ms=5, batch_size=32768)
-        sent_bytes = 0
+        console.print(f"Starting the HTTP gateway (Ray Serve, REST-proxy API) ...")
+        t = time.monotonic()
+        url = start_gateway(cluster, port=gateway_port)
+        console.print(f"  {url} up in {time.monotonic() - t:.1f} s (OpenAPI page: {url}/docs)")
+        console.print(f"Producing {records:,} click events from {users} users over HTTP (1,000 records per "
+                      f"request, keyed by user; the gateway's producer is idempotent, acks=all); broker {victim} "
+                      f"(the controller's host, leader of {led[victim]} partitions) dies after {kill_at:,} ...")
+        pairs = stream.take(records)
+        sent_bytes = sum(len(v) for _, v in pairs)
         t_prod = time.monotonic()
-        t_kill = None
-        for i, (key, value) in enumerate(click_stream(records, users)):
-            if i == kill_at:
-                t_kill = time.monotonic()
-                cluster.kill_broker(victim)
-                console.print(f"  [bold red]killed broker {victim}[/] at record {i:,}; producing on")
-            producer.send(TOPIC, value, key=key, callback=on_ack)
-            sent_bytes += len(value)
-        producer.flush()
+        first = post_records(url, TOPIC, pairs[:kill_at])
+        t_kill = time.monotonic()
+        cluster.kill_broker(victim)
+        console.print(f"  [bold red]killed broker {victim}[/] at record {kill_at:,}; producing on")
+        rest = post_records(url, TOPIC, pairs[kill_at:])
         prod_s = time.monotonic() - t_prod
-        producer.close()
-        console.print(f"  {acked[0]:,} acknowledged, {len(errors)} failed in {prod_s:.1f} s "
+        acked = first["acked"] + rest["acked"]
+        errors = [e for e in (first["first_error"], rest["first_error"]) if e]
+        console.print(f"  {acked:,} acknowledged, {first['failed'] + rest['failed']} failed in {prod_s:.1f} s "
                       f"({records / prod_s:,.0f} records/s, {sent_bytes / prod_s / 1e6:.1f} MB/s)")
         after_table, after = partition_table(admin, f"Leaders and ISR after broker {victim} died")
         console.print(after_table)
@@ -281,9 +418,10 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
         consumer.close()
         missing = records - len(seen_ids)
         group_checks = group_part(cluster, admin, records, {tp: ends[tp] for tp in tps}, console)
+        pipeline_checks = pipeline_part(cluster, url, stream, more, data_dir, console)
         checks = [
-            ("every record acknowledged", acked[0] == records and not errors,
-             f"{acked[0]:,}/{records:,}" + (f", first error: {errors[0]}" if errors else "")),
+            ("every record acknowledged over HTTP", acked == records and not errors,
+             f"{acked:,}/{records:,}" + (f", first error: {errors[0]}" if errors else "")),
             ("nothing lost", missing == 0, f"{len(seen_ids):,} distinct events read, {missing} missing"),
             ("nothing duplicated", dups == 0 and got == records, f"{got:,} records read, {dups} duplicates"),
             ("per-user order kept", order_breaks == 0, f"{len(last_seq)} users, {order_breaks} out of order"),
@@ -291,7 +429,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
              f"high watermarks sum to {sum(ends.values()):,}"),
             ("a new leader took over", all(after[p][0] not in (victim, -1) for p in after)
              and all(victim not in isr for _, isr in after.values()), f"broker {victim} out of every ISR"),
-        ] + group_checks
+        ] + group_checks + pipeline_checks
         summary = Table(title="Summary", title_justify="left")
         summary.add_column("check")
         summary.add_column("result")
@@ -304,7 +442,8 @@ def run(records: int, users: int, data_dir: str | None, console: Console) -> boo
                       f"failure injected {t_kill - t_prod:.1f} s into the run" if t_kill else "")
         ok = all(passed for _, passed, _ in checks)
     finally:
-        console.print("Shutting down the cluster ...")
+        console.print("Shutting down the gateway and the cluster ...")
+        stop_gateway()
         cluster.stop()
         if tmp is not None:
             tmp.cleanup()
@@ -317,9 +456,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rafka.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=60000)
     ap.add_argument("--users", type=int, default=500)
+    ap.add_argument("--more", type=int, default=10000, help="events sent after the first Spark run")
+    ap.add_argument("--port", type=int, default=8082, help="the HTTP gateway's port (loopback)")
     ap.add_argument("--data-dir", default=None, help="keep the logs here (default: a temporary directory)")
     args = ap.parse_args(argv)
-    return 0 if run(args.records, args.users, args.data_dir, Console()) else 1
+    return 0 if run(args.records, args.users, args.data_dir, Console(), more=args.more,
+                     gateway_port=args.port) else 1
 
 
 if __name__ == "__main__":

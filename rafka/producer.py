@@ -133,6 +133,83 @@ class Producer:
             fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, max(0.0, left_ms))
         return fut
 
+    def send_batch(self, topic: str, records: Iterable, partition: int | None = None) -> list[FutureRecordMetadata]:
+        """Queue many records of one topic in one go; returns their futures in order.
+
+        ``records`` holds tuples ``(key, value[, partition[, headers[, timestamp_ms]]])``; ``partition``
+        overrides theirs. Placement is ``send``'s (explicit partition, user partitioner, murmur2 of the key),
+        except that the keyless records of one call all go to the topic's current sticky partition (KIP-480
+        moves on once the call opened a new batch there). Every record is checked first (size, partition),
+        so a bad one fails the call before anything is queued; then each partition's records are appended
+        under one accumulator lock per batch. Why: ``send`` costs ~8-15 us per record in Python, and
+        callers such as the HTTP gateway hand over thousands of records at a time.
+        """
+        if self._closed:
+            raise IllegalStateError("cannot send after the producer is closed")
+        if self.sender.fatal_error is not None:
+            raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
+        cfg = self.config
+        start = time.monotonic()
+        tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
+        default_ts = now_ms()
+        by_part: dict[int, list] = {}
+        order: list[tuple[int, int]] = []
+        sticky: int | None = None
+        for r in records:
+            kb, vb, hdrs = self._serialize(r[0], r[1], r[3] if len(r) > 3 else None)
+            p = partition if partition is not None else (r[2] if len(r) > 2 else None)
+            if p is not None:
+                tm = self._check_partition(topic, tm, p)
+            elif self._user_partitioner is not None:
+                p = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
+                if p not in tm.partitions:
+                    raise ValueError(f"partitioner returned {p}, not a partition of {topic!r}")
+            elif kb is not None:
+                p = partition_for_key(kb, len(tm.partition_ids))
+            else:
+                if sticky is None:
+                    sticky = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
+                p = sticky
+            ts = default_ts if len(r) < 5 or r[4] is None else int(r[4])
+            items = by_part.setdefault(p, [])
+            order.append((p, len(items)))
+            items.append((ts, kb, vb, hdrs))
+        futures: dict[int, list[FutureRecordMetadata]] = {}
+        for p, items in by_part.items():
+            left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+            futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
+            if p == sticky and opened:
+                self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
+        return [futures[p][i] for p, i in order]
+
+    def _serialize(self, key: Any, value: Any, headers) -> tuple[bytes | None, bytes | None, tuple]:
+        """Key, value and headers as bytes, size-checked (``send_batch``'s per-record work)."""
+        cfg = self.config
+        kb = key if (key is None or type(key) is bytes) and cfg.key_serializer is None else \
+            to_bytes(key, "key", cfg.key_serializer)
+        vb = value if (value is None or type(value) is bytes) and cfg.value_serializer is None else \
+            to_bytes(value, "value", cfg.value_serializer)
+        hdrs = _headers(headers) if headers else ()
+        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61
+        if hdrs:
+            size += sum(len(k) + len(v or b"") for k, v in hdrs)
+        if size > self._max_record_size:
+            limit = "max_request_size" if size > cfg.max_request_size else "buffer_memory"
+            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
+                                      f"{limit} ({getattr(cfg, limit)})")
+        return kb, vb, hdrs
+
+    def _check_partition(self, topic: str, tm, partition: int):
+        """``tm`` (refreshed once if the partition is unknown: it may have been added since) or ValueError."""
+        if partition in tm.partitions:
+            return tm
+        self.metadata.refresh([topic], force=True)
+        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
+        if partition not in tm.partitions:
+            raise ValueError(f"invalid partition {partition} for topic {topic!r}: it has partitions "
+                             f"0..{len(tm.partition_ids) - 1}")
+        return tm
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now and wait until each record is acknowledged or failed."""
         acc = self.accumulator

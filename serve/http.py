@@ -1,0 +1,582 @@
+"""rafka's HTTP gateway: a Ray Serve application shaped like Confluent's REST Proxy (v2 and v3).
+
+    import rafka, requests
+    from serve.http import start_gateway, stop_gateway
+    url = start_gateway(cluster, port=8082)                  # http://127.0.0.1:8082, docs at /docs
+    requests.post(f"{url}/topics/clicks", json={"records": [{"value": "aGk="}]},
+                  headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+    stop_gateway()
+
+Two deployments: ``Gateway`` (the FastAPI ingress, ``num_replicas`` of them, each with one long-lived
+idempotent ``rafka.Producer``) and ``ConsumerInstances`` (one replica holding the stateful REST consumer
+instances, see serve/consumers.py). Serve's HTTP proxy carries only ~100 requests/s on a small machine,
+so throughput comes from many records per request: a request becomes one ``Producer.send_batch`` and
+one wait, run on a worker thread so the event loop keeps many requests in flight.
+
+Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP status of their class
+(serve/errors.py); no route answers with a traceback.
+"""
+# no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
+# methods after Serve pickles the class by value into its replicas
+import asyncio
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rafka.errors import KafkaError
+from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
+from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE,
+                          UNAVAILABLE, UNSUPPORTED_MEDIA, GatewayError, from_exception)
+from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, ProduceService, iso_ms, iter_json_values,
+                           load_json, load_msgpack, parse_v2, parse_v3)
+
+__all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME", "build_app"]
+
+APP_NAME = "rafka-gateway"
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+def _fastapi() -> FastAPI:
+    """A fresh FastAPI app with the gateway's exception handlers: every failure is a JSON error body."""
+    api = FastAPI(title="rafka HTTP gateway", version="1.0",
+                  description="Confluent REST Proxy-shaped HTTP API (v2 + v3) over a rafka cluster. Errors: "
+                              '{"error_code": <HTTP status + sequence>, "kafka_error_code": <Kafka code|null>, '
+                              '"message": ...}.')
+
+    @api.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return error_response(exc)
+
+    @api.exception_handler(KafkaError)
+    async def _kafka_error(request: Request, exc: KafkaError) -> JSONResponse:
+        return error_response(from_exception(exc))
+
+    @api.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        in_path = any(e.get("loc", ("",))[0] == "path" for e in exc.errors())
+        where = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
+        return error_response(GatewayError(404 if in_path else 422, NOT_FOUND if in_path else BAD_PARAMETER,
+                                           f"invalid request parameter(s): {where}"))
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED}.get(exc.status_code, exc.status_code * 100 + 1)
+        return error_response(GatewayError(exc.status_code, code,
+                                           f"{exc.detail} ({request.method} {request.url.path})"))
+
+    @api.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(from_exception(exc))
+    return api
+
+
+def error_response(err: GatewayError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+# -- content negotiation ----------------------------------------------------------------------------------
+def _media(value: str | None) -> str:
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def _produce_format(request: Request) -> str:
+    media = _media(request.headers.get("content-type"))
+    fmt = {BINARY_V2: "binary", JSON_V2: "json", MSGPACK: "msgpack"}.get(media)
+    if fmt is None:
+        raise GatewayError(415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media or '(none)'!r} for produce; "
+                           f"use {BINARY_V2}, {JSON_V2} or {MSGPACK}")
+    return fmt
+
+
+def _accepts_msgpack(request: Request) -> bool:
+    return MSGPACK in (request.headers.get("accept") or "")
+
+
+def _json(data: Any, status: int = 200, media: str = V2_JSON) -> Response:
+    return Response(json.dumps(data, separators=(",", ":")), status_code=status, media_type=media)
+
+
+def _reply(request: Request, data: Any, msgpack_ok: bool) -> Response:
+    if msgpack_ok and (_accepts_msgpack(request) or _media(request.headers.get("content-type")) == MSGPACK):
+        import msgpack
+        return Response(msgpack.packb(data, use_bin_type=True), media_type=MSGPACK)
+    return _json(data)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    raw = await request.body()
+    if len(raw) > limit:
+        raise GatewayError(413, TOO_LARGE, f"the request body is {len(raw)} bytes, more than the gateway's limit "
+                           f"({limit})", 10)
+    return raw
+
+
+async def _optional_json(request: Request) -> Any:
+    raw = await request.body()
+    return load_json(raw) if raw.strip() else None
+
+
+# -- shapes -----------------------------------------------------------------------------------------------
+def _v2_partition(p: dict) -> dict:
+    isr = set(p.get("isr") or ())
+    return {"partition": p["partition"], "leader": p["leader"],
+            "replicas": [{"broker": b, "leader": b == p["leader"], "in_sync": b in isr} for b in p["replicas"]]}
+
+
+def _offset_entry(res: Any) -> dict:
+    if isinstance(res, BaseException):
+        err = from_exception(res)
+        return {"partition": None, "offset": None, "error_code": err.kafka_error_code, "error": err.message}
+    return {"partition": res.partition, "offset": res.offset, "error_code": None, "error": None}
+
+
+class Gateway:
+    """The ingress: stateless apart from its producer, so it can run as several replicas."""
+
+    def __init__(self, cluster: str, acks: str | int, instances: Any, producer_config: dict | None = None,
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+        from rafka.admin import Admin
+        self.cluster = cluster
+        self.producer = ProduceService(cluster, acks, producer_config)
+        self.admin = Admin(cluster, default_api_timeout_ms=15000, request_timeout_ms=10000)
+        self.instances = instances
+        self.max_request_bytes = max_request_bytes
+        self._pool = ThreadPoolExecutor(64, thread_name_prefix="gateway")
+
+    async def run(self, fn: Callable, *args) -> Any:
+        """Blocking client work (Ray calls, waits on produce futures) on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _cluster_id(self, cluster_id: str) -> None:
+        if cluster_id != self.cluster:
+            raise GatewayError(404, NOT_FOUND, f"cluster {cluster_id!r} not found (this gateway serves "
+                               f"{self.cluster!r})")
+
+    async def _consumer(self, group: str, name: str, op: str, *args) -> Any:
+        return await self.instances.op.remote(group, name, op, *args)
+
+    def __del__(self) -> None:
+        self.producer.close()
+
+
+def _describe_topic(gw: Gateway, topic: str) -> dict:
+    (d,) = gw.admin.describe_topics([topic])
+    return {"name": d["name"], "configs": gw.admin.describe_configs(topic),
+            "partitions": [_v2_partition(p) for p in sorted(d["partitions"], key=lambda p: p["partition"])]}
+
+
+def _partition_of(gw: Gateway, topic: str, partition: int) -> dict:
+    (d,) = gw.admin.describe_topics([topic])
+    for p in d["partitions"]:
+        if p["partition"] == partition:
+            return p
+    raise GatewayError(404, 40402, f"partition {partition} does not exist in topic {topic!r}", 3)
+
+
+def _health(gw: Gateway) -> tuple[int, dict]:
+    try:
+        desc = gw.admin.describe_cluster()
+    except Exception as exc:  # noqa: BLE001 - unreachable cluster: the health answer, not an error page
+        err = from_exception(exc)
+        return 503, {"status": "unavailable", "cluster": gw.cluster, "message": err.message}
+    alive = [b["id"] for b in desc["brokers"] if b.get("alive")]
+    ok = bool(alive) and desc["controller_id"] is not None and desc["controller_id"] >= 0
+    return (200 if ok else 503), {"status": "ok" if ok else "degraded", "cluster": gw.cluster,
+                                  "controller_id": desc["controller_id"], "controller_epoch": desc["controller_epoch"],
+                                  "brokers": len(desc["brokers"]), "brokers_alive": alive, "topics": desc["topics"]}
+
+
+def _v3_topic(base: str, cluster: str, d: dict) -> dict:
+    url = f"{base}/v3/clusters/{cluster}/topics/{d['name']}"
+    parts = d["partitions"]
+    return {"kind": "KafkaTopic", "metadata": {"self": url}, "cluster_id": cluster, "topic_name": d["name"],
+            "is_internal": d["name"].startswith("__"),
+            "replication_factor": len(parts[0]["replicas"]) if parts else 0, "partitions_count": len(parts),
+            "partitions": {"related": f"{url}/partitions"}, "configs": {"related": f"{url}/configs"}}
+
+
+def _v3_partition(base: str, cluster: str, topic: str, p: dict) -> dict:
+    url = f"{base}/v3/clusters/{cluster}/topics/{topic}/partitions/{p['partition']}"
+    isr = set(p.get("isr") or ())
+    return {"kind": "KafkaPartition", "metadata": {"self": url}, "cluster_id": cluster, "topic_name": topic,
+            "partition_id": p["partition"], "leader": {"related": f"{base}/v3/clusters/{cluster}/brokers/{p['leader']}"},
+            "leader_id": p["leader"], "replicas": [{"broker_id": b, "is_leader": b == p["leader"], "is_in_sync": b in isr}
+                                                   for b in p["replicas"]]}
+
+
+def _group(gw: Gateway, group: str) -> dict:
+    (d,) = gw.admin.describe_groups([group])
+    if d["state"] == "Dead" or (d["state"] == "Empty" and not d["offsets"] and not d["members"]):
+        raise GatewayError(404, NOT_FOUND, f"consumer group {group!r} not found", 69)
+    return d
+
+
+def _v3_group(base: str, cluster: str, d: dict) -> dict:
+    url = f"{base}/v3/clusters/{cluster}/consumer-groups/{d['group_id']}"
+    return {"kind": "KafkaConsumerGroup", "metadata": {"self": url}, "cluster_id": cluster,
+            "consumer_group_id": d["group_id"], "is_simple": d.get("protocol_type") != "consumer",
+            "partition_assignor": d.get("protocol"), "state": str(d["state"]).upper(),
+            "consumers": [{"consumer_id": m["member_id"], "instance_id": m.get("group_instance_id"),
+                           "client_id": m.get("client_id"),
+                           "assignments": [{"topic_name": tp[0], "partition_id": tp[1]} for tp in m["assignment"]]}
+                          for m in d.get("members", [])],
+            "lag_summary": {"related": f"{url}/lags"}}
+
+
+def _base(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+def _v3_report(cluster: str, topic: str, res: Any, ktype: str | None, vtype: str | None, rec) -> dict:
+    if isinstance(res, BaseException):
+        err = from_exception(res)
+        return {"error_code": err.status, "kafka_error_code": err.kafka_error_code, "message": err.message}
+    return {"error_code": 200, "cluster_id": cluster, "topic_name": topic, "partition_id": res.partition,
+            "offset": res.offset, "timestamp": iso_ms(res.timestamp),
+            "key": None if rec.key is None else {"type": ktype, "size": len(rec.key)},
+            "value": None if rec.value is None else {"type": vtype, "size": len(rec.value)}}
+
+
+def build_app():
+    """The Serve ingress class over a fresh FastAPI app (built per deployment, so deploying twice in one
+    process never registers a route twice)."""
+    from ray import serve as ray_serve
+    app = _fastapi()
+
+    @ray_serve.ingress(app)
+    class GatewayIngress(Gateway):
+        # -- health and clusters ------------------------------------------------------------------------
+        @app.get("/health", summary="Cluster reachable, controller epoch, brokers alive")
+        async def health(self) -> Response:
+            status, body = await self.run(_health, self)
+            return _json(body, status, "application/json")
+
+        @app.get("/v3/clusters", summary="The cluster this gateway serves (v3)")
+        async def clusters(self, request: Request) -> Response:
+            return _json({"kind": "KafkaClusterList", "metadata": {"self": f"{_base(request)}/v3/clusters"},
+                          "data": [await self.run(self._v3_cluster, _base(request))]}, media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}", summary="One cluster (v3)")
+        async def cluster(self, cluster_id: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            return _json(await self.run(self._v3_cluster, _base(request)), media="application/json")
+
+        def _v3_cluster(self, base: str) -> dict:
+            desc = self.admin.describe_cluster()
+            url = f"{base}/v3/clusters/{self.cluster}"
+            return {"kind": "KafkaCluster", "metadata": {"self": url}, "cluster_id": self.cluster,
+                    "controller": {"related": f"{url}/brokers/{desc['controller_id']}"},
+                    "controller_id": desc["controller_id"], "controller_epoch": desc["controller_epoch"],
+                    "brokers": {"related": f"{url}/brokers"}, "topics": {"related": f"{url}/topics"},
+                    "consumer_groups": {"related": f"{url}/consumer-groups"}}
+
+        # -- v2 topics ----------------------------------------------------------------------------------
+        @app.get("/topics", summary="Topic names (v2)")
+        async def topics(self) -> Response:
+            return _json(sorted(await self.run(self.admin.list_topics)))
+
+        @app.get("/topics/{topic}", summary="A topic's configs and partitions (v2)")
+        async def topic(self, topic: str) -> Response:
+            return _json(await self.run(_describe_topic, self, topic))
+
+        @app.get("/topics/{topic}/partitions", summary="A topic's partitions: leader, replicas, in-sync (v2)")
+        async def partitions(self, topic: str) -> Response:
+            return _json((await self.run(_describe_topic, self, topic))["partitions"])
+
+        @app.get("/topics/{topic}/partitions/{partition}", summary="One partition (v2)")
+        async def partition(self, topic: str, partition: int) -> Response:
+            return _json(_v2_partition(await self.run(_partition_of, self, topic, partition)))
+
+        # -- v2 produce ---------------------------------------------------------------------------------
+        @app.post("/topics/{topic}", summary="Produce records (v2: binary/json embedded format, or msgpack)")
+        async def produce(self, topic: str, request: Request) -> Response:
+            return await self._produce_v2(topic, None, request)
+
+        @app.post("/topics/{topic}/partitions/{partition}", summary="Produce records to one partition (v2)")
+        async def produce_partition(self, topic: str, partition: int, request: Request) -> Response:
+            if partition < 0:
+                raise GatewayError(404, 40402, f"partition {partition} does not exist in topic {topic!r}", 3)
+            return await self._produce_v2(topic, partition, request)
+
+        async def _produce_v2(self, topic: str, partition: int | None, request: Request) -> Response:
+            fmt = _produce_format(request)
+            records = parse_v2(await _body(request, self.max_request_bytes), fmt)
+            results = await self.run(self.producer.produce, topic, records, partition)
+            body = {"key_schema_id": None, "value_schema_id": None, "offsets": [_offset_entry(r) for r in results]}
+            return _reply(request, body, msgpack_ok=True)
+
+        # -- v3 topics and produce ----------------------------------------------------------------------
+        @app.get("/v3/clusters/{cluster_id}/topics", summary="Topics (v3)")
+        async def v3_topics(self, cluster_id: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+
+            def run():
+                names = self.admin.list_topics()
+                return [_v3_topic(_base(request), self.cluster, d)
+                        for d in (self.admin.describe_topics(names) if names else [])]
+            data = sorted(await self.run(run), key=lambda t: t["topic_name"])
+            return _json({"kind": "KafkaTopicList", "metadata": {"self": f"{_base(request)}/v3/clusters/"
+                                                                         f"{self.cluster}/topics"},
+                          "data": data}, media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}/topics/{topic}", summary="One topic (v3)")
+        async def v3_topic(self, cluster_id: str, topic: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            (d,) = await self.run(self.admin.describe_topics, [topic])
+            return _json(_v3_topic(_base(request), self.cluster, d), media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}/topics/{topic}/partitions", summary="A topic's partitions (v3)")
+        async def v3_partitions(self, cluster_id: str, topic: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            (d,) = await self.run(self.admin.describe_topics, [topic])
+            data = [_v3_partition(_base(request), self.cluster, topic, p)
+                    for p in sorted(d["partitions"], key=lambda p: p["partition"])]
+            return _json({"kind": "KafkaPartitionList", "metadata": {"self": f"{_base(request)}/v3/clusters/"
+                                                                             f"{self.cluster}/topics/{topic}/partitions"},
+                          "data": data}, media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="One partition (v3)")
+        async def v3_partition(self, cluster_id: str, topic: str, partition: int, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            p = await self.run(_partition_of, self, topic, partition)
+            return _json(_v3_partition(_base(request), self.cluster, topic, p), media="application/json")
+
+        @app.post("/v3/clusters/{cluster_id}/topics/{topic}/records",
+                  summary="Produce one record, or a stream of concatenated records with one report each (v3)")
+        async def v3_produce(self, cluster_id: str, topic: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            media = _media(request.headers.get("content-type"))
+            if media not in ("application/json", ""):
+                raise GatewayError(415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media!r} for v3 produce; "
+                                   "use application/json")
+            parsed = parse_v3(iter_json_values(await _body(request, self.max_request_bytes)))
+            results = await self.run(self.producer.produce, topic, [p[0] for p in parsed], None)
+            if len(results) == 1 and isinstance(results[0], BaseException):  # one record: the request failed
+                raise from_exception(results[0])
+            reports = [_v3_report(self.cluster, topic, res, kt, vt, rec) for res, (rec, kt, vt) in zip(results, parsed)]
+            if len(reports) == 1:
+                return _json(reports[0], media="application/json")
+
+            def stream():
+                for rep in reports:
+                    yield json.dumps(rep, separators=(",", ":")) + "\n"
+            return StreamingResponse(stream(), media_type="application/json")
+
+        # -- v3 consumer groups -------------------------------------------------------------------------
+        @app.get("/v3/clusters/{cluster_id}/consumer-groups", summary="Consumer groups (v3)")
+        async def v3_groups(self, cluster_id: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+
+            def run():
+                ids = [g["group_id"] for g in self.admin.list_groups()]
+                return [_v3_group(_base(request), self.cluster, d) for d in (self.admin.describe_groups(ids) if ids else [])]
+            return _json({"kind": "KafkaConsumerGroupList", "metadata": {}, "data": await self.run(run)},
+                         media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}", summary="One consumer group and its members (v3)")
+        async def v3_group(self, cluster_id: str, group: str, request: Request) -> Response:
+            self._cluster_id(cluster_id)
+            d = await self.run(_group, self, group)
+            return _json(_v3_group(_base(request), self.cluster, d), media="application/json")
+
+        @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}/lags", summary="Lag per partition (v3)")
+        async def v3_lags(self, cluster_id: str, group: str) -> Response:
+            self._cluster_id(cluster_id)
+            d = await self.run(_group, self, group)
+            clients = {m["member_id"]: m for m in d["members"]}
+            data = [{"kind": "KafkaConsumerLag", "cluster_id": self.cluster, "consumer_group_id": group,
+                     "topic_name": o["topic"], "partition_id": o["partition"],
+                     "current_offset": o["committed"], "log_end_offset": o["log_end"], "lag": o["lag"],
+                     "consumer_id": o["member_id"],
+                     "instance_id": (clients.get(o["member_id"]) or {}).get("group_instance_id"),
+                     "client_id": (clients.get(o["member_id"]) or {}).get("client_id")} for o in d["offsets"]]
+            return _json({"kind": "KafkaConsumerLagList", "metadata": {}, "data": data}, media="application/json")
+
+        # -- v2 consumer instances ----------------------------------------------------------------------
+        @app.post("/consumers/{group}", summary="Create a consumer instance in a group")
+        async def create_consumer(self, group: str, request: Request) -> Response:
+            body = await _optional_json(request)
+            return _json(await self.instances.create.remote(group, body if body is not None else {}, _base(request)))
+
+        @app.delete("/consumers/{group}/instances/{name}", summary="Close a consumer instance (leaves the group)")
+        async def delete_consumer(self, group: str, name: str) -> Response:
+            await self.instances.delete.remote(group, name)
+            return Response(status_code=204)
+
+        @app.post("/consumers/{group}/instances/{name}/subscription", summary="Subscribe to topics or a pattern")
+        async def subscribe(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "subscribe", await _optional_json(request))
+            return Response(status_code=204)
+
+        @app.get("/consumers/{group}/instances/{name}/subscription", summary="The subscribed topics")
+        async def subscription(self, group: str, name: str) -> Response:
+            return _json(await self._consumer(group, name, "subscription"))
+
+        @app.delete("/consumers/{group}/instances/{name}/subscription", summary="Unsubscribe")
+        async def unsubscribe(self, group: str, name: str) -> Response:
+            await self._consumer(group, name, "unsubscribe")
+            return Response(status_code=204)
+
+        @app.post("/consumers/{group}/instances/{name}/assignments", summary="Assign partitions manually")
+        async def assign(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "assign", await _optional_json(request))
+            return Response(status_code=204)
+
+        @app.get("/consumers/{group}/instances/{name}/assignments", summary="The assigned partitions")
+        async def assignments(self, group: str, name: str) -> Response:
+            return _json(await self._consumer(group, name, "assignments"))
+
+        @app.get("/consumers/{group}/instances/{name}/records",
+                 summary="Fetch records (Accept: binary/json v2 embedded format, or msgpack)")
+        async def records(self, group: str, name: str, request: Request, timeout: int | None = None,
+                          max_bytes: int | None = None) -> Response:
+            if (timeout is not None and timeout < 0) or (max_bytes is not None and max_bytes <= 0):
+                raise GatewayError(422, BAD_PARAMETER, "timeout must be >= 0 and max_bytes > 0")
+            fmt = await self._records_format(group, name, request.headers.get("accept"))
+            recs = await self._consumer(group, name, "records", timeout, max_bytes, fmt)
+            if fmt == "msgpack":
+                import msgpack
+                return Response(msgpack.packb(recs, use_bin_type=True), media_type=MSGPACK)
+            return _json(recs, media=BINARY_V2 if fmt == "binary" else JSON_V2)
+
+        async def _records_format(self, group: str, name: str, accept: str | None) -> str:
+            accept = (accept or "").lower()
+            if MSGPACK in accept:
+                return "msgpack"
+            if BINARY_V2 in accept:
+                return "binary"
+            if JSON_V2 in accept:
+                return "json"
+            if not accept or "*/*" in accept or V2_JSON in accept or "application/json" in accept:
+                return await self.instances.instance_format.remote(group, name)
+            raise GatewayError(406, NOT_ACCEPTABLE, f"cannot answer in {accept!r}: accept {BINARY_V2}, {JSON_V2} "
+                               f"or {MSGPACK}")
+
+        @app.post("/consumers/{group}/instances/{name}/offsets",
+                  summary="Commit the given offsets (last processed record), or everything consumed (no body)")
+        async def commit(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "commit", await _optional_json(request))
+            return Response(status_code=204)
+
+        @app.get("/consumers/{group}/instances/{name}/offsets", summary="Committed offsets")
+        async def committed(self, group: str, name: str, request: Request) -> Response:
+            return _json(await self._consumer(group, name, "committed", await _optional_json(request)))
+
+        @app.post("/consumers/{group}/instances/{name}/positions", summary="Seek to offsets")
+        async def seek(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "seek", await _optional_json(request))
+            return Response(status_code=204)
+
+        @app.post("/consumers/{group}/instances/{name}/positions/beginning", summary="Seek to the beginning")
+        async def seek_beginning(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "seek_edge", await _optional_json(request), False)
+            return Response(status_code=204)
+
+        @app.post("/consumers/{group}/instances/{name}/positions/end", summary="Seek to the end")
+        async def seek_end(self, group: str, name: str, request: Request) -> Response:
+            await self._consumer(group, name, "seek_edge", await _optional_json(request), True)
+            return Response(status_code=204)
+
+    return GatewayIngress
+
+
+# -- starting and stopping --------------------------------------------------------------------------------
+def _cluster_name(cluster: Any) -> str:
+    from rafka.cluster import resolve_cluster
+    if cluster is None:
+        import rafka
+        return rafka.connect().name
+    return resolve_cluster(cluster)
+
+
+def _serve_http_config():
+    """(host, port) of the Serve instance already running on this Ray cluster, or None."""
+    import ray
+    from ray.serve.context import _get_global_client
+    try:
+        client = _get_global_client(raise_if_no_controller_running=False)
+    except Exception:  # noqa: BLE001 - no Serve controller reachable means none is running
+        return None
+    if client is None:
+        return None
+    cfg = ray.get(client._controller.get_http_config.remote())
+    return cfg.host, cfg.port
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def start_gateway(cluster: Any = None, host: str = "127.0.0.1", port: int = 8082, acks: str | int = "all",
+                  num_replicas: int = 1, *, consumer_instance_timeout_ms: int = DEFAULT_INSTANCE_TIMEOUT_MS,
+                  producer_config: dict | None = None, max_ongoing_requests: int = 64,
+                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, name: str = APP_NAME) -> str:
+    """Deploy the gateway for ``cluster`` (a ``LocalCluster``, ``ClusterHandle``, name, or None for
+    ``rafka.connect()``); returns its base URL. Starts Serve on ``host:port`` unless it already runs on this
+    Ray cluster, in which case it must already listen there (Serve's HTTP options are fixed at its first
+    start). The app outlives this process (Serve is detached) until ``stop_gateway``."""
+    from ray import serve as ray_serve
+    from rafka.config import ProducerConfig
+    ProducerConfig(**{"acks": acks, **(producer_config or {})})  # bad settings fail here, not in a replica
+    name_ = _cluster_name(cluster)
+    running = _serve_http_config()
+    if running is not None and (running[1] != port or running[0] != host):
+        raise RuntimeError(f"Ray Serve is already running on this Ray cluster at {running[0]}:{running[1]}; its "
+                           f"HTTP options are fixed at its first start, so the gateway cannot listen on "
+                           f"{host}:{port}. Use port={running[1]}, or stop that Serve instance first.")
+    if running is None:
+        if not _port_free(host, port):
+            raise RuntimeError(f"{host}:{port} is already in use by another program: pick another port")
+        ray_serve.start(http_options={"host": host, "port": port}, logging_config={"enable_access_log": False})
+    opts = {"num_cpus": 0}
+    instances = ray_serve.deployment(ConsumerInstances, name="ConsumerInstances", num_replicas=1,
+                                     max_ongoing_requests=256, ray_actor_options=opts).bind(
+        name_, consumer_instance_timeout_ms)
+    ingress = ray_serve.deployment(build_app(), name="Gateway", num_replicas=num_replicas,
+                                   max_ongoing_requests=max_ongoing_requests, ray_actor_options=opts).bind(
+        name_, acks, instances, producer_config, max_request_bytes)
+    ray_serve.run(ingress, name=name, route_prefix="/", logging_config={"enable_access_log": False})
+    return f"http://{host}:{port}"
+
+
+def gateway_status(name: str = APP_NAME) -> dict | None:
+    """``{app, status, url, deployments: {name: status}}`` of the running gateway, or None."""
+    from ray import serve as ray_serve
+    running = _serve_http_config()
+    if running is None:
+        return None
+    apps = ray_serve.status().applications
+    if name not in apps:
+        return None
+    st = apps[name]
+    return {"app": name, "status": str(st.status.value if hasattr(st.status, "value") else st.status),
+            "url": f"http://{running[0]}:{running[1]}",
+            "deployments": {d: str(s.status.value if hasattr(s.status, "value") else s.status)
+                            for d, s in st.deployments.items()}}
+
+
+def stop_gateway(name: str = APP_NAME, shutdown_serve: bool | None = None) -> bool:
+    """Delete the gateway app (its replicas close their producers and consumer instances). Serve itself
+    is shut down when ``shutdown_serve`` says so; by default (None) when no other application remains on it. Returns whether an app was deleted."""
+    from ray import serve as ray_serve
+    if _serve_http_config() is None:
+        return False
+    apps = ray_serve.status().applications
+    deleted = name in apps
+    if deleted:
+        ray_serve.delete(name)
+    others = [a for a in apps if a != name]
+    if shutdown_serve if shutdown_serve is not None else not others:
+        ray_serve.shutdown()
+    return deleted

@@ -1,0 +1,240 @@
+"""Produce bodies in, delivery reports out: Confluent REST Proxy v2/v3 record shapes and rafka's msgpack.
+
+    v2  {"records": [{"key": ..., "value": ..., "partition": 0}]}     binary (base64) or json embedded format
+    v3  {"partition_id": 0, "key": {"type": "BINARY", "data": "..."}, "value": {...}, "headers": [...],
+         "timestamp": "2026-01-01T00:00:00Z"}                          one record, or several concatenated
+    msgpack  {"records": [{"key": b"..", "value": b"..", "partition": 0, "headers": [[name, b".."]]}]}
+
+Parsing never raises anything but ``GatewayError`` (400 malformed body, 422 bad record). ``ProduceService``
+owns the replica's long-lived ``rafka.Producer`` and turns one request into one ``send_batch`` (one append per
+partition) plus one wait; it runs on a worker thread so the event loop keeps serving other requests.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from typing import Any, NamedTuple
+
+from rafka.errors import KafkaError
+from rafka.producer import Producer
+from rafka.structs import RecordMetadata
+from serve.errors import BAD_RECORD, MALFORMED, PARTITION_NOT_FOUND, TOO_LARGE, TOPIC_NOT_FOUND, GatewayError
+
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+V2_JSON = "application/vnd.kafka.v2+json"
+MSGPACK = "application/vnd.rafka.msgpack"
+
+# Gateway producer defaults: one request carries many records, so bigger batches than a client's 16 KB
+# (a Ray call costs ~1 ms whatever its size). Any of Kafka's producer configs can override them.
+PRODUCER_DEFAULTS = {"linger_ms": 5, "batch_size": 262144, "buffer_memory": 134217728, "max_block_ms": 30000}
+
+
+class Record(NamedTuple):
+    key: bytes | None
+    value: bytes | None
+    partition: int | None = None
+    headers: tuple = ()
+    timestamp_ms: int | None = None
+
+
+def _bad(i: int, what: str) -> GatewayError:
+    return GatewayError(422, BAD_RECORD, f"record {i}: {what}", 87)
+
+
+def _b64(data: Any, i: int, field: str) -> bytes | None:
+    if data is None:
+        return None
+    if not isinstance(data, str):
+        raise _bad(i, f"{field} must be a base64 string or null, not {type(data).__name__}")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _bad(i, f"{field} is not valid base64") from None
+
+
+def _json_bytes(data: Any) -> bytes | None:
+    return None if data is None else json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _raw(data: Any, i: int, field: str) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    raise _bad(i, f"{field} must be bytes, str or nil, not {type(data).__name__}")
+
+
+def _partition(p: Any, i: int) -> int | None:
+    if p is None:
+        return None
+    if type(p) is not int or p < 0:
+        raise _bad(i, f"partition must be a non-negative integer, not {p!r}")
+    return p
+
+
+def _records_list(body: Any) -> list:
+    if not isinstance(body, dict) or not isinstance(body.get("records"), list):
+        raise GatewayError(400, MALFORMED, 'the body must be an object with a "records" array')
+    if not body["records"]:
+        raise GatewayError(400, MALFORMED, '"records" is empty')
+    return body["records"]
+
+
+def load_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GatewayError(400, MALFORMED, f"the body is not valid JSON: {exc}") from None
+
+
+def load_msgpack(raw: bytes) -> Any:
+    import msgpack
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.UnpackException) as exc:
+        raise GatewayError(400, MALFORMED, f"the body is not valid msgpack: {exc}") from None
+
+
+def parse_v2(raw: bytes, fmt: str) -> list[Record]:
+    """A v2 produce body (``fmt``: binary, json or msgpack) as records."""
+    body = load_msgpack(raw) if fmt == "msgpack" else load_json(raw)
+    out = []
+    for i, r in enumerate(_records_list(body)):
+        if not isinstance(r, dict):
+            raise _bad(i, "each record must be an object")
+        if "value" not in r and "key" not in r:
+            raise _bad(i, 'a record needs a "value" (or a "key")')
+        p = _partition(r.get("partition"), i)
+        if fmt == "binary":
+            out.append(Record(_b64(r.get("key"), i, "key"), _b64(r.get("value"), i, "value"), p))
+        elif fmt == "json":
+            out.append(Record(_json_bytes(r.get("key")), _json_bytes(r.get("value")), p))
+        else:
+            hdrs = r.get("headers") or ()
+            if not isinstance(hdrs, (list, tuple)) or not all(isinstance(h, (list, tuple)) and len(h) == 2 and
+                                                                isinstance(h[0], str) for h in hdrs):
+                raise _bad(i, "headers must be a list of [name, value] pairs")
+            out.append(Record(_raw(r.get("key"), i, "key"), _raw(r.get("value"), i, "value"), p,
+                              tuple((h[0], _raw(h[1], i, "header value")) for h in hdrs)))
+    return out
+
+
+# -- v3 -------------------------------------------------------------------------------------------------
+def iter_json_values(raw: bytes) -> list:
+    """Concatenated JSON values (Confluent's v3 streaming body), whitespace between them allowed."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise GatewayError(400, MALFORMED, "the body is not UTF-8") from None
+    dec, pos, out = json.JSONDecoder(), 0, []
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            value, pos = dec.raw_decode(text, pos)
+        except ValueError as exc:
+            raise GatewayError(400, MALFORMED, f"record {len(out)} is not valid JSON: {exc}") from None
+        out.append(value)
+    if not out:
+        raise GatewayError(400, MALFORMED, "the body holds no record")
+    return out
+
+
+def _v3_data(d: Any, i: int, field: str) -> tuple[bytes | None, str | None]:
+    if d is None:
+        return None, None
+    if not isinstance(d, dict) or "data" not in d:
+        raise _bad(i, f'{field} must be {{"type": "BINARY"|"JSON"|"STRING", "data": ...}} or null')
+    typ = str(d.get("type", "JSON")).upper()
+    data = d["data"]
+    if typ == "BINARY":
+        return _b64(data, i, field), typ
+    if typ == "JSON":
+        return _json_bytes(data), typ
+    if typ == "STRING":
+        if not isinstance(data, str) and data is not None:
+            raise _bad(i, f"{field} of type STRING needs a string, not {type(data).__name__}")
+        return None if data is None else data.encode(), typ
+    raise _bad(i, f"{field} type must be BINARY, JSON or STRING, not {d.get('type')!r}")
+
+
+def _v3_timestamp(ts: Any, i: int) -> int | None:
+    if ts is None:
+        return None
+    if type(ts) is int and ts >= 0:
+        return ts
+    if isinstance(ts, str):
+        try:
+            parsed = dt.datetime.fromisoformat(ts)
+        except ValueError:
+            raise _bad(i, f"timestamp {ts!r} is not an ISO-8601 date-time") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        return int(parsed.timestamp() * 1000)
+    raise _bad(i, "timestamp must be an ISO-8601 string or epoch milliseconds")
+
+
+def parse_v3(values: list) -> list[tuple[Record, str | None, str | None]]:
+    """v3 records with the key and value types (for the reports)."""
+    out = []
+    for i, r in enumerate(values):
+        if not isinstance(r, dict):
+            raise _bad(i, "each record must be an object")
+        key, ktype = _v3_data(r.get("key"), i, "key")
+        value, vtype = _v3_data(r.get("value"), i, "value")
+        hdrs = r.get("headers") or []
+        if not isinstance(hdrs, list) or not all(isinstance(h, dict) and isinstance(h.get("name"), str) for h in hdrs):
+            raise _bad(i, 'headers must be a list of {"name": str, "value": base64}')
+        headers = tuple((h["name"], _b64(h.get("value"), i, "header value")) for h in hdrs)
+        out.append((Record(key, value, _partition(r.get("partition_id"), i), headers,
+                           _v3_timestamp(r.get("timestamp"), i)), ktype, vtype))
+    return out
+
+
+def iso_ms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+# -- producing ------------------------------------------------------------------------------------------
+class ProduceService:
+    """The replica's one long-lived idempotent producer, and the request -> records -> reports path."""
+
+    def __init__(self, cluster: str, acks: str | int, config: dict | None = None):
+        self.producer = Producer(cluster, **{**PRODUCER_DEFAULTS, "acks": acks, **(config or {})})
+        cfg = self.producer.config
+        self._wait_s = (cfg.delivery_timeout_ms + cfg.request_timeout_ms) / 1000.0
+        self._max_record = cfg.max_request_size
+
+    def produce(self, topic: str, records: list[Record], partition: int | None = None
+                ) -> list[RecordMetadata | KafkaError]:
+        """Send every record (to ``partition`` when the path names one) and wait for all of them; returns
+        each record's metadata or its error in order. Checks the topic, partitions and sizes first, so a
+        request that cannot succeed writes nothing."""
+        tm = self.producer.metadata.topic(topic)
+        if tm is None:
+            raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
+        if partition is not None:
+            records = [r._replace(partition=partition) for r in records]
+        for i, r in enumerate(records):
+            if r.partition is not None and r.partition not in tm.partitions:
+                raise GatewayError(404, PARTITION_NOT_FOUND, f"record {i}: partition {r.partition} does not exist "
+                                   f"in topic {topic!r} (it has {len(tm.partitions)})", 3)
+            size = len(r.key or b"") + len(r.value or b"") + sum(len(k) + len(v or b"") for k, v in r.headers)
+            if size + 85 > self._max_record:
+                raise GatewayError(413, TOO_LARGE, f"record {i} is {size} bytes, larger than the gateway's "
+                                   f"max.request.size ({self._max_record})", 10)
+        futures = self.producer.send_batch(topic, records)
+        out: list[RecordMetadata | KafkaError] = []
+        for fut in futures:
+            err = fut.exception(self._wait_s)
+            out.append(err if err is not None else fut.get(0))
+        return out
+
+    def close(self) -> None:
+        self.producer.close(timeout=10)

@@ -1,0 +1,432 @@
+"""The HTTP gateway (serve/http.py) against a real Ray Serve instance on the e2e rafka cluster: every route,
+every error class, large batches, v3 streaming, msgpack, consumer instances, the OpenAPI page and the CLI.
+
+Produced records are read back with ``rafka.Consumer`` and checked exactly (keys, values, partitions,
+offsets)."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import requests
+
+import rafka
+from rafka.partitioner import partition_for_key
+from rafka.structs import TopicPartition
+
+BINARY = "application/vnd.kafka.binary.v2+json"
+JSONV2 = "application/vnd.kafka.json.v2+json"
+V2 = "application/vnd.kafka.v2+json"
+MSGPACK = "application/vnd.rafka.msgpack"
+RAFKA = str(Path(sys.executable).with_name("rafka"))
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gw(e2e_cluster):
+    """The gateway on the e2e cluster: short delivery timeout so a NOT_ENOUGH_REPLICAS produce fails in
+    seconds rather than after Kafka's two minutes of retries."""
+    from serve.http import start_gateway, stop_gateway
+    url = start_gateway(e2e_cluster, port=free_port(), producer_config={
+        "delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5})
+    yield url
+    assert stop_gateway() is True
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/health", timeout=5)
+
+
+def post(url: str, body, ctype: str = BINARY, **kw) -> requests.Response:
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(url, data=data, headers={"Content-Type": ctype, **kw.pop("headers", {})}, timeout=60, **kw)
+
+
+def read_back(cluster, topic: str, n: int, timeout_s: float = 30) -> list:
+    """Every record of ``topic`` from the beginning (exactly ``n`` expected), sorted by (partition, offset)."""
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest")
+    c.assign([TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic))])
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < n and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            out.extend(recs)
+    assert not any(c.poll(timeout_ms=200).values())
+    c.close()
+    assert len(out) == n
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def error(resp: requests.Response, status: int, code: int, kafka_code=None) -> dict:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["error_code"] == code and isinstance(body["message"], str) and body["message"], body
+    assert "Traceback" not in resp.text
+    if kafka_code is not None:
+        assert body["kafka_error_code"] == kafka_code, body
+    return body
+
+
+# -- docs, health, clusters, topics ---------------------------------------------------------------------
+def test_openapi_lists_every_route(gw):
+    spec = requests.get(f"{gw}/openapi.json", timeout=30).json()
+    paths = {p: set(ops) for p, ops in spec["paths"].items()}
+    c, t, g, i = "{cluster_id}", "{topic}", "{group}", "/consumers/{group}/instances/{name}"
+    expected = {
+        "/health": {"get"}, "/v3/clusters": {"get"}, f"/v3/clusters/{c}": {"get"},
+        "/topics": {"get"}, f"/topics/{t}": {"get", "post"}, f"/topics/{t}/partitions": {"get"},
+        f"/topics/{t}/partitions/{{partition}}": {"get", "post"}, f"/v3/clusters/{c}/topics": {"get"},
+        f"/v3/clusters/{c}/topics/{t}": {"get"}, f"/v3/clusters/{c}/topics/{t}/partitions": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/partitions/{{partition}}": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/records": {"post"}, f"/v3/clusters/{c}/consumer-groups": {"get"},
+        f"/v3/clusters/{c}/consumer-groups/{g}": {"get"}, f"/v3/clusters/{c}/consumer-groups/{g}/lags": {"get"},
+        f"/consumers/{g}": {"post"}, i: {"delete"}, f"{i}/subscription": {"post", "get", "delete"},
+        f"{i}/assignments": {"post", "get"}, f"{i}/records": {"get"}, f"{i}/offsets": {"post", "get"},
+        f"{i}/positions": {"post"}, f"{i}/positions/beginning": {"post"}, f"{i}/positions/end": {"post"}}
+    assert paths == expected
+    docs = requests.get(f"{gw}/docs", timeout=30)
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_health_and_clusters(gw, e2e_cluster):
+    h = requests.get(f"{gw}/health", timeout=30).json()
+    assert h["status"] == "ok" and h["cluster"] == e2e_cluster.name and h["brokers_alive"] == [0, 1, 2]
+    assert h["controller_epoch"] >= 1 and h["controller_id"] in (0, 1, 2)
+    (c,) = requests.get(f"{gw}/v3/clusters", timeout=30).json()["data"]
+    assert c["cluster_id"] == e2e_cluster.name and c["controller_id"] == h["controller_id"]
+    one = requests.get(f"{gw}/v3/clusters/{e2e_cluster.name}", timeout=30).json()
+    assert one["metadata"]["self"].endswith(f"/v3/clusters/{e2e_cluster.name}")
+    error(requests.get(f"{gw}/v3/clusters/nope", timeout=30), 404, 40404)
+
+
+def test_topic_reads_v2_and_v3(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(3, 3, retention_ms="3600000")
+    cid = e2e_cluster.name
+    assert t in requests.get(f"{gw}/topics", timeout=30).json()
+    d = requests.get(f"{gw}/topics/{t}", timeout=30).json()
+    assert d["name"] == t and d["configs"]["retention.ms"] == "3600000"
+    assert [p["partition"] for p in d["partitions"]] == [0, 1, 2]
+    for p in d["partitions"]:
+        assert sorted(r["broker"] for r in p["replicas"]) == [0, 1, 2] and all(r["in_sync"] for r in p["replicas"])
+        assert [r["broker"] for r in p["replicas"] if r["leader"]] == [p["leader"]]
+    assert requests.get(f"{gw}/topics/{t}/partitions", timeout=30).json() == d["partitions"]
+    assert requests.get(f"{gw}/topics/{t}/partitions/2", timeout=30).json() == d["partitions"][2]
+    error(requests.get(f"{gw}/topics/{t}/partitions/9", timeout=30), 404, 40402, 3)
+    error(requests.get(f"{gw}/topics/no-such-topic", timeout=30), 404, 40401, 3)
+    error(requests.get(f"{gw}/topics/no-such-topic/partitions", timeout=30), 404, 40401, 3)
+    v3 = requests.get(f"{gw}/v3/clusters/{cid}/topics", timeout=30).json()
+    assert t in [x["topic_name"] for x in v3["data"]]
+    one = requests.get(f"{gw}/v3/clusters/{cid}/topics/{t}", timeout=30).json()
+    assert (one["partitions_count"], one["replication_factor"], one["is_internal"]) == (3, 3, False)
+    parts = requests.get(f"{gw}/v3/clusters/{cid}/topics/{t}/partitions", timeout=30).json()["data"]
+    assert [p["partition_id"] for p in parts] == [0, 1, 2]
+    assert [p["leader_id"] for p in parts] == [p["leader"] for p in d["partitions"]]
+    p1 = requests.get(f"{gw}/v3/clusters/{cid}/topics/{t}/partitions/1", timeout=30).json()
+    assert p1 == parts[1] and all(r["is_in_sync"] for r in p1["replicas"])
+    error(requests.get(f"{gw}/v3/clusters/{cid}/topics/nope", timeout=30), 404, 40401, 3)
+    error(requests.get(f"{gw}/v3/clusters/other/topics", timeout=30), 404, 40404)
+
+
+# -- produce --------------------------------------------------------------------------------------------
+def test_produce_v2_binary_round_trip(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(4, 3)
+    recs = [{"key": b64(b"user-%d" % (i % 5)), "value": b64(b"click %d" % i)} for i in range(20)]
+    recs += [{"value": b64(b"pinned"), "partition": 3}, {"key": None, "value": b64(b"\x00\xff raw")}]
+    r = post(f"{gw}/topics/{t}", {"records": recs})
+    assert r.status_code == 200 and r.headers["content-type"].startswith(V2)
+    body = r.json()
+    assert body["key_schema_id"] is None and body["value_schema_id"] is None
+    offs = body["offsets"]
+    assert len(offs) == 22 and all(o["error_code"] is None and o["error"] is None for o in offs)
+    for rec, o in zip(recs[:20], offs):
+        assert o["partition"] == partition_for_key(base64.b64decode(rec["key"]), 4)
+    assert offs[20]["partition"] == 3
+    got = {(x.partition, x.offset): x for x in read_back(e2e_cluster, t, 22)}
+    assert sorted(got) == sorted((o["partition"], o["offset"]) for o in offs)
+    for rec, o in zip(recs, offs):
+        x = got[(o["partition"], o["offset"])]
+        assert x.value == base64.b64decode(rec["value"])
+        assert x.key == (None if rec.get("key") is None else base64.b64decode(rec["key"]))
+    per_part = {}
+    for o in offs:  # offsets within a partition are contiguous from 0, in request order
+        per_part.setdefault(o["partition"], []).append(o["offset"])
+    assert all(v == list(range(len(v))) for v in per_part.values())
+
+
+def test_produce_v2_json_format_and_partition_path(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(2, 1)
+    values = [{"n": 1, "s": "é"}, [1, 2], "text", 7, None]
+    r = post(f"{gw}/topics/{t}/partitions/1", {"records": [{"key": {"id": i}, "value": v} for i, v in enumerate(values)]},
+             JSONV2)
+    offs = r.json()["offsets"]
+    assert [(o["partition"], o["offset"]) for o in offs] == [(1, i) for i in range(5)]
+    got = read_back(e2e_cluster, t, 5)
+    assert [json.loads(x.key) for x in got] == [{"id": i} for i in range(5)]
+    assert [None if x.value is None else json.loads(x.value) for x in got] == values
+
+
+def test_large_batch_in_one_request(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(6, 3)
+    n = 5000
+    recs = [{"key": b64(b"k%d" % (i % 97)), "value": b64(b"%06d" % i + b"x" * 94)} for i in range(n)]
+    r = post(f"{gw}/topics/{t}", {"records": recs})
+    offs = r.json()["offsets"]
+    assert len(offs) == n and all(o["error_code"] is None for o in offs)
+    got = {(x.partition, x.offset): x.value for x in read_back(e2e_cluster, t, n)}
+    for i, o in enumerate(offs):
+        assert got[(o["partition"], o["offset"])] == b"%06d" % i + b"x" * 94
+
+
+def test_msgpack_produce(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(3, 1)
+    recs = [{"key": b"k\x00%d" % i, "value": os.urandom(50), "partition": i % 3} for i in range(30)]
+    recs.append({"key": None, "value": b"with headers", "partition": 0, "headers": [["trace", b"\x01\x02"], ["n", None]]})
+    r = requests.post(f"{gw}/topics/{t}", data=msgpack.packb({"records": recs}, use_bin_type=True),
+                      headers={"Content-Type": MSGPACK}, timeout=60)
+    assert r.status_code == 200 and r.headers["content-type"] == MSGPACK
+    offs = msgpack.unpackb(r.content)["offsets"]
+    assert [o["partition"] for o in offs] == [i % 3 for i in range(30)] + [0]
+    got = {(x.partition, x.offset): x for x in read_back(e2e_cluster, t, 31)}
+    for rec, o in zip(recs, offs):
+        x = got[(o["partition"], o["offset"])]
+        assert (x.key, x.value) == (rec["key"], rec["value"])
+    assert got[(offs[-1]["partition"], offs[-1]["offset"])].headers == (("trace", b"\x01\x02"), ("n", None))
+
+
+def test_v3_single_and_streaming(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(2, 3)
+    url = f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records"
+    one = {"partition_id": 1, "key": {"type": "STRING", "data": "user-1"}, "value": {"type": "JSON", "data": {"a": 1}},
+           "headers": [{"name": "h", "value": b64(b"hv")}], "timestamp": "2026-01-02T03:04:05.678Z"}
+    r = post(url, one, "application/json")
+    rep = r.json()
+    assert r.status_code == 200 and rep["error_code"] == 200 and rep["topic_name"] == t
+    assert (rep["partition_id"], rep["offset"], rep["cluster_id"]) == (1, 0, e2e_cluster.name)
+    assert rep["key"] == {"type": "STRING", "size": 6} and rep["value"] == {"type": "JSON", "size": 7}
+    assert rep["timestamp"] == "2026-01-02T03:04:05.678Z"
+    stream = "".join(json.dumps({"value": {"type": "BINARY", "data": b64(b"s%d" % i)}, "partition_id": 0}) + "\n"
+                     for i in range(3)) + json.dumps({"key": {"type": "BINARY", "data": b64(b"kk")}, "value": None})
+    r = post(url, stream, "application/json")
+    reports = [json.loads(line) for line in r.text.splitlines() if line.strip()]
+    assert r.status_code == 200 and len(reports) == 4 and all(x["error_code"] == 200 for x in reports)
+    assert [(x["partition_id"], x["offset"]) for x in reports[:3]] == [(0, 0), (0, 1), (0, 2)]
+    assert reports[3]["partition_id"] == partition_for_key(b"kk", 2) and reports[3]["value"] is None
+    got = {(x.partition, x.offset): x for x in read_back(e2e_cluster, t, 5)}
+    first = got[(1, 0)]
+    assert (first.key, first.value, first.headers) == (b"user-1", b'{"a":1}', (("h", b"hv"),))
+    assert first.timestamp == 1767323045678
+    assert [got[(0, i)].value for i in range(3)] == [b"s0", b"s1", b"s2"]
+    error(post(url, {"value": {"type": "BINARY", "data": "!!"}}, "application/json"), 422, 42201)
+    error(post(url, {"value": {"type": "AVRO", "data": 1}}, "application/json"), 422, 42201)
+    error(post(url, '{"value": {"type": "JSON", "data": 1}} {"value"', "application/json"), 400, 40001)
+    error(post(url, {"value": {"type": "JSON", "data": 1}}, BINARY), 415, 41501)
+    error(post(f"{gw}/v3/clusters/{e2e_cluster.name}/topics/nope/records", one, "application/json"), 404, 40401, 3)
+
+
+def test_produce_error_classes(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(2, 1)
+    ok = {"records": [{"value": b64(b"x")}]}
+    error(post(f"{gw}/topics/{t}", ok, "text/plain"), 415, 41501)
+    error(post(f"{gw}/topics/{t}", ok, "application/json"), 415, 41501)
+    error(post(f"{gw}/topics/{t}", b"{not json"), 400, 40001)
+    error(post(f"{gw}/topics/{t}", {"recs": []}), 400, 40001)
+    error(post(f"{gw}/topics/{t}", {"records": []}), 400, 40001)
+    error(post(f"{gw}/topics/{t}", b"\xc1", MSGPACK), 400, 40001)
+    error(post(f"{gw}/topics/{t}", {"records": [{"value": "not base64!"}]}), 422, 42201, 87)
+    error(post(f"{gw}/topics/{t}", {"records": [{"value": 5}]}), 422, 42201)
+    error(post(f"{gw}/topics/{t}", {"records": [{"value": b64(b"x"), "partition": "0"}]}), 422, 42201)
+    error(post(f"{gw}/topics/{t}", {"records": ["x"]}), 422, 42201)
+    error(post(f"{gw}/topics/nope", ok), 404, 40401, 3)
+    error(post(f"{gw}/topics/{t}", {"records": [{"value": b64(b"x"), "partition": 5}]}), 404, 40402, 3)
+    error(post(f"{gw}/topics/{t}/partitions/2", ok), 404, 40402, 3)
+    error(post(f"{gw}/topics/{t}/partitions/x", ok), 404, 40404)
+    error(post(f"{gw}/topics/{t}", {"records": [{"value": b64(b"x" * (1024 * 1024 + 10))}]}), 413, 41301, 10)
+    assert read_back(e2e_cluster, t, 0) == []  # nothing from the failed requests was written
+    error(requests.get(f"{gw}/no/such/route", timeout=30), 404, 40404)
+    error(requests.put(f"{gw}/topics/{t}", timeout=30), 405, 40501)
+
+
+def test_not_enough_replicas_is_503(gw, e2e_cluster, e2e_topic):
+    from concurrent.futures import ThreadPoolExecutor
+    t = e2e_topic(1, 2, min_insync_replicas="3")
+    with ThreadPoolExecutor(2) as pool:  # both wait out the delivery timeout: in parallel
+        v2 = pool.submit(post, f"{gw}/topics/{t}", {"records": [{"value": b64(b"x")}]})
+        v3 = pool.submit(post, f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records",
+                         {"value": {"type": "STRING", "data": "x"}}, "application/json")
+        r, v3 = v2.result(), v3.result()
+    (o,) = r.json()["offsets"]  # v2: per-record errors in that record's entry, HTTP 200
+    assert r.status_code == 200 and o["offset"] is None and o["error_code"] in (7, 19) and o["error"]
+    assert error(v3, 503, 50301)["kafka_error_code"] in (7, 19)
+
+
+# -- consumer instances ---------------------------------------------------------------------------------
+def _create(gw: str, group: str, **cfg) -> str:
+    r = post(f"{gw}/consumers/{group}", cfg, V2)
+    assert r.status_code == 200, r.text
+    assert r.json()["instance_id"] == cfg.get("name", r.json()["instance_id"])
+    return r.json()["base_uri"]
+
+
+def _poll(base: str, want: int, accept: str = BINARY, timeout_s: float = 60, **params) -> list:
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < want and time.monotonic() < deadline:
+        r = requests.get(f"{base}/records", headers={"Accept": accept}, params=params, timeout=60)
+        assert r.status_code == 200, r.text
+        out.extend(msgpack.unpackb(r.content) if accept == MSGPACK else r.json())
+    return out
+
+
+def test_consumer_group_commit_and_resume(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(2, 3)
+    group = f"g-{t}"
+    values = [b"v%02d" % i for i in range(20)]
+    post(f"{gw}/topics/{t}", {"records": [{"value": b64(v), "partition": i % 2} for i, v in enumerate(values)]})
+    base = _create(gw, group, name="first", format="binary", **{"auto.offset.reset": "earliest",
+                                                                 "auto.commit.enable": "false"})
+    assert base.endswith(f"/consumers/{group}/instances/first")
+    error(post(f"{gw}/consumers/{group}", {"name": "first"}, V2), 409, 40902)
+    assert requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30).status_code == 204
+    assert requests.get(f"{base}/subscription", timeout=30).json() == {"topics": [t]}
+    recs = _poll(base, 20)
+    assert len(recs) == 20 and all(r["topic"] == t for r in recs)
+    assert sorted(base64.b64decode(r["value"]) for r in recs) == values
+    assert sorted((r["partition"], r["offset"]) for r in recs) == sorted((i % 2, i // 2) for i in range(20))
+    # commit: partition 0 processed up to offset 5, partition 1 up to offset 2 (Confluent: the last processed)
+    r = requests.post(f"{base}/offsets", json={"offsets": [{"topic": t, "partition": 0, "offset": 5},
+                                                           {"topic": t, "partition": 1, "offset": 2}]}, timeout=30)
+    assert r.status_code == 204
+    got = requests.get(f"{base}/offsets", json={"partitions": [{"topic": t, "partition": 0},
+                                                              {"topic": t, "partition": 1}]}, timeout=30).json()
+    assert [(o["partition"], o["offset"]) for o in got["offsets"]] == [(0, 6), (1, 3)]
+    cid = e2e_cluster.name
+    groups = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups", timeout=30).json()["data"]
+    assert group in [g["consumer_group_id"] for g in groups]
+    g = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/{group}", timeout=30).json()
+    assert g["state"] == "STABLE" and [c["client_id"] for c in g["consumers"]] == ["first"]
+    assert sorted(a["partition_id"] for a in g["consumers"][0]["assignments"]) == [0, 1]
+    lags = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/{group}/lags", timeout=30).json()["data"]
+    assert sorted((x["partition_id"], x["current_offset"], x["log_end_offset"], x["lag"]) for x in lags) == \
+        [(0, 6, 10, 4), (1, 3, 10, 7)]
+    assert requests.delete(base, timeout=60).status_code == 204
+    error(requests.get(f"{base}/subscription", timeout=30), 404, 40403)
+    # a second instance of the group resumes from the commit
+    second = _create(gw, group, name="second", **{"auto.offset.reset": "earliest"})
+    requests.post(f"{second}/subscription", json={"topic_pattern": t.replace("-", "[-]")}, timeout=30)
+    rest = _poll(second, 11)
+    assert sorted((r["partition"], r["offset"]) for r in rest) == [(0, o) for o in range(6, 10)] + \
+        [(1, o) for o in range(3, 10)]
+    assert requests.post(f"{second}/offsets", timeout=30).status_code == 204  # everything consumed
+    lags = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/{group}/lags", timeout=30).json()["data"]
+    assert sorted((x["partition_id"], x["lag"]) for x in lags) == [(0, 0), (1, 0)]
+    assert requests.delete(f"{second}/subscription", timeout=60).status_code == 204
+    assert requests.get(f"{second}/subscription", timeout=30).json() == {"topics": []}
+    assert requests.delete(second, timeout=60).status_code == 204
+    error(requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/no-such-group", timeout=30), 404, 40404)
+
+
+def test_consumer_assign_seek_formats_and_max_bytes(gw, e2e_cluster, e2e_topic):
+    t = e2e_topic(2, 1)
+    post(f"{gw}/topics/{t}/partitions/0", {"records": [{"key": {"k": i}, "value": {"i": i}} for i in range(6)]}, JSONV2)
+    post(f"{gw}/topics/{t}/partitions/1", {"records": [{"value": b64(b"\xff\xfe")}]})
+    base = _create(gw, f"g-{t}", format="json")
+    r = requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 0}]}, timeout=30)
+    assert r.status_code == 204
+    assert requests.get(f"{base}/assignments", timeout=30).json() == {"partitions": [{"topic": t, "partition": 0}]}
+    assert requests.post(f"{base}/positions/beginning", json={"partitions": [{"topic": t, "partition": 0}]},
+                         timeout=30).status_code == 204
+    first = _poll(base, 1, JSONV2, max_bytes=1)  # max_bytes: at least one record, the rest stays for later
+    assert [(r["key"], r["value"], r["offset"]) for r in first] == [({"k": 0}, {"i": 0}, 0)]
+    rest = _poll(base, 5, JSONV2)
+    assert [r["value"]["i"] for r in rest] == [1, 2, 3, 4, 5]
+    requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 0, "offset": 4}]}, timeout=30)
+    again = _poll(base, 2, MSGPACK)
+    assert [(r["offset"], r["value"]) for r in again] == [(4, b'{"i":4}'), (5, b'{"i":5}')]
+    requests.post(f"{base}/positions/end", json={"partitions": [{"topic": t, "partition": 0}]}, timeout=30)
+    r = requests.get(f"{base}/records", params={"timeout": 200}, headers={"Accept": JSONV2}, timeout=30)
+    assert r.status_code == 200 and r.json() == []
+    # a value that is not JSON: 422 in the json format, and it stays readable as binary
+    requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 1}]}, timeout=30)
+    requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 1, "offset": 0}]}, timeout=30)
+    deadline, resp = time.monotonic() + 30, None
+    while time.monotonic() < deadline:
+        resp = requests.get(f"{base}/records", headers={"Accept": JSONV2}, timeout=30)
+        if resp.status_code != 200 or resp.json():
+            break
+    error(resp, 422, 42201, 87)
+    (raw,) = _poll(base, 1, BINARY)
+    assert base64.b64decode(raw["value"]) == b"\xff\xfe" and raw["offset"] == 0
+    error(requests.get(f"{base}/records", headers={"Accept": "text/html"}, timeout=30), 406, 40601)
+    error(requests.get(f"{base}/records", params={"max_bytes": 0}, timeout=30), 422, 42202)
+    error(requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 0, "offset": 1}]},
+                        timeout=30), 409, 40903)
+    error(requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 1, "offset": -1}]},
+                        timeout=30), 422, 42201)
+    error(requests.post(f"{base}/assignments", json={"partitions": [{"topic": "nope", "partition": 0}]},
+                        timeout=30), 404, 40401, 3)
+    error(requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 7}]},
+                        timeout=30), 404, 40402, 3)
+    error(requests.post(f"{base}/assignments", data="[", timeout=30), 400, 40001)
+    error(requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30), 409, 40903)
+    assert requests.delete(base, timeout=60).status_code == 204
+    error(requests.delete(base, timeout=60), 404, 40403)
+
+
+def test_consumer_instance_errors_and_expiry(gw):
+    error(post(f"{gw}/consumers/g-bad", {"format": "avro"}, V2), 422, 42204)
+    error(post(f"{gw}/consumers/g-bad", {"auto.offset.reset": "sometimes"}, V2), 422, 42204)
+    error(post(f"{gw}/consumers/g-bad", {"fetch.max.wait.ms": 5}, V2), 422, 42204)
+    error(post(f"{gw}/consumers/g-bad", {"auto.commit.enable": "maybe"}, V2), 422, 42204)
+    error(post(f"{gw}/consumers/g-bad", b"{", V2), 400, 40001)
+    error(requests.get(f"{gw}/consumers/g-bad/instances/ghost/assignments", timeout=30), 404, 40403)
+    base = _create(gw, "g-expiry", name="short", **{"consumer.instance.timeout.ms": 1500})
+    assert requests.get(f"{base}/assignments", timeout=30).json() == {"partitions": []}
+    time.sleep(3.5)
+    error(requests.get(f"{base}/assignments", timeout=30), 404, 40403)
+    base = _create(gw, "g-expiry", name="short")  # the name is free again
+
+
+# -- CLI ------------------------------------------------------------------------------------------------
+def test_cli_serve_verbs(tmp_path):
+    """`rafka serve start/status/stop` on a cluster started by `rafka cluster start` (its own Ray head)."""
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "RAFKA_HOME": str(tmp_path), "LANG": "C.UTF-8"}
+
+    def cli(*args, check: bool = True):
+        proc = subprocess.run([RAFKA, *args], capture_output=True, text=True, env=env, timeout=240)
+        assert not check or proc.returncode == 0, f"{args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc
+    cli("cluster", "start", "--brokers", "1", "--data-dir", str(tmp_path / "data"), "--num-cpus", "1")
+    try:
+        port = free_port()
+        assert json.loads(cli("serve", "status", "--json", check=False).stdout) == {"running": False}
+        cli("topic", "create", "clicks", "-p", "1", "-r", "1")
+        started = json.loads(cli("serve", "start", "--port", str(port), "--acks", "1", "--json").stdout)
+        url = f"http://127.0.0.1:{port}"
+        assert started["url"] == url and started["docs"] == f"{url}/docs" and started["acks"] == "1"
+        r = post(f"{url}/topics/clicks", {"records": [{"value": b64(b"from http")}]})
+        assert r.json()["offsets"] == [{"partition": 0, "offset": 0, "error_code": None, "error": None}]
+        assert "from http" in cli("topic", "consume", "clicks", "-n", "1").stdout
+        st = json.loads(cli("serve", "status", "--json").stdout)
+        assert st["running"] and st["url"] == url and st["status"] == "RUNNING"
+        assert set(st["deployments"]) == {"Gateway", "ConsumerInstances"}
+        busy = cli("serve", "start", "--port", str(free_port()), check=False)
+        assert busy.returncode == 1 and busy.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in busy.stderr
+        assert json.loads(cli("serve", "stop", "--json").stdout) == {"stopped": True}
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{url}/health", timeout=5)
+        assert cli("serve", "status", check=False).returncode == 1
+    finally:
+        cli("cluster", "stop")

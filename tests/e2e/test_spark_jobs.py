@@ -1,0 +1,270 @@
+"""Ray Data datasource/datasink over topics, the Spark (RayDP) bridges and the clickstream job, against the
+session's 3-broker cluster (tests/e2e/conftest.py). One Spark session serves the module (it takes ~15 s
+to start); the CLI test runs first, before that session exists, since it starts Spark in its own process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+import rafka
+from jobs import clickstream
+from jobs.datasource import SCHEMA, TopicDatasink, TopicDatasource, read_topic, write_topic
+from rafka import TopicPartition
+from rafka.demo import ClickStream
+from rafka.errors import UnknownTopicOrPartitionError
+from rafka.partitioner import partition_for_key
+
+pytestmark = pytest.mark.cluster
+
+RAFKA = str(Path(sys.executable).with_name("rafka"))
+EXECUTOR_CPU = {"spark.ray.raydp_spark_executor.actor.resource.cpu": "0.5"}  # 2-CPU head: leave room for reads
+READ = {"num_cpus": 0.25}
+GAP_MS = 40  # ClickStream events are 1 ms apart: a small gap gives users many sessions, some across runs
+
+
+def produce(cluster, topic: str, pairs, timestamps=None, headers=None) -> list[tuple[int, int, bytes | None, bytes]]:
+    """Send ``(key, value)`` pairs; ``[(partition, offset, key, value)]`` in send order."""
+    with rafka.Producer(cluster, linger_ms=10, batch_size=65536) as p:
+        futs = [p.send(topic, v, key=k, timestamp_ms=None if timestamps is None else timestamps[i],
+                       headers=None if headers is None else headers[i])
+                for i, (k, v) in enumerate(pairs)]
+        p.flush()
+        mds = [f.get(timeout=60) for f in futs]
+    return [(md.partition, md.offset, k, v) for md, (k, v) in zip(mds, pairs)]
+
+
+def rows_of(ds) -> list[tuple[int, int, bytes | None, bytes]]:
+    return sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in ds.take_all())
+
+
+# -- the CLI (first: it starts its own Spark in a subprocess) ------------------------------------------
+def test_cli_job_run_clickstream(ray_cluster, e2e_cluster, e2e_topic, tmp_path):
+    topic = e2e_topic(3, 1)
+    stream = ClickStream(users=20, seed=3)
+    produce(e2e_cluster, topic, stream.take(300))
+    # the session's Ray runs without token authentication; a CLI would enter token mode on its own when
+    # ~/.ray/auth_token exists, and the GCS then cannot reach it as the owner of the actors it creates
+    env = {**os.environ, "RAFKA_HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled"}
+    listed = subprocess.run([RAFKA, "job", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert listed.returncode == 0 and [j["name"] for j in json.loads(listed.stdout)] == ["clickstream"]
+    base = [RAFKA, "--address", ray_cluster.address, "--cluster", e2e_cluster.name, "job", "run", "clickstream",
+            "--topic", topic, "--group", f"{topic}-g", "--results-topic", f"{topic}-results",
+            "--parquet", str(tmp_path / "out")]
+    proc = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "records" in proc.stdout and "300" in proc.stdout and "TOP PAGE" in proc.stdout
+    assert "reading" in proc.stderr and "committing offsets" in proc.stderr   # the step lines
+    committed = rafka.Admin(e2e_cluster).list_consumer_group_offsets(f"{topic}-g")
+    assert sum(committed.values()) == 300
+    bad = subprocess.run([*base[:-8], "--topic", "no-such-topic"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
+
+
+# -- datasource -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def loaded_topic(e2e_cluster, e2e_admin):
+    """3 partitions x RF 3 with 900 keyed records, timestamps 1_000..1_899 in send order, a header on some."""
+    topic = f"ds-{time.time_ns() % 10**8}"
+    e2e_admin.create_topic(topic, 3, 3)
+    pairs = [(f"k{i % 37}".encode(), f"v{i}".encode()) for i in range(900)]
+    headers = [[("n", str(i).encode()), ("empty", None)] if i % 100 == 0 else None for i in range(900)]
+    sent = produce(e2e_cluster, topic, pairs, timestamps=[1_000 + i for i in range(900)], headers=headers)
+    return topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h]
+                         for (p, o, _, _), h in zip(sent, headers) if h}
+
+
+def test_read_everything_with_schema_and_ranges(e2e_cluster, loaded_topic):
+    topic, sent, headers = loaded_topic
+    src = TopicDatasource(e2e_cluster, topic, **READ)
+    ends = Counter(p for p, *_ in sent)
+    assert src.ranges == {p: (0, ends[p]) for p in range(3)} and src.num_offsets == 900
+    ds = src.to_dataset()
+    assert ds.schema().base_schema == SCHEMA
+    assert rows_of(ds) == sorted(sent)
+    assert src.end_offsets() == {TopicPartition(topic, p): ends[p] for p in range(3)}
+    stamps = {(p, o): 1_000 + i for i, (p, o, _, _) in enumerate(sent)}
+    for r in ds.take_all():
+        assert r["topic"] == topic and r["timestamp"] == stamps[r["partition"], r["offset"]]
+        assert r["headers"] == headers.get((r["partition"], r["offset"]), [])
+
+
+def test_read_explicit_offsets_end_and_partitions(e2e_cluster, loaded_topic):
+    topic, sent, _ = loaded_topic
+    ds = read_topic(e2e_cluster, topic, start={0: 10, 1: 5}, end=100, **READ)  # partition 2: from the start
+    want = [r for r in sent if {0: 10, 1: 5, 2: 0}[r[0]] <= r[1] < 100]
+    assert rows_of(ds) == sorted(want)
+    ds = read_topic(e2e_cluster, topic, start=20, end={1: 30}, partitions=[1], **READ)
+    assert rows_of(ds) == sorted(r for r in sent if r[0] == 1 and 20 <= r[1] < 30)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        TopicDatasource(e2e_cluster, topic, partitions=[7])
+    with pytest.raises(ValueError, match="start must be"):
+        TopicDatasource(e2e_cluster, topic, start="yesterday")
+
+
+def test_read_from_timestamp(e2e_cluster, loaded_topic):
+    topic, sent, _ = loaded_topic
+    ds = read_topic(e2e_cluster, topic, start={"timestamp": 1_600}, **READ)
+    assert rows_of(ds) == sorted(r for i, r in enumerate(sent) if 1_000 + i >= 1_600)
+    assert read_topic(e2e_cluster, topic, start={"timestamp": 99_999}, **READ).take_all() == []
+
+
+def test_read_from_group_committed_offsets(e2e_cluster, e2e_admin, loaded_topic):
+    topic, sent, _ = loaded_topic
+    group = f"{topic}-readers"
+    e2e_admin.alter_consumer_group_offsets(group, {TopicPartition(topic, 0): 50, TopicPartition(topic, 2): 7})
+    src = TopicDatasource(e2e_cluster, topic, group=group, **READ)  # partition 1: none committed -> earliest
+    assert src.ranges[0][0] == 50 and src.ranges[1][0] == 0 and src.ranges[2][0] == 7
+    assert rows_of(src.to_dataset()) == sorted(r for r in sent if r[1] >= {0: 50, 1: 0, 2: 7}[r[0]])
+    latest = TopicDatasource(e2e_cluster, topic, group=group, start="latest", **READ)
+    assert latest.ranges[1][0] == latest.ranges[1][1]  # no committed offset -> the end: nothing to read
+    assert rows_of(latest.to_dataset()) == sorted(r for r in sent if r[0] != 1 and r[1] >= {0: 50, 2: 7}[r[0]])
+
+
+# -- datasink -------------------------------------------------------------------------------------------
+def test_write_dataset_to_topic_partitions_by_key(e2e_cluster, e2e_topic):
+    topic = e2e_topic(3, 3)
+    items = [{"user": f"user-{i % 11}", "event": {"n": i, "page": f"/p/{i % 5}"}} for i in range(500)]
+    ds = ray.data.from_items(items, override_num_blocks=4)
+    result = write_topic(ds, e2e_cluster, topic, key_column="user", value_column="event", json_values=True)
+    assert result["records"] == 500 and sum(result["partitions"].values()) == 500
+    c = rafka.Consumer(e2e_cluster, auto_offset_reset="earliest")
+    c.assign([TopicPartition(topic, p) for p in range(3)])
+    got = []
+    while len(got) < 500:
+        batch = c.poll(timeout_ms=5000)
+        assert batch, f"only {len(got)} of 500 records came back"
+        got.extend(r for recs in batch.values() for r in recs)
+    c.close()
+    assert sorted(json.loads(r.value)["n"] for r in got) == list(range(500))
+    for r in got:
+        assert r.partition == partition_for_key(r.key, 3)
+        assert json.loads(r.value)["page"] == f"/p/{json.loads(r.value)['n'] % 5}"
+        assert r.key.decode() == f"user-{json.loads(r.value)['n'] % 11}"
+
+
+def test_write_failures_surface(e2e_cluster, e2e_topic):
+    topic = e2e_topic(1, 1)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        TopicDatasink(e2e_cluster, "no-such-topic")
+    ds = ray.data.from_items([{"key": "a", "value": {"x": 1}}])
+    with pytest.raises(Exception, match="json_values=True"):   # dict values without json_values: the write fails
+        write_topic(ds, e2e_cluster, topic)
+    with pytest.raises(ValueError, match="no column"):
+        write_topic(ray.data.from_items([{"k": "a", "v": "b"}]), e2e_cluster, topic)
+    assert TopicDatasource(e2e_cluster, topic).num_offsets == 0
+
+
+# -- Spark bridges --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark(ray_cluster, e2e_cluster):
+    from jobs.spark import init_spark, stop_spark
+    session = init_spark("rafka-tests", configs=EXECUTOR_CPU)
+    yield session
+    stop_spark()
+
+
+def test_topic_to_spark_and_back(e2e_cluster, e2e_topic, loaded_topic, spark):
+    from jobs.spark import spark_to_topic, topic_to_spark
+    topic, sent, _ = loaded_topic
+    df = topic_to_spark(spark, e2e_cluster, topic, **READ)
+    assert df.columns == SCHEMA.names
+    assert sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in df.collect()) == sorted(sent)
+    out = e2e_topic(3, 1)
+    shouted = df.selectExpr("CAST(key AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
+    assert spark_to_topic(shouted, e2e_cluster, out)["records"] == 900
+    back = rows_of(read_topic(e2e_cluster, out, **READ))
+    assert sorted((k, v) for _, _, k, v in back) == sorted((k, v.upper()) for _, _, k, v in sent)
+    assert all(p == partition_for_key(k, 3) for p, _, k, _ in back)
+
+
+# -- the clickstream job --------------------------------------------------------------------------------
+def expected(events: list[dict], gap_ms: int) -> tuple[dict[str, int], list[dict]]:
+    """Plain-Python page totals and sessions over every event."""
+    pages = Counter(e["page"] for e in events)
+    by_user: dict[str, list[dict]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: (e["ts"], e["id"])):
+        by_user[e["user"]].append(e)
+    sessions = []
+    for user, evs in by_user.items():
+        cur = None
+        for e in evs:
+            if cur is not None and e["ts"] - cur["end"] <= gap_ms:
+                cur["end"] = max(cur["end"], e["ts"])
+                cur["clicks"] += 1
+                if e["page"] not in cur["pages"]:
+                    cur["pages"].append(e["page"])
+            else:
+                cur = {"user": user, "start": e["ts"], "end": e["ts"], "clicks": 1, "pages": [e["page"]]}
+                sessions.append(cur)
+    return dict(pages), sorted(sessions, key=lambda s: (s["user"], s["start"]))
+
+
+MALFORMED = [(b"user-x", b"not json"), (b"user-x", b'{"user": "user-x"}'), (b"user-x", b"[1, 2]"),
+             (None, b'{"user": 7, "page": "/", "ts": "soon"}')]
+
+
+@pytest.fixture
+def click_topic(e2e_cluster, e2e_topic, tmp_path):
+    topic = e2e_topic(3, 3)
+    return {"topic": topic, "group": f"{topic}-job", "results_topic": f"{topic}-results",
+            "parquet_dir": str(tmp_path / "parquet"), "session_gap_ms": GAP_MS}
+
+
+def run_job(e2e_cluster, spark, job: dict, **kw) -> dict:
+    return clickstream.run(e2e_cluster, spark, **job, read_options=READ, **kw)
+
+
+def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_topic):
+    job = click_topic
+    stream = ClickStream(users=40, seed=11)
+    produce(e2e_cluster, job["topic"], stream.take(2500) + MALFORMED)
+    first = run_job(e2e_cluster, spark, job)
+    pages, sessions = expected(stream.events, GAP_MS)
+    assert first["run"] == 1 and not first["redo"] and first["records"] == 2504 and first["skipped"] == 4
+    assert first["pages"] == pages and sum(first["pages"].values()) == 2500
+    results = clickstream.read_results(e2e_cluster, job["results_topic"])
+    assert results["pages"] == pages and results["sessions"] == sessions
+    assert first["sessions"] == len(sessions)
+    assert pq.read_table(first["parquet"]["page_counts"]).num_rows == len(pages)
+    parquet_sessions = pq.read_table(first["parquet"]["sessions"]).to_pylist()
+    assert sorted((s["user"], s["start"], s["clicks"]) for s in parquet_sessions) == \
+        [(s["user"], s["start"], s["clicks"]) for s in sessions]
+    committed = {tp.partition: o for tp, o in e2e_admin.list_consumer_group_offsets(job["group"]).items()}
+    assert committed == {p: r[1] for p, r in first["ranges"].items()}
+
+    # run 2 writes its outputs, then crashes before committing; more records arrive after the crash
+    produce(e2e_cluster, job["topic"], stream.take(1500))   # sessions continue across the run boundary
+    with pytest.raises(clickstream.JobCrashed):
+        run_job(e2e_cluster, spark, job, crash_after_output=True)
+    assert clickstream.read_results(e2e_cluster, job["results_topic"])["plans"][job["group"]]["run"] == 2
+    assert {tp.partition: o for tp, o in e2e_admin.list_consumer_group_offsets(job["group"]).items()} == committed
+    produce(e2e_cluster, job["topic"], stream.take(300))
+    redo = run_job(e2e_cluster, spark, job)   # exactly run 2's ranges again: not counted twice
+    assert redo["redo"] and redo["run"] == 2 and redo["records"] == 1500 and redo["skipped"] == 0
+    assert {p: r[0] for p, r in redo["ranges"].items()} == committed
+    pages, sessions = expected(stream.events[:4000], GAP_MS)
+    results = clickstream.read_results(e2e_cluster, job["results_topic"])
+    assert redo["pages"] == pages and results["pages"] == pages and results["sessions"] == sessions
+
+    third = run_job(e2e_cluster, spark, job)  # only what is new since run 2
+    assert third["run"] == 3 and not third["redo"] and third["records"] == 300
+    assert {p: r[0] for p, r in third["ranges"].items()} == {p: r[1] for p, r in redo["ranges"].items()}
+    pages, sessions = expected(stream.events, GAP_MS)
+    results = clickstream.read_results(e2e_cluster, job["results_topic"])
+    assert results["pages"] == pages and third["pages"] == pages and results["sessions"] == sessions
+    assert sum(e2e_admin.list_consumer_group_offsets(job["group"]).values()) == 4304
+
+    idle = run_job(e2e_cluster, spark, job)   # nothing new: no run, no output, same results
+    assert idle["records"] == 0 and idle["run"] == 3 and idle["parquet"] == {} and idle["pages"] == pages
+    assert clickstream.read_results(e2e_cluster, job["results_topic"])["sessions"] == sessions
+    assert sorted(os.listdir(Path(job["parquet_dir"]) / "sessions")) == ["run=1", "run=2", "run=3"]
