@@ -31,10 +31,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rafka.errors import KafkaError
 from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
-from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE,
-                          UNAVAILABLE, UNSUPPORTED_MEDIA, GatewayError, from_exception)
+from serve.errors import (BAD_PARAMETER, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE, UNSUPPORTED_MEDIA,
+                          GatewayError, from_exception)
 from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, ProduceService, iso_ms, iter_json_values,
-                           load_json, load_msgpack, parse_v2, parse_v3)
+                           load_json, parse_v2, parse_v3)
 
 __all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME", "build_app"]
 
@@ -161,7 +161,10 @@ class Gateway:
         return await self.instances.op.remote(group, name, op, *args)
 
     def __del__(self) -> None:
-        self.producer.close()
+        """Serve calls this when the replica shuts down: deliver what is queued, then stop the sender."""
+        producer = getattr(self, "producer", None)
+        if producer is not None:
+            producer.close()
 
 
 def _describe_topic(gw: Gateway, topic: str) -> dict:
