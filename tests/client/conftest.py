@@ -11,7 +11,7 @@ import rafka
 _names = itertools.count()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def rafka_cluster(ray_cluster, tmp_path_factory):
     """One 3-broker rafka cluster shared by the non-destructive client tests."""
     cluster = rafka.LocalCluster(brokers=3, name="c" + uuid.uuid4().hex[:8],
@@ -20,16 +20,23 @@ def rafka_cluster(ray_cluster, tmp_path_factory):
     cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def admin(rafka_cluster):
     return rafka.Admin(rafka_cluster)
 
 
 @pytest.fixture
 def new_topic(admin):
-    """``new_topic(partitions, rf, **configs)`` -> a fresh topic name."""
+    """``new_topic(partitions, rf, **configs)`` -> a fresh topic name; deleted after the test, so the shared
+    cluster does not accumulate replica actors."""
+    made: list[str] = []
+
     def make(partitions: int = 1, rf: int = 1, **configs) -> str:
         name = f"t{next(_names)}-{uuid.uuid4().hex[:6]}"
         admin.create_topic(name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()})
+        made.append(name)
         return name
-    return make
+    yield make
+    existing = set(admin.list_topics())
+    if [t for t in made if t in existing]:
+        admin.delete_topics([t for t in made if t in existing])

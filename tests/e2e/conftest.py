@@ -12,25 +12,32 @@ import rafka
 _names = itertools.count()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def e2e_cluster(ray_cluster, tmp_path_factory):
-    """One 3-broker rafka cluster shared by the gateway and Spark suites (they only create their own topics)."""
+    """One 3-broker rafka cluster (stopped when the package is done) shared by the gateway and Spark suites (they only create their own topics)."""
     cluster = rafka.LocalCluster(brokers=3, name="e" + uuid.uuid4().hex[:8],
                                  data_dir=tmp_path_factory.mktemp("rafka-e2e"))
     yield cluster
     cluster.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def e2e_admin(e2e_cluster):
     return rafka.Admin(e2e_cluster)
 
 
 @pytest.fixture
 def e2e_topic(e2e_admin):
-    """``e2e_topic(partitions, rf, **configs)`` -> a fresh topic name."""
+    """``e2e_topic(partitions, rf, **configs)`` -> a fresh topic name; deleted after the test, so the shared
+    cluster does not accumulate replica actors (each one is a process polling its leader)."""
+    made: list[str] = []
+
     def make(partitions: int = 1, rf: int = 1, **configs) -> str:
         name = f"e{next(_names)}-{uuid.uuid4().hex[:6]}"
         e2e_admin.create_topic(name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()})
+        made.append(name)
         return name
-    return make
+    yield make
+    existing = set(e2e_admin.list_topics())
+    if [t for t in made if t in existing]:
+        e2e_admin.delete_topics([t for t in made if t in existing])
