@@ -112,6 +112,7 @@ def main() -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--sizes", default="1,100,1000", help="records per request, comma-separated")
     ap.add_argument("--formats", default="json,msgpack")
+    ap.add_argument("--producer-config", default="", help="gateway producer overrides, e.g. batch_size=98304,linger_ms=2")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rafka-http-bench-") as data_dir:
@@ -120,7 +121,9 @@ def main() -> int:
             rafka.Admin(cluster).create_topic("bench", args.partitions, args.replication_factor,
                                               {"min.insync.replicas": str(min(2, args.replication_factor))})
             t0 = time.monotonic()
-            url = start_gateway(cluster, port=free_port(), acks=args.acks, num_replicas=args.replicas)
+            pconf = dict(kv.split("=", 1) for kv in args.producer_config.split(",") if kv)
+            url = start_gateway(cluster, port=free_port(), acks=args.acks, num_replicas=args.replicas,
+                                producer_config={k: int(v) if v.isdigit() else v for k, v in pconf.items()})
             startup = time.monotonic() - t0
             cases = []
             for fmt in args.formats.split(","):
@@ -133,7 +136,7 @@ def main() -> int:
             cluster.stop()
     out = {"benchmark": "http_gateway_produce", "brokers": args.brokers, "partitions": args.partitions,
            "replication_factor": args.replication_factor, "acks": args.acks, "gateway_replicas": args.replicas,
-           "client_threads": args.threads, "value_size": args.value_size, "gateway_start_s": round(startup, 2),
+           "client_threads": args.threads, "producer_config": args.producer_config or None, "value_size": args.value_size, "gateway_start_s": round(startup, 2),
            "cases": cases}
     print(json.dumps(out, indent=None if args.json else 2))
     return 1 if any(c["errors"] for c in cases) else 0

@@ -30,6 +30,9 @@ log = logging.getLogger("rafka.producer")
 RECORD_OVERHEAD = 24  # worst-case varint/attribute bytes per record, for size checks
 
 
+_new_metadata = tuple.__new__  # RecordMetadata(...) minus NamedTuple's Python-level __new__
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -137,7 +140,7 @@ class ProducerBatch:
         if self.log_append_time != -1:
             ts = self.log_append_time
         off = self.base_offset + idx if self.base_offset >= 0 else -1
-        return RecordMetadata(self.tp.topic, self.tp.partition, off, ts, ks, vs)
+        return _new_metadata(RecordMetadata, (self.tp.topic, self.tp.partition, off, ts, ks, vs))
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         with self._cb_lock:
@@ -225,17 +228,45 @@ class FutureRecordMetadata:
         return self
 
 
+def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, offsets_only: bool = False
+             ) -> list:
+    """Each future's ``RecordMetadata`` (``(partition, offset)`` with ``offsets_only``) or its batch's error,
+    in order, with one wait per batch instead of one per record (``Producer.send_batch`` callers hand over
+    thousands of records). Raises ``KafkaTimeoutError`` when a record is not acknowledged within
+    ``timeout`` seconds overall."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: list = []
+    append = out.append
+    last = None
+    for f in futures:
+        b = f._batch
+        if b is not last:
+            if not b.done.is_set():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not b.done.wait(left):
+                    raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+            last, err, part, base = b, b.error, b.tp.partition, b.base_offset
+        if err is not None:
+            append(err)
+        elif offsets_only:
+            append((part, base + f._idx if base >= 0 else -1))
+        else:
+            append(b.metadata(f._idx))
+    return out
+
+
 def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
-    """Append ``items[i:]`` to ``batch`` until it is full; returns the index of the first left out."""
-    n = len(items)
-    while i < n:
-        ts, key, value, headers = items[i]
-        fut = batch.try_append(ts, key, value, headers, None)
-        if fut is None:
-            break
-        futures.append(fut)
-        i += 1
-    return i
+    """Append ``items[i:]`` to ``batch`` until it is full; returns the index of the first left out.
+    The builder encodes the run in one call (storage._crecords.encode_many)."""
+    if batch.closed:
+        return i
+    j = batch.builder.append_many(items, i)
+    if j > i:
+        first = len(batch.records)
+        batch.records += [(ts, -1 if k is None else len(k), -1 if v is None else len(v))
+                          for ts, k, v, _ in items[i:j]]
+        futures += [FutureRecordMetadata(batch, idx) for idx in range(first, first + j - i)]
+    return j
 
 
 class RecordAccumulator:

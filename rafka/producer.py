@@ -137,12 +137,13 @@ class Producer:
         """Queue many records of one topic in one go; returns their futures in order.
 
         ``records`` holds tuples ``(key, value[, partition[, headers[, timestamp_ms]]])``; ``partition``
-        overrides theirs. Placement is ``send``'s (explicit partition, user partitioner, murmur2 of the key),
-        except that the keyless records of one call all go to the topic's current sticky partition (KIP-480
-        moves on once the call opened a new batch there). Every record is checked first (size, partition),
-        so a bad one fails the call before anything is queued; then each partition's records are appended
-        under one accumulator lock per batch. Why: ``send`` costs ~8-15 us per record in Python, and
-        callers such as the HTTP gateway hand over thousands of records at a time.
+        overrides theirs. Placement is ``send``'s: explicit partition, user partitioner, murmur2 of the key,
+        and for keyless records the topic's sticky partition, which moves on (KIP-480) each time the records
+        put there fill ``batch_size``, so one large call spreads over partitions as Kafka's producer spreads
+        a stream. Every record is checked first (size, partition), so a bad one fails the call before
+        anything is queued; then each partition's records are encoded in one go (storage._crecords) under
+        one accumulator lock per batch. Why: ``send`` costs ~8-15 us per record in Python, and callers such
+        as the HTTP gateway hand over thousands of records at a time.
         """
         if self._closed:
             raise IllegalStateError("cannot send after the producer is closed")
@@ -153,13 +154,28 @@ class Producer:
         tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
         default_ts = now_ms()
         by_part: dict[int, list] = {}
-        order: list[tuple[int, int]] = []
+        where: list[int] = []  # each record's partition, in order
         sticky: int | None = None
+        sticky_bytes = 0
+        batch_size = cfg.batch_size
+        plain = cfg.key_serializer is None and cfg.value_serializer is None
+        limit = self._max_record_size - RECORD_OVERHEAD - 61
+        items: list = []
+        last_p = None
         for r in records:
-            kb, vb, hdrs = self._serialize(r[0], r[1], r[3] if len(r) > 3 else None)
-            p = partition if partition is not None else (r[2] if len(r) > 2 else None)
+            n = len(r)
+            kb, vb = r[0], r[1]
+            hdrs = r[3] if n > 3 else None
+            if plain and not hdrs and (kb is None or type(kb) is bytes) and (vb is None or type(vb) is bytes) \
+                    and (size := (len(kb) if kb else 0) + (len(vb) if vb else 0)) <= limit:
+                hdrs = ()  # the common case, inline: bytes in, nothing to convert or check
+            else:
+                kb, vb, hdrs = self._serialize(kb, vb, hdrs)
+                size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
+            p = partition if partition is not None else (r[2] if n > 2 else None)
             if p is not None:
-                tm = self._check_partition(topic, tm, p)
+                if p not in tm.partitions:
+                    tm = self._check_partition(topic, tm, p)
             elif self._user_partitioner is not None:
                 p = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
                 if p not in tm.partitions:
@@ -169,18 +185,28 @@ class Producer:
             else:
                 if sticky is None:
                     sticky = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
+                elif sticky_bytes + size > batch_size and sticky_bytes:
+                    sticky = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, sticky)
+                    sticky_bytes = 0
+                sticky_bytes += size + 10
                 p = sticky
-            ts = default_ts if len(r) < 5 or r[4] is None else int(r[4])
-            items = by_part.setdefault(p, [])
-            order.append((p, len(items)))
-            items.append((ts, kb, vb, hdrs))
+            if p != last_p:
+                items = by_part.get(p)
+                if items is None:
+                    items = by_part[p] = []
+                last_p = p
+            where.append(p)
+            items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
         futures: dict[int, list[FutureRecordMetadata]] = {}
         for p, items in by_part.items():
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
             if p == sticky and opened:
                 self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
-        return [futures[p][i] for p, i in order]
+        if len(futures) == 1:
+            return futures[where[0]]
+        its = {p: iter(f) for p, f in futures.items()}
+        return [next(its[p]) for p in where]
 
     def _serialize(self, key: Any, value: Any, headers) -> tuple[bytes | None, bytes | None, tuple]:
         """Key, value and headers as bytes, size-checked (``send_batch``'s per-record work)."""

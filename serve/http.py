@@ -24,6 +24,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -98,7 +99,7 @@ def _accepts_msgpack(request: Request) -> bool:
 
 
 def _json(data: Any, status: int = 200, media: str = V2_JSON) -> Response:
-    return Response(json.dumps(data, separators=(",", ":")), status_code=status, media_type=media)
+    return Response(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status_code=status, media_type=media)
 
 
 def _reply(request: Request, data: Any, msgpack_ok: bool) -> Response:
@@ -128,11 +129,9 @@ def _v2_partition(p: dict) -> dict:
             "replicas": [{"broker": b, "leader": b == p["leader"], "in_sync": b in isr} for b in p["replicas"]]}
 
 
-def _offset_entry(res: Any) -> dict:
-    if isinstance(res, BaseException):
-        err = from_exception(res)
-        return {"partition": None, "offset": None, "error_code": err.kafka_error_code, "error": err.message}
-    return {"partition": res.partition, "offset": res.offset, "error_code": None, "error": None}
+def _offset_entry(res: BaseException) -> dict:
+    err = from_exception(res)
+    return {"partition": None, "offset": None, "error_code": err.kafka_error_code, "error": err.message}
 
 
 class Gateway:
@@ -309,8 +308,10 @@ def build_app():
         async def _produce_v2(self, topic: str, partition: int | None, request: Request) -> Response:
             fmt = _produce_format(request)
             records = parse_v2(await _body(request, self.max_request_bytes), fmt)
-            results = await self.run(self.producer.produce, topic, records, partition)
-            body = {"key_schema_id": None, "value_schema_id": None, "offsets": [_offset_entry(r) for r in results]}
+            results = await self.run(self.producer.produce, topic, records, partition, True)
+            body = {"key_schema_id": None, "value_schema_id": None,
+                    "offsets": [{"partition": r[0], "offset": r[1], "error_code": None, "error": None}
+                                if type(r) is tuple else _offset_entry(r) for r in results]}
             return _reply(request, body, msgpack_ok=True)
 
         # -- v3 topics and produce ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-/* storage._crecords: the consumer's hot loop of storage/records.py (``_decode_records``) in C.
+/* storage._crecords: the hot loops of storage/records.py in C: the consumer's record decoding
+ * (``_decode_records``) and the producer's record encoding (``RecordBatchBuilder.append_many``).
  *
  * decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out) -> bool
  *
@@ -22,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 static PyTypeObject *record_type = NULL; /* storage.records.Record (strong reference) */
 
@@ -405,11 +407,292 @@ set_record_type(PyObject *module, PyObject *cls)
     Py_RETURN_NONE;
 }
 
+
+/* ---------------------------------------------------------------------------------------------------
+ * encode_many(items, start, base_ts, last_delta, size, batch_size, count) -> (blob, next, base_ts, size, max_ts)
+ *
+ *   The producer's hot loop (RecordBatchBuilder.append_many): encodes the records items[start:next] of
+ *   the list ``items`` ((timestamp_ms, key, value, headers) tuples) into ``blob``, the concatenated
+ *   record bytes, with offset deltas last_delta+1, last_delta+2, ... and timestamp deltas from
+ *   ``base_ts`` (None: the first record's timestamp, returned). ``size`` is the batch's estimated
+ *   size so far and ``count`` its record count: a record that would take the size past batch_size stops
+ *   the run unless the batch is still empty. A record the fast path does not handle (key/value not
+ *   bytes or None, a timestamp below -1 or beyond 64 bits, a header that is not (str|bytes, bytes|None))
+ *   also stops it: the caller appends that one through the Python path, which converts or raises.
+ */
+static inline Py_ssize_t
+uvarint_len(uint64_t z)
+{
+    Py_ssize_t n = 1;
+    while (z > 0x7F) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint64_t
+zigzag(int64_t n)
+{
+    return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+}
+
+static inline unsigned char *
+put_uvarint(unsigned char *p, uint64_t z)
+{
+    while (z > 0x7F) {
+        *p++ = (unsigned char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *p++ = (unsigned char)z;
+    return p;
+}
+
+/* Fields of one record as the fast path sees them (borrowed pointers into the item). */
+typedef struct {
+    int64_t ts;
+    const char *key;
+    Py_ssize_t klen; /* -1: null */
+    const char *value;
+    Py_ssize_t vlen;
+    PyObject *headers; /* NULL or a non-empty tuple/list */
+    Py_ssize_t body;   /* encoded length of the record after its length varint */
+} enc_rec;
+
+/* Bytes of the header section, or -1 when the fast path does not take these headers. */
+static Py_ssize_t
+headers_len(PyObject *headers)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
+    Py_ssize_t total = uvarint_len(zigzag(n));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2)
+            return -1;
+        PyObject *hk = PyTuple_GET_ITEM(h, 0), *hv = PyTuple_GET_ITEM(h, 1);
+        Py_ssize_t kl;
+        if (PyUnicode_CheckExact(hk)) {
+            if (PyUnicode_AsUTF8AndSize(hk, &kl) == NULL) {
+                PyErr_Clear(); /* e.g. lone surrogates: the Python path raises the proper error */
+                return -1;
+            }
+        }
+        else if (PyBytes_CheckExact(hk))
+            kl = PyBytes_GET_SIZE(hk);
+        else
+            return -1;
+        total += uvarint_len(zigzag(kl)) + kl;
+        if (hv == Py_None)
+            total += 1;
+        else if (PyBytes_CheckExact(hv))
+            total += uvarint_len(zigzag(PyBytes_GET_SIZE(hv))) + PyBytes_GET_SIZE(hv);
+        else
+            return -1;
+    }
+    return total;
+}
+
+static unsigned char *
+put_headers(unsigned char *p, PyObject *headers)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(headers);
+    p = put_uvarint(p, zigzag(n));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        PyObject *hk = PyTuple_GET_ITEM(h, 0), *hv = PyTuple_GET_ITEM(h, 1);
+        const char *k;
+        Py_ssize_t kl;
+        if (PyUnicode_CheckExact(hk))
+            k = PyUnicode_AsUTF8AndSize(hk, &kl); /* cached by headers_len */
+        else {
+            k = PyBytes_AS_STRING(hk);
+            kl = PyBytes_GET_SIZE(hk);
+        }
+        p = put_uvarint(p, zigzag(kl));
+        memcpy(p, k, (size_t)kl);
+        p += kl;
+        if (hv == Py_None)
+            *p++ = 1;
+        else {
+            Py_ssize_t vl = PyBytes_GET_SIZE(hv);
+            p = put_uvarint(p, zigzag(vl));
+            memcpy(p, PyBytes_AS_STRING(hv), (size_t)vl);
+            p += vl;
+        }
+    }
+    return p;
+}
+
+/* 1: the fast path takes items[i] (fields filled, body not yet), 0: it does not, -1: error set. */
+static int
+take_item(PyObject *item, enc_rec *r)
+{
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) < 3)
+        return 0;
+    int overflow = 0;
+    PyObject *ts = PyTuple_GET_ITEM(item, 0);
+    if (!PyLong_CheckExact(ts))
+        return 0;
+    r->ts = PyLong_AsLongLongAndOverflow(ts, &overflow);
+    if (overflow || (r->ts == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (r->ts < -1)
+        return 0;
+    PyObject *k = PyTuple_GET_ITEM(item, 1), *v = PyTuple_GET_ITEM(item, 2);
+    if (k == Py_None) {
+        r->key = NULL;
+        r->klen = -1;
+    }
+    else if (PyBytes_CheckExact(k)) {
+        r->key = PyBytes_AS_STRING(k);
+        r->klen = PyBytes_GET_SIZE(k);
+    }
+    else
+        return 0;
+    if (v == Py_None) {
+        r->value = NULL;
+        r->vlen = -1;
+    }
+    else if (PyBytes_CheckExact(v)) {
+        r->value = PyBytes_AS_STRING(v);
+        r->vlen = PyBytes_GET_SIZE(v);
+    }
+    else
+        return 0;
+    r->headers = NULL;
+    if (PyTuple_GET_SIZE(item) > 3) {
+        PyObject *h = PyTuple_GET_ITEM(item, 3);
+        if (h != Py_None) {
+            if (!PyTuple_CheckExact(h) && !PyList_CheckExact(h))
+                return 0;
+            if (PySequence_Fast_GET_SIZE(h) > 0)
+                r->headers = h;
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+encode_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "encode_many(items, start, base_ts, last_delta, size, batch_size, count) takes 7 arguments");
+        return NULL;
+    }
+    PyObject *items = args[0];
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "encode_many() needs a list of items");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    long long base_ts = 0;
+    int have_base = args[2] != Py_None;
+    if (have_base)
+        base_ts = PyLong_AsLongLong(args[2]);
+    long long last_delta = PyLong_AsLongLong(args[3]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t batch_size = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t count = PyLong_AsSsize_t(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if (start < 0 || start > n) {
+        PyErr_SetString(PyExc_IndexError, "encode_many() start is out of range");
+        return NULL;
+    }
+    enc_rec *recs = PyMem_Malloc(sizeof(enc_rec) * (size_t)(n - start + 1));
+    if (recs == NULL)
+        return PyErr_NoMemory();
+    int64_t max_ts = -1;
+    Py_ssize_t total = 0, i = start, m = 0;
+    long long delta = last_delta;
+    for (; i < n; i++) {
+        enc_rec *r = &recs[m];
+        int ok = take_item(PyList_GET_ITEM(items, i), r);
+        if (ok < 0)
+            goto fail;
+        if (!ok)
+            break;
+        if (!have_base) {
+            base_ts = r->ts;
+            have_base = 1;
+        }
+        int64_t tsd;
+        if (__builtin_sub_overflow(r->ts, (int64_t)base_ts, &tsd))
+            break;
+        if (delta + 1 > 0x7FFFFFFF)
+            break;
+        Py_ssize_t hl = 1;
+        if (r->headers != NULL && (hl = headers_len(r->headers)) < 0)
+            break;
+        Py_ssize_t body = 1 + uvarint_len(zigzag(tsd)) + uvarint_len(zigzag(delta + 1)) +
+                          (r->klen < 0 ? 1 : uvarint_len(zigzag(r->klen)) + r->klen) +
+                          (r->vlen < 0 ? 1 : uvarint_len(zigzag(r->vlen)) + r->vlen) + hl;
+        Py_ssize_t rsize = body + uvarint_len(zigzag(body));
+        if (size + rsize > batch_size && count > 0)
+            break;
+        r->body = body;
+        size += rsize;
+        total += rsize;
+        count++;
+        delta++;
+        m++;
+        if (r->ts > max_ts)
+            max_ts = r->ts;
+    }
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, total);
+    if (blob == NULL)
+        goto fail;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(blob);
+    long long d = last_delta;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        enc_rec *r = &recs[j];
+        p = put_uvarint(p, zigzag(r->body));
+        *p++ = 0; /* attributes */
+        p = put_uvarint(p, zigzag(r->ts - (int64_t)base_ts));
+        p = put_uvarint(p, zigzag(++d));
+        if (r->klen < 0)
+            *p++ = 1;
+        else {
+            p = put_uvarint(p, zigzag(r->klen));
+            memcpy(p, r->key, (size_t)r->klen);
+            p += r->klen;
+        }
+        if (r->vlen < 0)
+            *p++ = 1;
+        else {
+            p = put_uvarint(p, zigzag(r->vlen));
+            memcpy(p, r->value, (size_t)r->vlen);
+            p += r->vlen;
+        }
+        if (r->headers == NULL)
+            *p++ = 0;
+        else
+            p = put_headers(p, r->headers);
+    }
+    PyMem_Free(recs);
+    if (!have_base || (m == 0 && args[2] == Py_None)) /* no record taken: the base is still unset */
+        return Py_BuildValue("(NnOnL)", blob, i, Py_None, size, (long long)max_ts);
+    return Py_BuildValue("(NnLnL)", blob, i, base_ts, size, (long long)max_ts);
+fail:
+    PyMem_Free(recs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode_into", (PyCFunction)(void (*)(void))decode_into, METH_FASTCALL,
      "decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out) -> bool\n\n"
      "Append the Records of the uncompressed region data[start:end] to out; False (nothing appended)\n"
      "when a timestamp or offset exceeds 64 bits; ValueError for a malformed record."},
+    {"encode_many", (PyCFunction)(void (*)(void))encode_many, METH_FASTCALL,
+     "encode_many(items, start, base_ts, last_delta, size, batch_size, count)\n"
+     "    -> (blob, next, base_ts, size, max_ts)\n\n"
+     "Encode (timestamp, key, value, headers) items from start while they fit the batch and take the fast\n"
+     "path; the caller appends items[next] through Python when next < len(items) and the batch has room."},
     {"set_record_type", set_record_type, METH_O, "set_record_type(cls): the Record NamedTuple to build."},
     {NULL, NULL, 0, NULL},
 };

@@ -353,6 +353,7 @@ class Record(NamedTuple):
 
 
 _new_record = tuple.__new__
+_INT64_MAX = 2**63 - 1
 _EMPTY = ()
 
 
@@ -423,16 +424,16 @@ class RecordBatchBuilder:
             value = _as_bytes(value, "value")
         base_ts = self._base_ts
         if base_ts is None:
-            if timestamp_ms < NO_TIMESTAMP:
-                raise InvalidTimestampError(f"invalid negative record timestamp {timestamp_ms}")
+            if not NO_TIMESTAMP <= timestamp_ms <= _INT64_MAX:
+                raise InvalidTimestampError(f"invalid record timestamp {timestamp_ms}: negative or past 64 bits")
             base_ts = self._base_ts = timestamp_ms
         pos = _UVARINT  # encodings of 0..8191 (zigzag of n >= 0 is 2n)
         tsd = timestamp_ms - base_ts
         if 0 <= tsd < 8192:
             ts_b = pos[tsd]
         else:
-            if timestamp_ms < NO_TIMESTAMP:
-                raise InvalidTimestampError(f"invalid negative record timestamp {timestamp_ms}")
+            if not NO_TIMESTAMP <= timestamp_ms <= _INT64_MAX:
+                raise InvalidTimestampError(f"invalid record timestamp {timestamp_ms}: negative or past 64 bits")
             ts_b = encode_varint(tsd)
         if offset is None:
             delta = self._last_delta + 1
@@ -466,6 +467,35 @@ class RecordBatchBuilder:
         if timestamp_ms > self._max_ts:
             self._max_ts = timestamp_ms
         return True
+
+    def append_many(self, items: list, start: int = 0) -> int:
+        """Append ``items[start:]`` (``(timestamp_ms, key, value[, headers])`` tuples) in order while they fit,
+        as ``append`` would one by one; returns the index of the first item left out (``len(items)`` when all
+        went in). The compiled encoder takes runs of plain records (bytes or None keys and values, str/bytes
+        header names); anything else goes through ``append``, which converts or raises."""
+        if type(items) is not list:
+            items = list(items)
+        n, i, enc = len(items), start, _c_encode
+        while i < n:
+            if enc is not None:
+                blob, j, base_ts, size, max_ts = enc(items, i, self._base_ts, self._last_delta, self._size,
+                                                     self.batch_size, self._count)
+                if j > i:
+                    self._parts.append(blob)
+                    self._size = size
+                    self._count += j - i
+                    self._last_delta += j - i
+                    self._base_ts = base_ts
+                    if max_ts > self._max_ts:
+                        self._max_ts = max_ts
+                    i = j
+                    if i >= n:
+                        break
+            item = items[i]
+            if not self.append(item[0], item[1], item[2], item[3] if len(item) > 3 else ()):
+                break
+            i += 1
+        return i
 
     def build(self) -> bytes:
         """The batch's bytes (the builder may keep being appended to and built again)."""
@@ -527,7 +557,19 @@ def _load_accelerator():
     return _crecords.decode_into
 
 
+def _load_encoder():
+    """``storage._crecords.encode_many`` or None (not built, or RAFKA_PURE_PYTHON)."""
+    if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from storage import _crecords
+    except ImportError:
+        return None
+    return getattr(_crecords, "encode_many", None)
+
+
 _c_decode = _load_accelerator()  # read at each call, so tests can swap paths
+_c_encode = _load_encoder()  # likewise
 ACCELERATED: bool = _c_decode is not None
 
 
