@@ -448,6 +448,19 @@ put_uvarint(unsigned char *p, uint64_t z)
     return p;
 }
 
+/* A varint length and the bytes, or length -1 (varint 0x01) for null: keys, values, header values. */
+static inline unsigned char *
+put_nullable(unsigned char *p, const char *data, Py_ssize_t len)
+{
+    if (len < 0) {
+        *p++ = 1;
+        return p;
+    }
+    p = put_uvarint(p, zigzag(len));
+    memcpy(p, data, (size_t)len);
+    return p + len;
+}
+
 /* Fields of one record as the fast path sees them (borrowed pointers into the item). */
 typedef struct {
     int64_t ts;
@@ -508,17 +521,8 @@ put_headers(unsigned char *p, PyObject *headers)
             k = PyBytes_AS_STRING(hk);
             kl = PyBytes_GET_SIZE(hk);
         }
-        p = put_uvarint(p, zigzag(kl));
-        memcpy(p, k, (size_t)kl);
-        p += kl;
-        if (hv == Py_None)
-            *p++ = 1;
-        else {
-            Py_ssize_t vl = PyBytes_GET_SIZE(hv);
-            p = put_uvarint(p, zigzag(vl));
-            memcpy(p, PyBytes_AS_STRING(hv), (size_t)vl);
-            p += vl;
-        }
+        p = put_nullable(p, k, kl);
+        p = hv == Py_None ? put_nullable(p, NULL, -1) : put_nullable(p, PyBytes_AS_STRING(hv), PyBytes_GET_SIZE(hv));
     }
     return p;
 }
@@ -655,20 +659,8 @@ encode_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         *p++ = 0; /* attributes */
         p = put_uvarint(p, zigzag(r->ts - (int64_t)base_ts));
         p = put_uvarint(p, zigzag(++d));
-        if (r->klen < 0)
-            *p++ = 1;
-        else {
-            p = put_uvarint(p, zigzag(r->klen));
-            memcpy(p, r->key, (size_t)r->klen);
-            p += r->klen;
-        }
-        if (r->vlen < 0)
-            *p++ = 1;
-        else {
-            p = put_uvarint(p, zigzag(r->vlen));
-            memcpy(p, r->value, (size_t)r->vlen);
-            p += r->vlen;
-        }
+        p = put_nullable(p, r->key, r->klen);
+        p = put_nullable(p, r->value, r->vlen);
         if (r->headers == NULL)
             *p++ = 0;
         else

@@ -545,31 +545,20 @@ def _encode_headers(headers) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Reading
 
-def _load_accelerator():
-    """``storage._crecords.decode_into`` bound to ``Record``, or None (not built, or RAFKA_PURE_PYTHON)."""
+def _load_accelerator() -> tuple:
+    """``(decode_into, encode_many)`` of ``storage._crecords`` (the decoder bound to ``Record``), or
+    ``(None, None)`` when it is not built or RAFKA_PURE_PYTHON is set."""
     if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
-        return None
+        return None, None
     try:
         from storage import _crecords
     except ImportError:
-        return None
+        return None, None
     _crecords.set_record_type(Record)
-    return _crecords.decode_into
+    return _crecords.decode_into, _crecords.encode_many
 
 
-def _load_encoder():
-    """``storage._crecords.encode_many`` or None (not built, or RAFKA_PURE_PYTHON)."""
-    if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from storage import _crecords
-    except ImportError:
-        return None
-    return getattr(_crecords, "encode_many", None)
-
-
-_c_decode = _load_accelerator()  # read at each call, so tests can swap paths
-_c_encode = _load_encoder()  # likewise
+_c_decode, _c_encode = _load_accelerator()  # read at each call, so tests can swap paths
 ACCELERATED: bool = _c_decode is not None
 
 
