@@ -70,20 +70,15 @@ from storage.records import (
     RecordBatch,
     RecordBatchBuilder,
     crc_ok,
-    decode_varint,
 )
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from storage.varint import _ZZ1, _ZZ2, decode_varint
 
 CLEANED_SUFFIX = ".cleaned"
 SEGMENT_EXTENSIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 INT32_MAX = 0x7FFFFFFF
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
-# zigzag values of 1-byte varints (_ZZ1[b0]) and 2-byte varints (_ZZ2[b0][b1], b0 >= 128)
-_ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
-_ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
-                       for b0 in range(128, 256)]
-
 
 @dataclass
 class CleanerStats:

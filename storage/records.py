@@ -65,6 +65,7 @@ from typing import Iterator, NamedTuple
 from crc32c import crc32c as _crc32c
 
 from storage.codecs import compress, decompress
+from storage.varint import _UVARINT, _ZZ1, _ZZ2, _slow_varint, decode_varint, encode_varint  # noqa: F401 (re-exported)
 from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
                             UnsupportedCompressionTypeError)
 
@@ -298,50 +299,6 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Varints (zigzag base-128). Writers use a table for the common small values.
-
-def _encode_unsigned(z: int) -> bytes:
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_VARINT_TABLE_SIZE = 1 << 14  # zigzag values encoded in 1 or 2 bytes
-_VARINT = [_encode_unsigned(z) for z in range(_VARINT_TABLE_SIZE)]
-_UVARINT = _VARINT[::2]  # _UVARINT[n]: the varint of a non-negative n < 8192
-
-
-def encode_varint(n: int) -> bytes:
-    """Zigzag varint/varlong of a signed 64-bit ``n``."""
-    z = (n << 1) ^ (n >> 63)
-    if z < _VARINT_TABLE_SIZE:
-        return _VARINT[z]
-    if z >> 64:
-        raise ValueError(f"{n} does not fit in a signed 64-bit varlong")
-    return _encode_unsigned(z)
-
-
-def decode_varint(buf, pos: int = 0) -> tuple[int, int]:
-    """``(value, next_pos)`` of the zigzag varint/varlong at ``buf[pos]``; InvalidRecordError if malformed."""
-    z = shift = 0
-    n = len(buf)
-    while True:
-        if pos >= n:
-            raise InvalidRecordError("varint runs past the end of the buffer")
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise InvalidRecordError("varint is longer than 10 bytes")
-
-
-# ---------------------------------------------------------------------------------------------
 # Records
 
 class Record(NamedTuple):
@@ -560,27 +517,6 @@ def _load_accelerator() -> tuple:
 
 _c_decode, _c_encode = _load_accelerator()  # read at each call, so tests can swap paths
 ACCELERATED: bool = _c_decode is not None
-
-
-def _slow_varint(data, p: int) -> tuple[int, int]:
-    """``(value, next_pos)`` of a zigzag varint of any length (the decode loop's rare path)."""
-    z = s = 0
-    while True:
-        b = data[p]
-        p += 1
-        z |= (b & 127) << s
-        if b < 128:
-            return (z >> 1) ^ -(z & 1), p
-        s += 7
-        if s > 63:
-            raise ValueError("a varint is longer than 10 bytes")
-
-
-# Zigzag-decoded values of 1-byte varints (_ZZ1[b0]) and of 2-byte varints (_ZZ2[b0][b1], b0 >= 128):
-# list indexing is specialised by the interpreter, shifts and xors are not.
-_ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
-_ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
-                       for b0 in range(128, 256)]
 
 
 def _decode_records(data, p: int, end: int, count: int, base_offset: int, base_ts: int, out: list) -> None:
