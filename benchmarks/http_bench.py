@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8, help="concurrent HTTP clients")
     ap.add_argument("--seconds", type=float, default=10.0, help="per case")
     ap.add_argument("--value-size", type=int, default=100)
-    ap.add_argument("--sizes", default="1,100,1000", help="records per request, comma-separated")
+    ap.add_argument("--sizes", default="1,100,1000,10000", help="records per request, comma-separated")
     ap.add_argument("--formats", default="json,msgpack")
     ap.add_argument("--producer-config", default="", help="gateway producer overrides, e.g. batch_size=98304,linger_ms=2")
     ap.add_argument("--json", action="store_true", help="print one JSON object")

@@ -143,7 +143,7 @@ def bench_job(cluster, spark, events: int, out_dir: str) -> dict:
     assert summary["records"] == events and sum(summary["pages"].values()) == events
     return {"clickstream": {"events": events, "elapsed_s": summary["elapsed_s"],
                             "records_per_s": round(events / summary["elapsed_s"]), "sessions": summary["sessions"],
-                            "pages": len(summary["pages"])}}
+                            "pages": len(summary["pages"]), "steps_s": summary["steps_s"]}}
 
 
 def main() -> None:

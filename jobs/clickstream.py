@@ -255,7 +255,16 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
     from rafka.admin import Admin
     from rafka.cluster import resolve_cluster
     t0 = time.monotonic()
-    say = progress or (lambda step: None)
+    steps: dict[str, float] = {}  # seconds per step, in the summary
+    last = [t0, None]
+
+    def say(step: str | None) -> None:  # None: the last step ended
+        now = time.monotonic()
+        if last[1] is not None:
+            steps[last[1]] = round(steps.get(last[1], 0.0) + now - last[0], 3)
+        last[0], last[1] = now, None if step is None else step.split(": ", 1)[-1]
+        if progress is not None and step is not None:
+            progress(step)
     if session_gap_ms < 0:
         raise ValueError(f"session_gap_ms must be >= 0, got {session_gap_ms}")
     name = resolve_cluster(cluster)
@@ -305,9 +314,10 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
     admin.alter_consumer_group_offsets(group, {TopicPartition(topic, int(p)): r[1] for p, r in plan["ranges"].items()})
     pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
     pages.update({v["page"]: v["count"] for _, v in page_recs})
+    say(None)
     return {**summary, "run": run_no, "redo": redo, "records": records, "skipped": records - good,
             "ranges": {int(p): tuple(r) for p, r in plan["ranges"].items()}, "sessions": len(sessions),
-            "pages": pages, "top_pages": _top(pages), "parquet": paths,
+            "pages": pages, "top_pages": _top(pages), "parquet": paths, "steps_s": steps,
             "elapsed_s": round(time.monotonic() - t0, 3)}
 
 
