@@ -117,6 +117,67 @@ def test_send_errors_raise_at_once(rafka_cluster, new_topic):
         rafka.Producer(rafka_cluster, lingerms=1)
 
 
+def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic):
+    """``send_batch`` (the gateway's path: one C encode per partition run, one wait per batch): every record
+    lands where ``send`` would put it, futures come back in input order, keyless records spread over the
+    partitions in runs of ``batch_size`` (KIP-480), and ``wait_all`` reports the same offsets as ``get``."""
+    from rafka.accumulator import wait_all
+    topic = new_topic(3, 1)
+    records = []
+    for i in range(900):
+        if i % 3 == 0:
+            records.append((b"user-%d" % (i % 17), b"keyed-%d" % i))                  # murmur2 of the key
+        elif i % 3 == 1:
+            records.append((None, b"x" * 200 + b"%d" % i))                            # sticky, keyless
+        else:
+            records.append((None, b"pinned-%d" % i, i % 3, [("i", b"%d" % i)], 5_000 + i))  # explicit
+    with rafka.Producer(rafka_cluster, batch_size=4096, linger_ms=5) as p:
+        futs = p.send_batch(topic, records)
+        assert len(futs) == len(records)
+        pairs = wait_all(futs, timeout=30, offsets_only=True)
+        mds = wait_all(futs, timeout=30)
+        single = p.send(topic, b"after", key=b"user-1").get(30)
+    assert [(md.partition, md.offset) for md in mds] == pairs
+    assert [(f.get(0).partition, f.get(0).offset) for f in futs] == pairs
+    for (key, value, *rest), (part, _) in zip(records, pairs):
+        if key is not None:
+            assert part == partition_for_key(key, 3)
+        elif rest:
+            assert part == rest[0]
+    keyless = [part for (key, _, *rest), (part, _) in zip(records, pairs) if key is None and not rest]
+    assert len(set(keyless)) >= 2  # 300 x ~210 B is ~15 batches of 4 KB: the sticky partition moved on
+    assert 1 + sum(a != b for a, b in zip(keyless, keyless[1:])) <= len(keyless) // 5  # in runs, not per record
+    got = consume_all(rafka_cluster, topic, 3, len(records) + 1)
+    for part in range(3):  # dense offsets, and each partition holds its records in input order
+        recs = got.get(part, [])
+        assert [r.offset for r in recs] == list(range(len(recs)))
+        want = [r[1] for r, (pp, _) in zip(records, pairs) if pp == part] + ([b"after"] if part == single.partition
+                                                                           else [])
+        assert [r.value for r in recs] == want
+    by_value = {r.value: r for recs in got.values() for r in recs}
+    pinned = by_value[b"pinned-2"]
+    assert (pinned.timestamp, pinned.headers) == (5_002, (("i", b"2"),))
+
+
+def test_send_batch_checks_every_record_before_queueing_any(rafka_cluster, new_topic):
+    topic = new_topic(2, 1)
+    with rafka.Producer(rafka_cluster, max_request_size=1000, linger_ms=0) as p:
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            p.send_batch(topic, [(None, b"ok")] * 10 + [(None, b"x" * 2000)] + [(None, b"ok")] * 10)
+        with pytest.raises(ValueError, match="invalid partition 5"):
+            p.send_batch(topic, [(None, b"ok", 0), (None, b"bad", 5)])
+        with pytest.raises(TypeError, match="value_serializer"):
+            p.send_batch(topic, [(None, b"ok"), (None, {"not": "bytes"})])
+        assert p.send_batch(topic, [], partition=0) == []
+        marker = p.send_batch(topic, [(b"k", b"marker")], partition=1)[0].get(30)
+        p.flush()
+    assert marker.offset == 0  # nothing of the failed calls reached partition 1...
+    c = rafka.Consumer(rafka_cluster)
+    ends = c.end_offsets([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    c.close()
+    assert ends == {TopicPartition(topic, 0): 0, TopicPartition(topic, 1): 1}  # ...nor partition 0
+
+
 def test_seek_positions_offsets_and_times(rafka_cluster, new_topic):
     topic = new_topic(1, 1)
     tp = TopicPartition(topic, 0)
