@@ -19,6 +19,7 @@ Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP 
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
+import collections
 import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +30,14 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from rafka.errors import KafkaError
 from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
-from serve.errors import (BAD_PARAMETER, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE, UNSUPPORTED_MEDIA,
-                          GatewayError, from_exception)
-from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, ProduceService, iso_ms, iter_json_values,
-                           load_json, parse_v2, parse_v3)
+from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE,
+                          TOPIC_NOT_FOUND, UNSUPPORTED_MEDIA, GatewayError, from_exception)
+from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, iso_ms, load_json,
+                           parse_v2, parse_v3)
 
 __all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME", "build_app"]
 
@@ -244,6 +246,16 @@ def _v3_report(cluster: str, topic: str, res: Any, ktype: str | None, vtype: str
             "value": None if rec.value is None else {"type": vtype, "size": len(rec.value)}}
 
 
+class _RequestStreamingResponse(StreamingResponse):
+    """A streamed answer that leaves the request's ``receive`` channel to the endpoint. Starlette's
+    StreamingResponse listens on it for the client's disconnect (ASGI spec < 2.4, as under Serve) and so
+    swallows request-body chunks that the v3 streaming endpoint reads while it answers; the endpoint sees
+    the disconnect itself (``ClientDisconnect`` from ``request.stream()``)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.stream_response(send)
+
+
 def build_app():
     """The Serve ingress class over a fresh FastAPI app (built per deployment, so deploying twice in one
     process never registers a route twice)."""
@@ -358,18 +370,96 @@ def build_app():
             if media not in ("application/json", ""):
                 raise GatewayError(415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media!r} for v3 produce; "
                                    "use application/json")
-            parsed = parse_v3(iter_json_values(await _body(request, self.max_request_bytes)))
-            results = await self.run(self.producer.produce, topic, [p[0] for p in parsed], None)
-            if len(results) == 1 and isinstance(results[0], BaseException):  # one record: the request failed
-                raise from_exception(results[0])
-            reports = [_v3_report(self.cluster, topic, res, kt, vt, rec) for res, (rec, kt, vt) in zip(results, parsed)]
-            if len(reports) == 1:
-                return _json(reports[0], media="application/json")
+            stream = JsonValueStream(self.max_request_bytes)
+            if "content-length" not in request.headers:  # a chunked body: streaming mode from the first record
+                if self.producer.producer.metadata.topic(topic) is None:
+                    raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
+                return _RequestStreamingResponse(self._v3_stream(topic, [], stream, request.stream().__aiter__()),
+                                                 media_type="application/json")
+            values = stream.feed(await _body(request, self.max_request_bytes)) + stream.finish()
+            if not values:
+                raise GatewayError(400, MALFORMED, "the body holds no record")
+            if len(values) > 1:  # several records in a whole body: one report line each
+                if self.producer.producer.metadata.topic(topic) is None:
+                    raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
+                return _RequestStreamingResponse(self._v3_stream(topic, values, stream, None),
+                                                 media_type="application/json")
+            parsed = parse_v3(values)
+            (res,) = await self.run(self.producer.produce, topic, [parsed[0][0]], None)
+            if isinstance(res, BaseException):
+                raise from_exception(res)
+            return _json(_v3_report(self.cluster, topic, res, parsed[0][1], parsed[0][2], parsed[0][0]),
+                         media="application/json")
 
-            def stream():
-                for rep in reports:
-                    yield json.dumps(rep, separators=(",", ":")) + "\n"
-            return StreamingResponse(stream(), media_type="application/json")
+        async def _v3_stream(self, topic: str, values: list, stream: "JsonValueStream", body: Any):
+            """Confluent's v3 streaming mode: records are produced as their JSON arrives and each gets one
+            delivery report line, in order, as soon as it and those before it are settled; the next body
+            chunk and the oldest unreported records are awaited together, so reports flow while the client
+            is still sending. A bad record gets an error line and the stream goes on; a malformed body ends
+            it with an error line."""
+            pending: collections.deque = collections.deque()  # (parsed entries, send_each results)
+            first = 0
+            failure: GatewayError | None = None
+            next_chunk: asyncio.Future | None = None
+            head: asyncio.Future | None = None
+
+            def submit(vals: list, first: int) -> tuple[list, list]:
+                entries: list = []
+                for i, v in enumerate(vals, first):
+                    try:
+                        entries.append(parse_v3([v], i)[0])
+                    except GatewayError as exc:
+                        entries.append(exc)
+                good = [e[0] for e in entries if not isinstance(e, GatewayError)]
+                sent = iter(self.producer.send_each(topic, good) if good else ())
+                return entries, [e if isinstance(e, GatewayError) else next(sent) for e in entries]
+
+            def lines(entries: list, results: list) -> str:
+                return "".join(json.dumps(_v3_report(self.cluster, topic, res, *(
+                    (None, None, None) if isinstance(e, GatewayError) else (e[1], e[2], e[0]))),
+                    separators=(",", ":")) + "\n" for e, res in zip(entries, results))
+
+            try:
+                while True:
+                    if values:
+                        pending.append(await self.run(submit, values, first))
+                        first += len(values)
+                        values = []
+                    if body is not None and next_chunk is None:
+                        next_chunk = asyncio.ensure_future(body.__anext__())
+                    if pending and head is None:
+                        head = asyncio.ensure_future(self.run(self.producer.wait, pending[0][1]))
+                    waiting = [f for f in (head, next_chunk) if f is not None]
+                    if not waiting:
+                        break
+                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                    if head in done:
+                        entries, sent = pending.popleft()
+                        try:
+                            results = head.result()
+                        except KafkaError as exc:  # not acknowledged within the delivery timeout
+                            results = [exc] * len(sent)
+                        head = None
+                        yield lines(entries, results)
+                    if next_chunk in done:
+                        try:
+                            values = stream.feed(next_chunk.result())
+                        except StopAsyncIteration:
+                            body = None
+                            try:
+                                values = stream.finish()
+                            except GatewayError as exc:
+                                failure = exc
+                        except GatewayError as exc:
+                            failure, body = exc, None
+                        except ClientDisconnect:  # the client is gone: what it sent is produced, unreported
+                            return
+                        next_chunk = None
+                if failure is not None:
+                    yield json.dumps(failure.body() | {"error_code": failure.status}, separators=(",", ":")) + "\n"
+            finally:
+                if next_chunk is not None:
+                    next_chunk.cancel()
 
         # -- v3 consumer groups -------------------------------------------------------------------------
         @app.get("/v3/clusters/{cluster_id}/consumer-groups", summary="Consumer groups (v3)")

@@ -12,13 +12,14 @@ partition) plus one wait; it runs on a worker thread so the event loop keeps ser
 from __future__ import annotations
 
 import binascii
+import codecs
 import datetime as dt
 import json
 from typing import Any, NamedTuple
 
 import orjson
 
-from rafka.accumulator import wait_all
+from rafka.accumulator import FutureRecordMetadata, wait_all
 from rafka.errors import KafkaError
 from rafka.producer import Producer
 from rafka.structs import RecordMetadata
@@ -146,26 +147,68 @@ def parse_v2(raw: bytes, fmt: str) -> list[Record]:
 
 
 # -- v3 -------------------------------------------------------------------------------------------------
-def iter_json_values(raw: bytes) -> list:
-    """Concatenated JSON values (Confluent's v3 streaming body), whitespace between them allowed."""
-    try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        raise GatewayError(400, MALFORMED, "the body is not UTF-8") from None
-    dec, pos, out = json.JSONDecoder(), 0, []
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n":
-            pos += 1
-        if pos >= len(text):
-            break
+class JsonValueStream:
+    """Concatenated JSON values (Confluent's v3 streaming body) parsed as the body arrives.
+
+    ``feed(chunk)`` returns the values completed so far (a UTF-8 sequence split across chunks is fine);
+    ``finish()`` returns the last ones once the body has ended and raises 400 for a trailing partial or
+    malformed value. Whitespace between values is allowed. What waits unparsed is bounded by ``limit``
+    bytes (413 past it), not the whole stream, so a long-lived stream can carry any number of records.
+    A malformed value mid-stream cannot be skipped (JSON has no resync point): parsing stops there and
+    ``finish`` reports it.
+    """
+
+    _WS = " \t\r\n"
+
+    def __init__(self, limit: int):
+        self._dec = codecs.getincrementaldecoder("utf-8")()
+        self._json = json.JSONDecoder()
+        self._buf = ""
+        self._limit = limit
+        self.count = 0  # values returned so far
+
+    def feed(self, chunk: bytes) -> list:
         try:
-            value, pos = dec.raw_decode(text, pos)
-        except ValueError as exc:
-            raise GatewayError(400, MALFORMED, f"record {len(out)} is not valid JSON: {exc}") from None
-        out.append(value)
-    if not out:
-        raise GatewayError(400, MALFORMED, "the body holds no record")
-    return out
+            self._buf += self._dec.decode(chunk)
+        except UnicodeDecodeError:
+            raise GatewayError(400, MALFORMED, f"the body is not UTF-8 (after record {self.count - 1})") from None
+        out = self._take(final=False)
+        if len(self._buf) > self._limit:
+            raise GatewayError(413, TOO_LARGE, f"record {self.count} is still incomplete after {len(self._buf)} "
+                               f"bytes, more than the gateway's limit ({self._limit})", 10)
+        return out
+
+    def finish(self) -> list:
+        try:
+            self._buf += self._dec.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise GatewayError(400, MALFORMED, "the body ends inside a UTF-8 sequence") from None
+        out = self._take(final=True)
+        if self._buf.strip(self._WS):
+            try:
+                self._json.raw_decode(self._buf.lstrip(self._WS))
+            except ValueError as exc:
+                raise GatewayError(400, MALFORMED, f"record {self.count} is not valid JSON: {exc}") from None
+        return out
+
+    def _take(self, final: bool) -> list:
+        buf, pos, n, out = self._buf, 0, len(self._buf), []
+        while True:
+            while pos < n and buf[pos] in self._WS:
+                pos += 1
+            if pos >= n:
+                break
+            try:
+                value, end = self._json.raw_decode(buf, pos)
+            except ValueError:
+                break  # incomplete (more may come) or malformed (finish() says which)
+            if end == n and not final and not isinstance(value, (dict, list, str)):
+                break  # a number or literal at the end of what arrived may continue in the next chunk
+            out.append(value)
+            pos = end
+        self._buf = buf[pos:]
+        self.count += len(out)
+        return out
 
 
 def _v3_data(d: Any, i: int, field: str) -> tuple[bytes | None, str | None]:
@@ -202,10 +245,11 @@ def _v3_timestamp(ts: Any, i: int) -> int | None:
     raise _bad(i, "timestamp must be an ISO-8601 string or epoch milliseconds")
 
 
-def parse_v3(values: list) -> list[tuple[Record, str | None, str | None]]:
-    """v3 records with the key and value types (for the reports)."""
+def parse_v3(values: list, first: int = 0) -> list[tuple[Record, str | None, str | None]]:
+    """v3 records with the key and value types (for the reports); ``first``: the index of ``values[0]`` in
+    the request, for the error messages."""
     out = []
-    for i, r in enumerate(values):
+    for i, r in enumerate(values, first):
         if not isinstance(r, dict):
             raise _bad(i, "each record must be an object")
         key, ktype = _v3_data(r.get("key"), i, "key")
@@ -234,11 +278,9 @@ class ProduceService:
         self._wait_s = (cfg.delivery_timeout_ms + cfg.request_timeout_ms) / 1000.0
         self._max_record = cfg.max_request_size
 
-    def produce(self, topic: str, records: list[Record], partition: int | None = None, offsets_only: bool = False
-                ) -> list[RecordMetadata | tuple[int, int] | KafkaError]:
-        """Send every record (to ``partition`` when the path names one) and wait for all of them; returns
-        each record's metadata (``(partition, offset)`` with ``offsets_only``) or its error in order. Checks the topic, partitions and sizes first, so a
-        request that cannot succeed writes nothing."""
+    def check(self, topic: str, records: list[Record], partition: int | None = None) -> None:
+        """Raise the ``GatewayError`` a request deserves before anything is sent: unknown topic (404), a
+        partition the topic lacks (404), a record larger than max.request.size (413)."""
         tm = self.producer.metadata.topic(topic)
         if tm is None:
             raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
@@ -257,7 +299,36 @@ class ProduceService:
             if size > limit:
                 raise GatewayError(413, TOO_LARGE, f"record {i} is {size} bytes, larger than the gateway's "
                                    f"max.request.size ({self._max_record})", 10)
+
+    def produce(self, topic: str, records: list[Record], partition: int | None = None, offsets_only: bool = False
+                ) -> list[RecordMetadata | tuple[int, int] | KafkaError]:
+        """Send every record (to ``partition`` when the path names one) and wait for all of them; returns
+        each record's metadata (``(partition, offset)`` with ``offsets_only``) or its error in order. Checks
+        everything first, so a request that cannot succeed writes nothing."""
+        self.check(topic, records, partition)
         return wait_all(self.producer.send_batch(topic, records, partition), self._wait_s, offsets_only)
+
+    def send_each(self, topic: str, records: list[Record]) -> list[FutureRecordMetadata | Exception]:
+        """For streams, where records already answered cannot be taken back: each record is checked on its
+        own, a bad one gets its error in its place and the others are sent. Returns futures and errors."""
+        try:
+            self.check(topic, records)
+            return list(self.producer.send_batch(topic, records))
+        except (GatewayError, KafkaError, ValueError, TypeError):
+            out: list[FutureRecordMetadata | Exception] = []
+            for r in records:
+                try:
+                    self.check(topic, [r])
+                    out += self.producer.send_batch(topic, [r])
+                except (GatewayError, KafkaError, ValueError, TypeError) as exc:
+                    out.append(exc)
+            return out
+
+    def wait(self, sent: list[FutureRecordMetadata | Exception]) -> list[RecordMetadata | Exception]:
+        """``send_each``'s results once every record is acknowledged or failed (errors stay in place)."""
+        futures = [x for x in sent if not isinstance(x, Exception)]
+        done = iter(wait_all(futures, self._wait_s))
+        return [x if isinstance(x, Exception) else next(done) for x in sent]
 
     def close(self) -> None:
         self.producer.close(timeout=10)

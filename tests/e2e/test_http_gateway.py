@@ -237,6 +237,67 @@ def test_v3_single_and_streaming(gw, e2e_cluster, e2e_topic):
     error(post(f"{gw}/v3/clusters/{e2e_cluster.name}/topics/nope/records", one, "application/json"), 404, 40401, 3)
 
 
+def test_v3_streaming_reports_each_record_while_the_body_is_still_open(gw, e2e_cluster, e2e_topic):
+    """Confluent's v3 streaming mode over one chunked request: each record is produced as its JSON arrives
+    and its report comes back before the client has finished sending; a bad record gets an error line and
+    the stream goes on; a malformed tail ends it with an error line."""
+    import http.client
+    from urllib.parse import urlparse
+    t = e2e_topic(1, 1)
+    where = urlparse(gw)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    conn.putrequest("POST", f"/v3/clusters/{e2e_cluster.name}/topics/{t}/records")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+
+    def send(data: bytes) -> None:
+        conn.send(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def rec(i: int) -> bytes:
+        return json.dumps({"value": {"type": "STRING", "data": f"s{i}"}}).encode() + b"\n"
+
+    def report() -> dict:
+        line = resp.readline()
+        assert line.endswith(b"\n"), line
+        return json.loads(line)
+    send(rec(0))
+    resp = conn.getresponse()  # the answer starts while the request body is still open
+    assert resp.status == 200 and resp.getheader("content-type").startswith("application/json")
+    first = report()
+    assert (first["error_code"], first["offset"], first["value"]) == (200, 0, {"type": "STRING", "size": 2})
+    send(rec(1))
+    assert report()["offset"] == 1
+    send(rec(2)[:15])  # a record cut in two chunks
+    send(rec(2)[15:] + json.dumps({"value": {"type": "BINARY", "data": "!!"}}).encode() + rec(3))
+    assert report()["offset"] == 2
+    bad = report()
+    assert (bad["error_code"], bad["kafka_error_code"]) == (422, 87) and "record 3" in bad["message"]
+    assert report()["offset"] == 3  # the stream went on after the bad record
+    send(rec(4) + b'{"value": nope}')
+    send(b"")  # end of the chunked body
+    assert report()["offset"] == 4
+    end = report()
+    assert end["error_code"] == 400 and "record 6 is not valid JSON" in end["message"]
+    assert resp.read() == b""
+    conn.close()
+    # a client that vanishes mid-stream: what it sent is kept, the gateway goes on serving
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+    conn.putrequest("POST", f"/v3/clusters/{e2e_cluster.name}/topics/{t}/records")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    send(rec(5))
+    resp = conn.getresponse()
+    assert report()["offset"] == 5
+    send(rec(6)[:10])
+    conn.sock.close()
+    assert requests.get(f"{gw}/health", timeout=30).status_code == 200
+    assert [r.value for r in read_back(e2e_cluster, t, 6)] == [b"s0", b"s1", b"s2", b"s3", b"s4", b"s5"]
+    ok = post(f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records", rec(7).decode(), "application/json")
+    assert ok.status_code == 200 and ok.json()["offset"] == 6
+
+
 def test_produce_error_classes(gw, e2e_cluster, e2e_topic):
     t = e2e_topic(2, 1)
     ok = {"records": [{"value": b64(b"x")}]}
