@@ -1,4 +1,5 @@
-"""HTTP gateway throughput and latency: produce through Serve with 1, 100 and 1000 records per request.
+"""HTTP gateway throughput and latency: produce through Serve with 1 to 10,000 records per request, and one v3
+streaming request.
 
     .venv/bin/python benchmarks/http_bench.py --json
     .venv/bin/python benchmarks/http_bench.py --seconds 5 --threads 4 --sizes 1000 --formats msgpack
@@ -8,6 +9,9 @@ gateway, then for each (format, records per request) runs ``--threads`` HTTP cli
 connection each) posting the same prepared body for ``--seconds``. Formats: ``json`` is the v2 binary
 embedded format (base64 values in JSON), ``msgpack`` is rafka's raw-bytes content type. Every response is
 checked (HTTP 200, no per-record error). Prints records/s, MB/s (values only) and request latency p50/p99.
+Then one v3 streaming request (``--stream-records`` in chunks of ``--stream-chunk``, sent as fast as the
+connection takes them while the reports are read back): records/s and the delay from a chunk's send to
+its last report (queueing included, since the sender does not wait).
 """
 from __future__ import annotations
 
@@ -100,6 +104,56 @@ def run_case(url: str, topic: str, fmt: str, n: int, value_size: int, threads: i
             "first_error": errors[0] if errors else None}
 
 
+def run_v3_stream(url: str, cluster_id: str, topic: str, records: int, per_chunk: int, value_size: int) -> dict:
+    """One v3 streaming request (chunked, kept open): ``records`` records sent ``per_chunk`` at a time while
+    a reader takes the report lines back; records/s end to end and the delay from a chunk's send to its
+    last record's report (p50/p99)."""
+    import http.client
+    from urllib.parse import urlparse
+    where = urlparse(url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
+    conn.putrequest("POST", f"/v3/clusters/{cluster_id}/topics/{topic}/records")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    value = base64.b64encode(os.urandom(value_size)).decode()
+    chunk = "".join(json.dumps({"value": {"type": "BINARY", "data": value}}) + "\n" for _ in range(per_chunk)).encode()
+    frame = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+    chunks = records // per_chunk
+    sent_at: list[float] = []
+    t0 = time.monotonic()
+    conn.send(frame)
+    sent_at.append(time.perf_counter())
+    resp = conn.getresponse()
+    delays, errors, got = [], 0, 0
+
+    def sender() -> None:
+        for _ in range(chunks - 1):
+            conn.send(frame)
+            sent_at.append(time.perf_counter())
+        conn.send(b"0\r\n\r\n")
+    th = threading.Thread(target=sender)
+    th.start()
+    while got < chunks * per_chunk:
+        line = resp.readline()
+        if not line:
+            break
+        got += 1
+        errors += json.loads(line)["error_code"] != 200
+        if got % per_chunk == 0:
+            delays.append(time.perf_counter() - sent_at[got // per_chunk - 1])
+    th.join()
+    resp.read()
+    conn.close()
+    elapsed = time.monotonic() - t0
+    delays.sort()
+    return {"format": "v3-stream", "records_per_chunk": per_chunk, "records": got, "elapsed_s": round(elapsed, 2),
+            "records_per_s": round(got / elapsed, 1), "mb_per_s": round(got * value_size / elapsed / 1e6, 2),
+            "report_delay_p50_ms": round(delays[len(delays) // 2] * 1000, 2) if delays else None,
+            "report_delay_p99_ms": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))] * 1000, 2)
+            if delays else None, "errors": errors + (chunks * per_chunk - got), "first_error": None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", type=int, default=3)
@@ -113,6 +167,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="1,100,1000,10000", help="records per request, comma-separated")
     ap.add_argument("--formats", default="json,msgpack")
     ap.add_argument("--producer-config", default="", help="gateway producer overrides, e.g. batch_size=98304,linger_ms=2")
+    ap.add_argument("--stream-records", type=int, default=50000,
+                    help="records in the one v3 streaming request (0: skip that case)")
+    ap.add_argument("--stream-chunk", type=int, default=500, help="records per chunk of the streaming request")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rafka-http-bench-") as data_dir:
@@ -131,6 +188,9 @@ def main() -> int:
                     cases.append(run_case(url, "bench", fmt, n, args.value_size, args.threads, args.seconds))
                     if not args.json:
                         print(json.dumps(cases[-1]), file=sys.stderr)
+            if args.stream_records:
+                cases.append(run_v3_stream(url, cluster.name, "bench", args.stream_records, args.stream_chunk,
+                                           args.value_size))
             stop_gateway()
         finally:
             cluster.stop()
