@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect
 from rafka.errors import KafkaError
 from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
 from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE,
-                          TOPIC_NOT_FOUND, UNSUPPORTED_MEDIA, GatewayError, from_exception)
+                          UNSUPPORTED_MEDIA, GatewayError, from_exception)
 from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, iso_ms, load_json,
                            parse_v2, parse_v3)
 
@@ -372,16 +372,14 @@ def build_app():
                                    "use application/json")
             stream = JsonValueStream(self.max_request_bytes)
             if "content-length" not in request.headers:  # a chunked body: streaming mode from the first record
-                if self.producer.producer.metadata.topic(topic) is None:
-                    raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
+                self.producer.require_topic(topic)
                 return _RequestStreamingResponse(self._v3_stream(topic, [], stream, request.stream().__aiter__()),
                                                  media_type="application/json")
             values = stream.feed(await _body(request, self.max_request_bytes)) + stream.finish()
             if not values:
                 raise GatewayError(400, MALFORMED, "the body holds no record")
             if len(values) > 1:  # several records in a whole body: one report line each
-                if self.producer.producer.metadata.topic(topic) is None:
-                    raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
+                self.producer.require_topic(topic)
                 return _RequestStreamingResponse(self._v3_stream(topic, values, stream, None),
                                                  media_type="application/json")
             parsed = parse_v3(values)
@@ -456,7 +454,7 @@ def build_app():
                             return
                         next_chunk = None
                 if failure is not None:
-                    yield json.dumps(failure.body() | {"error_code": failure.status}, separators=(",", ":")) + "\n"
+                    yield lines([failure], [failure])
             finally:
                 if next_chunk is not None:
                     next_chunk.cancel()

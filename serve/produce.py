@@ -278,13 +278,17 @@ class ProduceService:
         self._wait_s = (cfg.delivery_timeout_ms + cfg.request_timeout_ms) / 1000.0
         self._max_record = cfg.max_request_size
 
-    def check(self, topic: str, records: list[Record], partition: int | None = None) -> None:
-        """Raise the ``GatewayError`` a request deserves before anything is sent: unknown topic (404), a
-        partition the topic lacks (404), a record larger than max.request.size (413)."""
+    def require_topic(self, topic: str):
+        """The topic's metadata, or 404 UNKNOWN_TOPIC_OR_PARTITION."""
         tm = self.producer.metadata.topic(topic)
         if tm is None:
             raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {topic!r} does not exist", 3)
-        parts = tm.partitions
+        return tm
+
+    def check(self, topic: str, records: list[Record], partition: int | None = None) -> None:
+        """Raise the ``GatewayError`` a request deserves before anything is sent: unknown topic (404), a
+        partition the topic lacks (404), a record larger than max.request.size (413)."""
+        parts = self.require_topic(topic).partitions
         if partition is not None and partition not in parts:
             raise GatewayError(404, PARTITION_NOT_FOUND, f"partition {partition} does not exist in topic "
                                f"{topic!r} (it has {len(parts)})", 3)
