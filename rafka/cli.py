@@ -17,10 +17,11 @@ error, 2 usage, 3 no cluster, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from rafka import clusterctl
 from rafka.errors import ClusterNotFoundError, KafkaError
@@ -43,11 +44,28 @@ def _kv_pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
+# A command's output goes to OUTPUT: the stdout it was started with. While a command runs, sys.stdout is
+# pointed at stderr, because Ray's driver prints raylet warnings ("(raylet) WARNING: 4 PYTHON worker
+# processes have been started ...") to sys.stdout even with log_to_driver=False, and `--json` output or
+# `topic consume ... | tool` must carry nothing but the command's own lines.
+OUTPUT: TextIO | None = None
+
+
+def _out() -> TextIO:
+    return OUTPUT if OUTPUT is not None else sys.stdout
+
+
+def _echo(text: str) -> None:
+    out = _out()
+    out.write(text + "\n")
+    out.flush()
+
+
 def _print(args, data: Any, human: str | None = None) -> None:
     if args.json:
-        print(json.dumps(data, default=str))
+        _echo(json.dumps(data, default=str))
     elif human is not None:
-        print(human)
+        _echo(human)
 
 
 def _table(rows: list[list[Any]], header: list[str]) -> str:
@@ -144,13 +162,13 @@ def cmd_topic_describe(args) -> int:
         _print(args, out)
         return EXIT_OK
     for d in out:
-        print(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
+        _echo(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
         if d.get("configs"):
-            print("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
+            _echo("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
         rows = [[p["partition"], p["leader"], p.get("leader_epoch", ""), p["replicas"], p["isr"],
                  p.get("offline_replicas") or "", p["log_start_offset"], p["high_watermark"]]
                 for p in d["partitions"]]
-        print(_table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
+        _echo(_table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
                             "HIGH-WATERMARK"]))
     return EXIT_OK
 
@@ -208,11 +226,11 @@ def cmd_topic_produce(args) -> int:
     results = [fut.get() for fut in sent if fut.succeeded()]
     if not args.json:
         for md in results[-5:] if len(results) > 5 else results:
-            print(f"Produced to partition {md.partition} at offset {md.offset}")
+            _echo(f"Produced to partition {md.partition} at offset {md.offset}")
         if len(results) > 5:
-            print(f"... {len(results)} records produced")
+            _echo(f"... {len(results)} records produced")
     else:
-        print(json.dumps({"produced": len(results), "failed": len(failed),
+        _echo(json.dumps({"produced": len(results), "failed": len(failed),
                           "records": [{"partition": m.partition, "offset": m.offset} for m in results]}))
     if failed:
         raise KafkaError(f"{len(failed)} record(s) failed: {failed[0]}")
@@ -262,7 +280,7 @@ def cmd_topic_consume(args) -> int:
     ends = consumer.end_offsets(tps) if args.exit_at_end else None
     fmt = "json" if args.json else args.format
     got = 0
-    out = sys.stdout
+    out = _out()
     try:
         while args.num is None or got < args.num:
             if ends is not None and all(consumer.position(tp) >= ends[tp] for tp in tps):
@@ -292,7 +310,7 @@ def _consume_group(args, handle) -> int:
         raise KafkaError(f"topic {args.name!r} does not exist")
     consumer.subscribe([args.name])
     fmt = "json" if args.json else args.format
-    got, out = 0, sys.stdout
+    got, out = 0, _out()
     try:
         while args.num is None or got < args.num:
             limit = None if args.num is None else args.num - got
@@ -519,9 +537,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Called without ``argv`` (the ``rafka`` script), sys.stdout stays on stderr until the
+    process exits (Ray's listener thread may still print as the interpreter shuts down); called with
+    ``argv`` (in-process use), it is given back on return."""
+    global OUTPUT
     parser = build_parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    saved = OUTPUT
+    OUTPUT, sys.stdout = sys.stdout, sys.stderr
+    try:
+        return _run(args)
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            OUTPUT.flush()
+        if argv is not None:
+            OUTPUT, sys.stdout = saved, OUTPUT
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except UsageError as exc:

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,45 @@ def test_perf_json(cli):
     assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"] <= res["latency_max_ms"]
     res = json.loads(cli("perf", "consume", "--topic", "perf", "--records", "20000", "--json").stdout)
     assert res["records"] == 20000 and res["bytes"] == 2_000_000 and not res["timed_out"]
+
+
+PUBLISH_WARNINGS = """
+import sys, time, ray, rafka
+from ray._private.utils import publish_error_to_driver
+rafka.connect(sys.argv[1])
+while True:  # to every driver (job id nil), the way the raylet sends "N PYTHON worker processes ..." warnings
+    publish_error_to_driver("rafka_test", "rafka-test: a cluster-wide warning", ray._private.worker.global_worker.gcs_client)
+    time.sleep(0.2)
+"""
+
+
+def test_stdout_carries_only_the_commands_output(cli):
+    """Ray's driver prints cluster-wide warnings (published to every driver, like the raylet's "N PYTHON worker
+    processes have been started") on sys.stdout even with log_to_driver=False. A consumer that is attached
+    while such warnings arrive still prints only its records on stdout; the warnings go to stderr."""
+    cli("topic", "create", "quiet", "-p", "1", "-r", "1")
+    consumer = subprocess.Popen([RAFKA, "topic", "consume", "quiet", "-n", "3", "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=cli.env)
+    publisher = subprocess.Popen([sys.executable, "-c", PUBLISH_WARNINGS, cli.info["address"]],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli.env)
+    err_lines: list[str] = []
+    warned = threading.Event()
+
+    def read_stderr():
+        for line in consumer.stderr:
+            err_lines.append(line)
+            if "rafka-test: a cluster-wide warning" in line:
+                warned.set()
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert warned.wait(90), "the consumer never received the published warning:\n" + "".join(err_lines)
+        cli("topic", "produce", "quiet", stdin="a\nb\nc\n")
+        out, _ = consumer.communicate(timeout=60)
+    finally:
+        publisher.kill()
+        consumer.kill()
+        publisher.wait(timeout=30)
+    reader.join(timeout=10)
+    assert consumer.returncode == 0, "".join(err_lines)
+    assert [json.loads(line)["value"] for line in out.splitlines()] == ["a", "b", "c"], out
