@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import rafka  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.errors import KafkaError  # noqa: E402
+from rafka.output import claim_stdout  # noqa: E402
 from storage.errors import TopicAlreadyExistsError  # noqa: E402
 
 VALUE_BYTES = 100
@@ -216,7 +217,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
     args = ap.parse_args()
-
+    stdout = claim_stdout()
     t = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rafka-gbench-") as d:
         cluster = rafka.LocalCluster(brokers=3, data_dir=d, name="gbench" + uuid.uuid4().hex[:6],
@@ -248,7 +249,7 @@ def main() -> int:
                    "cpus": os.cpu_count()}
         finally:
             cluster.stop()
-    print(json.dumps(res) if args.json else json.dumps(res, indent=2))
+    print(json.dumps(res) if args.json else json.dumps(res, indent=2), file=stdout)
     ok = res["group_consume"]["completed"] and not res["group_consume"]["errors"] and "error" not in res["rebalance"]
     return 0 if ok else 1
 

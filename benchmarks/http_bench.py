@@ -29,6 +29,7 @@ import msgpack
 import requests
 
 import rafka
+from rafka.output import claim_stdout
 from serve.http import start_gateway, stop_gateway
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -172,6 +173,7 @@ def main() -> int:
     ap.add_argument("--stream-chunk", type=int, default=500, help="records per chunk of the streaming request")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
+    stdout = claim_stdout()
     with tempfile.TemporaryDirectory(prefix="rafka-http-bench-") as data_dir:
         cluster = rafka.LocalCluster(brokers=args.brokers, data_dir=data_dir, name="httpbench")
         try:
@@ -198,7 +200,7 @@ def main() -> int:
            "replication_factor": args.replication_factor, "acks": args.acks, "gateway_replicas": args.replicas,
            "client_threads": args.threads, "producer_config": args.producer_config or None, "value_size": args.value_size, "gateway_start_s": round(startup, 2),
            "cases": cases}
-    print(json.dumps(out, indent=None if args.json else 2))
+    print(json.dumps(out, indent=None if args.json else 2), file=stdout)
     return 1 if any(c["errors"] for c in cases) else 0
 
 

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402  (ray depends on it)
 import ray  # noqa: E402
 
+from rafka.output import claim_stdout  # noqa: E402
 from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers  # noqa: E402
 
 VALUE_BYTES = 100
@@ -223,6 +224,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--fetch-mb", type=int, default=8)
     ap.add_argument("--consumers", type=int, default=2, help="processes for the parallel consume run")
     args = ap.parse_args(argv)
+    stdout = claim_stdout()
 
     root = tempfile.mkdtemp(prefix="rafka-bench-")
     cluster = "bench" + str(os.getpid())
@@ -274,10 +276,10 @@ def main(argv=None) -> dict:
             ray.shutdown()
             shutil.rmtree(root, ignore_errors=True)
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(json.dumps(out, indent=1), file=stdout)
     else:
         for k, v in out.items():
-            print(f"{k:24s} {v}")
+            print(f"{k:24s} {v}", file=stdout)
     return out
 
 

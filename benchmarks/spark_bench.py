@@ -32,6 +32,7 @@ import pyarrow as pa  # noqa: E402
 import ray  # noqa: E402
 
 import rafka  # noqa: E402
+from rafka.output import claim_stdout  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 
 VALUE_BYTES = 100
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--job-events", type=int, default=200_000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    stdout = claim_stdout()
     from jobs.spark import init_spark, stop_spark
     results: dict = {"records": args.records, "record_bytes": VALUE_BYTES, "partitions": 6, "replication_factor": 3}
     with tempfile.TemporaryDirectory(prefix="rafka-spark-bench-") as tmp, \
@@ -168,10 +170,10 @@ def main() -> None:
         finally:
             stop_spark()
     if args.json:
-        print(json.dumps(results))
+        print(json.dumps(results), file=stdout)
     else:
         for k, v in results.items():
-            print(f"{k:16} {v}")
+            print(f"{k:16} {v}", file=stdout)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from rafka import clusterctl
 from rafka.errors import ClusterNotFoundError, KafkaError
+from rafka.output import claim_stdout
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CLUSTER = 0, 1, 2, 3
 
@@ -44,10 +45,9 @@ def _kv_pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
-# A command's output goes to OUTPUT: the stdout it was started with. While a command runs, sys.stdout is
-# pointed at stderr, because Ray's driver prints raylet warnings ("(raylet) WARNING: 4 PYTHON worker
-# processes have been started ...") to sys.stdout even with log_to_driver=False, and `--json` output or
-# `topic consume ... | tool` must carry nothing but the command's own lines.
+# A command's output goes to OUTPUT, the stdout it was started with; while it runs, sys.stdout is stderr
+# (rafka.output: Ray's driver prints cluster-wide warnings on sys.stdout, and `--json` output or
+# `topic consume ... | tool` must carry nothing but the command's own lines).
 OUTPUT: TextIO | None = None
 
 
@@ -544,15 +544,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    saved = OUTPUT
-    OUTPUT, sys.stdout = sys.stdout, sys.stderr
+    saved_output, saved_stdout = OUTPUT, sys.stdout
+    OUTPUT = claim_stdout()
     try:
         return _run(args)
     finally:
         with contextlib.suppress(BrokenPipeError):
             OUTPUT.flush()
         if argv is not None:
-            OUTPUT, sys.stdout = saved, OUTPUT
+            OUTPUT, sys.stdout = saved_output, saved_stdout
 
 
 def _run(args) -> int:

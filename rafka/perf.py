@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=65536)
     ap.add_argument("--latency-rate", type=int, default=5000, help="records/s of the moderate-load latency run")
     args = ap.parse_args(argv)
-    out = {}
+    from rafka.output import claim_stdout
+    stdout, out = claim_stdout(), {}
     with LocalCluster(brokers=3) as cluster:
         admin = Admin(cluster)
         admin.create_topic("perf-rf1", args.partitions, 1)
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         out["latency_acksall_rf3_moderate"] = produce_perf(
             cluster, "perf-rf3", args.latency_rate * 5, args.record_size, throughput=args.latency_rate,
             acks="all", linger_ms=1)
-    print(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2), file=stdout)
     return 0
 
 
