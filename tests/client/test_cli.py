@@ -15,6 +15,14 @@ pytestmark = pytest.mark.cluster
 RAFKA = str(Path(sys.executable).with_name("rafka"))
 
 
+def js(proc: subprocess.CompletedProcess):
+    """The command's stdout as JSON; a failure shows what it printed."""
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError(f"stdout is not JSON:\n{proc.stdout}\n-- stderr --\n{proc.stderr}") from None
+
+
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
     home = tmp_path_factory.mktemp("rafka-home")
@@ -27,12 +35,12 @@ def cli(tmp_path_factory):
             raise AssertionError(f"rafka {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
     out = run("cluster", "start", "--brokers", "1", "--data-dir", str(home / "data"), "--num-cpus", "1", "--json")
-    run.info = json.loads(out.stdout)
+    run.info = js(out)
     run.env = env
     yield run
     stopped = run("cluster", "stop", "--json", check=False)
     from rafka.clusterctl import ray_processes
-    assert stopped.returncode == 0 and json.loads(stopped.stdout)["killed"] > 0
+    assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
 
 
@@ -46,17 +54,17 @@ def test_start_attach_from_a_fresh_process(cli):
     assert proc.returncode == 0, proc.stderr
     desc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [b["id"] for b in desc["brokers"]] == [0] and desc["brokers"][0]["alive"]
-    out = json.loads(cli("cluster", "info", "--json").stdout)
+    out = js(cli("cluster", "info", "--json"))
     assert out["address"] == info["address"] and out["controller_id"] == 0
 
 
 def test_topic_lifecycle_and_round_trip(cli):
     cli("topic", "create", "events", "-p", "2", "-r", "1", "-c", "retention.ms=60000")
-    assert json.loads(cli("topic", "list", "--json").stdout) == [{"name": "events", "partitions": 2, "replicas": 1}]
+    assert js(cli("topic", "list", "--json")) == [{"name": "events", "partitions": 2, "replicas": 1}]
     lines = "".join(f"user-{i % 3}:click {i}\n" for i in range(6))
-    produced = json.loads(cli("topic", "produce", "events", "--key-separator", ":", "--json", stdin=lines).stdout)
+    produced = js(cli("topic", "produce", "events", "--key-separator", ":", "--json", stdin=lines))
     assert produced["produced"] == 6 and produced["failed"] == 0
-    (desc,) = json.loads(cli("topic", "describe", "events", "--json").stdout)
+    (desc,) = js(cli("topic", "describe", "events", "--json"))
     assert desc["configs"] == {"retention.ms": "60000"}
     assert sum(p["high_watermark"] for p in desc["partitions"]) == 6
     assert desc["effective_configs"]["retention.ms"] == "60000"
@@ -67,12 +75,12 @@ def test_topic_lifecycle_and_round_trip(cli):
     text = cli("topic", "consume", "events", "-e", "-p", "0", "-f", "%k=%v\\n").stdout
     assert all("=" in line for line in text.splitlines())
     cli("topic", "add-partitions", "events", "-n", "1")
-    assert len(json.loads(cli("topic", "describe", "events", "--json").stdout)[0]["partitions"]) == 3
+    assert len(js(cli("topic", "describe", "events", "--json"))[0]["partitions"]) == 3
     cli("topic", "alter-config", "events", "--set", "retention.ms=1000", "--delete", "nope.config", check=False)
     cli("topic", "alter-config", "events", "--set", "retention.ms=1000")
-    assert json.loads(cli("topic", "describe", "events", "--json").stdout)[0]["configs"]["retention.ms"] == "1000"
+    assert js(cli("topic", "describe", "events", "--json"))[0]["configs"]["retention.ms"] == "1000"
     cli("topic", "delete", "events")
-    assert json.loads(cli("topic", "list", "--json").stdout) == []
+    assert js(cli("topic", "list", "--json")) == []
 
 
 def test_errors_are_one_line_with_exit_codes(cli):
@@ -92,12 +100,12 @@ def test_errors_are_one_line_with_exit_codes(cli):
 
 def test_perf_json(cli):
     cli("topic", "create", "perf", "-p", "2", "-r", "1")
-    res = json.loads(cli("perf", "produce", "--topic", "perf", "--records", "20000", "--record-size", "100",
-                         "--acks", "all", "--json").stdout)
+    res = js(cli("perf", "produce", "--topic", "perf", "--records", "20000", "--record-size", "100",
+                 "--acks", "all", "--json"))
     assert res["records"] == 20000 and res["errors"] == 0
     assert res["records_per_s"] > 0 and res["mb_per_s"] > 0
     assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"] <= res["latency_max_ms"]
-    res = json.loads(cli("perf", "consume", "--topic", "perf", "--records", "20000", "--json").stdout)
+    res = js(cli("perf", "consume", "--topic", "perf", "--records", "20000", "--json"))
     assert res["records"] == 20000 and res["bytes"] == 2_000_000 and not res["timed_out"]
 
 
