@@ -337,9 +337,15 @@ c = rafka.Consumer(sys.argv[2], group_id=sys.argv[3], enable_auto_commit=False, 
 c.subscribe([sys.argv[4]])
 while True:  # process (print) records, never commit; the test SIGKILLs this process
     for recs in c.poll(timeout_ms=100).values():
-        for r in recs:
-            print(r.partition, int(r.value), flush=True)
+        for r in recs:  # one write per line: under PYTHONUNBUFFERED print() writes each piece on its own
+            os.write(1, b"%d %d\n" % (r.partition, int(r.value)))
 """
+
+
+def processed_lines(path) -> list:
+    """The (partition, value) lines the member has finished writing (a line being written has no newline yet)."""
+    with open(path) as f:
+        return [tuple(map(int, line.split())) for line in f if line.endswith("\n")]
 
 
 def test_crashed_member_is_expired_by_session_timeout_and_its_records_reprocessed(gcluster, gadmin, tmp_path):
@@ -360,12 +366,12 @@ def test_crashed_member_is_expired_by_session_timeout_and_its_records_reprocesse
     mine = []
     try:
         deadline = time.monotonic() + 60
-        while sum(1 for _ in open(out.name)) < 10:  # the member joined and processed some records
+        while len(processed_lines(out.name)) < 10:  # the member joined and processed some records
             assert proc.poll() is None and time.monotonic() < deadline, "member process did not consume"
             time.sleep(0.1)
         survivor.subscribe([name])
         poll_until([survivor], lambda: len(survivor.assignment()) == 1, timeout_s=60, sink=mine)
-        processed_by_crashed = [tuple(map(int, line.split())) for line in open(out.name)]
+        processed_by_crashed = processed_lines(out.name)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         t0 = time.monotonic()
