@@ -56,15 +56,15 @@ def _step_printer(args):
 def _stdout_to_stderr():
     """Send fd 1 to stderr while Spark runs: the JVMs it starts (driver, RayDP's AppMaster) print log4j
     notices on stdout, which must carry only the summary (it may be --json)."""
-    from rafka.cli import _out
-    for stream in (sys.stdout, _out()):
+    from rafka.cli import output_stream
+    for stream in (sys.stdout, output_stream()):
         stream.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
         yield
     finally:
-        for stream in (sys.stdout, _out()):
+        for stream in (sys.stdout, output_stream()):
             stream.flush()
         os.dup2(saved, 1)
         os.close(saved)

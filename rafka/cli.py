@@ -51,12 +51,13 @@ def _kv_pairs(items: list[str] | None, what: str) -> dict[str, str]:
 OUTPUT: TextIO | None = None
 
 
-def _out() -> TextIO:
+def output_stream() -> TextIO:
+    """Where a command writes its output: the stdout the process started with (see OUTPUT)."""
     return OUTPUT if OUTPUT is not None else sys.stdout
 
 
 def _echo(text: str) -> None:
-    out = _out()
+    out = output_stream()
     out.write(text + "\n")
     out.flush()
 
@@ -280,7 +281,7 @@ def cmd_topic_consume(args) -> int:
     ends = consumer.end_offsets(tps) if args.exit_at_end else None
     fmt = "json" if args.json else args.format
     got = 0
-    out = _out()
+    out = output_stream()
     try:
         while args.num is None or got < args.num:
             if ends is not None and all(consumer.position(tp) >= ends[tp] for tp in tps):
@@ -310,7 +311,7 @@ def _consume_group(args, handle) -> int:
         raise KafkaError(f"topic {args.name!r} does not exist")
     consumer.subscribe([args.name])
     fmt = "json" if args.json else args.format
-    got, out = 0, _out()
+    got, out = 0, output_stream()
     try:
         while args.num is None or got < args.num:
             limit = None if args.num is None else args.num - got
