@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
-    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf,serve,job}")
+    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf,serve,job,verify}")
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
         dest="verb", required=True)
@@ -532,8 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Serve / RayDP only when a verb runs, so `rafka topic ...` stays light
     from serve.cli import register as register_serve
     from jobs.cli import register as register_jobs
+    from rafka.verify import register as register_verify
     register_serve(groups, common)
     register_jobs(groups, common)
+    register_verify(groups, common)
     return p
 
 

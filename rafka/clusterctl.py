@@ -152,7 +152,8 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
     use_token_auth_if_available()
     address = f"{get_node_ip_address()}:{gcs_port}"
     info = {"cluster": cluster, "address": address, "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
-            "temp_dir": temp_dir, "data_dir": data_dir, "brokers": brokers, "started_at": time.time(),
+            "temp_dir": temp_dir, "data_dir": data_dir, "brokers": brokers, "config": dict(config or {}),
+            "started_at": time.time(),
             "pids": sorted(ray_processes(temp_dir))}
     try:
         ray.init(address=address, namespace="rafka", log_to_driver=False, logging_level="WARNING")
