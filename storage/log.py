@@ -40,30 +40,31 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from storage import cleaner
+from storage.checkpoints import fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
-    CorruptMessageError, InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
+    InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
     RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
 from storage.log_config import LogConfig
+from storage.log_loader import (
+    CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
+    replay_producer_state,
+)
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
     CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_LOG_APPEND_TIME, TRANSACTIONAL_MASK, RecordBatch, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
-from storage.segment import KafkaStorageError, LogSegment, parse_base_offset
+from storage.segment import KafkaStorageError, LogSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo",
-           "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]
+__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
+           "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
+           "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
-RECOVERY_POINT_FILE = "recovery-point-checkpoint"
-HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
-LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
-EPOCH_FILE = "leader-epoch-checkpoint"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
 
 
@@ -84,38 +85,6 @@ class FetchDataInfo(NamedTuple):
     records: bytes  # whole batches
     first_offset: int  # base offset of the first batch returned (the fetch offset when empty)
     next_offset: int  # where the next fetch continues (the fetch offset when empty)
-
-
-def _read_checkpoint(path: str) -> int | None:
-    try:
-        with open(path, "r", encoding="ascii") as f:
-            lines = f.read().split("\n")
-        if len(lines) >= 2 and lines[0] == "0" and int(lines[1]) >= 0:
-            return int(lines[1])
-        raise ValueError(f"unexpected content {lines[:2]!r}")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        log.warning("checkpoint %s is unreadable (%s); ignoring it", path, e)
-        return None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_checkpoint(path: str, value: int) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"0\n{value}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
 
 
 def _now(now_ms: int | None) -> int:
@@ -190,7 +159,7 @@ class Log:
         if written is not None and self._hw < written:
             # A lowered HW (truncation, a follower adopting its leader's) is checkpointed at once: a
             # crash must never bring back a HW above what this replica last knew.
-            _write_checkpoint(os.path.join(self.dir, HIGH_WATERMARK_FILE), self._hw)
+            write_offset_checkpoint(os.path.join(self.dir, HIGH_WATERMARK_FILE), self._hw)
             self._written[HIGH_WATERMARK_FILE] = self._hw
         self.producer_state.on_high_watermark_updated(self._hw)
         return self._hw
@@ -208,149 +177,24 @@ class Log:
         return LogSegment(self.dir, base, c.index_interval_bytes, c.segment_index_bytes, now_ms, suffix)
 
     def _load(self, now: int) -> None:
-        d = self.dir
-        clean = os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
-        self._remove_temp_files_and_complete_swaps(now)
-        names = os.listdir(d)
-        bases = sorted({b for n in names if n.endswith(".log") and (b := parse_base_offset(n)) is not None})
-        for n in names:  # index files whose segment is gone
-            b = parse_base_offset(n)
-            if b is not None and b not in bases and (n.endswith(".index") or n.endswith(".timeindex")):
-                os.remove(os.path.join(d, n))
-        lso = _read_checkpoint(os.path.join(d, LOG_START_OFFSET_FILE))
-        rp = _read_checkpoint(os.path.join(d, RECOVERY_POINT_FILE)) or 0
-        hw = _read_checkpoint(os.path.join(d, HIGH_WATERMARK_FILE)) or 0
-        for b in bases:
-            self._segments.append(self._new_segment(b, now))
-            self._bases.append(b)
-        if not self._segments:
-            start = lso or 0
-            self._segments.append(self._new_segment(start, now))
-            self._bases.append(start)
-        rebuild_epochs = self.epoch_cache.load_error is not None or (
-            not os.path.exists(self.epoch_cache.path) and self._segments[-1].size + self._segments[0].size > 0)
-        first_recovered = len(self._segments)
-        if not clean:
-            first_recovered = max(bisect_right(self._bases, rp) - 1, 0)
-        for seg in self._segments[:first_recovered]:
-            if not seg.indexes_exist():
-                seg.rebuild_indexes()
-        if first_recovered < len(self._segments):
-            self._recover_segments(first_recovered, rebuild_epochs)
-        for seg in self._segments[:-1]:
-            seg.on_become_inactive()
-        try:
-            self._leo = self.active_segment.next_offset  # loads (and if need be rebuilds) its indexes
-        except CorruptMessageError as e:  # damage after a clean shutdown: the tail is recovered anyway
-            log.warning("log %s: active segment is damaged (%s); recovering it", self.dir, e)
-            self.active_segment.recover(strict_offsets=self.config.cleanup_policy == "delete")
-            self._leo = self.active_segment.next_offset
-        self._lso = min(max(lso or 0, self._bases[0]), self._leo)
-        self._hw = min(max(hw, self._lso), self._leo)
-        self._rp = self._leo
-        if rebuild_epochs:
-            self._rebuild_epoch_cache()
-        self.epoch_cache.truncate_from_end(self._leo)
-        self.epoch_cache.truncate_from_start(self._lso)
-        replay_from = self.producer_state.load(self._lso, self._leo, now)
-        self._replay_producer_state(replay_from)
-        self.producer_state.on_high_watermark_updated(self._hw)
-        self._write_checkpoints(force=True)
-        if clean:
-            os.remove(os.path.join(d, CLEAN_SHUTDOWN_FILE))
-            _fsync_dir(d)
-
-    def _remove_temp_files_and_complete_swaps(self, now: int) -> None:
-        """Drop ``.cleaned``/``.deleted``/checkpoint ``.tmp`` leftovers; complete each interrupted swap:
-        a ``.log.swap`` (flushed before it got that name) replaces the segments whose base offsets lie in
-        its offset range. A ``.swap`` index is dropped (the segment's indexes are rebuilt)."""
-        swaps = []
-        for n in os.listdir(self.dir):
-            path = os.path.join(self.dir, n)
-            if n.endswith((".cleaned", ".deleted")) or (n.endswith(".tmp") and "checkpoint" in n):
-                os.remove(path)
-            elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
-                swaps.append(parse_base_offset(n))
-            elif n.endswith(".swap"):
-                os.remove(path)
-        for base in sorted(swaps):
-            seg = self._new_segment(base, now, suffix=".swap")
-            end = max(seg.next_offset, base + 1)
-            log.warning("log %s: completing the interrupted swap of segment %d (up to %d)", self.dir, base, end)
-            for n in os.listdir(self.dir):
-                b = parse_base_offset(n)
-                if b is not None and base <= b < end and n.endswith((".log", ".index", ".timeindex")):
-                    os.remove(os.path.join(self.dir, n))
-            seg.change_suffix("")
-            seg.close()
-            for idx in (seg.index_path, seg.time_index_path):
-                if os.path.exists(idx):
-                    os.remove(idx)
-        if swaps:
-            _fsync_dir(self.dir)
-
-    def _recover_segments(self, first: int, rebuild_epochs: bool) -> None:
-        strict = self.config.cleanup_policy == "delete"
-        cache = self.epoch_cache
-        latest, last = [cache.latest_epoch], [-1]
-
-        def on_batch(_pos, h):
-            if h[2] >= 0:
-                last[0] = h[2]
-                if not rebuild_epochs and h[2] > latest[0]:
-                    cache.assign(h[2], h[0])
-                    latest[0] = h[2]
-
-        i = first
-        while i < len(self._segments):
-            seg = self._segments[i]
-            if strict and i > first and seg.base_offset != self._segments[i - 1].next_offset:
-                log.warning("log %s: segment %d does not continue the previous one (ends at %d); "
-                            "deleting it and the rest", self.dir, seg.base_offset, self._segments[i - 1].next_offset)
-                self._delete_tail(i)
-                break
-            truncated = seg.recover(strict_offsets=strict, on_batch=on_batch, min_epoch=last[0])
-            seg.flush()
-            if truncated:
-                self._delete_tail(i + 1)
-                break
-            i += 1
-
-    def _delete_tail(self, i: int) -> None:
-        for seg in self._segments[i:]:
-            log.warning("log %s: deleting segment %d after a corrupt batch", self.dir, seg.base_offset)
-            seg.delete()
-        del self._segments[i:], self._bases[i:]
-
-    def _rebuild_epoch_cache(self) -> None:
-        log.warning("log %s: rebuilding the leader epoch cache from batch headers", self.dir)
-        self.epoch_cache.clear()
-        latest = -1
-        for seg in self._segments:
-            for _, h in seg.iter_headers():
-                if h[2] > latest:
-                    self.epoch_cache.assign(h[2], h[0])
-                    latest = h[2]
+        loaded = load_log(self.dir, self.config, self.epoch_cache, self.producer_state, self._new_segment, now)
+        self._segments = loaded.segments
+        self._bases = [seg.base_offset for seg in loaded.segments]
+        self._lso, self._leo, self._hw = loaded.log_start_offset, loaded.log_end_offset, loaded.high_watermark
+        self._rp = self._leo  # every recovered segment was fsynced; trusted ones were below the old point
+        self._written.update(loaded.checkpoints)
+        self._write_checkpoints()  # those that changed, or were missing or unreadable
 
     def _replay_producer_state(self, start: int) -> None:
-        ps = self.producer_state
-        if start < self._leo:
-            for seg in self._segments[max(bisect_right(self._bases, start) - 1, 0):]:
-                found = seg.translate_offset(start)
-                if found is None:
-                    continue
-                for pos, h in seg.iter_headers(found[0]):
-                    if h[9] >= 0 and h[0] >= start:
-                        data = seg.read_bytes(pos, LOG_OVERHEAD + h[1]) if h[5] & CONTROL_MASK else None
-                        ps.update(h, -1, data, 0)
-        ps.map_end_offset = self._leo
+        replay_producer_state(self._segments, self._bases, self.producer_state, start, self._leo)
 
     # ------------------------------------------------------------------ checkpoints and flushing
-    def _write_checkpoints(self, force: bool = False) -> None:
+    def _write_checkpoints(self) -> None:
+        """Persist the recovery point, high watermark and log start offset that changed (each atomically)."""
         for name, value in ((RECOVERY_POINT_FILE, self._rp), (HIGH_WATERMARK_FILE, self._hw),
                             (LOG_START_OFFSET_FILE, self._lso)):
-            if force or self._written.get(name) != value:
-                _write_checkpoint(os.path.join(self.dir, name), value)
+            if self._written.get(name) != value:
+                write_offset_checkpoint(os.path.join(self.dir, name), value)
                 self._written[name] = value
 
     def flush(self, now_ms: int | None = None, checkpoint: bool = True) -> None:
@@ -637,12 +481,17 @@ class Log:
         if offset >= self._leo:
             return False
         if offset < self._bases[0]:
-            self.truncate_fully_and_start_at(offset)
+            self.truncate_fully_and_start_at(offset, now_ms)
             return True
+        # Order (crash-safe at every step): lower the recovery point (so the next open scans from the
+        # segment holding `offset`) and the high watermark first; delete whole segments from the highest
+        # base down (what a crash leaves is a prefix of the old log, never one with a hole); truncate the
+        # segment holding `offset`; then the epoch cache, producer state and checkpoints follow the data.
+        self._lower_checkpoints(offset)
         i = bisect_right(self._bases, offset)
-        for seg in self._segments[i:]:
-            seg.delete()
-        del self._segments[i:], self._bases[i:]
+        while len(self._segments) > i:
+            self._segments.pop().delete()
+            self._bases.pop()
         self._segments[-1].truncate_to(offset)
         self._leo = self._segments[-1].next_offset
         self._lso = min(self._lso, self._leo)
@@ -654,15 +503,25 @@ class Log:
         self._write_checkpoints()
         return True
 
+    def _lower_checkpoints(self, offset: int) -> None:
+        """Persist a recovery point and high watermark no higher than ``offset`` before data above it goes."""
+        self._rp, self._hw = min(self._rp, offset), min(self._hw, offset)
+        self._write_checkpoints()
+
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything; the log restarts empty at ``offset`` (log start = end = high watermark)."""
         self._check_open()
-        for seg in self._segments:
-            seg.delete()
-        self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
-        self._leo = self._lso = self._hw = self._rp = offset
+        # Order: lowered checkpoints; segments deleted from the highest base down (a crash leaves a prefix
+        # of the old log, or none: an empty log at the old start); the epoch cache and producer snapshots;
+        # only then the new segment and the checkpoints that name it.
+        self._lower_checkpoints(offset)
+        while self._segments:
+            self._segments.pop().delete()
+            self._bases.pop()
         self.epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(offset)
+        self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
+        self._leo = self._lso = self._hw = self._rp = offset
         self._write_checkpoints()
 
     # ------------------------------------------------------------------ deletion and retention
@@ -674,11 +533,16 @@ class Log:
             raise OffsetOutOfRangeError(f"cannot move the log start offset of {self.dir} to {offset}: "
                                         f"above the high watermark {self._hw}")
         if offset > self._lso:
-            self._lso = offset
-            self.epoch_cache.truncate_from_start(offset)
-            self._write_checkpoints()
+            self._advance_log_start(offset)
             self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
         return self._lso
+
+    def _advance_log_start(self, offset: int) -> None:
+        """The log start checkpoint first, then the epoch cache: a crash between them leaves a cache that
+        starts below the log start, which open cuts (never one starting above it)."""
+        self._lso = offset
+        self._write_checkpoints()
+        self.epoch_cache.truncate_from_start(offset)
 
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
@@ -718,14 +582,13 @@ class Log:
             return 0
         if segs[-1] is self._segments[-1]:
             self.roll(now_ms)  # never leave the log without an active segment
-        for seg in segs:
+        for seg in segs:  # lowest first: a crash leaves a suffix; open raises the log start to its base
             self._segments.pop(0)
             self._bases.pop(0)
             seg.delete()
-        if self._bases[0] > self._lso:
-            self._lso = self._bases[0]
-            self.epoch_cache.truncate_from_start(self._lso)
         self._rp = max(self._rp, self._bases[0])
+        if self._bases[0] > self._lso:
+            self._advance_log_start(self._bases[0])
         self.producer_state.delete_snapshots_below(self._bases[0])
         self._write_checkpoints()
         return len(segs)
@@ -742,13 +605,13 @@ class Log:
             raise ValueError("the cleaned segment must start where the old ones start, before the active one")
         new_segment.flush()
         new_segment.change_suffix(".swap")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         i = self._segments.index(old_segments[0])
         for seg in old_segments:
             seg.delete()
         del self._segments[i:i + len(old_segments)], self._bases[i:i + len(old_segments)]
         new_segment.change_suffix("")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._segments.insert(i, new_segment)
         self._bases.insert(i, new_segment.base_offset)
 
@@ -763,7 +626,10 @@ class Log:
         """Flush, checkpoint, snapshot producer state and mark the shutdown clean."""
         if self._closed:
             return
+        # Everything durable before the marker: it tells the next open that no repair is needed.
+        self.active_segment.on_become_inactive()  # its final time index entry, fsynced below
         self.flush()
+        self.active_segment.flush()
         self.producer_state.map_end_offset = self._leo
         self.producer_state.take_snapshot(self._leo)
         for seg in self._segments:
@@ -771,7 +637,7 @@ class Log:
         with open(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE), "w") as f:
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._closed = True
 
     def delete(self) -> None:
