@@ -14,14 +14,19 @@ Directory of one partition (``Log(dir)``)::
     offset checkpoint file := "0" NL offset NL          (version 0; ASCII decimal; atomic rewrite:
                                                           tmp + fsync + rename + directory fsync)
 
-Recovery on open (Kafka's LogLoader): leftover ``.cleaned``/``.deleted``/``.tmp`` files are removed and an
-interrupted segment swap (``.log.swap``) is completed; without the clean-shutdown marker every segment
-from the one holding the recovery point on is scanned (length, magic, CRC, offsets increasing -- exactly
-contiguous when ``cleanup.policy`` is ``delete`` only --, leader epochs non-decreasing) and the log is
-truncated at the first bad batch, later segments deleted. Indexes are rebuilt for scanned segments and for
-any segment whose index is missing or fails its sanity check. Then the epoch cache is truncated to the
-log end (rebuilt from batch headers if its file is corrupt or missing), producer state is loaded from
-the latest snapshot and replayed, the high watermark is clamped into ``[log_start, log_end]``.
+Opening recovers the directory (storage/log_loader.py, Kafka's LogLoader: the clean-shutdown marker goes
+first, interrupted swaps complete, segments after a hole go, everything from the recovery point on is
+validated and the tail cut at the first bad batch, the epoch cache and producer state rebuilt as needed).
+
+Crash safety: every mutation orders its writes so that a process killed between any two of them leaves a
+directory that open turns into a correct log -- the old one, the new one, or (truncation, deletion) one
+in between: checkpoints that allow more recovery are written before the data changes (a lowered recovery
+point and high watermark before truncating, a raised log start before the epoch cache follows it),
+segments are deleted from the highest base offset down when truncating (a prefix remains, never a hole),
+from the lowest up when deleting old data (a suffix remains), files rebuilt in memory are written once
+(tmp + fsync + rename), and the clean-shutdown marker is written last by ``close`` and removed first by
+open. The order of each operation is listed in docs/internals.md; tests/unit/test_crash_points.py kills
+each at every mutating system call.
 
 Flushing: ``flush()`` fsyncs what is above the recovery point and moves the recovery point to the log end.
 Appends flush by themselves when ``flush.messages`` unflushed records or ``flush.ms`` since the last flush
@@ -47,13 +52,17 @@ from storage.errors import (
     RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
 from storage.log_config import LogConfig
+from storage.log_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
+)
+from storage.log_retention import LogRetention
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
     replay_producer_state,
 )
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_LOG_APPEND_TIME, TRANSACTIONAL_MASK, RecordBatch, parse_header,
+    CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, RecordBatch, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
 from storage.segment import KafkaStorageError, LogSegment
@@ -64,7 +73,6 @@ __all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "EARLIEST_TIMES
            "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
            "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
 
 
@@ -93,8 +101,9 @@ def _now(now_ms: int | None) -> int:
 
 # ---------------------------------------------------------------------------------------------- log
 
-class Log:
-    """A partition's segmented log in ``dir``; opening it recovers it."""
+class Log(LogRetention):
+    """A partition's segmented log in ``dir``; opening it recovers it. DeleteRecords and retention
+    (``delete_records``, ``delete_old_segments``) come from storage/log_retention.py."""
 
     def __init__(self, dir: str, config: LogConfig | None = None, now_ms: int | None = None):
         self.dir = os.path.abspath(dir)
@@ -428,48 +437,13 @@ class Log:
                 return FetchDataInfo(*r)
         return empty
 
-    # ------------------------------------------------------------------ offsets by time and epoch
-    def _epoch_for(self, offset: int) -> int:
-        return self.epoch_cache.epoch_for_offset(offset)
-
+    # ------------------------------------------------------------------ offsets by time
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: ``(offset, timestamp, leader_epoch)`` of the first record with a timestamp >=
         ``timestamp``; -2/-4 earliest (log start), -1 latest (log end), -3 the record with the largest
         timestamp. None when no record qualifies (or for other negative timestamps)."""
         self._check_open()
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return self._lso, -1, self._epoch_for(self._lso)
-        if timestamp == LATEST_TIMESTAMP:
-            return self._leo, -1, self.epoch_cache.latest_epoch
-        if timestamp == MAX_TIMESTAMP:
-            if self._leo == self._lso:
-                return None
-            best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
-            if best.max_timestamp_so_far < 0:
-                return None
-            return self._find_in_segment(best, best.max_timestamp_so_far, best.offset_of_max_timestamp, exact=True)
-        if timestamp < 0:
-            return None
-        for seg in self._segments:
-            if seg.max_timestamp_so_far >= timestamp and seg.next_offset > self._lso:
-                found = self._find_in_segment(seg, timestamp, seg.time_index.lookup(timestamp - 1)[1])
-                if found is not None:
-                    return found
-        return None
-
-    def _find_in_segment(self, seg: LogSegment, ts: int, from_offset: int, exact: bool = False):
-        lso = self._lso
-        start = seg.offset_index.lookup(max(from_offset, lso))[1]
-        for pos, h in seg.iter_headers(start):
-            if h[8] < ts or h[0] + h[6] < lso:
-                continue
-            epoch = h[2] if h[2] >= 0 else -1
-            if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-                return max(h[0], lso), h[8], epoch
-            for r in RecordBatch(seg.read_bytes(pos, LOG_OVERHEAD + h[1]), 0, header=h):
-                if r.offset >= lso and (r.timestamp == ts if exact else r.timestamp >= ts):
-                    return r.offset, r.timestamp, epoch
-        return None
+        return offset_by_timestamp(self._segments, self._lso, self._leo, self.epoch_cache, timestamp)
 
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
@@ -523,75 +497,6 @@ class Log:
         self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
         self._leo = self._lso = self._hw = self._rp = offset
         self._write_checkpoints()
-
-    # ------------------------------------------------------------------ deletion and retention
-    def delete_records(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,
-        else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
-        self._check_open()
-        if offset > self._hw:
-            raise OffsetOutOfRangeError(f"cannot move the log start offset of {self.dir} to {offset}: "
-                                        f"above the high watermark {self._hw}")
-        if offset > self._lso:
-            self._advance_log_start(offset)
-            self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
-        return self._lso
-
-    def _advance_log_start(self, offset: int) -> None:
-        """The log start checkpoint first, then the epoch cache: a crash between them leaves a cache that
-        starts below the log start, which open cuts (never one starting above it)."""
-        self._lso = offset
-        self._write_checkpoints()
-        self.epoch_cache.truncate_from_start(offset)
-
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
-        largest timestamp) and the oldest segments beyond ``retention.bytes`` (never the active one); in
-        any case segments wholly below the log start offset. Only segments below the high watermark go.
-        Returns the number of segments deleted."""
-        self._check_open()
-        c, deleted = self.config, 0
-        if c.delete and c.retention_ms >= 0:
-            deleted += self._delete_segments(self._deletable(
-                lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms)
-        if c.delete and c.retention_bytes >= 0:
-            excess = [self.size_in_bytes - c.retention_bytes]
-
-            def over(seg, nxt):
-                if nxt is not None and excess[0] - seg.size >= 0:
-                    excess[0] -= seg.size
-                    return True
-                return False
-            deleted += self._delete_segments(self._deletable(over), now_ms)
-        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso),
-                                         now_ms)
-        return deleted
-
-    def _deletable(self, predicate) -> list[LogSegment]:
-        out = []
-        for i, seg in enumerate(self._segments):
-            nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
-            upper = nxt if nxt is not None else self._leo
-            if upper > self._hw or (nxt is None and seg.size == 0) or not predicate(seg, nxt):
-                break
-            out.append(seg)
-        return out
-
-    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None) -> int:
-        if not segs:
-            return 0
-        if segs[-1] is self._segments[-1]:
-            self.roll(now_ms)  # never leave the log without an active segment
-        for seg in segs:  # lowest first: a crash leaves a suffix; open raises the log start to its base
-            self._segments.pop(0)
-            self._bases.pop(0)
-            seg.delete()
-        self._rp = max(self._rp, self._bases[0])
-        if self._bases[0] > self._lso:
-            self._advance_log_start(self._bases[0])
-        self.producer_state.delete_snapshots_below(self._bases[0])
-        self._write_checkpoints()
-        return len(segs)
 
     # ------------------------------------------------------------------ compaction
     def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:

@@ -32,13 +32,14 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import traceback
 from dataclasses import dataclass, field
 
 from storage.log import Log
-from storage.records import decode_records, iter_batch_headers, parse_header
+from storage.records import decode_records, iter_batch_headers
 
 UNIT_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT_DIR = os.path.dirname(os.path.dirname(UNIT_DIR))
@@ -346,7 +347,6 @@ def read_index_files(seg) -> tuple[list, list]:
     """The entries of a segment's index files as they are on disk."""
     out = []
     for path, fmt in ((seg.index_path, ">ii"), (seg.time_index_path, ">qi")):
-        import struct
         st = struct.Struct(fmt)
         with _OPEN(path, "rb") as f:
             raw = f.read()

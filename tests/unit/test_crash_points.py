@@ -77,6 +77,16 @@ def test_kill_during_torn_tail_repair_after_clean_shutdown(server, root):
     kill_at(server, root, "open_clean_torn_tail", ["ftruncate", active, 1, True])
 
 
+@pytest.mark.parametrize("name", ["open_with_hole_clean", "open_with_hole"])
+def test_open_deletes_segments_after_a_hole(root, name):
+    """Open checks that every segment continues the previous one, not only those it scans: segments after a
+    hole (an interrupted truncation) go, the log ends where the prefix does."""
+    sc = SCENARIOS[name]
+    tpl, before, after = reference(sc, str(root))
+    assert len(after.segments) == 2 and after.leo == before.segments[1].next_offset
+    verify(copy_dir(tpl, str(root / "open")), sc.config, sc.expect, before, after, name)
+
+
 def test_segment_recover_closes_old_index_writers(tmp_path):
     """recover() replaced the index objects without closing them: their buffered entries were flushed into
     the rebuilt files when garbage collected, duplicating entries on disk."""
