@@ -19,17 +19,20 @@ missing file (empty cache). A corrupt file (bad version, count mismatch, malform
 entries) is logged and treated as empty; ``load_error`` then says why, so the owning Log can rebuild
 the cache from its batches' partition leader epochs.
 
-Every mutation (``assign`` that changes something, both truncations, ``clear``) rewrites the checkpoint
-immediately, as Kafka does: epoch changes are rare and the file must never run ahead of or behind the log
-after a crash in a way recovery cannot fix (Log truncates the cache to its recovered end anyway).
+Every mutation (``assign`` that changes something, both truncations, ``clear``, ``replace``) rewrites the
+checkpoint immediately, as Kafka does: epoch changes are rare. The owning Log orders these writes so the
+file is never behind the log it describes (an entry is written before its batch, truncations after the
+data and after the log start checkpoint): recovery truncates the cache to the recovered log end and log
+start, and a cache rebuilt from batch headers is computed in memory and installed with one ``replace``.
 
 Concurrency: not thread-safe. Only the owning Log (itself driven by its single replica actor) calls it.
 """
 from __future__ import annotations
 
 import logging
-import os
 from bisect import bisect_left, bisect_right
+
+from storage.checkpoints import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +48,7 @@ class CorruptCheckpointError(ValueError):
 
 def write_checkpoint_atomically(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via ``path.tmp`` + fsync + rename + directory fsync."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, text.encode("ascii"))
 
 
 def parse_checkpoint(text: str) -> list[tuple[int, int]]:
@@ -226,6 +219,20 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self._epochs.clear()
         self._offsets.clear()
+        self.flush()
+
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """Install ``entries`` (strictly increasing in both fields) with one checkpoint write: how a cache
+        rebuilt or repaired in memory (a memory-only ``LeaderEpochCache(None)``) is made durable. Building
+        it on the file entry by entry would leave a valid but partial checkpoint at a crash."""
+        for (e0, o0), (e1, o1) in zip(entries, entries[1:]):
+            if e1 <= e0 or o1 <= o0:
+                raise ValueError(f"epoch entries not increasing: ({e0}, {o0}) then ({e1}, {o1})")
+        if any(e < 0 or o < 0 for e, o in entries):
+            raise ValueError(f"negative epoch entry in {entries}")
+        self._epochs = [e for e, _ in entries]
+        self._offsets = [o for _, o in entries]
+        self.load_error = None
         self.flush()
 
     def __repr__(self) -> str:

@@ -14,14 +14,19 @@ Directory of one partition (``Log(dir)``)::
     offset checkpoint file := "0" NL offset NL          (version 0; ASCII decimal; atomic rewrite:
                                                           tmp + fsync + rename + directory fsync)
 
-Recovery on open (Kafka's LogLoader): leftover ``.cleaned``/``.deleted``/``.tmp`` files are removed and an
-interrupted segment swap (``.log.swap``) is completed; without the clean-shutdown marker every segment
-from the one holding the recovery point on is scanned (length, magic, CRC, offsets increasing -- exactly
-contiguous when ``cleanup.policy`` is ``delete`` only --, leader epochs non-decreasing) and the log is
-truncated at the first bad batch, later segments deleted. Indexes are rebuilt for scanned segments and for
-any segment whose index is missing or fails its sanity check. Then the epoch cache is truncated to the
-log end (rebuilt from batch headers if its file is corrupt or missing), producer state is loaded from
-the latest snapshot and replayed, the high watermark is clamped into ``[log_start, log_end]``.
+Opening recovers the directory (storage/log_loader.py, Kafka's LogLoader: the clean-shutdown marker goes
+first, interrupted swaps complete, segments after a hole go, everything from the recovery point on is
+validated and the tail cut at the first bad batch, the epoch cache and producer state rebuilt as needed).
+
+Crash safety: every mutation orders its writes so that a process killed between any two of them leaves a
+directory that open turns into a correct log -- the old one, the new one, or (truncation, deletion) one
+in between: checkpoints that allow more recovery are written before the data changes (a lowered recovery
+point and high watermark before truncating, a raised log start before the epoch cache follows it),
+segments are deleted from the highest base offset down when truncating (a prefix remains, never a hole),
+from the lowest up when deleting old data (a suffix remains), files rebuilt in memory are written once
+(tmp + fsync + rename), and the clean-shutdown marker is written last by ``close`` and removed first by
+open. The order of each operation is listed in docs/internals.md; tests/unit/test_crash_points.py kills
+each at every mutating system call.
 
 Flushing: ``flush()`` fsyncs what is above the recovery point and moves the recovery point to the log end.
 Appends flush by themselves when ``flush.messages`` unflushed records or ``flush.ms`` since the last flush
@@ -40,30 +45,34 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from storage import cleaner
+from storage.checkpoints import fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
-    CorruptMessageError, InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
+    InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
     RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
 from storage.log_config import LogConfig
+from storage.log_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
+)
+from storage.log_retention import LogRetention
+from storage.log_loader import (
+    CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
+    replay_producer_state,
+)
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, LOG_OVERHEAD, TIMESTAMP_LOG_APPEND_TIME, TRANSACTIONAL_MASK, RecordBatch, parse_header,
+    CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, RecordBatch, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
-from storage.segment import KafkaStorageError, LogSegment, parse_base_offset
+from storage.segment import KafkaStorageError, LogSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo",
-           "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP"]
+__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
+           "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
+           "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
-EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
-RECOVERY_POINT_FILE = "recovery-point-checkpoint"
-HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
-LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
-EPOCH_FILE = "leader-epoch-checkpoint"
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
 
 
@@ -86,46 +95,15 @@ class FetchDataInfo(NamedTuple):
     next_offset: int  # where the next fetch continues (the fetch offset when empty)
 
 
-def _read_checkpoint(path: str) -> int | None:
-    try:
-        with open(path, "r", encoding="ascii") as f:
-            lines = f.read().split("\n")
-        if len(lines) >= 2 and lines[0] == "0" and int(lines[1]) >= 0:
-            return int(lines[1])
-        raise ValueError(f"unexpected content {lines[:2]!r}")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        log.warning("checkpoint %s is unreadable (%s); ignoring it", path, e)
-        return None
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_checkpoint(path: str, value: int) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"0\n{value}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
 def _now(now_ms: int | None) -> int:
     return int(time.time() * 1000) if now_ms is None else now_ms
 
 
 # ---------------------------------------------------------------------------------------------- log
 
-class Log:
-    """A partition's segmented log in ``dir``; opening it recovers it."""
+class Log(LogRetention):
+    """A partition's segmented log in ``dir``; opening it recovers it. DeleteRecords and retention
+    (``delete_records``, ``delete_old_segments``) come from storage/log_retention.py."""
 
     def __init__(self, dir: str, config: LogConfig | None = None, now_ms: int | None = None):
         self.dir = os.path.abspath(dir)
@@ -190,7 +168,7 @@ class Log:
         if written is not None and self._hw < written:
             # A lowered HW (truncation, a follower adopting its leader's) is checkpointed at once: a
             # crash must never bring back a HW above what this replica last knew.
-            _write_checkpoint(os.path.join(self.dir, HIGH_WATERMARK_FILE), self._hw)
+            write_offset_checkpoint(os.path.join(self.dir, HIGH_WATERMARK_FILE), self._hw)
             self._written[HIGH_WATERMARK_FILE] = self._hw
         self.producer_state.on_high_watermark_updated(self._hw)
         return self._hw
@@ -208,149 +186,24 @@ class Log:
         return LogSegment(self.dir, base, c.index_interval_bytes, c.segment_index_bytes, now_ms, suffix)
 
     def _load(self, now: int) -> None:
-        d = self.dir
-        clean = os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
-        self._remove_temp_files_and_complete_swaps(now)
-        names = os.listdir(d)
-        bases = sorted({b for n in names if n.endswith(".log") and (b := parse_base_offset(n)) is not None})
-        for n in names:  # index files whose segment is gone
-            b = parse_base_offset(n)
-            if b is not None and b not in bases and (n.endswith(".index") or n.endswith(".timeindex")):
-                os.remove(os.path.join(d, n))
-        lso = _read_checkpoint(os.path.join(d, LOG_START_OFFSET_FILE))
-        rp = _read_checkpoint(os.path.join(d, RECOVERY_POINT_FILE)) or 0
-        hw = _read_checkpoint(os.path.join(d, HIGH_WATERMARK_FILE)) or 0
-        for b in bases:
-            self._segments.append(self._new_segment(b, now))
-            self._bases.append(b)
-        if not self._segments:
-            start = lso or 0
-            self._segments.append(self._new_segment(start, now))
-            self._bases.append(start)
-        rebuild_epochs = self.epoch_cache.load_error is not None or (
-            not os.path.exists(self.epoch_cache.path) and self._segments[-1].size + self._segments[0].size > 0)
-        first_recovered = len(self._segments)
-        if not clean:
-            first_recovered = max(bisect_right(self._bases, rp) - 1, 0)
-        for seg in self._segments[:first_recovered]:
-            if not seg.indexes_exist():
-                seg.rebuild_indexes()
-        if first_recovered < len(self._segments):
-            self._recover_segments(first_recovered, rebuild_epochs)
-        for seg in self._segments[:-1]:
-            seg.on_become_inactive()
-        try:
-            self._leo = self.active_segment.next_offset  # loads (and if need be rebuilds) its indexes
-        except CorruptMessageError as e:  # damage after a clean shutdown: the tail is recovered anyway
-            log.warning("log %s: active segment is damaged (%s); recovering it", self.dir, e)
-            self.active_segment.recover(strict_offsets=self.config.cleanup_policy == "delete")
-            self._leo = self.active_segment.next_offset
-        self._lso = min(max(lso or 0, self._bases[0]), self._leo)
-        self._hw = min(max(hw, self._lso), self._leo)
-        self._rp = self._leo
-        if rebuild_epochs:
-            self._rebuild_epoch_cache()
-        self.epoch_cache.truncate_from_end(self._leo)
-        self.epoch_cache.truncate_from_start(self._lso)
-        replay_from = self.producer_state.load(self._lso, self._leo, now)
-        self._replay_producer_state(replay_from)
-        self.producer_state.on_high_watermark_updated(self._hw)
-        self._write_checkpoints(force=True)
-        if clean:
-            os.remove(os.path.join(d, CLEAN_SHUTDOWN_FILE))
-            _fsync_dir(d)
-
-    def _remove_temp_files_and_complete_swaps(self, now: int) -> None:
-        """Drop ``.cleaned``/``.deleted``/checkpoint ``.tmp`` leftovers; complete each interrupted swap:
-        a ``.log.swap`` (flushed before it got that name) replaces the segments whose base offsets lie in
-        its offset range. A ``.swap`` index is dropped (the segment's indexes are rebuilt)."""
-        swaps = []
-        for n in os.listdir(self.dir):
-            path = os.path.join(self.dir, n)
-            if n.endswith((".cleaned", ".deleted")) or (n.endswith(".tmp") and "checkpoint" in n):
-                os.remove(path)
-            elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
-                swaps.append(parse_base_offset(n))
-            elif n.endswith(".swap"):
-                os.remove(path)
-        for base in sorted(swaps):
-            seg = self._new_segment(base, now, suffix=".swap")
-            end = max(seg.next_offset, base + 1)
-            log.warning("log %s: completing the interrupted swap of segment %d (up to %d)", self.dir, base, end)
-            for n in os.listdir(self.dir):
-                b = parse_base_offset(n)
-                if b is not None and base <= b < end and n.endswith((".log", ".index", ".timeindex")):
-                    os.remove(os.path.join(self.dir, n))
-            seg.change_suffix("")
-            seg.close()
-            for idx in (seg.index_path, seg.time_index_path):
-                if os.path.exists(idx):
-                    os.remove(idx)
-        if swaps:
-            _fsync_dir(self.dir)
-
-    def _recover_segments(self, first: int, rebuild_epochs: bool) -> None:
-        strict = self.config.cleanup_policy == "delete"
-        cache = self.epoch_cache
-        latest, last = [cache.latest_epoch], [-1]
-
-        def on_batch(_pos, h):
-            if h[2] >= 0:
-                last[0] = h[2]
-                if not rebuild_epochs and h[2] > latest[0]:
-                    cache.assign(h[2], h[0])
-                    latest[0] = h[2]
-
-        i = first
-        while i < len(self._segments):
-            seg = self._segments[i]
-            if strict and i > first and seg.base_offset != self._segments[i - 1].next_offset:
-                log.warning("log %s: segment %d does not continue the previous one (ends at %d); "
-                            "deleting it and the rest", self.dir, seg.base_offset, self._segments[i - 1].next_offset)
-                self._delete_tail(i)
-                break
-            truncated = seg.recover(strict_offsets=strict, on_batch=on_batch, min_epoch=last[0])
-            seg.flush()
-            if truncated:
-                self._delete_tail(i + 1)
-                break
-            i += 1
-
-    def _delete_tail(self, i: int) -> None:
-        for seg in self._segments[i:]:
-            log.warning("log %s: deleting segment %d after a corrupt batch", self.dir, seg.base_offset)
-            seg.delete()
-        del self._segments[i:], self._bases[i:]
-
-    def _rebuild_epoch_cache(self) -> None:
-        log.warning("log %s: rebuilding the leader epoch cache from batch headers", self.dir)
-        self.epoch_cache.clear()
-        latest = -1
-        for seg in self._segments:
-            for _, h in seg.iter_headers():
-                if h[2] > latest:
-                    self.epoch_cache.assign(h[2], h[0])
-                    latest = h[2]
+        loaded = load_log(self.dir, self.config, self.epoch_cache, self.producer_state, self._new_segment, now)
+        self._segments = loaded.segments
+        self._bases = [seg.base_offset for seg in loaded.segments]
+        self._lso, self._leo, self._hw = loaded.log_start_offset, loaded.log_end_offset, loaded.high_watermark
+        self._rp = self._leo  # every recovered segment was fsynced; trusted ones were below the old point
+        self._written.update(loaded.checkpoints)
+        self._write_checkpoints()  # those that changed, or were missing or unreadable
 
     def _replay_producer_state(self, start: int) -> None:
-        ps = self.producer_state
-        if start < self._leo:
-            for seg in self._segments[max(bisect_right(self._bases, start) - 1, 0):]:
-                found = seg.translate_offset(start)
-                if found is None:
-                    continue
-                for pos, h in seg.iter_headers(found[0]):
-                    if h[9] >= 0 and h[0] >= start:
-                        data = seg.read_bytes(pos, LOG_OVERHEAD + h[1]) if h[5] & CONTROL_MASK else None
-                        ps.update(h, -1, data, 0)
-        ps.map_end_offset = self._leo
+        replay_producer_state(self._segments, self._bases, self.producer_state, start, self._leo)
 
     # ------------------------------------------------------------------ checkpoints and flushing
-    def _write_checkpoints(self, force: bool = False) -> None:
+    def _write_checkpoints(self) -> None:
+        """Persist the recovery point, high watermark and log start offset that changed (each atomically)."""
         for name, value in ((RECOVERY_POINT_FILE, self._rp), (HIGH_WATERMARK_FILE, self._hw),
                             (LOG_START_OFFSET_FILE, self._lso)):
-            if force or self._written.get(name) != value:
-                _write_checkpoint(os.path.join(self.dir, name), value)
+            if self._written.get(name) != value:
+                write_offset_checkpoint(os.path.join(self.dir, name), value)
                 self._written[name] = value
 
     def flush(self, now_ms: int | None = None, checkpoint: bool = True) -> None:
@@ -584,48 +437,13 @@ class Log:
                 return FetchDataInfo(*r)
         return empty
 
-    # ------------------------------------------------------------------ offsets by time and epoch
-    def _epoch_for(self, offset: int) -> int:
-        return self.epoch_cache.epoch_for_offset(offset)
-
+    # ------------------------------------------------------------------ offsets by time
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: ``(offset, timestamp, leader_epoch)`` of the first record with a timestamp >=
         ``timestamp``; -2/-4 earliest (log start), -1 latest (log end), -3 the record with the largest
         timestamp. None when no record qualifies (or for other negative timestamps)."""
         self._check_open()
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return self._lso, -1, self._epoch_for(self._lso)
-        if timestamp == LATEST_TIMESTAMP:
-            return self._leo, -1, self.epoch_cache.latest_epoch
-        if timestamp == MAX_TIMESTAMP:
-            if self._leo == self._lso:
-                return None
-            best = max(self._segments, key=lambda s: s.max_timestamp_so_far)
-            if best.max_timestamp_so_far < 0:
-                return None
-            return self._find_in_segment(best, best.max_timestamp_so_far, best.offset_of_max_timestamp, exact=True)
-        if timestamp < 0:
-            return None
-        for seg in self._segments:
-            if seg.max_timestamp_so_far >= timestamp and seg.next_offset > self._lso:
-                found = self._find_in_segment(seg, timestamp, seg.time_index.lookup(timestamp - 1)[1])
-                if found is not None:
-                    return found
-        return None
-
-    def _find_in_segment(self, seg: LogSegment, ts: int, from_offset: int, exact: bool = False):
-        lso = self._lso
-        start = seg.offset_index.lookup(max(from_offset, lso))[1]
-        for pos, h in seg.iter_headers(start):
-            if h[8] < ts or h[0] + h[6] < lso:
-                continue
-            epoch = h[2] if h[2] >= 0 else -1
-            if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-                return max(h[0], lso), h[8], epoch
-            for r in RecordBatch(seg.read_bytes(pos, LOG_OVERHEAD + h[1]), 0, header=h):
-                if r.offset >= lso and (r.timestamp == ts if exact else r.timestamp >= ts):
-                    return r.offset, r.timestamp, epoch
-        return None
+        return offset_by_timestamp(self._segments, self._lso, self._leo, self.epoch_cache, timestamp)
 
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
@@ -637,12 +455,17 @@ class Log:
         if offset >= self._leo:
             return False
         if offset < self._bases[0]:
-            self.truncate_fully_and_start_at(offset)
+            self.truncate_fully_and_start_at(offset, now_ms)
             return True
+        # Order (crash-safe at every step): lower the recovery point (so the next open scans from the
+        # segment holding `offset`) and the high watermark first; delete whole segments from the highest
+        # base down (what a crash leaves is a prefix of the old log, never one with a hole); truncate the
+        # segment holding `offset`; then the epoch cache, producer state and checkpoints follow the data.
+        self._lower_checkpoints(offset)
         i = bisect_right(self._bases, offset)
-        for seg in self._segments[i:]:
-            seg.delete()
-        del self._segments[i:], self._bases[i:]
+        while len(self._segments) > i:
+            self._segments.pop().delete()
+            self._bases.pop()
         self._segments[-1].truncate_to(offset)
         self._leo = self._segments[-1].next_offset
         self._lso = min(self._lso, self._leo)
@@ -654,81 +477,26 @@ class Log:
         self._write_checkpoints()
         return True
 
+    def _lower_checkpoints(self, offset: int) -> None:
+        """Persist a recovery point and high watermark no higher than ``offset`` before data above it goes."""
+        self._rp, self._hw = min(self._rp, offset), min(self._hw, offset)
+        self._write_checkpoints()
+
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything; the log restarts empty at ``offset`` (log start = end = high watermark)."""
         self._check_open()
-        for seg in self._segments:
-            seg.delete()
-        self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
-        self._leo = self._lso = self._hw = self._rp = offset
+        # Order: lowered checkpoints; segments deleted from the highest base down (a crash leaves a prefix
+        # of the old log, or none: an empty log at the old start); the epoch cache and producer snapshots;
+        # only then the new segment and the checkpoints that name it.
+        self._lower_checkpoints(offset)
+        while self._segments:
+            self._segments.pop().delete()
+            self._bases.pop()
         self.epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(offset)
+        self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
+        self._leo = self._lso = self._hw = self._rp = offset
         self._write_checkpoints()
-
-    # ------------------------------------------------------------------ deletion and retention
-    def delete_records(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,
-        else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
-        self._check_open()
-        if offset > self._hw:
-            raise OffsetOutOfRangeError(f"cannot move the log start offset of {self.dir} to {offset}: "
-                                        f"above the high watermark {self._hw}")
-        if offset > self._lso:
-            self._lso = offset
-            self.epoch_cache.truncate_from_start(offset)
-            self._write_checkpoints()
-            self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
-        return self._lso
-
-    def delete_old_segments(self, now_ms: int) -> int:
-        """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
-        largest timestamp) and the oldest segments beyond ``retention.bytes`` (never the active one); in
-        any case segments wholly below the log start offset. Only segments below the high watermark go.
-        Returns the number of segments deleted."""
-        self._check_open()
-        c, deleted = self.config, 0
-        if c.delete and c.retention_ms >= 0:
-            deleted += self._delete_segments(self._deletable(
-                lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms)
-        if c.delete and c.retention_bytes >= 0:
-            excess = [self.size_in_bytes - c.retention_bytes]
-
-            def over(seg, nxt):
-                if nxt is not None and excess[0] - seg.size >= 0:
-                    excess[0] -= seg.size
-                    return True
-                return False
-            deleted += self._delete_segments(self._deletable(over), now_ms)
-        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso),
-                                         now_ms)
-        return deleted
-
-    def _deletable(self, predicate) -> list[LogSegment]:
-        out = []
-        for i, seg in enumerate(self._segments):
-            nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
-            upper = nxt if nxt is not None else self._leo
-            if upper > self._hw or (nxt is None and seg.size == 0) or not predicate(seg, nxt):
-                break
-            out.append(seg)
-        return out
-
-    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None) -> int:
-        if not segs:
-            return 0
-        if segs[-1] is self._segments[-1]:
-            self.roll(now_ms)  # never leave the log without an active segment
-        for seg in segs:
-            self._segments.pop(0)
-            self._bases.pop(0)
-            seg.delete()
-        if self._bases[0] > self._lso:
-            self._lso = self._bases[0]
-            self.epoch_cache.truncate_from_start(self._lso)
-        self._rp = max(self._rp, self._bases[0])
-        self.producer_state.delete_snapshots_below(self._bases[0])
-        self._write_checkpoints()
-        return len(segs)
 
     # ------------------------------------------------------------------ compaction
     def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
@@ -742,13 +510,13 @@ class Log:
             raise ValueError("the cleaned segment must start where the old ones start, before the active one")
         new_segment.flush()
         new_segment.change_suffix(".swap")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         i = self._segments.index(old_segments[0])
         for seg in old_segments:
             seg.delete()
         del self._segments[i:i + len(old_segments)], self._bases[i:i + len(old_segments)]
         new_segment.change_suffix("")
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._segments.insert(i, new_segment)
         self._bases.insert(i, new_segment.base_offset)
 
@@ -763,7 +531,10 @@ class Log:
         """Flush, checkpoint, snapshot producer state and mark the shutdown clean."""
         if self._closed:
             return
+        # Everything durable before the marker: it tells the next open that no repair is needed.
+        self.active_segment.on_become_inactive()  # its final time index entry, fsynced below
         self.flush()
+        self.active_segment.flush()
         self.producer_state.map_end_offset = self._leo
         self.producer_state.take_snapshot(self._leo)
         for seg in self._segments:
@@ -771,7 +542,7 @@ class Log:
         with open(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE), "w") as f:
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         self._closed = True
 
     def delete(self) -> None:

@@ -71,6 +71,7 @@ from storage.errors import (
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
+from storage.checkpoints import write_atomically
 from storage.control import parse_control_record
 from storage.records import (
     CONTROL_ABORT,
@@ -230,14 +231,6 @@ def decode_snapshot(data: bytes, max_batches: int = 5) -> list[ProducerStateEntr
     return out
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class ProducerStateManager:
     """Producer id -> ProducerStateEntry for one partition log in ``log_dir``."""
 
@@ -395,13 +388,7 @@ class ProducerStateManager:
                         self.log_dir, offset, self.map_end_offset)
         data = encode_snapshot(self.producers[pid] for pid in sorted(self.producers))
         path = self._snapshot_path(offset)
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.log_dir)
+        write_atomically(path, data)
         return path
 
     def read_snapshot(self, offset: int) -> list[ProducerStateEntry]:

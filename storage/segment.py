@@ -401,6 +401,9 @@ class LogSegment:
         leader epochs never decreasing, starting from ``min_epoch``), rebuild both indexes from scratch,
         truncate the log at the first invalid batch (unless ``truncate`` is False). Returns the number
         of bytes past the valid prefix. ``on_batch(position, header)`` is called for each valid batch."""
+        if self._offset_index is not None:  # their buffered entries must not reach the rebuilt files later
+            self._offset_index.close()
+            self._time_index.close()
         oi = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
         ti = TimeIndex(self.time_index_path, self.base_offset, self.max_index_size)
         oi.truncate()

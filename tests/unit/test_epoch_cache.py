@@ -273,3 +273,23 @@ def test_matches_model(tmp_path, ops):
         for req in range(-1, 14):
             assert c.end_offset_for_epoch(req, 99) == m.end_offset_for(req, 99), (req, es)
     assert LeaderEpochCache(path).entries() == m.entries  # what was persisted is what is in memory
+
+
+def test_replace_installs_a_whole_list_with_one_write(path):
+    with open(path, "w") as f:
+        f.write("0\n3\n1 2\n")  # corrupt: the count lies
+    c = LeaderEpochCache(path)
+    assert c.load_error is not None and c.entries() == []
+    mem = LeaderEpochCache(None)  # memory only: built entry by entry without touching a file
+    for e, o in [(0, 0), (2, 5), (4, 9)]:
+        mem.assign(e, o)
+    c.replace(mem.entries())
+    assert c.load_error is None and c.entries() == [(0, 0), (2, 5), (4, 9)]
+    assert LeaderEpochCache(path).entries() == [(0, 0), (2, 5), (4, 9)]
+    for bad in ([(1, 0), (1, 5)], [(0, 5), (1, 5)], [(-1, 0)]):
+        with pytest.raises(ValueError):
+            c.replace(bad)
+        assert c.entries() == [(0, 0), (2, 5), (4, 9)]  # unchanged, in memory and on disk
+    assert LeaderEpochCache(path).entries() == [(0, 0), (2, 5), (4, 9)]
+    c.replace([])
+    assert LeaderEpochCache(path).entries() == [] and os.path.exists(path)

@@ -1,0 +1,235 @@
+"""Opening a partition directory: Kafka's LogLoader. ``load_log`` turns whatever a crash left into a correct
+log -- segments contiguous, every batch valid, indexes agreeing with the batches, the leader epoch cache
+what the batch headers imply, producer state covering the log -- and tells ``Log`` where it starts and ends.
+
+The order of its writes (a kill at any of them is repaired by the next open, itself killable)::
+
+    1. the clean-shutdown marker, if present, is removed and the directory fsynced before anything else
+       changes: from then on a crash makes the next open a recovery, never one that trusts the files
+    2. leftovers removed (``.cleaned``, ``.deleted``, checkpoint ``.tmp``); each ``.log.swap`` completes
+       its interrupted swap (the segments it replaces deleted, then the suffix dropped)
+    3. index files without a segment removed
+    4. continuity of the segments not scanned below (all of them after a clean shutdown): each must start
+       where the previous one ends (``cleanup.policy=delete``; with compaction, not below it). A hole or an
+       overlap means the segments from there on are garbage (an interrupted truncation): they are deleted
+       from the highest base offset down. A trusted segment whose last batch is unreadable is scanned.
+    5. without the marker, every segment from the one holding the recovery point on is validated (length,
+       magic, CRC, offsets, leader epochs), its indexes rebuilt and fsynced, the log truncated at the first
+       bad batch and later segments deleted, top down
+    6. the leader epoch cache is computed in memory -- rebuilt from the batch headers when its file was
+       corrupt or missing, else the file's entries plus the epochs the scan met -- cut to [log start, log
+       end], and written once if it changed (before the recovery point moves: the next open re-scans
+       what this one scanned until the checkpoint says otherwise)
+    7. producer state: the latest snapshot at or below the log end, then a replay of later batches
+
+``Log`` then writes the recovery point, high watermark and log start checkpoints that changed.
+
+Concurrency: called by ``Log.__init__`` only, before the log is shared.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_right
+from typing import Callable, NamedTuple
+
+from storage.checkpoints import fsync_dir, read_offset_checkpoint
+from storage.epoch_cache import LeaderEpochCache
+from storage.errors import CorruptMessageError
+from storage.log_config import LogConfig
+from storage.producer_state import ProducerStateManager
+from storage.records import CONTROL_MASK, LOG_OVERHEAD
+from storage.segment import LogSegment, log_file_name, parse_base_offset
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
+EPOCH_FILE = "leader-epoch-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+class LoadedLog(NamedTuple):
+    segments: list[LogSegment]
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    checkpoints: dict[str, int]  # offset checkpoint file -> the valid value it holds
+
+
+def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_state: ProducerStateManager,
+             new_segment: Callable[..., LogSegment], now: int) -> LoadedLog:
+    """Recover the directory ``d`` (see the module docstring for the order of writes)."""
+    clean = _take_clean_shutdown_marker(d)
+    _remove_temp_files_and_complete_swaps(d, new_segment, now)
+    names = sorted(os.listdir(d))
+    bases = sorted({b for n in names if n.endswith(".log") and (b := parse_base_offset(n)) is not None})
+    for n in names:  # index files whose segment is gone
+        b = parse_base_offset(n)
+        if b is not None and b not in bases and n.endswith((".index", ".timeindex")):
+            os.remove(os.path.join(d, n))
+    stored = {name: v for name in (LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE)
+              if (v := read_offset_checkpoint(os.path.join(d, name))) is not None}
+    lso = stored.get(LOG_START_OFFSET_FILE)
+    rp, hw = stored.get(RECOVERY_POINT_FILE, 0), stored.get(HIGH_WATERMARK_FILE, 0)
+    segments = [new_segment(b, now) for b in bases] or [new_segment(lso or 0, now)]
+    rebuild_epochs = epoch_cache.load_error is not None or (
+        not os.path.exists(epoch_cache.path) and segments[-1].size + segments[0].size > 0)
+    strict = config.cleanup_policy == "delete"
+    first = len(segments) if clean else max(bisect_right(bases, rp) - 1, 0)
+    for seg in segments[:first]:
+        if not seg.indexes_exist():
+            seg.rebuild_indexes()
+    first = _check_continuity(d, segments, first, strict)
+    epochs = LeaderEpochCache(None)
+    if not rebuild_epochs:
+        epochs.replace(epoch_cache.entries())
+    if first < len(segments):
+        _recover_segments(d, segments, first, strict, None if rebuild_epochs else epochs)
+    for seg in segments[:-1]:
+        seg.on_become_inactive()
+    active = segments[-1]
+    try:
+        leo = active.next_offset  # loads (and if need be rebuilds) its indexes
+    except CorruptMessageError as e:  # damage after a clean shutdown: the tail is recovered anyway
+        log.warning("log %s: active segment is damaged (%s); recovering it", d, e)
+        active.recover(strict_offsets=strict)
+        active.flush()
+        leo = active.next_offset
+    lso = min(max(lso or 0, segments[0].base_offset), leo)
+    hw = min(max(hw, lso), leo)
+    if rebuild_epochs:
+        log.warning("log %s: rebuilding the leader epoch cache from batch headers", d)
+        epochs.replace(header_epochs(segments))
+    epochs.truncate_from_end(leo)
+    epochs.truncate_from_start(lso)
+    if rebuild_epochs or epochs.entries() != epoch_cache.entries():
+        epoch_cache.replace(epochs.entries())
+    replay_from = producer_state.load(lso, leo, now)
+    replay_producer_state(segments, [s.base_offset for s in segments], producer_state, replay_from, leo)
+    producer_state.on_high_watermark_updated(hw)
+    return LoadedLog(segments, lso, leo, hw, stored)
+
+
+def _take_clean_shutdown_marker(d: str) -> bool:
+    """Whether the last close was clean; the marker is removed (durably) before any repair."""
+    path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
+    if not os.path.exists(path):
+        return False
+    os.remove(path)
+    fsync_dir(d)
+    return True
+
+
+def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None:
+    """Drop ``.cleaned``/``.deleted``/checkpoint ``.tmp`` leftovers; complete each interrupted swap: a
+    ``.log.swap`` (flushed before it got that name) replaces the segments whose base offsets lie in its
+    offset range. A ``.swap`` index is dropped (the segment's indexes are rebuilt)."""
+    swaps = []
+    for n in sorted(os.listdir(d)):
+        path = os.path.join(d, n)
+        if n.endswith((".cleaned", ".deleted")) or (n.endswith(".tmp") and "checkpoint" in n):
+            os.remove(path)
+        elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
+            swaps.append(parse_base_offset(n))
+        elif n.endswith(".swap"):
+            os.remove(path)
+    for base in sorted(swaps):
+        seg = new_segment(base, now, suffix=".swap")
+        end = max(seg.next_offset, base + 1)
+        seg.close()
+        log.warning("log %s: completing the interrupted swap of segment %d (up to %d)", d, base, end)
+        for path in (seg.index_path, seg.time_index_path):  # its indexes are rebuilt once it is in place
+            if os.path.exists(path):
+                os.remove(path)
+        for n in sorted(os.listdir(d), reverse=True):  # the segments it replaces, highest first
+            b = parse_base_offset(n)
+            if b is not None and base <= b < end and n.endswith((".log", ".index", ".timeindex")):
+                os.remove(os.path.join(d, n))
+        os.replace(seg.log_path, os.path.join(d, log_file_name(base)))  # the swap's last step
+    if swaps:
+        fsync_dir(d)
+
+
+def _delete_from(d: str, segments: list[LogSegment], i: int, why: str) -> None:
+    """Delete ``segments[i:]``, highest base offset first: a crash leaves a shorter prefix, never a hole."""
+    for seg in reversed(segments[i:]):
+        log.warning("log %s: deleting segment %d (%s)", d, seg.base_offset, why)
+        seg.delete()
+    del segments[i:]
+
+
+def _continues(prev_end: int, base: int, strict: bool) -> bool:
+    return base == prev_end if strict else base >= prev_end
+
+
+def _check_continuity(d: str, segments: list[LogSegment], first: int, strict: bool) -> int:
+    """Check that each segment below ``first`` (the first one recovery scans) continues the previous one,
+    and that segment ``first`` continues the last of them; delete everything from a hole on. Returns the
+    index of the first segment to scan (lowered to a trusted segment whose last batch is unreadable)."""
+    for i in range(1, min(first + 1, len(segments))):
+        prev = segments[i - 1]
+        try:
+            end = prev.next_offset
+        except CorruptMessageError as e:
+            log.warning("log %s: segment %d is damaged below the recovery point (%s); scanning it",
+                        d, prev.base_offset, e)
+            return i - 1
+        if not _continues(end, segments[i].base_offset, strict):
+            _delete_from(d, segments, i, f"it does not continue segment {prev.base_offset}, which ends at {end}: "
+                                         f"the rest of an interrupted truncation")
+            return min(first, len(segments))
+    return first
+
+
+def _recover_segments(d: str, segments: list[LogSegment], first: int, strict: bool,
+                      epochs: LeaderEpochCache | None) -> None:
+    """Validate segments ``first..``; truncate at the first bad batch; epochs met go into ``epochs``."""
+    latest, last = [epochs.latest_epoch if epochs is not None else -1], [-1]
+
+    def on_batch(_pos, h):
+        if h[2] >= 0:
+            last[0] = h[2]
+            if epochs is not None and h[2] > latest[0]:
+                epochs.assign(h[2], h[0])
+                latest[0] = h[2]
+
+    i = first
+    while i < len(segments):
+        seg = segments[i]
+        if i > first and not _continues(segments[i - 1].next_offset, seg.base_offset, strict):
+            _delete_from(d, segments, i, f"it does not continue segment {segments[i - 1].base_offset}, which "
+                                         f"ends at {segments[i - 1].next_offset}")
+            break
+        truncated = seg.recover(strict_offsets=strict, on_batch=on_batch, min_epoch=last[0])
+        seg.flush()
+        if truncated:
+            _delete_from(d, segments, i + 1, "after a corrupt batch")
+            break
+        i += 1
+
+
+def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
+    """The leader epoch entries the batch headers imply: each epoch from its first batch."""
+    entries: list[tuple[int, int]] = []
+    for seg in segments:
+        for _, h in seg.iter_headers():
+            if h[2] >= 0 and (not entries or h[2] > entries[-1][0]):
+                entries.append((h[2], h[0]))
+    return entries
+
+
+def replay_producer_state(segments: list[LogSegment], bases: list[int], ps: ProducerStateManager, start: int,
+                          end: int) -> None:
+    """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``)."""
+    if start < end:
+        for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+            found = seg.translate_offset(start)
+            if found is None:
+                continue
+            for pos, h in seg.iter_headers(found[0]):
+                if h[9] >= 0 and h[0] >= start:
+                    data = seg.read_bytes(pos, LOG_OVERHEAD + h[1]) if h[5] & CONTROL_MASK else None
+                    ps.update(h, -1, data, 0)
+    ps.map_end_offset = end

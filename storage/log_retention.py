@@ -1,0 +1,91 @@
+"""DeleteRecords and retention for ``storage.log.Log`` (a mixin: ``Log`` inherits these methods; they use its
+segments, offsets and checkpoints). Data goes from the start of the log only, in whole segments.
+
+Order of writes (crash-safe at every step):
+
+- ``delete_records(offset)``: the log start checkpoint (atomic), then the leader epoch cache cut at it, then
+  whole segments below the new log start, lowest first, then the checkpoints again.
+- retention (``delete_old_segments``): a roll first when the active segment itself is to go; segments
+  deleted lowest first (a crash leaves a contiguous suffix; open raises the log start to its first base);
+  then a raised log start checkpoint, the epoch cache, producer snapshots below the new start.
+
+A crash never leaves the epoch cache starting above the log start (open cuts a cache that starts below).
+
+Concurrency: single-threaded, like Log.
+"""
+from __future__ import annotations
+
+from storage.errors import OffsetOutOfRangeError
+from storage.segment import LogSegment
+
+
+class LogRetention:
+    """The deleting half of Log; see the module docstring."""
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,
+        else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
+        self._check_open()
+        if offset > self._hw:
+            raise OffsetOutOfRangeError(f"cannot move the log start offset of {self.dir} to {offset}: "
+                                        f"above the high watermark {self._hw}")
+        if offset > self._lso:
+            self._advance_log_start(offset)
+            self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
+        return self._lso
+
+    def _advance_log_start(self, offset: int) -> None:
+        """The log start checkpoint first, then the epoch cache: a crash between them leaves a cache that
+        starts below the log start, which open cuts (never one starting above it)."""
+        self._lso = offset
+        self._write_checkpoints()
+        self.epoch_cache.truncate_from_start(offset)
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
+        largest timestamp) and the oldest segments beyond ``retention.bytes`` (never the active one); in
+        any case segments wholly below the log start offset. Only segments below the high watermark go.
+        Returns the number of segments deleted."""
+        self._check_open()
+        c, deleted = self.config, 0
+        if c.delete and c.retention_ms >= 0:
+            deleted += self._delete_segments(self._deletable(
+                lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms)
+        if c.delete and c.retention_bytes >= 0:
+            excess = [self.size_in_bytes - c.retention_bytes]
+
+            def over(seg, nxt):
+                if nxt is not None and excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+            deleted += self._delete_segments(self._deletable(over), now_ms)
+        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso),
+                                         now_ms)
+        return deleted
+
+    def _deletable(self, predicate) -> list[LogSegment]:
+        out = []
+        for i, seg in enumerate(self._segments):
+            nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
+            upper = nxt if nxt is not None else self._leo
+            if upper > self._hw or (nxt is None and seg.size == 0) or not predicate(seg, nxt):
+                break
+            out.append(seg)
+        return out
+
+    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None) -> int:
+        if not segs:
+            return 0
+        if segs[-1] is self._segments[-1]:
+            self.roll(now_ms)  # never leave the log without an active segment
+        for seg in segs:  # lowest first: a crash leaves a suffix; open raises the log start to its base
+            self._segments.pop(0)
+            self._bases.pop(0)
+            seg.delete()
+        self._rp = max(self._rp, self._bases[0])
+        if self._bases[0] > self._lso:
+            self._advance_log_start(self._bases[0])
+        self.producer_state.delete_snapshots_below(self._bases[0])
+        self._write_checkpoints()
+        return len(segs)
