@@ -36,7 +36,7 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from storage.errors import KafkaError, NotControllerError
+from storage.errors import InvalidConfigError, KafkaError, NotControllerError
 
 from .controller import NAMESPACE, RemoteController, controller_name
 from .supervision import SessionTimer
@@ -74,9 +74,13 @@ class ControllerRef:
 class ControllerLink:
     def __init__(self, broker):
         self.b = broker
-        self.timeout_ms = int(broker.config.get(FETCH_TIMEOUT_KEY, FETCH_TIMEOUT_DEFAULT_MS))
+        raw = broker.config.get(FETCH_TIMEOUT_KEY, FETCH_TIMEOUT_DEFAULT_MS)
+        try:
+            self.timeout_ms = int(raw)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"Invalid value {raw!r} for configuration {FETCH_TIMEOUT_KEY}") from None
         if self.timeout_ms <= 0:
-            raise KafkaError(f"{FETCH_TIMEOUT_KEY} must be positive, got {self.timeout_ms}")
+            raise InvalidConfigError(f"{FETCH_TIMEOUT_KEY} must be positive, got {self.timeout_ms}")
         self.heartbeat_s = int(broker.config.get("broker.heartbeat.interval.ms", 2000)) / 1000
         self.current: ControllerRef | None = None
         self.hb_suspended_until = 0.0
@@ -198,7 +202,7 @@ class ControllerLink:
             while not b.stopping:
                 try:
                     res = await self.call("register_broker", b.broker_id, info, me)
-                except ControllerUnavailable:
+                except (ControllerUnavailable, asyncio.TimeoutError):
                     continue
                 if res.get("error_code"):
                     raise KafkaError(res.get("error_message"))

@@ -88,7 +88,7 @@ class _Retry(Exception):
     """A retriable condition inside the follower loop: back off and go around again."""
 
 
-@ray.remote
+@ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
 class ReplicaActor:
     def __init__(self, cluster: str, topic: str, partition: int, topic_id, broker_id: int,
                  log_dir: str, config_props: dict | None = None):
@@ -690,8 +690,10 @@ class ReplicaActor:
             st["follower_error"] = self._follower_error
         return st
 
+    @ray.method(concurrency_group="liveness")
     async def ping(self) -> int:
-        """Liveness probe: this replica's process id (its event loop answered)."""
+        """Liveness probe: this replica's process id. It runs on its own thread, so a long synchronous step
+        on the main loop (a compaction pass) is not taken for a frozen process; SIGSTOP stops every thread."""
         return os.getpid()
 
     async def supervise(self) -> dict:

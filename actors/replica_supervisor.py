@@ -9,6 +9,8 @@ broker watches every replica actor it creates:
 - a probe (``ping()``, every ``broker.heartbeat.interval.ms``, one in flight per replica) judges the
   replicas that answered once (a new one may take long to recover its log): one silent for
   ``broker.session.timeout.ms`` -- the timeout the controller applies to the broker itself -- is frozen.
+  ``ping`` runs in its own concurrency group (thread), so a long synchronous step of the replica (a
+  compaction pass) is not mistaken for a frozen process; SIGSTOP stops all of its threads.
 
 On a death (reported once per incarnation): SIGKILL of a frozen process (it runs on this node; a stopped
 process ignores ``ray.kill`` until it wakes, and must never wake to write into the log its successor

@@ -10,8 +10,9 @@ Each fault kills or freezes the OS process (pid from the actor itself) with a si
 - ``leader_replica_sigkill`` / ``follower_replica_sigkill``: SIGKILL of one replica's worker of an RF 3,
   min.insync.replicas 2 partition; seconds until an idempotent acks=all record sent after the kill is
   acknowledged (goal < 5 s), and until the replica is back in the ISR.
-- ``leader_replica_sigstop``: SIGSTOP of the leader replica's worker (judged frozen after
-  ``broker.session.timeout.ms``); same figures.
+- ``leader_replica_sigstop`` / ``follower_replica_sigstop``: SIGSTOP of the replica's worker (judged
+  frozen by its broker after ``broker.session.timeout.ms``; a frozen follower also leaves the ISR after
+  ``replica.lag.time.max.ms``, whichever comes first); same figures.
 - ``controller_sigstop_with_leader_broker_sigkill``: the controller frozen while the broker leading a
   partition is SIGKILLed; seconds until that partition is writable (the brokers replace the controller
   after ``controller.quorum.fetch.timeout.ms``), then the broker is restarted for the next round.
@@ -120,7 +121,10 @@ class Bench:
             writable = time.monotonic() - t0
         finally:
             if sig == signal.SIGSTOP:
-                os.kill(pid, signal.SIGCONT)
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass  # its broker killed the frozen process
         isr = self.wait_isr(topic, 0, 3, t0)
         self.send(topic, 0)
         return {"writable_s": round(writable, 3), "back_in_isr_s": round(isr, 3)}
@@ -179,7 +183,7 @@ def main() -> int:
     args = ap.parse_args()
     stdout = claim_stdout()
     faults = {"controller_sigkill": [], "controller_ray_kill": [], "leader_replica_sigkill": [],
-              "follower_replica_sigkill": [], "leader_replica_sigstop": [],
+              "follower_replica_sigkill": [], "leader_replica_sigstop": [], "follower_replica_sigstop": [],
               "controller_sigstop_with_leader_broker_sigkill": []}
     with tempfile.TemporaryDirectory(prefix="rafka-lbench-") as d:
         cluster = rafka.LocalCluster(brokers=3, data_dir=d, name="lbench" + uuid.uuid4().hex[:6],
@@ -192,6 +196,7 @@ def main() -> int:
                 faults["leader_replica_sigkill"].append(b.replica_fault("leader", signal.SIGKILL))
                 faults["follower_replica_sigkill"].append(b.replica_fault("follower", signal.SIGKILL))
                 faults["leader_replica_sigstop"].append(b.replica_fault("leader", signal.SIGSTOP))
+                faults["follower_replica_sigstop"].append(b.replica_fault("follower", signal.SIGSTOP))
                 faults["controller_sigstop_with_leader_broker_sigkill"].append(b.frozen_controller_and_broker_loss())
             check = b.verify()
             b.prod.close()

@@ -44,7 +44,7 @@ def free_port() -> int:
             return port
 
 
-def _proc_table() -> tuple[dict[int, str], dict[int, int]]:
+def proc_table() -> tuple[dict[int, str], dict[int, int]]:
     cmd, parent = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -77,7 +77,7 @@ def _has_open_file_under(pid: int, marker: str) -> bool:
 def ray_processes(temp_dir: str) -> set[int]:
     """Pids of the Ray processes started with ``temp_dir`` (named on their command line, or holding a file
     open under it, as every worker does with its log files) and all their descendants."""
-    cmd, parent = _proc_table()
+    cmd, parent = proc_table()
     marker = temp_dir.rstrip("/") + "/"
     found = {pid for pid, c in cmd.items()
              if marker in c or c.rstrip().endswith(temp_dir) or _has_open_file_under(pid, marker)}
@@ -102,7 +102,7 @@ def _kill(pids: set[int], grace_s: float = 5.0) -> int:
     alive = set(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.1)
-        alive = {p for p in alive if _alive(p)}
+        alive = {p for p in alive if pid_alive(p)}
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -111,7 +111,8 @@ def _kill(pids: set[int], grace_s: float = 5.0) -> int:
     return len(pids)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie, dead but not yet reaped, does not)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"

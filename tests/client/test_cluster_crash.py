@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from rafka.clusterctl import _proc_table, ray_processes
+from rafka.clusterctl import pid_alive, proc_table, ray_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 RAFKA = str(Path(sys.executable).with_name("rafka"))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def test_start_after_a_crashed_head_ends_its_leftovers_first(tmp_path):
@@ -47,26 +40,26 @@ def test_start_after_a_crashed_head_ends_its_leftovers_first(tmp_path):
         run("topic", "create", "kept", "-p", "1", "-r", "1")
         assert json.loads(run("topic", "produce", "kept", "--json", stdin="a\nb\n").stdout)["produced"] == 2
         old = ray_processes(first["temp_dir"])
-        cmd, _ = _proc_table()
+        cmd, _ = proc_table()
         gcs = [p for p in old if "gcs_server" in cmd.get(p, "")]
         brokers = [p for p in old if "BrokerActor" in cmd.get(p, "")]
         assert gcs and brokers
         for p in gcs:  # the head crashes: its GCS is gone, its raylet and workers linger
             os.kill(p, signal.SIGKILL)
         time.sleep(1)
-        assert all(_alive(p) for p in brokers), "the old broker should still hold its log directory"
+        assert all(pid_alive(p) for p in brokers), "the old broker should still hold its log directory"
         t0 = time.monotonic()
         second = json.loads(run(*start).stdout)
         print(f"\nstart after a crashed head: {time.monotonic() - t0:.1f}s")
         assert second["temp_dir"] != first["temp_dir"]
-        left = [p for p in old if _alive(p)]
+        left = [p for p in old if pid_alive(p)]
         assert not left, f"processes of the crashed head still running: {left}"
         out = run("topic", "consume", "kept", "-n", "2").stdout.splitlines()
         assert [json.loads(x)["value"] for x in out] == ["a", "b"]
     finally:
         run("cluster", "stop", check=False)
         for p in old:
-            if _alive(p):
+            if pid_alive(p):
                 try:
                     os.kill(p, signal.SIGKILL)
                 except ProcessLookupError:

@@ -22,6 +22,7 @@ from actors.bootstrap import start_cluster
 from actors.controller import NAMESPACE, controller_name
 from actors.metadata_store import ClusterKV
 from rafka import TopicPartition
+from rafka.clusterctl import pid_alive
 from storage.errors import KafkaStorageError, NotControllerError
 
 pytestmark = pytest.mark.cluster
@@ -30,13 +31,6 @@ FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 3000,
         "controller.quorum.fetch.timeout.ms": 1500, "replica.lag.time.max.ms": 5000,
         "replica.fetch.wait.max.ms": 100, "leader.imbalance.check.interval.seconds": 3600}
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _signal(pid: int, sig) -> None:
@@ -161,7 +155,7 @@ def test_replica_sigkill_heals(shared, role):
         prod.flush()
         acked += [b"%d" % i for i in range(51, 60)]
     new = ray.get(ch.replica(topic, 0, victim).state.remote())
-    assert new["pid"] != old["pid"] and not _alive(old["pid"])
+    assert new["pid"] != old["pid"] and not pid_alive(old["pid"])
     after = partition(ch, topic)
     if role == "leader":
         assert after["leader"] != victim  # leadership moved away at once (nobody waited for the restart)
@@ -183,7 +177,7 @@ def test_leader_replica_sigstop_is_replaced(shared):
         try:
             took = send_until_acked(prod, topic, 0, b"after", t0, 40)
         finally:
-            stopped_still = _alive(old["pid"])
+            stopped_still = pid_alive(old["pid"])
             _signal(old["pid"], signal.SIGCONT)
         print(f"\nleader replica SIGSTOP -> partition writable (acks=all) in {took:.2f}s")
     # the broker treated the frozen replica as dead: its process was killed, not left to wake up
@@ -250,7 +244,7 @@ def test_frozen_controller_is_replaced_and_fenced(ray_cluster, cluster_name, tmp
                 _signal(info["pid"], signal.SIGCONT)
             time.sleep(2)
             # woken (or killed while frozen), the old controller changed nothing and serves nothing
-            assert not _alive(info["pid"])
+            assert not pid_alive(info["pid"])
             assert kv_dump(kv) == before
             assert os.path.getsize(mlog) == size
             assert controller_info(ch.cluster)["controller_epoch"] == new["controller_epoch"]
