@@ -556,8 +556,10 @@ class ControllerActor:
     def ping(self) -> int:
         return self.epoch
 
-    def probe(self) -> dict:
-        """The brokers' liveness probe: answers at once (no startup wait) while the event loop runs."""
+    @ray.method(concurrency_group="liveness")
+    async def probe(self) -> dict:
+        """The brokers' liveness probe: answers at once (no startup wait), from its own thread, so a busy
+        event loop is not taken for a frozen process (SIGSTOP stops every thread)."""
         return {"controller_epoch": self.epoch, "pid": os.getpid(),
                 "node_id": ray.get_runtime_context().get_node_id(), "resigned": self.resigned}
 
@@ -567,4 +569,4 @@ def _unknown(name) -> KafkaError:
     return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 
-RemoteController = ray.remote(ControllerActor)
+RemoteController = ray.remote(concurrency_groups={"liveness": 1})(ControllerActor)

@@ -10,8 +10,12 @@ watches each controller incarnation (``ControllerRef``) two ways:
 
 - the long-poll ``broker_session`` raises ActorDiedError within ~20 ms of the controller process' death
   (SIGKILL, OOM, ``ray.kill``);
-- a probe (``probe()``, a few per timeout, one in flight) feeds a ``SessionTimer``: a controller whose
-  event loop answers nothing for ``controller.quorum.fetch.timeout.ms`` is frozen (SIGSTOP, hung).
+- a probe (``probe()``, a few per timeout, one in flight; it answers from its own thread) feeds a
+  ``SessionTimer``: a controller that answers nothing for ``controller.quorum.fetch.timeout.ms`` is
+  frozen (SIGSTOP, a hung machine). A broker on the controller's own node confirms it first in
+  ``/proc``: a process that still runs is only slow (a loaded machine: measured, probes went
+  unanswered for 2-15 s at a load average of 8 on 2 cores), and is left alone; a stopped one is frozen.
+  Brokers on other nodes have the timeout only, as in Kafka.
 
 Either way the broker *declares that incarnation dead*: ``ray.kill`` of its handle, which frees the name
 at once (after a real process death Ray keeps the dead actor's name while any handle to it lives -- 61 s
@@ -40,7 +44,7 @@ from storage.errors import InvalidConfigError, KafkaError, NotControllerError
 
 from .controller import NAMESPACE, RemoteController, controller_name
 from .supervision import SessionTimer
-from .worker_process import kill_worker
+from .worker_process import kill_worker, process_state
 
 log = logging.getLogger("rafka.broker")
 
@@ -271,8 +275,16 @@ class ControllerLink:
                 ref.probing = True
                 asyncio.get_running_loop().create_task(self._probe(ref, now))
             if ref.timer.expired(now):
-                self.declare_dead(ref, f"answered nothing for {ref.timer.silent_ms(now)} ms "
-                                       f"({FETCH_TIMEOUT_KEY}={self.timeout_ms})", frozen=True)
+                why = f"answered nothing for {ref.timer.silent_ms(now)} ms ({FETCH_TIMEOUT_KEY}={self.timeout_ms})"
+                if ref.node_id != self.b.node_id:
+                    self.declare_dead(ref, why, frozen=True)  # another node: the timeout is all we have
+                    continue
+                state = process_state(ref.pid)
+                if state in ("T", "t"):
+                    self.declare_dead(ref, why + ", its process is stopped", frozen=True)
+                elif state in (None, "Z"):
+                    self.declare_dead(ref, why + ", its process is gone")
+                # else: it runs, only slowly (a loaded machine): not frozen
 
     async def _probe(self, ref: ControllerRef, sent: int) -> None:
         try:

@@ -17,7 +17,8 @@ at a time per partition. States and their only transitions (asserted)::
     STARTING | RUNNING --stopped--> STOPPED  (StopReplica, shutdown, a newer incarnation)
 
 A STARTING replica is still opening its log (recovery may take long) and is judged by its death only;
-a RUNNING one also by its answers (``frozen``). ``died`` answers True once per incarnation (the caller
+a RUNNING one also by its answers: ``frozen`` lists those silent past the timeout, which the caller
+confirms (its process stopped) before acting. ``died`` answers True once per incarnation (the caller
 acts on it: report the replica offline, kill it, recreate it); later reports of the same death are
 ignored. A partition whose replicas keep dying is recreated after a growing delay (``restart_delay_ms``):
 0 after the first death, then ``RESTART_BACKOFF_MS`` doubling to ``RESTART_BACKOFF_MAX_MS``; the count

@@ -9,6 +9,12 @@ it never wakes up to write into files its successor owns.
 ``kill_worker(pid, actor_class)`` only signals a process whose command line is that actor class's Ray
 worker title (``ray::<Class>...``), never a pid that was reused by something else. Returns whether it
 sent the signal.
+
+``process_state(pid)`` is the kernel's one-letter state (``/proc/<pid>/stat``: R running, S sleeping, D
+disk wait, T stopped by a signal, t stopped by a tracer, Z zombie) or None when there is no such process.
+A supervisor on the same node uses it to tell a *frozen* process (``stopped``) from one that is only slow
+to answer on a loaded machine: its liveness probe runs on its own thread, so silence from a process that
+still runs is starvation, not a fault to act on.
 """
 from __future__ import annotations
 
@@ -35,3 +41,18 @@ def kill_worker(pid: int | None, actor_class: str) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def process_state(pid: int | None) -> str | None:
+    if not pid:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] or None
+    except (OSError, IndexError):
+        return None
+
+
+def stopped(pid: int | None) -> bool:
+    """The process exists and is stopped (SIGSTOP, a tracer): it cannot answer until someone resumes it."""
+    return process_state(pid) in ("T", "t")
