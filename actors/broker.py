@@ -292,7 +292,7 @@ class BrokerActor:
             await self._notify_offsets(key[1], False, None, None)
 
     async def _stop_one(self, key, delete: bool) -> dict:
-        self.supervisor.unwatch(key, forget=delete)
+        pid = self.supervisor.unwatch(key, forget=delete)
         h = self.replicas.pop(key, None)
         self.topic_ids.pop(key, None)
         if key[0] == OFFSETS_TOPIC:
@@ -300,11 +300,10 @@ class BrokerActor:
         res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
         if h is not None:
             try:
-                r = await h.stop.remote(delete)
+                r = await self.supervisor.stop(key, h, delete, pid)
                 res.update(error_code=r.get("error_code", 0), error_message=r.get("error_message"))
-            except (RayActorError, RayTaskError) as e:
+            except (RayActorError, RayTaskError, KafkaError) as e:
                 res.update(_err_dict(e))
-            ray.kill(h, no_restart=True)
         if delete:
             shutil.rmtree(self._partition_dir(*key), ignore_errors=True)
         return res

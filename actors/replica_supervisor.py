@@ -36,6 +36,8 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from storage.errors import RequestTimedOutError
+
 from .controller_link import ControllerUnavailable
 from .supervision import ReplicaSupervision
 from .worker_process import kill_worker, stopped
@@ -52,6 +54,7 @@ class ReplicaSupervisor:
         self.b = broker
         cfg = broker.config
         session_ms = int(cfg.get("broker.session.timeout.ms", 9000))
+        self.session_s = session_ms / 1000
         # a probe per replica every heartbeat interval, but at most ~10 per session timeout (short test
         # heartbeats times many replicas would keep a small machine busy)
         self.interval_s = max(int(cfg.get("broker.heartbeat.interval.ms", 2000)), session_ms // 10) / 1000
@@ -76,13 +79,35 @@ class ReplicaSupervisor:
         self._handles[key] = (inc.seq, handle)
         self._polls[key] = asyncio.get_running_loop().create_task(self._long_poll(key, inc.seq, handle))
 
-    def unwatch(self, key: tuple, forget: bool = False) -> None:
-        """The replica is being stopped on purpose (StopReplica, shutdown): its end is no death."""
+    def unwatch(self, key: tuple, forget: bool = False) -> int | None:
+        """The replica is being stopped on purpose (StopReplica, shutdown): its end is no death. Returns
+        its process id when known."""
+        inc = self.state.current.get(key)
+        pid = inc.pid if inc is not None else None
         self.state.forget(key) if forget else self.state.stopped(key)
         self._handles.pop(key, None)
         t = self._polls.pop(key, None)
         if t is not None:
             t.cancel()
+        return pid
+
+    async def stop(self, key: tuple, handle, delete: bool, pid: int | None) -> dict:
+        """StopReplica of an unwatched replica, bounded: one that does not answer within the session
+        timeout (frozen) has its process killed, so it never wakes to write into a log being deleted or
+        reopened by its successor. The handle is killed either way."""
+        try:
+            return await asyncio.wait_for(handle.stop.remote(delete), self.session_s)
+        except asyncio.TimeoutError:
+            if kill_worker(pid, "ReplicaActor"):
+                log.warning("broker %s: replica %s-%s did not stop: killed its process %s", self.b.broker_id,
+                            *key, pid)
+            raise RequestTimedOutError(f"replica {key[0]}-{key[1]} did not stop within "
+                                       f"{self.session_s * 1000:.0f} ms: killed") from None
+        finally:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception as e:  # noqa: BLE001 - already gone
+                log.debug("ray.kill of a stopped replica: %s", e)
 
     # ---- detection ------------------------------------------------------------------------------------
     async def _long_poll(self, key, seq, handle) -> None:

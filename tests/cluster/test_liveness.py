@@ -188,6 +188,38 @@ def test_leader_replica_sigstop_is_replaced(shared):
     assert read_values(ch, topic, 0, 2) == [b"before", b"after"]
 
 
+def test_stop_replica_of_a_frozen_replica_is_bounded(shared):
+    """Deleting a topic while one of its replicas is frozen: the StopReplica to that broker does not hang
+    (it would block every later request of the controller to that broker); the frozen process is killed
+    before its directory is removed, and the broker keeps serving."""
+    ch = shared
+    ch.create_topic("rk-delete", partitions=1, rf=3)
+    s = partition(ch, "rk-delete")
+    victim = next(b for b in s["replicas"] if b != s["leader"])
+    pid = ray.get(ch.replica("rk-delete", 0, victim).state.remote())["pid"]
+    _signal(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        ch.delete_topic("rk-delete")
+        stopped_in = time.monotonic() - t0
+        deadline = time.monotonic() + 20
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gone = not pid_alive(pid)
+    finally:
+        _signal(pid, signal.SIGCONT)
+    print(f"\nStopReplica of a frozen replica answered in {stopped_in:.2f}s")
+    assert gone
+    ch.wait_for(lambda md: not any(t["name"] == "rk-delete" for t in md["topics"]), 10, what="topic gone")
+    d = os.path.join(ch.data_dir, f"broker-{victim}", "rk-delete-0")
+    deadline = time.monotonic() + 20
+    while os.path.exists(d) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(d)
+    # the controller's queue to that broker is not stuck behind the stop: a new topic gets leaders there
+    ch.create_topic("rk-after-delete", partitions=3, rf=3, timeout_ms=30000)
+
+
 def test_stale_controller_cannot_commit(shared):
     """A controller that another one replaced (a rival claimed the next epoch in GCS KV) writes nothing:
     neither GCS KV nor its metadata log; it resigns and the brokers elect the next one."""
