@@ -6,6 +6,8 @@ constructor claims the next controller epoch by put-if-absent of ``controller_ep
 loads the image: from KV when KV is at least as new as its local metadata log, else from the log (a
 whole-cluster restart: GCS is in memory, the log on disk is the durable copy); either way it starts a
 fresh log file (a snapshot), so a replaced controller's open descriptor can only write to the old file.
+Before claiming its epoch it locks ``data_dir/controller/.lock`` like a broker's log directory (a
+controller of another cluster on the same data directory fails its creation with KAFKA_STORAGE_ERROR).
 Brokers judge its liveness (actors/controller_link.py): a dead one (its process SIGKILLed) or one silent
 past ``controller.quorum.fetch.timeout.ms`` (frozen) is ``ray.kill``ed by handle, which frees the name at
 once, and the brokers elect the next one.
@@ -51,6 +53,7 @@ from storage.errors import (BrokerIdNotRegisteredError, KafkaError, NotControlle
                             RequestTimedOutError, StaleBrokerEpochError, error_response)
 
 from .broker_channel import BrokerChannel
+from .log_dir_lock import LogDirLock
 from .metadata import ELECT_PREFERRED, ControllerConfig, ControllerLogic, MetadataImage
 from .metadata_store import ClusterKV, MetadataLog
 from .replica_state_machine import offline_replicas, online_replicas
@@ -59,6 +62,7 @@ log = logging.getLogger("rafka.controller")
 
 NAMESPACE = "rafka"
 SNAPSHOT_EVERY = 10_000  # records appended before the metadata log is rewritten as a snapshot
+DIR_LOCK_TIMEOUT_S = 10.0  # the previous controller's process may still be exiting
 
 
 def controller_name(cluster: str) -> str:
@@ -77,6 +81,10 @@ class ControllerActor:
     def __init__(self, cluster: str, data_dir: str, config: dict | None = None, host_broker_id: int = -1):
         self.cluster, self.data_dir, self.host_broker_id = cluster, data_dir, host_broker_id
         self.config = ControllerConfig.from_props(config)
+        # the metadata log's directory is locked like a broker's log directory, before the epoch is
+        # claimed: a candidate that cannot own it must not depose the controller that does
+        self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
+        self.dir_lock.acquire(DIR_LOCK_TIMEOUT_S)
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": now_ms()})
         self.mlog = MetadataLog(os.path.join(data_dir, "controller", "metadata.log"))
@@ -181,6 +189,8 @@ class ControllerActor:
         """Raise NOT_CONTROLLER (after resigning) when a newer controller claimed the next epoch."""
         if not self.resigned and self.kv.exists(f"controller_epoch/{self.epoch + 1}"):
             self.resign(f"controller epoch {self.epoch + 1} was claimed")
+        if self.stopping and not self.resigned:
+            raise NotControllerError(f"controller epoch {self.epoch} shut down")
         if self.resigned:
             raise NotControllerError(f"controller epoch {self.epoch} resigned: {self.resigned}")
 
@@ -551,6 +561,7 @@ class ControllerActor:
         async with self._lock:
             self._stop_background()
             self.mlog.close()
+            self.dir_lock.release()  # no commit follows (stopping): the next cluster start may take it
         return {"error_code": 0, "controller_epoch": self.epoch}
 
     def ping(self) -> int:

@@ -19,7 +19,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 import rafka
 from actors.bootstrap import start_cluster
-from actors.controller import NAMESPACE, controller_name
+from actors.controller import NAMESPACE, RemoteController, controller_name
 from actors.metadata_store import ClusterKV
 from rafka import TopicPartition
 from rafka.clusterctl import pid_alive
@@ -298,6 +298,20 @@ def test_log_dir_lock_refuses_a_second_broker_and_frees_on_sigkill(ray_cluster, 
             start_cluster(cluster_name + "b", 1, str(tmp_path), FAST, timeout_s=60)
         print(f"\nsecond broker set refused in {time.monotonic() - t0:.2f}s: {e.value}")
         assert ".lock" in str(e.value)
+        # nor can a controller of another cluster open the metadata log's directory; it fails before
+        # claiming an epoch, and the first cluster's metadata log is untouched
+        mlog = os.path.join(str(tmp_path), "controller", "metadata.log")
+        with open(mlog, "rb") as f:
+            before = f.read()
+        rival = RemoteController.options(name=controller_name(cluster_name + "c"), namespace=NAMESPACE,
+                                         num_cpus=0).remote(cluster_name + "c", str(tmp_path), FAST, -1)
+        with pytest.raises(RayActorError) as e:
+            ray.get(rival.ping.remote(), timeout=60)
+        assert "KAFKA_STORAGE_ERROR" in str(e.value) and "controller" in str(e.value)
+        ray.kill(rival)
+        assert ClusterKV(cluster_name + "c").latest_controller_epoch() == 0
+        with open(mlog, "rb") as f:
+            assert f.read() == before
         # the first set is untouched; a SIGKILLed broker restarts at once on its directory (the kernel
         # released its lock with the process)
         assert ray.get(ch.leader_replica("locked", 0).state.remote())["role"] == "leader"
