@@ -48,14 +48,15 @@ class ClusterHandle:
 
     # ---- lookups ----------------------------------------------------------------------------------
     def controller(self, timeout_s: float = 30.0):
-        """The current controller's handle (looked up by name: it changes on failover)."""
+        """The current controller's handle (looked up by name: it changes on failover). One that does not
+        answer within a second (frozen, or being replaced) is looked up again."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 h = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
-                ray.get(h.ping.remote(), timeout=timeout_s)
+                ray.get(h.ping.remote(), timeout=min(1.0, max(0.05, deadline - time.monotonic())))
                 return h
-            except (ValueError, RayActorError):
+            except (ValueError, RayActorError, GetTimeoutError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
@@ -150,8 +151,10 @@ class ClusterHandle:
             ray.kill(h, no_restart=True)
 
     def restart_broker(self, i: int, timeout_s: float = 60.0) -> dict:
-        """Start broker ``i`` again on the same directory (after ``kill_broker``)."""
+        """Start broker ``i`` again on the same directory (after ``kill_broker``, or after its process was
+        killed: the dead actor's handle is killed first, which frees its name at once)."""
         node = self.node_ids[i] if self.node_ids else None
+        self.kill_broker(i)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

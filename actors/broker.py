@@ -5,15 +5,23 @@ replica's log plus Kafka's ``partition.metadata`` with the topic id) and hosts t
 partitions as non-detached children pinned to its own Ray node: they fate-share with the broker, as
 a Kafka broker's partitions live and die with its process.
 
-Lifecycle. ``start()`` makes sure a controller exists (creating the named controller actor with
-``get_if_exists=True`` *is* the election), registers (getting a broker epoch), then runs a heartbeat
-loop and a controller watch: a long-poll on the controller (``broker_session``) raises within ~20 ms
-when the controller dies, and the broker re-runs the election. The controller is a *child* of the
-broker that created it (not detached), like Kafka's controller living inside a broker: killing that
-broker also kills the controller, and the surviving brokers elect a new one; a cluster whose brokers
-are all gone leaves no controller behind. It is hard-pinned to its creator's node, so its metadata log
-sits on that node's disk and a node loss takes broker and controller together (with soft pinning Ray
-placed it on another node under load, where its loss was only noticed by GCS's ~30 s node timeout).
+Lifecycle. ``start()`` locks the log directory (Kafka's ``.lock``, actors/log_dir_lock.py: a second
+broker process on the same directory fails its start with KAFKA_STORAGE_ERROR), makes sure a controller
+exists (creating the named controller actor with ``get_if_exists=True`` *is* the election), registers
+(getting a broker epoch), then heartbeats and watches the controller: a long-poll that raises within
+~20 ms of its death and a probe that finds it frozen after ``controller.quorum.fetch.timeout.ms``; either
+way the broker kills that controller's handle (freeing its name) and elects the next one
+(actors/controller_link.py). The controller is a *child* of the broker that created it (not detached),
+like Kafka's controller living inside a broker: killing that broker also kills the controller, and the
+surviving brokers elect a new one; a cluster whose brokers are all gone leaves no controller behind. It
+is hard-pinned to its creator's node, so its metadata log sits on that node's disk and a node loss takes
+broker and controller together (with soft pinning Ray placed it on another node under load, where its
+loss was only noticed by GCS's ~30 s node timeout).
+
+Replica supervision (actors/replica_supervisor.py). Every replica actor is watched: a dead one (process
+killed) or a frozen one (silent for ``broker.session.timeout.ms``) is reported to the controller, which
+moves leadership and the ISR away at once, and is recreated from its log directory as a follower that
+catches up and rejoins the ISR.
 
 Partitions are recovered lazily: nothing is opened at start; the controller answers the registration
 with the broker's full partition set (LeaderAndIsr ``full=True``) and the broker creates a replica
@@ -47,13 +55,16 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
-from .controller import NAMESPACE, RemoteController, controller_name
+from .controller import NAMESPACE
+from .controller_link import ControllerLink, ControllerUnavailable
 from .group_coordinator import (
     OFFSETS_TOPIC, RemoteGroupCoordinator, group_coordinator_name, offsets_partitions, offsets_topic_spec,
 )
 from .group_records import partition_for
+from .log_dir_lock import LogDirLock
 from .metadata_store import ClusterKV, read_cluster
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
+from .replica_supervisor import ReplicaSupervisor
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
 
@@ -96,8 +107,9 @@ class BrokerActor:
         self.dir = os.path.join(data_dir, f"broker-{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
         self.node_id = ray.get_runtime_context().get_node_id()
-        self.heartbeat_s = int(self.config.get("broker.heartbeat.interval.ms", 2000)) / 1000
-        self.controller = None
+        self.dir_lock = LogDirLock(self.dir)
+        self.link = ControllerLink(self)
+        self.supervisor = ReplicaSupervisor(self)
         self.controller_epoch = -1
         self.broker_epoch = -1
         self.replicas: dict[tuple[str, int], object] = {}
@@ -111,9 +123,7 @@ class BrokerActor:
         self._pid_end = 0
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._pid_lock: asyncio.Lock | None = None
-        self._register_lock: asyncio.Lock | None = None
         self._sessions: list[tuple[int, asyncio.Future]] = []
-        self._hb_suspended_until = 0.0
         self._tasks: list[asyncio.Task] = []
         self._kv = ClusterKV(cluster)
         self._gc = None  # the group coordinator actor (created on first need)
@@ -121,115 +131,24 @@ class BrokerActor:
         self._offsets_roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
         self._offsets_create_lock: asyncio.Lock | None = None
 
-    # ---- election and registration ---------------------------------------------------------------
-    def _controller_options(self):
-        return RemoteController.options(
-            name=controller_name(self.cluster), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
-            max_concurrency=1000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node_id, soft=False))
-
-    async def _ensure_controller(self, timeout_s: float = 60.0):
-        """Find or become the controller: named-actor creation with get_if_exists is the election."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        delay = 0.02
-        while not self.stopping:
-            try:
-                h = self._controller_options().remote(self.cluster, self.data_dir, self.config, self.broker_id)
-                info = await h.describe_controller.remote()
-                self._see_epoch(info["controller_epoch"])
-                self.controller = h
-                return h
-            except (RayActorError, RayTaskError, ValueError) as e:
-                if loop.time() > deadline:
-                    raise
-                log.info("broker %s: controller not reachable yet (%s)", self.broker_id, type(e).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        return None
-
-    async def _register(self, if_epoch: int | None = None) -> dict:
-        """Register (again). ``if_epoch``: only if this incarnation still has that broker epoch (a stale
-        heartbeat answer racing a registration that already happened must not register twice)."""
-        async with self._register_lock:
-            if if_epoch is not None and if_epoch != self.broker_epoch:
-                return {}
-            while not self.stopping:
-                ctl = self.controller or await self._ensure_controller()
-                info = {"node_id": self.node_id, "rack": self.config.get("broker.rack"), "log_dir": self.dir}
-                me = ray.get_runtime_context().current_actor
-                try:
-                    res = await ctl.register_broker.remote(self.broker_id, info, me)
-                except (RayActorError, RayTaskError) as e:
-                    log.info("broker %s: register failed (%s), re-electing", self.broker_id, type(e).__name__)
-                    self.controller = None
-                    await asyncio.sleep(0.05)
-                    continue
-                if res.get("error_code"):
-                    raise KafkaError(res.get("error_message"))
-                self._see_epoch(res["controller_epoch"])
-                self.broker_epoch = res["broker_epoch"]
-                return res
-            return {}
-
+    # ---- start and controller link -------------------------------------------------------------------
     async def start(self) -> dict:
-        """Elect or find the controller, register, then heartbeat and watch the controller."""
+        """Lock the log directory, elect or find the controller, register, then heartbeat and watch it."""
         self._pid_lock = asyncio.Lock()
-        self._register_lock = asyncio.Lock()
-        res = await self._register()
+        lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
+        await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._heartbeat_loop()), loop.create_task(self._watch_controller())]
+        self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
+        res = await self.link.register()
+        self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
                 "controller_epoch": res.get("controller_epoch", self.controller_epoch), "node_id": self.node_id}
 
     def suspend_heartbeats(self, duration_ms: int) -> dict:
         """Fault injection: behave like a hung broker (no heartbeats) for ``duration_ms``; the process and
         its replicas stay up, so only the controller's session timeout can notice."""
-        self._hb_suspended_until = asyncio.get_running_loop().time() + duration_ms / 1000
+        self.link.hb_suspended_until = asyncio.get_running_loop().time() + duration_ms / 1000
         return {"error_code": 0}
-
-    async def _heartbeat_loop(self):
-        while not self.stopping:
-            await asyncio.sleep(self.heartbeat_s)
-            ctl = self.controller
-            if ctl is None or asyncio.get_running_loop().time() < self._hb_suspended_until:
-                continue
-            epoch = self.broker_epoch
-            try:
-                res = await ctl.heartbeat.remote(self.broker_id, epoch)
-            except (RayActorError, RayTaskError):
-                continue  # the watch re-elects
-            self._see_epoch(res.get("controller_epoch", -1))
-            if res.get("error_code") in (77, 102):  # STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED
-                log.warning("broker %s was fenced (%s): registering again", self.broker_id, res.get("error_message"))
-                await self._register(if_epoch=epoch)
-
-    async def _watch_controller(self):
-        while not self.stopping:
-            ctl = self.controller
-            try:
-                if ctl is not None:
-                    await ctl.broker_session.remote(self.broker_id)
-                    await asyncio.sleep(0.05)  # controller resigned or shut down: look again
-            except (RayActorError, RayTaskError) as e:
-                log.info("broker %s: controller gone (%s)", self.broker_id, type(e).__name__)
-            if self.stopping:
-                return
-            self.controller = None
-            try:
-                await self._ensure_controller()
-            except (RayActorError, RayTaskError, ValueError):
-                await asyncio.sleep(0.2)
-                continue
-            # a new controller probes registered brokers itself; this heartbeat re-registers if it
-            # fenced us meanwhile
-            epoch = self.broker_epoch
-            try:
-                res = await self.controller.heartbeat.remote(self.broker_id, epoch)
-                if res.get("error_code") in (77, 102):
-                    await self._register(if_epoch=epoch)
-            except (RayActorError, RayTaskError):
-                continue
 
     # ---- controller epoch fencing --------------------------------------------------------------------
     def _see_epoch(self, epoch: int) -> None:
@@ -261,7 +180,7 @@ class BrokerActor:
 
     def incarnation(self) -> dict:
         return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                "controller_epoch": self.controller_epoch, "node_id": self.node_id}
+                "controller_epoch": self.controller_epoch, "node_id": self.node_id, "pid": os.getpid()}
 
     # ---- LeaderAndIsr / StopReplica / UpdateMetadata --------------------------------------------------
     def _lock(self, key) -> asyncio.Lock:
@@ -333,6 +252,7 @@ class BrokerActor:
                     h = await self._create_replica(s)
                     self.replicas[key] = h
                     self.topic_ids[key] = s["topic_id"]
+                    self.supervisor.watch(key, h)
                 self.topic_configs[key[0]] = dict(s.get("configs") or {})
                 state = {k: s[k] for k in ("topic", "partition", "topic_id", "leader", "leader_epoch", "isr",
                                            "replicas", "partition_epoch", "controller_epoch")}
@@ -342,9 +262,7 @@ class BrokerActor:
                     res = await h.become_follower.remote(state)
             except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
                 log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
-                if isinstance(e, RayActorError):
-                    self.replicas.pop(key, None)
-                return {**out, **_err_dict(e)}
+                return {**out, **_err_dict(e)}  # a dead replica: its supervisor reports and recreates it
             if key[0] == OFFSETS_TOPIC:
                 await self._notify_offsets(key[1], s["leader"] == self.broker_id, int(s["leader_epoch"]), h)
             if res.get("ignored"):  # the replica already runs this (or a newer) state
@@ -368,7 +286,13 @@ class BrokerActor:
                     shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
         return {"error_code": 0, "error_message": None, "partitions": results}
 
+    async def replica_gone(self, key) -> None:
+        """The supervisor removed a dead replica: its group coordinator loses that partition."""
+        if key[0] == OFFSETS_TOPIC:
+            await self._notify_offsets(key[1], False, None, None)
+
     async def _stop_one(self, key, delete: bool) -> dict:
+        pid = self.supervisor.unwatch(key, forget=delete)
         h = self.replicas.pop(key, None)
         self.topic_ids.pop(key, None)
         if key[0] == OFFSETS_TOPIC:
@@ -376,11 +300,10 @@ class BrokerActor:
         res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
         if h is not None:
             try:
-                r = await h.stop.remote(delete)
+                r = await self.supervisor.stop(key, h, delete, pid)
                 res.update(error_code=r.get("error_code", 0), error_message=r.get("error_message"))
-            except (RayActorError, RayTaskError) as e:
+            except (RayActorError, RayTaskError, KafkaError) as e:
                 res.update(_err_dict(e))
-            ray.kill(h, no_restart=True)
         if delete:
             shutil.rmtree(self._partition_dir(*key), ignore_errors=True)
         return res
@@ -430,17 +353,12 @@ class BrokerActor:
         """A fresh producer id (epoch 0) from this broker's block; a new block from the controller."""
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
-                for _ in range(100):
-                    ctl = self.controller or await self._ensure_controller()
-                    try:
-                        first, count = await ctl.allocate_producer_ids.remote(self.broker_id, self.broker_epoch)
-                        break
-                    except RayActorError:
-                        self.controller = None
-                        await asyncio.sleep(0.05)
-                    except RayTaskError as e:
-                        return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
-                else:
+                try:
+                    first, count = await self.link.call("allocate_producer_ids", self.broker_id, self.broker_epoch,
+                                                        timeout_s=10)
+                except RayTaskError as e:
+                    return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
+                except (ControllerUnavailable, asyncio.TimeoutError):
                     return {"error_code": 15, "error_message": "controller unavailable",
                             "producer_id": -1, "producer_epoch": -1}
                 self._pid_next, self._pid_end = first, first + count
@@ -512,15 +430,9 @@ class BrokerActor:
                 return {"error_code": 0, "error_message": None}
             alive = sum(1 for b in md["brokers"] if b.get("alive"))
             spec = offsets_topic_spec(self.config, alive)
-            for _ in range(50):
-                ctl = self.controller or await self._ensure_controller()
-                try:
-                    res = (await ctl.create_topics.remote([spec], 30000))[0]
-                    break
-                except RayActorError:
-                    self.controller = None
-                    await asyncio.sleep(0.05)
-            else:
+            try:
+                res = (await self.link.call("create_topics", [spec], 30000, timeout_s=40))[0]
+            except (ControllerUnavailable, asyncio.TimeoutError):
                 return {"error_code": 15, "error_message": "controller unavailable"}
             log.info("broker %s: created %s (%s partitions, rf %s): %s", self.broker_id, OFFSETS_TOPIC,
                      spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
@@ -582,6 +494,7 @@ class BrokerActor:
         self.prepare_shutdown()
         keys = list(self.replicas)
         res = await asyncio.gather(*(self._stop_one(k, delete=False) for k in keys))
+        self.dir_lock.release()
         return {"error_code": 0, "partitions": list(res)}
 
     def ping(self) -> int:

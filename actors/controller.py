@@ -4,21 +4,35 @@ Election. The controller is the named actor ``"{cluster}:controller"`` in namesp
 one actor hold a name, so creating it (brokers do, with ``get_if_exists=True``) is the election. Its
 constructor claims the next controller epoch by put-if-absent of ``controller_epoch/<N>`` in GCS KV and
 loads the image: from KV when KV is at least as new as its local metadata log, else from the log (a
-whole-cluster restart: GCS is in memory, the log on disk is the durable copy). Every request it sends to
-a broker carries the epoch; a broker answering STALE_CONTROLLER_EPOCH makes it resign (NOT_CONTROLLER).
+whole-cluster restart: GCS is in memory, the log on disk is the durable copy); either way it starts a
+fresh log file (a snapshot), so a replaced controller's open descriptor can only write to the old file.
+Before claiming its epoch it locks ``data_dir/controller/.lock`` like a broker's log directory (a
+controller of another cluster on the same data directory fails its creation with KAFKA_STORAGE_ERROR).
+Brokers judge its liveness (actors/controller_link.py): a dead one (its process SIGKILLed) or one silent
+past ``controller.quorum.fetch.timeout.ms`` (frozen) is ``ray.kill``ed by handle, which frees the name at
+once, and the brokers elect the next one.
+
+Fencing. Every request it sends to a broker carries the epoch; a broker answering STALE_CONTROLLER_EPOCH
+makes it resign (NOT_CONTROLLER). Before each write of its own (the metadata log append, the GCS KV
+publish) it checks that ``controller_epoch/<N+1>`` does not exist: a controller that was replaced while
+frozen and wakes up resigns instead of writing (one KV existence check, ~0.4 ms, per commit; the
+residual window is the time between that check and the write, while the replacement was elected a
+session timeout earlier).
 
 Commit path (one at a time, under ``_lock``): handler -> records -> metadata log append + fsync ->
 replay -> KV -> effects. Effects are derived from the records, as a KRaft broker derives its work from
 a metadata delta: LeaderAndIsr to the replicas of new/changed partitions, StopReplica(delete) to the
 replicas of removed topics and to replicas a reassignment dropped, topic configs to the hosting brokers,
 the full partition set to a (re)registered broker, UpdateMetadata(version) to every live broker.
-Requests to one broker go through its ``BrokerChannel`` (an ordered queue), never under the lock.
+Requests to one broker go through its ``BrokerChannel`` (actors/broker_channel.py), never under the lock.
 
 Broker liveness. For every registered broker the controller keeps one pending long-poll call
 (``broker.controller_session``): it raises ActorDiedError within ~20 ms of the broker's death (process
 or node). Brokers also heartbeat every ``broker.heartbeat.interval.ms``; a broker silent for
 ``broker.session.timeout.ms`` (hung, not dead) is fenced too. Fencing = FenceBroker + new leaders from
-the ISR (unclean election only where enabled) with leader epochs bumped.
+the ISR (unclean election only where enabled) with leader epochs bumped. A broker whose *replica* died
+reports it (``replicas_offline``: Kafka's OfflineReplica, actors/replica_state_machine.py) and, once the
+replica is recreated, ``replicas_online``.
 
 After a failover the new controller probes the brokers the image says are alive (a broker whose
 running incarnation has another broker epoch, or none, is fenced), then sends every live broker its full
@@ -38,13 +52,17 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from storage.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
                             RequestTimedOutError, StaleBrokerEpochError, error_response)
 
+from .broker_channel import BrokerChannel
+from .log_dir_lock import LogDirLock
 from .metadata import ELECT_PREFERRED, ControllerConfig, ControllerLogic, MetadataImage
 from .metadata_store import ClusterKV, MetadataLog
+from .replica_state_machine import offline_replicas, online_replicas
 
 log = logging.getLogger("rafka.controller")
 
 NAMESPACE = "rafka"
 SNAPSHOT_EVERY = 10_000  # records appended before the metadata log is rewritten as a snapshot
+DIR_LOCK_TIMEOUT_S = 10.0  # the previous controller's process may still be exiting
 
 
 def controller_name(cluster: str) -> str:
@@ -59,96 +77,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _observe(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
-
-
-class BrokerChannel:
-    """Ordered requests to one broker incarnation (Kafka's ControllerChannelManager queue)."""
-
-    def __init__(self, ctl: "ControllerActor", broker_id: int, broker_epoch: int, handle):
-        self.ctl, self.broker_id, self.broker_epoch, self.handle = ctl, broker_id, broker_epoch, handle
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.closed = False
-        self.want_version = -1
-        self._version_queued = False
-        self.task = asyncio.get_running_loop().create_task(self._run())
-        self.watch = asyncio.get_running_loop().create_task(self._watch())
-
-    def send(self, method: str, *args, **kwargs) -> asyncio.Future:
-        fut = asyncio.get_running_loop().create_future()
-        fut.add_done_callback(_observe)  # callers may drop the future: a dead broker is not an error
-        if self.closed:
-            fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
-        else:
-            self.queue.put_nowait((method, args, kwargs, fut))
-        return fut
-
-    def send_version(self, version: int) -> None:
-        """UpdateMetadata, coalesced: at most one queued, carrying the newest version."""
-        self.want_version = max(self.want_version, version)
-        if not self._version_queued and not self.closed:
-            self._version_queued = True
-            self.queue.put_nowait(("update_metadata", None, None, None))
-
-    async def _run(self):
-        while True:
-            method, args, kwargs, fut = await self.queue.get()
-            if method == "update_metadata" and args is None:
-                self._version_queued = False
-                args, kwargs = (self.want_version,), {}
-            try:
-                res = await getattr(self.handle, method).remote(self.ctl.epoch, *args, **kwargs)
-            except RayActorError as e:
-                self._fail(fut, e)
-                continue
-            except (RayTaskError, KafkaError) as e:
-                log.warning("broker %s %s failed: %s", self.broker_id, method, e)
-                self._fail(fut, e)
-                continue
-            if isinstance(res, dict) and res.get("error_code") == 11:
-                self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
-            self.ctl.on_broker_response(self.broker_id, method, args, res)
-            if fut is not None and not fut.done():
-                fut.set_result(res)
-
-    @staticmethod
-    def _fail(fut, e):
-        if fut is not None and not fut.done():
-            fut.set_exception(e)
-
-    async def _watch(self):
-        """The long-poll: returns when the broker shuts down, raises when it dies."""
-        try:
-            res = await self.handle.controller_session.remote(self.ctl.epoch)
-            reason = res.get("reason") if isinstance(res, dict) else None
-            if isinstance(res, dict) and res.get("error_code") == 11:
-                self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
-                return
-            log.info("broker %s ended its session: %s", self.broker_id, reason)
-        except RayActorError:
-            log.info("broker %s died", self.broker_id)
-        except asyncio.CancelledError:
-            return
-        if not self.closed:
-            self.ctl.schedule_fence(self.broker_id, self.broker_epoch)
-
-    def close(self):
-        self.closed = True
-        for t in (self.task, self.watch):
-            if t is not asyncio.current_task():
-                t.cancel()
-        while not self.queue.empty():
-            _, _, _, fut = self.queue.get_nowait()
-            if fut is not None and not fut.done():
-                fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
-
-
 class ControllerActor:
     def __init__(self, cluster: str, data_dir: str, config: dict | None = None, host_broker_id: int = -1):
         self.cluster, self.data_dir, self.host_broker_id = cluster, data_dir, host_broker_id
         self.config = ControllerConfig.from_props(config)
+        # the metadata log's directory is locked like a broker's log directory, before the epoch is
+        # claimed: a candidate that cannot own it must not depose the controller that does
+        self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
+        self.dir_lock.acquire(DIR_LOCK_TIMEOUT_S)
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": now_ms()})
         self.mlog = MetadataLog(os.path.join(data_dir, "controller", "metadata.log"))
@@ -180,11 +116,11 @@ class ControllerActor:
             log.error("metadata log unusable (%s); relying on GCS KV", e)
         kv_img = self.kv.load_image()
         if kv_img is not None and (local is None or kv_img.version >= local.version):
-            if local is None or local.version != kv_img.version:
-                self.mlog.rewrite(kv_img.snapshot_records())
-            return kv_img
-        image = local or MetadataImage()
-        self.kv.write_all(image)
+            image = kv_img
+        else:
+            image = local or MetadataImage()
+            self.kv.write_all(image)
+        self.mlog.rewrite(image.snapshot_records())  # a new file: a replaced controller cannot append to it
         return image
 
     # ---- startup, resignation ------------------------------------------------------------------
@@ -249,11 +185,22 @@ class ControllerActor:
                 f.set_result({"reason": "resigned" if self.resigned else "shutdown", "controller_epoch": self.epoch})
 
     # ---- commit and effects --------------------------------------------------------------------
+    def _check_current(self) -> None:
+        """Raise NOT_CONTROLLER (after resigning) when a newer controller claimed the next epoch."""
+        if not self.resigned and self.kv.exists(f"controller_epoch/{self.epoch + 1}"):
+            self.resign(f"controller epoch {self.epoch + 1} was claimed")
+        if self.stopping and not self.resigned:
+            raise NotControllerError(f"controller epoch {self.epoch} shut down")
+        if self.resigned:
+            raise NotControllerError(f"controller epoch {self.epoch} resigned: {self.resigned}")
+
     async def _commit(self, records: list[dict]) -> None:
         """Write-ahead to the metadata log, replay, publish to KV, then send the effects. Callers hold
-        ``_lock``; the fsync runs off the event loop so heartbeats keep being served meanwhile."""
+        ``_lock``; the fsync runs off the event loop so heartbeats keep being served meanwhile. Each
+        write is preceded by the fencing check."""
         if not records:
             return
+        self._check_current()
         await asyncio.to_thread(self.mlog.append, records)
         img = self.image
         before = {}
@@ -268,6 +215,7 @@ class ControllerActor:
         topics = {r.get("topic") or r.get("name") or r.get("resource") for r in records
                   if r["type"] in ("Topic", "Partition", "PartitionChange", "ConfigRecord", "RemoveTopic")}
         brokers = {r["broker_id"] for r in records if r["type"] in ("RegisterBroker", "FenceBroker")}
+        self._check_current()
         self.kv.persist(img, topics, brokers, any(r["type"] == "ProducerIds" for r in records))
         if self.mlog.records_since_snapshot > SNAPSHOT_EVERY:
             self.mlog.rewrite(img.snapshot_records())
@@ -478,6 +426,26 @@ class ControllerActor:
             await self._commit(records)
         return resp
 
+    async def replicas_offline(self, broker_id: int, broker_epoch: int, partitions: list) -> dict:
+        """A live broker's replica actors died (OfflineReplica): move leadership and the ISR away now."""
+        return await self._replica_change(offline_replicas, broker_id, broker_epoch, partitions)
+
+    async def replicas_online(self, broker_id: int, broker_epoch: int, partitions: list) -> dict:
+        """Those replicas run again (OnlineReplica): partitions they left leaderless elect a leader."""
+        return await self._replica_change(online_replicas, broker_id, broker_epoch, partitions)
+
+    async def _replica_change(self, decide, broker_id, broker_epoch, partitions) -> dict:
+        """-> ``{error_code, partitions: [{topic, partition, error_code, error_message, state}]}``; ``state``
+        is the partition's state after the change, in the shape LeaderAndIsr carries."""
+        await self._ensure_started()
+        async with self._lock:
+            records, results = decide(self.logic, broker_id, broker_epoch, list(partitions or []))
+            await self._commit(records)
+        for r in results:
+            if r["error_code"] == 0 and self.image.partition(r["topic"], r["partition"]) is not None:
+                r["state"] = self._state(r["topic"], r["partition"])
+        return {"error_code": 0, "error_message": None, "controller_epoch": self.epoch, "partitions": results}
+
     async def allocate_producer_ids(self, broker_id: int, broker_epoch: int | None = None) -> tuple[int, int]:
         await self._ensure_started()
         async with self._lock:
@@ -593,10 +561,18 @@ class ControllerActor:
         async with self._lock:
             self._stop_background()
             self.mlog.close()
+            self.dir_lock.release()  # no commit follows (stopping): the next cluster start may take it
         return {"error_code": 0, "controller_epoch": self.epoch}
 
     def ping(self) -> int:
         return self.epoch
+
+    @ray.method(concurrency_group="liveness")
+    async def probe(self) -> dict:
+        """The brokers' liveness probe: answers at once (no startup wait), from its own thread, so a busy
+        event loop is not taken for a frozen process (SIGSTOP stops every thread)."""
+        return {"controller_epoch": self.epoch, "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), "resigned": self.resigned}
 
 
 def _unknown(name) -> KafkaError:
@@ -604,4 +580,4 @@ def _unknown(name) -> KafkaError:
     return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 
-RemoteController = ray.remote(ControllerActor)
+RemoteController = ray.remote(concurrency_groups={"liveness": 1})(ControllerActor)

@@ -132,6 +132,9 @@ class ClusterKV:
     def put(self, key: str, value) -> None:
         self._kv._internal_kv_put(key.encode(), _pack(value), True, namespace=self.ns)
 
+    def exists(self, key: str) -> bool:
+        return bool(self._kv._internal_kv_exists(key.encode(), namespace=self.ns))
+
     def delete(self, key: str) -> None:
         self._kv._internal_kv_del(key.encode(), namespace=self.ns)
 

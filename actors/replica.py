@@ -37,7 +37,9 @@ from ray.exceptions import RayActorError
 
 from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, LeaderState,
                               check_transition, truncation_offset)
-from actors.purgatory import DelayedOperation, DelayedOperationPurgatory
+from actors.purgatory import DelayedOperationPurgatory
+from actors.replica_delayed import (_EPOCH_ERR, _FETCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch,
+                                    DelayedProduce, _err)
 from storage import errors as E
 from storage.log import Log, LogConfig
 
@@ -82,84 +84,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _err(exc: BaseException, **fields) -> dict:
-    code, message = E.error_response(exc)
-    if code == -1 and not isinstance(exc, E.KafkaError):
-        log.exception("unexpected error")
-    return {"error_code": code, "error_message": message, **fields}
-
-
-_PRODUCE_ERR = {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b""}
-_LIST_ERR = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
-_EPOCH_ERR = {"leader_epoch": -1, "end_offset": -1}
-
-
 class _Retry(Exception):
     """A retriable condition inside the follower loop: back off and go around again."""
 
 
-class DelayedProduce(DelayedOperation):
-    """acks=all: waits until the high watermark reaches ``required_offset`` (last offset + 1)."""
-
-    def __init__(self, replica: "ReplicaActor", timeout_ms: int, required_offset: int, response: dict):
-        super().__init__(timeout_ms)
-        self.replica, self.required_offset, self.response = replica, required_offset, response
-
-    def try_complete(self) -> bool:
-        r = self.replica
-        if r.role != LEADER or r.log.high_watermark >= self.required_offset:
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> dict:
-        r = self.replica
-        if self.expired:
-            return {**self.response, "error_code": E.RequestTimedOutError.code,
-                    "error_message": f"acks=all: high watermark {r.log.high_watermark} did not reach "
-                                     f"{self.required_offset} in {self.delay_ms:.0f} ms"}
-        if r.role != LEADER:
-            return {**self.response, **_err(E.NotLeaderOrFollowerError("leadership moved before the "
-                                                                        "batch was replicated"))}
-        if len(r.isr) < r.config.min_insync_replicas:
-            return {**self.response, **_err(E.NotEnoughReplicasAfterAppendError(
-                f"ISR {list(r.isr)} is below min.insync.replicas={r.config.min_insync_replicas}"))}
-        return self.response
-
-    def on_cancel(self) -> dict:
-        return {**self.response, **_err(E.NotLeaderOrFollowerError("replica stopped"))}
-
-
-class DelayedFetch(DelayedOperation):
-    """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
-    followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
-
-    def __init__(self, replica: "ReplicaActor", max_wait_ms: int, args: tuple, min_bytes: int,
-                 epoch: int):
-        super().__init__(max_wait_ms)
-        self.replica, self.args, self.min_bytes, self.epoch = replica, args, min_bytes, epoch
-        self.gen = replica._gen
-
-    def try_complete(self) -> bool:
-        r = self.replica
-        if r._gen != self.gen or r.role != LEADER:
-            return self.force_complete()
-        fetch_offset, _max_bytes, replica_id, isolation = self.args
-        end = r.log.log_end_offset if replica_id >= 0 else r._fetchable_end(isolation)
-        if fetch_offset < r.log.log_start_offset or fetch_offset > r.log.log_end_offset:
-            return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
-        if end > fetch_offset and r._marks.bytes_between(fetch_offset, end) >= self.min_bytes:
-            return self.force_complete()
-        return False
-
-    def on_complete(self) -> dict:
-        return self.replica._read(*self.args, epoch=self.epoch)
-
-    def on_cancel(self) -> dict:
-        return _err(E.NotLeaderOrFollowerError("replica stopped"), **_FETCH_ERR)
-
-
-@ray.remote
+@ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
 class ReplicaActor:
     def __init__(self, cluster: str, topic: str, partition: int, topic_id, broker_id: int,
                  log_dir: str, config_props: dict | None = None):
@@ -193,6 +122,7 @@ class ReplicaActor:
         self._follower_fetches = 0
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self._follower_error: str | None = None
+        self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
     def _stale(self, state: dict) -> str | None:
@@ -292,6 +222,8 @@ class ReplicaActor:
             self._housekeeping_task.cancel()
         self._produce_purgatory.shutdown()
         self._fetch_purgatory.shutdown()
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result({"reason": "stopped"})
         try:
             if delete:
                 self.log.delete()
@@ -758,5 +690,17 @@ class ReplicaActor:
             st["follower_error"] = self._follower_error
         return st
 
-    async def ping(self) -> bool:
-        return True
+    @ray.method(concurrency_group="liveness")
+    async def ping(self) -> int:
+        """Liveness probe: this replica's process id. It runs on its own thread, so a long synchronous step
+        on the main loop (a compaction pass) is not taken for a frozen process; SIGSTOP stops every thread."""
+        return os.getpid()
+
+    async def supervise(self) -> dict:
+        """The broker's long-poll: pending while the replica runs (raises at the caller when the process
+        dies), answered when it is stopped on purpose."""
+        if self.role == STOPPED:
+            return {"reason": "stopped"}
+        if self._stopped is None:
+            self._stopped = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(self._stopped)

@@ -8,9 +8,14 @@ state file (``$RAFKA_HOME/cluster.json``, default ``~/.rafka``) and detaches. An
 with ``rafka.connect()`` (which reads the state file) or the printed address.
 
 stop: stops the rafka actors cleanly (logs closed), then ends exactly the Ray processes of that temp dir
-(those whose command line names it, and their descendants: workers are children of the raylet) with
-SIGTERM, then SIGKILL after a grace period. It never runs ``ray stop``, which would end every Ray
-instance on the machine.
+(those whose command line names it, those with a file open under it -- every worker logs there, even one
+orphaned by a dead raylet -- and their descendants) with SIGTERM, then SIGKILL after a grace period. It
+never runs ``ray stop``, which would end every Ray instance on the machine.
+
+A head that crashed (its GCS killed, the state file left behind) can leave its raylet and the broker
+workers running, still holding the log directories: ``start`` ends those leftovers of the recorded temp
+dir before it starts a new head, and each broker's log directory lock (``.lock``) refuses a second
+broker set on the same directories anyway.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ def free_port() -> int:
             return port
 
 
-def _proc_table() -> tuple[dict[int, str], dict[int, int]]:
+def proc_table() -> tuple[dict[int, str], dict[int, int]]:
     cmd, parent = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -55,11 +60,27 @@ def _proc_table() -> tuple[dict[int, str], dict[int, int]]:
     return cmd, parent
 
 
+def _has_open_file_under(pid: int, marker: str) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(marker):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def ray_processes(temp_dir: str) -> set[int]:
-    """Pids of the Ray processes started with ``temp_dir`` and all their descendants."""
-    cmd, parent = _proc_table()
+    """Pids of the Ray processes started with ``temp_dir`` (named on their command line, or holding a file
+    open under it, as every worker does with its log files) and all their descendants."""
+    cmd, parent = proc_table()
     marker = temp_dir.rstrip("/") + "/"
-    found = {pid for pid, c in cmd.items() if marker in c or c.rstrip().endswith(temp_dir)}
+    found = {pid for pid, c in cmd.items()
+             if marker in c or c.rstrip().endswith(temp_dir) or _has_open_file_under(pid, marker)}
     found.discard(os.getpid())
     changed = True
     while changed:
@@ -81,7 +102,7 @@ def _kill(pids: set[int], grace_s: float = 5.0) -> int:
     alive = set(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.1)
-        alive = {p for p in alive if _alive(p)}
+        alive = {p for p in alive if pid_alive(p)}
     for pid in alive:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -90,7 +111,8 @@ def _kill(pids: set[int], grace_s: float = 5.0) -> int:
     return len(pids)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie, dead but not yet reaped, does not)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
@@ -125,9 +147,19 @@ def ensure_token() -> str:
 def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka", num_cpus: int | None = None,
           port: int | None = None, config: dict | None = None) -> dict:
     state = read_state()
-    if state and _ray_is_up(state["address"]) and ray_processes(state["temp_dir"]):
-        raise KafkaError(f"a rafka cluster is already running at {state['address']} "
-                         f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`")
+    if state:
+        leftovers = ray_processes(state["temp_dir"])
+        if _ray_is_up(state["address"]) and leftovers:
+            raise KafkaError(f"a rafka cluster is already running at {state['address']} "
+                             f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`")
+        # the recorded head is gone (crashed): end whatever is left of it (raylet, broker workers still
+        # holding the log directories) before another head starts on the same data
+        if leftovers:
+            print(f"rafka: the cluster recorded in {state_file()} is not running; ending "
+                  f"{len(leftovers)} leftover processes of its head", file=sys.stderr)
+            _kill(leftovers)
+        shutil.rmtree(state["temp_dir"], ignore_errors=True)
+        state_file().unlink(missing_ok=True)
     data_dir = os.path.abspath(data_dir or os.path.join(state_file().parent, "data"))
     os.makedirs(data_dir, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix="rafka-ray-", dir="/tmp")

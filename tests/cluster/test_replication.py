@@ -2,6 +2,8 @@
 StopReplica, broker kills and restarts)."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -175,7 +177,17 @@ def test_min_insync_replicas(cluster):
     b, h = full_isr(ch, "mir")
     assert ray.get(h.produce.remote(batch([b"ok"]), -1, 5000))["error_code"] == 0
     victim = next(x for x in part(ch, "mir")["replicas"] if x != b)
-    ray.kill(ch.replica("mir", 0, victim))  # the follower's process dies; its broker lives on
+    # the follower's process freezes; its broker lives on (and would replace it only after
+    # broker.session.timeout.ms, 9 s: the leader's lag check, 1.5 s, drops it from the ISR first)
+    pid = rstate(ch.replica("mir", 0, victim))["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        _min_isr_with_a_frozen_follower(ch, h)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _min_isr_with_a_frozen_follower(ch, h):
     waiting = h.produce.remote(batch([b"in flight"]), -1, 20000)
     r = ray.get(waiting, timeout=30)
     assert r["error_code"] == E.NotEnoughReplicasAfterAppendError.code, r
@@ -201,10 +213,16 @@ def test_isr_shrink_and_expand(cluster):
     b, h = full_isr(ch, "isr")
     assert ray.get(h.produce.remote(batch([b"v0"]), -1, 5000))["error_code"] == 0
     victim = next(x for x in part(ch, "isr")["replicas"] if x != b)
-    ray.kill(ch.replica("isr", 0, victim))
-    t0 = time.monotonic()
-    r = ray.get(h.produce.remote(batch([b"v1"]), -1, 20000), timeout=30)
-    waited = time.monotonic() - t0
+    # the follower's process freezes (SIGSTOP): it stops fetching without dying (a dead replica is reported
+    # by its broker at once; a frozen one only after broker.session.timeout.ms, 9 s here, longer than the lag)
+    pid = rstate(ch.replica("isr", 0, victim))["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = ray.get(h.produce.remote(batch([b"v1"]), -1, 20000), timeout=30)
+        waited = time.monotonic() - t0
+    finally:
+        os.kill(pid, signal.SIGCONT)
     assert r["error_code"] == 0, r
     assert waited >= LAG_MS / 1000 * 0.5, waited  # answered only once the lagging follower was dropped
     st = rstate(h)

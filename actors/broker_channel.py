@@ -1,0 +1,108 @@
+"""Ordered requests from the controller to one broker incarnation (Kafka's ControllerChannelManager queue)
+and the controller's long-poll on that broker (its death detector).
+
+``BrokerChannel(ctl, broker_id, broker_epoch, handle)``: ``send(method, *args)`` queues a request, sent in
+order with the controller's epoch first (``getattr(handle, method).remote(ctl.epoch, *args)``);
+``send_version(v)`` coalesces UpdateMetadata. A broker answering STALE_CONTROLLER_EPOCH makes the
+controller resign. ``_watch`` is the pending ``controller_session`` call: it raises within ~20 ms of the
+broker's death and then the controller fences that broker incarnation. Runs on the controller's event
+loop only.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ray.exceptions import RayActorError, RayTaskError
+
+from storage.errors import KafkaError
+
+log = logging.getLogger("rafka.controller")
+
+
+def _observe(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+class BrokerChannel:
+    """Ordered requests to one broker incarnation (Kafka's ControllerChannelManager queue)."""
+
+    def __init__(self, ctl: "ControllerActor", broker_id: int, broker_epoch: int, handle):
+        self.ctl, self.broker_id, self.broker_epoch, self.handle = ctl, broker_id, broker_epoch, handle
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.closed = False
+        self.want_version = -1
+        self._version_queued = False
+        self.task = asyncio.get_running_loop().create_task(self._run())
+        self.watch = asyncio.get_running_loop().create_task(self._watch())
+
+    def send(self, method: str, *args, **kwargs) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_observe)  # callers may drop the future: a dead broker is not an error
+        if self.closed:
+            fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
+        else:
+            self.queue.put_nowait((method, args, kwargs, fut))
+        return fut
+
+    def send_version(self, version: int) -> None:
+        """UpdateMetadata, coalesced: at most one queued, carrying the newest version."""
+        self.want_version = max(self.want_version, version)
+        if not self._version_queued and not self.closed:
+            self._version_queued = True
+            self.queue.put_nowait(("update_metadata", None, None, None))
+
+    async def _run(self):
+        while True:
+            method, args, kwargs, fut = await self.queue.get()
+            if method == "update_metadata" and args is None:
+                self._version_queued = False
+                args, kwargs = (self.want_version,), {}
+            try:
+                res = await getattr(self.handle, method).remote(self.ctl.epoch, *args, **kwargs)
+            except RayActorError as e:
+                self._fail(fut, e)
+                continue
+            except (RayTaskError, KafkaError) as e:
+                log.warning("broker %s %s failed: %s", self.broker_id, method, e)
+                self._fail(fut, e)
+                continue
+            if isinstance(res, dict) and res.get("error_code") == 11:
+                self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
+            self.ctl.on_broker_response(self.broker_id, method, args, res)
+            if fut is not None and not fut.done():
+                fut.set_result(res)
+
+    @staticmethod
+    def _fail(fut, e):
+        if fut is not None and not fut.done():
+            fut.set_exception(e)
+
+    async def _watch(self):
+        """The long-poll: returns when the broker shuts down, raises when it dies."""
+        try:
+            res = await self.handle.controller_session.remote(self.ctl.epoch)
+            reason = res.get("reason") if isinstance(res, dict) else None
+            if isinstance(res, dict) and res.get("error_code") == 11:
+                self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
+                return
+            log.info("broker %s ended its session: %s", self.broker_id, reason)
+        except RayActorError:
+            log.info("broker %s died", self.broker_id)
+        except asyncio.CancelledError:
+            return
+        if not self.closed:
+            self.ctl.schedule_fence(self.broker_id, self.broker_epoch)
+
+    def close(self):
+        self.closed = True
+        for t in (self.task, self.watch):
+            if t is not asyncio.current_task():
+                t.cancel()
+        while not self.queue.empty():
+            _, _, _, fut = self.queue.get_nowait()
+            if fut is not None and not fut.done():
+                fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
+
+
