@@ -67,6 +67,12 @@ varint(const unsigned char **pp, const unsigned char *lim, int64_t *out)
         *pp = p + 1;
         return V_OK;
     }
+    if (lim - p >= 2 && p[1] < 0x80) { /* 2 bytes: lengths of 64..8191 (every 100-byte record's) */
+        unsigned z = (p[0] & 0x7Fu) | ((unsigned)p[1] << 7);
+        *out = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+        *pp = p + 2;
+        return V_OK;
+    }
     return varint_slow(pp, lim, out);
 }
 
