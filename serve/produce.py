@@ -106,6 +106,8 @@ def load_json(raw: bytes, exact: bool = True) -> Any:
     try:
         return json.loads(raw) if exact else orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
+        if "depth limit" in str(exc):  # orjson's own limit (1024 levels)
+            raise _too_deep("the body") from None
         raise GatewayError(400, MALFORMED, f"the body is not valid JSON: {exc}") from None
     except RecursionError:  # the standard library's parser recurses per level: thousands deep end here
         raise _too_deep("the body") from None

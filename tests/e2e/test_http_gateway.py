@@ -501,7 +501,7 @@ def test_json_nested_thousands_deep_is_400(gw, e2e_cluster, e2e_topic):
     v3 = f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records"
     for fmt in (JSONV2, BINARY):
         body = error(post(f"{gw}/topics/{t}", '{"records": [{"value": %s}]}' % deep, fmt), 400, 40001)
-        assert "nested too deeply" in body["message"] or "recursion" in body["message"], body
+        assert "nested too deeply" in body["message"], body
     assert "nested too deeply" in error(post(v3, '{"value": {"type": "JSON", "data": %s}}' % deep,
                                              "application/json"), 400, 40001)["message"]
     two = '{"value": {"type": "STRING", "data": "x"}} {"value": {"type": "JSON", "data": %s}}' % deep
