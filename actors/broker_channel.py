@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from ray.exceptions import RayActorError, RayTaskError
 
 from storage.errors import KafkaError
+
+if TYPE_CHECKING:
+    from actors.controller import ControllerActor
 
 log = logging.getLogger("rafka.controller")
 

@@ -1,4 +1,4 @@
-"""Replica placement and topic-name rules: pure functions, no Ray, no I/O.
+"""Replica placement (and, re-exported from storage/topic.py, the topic-name rule): pure, no Ray, no I/O.
 
 Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers``:
 
@@ -17,28 +17,9 @@ Randomness comes from a ``random.Random`` the caller passes, so tests can fix th
 from __future__ import annotations
 
 import random
-import re
 
-from storage.errors import InvalidReplicationFactorError, InvalidTopicError
-
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def validate_topic_name(name) -> None:
-    """Kafka's ``Topic.validate``: raises INVALID_TOPIC_EXCEPTION with Kafka's wording."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
-            f"topic name: {name}")
-    if not _LEGAL_TOPIC.match(name):
-        raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
-            f"'.', '_' and '-'")
+from storage.errors import InvalidReplicationFactorError
+from storage.topic import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401  (Kafka's Topic.validate)
 
 
 def unify_collision_chars(name: str) -> str:

@@ -31,13 +31,14 @@ from storage.records import RecordBatchBuilder, decode_records, iter_batch_heade
 VALUE_BYTES = 100
 
 
-def build_batches(n: int, batch_bytes: int, per_call: int = 1) -> tuple[list[bytes], int]:
+def build_batches(n: int, batch_bytes: int, per_call: int = 1, codec: int = 0) -> tuple[list[bytes], int]:
     """``n`` payloads, each ``per_call`` distinct non-idempotent batches of 100-byte records
-    concatenated (one produce call carries them all); returns (payloads, records per payload)."""
+    concatenated (one produce call carries them all); returns (payloads, records per payload).
+    ``batch_bytes`` bounds the uncompressed records (the producer's batch.size); ``codec`` compresses."""
     payload = os.urandom(VALUE_BYTES * 64)
     out, per = [], 0
     for i in range(n * per_call):
-        b = RecordBatchBuilder(batch_size=batch_bytes)
+        b = RecordBatchBuilder(batch_size=batch_bytes, compression_type=codec)
         j = 0
         while b.append(1_700_000_000_000 + i, None, payload[(j % 64) * VALUE_BYTES:(j % 64 + 1) * VALUE_BYTES]):
             j += 1
@@ -223,7 +224,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--light-calls", type=int, default=300)
     ap.add_argument("--fetch-mb", type=int, default=8)
     ap.add_argument("--consumers", type=int, default=2, help="processes for the parallel consume run")
+    ap.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none",
+                    help="codec of the produced batches (the leader decompresses each to validate it)")
     args = ap.parse_args(argv)
+    codec = ["none", "gzip", "snappy", "lz4", "zstd"].index(args.compression)
     stdout = claim_stdout()
 
     root = tempfile.mkdtemp(prefix="rafka-bench-")
@@ -233,7 +237,8 @@ def main(argv=None) -> dict:
              configure_logging=False, num_cpus=2)
     ray_init_s = time.perf_counter() - t0
     setup = (DirectSetup if args.direct else ClusterSetup)(cluster, root)
-    out: dict = {"mode": "direct" if args.direct else "cluster", "record_bytes": VALUE_BYTES}
+    out: dict = {"mode": "direct" if args.direct else "cluster", "record_bytes": VALUE_BYTES,
+                 "compression": args.compression}
     try:
         t0 = time.perf_counter()
         setup.start(3)
@@ -244,8 +249,8 @@ def main(argv=None) -> dict:
         out["ray_init_s"] = round(ray_init_s, 2)
         out["cluster_start_s"] = round(t1 - t0, 2)
         out["topics_ready_s"] = round(t2 - t1, 2)
-        single, per1 = build_batches(16, args.batch_kb * 1024)
-        multi, per = build_batches(16, args.batch_kb * 1024, args.batches_per_call)
+        single, per1 = build_batches(16, args.batch_kb * 1024, codec=codec)
+        multi, per = build_batches(16, args.batch_kb * 1024, args.batches_per_call, codec)
         out["records_per_batch"] = per1
         out["batch_bytes"] = len(single[0])
         out["bytes_per_call"] = len(multi[0])

@@ -24,7 +24,8 @@ import sys
 from typing import Any, TextIO
 
 from rafka import clusterctl
-from rafka.errors import ClusterNotFoundError, KafkaError
+from rafka.cli_types import count as _count, index as _index
+from rafka.errors import ClusterNotFoundError, KafkaError, UnknownTopicOrPartitionError
 from rafka.output import claim_stdout
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CLUSTER = 0, 1, 2, 3
@@ -264,7 +265,14 @@ def cmd_topic_consume(args) -> int:
     consumer = Consumer(handle, auto_offset_reset="earliest")
     parts = consumer.partitions_for_topic(args.name)
     if parts is None:
+        consumer.close()
         raise KafkaError(f"topic {args.name!r} does not exist")
+    missing = sorted(set(args.partition or ()) - parts)
+    if missing:
+        consumer.close()
+        raise UnknownTopicOrPartitionError(
+            f"topic {args.name!r} has no partition {', '.join(map(str, missing))} (its partitions are "
+            f"0..{len(parts) - 1})")
     tps = [TopicPartition(args.name, p) for p in sorted(parts) if args.partition is None or p in args.partition]
     consumer.assign(tps)
     if args.offset in ("start", "oldest", "earliest"):
@@ -303,6 +311,8 @@ def _consume_group(args, handle) -> int:
     commits what it printed on exit. -e stops once every assigned partition reached its end."""
     import time
     from rafka.consumer import Consumer
+    if args.partition is not None:
+        raise UsageError("-p/--partition picks partitions by hand; with --group the group assigns them")
     if args.offset not in ("start", "oldest", "earliest", "end", "newest", "latest"):
         raise UsageError("with --group, --offset is start or end (the reset policy); use `rafka group seek`")
     reset = "earliest" if args.offset in ("start", "oldest", "earliest") else "latest"
@@ -481,16 +491,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("-k", "--key", default=None, help="key for every record")
     s.add_argument("--key-separator", default=None, help="split each line into key SEP value")
-    s.add_argument("-p", "--partition", type=int, default=None)
+    s.add_argument("-p", "--partition", type=_index, default=None)
     s.add_argument("--acks", default="all")
-    s.add_argument("--linger-ms", type=int, default=5)
+    s.add_argument("--linger-ms", type=_index, default=5)
     s.set_defaults(func=cmd_topic_produce)
     s = tp.add_parser("consume", parents=[common])
     s.add_argument("name")
     s.add_argument("-o", "--offset", default="start", help="start, end or an offset (default start)")
-    s.add_argument("-n", "--num", type=int, default=None, help="stop after N records")
+    s.add_argument("-n", "--num", type=_count, default=None, help="stop after N records")
     s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
-    s.add_argument("-p", "--partition", type=int, action="append", default=None)
+    s.add_argument("-p", "--partition", type=_index, action="append", default=None,
+                   help="only this partition (repeatable; it must exist)")
     s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
     s.add_argument("-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group")
     s.set_defaults(func=cmd_topic_consume)
@@ -513,18 +524,18 @@ def build_parser() -> argparse.ArgumentParser:
     pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
     s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")
     s.add_argument("--topic", required=True)
-    s.add_argument("--records", type=int, required=True)
-    s.add_argument("--record-size", type=int, default=100)
+    s.add_argument("--records", type=_count, required=True)
+    s.add_argument("--record-size", type=_index, default=100)
     s.add_argument("--acks", default="all")
     s.add_argument("--throughput", type=int, default=-1, help="records/s cap (-1: none)")
-    s.add_argument("--batch-size", type=int, default=65536)
-    s.add_argument("--linger-ms", type=int, default=5)
+    s.add_argument("--batch-size", type=_count, default=65536)
+    s.add_argument("--linger-ms", type=_index, default=5)
     s.add_argument("--compression", default="none")
-    s.add_argument("--keys", type=int, default=0, help="cycle through this many keys (0: null keys)")
+    s.add_argument("--keys", type=_index, default=0, help="cycle through this many keys (0: null keys)")
     s.set_defaults(func=cmd_perf_produce)
     s = pf.add_parser("consume", parents=[common], help="kafka-consumer-perf-test")
     s.add_argument("--topic", required=True)
-    s.add_argument("--records", type=int, required=True)
+    s.add_argument("--records", type=_count, required=True)
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
 

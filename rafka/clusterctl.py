@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from rafka.cluster import read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError

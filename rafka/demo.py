@@ -363,7 +363,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         victim = ctl  # the broker hosting the controller: partition leaders and the controller fail over
         kill_at = records // 3
 
-        console.print(f"Starting the HTTP gateway (Ray Serve, REST-proxy API) ...")
+        console.print("Starting the HTTP gateway (Ray Serve, REST-proxy API) ...")
         t = time.monotonic()
         url = start_gateway(cluster, port=gateway_port)
         console.print(f"  {url} up in {time.monotonic() - t:.1f} s (OpenAPI page: {url}/docs)")

@@ -16,7 +16,6 @@ Thread safety: ``send``/``flush`` may be called from many threads; ``close`` onc
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -29,6 +28,7 @@ from rafka.metadata import ClusterMetadata
 from rafka.partitioner import DefaultPartitioner, partition_for_key
 from rafka.sender import Sender
 from rafka.structs import PartitionInfo
+from storage.topic import validate_topic_name
 
 __all__ = ["Producer"]
 
@@ -73,6 +73,7 @@ class Producer:
             self.config.retry_backoff_ms, self.config.retry_backoff_max_ms, self.config.delivery_timeout_ms)
         self.sender = Sender(self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id)
         self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
+        self._legal_topics: set[str] = set()  # names already checked by validate_topic_name
         self._closed = False
         self._close_lock = threading.Lock()
         self.sender.start()
@@ -83,9 +84,12 @@ class Producer:
         """Queue one record; returns a future of its ``RecordMetadata``.
 
         ``callback(metadata, exception)`` runs on the sender thread when the record is acknowledged or
-        fails. Raises at once (not through the future) for bad arguments, ``RecordTooLargeError``, and
-        ``KafkaTimeoutError`` when metadata or buffer space did not come within ``max_block_ms``.
+        fails. Raises at once (not through the future) for bad arguments, ``InvalidTopicError`` for a name
+        Kafka forbids (before any metadata wait), ``RecordTooLargeError``, and ``KafkaTimeoutError`` when
+        metadata or buffer space did not come within ``max_block_ms``.
         """
+        if type(topic) is not str or topic not in self._legal_topics:
+            self._check_topic(topic)
         if self._closed:
             raise IllegalStateError("cannot send after the producer is closed")
         if self.sender.fatal_error is not None:
@@ -145,6 +149,8 @@ class Producer:
         one accumulator lock per batch. Why: ``send`` costs ~8-15 us per record in Python, and callers such
         as the HTTP gateway hand over thousands of records at a time.
         """
+        if type(topic) is not str or topic not in self._legal_topics:
+            self._check_topic(topic)
         if self._closed:
             raise IllegalStateError("cannot send after the producer is closed")
         if self.sender.fatal_error is not None:
@@ -207,6 +213,13 @@ class Producer:
             return futures[where[0]]
         its = {p: iter(f) for p, f in futures.items()}
         return [next(its[p]) for p in where]
+
+    def _check_topic(self, topic) -> None:
+        """Kafka's ``Topic.validate`` (InvalidTopicError), remembered per legal name: a bad name fails the
+        call at once instead of waiting ``max_block_ms`` for metadata that can never come."""
+        validate_topic_name(topic)
+        if len(self._legal_topics) < 10_000:
+            self._legal_topics.add(topic)
 
     def _serialize(self, key: Any, value: Any, headers) -> tuple[bytes | None, bytes | None, tuple]:
         """Key, value and headers as bytes, size-checked (``send_batch``'s per-record work)."""
@@ -271,6 +284,8 @@ class Producer:
 
     # -- metadata ----------------------------------------------------------------------------------
     def partitions_for(self, topic: str) -> list[PartitionInfo]:
+        if type(topic) is not str or topic not in self._legal_topics:
+            self._check_topic(topic)
         tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
         return [tm.partitions[p] for p in tm.partition_ids]
 

@@ -388,12 +388,10 @@ def _positive(v: str) -> int:
 
 
 def _nonneg(v: str) -> int:
-    import argparse
     return 0 if v.strip() == "0" else _positive(v)
 
 
 def cmd_verify(args) -> int:
-    import json
     import sys
     from rafka import cli
     kinds = tuple(k.strip() for k in args.nemesis.split(",") if k.strip())

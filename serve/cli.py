@@ -1,6 +1,6 @@
 """`rafka serve ...` verbs (registered by rafka/cli.py): the HTTP gateway on the started cluster.
 
-    rafka serve start [--port 8082] [--host 127.0.0.1] [--acks all] [--replicas 1]
+    rafka serve start [--port 8082] [--host 127.0.0.1] [--acks all] [--replicas 1] [--body-timeout-s 30]
     rafka serve status
     rafka serve stop
 
@@ -19,7 +19,8 @@ def cmd_serve_start(args) -> int:
     from serve.http import start_gateway
     handle = _connect(args)
     try:
-        url = start_gateway(handle, host=args.host, port=args.port, acks=args.acks, num_replicas=args.replicas)
+        url = start_gateway(handle, host=args.host, port=args.port, acks=args.acks, num_replicas=args.replicas,
+                            body_timeout_s=args.body_timeout_s)
     except (RuntimeError, RayServeException) as exc:  # port taken, Serve elsewhere, deployment failed
         print(f"rafka: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return EXIT_ERROR
@@ -64,6 +65,8 @@ def register(groups, common) -> None:
     s.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     s.add_argument("--acks", default="all", help="the gateway producer's acks: all, 1 or 0")
     s.add_argument("--replicas", type=int, default=1, help="gateway (ingress) replicas")
+    s.add_argument("--body-timeout-s", type=float, default=30.0,
+                   help="seconds a request body may take to arrive (a stream: the longest pause); 408 after")
     s.set_defaults(func=cmd_serve_start)
     sv.add_parser("status", parents=[common], help="is the gateway running, where").set_defaults(func=cmd_serve_status)
     sv.add_parser("stop", parents=[common], help="delete the gateway (and Serve, if nothing else runs on it)"

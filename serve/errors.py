@@ -21,6 +21,7 @@ INSTANCE_NOT_FOUND = 40403
 NOT_FOUND = 40404            # cluster id, consumer group, route
 METHOD_NOT_ALLOWED = 40501
 NOT_ACCEPTABLE = 40601
+REQUEST_TIMEOUT = 40801      # the request body did not arrive in time
 INSTANCE_EXISTS = 40902
 ILLEGAL_STATE = 40903        # e.g. assign() on a subscribed instance, commit after a rebalance
 TOO_LARGE = 41301

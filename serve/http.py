@@ -19,8 +19,6 @@ Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP 
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
-import collections
-import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -28,16 +26,16 @@ from typing import Any, Callable
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 
 from rafka.errors import KafkaError
+from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
 from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
-from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND, TOO_LARGE,
+from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND,
                           UNSUPPORTED_MEDIA, GatewayError, from_exception)
-from serve.produce import (BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, iso_ms, load_json,
-                           parse_v2, parse_v3)
+from serve.produce import BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, parse_v2, parse_v3
+from serve.v3_stream import RequestStreamingResponse, v3_report, v3_stream
 
 __all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME", "build_app"]
 
@@ -111,19 +109,6 @@ def _reply(request: Request, data: Any, msgpack_ok: bool) -> Response:
     return _json(data)
 
 
-async def _body(request: Request, limit: int) -> bytes:
-    raw = await request.body()
-    if len(raw) > limit:
-        raise GatewayError(413, TOO_LARGE, f"the request body is {len(raw)} bytes, more than the gateway's limit "
-                           f"({limit})", 10)
-    return raw
-
-
-async def _optional_json(request: Request) -> Any:
-    raw = await request.body()
-    return load_json(raw) if raw.strip() else None
-
-
 # -- shapes -----------------------------------------------------------------------------------------------
 def _v2_partition(p: dict) -> dict:
     isr = set(p.get("isr") or ())
@@ -140,13 +125,14 @@ class Gateway:
     """The ingress: stateless apart from its producer, so it can run as several replicas."""
 
     def __init__(self, cluster: str, acks: str | int, instances: Any, producer_config: dict | None = None,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
         from rafka.admin import Admin
         self.cluster = cluster
         self.producer = ProduceService(cluster, acks, producer_config)
         self.admin = Admin(cluster, default_api_timeout_ms=15000, request_timeout_ms=10000)
         self.instances = instances
         self.max_request_bytes = max_request_bytes
+        self.body_timeout_s = body_timeout_s
         self._pool = ThreadPoolExecutor(64, thread_name_prefix="gateway")
 
     async def run(self, fn: Callable, *args) -> Any:
@@ -157,6 +143,13 @@ class Gateway:
         if cluster_id != self.cluster:
             raise GatewayError(404, NOT_FOUND, f"cluster {cluster_id!r} not found (this gateway serves "
                                f"{self.cluster!r})")
+
+    async def _body(self, request: Request) -> bytes:
+        """The whole request body within the size limit and the body timeout (serve/body.py)."""
+        return await read_body(request, self.max_request_bytes, self.body_timeout_s)
+
+    async def _json_body(self, request: Request) -> Any:
+        return await read_json_or_none(request, self.max_request_bytes, self.body_timeout_s)
 
     async def _consumer(self, group: str, name: str, op: str, *args) -> Any:
         return await self.instances.op.remote(group, name, op, *args)
@@ -236,26 +229,6 @@ def _base(request: Request) -> str:
     return str(request.base_url).rstrip("/")
 
 
-def _v3_report(cluster: str, topic: str, res: Any, ktype: str | None, vtype: str | None, rec) -> dict:
-    if isinstance(res, BaseException):
-        err = from_exception(res)
-        return {"error_code": err.status, "kafka_error_code": err.kafka_error_code, "message": err.message}
-    return {"error_code": 200, "cluster_id": cluster, "topic_name": topic, "partition_id": res.partition,
-            "offset": res.offset, "timestamp": iso_ms(res.timestamp),
-            "key": None if rec.key is None else {"type": ktype, "size": len(rec.key)},
-            "value": None if rec.value is None else {"type": vtype, "size": len(rec.value)}}
-
-
-class _RequestStreamingResponse(StreamingResponse):
-    """A streamed answer that leaves the request's ``receive`` channel to the endpoint. Starlette's
-    StreamingResponse listens on it for the client's disconnect (ASGI spec < 2.4, as under Serve) and so
-    swallows request-body chunks that the v3 streaming endpoint reads while it answers; the endpoint sees
-    the disconnect itself (``ClientDisconnect`` from ``request.stream()``)."""
-
-    async def __call__(self, scope, receive, send) -> None:
-        await self.stream_response(send)
-
-
 def build_app():
     """The Serve ingress class over a fresh FastAPI app (built per deployment, so deploying twice in one
     process never registers a route twice)."""
@@ -319,7 +292,7 @@ def build_app():
 
         async def _produce_v2(self, topic: str, partition: int | None, request: Request) -> Response:
             fmt = _produce_format(request)
-            records = parse_v2(await _body(request, self.max_request_bytes), fmt)
+            records = parse_v2(await self._body(request), fmt)
             results = await self.run(self.producer.produce, topic, records, partition, True)
             body = {"key_schema_id": None, "value_schema_id": None,
                     "offsets": [{"partition": r[0], "offset": r[1], "error_code": None, "error": None}
@@ -373,91 +346,23 @@ def build_app():
             stream = JsonValueStream(self.max_request_bytes)
             if "content-length" not in request.headers:  # a chunked body: streaming mode from the first record
                 self.producer.require_topic(topic)
-                return _RequestStreamingResponse(self._v3_stream(topic, [], stream, request.stream().__aiter__()),
-                                                 media_type="application/json")
-            values = stream.feed(await _body(request, self.max_request_bytes)) + stream.finish()
+                return RequestStreamingResponse(v3_stream(self, topic, [], stream, request.stream().__aiter__(),
+                                                          self.body_timeout_s), media_type="application/json")
+            values = stream.feed(await self._body(request)) + stream.finish()
+            if stream.failed is not None:  # a whole body that cannot be parsed: nothing of it is produced
+                raise stream.failed
             if not values:
                 raise GatewayError(400, MALFORMED, "the body holds no record")
             if len(values) > 1:  # several records in a whole body: one report line each
                 self.producer.require_topic(topic)
-                return _RequestStreamingResponse(self._v3_stream(topic, values, stream, None),
-                                                 media_type="application/json")
+                return RequestStreamingResponse(v3_stream(self, topic, values, stream, None, self.body_timeout_s),
+                                                media_type="application/json")
             parsed = parse_v3(values)
             (res,) = await self.run(self.producer.produce, topic, [parsed[0][0]], None)
             if isinstance(res, BaseException):
                 raise from_exception(res)
-            return _json(_v3_report(self.cluster, topic, res, parsed[0][1], parsed[0][2], parsed[0][0]),
+            return _json(v3_report(self.cluster, topic, res, parsed[0][1], parsed[0][2], parsed[0][0]),
                          media="application/json")
-
-        async def _v3_stream(self, topic: str, values: list, stream: "JsonValueStream", body: Any):
-            """Confluent's v3 streaming mode: records are produced as their JSON arrives and each gets one
-            delivery report line, in order, as soon as it and those before it are settled; the next body
-            chunk and the oldest unreported records are awaited together, so reports flow while the client
-            is still sending. A bad record gets an error line and the stream goes on; a malformed body ends
-            it with an error line."""
-            pending: collections.deque = collections.deque()  # (parsed entries, send_each results)
-            first = 0
-            failure: GatewayError | None = None
-            next_chunk: asyncio.Future | None = None
-            head: asyncio.Future | None = None
-
-            def submit(vals: list, first: int) -> tuple[list, list]:
-                entries: list = []
-                for i, v in enumerate(vals, first):
-                    try:
-                        entries.append(parse_v3([v], i)[0])
-                    except GatewayError as exc:
-                        entries.append(exc)
-                good = [e[0] for e in entries if not isinstance(e, GatewayError)]
-                sent = iter(self.producer.send_each(topic, good) if good else ())
-                return entries, [e if isinstance(e, GatewayError) else next(sent) for e in entries]
-
-            def lines(entries: list, results: list) -> str:
-                return "".join(json.dumps(_v3_report(self.cluster, topic, res, *(
-                    (None, None, None) if isinstance(e, GatewayError) else (e[1], e[2], e[0]))),
-                    separators=(",", ":")) + "\n" for e, res in zip(entries, results))
-
-            try:
-                while True:
-                    if values:
-                        pending.append(await self.run(submit, values, first))
-                        first += len(values)
-                        values = []
-                    if body is not None and next_chunk is None:
-                        next_chunk = asyncio.ensure_future(body.__anext__())
-                    if pending and head is None:
-                        head = asyncio.ensure_future(self.run(self.producer.wait, pending[0][1]))
-                    waiting = [f for f in (head, next_chunk) if f is not None]
-                    if not waiting:
-                        break
-                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                    if head in done:
-                        entries, sent = pending.popleft()
-                        try:
-                            results = head.result()
-                        except KafkaError as exc:  # not acknowledged within the delivery timeout
-                            results = [exc] * len(sent)
-                        head = None
-                        yield lines(entries, results)
-                    if next_chunk in done:
-                        try:
-                            values = stream.feed(next_chunk.result())
-                        except StopAsyncIteration:
-                            body = None
-                            try:
-                                values = stream.finish()
-                            except GatewayError as exc:
-                                failure = exc
-                        except GatewayError as exc:
-                            failure, body = exc, None
-                        except ClientDisconnect:  # the client is gone: what it sent is produced, unreported
-                            return
-                        next_chunk = None
-                if failure is not None:
-                    yield lines([failure], [failure])
-            finally:
-                if next_chunk is not None:
-                    next_chunk.cancel()
 
         # -- v3 consumer groups -------------------------------------------------------------------------
         @app.get("/v3/clusters/{cluster_id}/consumer-groups", summary="Consumer groups (v3)")
@@ -492,7 +397,7 @@ def build_app():
         # -- v2 consumer instances ----------------------------------------------------------------------
         @app.post("/consumers/{group}", summary="Create a consumer instance in a group")
         async def create_consumer(self, group: str, request: Request) -> Response:
-            body = await _optional_json(request)
+            body = await self._json_body(request)
             return _json(await self.instances.create.remote(group, body if body is not None else {}, _base(request)))
 
         @app.delete("/consumers/{group}/instances/{name}", summary="Close a consumer instance (leaves the group)")
@@ -502,7 +407,7 @@ def build_app():
 
         @app.post("/consumers/{group}/instances/{name}/subscription", summary="Subscribe to topics or a pattern")
         async def subscribe(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "subscribe", await _optional_json(request))
+            await self._consumer(group, name, "subscribe", await self._json_body(request))
             return Response(status_code=204)
 
         @app.get("/consumers/{group}/instances/{name}/subscription", summary="The subscribed topics")
@@ -516,7 +421,7 @@ def build_app():
 
         @app.post("/consumers/{group}/instances/{name}/assignments", summary="Assign partitions manually")
         async def assign(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "assign", await _optional_json(request))
+            await self._consumer(group, name, "assign", await self._json_body(request))
             return Response(status_code=204)
 
         @app.get("/consumers/{group}/instances/{name}/assignments", summary="The assigned partitions")
@@ -552,26 +457,26 @@ def build_app():
         @app.post("/consumers/{group}/instances/{name}/offsets",
                   summary="Commit the given offsets (last processed record), or everything consumed (no body)")
         async def commit(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "commit", await _optional_json(request))
+            await self._consumer(group, name, "commit", await self._json_body(request))
             return Response(status_code=204)
 
         @app.get("/consumers/{group}/instances/{name}/offsets", summary="Committed offsets")
         async def committed(self, group: str, name: str, request: Request) -> Response:
-            return _json(await self._consumer(group, name, "committed", await _optional_json(request)))
+            return _json(await self._consumer(group, name, "committed", await self._json_body(request)))
 
         @app.post("/consumers/{group}/instances/{name}/positions", summary="Seek to offsets")
         async def seek(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "seek", await _optional_json(request))
+            await self._consumer(group, name, "seek", await self._json_body(request))
             return Response(status_code=204)
 
         @app.post("/consumers/{group}/instances/{name}/positions/beginning", summary="Seek to the beginning")
         async def seek_beginning(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "seek_edge", await _optional_json(request), False)
+            await self._consumer(group, name, "seek_edge", await self._json_body(request), False)
             return Response(status_code=204)
 
         @app.post("/consumers/{group}/instances/{name}/positions/end", summary="Seek to the end")
         async def seek_end(self, group: str, name: str, request: Request) -> Response:
-            await self._consumer(group, name, "seek_edge", await _optional_json(request), True)
+            await self._consumer(group, name, "seek_edge", await self._json_body(request), True)
             return Response(status_code=204)
 
     return GatewayIngress
@@ -613,11 +518,14 @@ def _port_free(host: str, port: int) -> bool:
 def start_gateway(cluster: Any = None, host: str = "127.0.0.1", port: int = 8082, acks: str | int = "all",
                   num_replicas: int = 1, *, consumer_instance_timeout_ms: int = DEFAULT_INSTANCE_TIMEOUT_MS,
                   producer_config: dict | None = None, max_ongoing_requests: int = 64,
-                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, name: str = APP_NAME) -> str:
+                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+                  name: str = APP_NAME) -> str:
     """Deploy the gateway for ``cluster`` (a ``LocalCluster``, ``ClusterHandle``, name, or None for
     ``rafka.connect()``); returns its base URL. Starts Serve on ``host:port`` unless it already runs on this
     Ray cluster, in which case it must already listen there (Serve's HTTP options are fixed at its first
-    start). The app outlives this process (Serve is detached) until ``stop_gateway``."""
+    start). The app outlives this process (Serve is detached) until ``stop_gateway``. A request body may be
+    ``max_request_bytes`` long (413 past it, from Content-Length before reading) and must arrive within
+    ``body_timeout_s`` seconds (a stream: no pause longer than that), else 408 (serve/body.py)."""
     from ray import serve as ray_serve
     from rafka.config import ProducerConfig
     ProducerConfig(**{"acks": acks, **(producer_config or {})})  # bad settings fail here, not in a replica
@@ -637,7 +545,7 @@ def start_gateway(cluster: Any = None, host: str = "127.0.0.1", port: int = 8082
         name_, consumer_instance_timeout_ms)
     ingress = ray_serve.deployment(build_app(), name="Gateway", num_replicas=num_replicas,
                                    max_ongoing_requests=max_ongoing_requests, ray_actor_options=opts).bind(
-        name_, acks, instances, producer_config, max_request_bytes)
+        name_, acks, instances, producer_config, max_request_bytes, body_timeout_s)
     ray_serve.run(ingress, name=name, route_prefix="/", logging_config={"enable_access_log": False})
     return f"http://{host}:{port}"
 

@@ -58,13 +58,21 @@ def _b64(data: Any, i: int, field: str) -> bytes | None:
         raise _bad(i, f"{field} is not valid base64") from None
 
 
+def _too_deep(what: str) -> GatewayError:
+    return GatewayError(400, MALFORMED, f"{what} is nested too deeply (JSON arrays/objects nest at most a few "
+                                        f"hundred levels here)")
+
+
 def _json_bytes(data: Any) -> bytes | None:
     if data is None:
         return None
     try:
         return orjson.dumps(data)
-    except TypeError:  # an integer past 64 bits: the standard library writes any size
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    except TypeError:  # an integer past 64 bits or nesting past orjson's 255 levels: the standard library
+        try:
+            return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+        except RecursionError:
+            raise _too_deep("a JSON key or value") from None
 
 
 def _raw(data: Any, i: int, field: str) -> bytes | None:
@@ -98,7 +106,11 @@ def load_json(raw: bytes, exact: bool = True) -> Any:
     try:
         return json.loads(raw) if exact else orjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
+        if "depth limit" in str(exc):  # orjson's own limit (1024 levels)
+            raise _too_deep("the body") from None
         raise GatewayError(400, MALFORMED, f"the body is not valid JSON: {exc}") from None
+    except RecursionError:  # the standard library's parser recurses per level: thousands deep end here
+        raise _too_deep("the body") from None
 
 
 def load_msgpack(raw: bytes) -> Any:
@@ -155,7 +167,8 @@ class JsonValueStream:
     malformed value. Whitespace between values is allowed. What waits unparsed is bounded by ``limit``
     bytes (413 past it), not the whole stream, so a long-lived stream can carry any number of records.
     A malformed value mid-stream cannot be skipped (JSON has no resync point): parsing stops there and
-    ``finish`` reports it.
+    ``finish`` reports it. A value nested too deeply for the parser (thousands of levels) stops it too:
+    ``failed`` holds that 400, raised by ``feed``/``finish`` once they have no earlier values to return.
     """
 
     _WS = " \t\r\n"
@@ -165,25 +178,36 @@ class JsonValueStream:
         self._json = json.JSONDecoder()
         self._buf = ""
         self._limit = limit
+        self.failed: GatewayError | None = None  # a value nested too deeply (see the class docstring)
         self.count = 0  # values returned so far
 
     def feed(self, chunk: bytes) -> list:
+        if self.failed is not None:
+            raise self.failed
         try:
             self._buf += self._dec.decode(chunk)
         except UnicodeDecodeError:
             raise GatewayError(400, MALFORMED, f"the body is not UTF-8 (after record {self.count - 1})") from None
         out = self._take(final=False)
+        if self.failed is not None and not out:
+            raise self.failed
         if len(self._buf) > self._limit:
             raise GatewayError(413, TOO_LARGE, f"record {self.count} is still incomplete after {len(self._buf)} "
                                f"bytes, more than the gateway's limit ({self._limit})", 10)
         return out
 
     def finish(self) -> list:
+        if self.failed is not None:
+            raise self.failed
         try:
             self._buf += self._dec.decode(b"", final=True)
         except UnicodeDecodeError:
             raise GatewayError(400, MALFORMED, "the body ends inside a UTF-8 sequence") from None
         out = self._take(final=True)
+        if self.failed is not None:
+            if out:
+                return out
+            raise self.failed
         if self._buf.strip(self._WS):
             try:
                 self._json.raw_decode(self._buf.lstrip(self._WS))
@@ -202,6 +226,9 @@ class JsonValueStream:
                 value, end = self._json.raw_decode(buf, pos)
             except ValueError:
                 break  # incomplete (more may come) or malformed (finish() says which)
+            except RecursionError:  # cannot be parsed whatever follows: fail at the next feed/finish
+                self.failed = _too_deep(f"record {self.count + len(out)}")
+                break
             if end == n and not final and not isinstance(value, (dict, list, str)):
                 break  # a number or literal at the end of what arrived may continue in the next chunk
             out.append(value)

@@ -44,11 +44,12 @@ import time
 from bisect import bisect_right
 from typing import NamedTuple
 
-from storage import cleaner
+from storage import cleaner, log_validator
 from storage.checkpoints import fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
-    InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError, OutOfOrderSequenceNumberError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
     RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
 from storage.log_config import LogConfig
@@ -62,7 +63,7 @@ from storage.log_loader import (
 )
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, LOG_OVERHEAD, TRANSACTIONAL_MASK, RecordBatch, parse_header,
+    CONTROL_MASK, LOG_OVERHEAD, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
 from storage.segment import KafkaStorageError, LogSegment
@@ -232,10 +233,13 @@ class Log(LogRetention):
         return False
 
     # ------------------------------------------------------------------ append
-    def append_as_leader(self, batches: bytes, leader_epoch: int, now_ms: int) -> LogAppendInfo:
-        """Validate, assign offsets (rewriting each batch's base offset in place) and the partition leader
-        epoch, check producer sequences, and append. A duplicate batch writes nothing and returns its
-        original offsets with ``duplicate=True``."""
+    def append_as_leader(self, batches: bytes, leader_epoch: int, now_ms: int,
+                         origin: str = log_validator.CLIENT) -> LogAppendInfo:
+        """Validate (storage/log_validator.py, Kafka's LogValidator: every record of every batch; one bad
+        batch refuses the whole append), assign offsets (rewriting each batch's base offset in place) and
+        the partition leader epoch, check producer sequences, and append. A duplicate batch writes nothing
+        and returns its original offsets with ``duplicate=True``. ``origin``: ``"client"`` (producers) or
+        ``"coordinator"`` (a coordinator's own writes, e.g. transaction markers)."""
         self._check_open()
         n = len(batches)
         if n == 0:
@@ -244,24 +248,9 @@ class Log(LogRetention):
         if n > c.segment_bytes:
             raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
         buf = bytearray(batches)
-        infos, pos, records, max_msg, producers = [], 0, 0, c.max_message_bytes, False
-        while pos < n:
-            h = validate_batch(buf, pos)
-            size = LOG_OVERHEAD + h[1]
-            if size > max_msg:
-                raise MessageTooLargeError(f"batch of {size} bytes exceeds max.message.bytes {max_msg}")
-            if h[12] != h[6] + 1:
-                raise InvalidRecordError(f"batch at position {pos} has {h[12]} records but last offset "
-                                         f"delta {h[6]}")
-            if h[9] >= 0:
-                producers = True
-            elif h[5] & TRANSACTIONAL_MASK:
-                raise InvalidRecordError("transactional batch without a producer id")
-            infos.append((pos, size, h))
-            records += h[12]
-            pos += size
-        if c.compact:
-            self._check_keys(buf, infos)
+        infos = log_validator.validate_leader_append(buf, c, now_ms, origin)
+        records = sum(h[12] for _, _, h in infos)
+        producers = any(h[9] >= 0 for _, _, h in infos)
         if producers:
             dup = self._check_producers(buf, infos)
             if dup is not None:
@@ -293,14 +282,6 @@ class Log(LogRetention):
         ps.map_end_offset = offset
         self._after_append(records, now_ms)
         return LogAppendInfo(first, offset - 1, max_ts, now_ms if append_time else -1, self._lso, records, n, False)
-
-    def _check_keys(self, buf, infos) -> None:
-        for pos, _, h in infos:
-            if not h[5] & CONTROL_MASK:
-                for r in RecordBatch(buf, pos, header=h):
-                    if r.key is None:
-                        raise InvalidRecordError(f"compacted topic: record with null key at relative "
-                                                  f"offset {r.offset - h[0]} of batch at position {pos}")
 
     def _check_producers(self, buf, infos) -> tuple[int, int] | None:
         """Producer-state check of a leader append; several batches of one producer in one append must

@@ -9,6 +9,12 @@ in its own module so the Log stays readable. Keys (Kafka's defaults)::
     delete.retention.ms 1 d               min.compaction.lag.ms 0          max.compaction.lag.ms Long.MAX
     min.cleanable.dirty.ratio 0.5         max.message.bytes 1048588        message.timestamp.type CreateTime
     min.insync.replicas 1                 unclean.leader.election.enable false
+    message.timestamp.before.max.ms Long.MAX      message.timestamp.after.max.ms 3600000 (1 hour)
+
+The two timestamp bounds are KIP-937's (Kafka 3.6+), with Kafka 4.x's defaults (``ServerLogConfigs``:
+before ``Long.MAX_VALUE``, after 3600000; 3.x had ``Long.MAX_VALUE`` for both). Under ``CreateTime`` the
+leader refuses a record whose timestamp is more than ``before`` ms behind or ``after`` ms ahead of its
+clock (INVALID_TIMESTAMP, storage/log_validator.py). The deprecated ``message.timestamp.difference.max.ms`` is not supported.
 
 Values may be given as strings (as they travel in Kafka requests) or Python values; anything unknown or
 out of range raises ``InvalidConfigError``. Immutable (frozen dataclass): safe to share between threads.
@@ -43,6 +49,8 @@ _CONFIG_KEYS = {
     "message.timestamp.type": ("message_timestamp_type", "tstype", "CreateTime", None),
     "min.insync.replicas": ("min_insync_replicas", "int32", 1, 1),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", "bool", False, None),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "int64", LONG_MAX, 0),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "int64", 3600000, 0),
 }
 
 
@@ -105,6 +113,8 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3600000
 
     def __post_init__(self):
         for key, (attr, kind, _, minimum) in _CONFIG_KEYS.items():

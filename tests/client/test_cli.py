@@ -98,6 +98,30 @@ def test_errors_are_one_line_with_exit_codes(cli):
     assert nowhere.returncode == 3 and "no Ray cluster answers" in nowhere.stderr
 
 
+def test_bad_partitions_counts_and_topic_names_fail_at_once(cli):
+    """`consume -p 99` waited forever on a partition that does not exist, `-p -5` too; `perf produce
+    --records -5` ran; producing to an illegal topic name waited max.block.ms (60 s). Each now fails at once
+    with one line on stderr: 1 for what the cluster says, 2 for a usage error."""
+    cli("topic", "create", "three", "-p", "3", "-r", "1")
+    missing = cli("topic", "consume", "three", "-p", "1", "-p", "99", timeout=60, check=False)
+    assert missing.returncode == 1 and missing.stdout == "" and missing.stderr.count("\n") == 1, missing.stderr
+    assert missing.stderr == ("rafka: UnknownTopicOrPartitionError: topic 'three' has no partition 99 (its "
+                              "partitions are 0..2)\n")
+    for args, says in [(("topic", "consume", "three", "-p", "-5"), "-5 is not a valid index"),
+                       (("topic", "consume", "three", "-p", "1", "-g", "g"), "with --group"),
+                       (("topic", "consume", "three", "-n", "0"), "0 is not a positive number"),
+                       (("perf", "produce", "--topic", "three", "--records", "-5"), "-5 is not a positive number"),
+                       (("perf", "produce", "--topic", "three", "--records", "0"), "0 is not a positive number"),
+                       (("perf", "produce", "--topic", "three", "--records", "many"), "'many' is not an integer"),
+                       (("perf", "consume", "--topic", "three", "--records", "-1"), "-1 is not a positive number"),
+                       (("topic", "produce", "three", "-p", "-1"), "-1 is not a valid index")]:
+        proc = cli(*args, timeout=60, check=False, stdin="")
+        assert proc.returncode == 2 and says in proc.stderr and proc.stdout == "", (args, proc.stderr)
+    for name in ("bad name", "..", "x" * 250):
+        proc = cli("topic", "produce", name, stdin="v\n", timeout=30, check=False)
+        assert proc.returncode == 1 and "InvalidTopicError" in proc.stderr, proc.stderr
+
+
 def test_perf_json(cli):
     cli("topic", "create", "perf", "-p", "2", "-r", "1")
     res = js(cli("perf", "produce", "--topic", "perf", "--records", "20000", "--record-size", "100",

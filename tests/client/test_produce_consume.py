@@ -117,6 +117,19 @@ def test_send_errors_raise_at_once(rafka_cluster, new_topic):
         rafka.Producer(rafka_cluster, lingerms=1)
 
 
+@pytest.mark.parametrize("name", ["", ".", "..", "bad name", "x/y", "ü", "a" * 250, "ok\n", None, 5])
+def test_invalid_topic_names_raise_at_once(rafka_cluster, name):
+    """Kafka's Topic.validate on the client: before, each waited max_block_ms (60 s by default) for
+    metadata that could never come, then timed out."""
+    with rafka.Producer(rafka_cluster) as p:
+        for call in (lambda: p.send(name, b"x"), lambda: p.send_batch(name, [(None, b"x")]),
+                     lambda: p.partitions_for(name)):
+            t0 = time.monotonic()
+            with pytest.raises(rafka.errors.InvalidTopicError) as info:
+                call()
+            assert time.monotonic() - t0 < 1.0 and info.value.code == 17 and info.value.message
+
+
 def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic):
     """``send_batch`` (the gateway's path: one C encode per partition run, one wait per batch): every record
     lands where ``send`` would put it, futures come back in input order, keyless records spread over the

@@ -39,13 +39,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+BODY_LIMIT = 8 << 20  # the fixture gateway's max_request_bytes
+BODY_TIMEOUT_S = 5.0  # and its body timeout
+
+
 @pytest.fixture(scope="module")
 def gw(e2e_cluster):
     """The gateway on the e2e cluster: short delivery timeout so a NOT_ENOUGH_REPLICAS produce fails in
-    seconds rather than after Kafka's two minutes of retries."""
+    seconds rather than after Kafka's two minutes of retries; an 8 MiB body limit and a 5 s body timeout,
+    so the edge tests stay short."""
     from serve.http import start_gateway, stop_gateway
-    url = start_gateway(e2e_cluster, port=free_port(), producer_config={
-        "delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5})
+    url = start_gateway(e2e_cluster, port=free_port(), max_request_bytes=BODY_LIMIT, body_timeout_s=BODY_TIMEOUT_S,
+                        producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5})
     yield url
     assert stop_gateway() is True
     with pytest.raises(requests.ConnectionError):
@@ -458,6 +463,107 @@ def test_consumer_instance_errors_and_expiry(gw):
     time.sleep(3.5)
     error(requests.get(f"{base}/assignments", timeout=30), 404, 40403)
     base = _create(gw, "g-expiry", name="short")  # the name is free again
+
+
+# -- bad input at the edges ------------------------------------------------------------------------------
+def open_request(gw: str, path: str, headers: dict, timeout: float = 30):
+    """A request whose head is sent and whose body the test writes (or withholds) by hand."""
+    import http.client
+    from urllib.parse import urlparse
+    where = urlparse(gw)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=timeout)
+    conn.putrequest("POST", path)
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    return conn
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def answer(conn) -> tuple[int, dict, float]:
+    """(status, JSON body, seconds waited) of the response to an open request."""
+    t0 = time.monotonic()
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    return resp.status, body, time.monotonic() - t0
+
+
+def test_json_nested_thousands_deep_is_400(gw, e2e_cluster, e2e_topic):
+    """Python's JSON parser recursed into a RecursionError: a 500, and in the v3 streaming form a cut
+    connection. Now a 400 with the standard error body everywhere; a stream reports the records before the
+    deep one, then an error line, and ends cleanly."""
+    t = e2e_topic(1, 1)
+    deep = "[" * 5000 + "]" * 5000
+    v3 = f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records"
+    for fmt in (JSONV2, BINARY):
+        body = error(post(f"{gw}/topics/{t}", '{"records": [{"value": %s}]}' % deep, fmt), 400, 40001)
+        assert "nested too deeply" in body["message"], body
+    assert "nested too deeply" in error(post(v3, '{"value": {"type": "JSON", "data": %s}}' % deep,
+                                             "application/json"), 400, 40001)["message"]
+    two = '{"value": {"type": "STRING", "data": "x"}} {"value": {"type": "JSON", "data": %s}}' % deep
+    error(post(v3, two, "application/json"), 400, 40001)  # a whole body: nothing of it is produced
+    error(post(f"{gw}/consumers/g-deep", deep, V2), 400, 40001)
+    conn = open_request(gw, v3.replace(gw, ""), {"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    conn.send(chunk(b'{"value": {"type": "STRING", "data": "kept"}}\n'))
+    resp = conn.getresponse()
+    assert json.loads(resp.readline())["offset"] == 0
+    conn.send(chunk(b'{"value": {"type": "JSON", "data": ' + deep[:3000].encode()))
+    conn.send(chunk(deep[3000:].encode() + b"}}"))
+    end = json.loads(resp.readline())
+    assert end["error_code"] == 400 and "record 1 is nested too deeply" in end["message"], end
+    assert resp.read() == b""  # the response ends cleanly (a cut connection raises here)
+    conn.close()
+    assert [r.value for r in read_back(e2e_cluster, t, 1)] == [b"kept"]
+
+
+def test_body_limit_is_enforced_before_and_while_reading(gw, e2e_topic):
+    """A Content-Length over the limit is refused before the body is read (none is ever sent here); a
+    chunked body is refused once it passes the limit, while it is still open (no end chunk is sent).
+    Before, the gateway read (buffered) the whole body first: both requests hung."""
+    t = e2e_topic(1, 1)
+    conn = open_request(gw, f"/topics/{t}", {"Content-Type": BINARY, "Content-Length": str(BODY_LIMIT + 1)})
+    status, body, waited = answer(conn)
+    assert (status, body["error_code"], body["kafka_error_code"]) == (413, 41301, 10), body
+    assert f"declares {BODY_LIMIT + 1} bytes" in body["message"] and waited < BODY_TIMEOUT_S
+    conn = open_request(gw, f"/topics/{t}", {"Content-Type": BINARY, "Transfer-Encoding": "chunked"})
+    piece = b" " * (64 << 10)
+    for _ in range(BODY_LIMIT // len(piece) + 2):
+        conn.send(chunk(piece))
+    status, body, waited = answer(conn)
+    assert (status, body["error_code"]) == (413, 41301) and "passed" in body["message"] and waited < BODY_TIMEOUT_S
+    assert post(f"{gw}/topics/{t}", {"records": [{"value": b64(b"fits")}]}).json()["offsets"][0]["offset"] == 0
+
+
+def test_a_stalled_body_times_out_and_others_are_served(gw, e2e_cluster, e2e_topic):
+    """Headers and part of a body, then silence: 408 after the body timeout, while other requests are
+    answered meanwhile; a v3 stream that pauses longer than it gets an error line and ends cleanly."""
+    t = e2e_topic(1, 1)
+    conn = open_request(gw, f"/topics/{t}", {"Content-Type": BINARY, "Content-Length": "1000"})
+    conn.send(b'{"records": [{"value": "')
+    t0 = time.monotonic()
+    assert requests.get(f"{gw}/health", timeout=30).status_code == 200  # served during the stall
+    ok = post(f"{gw}/topics/{t}", {"records": [{"value": b64(b"meanwhile")}]})
+    assert ok.status_code == 200
+    status, body, _ = answer(conn)
+    waited = time.monotonic() - t0
+    assert (status, body["error_code"]) == (408, 40801) and "did not arrive within 5 s" in body["message"], body
+    assert BODY_TIMEOUT_S - 0.5 <= waited < BODY_TIMEOUT_S + 10
+    v3 = f"/v3/clusters/{e2e_cluster.name}/topics/{t}/records"
+    conn = open_request(gw, v3, {"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    conn.send(chunk(b'{"value": {"type": "STRING", "data": "streamed"}}\n'))
+    resp = conn.getresponse()
+    assert json.loads(resp.readline())["offset"] == 1
+    t0 = time.monotonic()
+    end = json.loads(resp.readline())  # nothing more is sent
+    assert end["error_code"] == 408 and "paused for more than 5 s" in end["message"], end
+    assert time.monotonic() - t0 >= BODY_TIMEOUT_S - 0.5
+    assert resp.read() == b""
+    conn.close()
+    assert [r.value for r in read_back(e2e_cluster, t, 2)] == [b"meanwhile", b"streamed"]
 
 
 # -- CLI ------------------------------------------------------------------------------------------------

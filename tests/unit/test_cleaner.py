@@ -46,7 +46,8 @@ def put(log, records, now=T0, **kw):
 
 
 def marker(log, kind, pid, epoch=0, now=T0):
-    return log.append_as_leader(build_control_batch(kind, pid, epoch, 0, now), leader_epoch=0, now_ms=now)
+    return log.append_as_leader(build_control_batch(kind, pid, epoch, 0, now), leader_epoch=0, now_ms=now,
+                                origin="coordinator")
 
 
 def batches(log):

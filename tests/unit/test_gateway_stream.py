@@ -73,3 +73,37 @@ def test_only_the_unparsed_part_is_bounded():
         s.feed(b'{"value": "' + b"y" * 80)
     assert (e.value.status, e.value.error_code, e.value.kafka_error_code) == (413, TOO_LARGE, 10)
     assert "record 100 is still incomplete" in e.value.message
+
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def test_json_nested_thousands_deep_is_400_not_a_recursion_error():
+    """Python's JSON parser recurses per level: 5000 levels raised RecursionError (a 500, and a cut
+    connection in the streaming form). Whole bodies, streams (values before the deep one still come out,
+    the next call raises) and re-encoding a deep value all answer 400."""
+    from serve.produce import load_json, parse_v2, parse_v3
+    for exact in (True, False):
+        with pytest.raises(GatewayError) as info:
+            load_json(b'{"records": [{"value": ' + DEEP + b"}]}", exact=exact)
+        assert info.value.status == 400 and info.value.error_code == MALFORMED
+    with pytest.raises(GatewayError, match="nested too deeply"):
+        parse_v2(b'{"records": [{"value": ' + DEEP + b"}]}", "json")
+    s = JsonValueStream(1 << 20)
+    assert s.feed(b'{"a": 1}\n' + DEEP[:3000]) == [{"a": 1}]  # the good value first, the error held
+    assert s.failed is not None and s.failed.status == 400 and "record 1" in s.failed.message
+    with pytest.raises(GatewayError, match="record 1 is nested too deeply"):
+        s.feed(DEEP[3000:])
+    s = JsonValueStream(1 << 20)
+    with pytest.raises(GatewayError, match="record 0 is nested too deeply"):
+        s.feed(DEEP)
+    s = JsonValueStream(1 << 20)
+    assert s.feed(b'{"a": 1} ') == [{"a": 1}]
+    assert s.feed(DEEP[:100]) == []  # incomplete so far: nothing to say yet
+    with pytest.raises(GatewayError, match="nested too deeply"):
+        s.feed(DEEP[100:]) + s.finish()
+    deep_value = {"type": "JSON", "data": None}
+    for _ in range(600):  # parses (below the recursion limit), but orjson re-encodes only 255 levels
+        deep_value["data"] = [deep_value["data"]]
+    (rec, _, _), = parse_v3([{"value": deep_value}])
+    assert rec.value.startswith(b"[[[")

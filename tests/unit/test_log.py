@@ -304,7 +304,7 @@ def test_transactions_last_stable_offset(d):
     lg.append_as_leader(batch(1), 0, 1)
     lg.update_high_watermark(3)
     assert lg.last_stable_offset == 0
-    lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 1, 0, 5), 0, 2)
+    lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 1, 0, 5), 0, 2, origin="coordinator")
     lg.update_high_watermark(4)
     assert lg.last_stable_offset == 4
 

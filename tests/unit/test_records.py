@@ -364,6 +364,18 @@ def test_decompression_is_capped_and_garbage_is_corrupt(compression):
             codecs.decompress(compression, junk)
 
 
+def test_lz4_output_is_read_in_bounded_steps():
+    """lz4 output comes in steps of codecs._LZ4_STEP (python-lz4 allocates max_length up front): more than
+    one step decodes whole, frame after frame, and the cap still holds across steps."""
+    big = bytes(range(256)) * (3 * codecs._LZ4_STEP // 256) + b"end"
+    two = codecs.lz4_compress(big) + codecs.lz4_compress(b"second frame")
+    assert codecs.decompress(LZ4, two) == big + b"second frame"
+    with pytest.raises(CorruptMessageError, match="more than"):
+        codecs.decompress(LZ4, two, max_size=len(big) + 5)
+    with pytest.raises(CorruptMessageError, match="truncated"):
+        codecs.decompress(LZ4, two[:len(two) // 3])
+
+
 # ------------------------------------------------------------------------------------------------
 # hostile input
 

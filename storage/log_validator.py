@@ -1,0 +1,298 @@
+"""Kafka's LogValidator: what a partition leader checks in every batch before it appends anything.
+
+``validate_leader_append(buf, config, now_ms, origin)`` runs on the bytes of one leader append (one produce
+request for one partition) and either returns each batch's ``(position, size, header)`` or raises; one bad
+batch refuses the whole request, so nothing of it is written. Per batch, in this order:
+
+===================================================  =========================================================
+check                                                 error (Kafka code)
+===================================================  =========================================================
+frame, magic 2, CRC-32C (``records.validate_batch``)  CORRUPT_MESSAGE (2)
+size <= ``max.message.bytes``                         MESSAGE_TOO_LARGE (10)
+records count == last offset delta + 1                INVALID_RECORD (87)
+client: no control batch (transaction marker)         INVALID_RECORD
+client: a producer id comes with a sequence >= 0      INVALID_RECORD
+transactional only with a producer id                 INVALID_RECORD
+LogAppendTime topic: no LogAppendTime batch           INVALID_TIMESTAMP (32)
+a known codec (ids 5-7 are not)                       UNSUPPORTED_COMPRESSION_TYPE (76)
+the records block decompresses                        CORRUPT_MESSAGE
+every record parses to exactly its declared length,   INVALID_RECORD
+offset deltas 0..count-1, no bytes after the last
+compacted topic: every record has a key               INVALID_RECORD
+CreateTime: each timestamp (but -1) within            INVALID_TIMESTAMP
+[now - message.timestamp.before.max.ms,
+ now + message.timestamp.after.max.ms]
+===================================================  =========================================================
+
+Messages name the batch (its index in the request and byte position), the record (its index in the batch)
+and the problem. Anything this accepts, ``records.decode_records`` decodes: a consumer can never be stuck
+behind a batch the leader wrote.
+
+Like Kafka's ``assignOffsetsNonCompressed``/``setMaxTimestamp``, a CreateTime batch whose header
+MaxTimestamp differs from its records' largest timestamp gets the header corrected in place (and its CRC
+recomputed): the time index and retention trust that field. Records that do not start at offset delta 0
+or skip deltas are refused rather than rebuilt (the leader never re-encodes a batch).
+
+``origin``: ``CLIENT`` (producers; the default) or ``COORDINATOR`` (a coordinator's own writes, e.g. the
+transaction markers, which clients may not send). Follower appends are not validated (the leader did, as in
+Kafka), so there is no replication origin here.
+
+The record walk runs in C (``storage._crecords.validate_records``, no Python object per record) when the
+extension is built and ``RAFKA_PURE_PYTHON`` is unset; ``_walk_records`` is its pure-Python twin, giving
+identical answers (tests/unit/test_log_validator_diff.py).
+
+Pure functions; ``buf`` (a bytearray) is mutated only to correct a MaxTimestamp. Any thread may call them.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from crc32c import crc32c
+
+from storage.codecs import decompress
+from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
+                            MessageTooLargeError, UnsupportedCompressionTypeError)
+from storage.log_config import LogConfig
+from storage.records import (ATTRIBUTES_POS, COMPRESSION_MASK, CONTROL_MASK, CRC_POS, LOG_OVERHEAD,
+                             MAX_TIMESTAMP_POS, NO_TIMESTAMP, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+                             BatchHeader, validate_batch)
+
+__all__ = ["CLIENT", "COORDINATOR", "ORIGINS", "validate_leader_append", "walk_records", "ACCELERATED"]
+
+CLIENT, COORDINATOR = "client", "coordinator"  # Kafka's AppendOrigin.CLIENT / COORDINATOR
+ORIGINS = (CLIENT, COORDINATOR)
+
+WALK_OK, WALK_MALFORMED, WALK_NULL_KEY, WALK_TIMESTAMP = 0, 1, 2, 3
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_KNOWN_CODECS = (0, 1, 2, 3, 4)
+
+
+def _load_walker() -> Callable | None:
+    if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from storage import _crecords
+    except ImportError:
+        return None
+    return getattr(_crecords, "validate_records", None)
+
+
+_c_walk = _load_walker()  # read at each call, so tests can swap paths
+ACCELERATED: bool = _c_walk is not None
+
+
+# ---------------------------------------------------------------------------------------------- walk
+
+_V_OK, _V_TRUNC, _V_TOOLONG, _V_OVERFLOW = 0, 1, 2, 3
+
+
+def _varint(data, p: int, lim: int) -> tuple[int, int, int]:
+    """``(status, value, next)`` of the zigzag varint at ``data[p:lim]``, statuses as the C reader's: a
+    10th byte must end the varint and carry bit 63 only (more: overflow, still consumed)."""
+    z = shift = 0
+    overflow = False
+    while True:
+        if p >= lim:
+            return _V_TRUNC, 0, p
+        b = data[p]
+        p += 1
+        if shift == 63:
+            if b & 0x80:
+                return _V_TOOLONG, 0, p
+            overflow = b > 1
+            z |= (b & 1) << 63
+            break
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+    return (_V_OVERFLOW if overflow else _V_OK), (z >> 1) ^ -(z & 1), p
+
+
+def _walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool,
+                  ts_low: int, ts_high: int) -> tuple:
+    """The pure-Python twin of ``_crecords.validate_records`` (same arguments, same answers)."""
+    max_ts = NO_TIMESTAMP
+    for i in range(count):
+        st, n, p = _varint(data, p, end)
+        if st != _V_OK:
+            return (WALK_MALFORMED, i, "the record length is not a valid varint (truncated, over 10 bytes or "
+                                       "past 64 bits)")
+        if n < 6 or n > end - p:
+            return WALK_MALFORMED, i, f"record length {n} does not fit the batch ({end - p} bytes left)"
+        rend = p + n
+        p += 1  # Attributes (unused)
+        st, tsd, p = _varint(data, p, rend)
+        if not (st == _V_OK or (st == _V_OVERFLOW and log_append_time)):
+            return WALK_MALFORMED, i, "the timestamp delta is not a valid varint"
+        st2, od, p = _varint(data, p, rend)
+        if st2 != _V_OK:
+            return WALK_MALFORMED, i, "the offset delta is not a valid varint"
+        if od != i:
+            return WALK_MALFORMED, i, f"offset delta {od}, expected {i} (deltas must run 0, 1, 2, ...)"
+        ts = NO_TIMESTAMP
+        if not log_append_time:
+            ts = base_ts + tsd
+            if st == _V_OVERFLOW or not _INT64_MIN <= ts <= _INT64_MAX:
+                return WALK_MALFORMED, i, "the timestamp (base timestamp + delta) does not fit 64 bits"
+        st, klen, p = _varint(data, p, rend)
+        if st != _V_OK:
+            return WALK_MALFORMED, i, "the key length is not a valid varint"
+        if klen < -1 or klen > rend - p:
+            return WALK_MALFORMED, i, f"key length {klen} does not fit the record"
+        if klen > 0:
+            p += klen
+        st, vlen, p = _varint(data, p, rend)
+        if st != _V_OK:
+            return WALK_MALFORMED, i, "the value length is not a valid varint"
+        if vlen < -1 or vlen > rend - p:
+            return WALK_MALFORMED, i, f"value length {vlen} does not fit the record"
+        if vlen > 0:
+            p += vlen
+        st, hcount, p = _varint(data, p, rend)
+        if st != _V_OK:
+            return WALK_MALFORMED, i, "the header count is not a valid varint"
+        if hcount < 0 or hcount > rend - p:
+            return WALK_MALFORMED, i, f"header count {hcount} does not fit the record"
+        for h in range(hcount):
+            st, hk, p = _varint(data, p, rend)
+            if st != _V_OK:
+                return WALK_MALFORMED, i, f"the length of header {h}'s key is not a valid varint"
+            if hk < 0 or hk > rend - p:
+                return WALK_MALFORMED, i, f"header {h} has key length {hk}, which does not fit the record"
+            try:
+                bytes(data[p:p + hk]).decode("utf-8")
+            except UnicodeDecodeError:
+                return WALK_MALFORMED, i, f"header {h}'s key is not valid UTF-8"
+            p += hk
+            st, hv, p = _varint(data, p, rend)
+            if st != _V_OK:
+                return WALK_MALFORMED, i, f"the length of header {h}'s value is not a valid varint"
+            if hv < -1 or hv > rend - p:
+                return WALK_MALFORMED, i, f"header {h} has value length {hv}, which does not fit the record"
+            if hv > 0:
+                p += hv
+        if p != rend:
+            return WALK_MALFORMED, i, f"the record's fields end {rend - p} bytes before its declared length {n}"
+        if compacted and klen < 0:
+            return WALK_NULL_KEY, i, None
+        if not log_append_time:
+            if ts != NO_TIMESTAMP and (ts < ts_low or ts > ts_high):
+                return WALK_TIMESTAMP, i, ts
+            if ts > max_ts:
+                max_ts = ts
+    if p != end:
+        return WALK_MALFORMED, count, f"{end - p} bytes remain after the batch's {count} records"
+    return WALK_OK, count, max_ts
+
+
+def walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool,
+                 ts_low: int, ts_high: int) -> tuple:
+    """``(status, index, detail)`` of the records in ``data[p:end]`` (see the C docstring), through C when
+    built."""
+    c = _c_walk
+    if c is not None:
+        return c(data, p, end, count, base_ts, log_append_time, compacted, ts_low, ts_high)
+    return _walk_records(data, p, end, count, base_ts, log_append_time, compacted, ts_low, ts_high)
+
+
+# ---------------------------------------------------------------------------------------------- batches
+
+def _where(index: int, pos: int) -> str:
+    return f"batch {index} (at byte {pos})"
+
+
+def _fail(cls: type[KafkaError], index: int, pos: int, what: str) -> KafkaError:
+    return cls(f"{_where(index, pos)}: {what}")
+
+
+def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origin: str = CLIENT
+                           ) -> list[tuple[int, int, BatchHeader]]:
+    """Check every batch of one leader append (see the module docstring); ``(position, size, header)`` of
+    each, headers as corrected. Raises the first failure's Kafka error; ``buf`` is then unchanged."""
+    if origin not in ORIGINS:
+        raise ValueError(f"append origin must be one of {ORIGINS}, not {origin!r} (followers append with "
+                         f"append_as_follower)")
+    client = origin == CLIENT
+    lat_topic = config.message_timestamp_type == "LogAppendTime"
+    compacted = config.compact
+    ts_low = max(now_ms - config.message_timestamp_before_max_ms, _INT64_MIN)
+    ts_high = min(now_ms + config.message_timestamp_after_max_ms, _INT64_MAX)
+    max_msg = config.max_message_bytes
+    n = len(buf)
+    out: list[tuple[int, int, BatchHeader]] = []
+    fixes: list[tuple[int, int]] = []  # (pos, max timestamp) to write once everything passed
+    pos = index = 0
+    while pos < n:
+        try:
+            h = validate_batch(buf, pos)
+        except CorruptMessageError as e:
+            raise _fail(CorruptMessageError, index, pos, e.message) from None
+        size = LOG_OVERHEAD + h[1]
+        if size > max_msg:
+            raise _fail(MessageTooLargeError, index, pos, f"{size} bytes exceed max.message.bytes {max_msg}")
+        attributes, count = h[5], h[12]
+        if count != h[6] + 1:
+            raise _fail(InvalidRecordError, index, pos, f"records count {count} does not match last offset "
+                                                        f"delta {h[6]} (count must be delta + 1)")
+        if client and attributes & CONTROL_MASK:
+            raise _fail(InvalidRecordError, index, pos, "clients are not allowed to write control records "
+                                                        "(transaction markers)")
+        if h[9] >= 0:
+            if client and h[11] < 0:
+                raise _fail(InvalidRecordError, index, pos, f"invalid sequence number {h[11]} in a batch with "
+                                                            f"producer id {h[9]}")
+        elif attributes & TRANSACTIONAL_MASK:
+            raise _fail(InvalidRecordError, index, pos, "transactional batch without a producer id")
+        lat_batch = bool(attributes & TIMESTAMP_TYPE_MASK)
+        if lat_batch and lat_topic:
+            raise _fail(InvalidTimestampError, index, pos, "invalid timestamp type: a producer should not set "
+                                                           "the timestamp type to LogAppendTime")
+        codec = attributes & COMPRESSION_MASK
+        if codec not in _KNOWN_CODECS:
+            raise _fail(UnsupportedCompressionTypeError, index, pos, f"unknown compression type {codec} "
+                                                                     f"(known: 0 none, 1 gzip, 2 snappy, 3 lz4, "
+                                                                     f"4 zstd)")
+        start, end = pos + RECORDS_POS, pos + size
+        data = buf
+        if codec:
+            try:
+                with memoryview(buf) as mv:
+                    data = decompress(codec, mv[start:end])
+            except CorruptMessageError as e:
+                raise _fail(CorruptMessageError, index, pos, e.message) from None
+            start, end = 0, len(data)
+        status, rec, detail = walk_records(data, start, end, count, h[7], lat_batch or lat_topic, compacted,
+                                           ts_low, ts_high)
+        if status != WALK_OK:
+            where = f"{_where(index, pos)}, record {rec}: "
+            if status == WALK_NULL_KEY:
+                raise InvalidRecordError(where + "a compacted topic cannot accept a record without a key")
+            if status == WALK_TIMESTAMP:
+                raise InvalidTimestampError(
+                    where + f"Timestamp {detail} of the record is out of range. The timestamp should be within "
+                    f"[{ts_low}, {ts_high}] (message.timestamp.before.max.ms / after.max.ms)")
+            raise InvalidRecordError(where + detail)
+        if lat_batch and not lat_topic and h[8] != NO_TIMESTAMP and not ts_low <= h[8] <= ts_high:
+            raise _fail(InvalidTimestampError, index, pos,
+                        f"Timestamp {h[8]} (LogAppendTime batch: every record carries it) is out of range. The "
+                        f"timestamp should be within [{ts_low}, {ts_high}]")
+        if not lat_batch and not lat_topic and detail != h[8]:
+            fixes.append((len(out), detail))
+        out.append((pos, size, h))
+        pos += size
+        index += 1
+    for i, max_ts in fixes:  # only now: a refused request leaves buf as it came
+        p, size, h = out[i]
+        out[i] = (p, size, _set_max_timestamp(buf, p, size, h, max_ts))
+    return out
+
+
+def _set_max_timestamp(buf: bytearray, pos: int, size: int, h: BatchHeader, max_ts: int) -> BatchHeader:
+    """Kafka's ``setMaxTimestamp`` for a CreateTime batch: the field and the CRC rewritten in place."""
+    buf[pos + MAX_TIMESTAMP_POS:pos + MAX_TIMESTAMP_POS + 8] = max_ts.to_bytes(8, "big", signed=True)
+    with memoryview(buf) as mv:
+        crc = crc32c(mv[pos + ATTRIBUTES_POS:pos + size])
+    buf[pos + CRC_POS:pos + CRC_POS + 4] = crc.to_bytes(4, "big")
+    return h._replace(max_timestamp=max_ts, crc=crc)
