@@ -274,10 +274,12 @@ def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> d
                 epoch = None
         fault = nemesis.inject(kind)
         say(f"fault {n}/{len(kinds)}: {kind} {fault.target}")
+        # heal first: a whole-cluster restart has no controller until its brokers are started again (the
+        # heal of a controller kill is a no-op, so its time to a new controller is measured all the same)
+        nemesis.heal(fault)
         ctl_s = None
         if kind in ("controller-kill", "restart"):
             ctl_s = _controller_back(admin, epoch, fault.at, cfg.max_recovery_s)
-        nemesis.heal(fault)
         writable = _recovery(workload, fault, cfg.partitions, cfg.max_recovery_s)
         reports.append(FaultReport(kind, fault.target, round(fault.at - t_start, 2),
                                    None if writable is None else round(writable, 3),
