@@ -591,4 +591,7 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m rafka.cli`: run the imported module's main, not this __main__ copy's, so commands that write
+    # through ``rafka.cli`` (verify's report) reach the same OUTPUT stream
+    from rafka.cli import main as _main
+    sys.exit(_main())
