@@ -45,7 +45,7 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from storage import cleaner, log_validator
-from storage.checkpoints import fsync_dir, write_offset_checkpoint
+from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
     OffsetOutOfRangeError,
@@ -520,10 +520,7 @@ class Log(LogRetention):
         self.producer_state.take_snapshot(self._leo)
         for seg in self._segments:
             seg.close()
-        with open(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE), "w") as f:
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(self.dir)
+        create_marker(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE))
         self._closed = True
 
     def delete(self) -> None:

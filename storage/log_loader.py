@@ -33,7 +33,7 @@ import os
 from bisect import bisect_right
 from typing import Callable, NamedTuple
 
-from storage.checkpoints import fsync_dir, read_offset_checkpoint
+from storage.checkpoint import TMP_SUFFIX, fsync_dir, read_offset_checkpoint, take_marker
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
@@ -114,12 +114,7 @@ def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_
 
 def _take_clean_shutdown_marker(d: str) -> bool:
     """Whether the last close was clean; the marker is removed (durably) before any repair."""
-    path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-    if not os.path.exists(path):
-        return False
-    os.remove(path)
-    fsync_dir(d)
-    return True
+    return take_marker(os.path.join(d, CLEAN_SHUTDOWN_FILE))
 
 
 def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None:
@@ -129,7 +124,7 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
     swaps = []
     for n in sorted(os.listdir(d)):
         path = os.path.join(d, n)
-        if n.endswith((".cleaned", ".deleted")) or (n.endswith(".tmp") and "checkpoint" in n):
+        if n.endswith((".cleaned", ".deleted")) or (n.endswith(TMP_SUFFIX) and "checkpoint" in n):
             os.remove(path)
         elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
             swaps.append(parse_base_offset(n))
