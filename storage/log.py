@@ -42,6 +42,7 @@ import os
 import shutil
 import time
 from bisect import bisect_right
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from storage import cleaner, log_validator
@@ -70,8 +71,8 @@ from storage.segment import KafkaStorageError, LogSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
-           "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
+__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "LogOffsetSnapshot", "EARLIEST_TIMESTAMP",
+           "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
            "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
@@ -94,6 +95,18 @@ class FetchDataInfo(NamedTuple):
     records: bytes  # whole batches
     first_offset: int  # base offset of the first batch returned (the fetch offset when empty)
     next_offset: int  # where the next fetch continues (the fetch offset when empty)
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetSnapshot:
+    """The log's offsets read together (Kafka's ``LogOffsetSnapshot``): what one fetch or ListOffsets
+    answer reports, consistent with itself: ``log_start_offset <= high_watermark <= log_end_offset`` and
+    ``last_stable_offset <= high_watermark`` (the LSO is the HW unless a transaction is open below it)."""
+
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
 
 
 def _now(now_ms: int | None) -> int:
@@ -141,6 +154,12 @@ class Log(LogRetention):
     @property
     def last_stable_offset(self) -> int:
         return self.producer_state.last_stable_offset(self._hw)
+
+    def fetch_offset_snapshot(self) -> LogOffsetSnapshot:
+        """Log start, log end, high watermark and last stable offset in one value (Kafka's
+        ``UnifiedLog.fetchOffsetSnapshot``)."""
+        hw = self._hw
+        return LogOffsetSnapshot(self._lso, self._leo, hw, self.producer_state.last_stable_offset(hw))
 
     @property
     def latest_epoch(self) -> int:
