@@ -38,7 +38,7 @@ from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager
-from storage.records import CONTROL_MASK, LOG_OVERHEAD
+from storage.records import CONTROL_MASK
 from storage.segment import LogSegment, log_file_name, parse_base_offset
 
 log = logging.getLogger(__name__)
@@ -184,11 +184,11 @@ def _recover_segments(d: str, segments: list[LogSegment], first: int, strict: bo
     latest, last = [epochs.latest_epoch if epochs is not None else -1], [-1]
 
     def on_batch(_pos, h):
-        if h[2] >= 0:
-            last[0] = h[2]
-            if epochs is not None and h[2] > latest[0]:
-                epochs.assign(h[2], h[0])
-                latest[0] = h[2]
+        if h.partition_leader_epoch >= 0:
+            last[0] = h.partition_leader_epoch
+            if epochs is not None and h.partition_leader_epoch > latest[0]:
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
+                latest[0] = h.partition_leader_epoch
 
     i = first
     while i < len(segments):
@@ -210,8 +210,8 @@ def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
     entries: list[tuple[int, int]] = []
     for seg in segments:
         for _, h in seg.iter_headers():
-            if h[2] >= 0 and (not entries or h[2] > entries[-1][0]):
-                entries.append((h[2], h[0]))
+            if h.partition_leader_epoch >= 0 and (not entries or h.partition_leader_epoch > entries[-1][0]):
+                entries.append((h.partition_leader_epoch, h.base_offset))
     return entries
 
 
@@ -224,7 +224,7 @@ def replay_producer_state(segments: list[LogSegment], bases: list[int], ps: Prod
             if found is None:
                 continue
             for pos, h in seg.iter_headers(found[0]):
-                if h[9] >= 0 and h[0] >= start:
-                    data = seg.read_bytes(pos, LOG_OVERHEAD + h[1]) if h[5] & CONTROL_MASK else None
+                if h.producer_id >= 0 and h.base_offset >= start:
+                    data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
                     ps.update(h, -1, data, 0)
     ps.map_end_offset = end

@@ -211,43 +211,43 @@ def parse_header(buf, pos: int = 0) -> BatchHeader:
         raise CorruptMessageError(
             f"record batch header at position {pos} is truncated: {max(len(buf) - pos, 0)} bytes "
             f"available, {BATCH_OVERHEAD} needed") from None
-    if h[1] < MIN_BATCH_LENGTH or h[1] > MAX_BATCH_LENGTH:
+    if h.batch_length < MIN_BATCH_LENGTH or h.batch_length > MAX_BATCH_LENGTH:
         raise CorruptMessageError(
-            f"record batch at position {pos} has impossible length {h[1]} "
+            f"record batch at position {pos} has impossible length {h.batch_length} "
             f"(at least {MIN_BATCH_LENGTH})")
-    if h[3] != MAGIC:
+    if h.magic != MAGIC:
         raise CorruptMessageError(
-            f"record batch at position {pos} has unsupported magic {h[3]} (only RecordBatch v2, "
+            f"record batch at position {pos} has unsupported magic {h.magic} (only RecordBatch v2, "
             f"magic 2, is supported)")
     return h
 
 
 def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
     """True when the stored CRC-32C matches Attributes .. end of batch (which must lie in ``buf``)."""
-    end = pos + LOG_OVERHEAD + header[1]
+    end = pos + header.size_in_bytes
     if end > len(buf):
         return False
-    return _crc32c(memoryview(buf)[pos + ATTRIBUTES_POS:end]) == header[4]
+    return _crc32c(memoryview(buf)[pos + ATTRIBUTES_POS:end]) == header.crc
 
 
 def validate_batch(buf, pos: int = 0) -> BatchHeader:
     """Parse and fully check the frame of the batch at ``pos``: length, magic, completeness and CRC."""
     h = parse_header(buf, pos)
-    end = pos + LOG_OVERHEAD + h[1]
+    end = pos + h.size_in_bytes
     if end > len(buf):
         raise CorruptMessageError(
-            f"record batch at position {pos} is truncated: length field says {h[1] + LOG_OVERHEAD} "
+            f"record batch at position {pos} is truncated: length field says {h.size_in_bytes} "
             f"bytes, {len(buf) - pos} available")
     with memoryview(buf) as mv:
         crc = _crc32c(mv[pos + ATTRIBUTES_POS:end])
-    if crc != h[4]:
+    if crc != h.crc:
         raise CorruptMessageError(
-            f"record batch at position {pos} (base offset {h[0]}) is corrupt: stored CRC {h[4]:#010x}, "
+            f"record batch at position {pos} (base offset {h.base_offset}) is corrupt: stored CRC {h.crc:#010x}, "
             f"computed {crc:#010x}")
-    if h[6] < 0 or h[12] < 0:
+    if h.last_offset_delta < 0 or h.records_count < 0:
         raise CorruptMessageError(
-            f"record batch at position {pos} has negative last offset delta {h[6]} or "
-            f"records count {h[12]}")
+            f"record batch at position {pos} has negative last offset delta {h.last_offset_delta} or "
+            f"records count {h.records_count}")
     return h
 
 
@@ -263,15 +263,15 @@ def iter_batch_headers(buf, validate: bool = True) -> Iterator[tuple[int, BatchH
         while pos < n:
             h = validate_batch(buf, pos)
             yield pos, h
-            pos += LOG_OVERHEAD + h[1]
+            pos += h.size_in_bytes
     else:
         while pos < n:
             h = parse_header(buf, pos)
-            end = pos + LOG_OVERHEAD + h[1]
+            end = pos + h.size_in_bytes
             if end > n:
                 raise CorruptMessageError(
                     f"record batch at position {pos} is truncated: length field says "
-                    f"{h[1] + LOG_OVERHEAD} bytes, {n - pos} available")
+                    f"{h.size_in_bytes} bytes, {n - pos} available")
             yield pos, h
             pos = end
 
@@ -644,10 +644,10 @@ def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
 def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
     """Decode the records of the (already validated) batch at ``pos`` onto ``out``."""
     start = pos + RECORDS_POS
-    end = pos + LOG_OVERHEAD + h[1]
-    attributes = h[5]
+    end = pos + h.size_in_bytes
+    attributes = h.attributes
     compression = attributes & COMPRESSION_MASK
-    if start == end and not h[12]:  # an emptied batch (the cleaner keeps these): nothing to decompress
+    if start == end and not h.records_count:  # an emptied batch (the cleaner keeps these): nothing to decompress
         return
     if compression:
         with memoryview(buf) as mv:
@@ -659,29 +659,29 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
         with memoryview(buf) as mv:
             data = mv[start:end].tobytes()
         p, stop = 0, end - start
-    count = h[12]
+    count = h.records_count
     if count > stop - p:  # every record takes at least 7 bytes: reject absurd counts cheaply
         raise InvalidRecordError(
-            f"record batch at offset {h[0]} claims {count} records in {stop - p} bytes")
+            f"record batch at offset {h.base_offset} claims {count} records in {stop - p} bytes")
     c_decode = _c_decode
     if c_decode is not None:
         try:
-            if c_decode(data, p, stop, count, h[0], h[7], h[8] if attributes & TIMESTAMP_TYPE_MASK else None,
-                        out):
+            if c_decode(data, p, stop, count, h.base_offset, h.base_timestamp,
+                        h.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None, out):
                 return
         except ValueError as e:  # UnicodeDecodeError is a ValueError
             raise InvalidRecordError(
-                f"record batch at offset {h[0]} holds a malformed record: {e}") from None
+                f"record batch at offset {h.base_offset} holds a malformed record: {e}") from None
         # False: a timestamp or offset past 64 bits (hostile input); the reference decoder below is exact
     try:
         first = len(out)
-        _decode_records(data, p, stop, count, h[0], h[7], out)
+        _decode_records(data, p, stop, count, h.base_offset, h.base_timestamp, out)
     except (IndexError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         detail = str(e) if not isinstance(e, IndexError) else "a record runs past the end of the batch"
         raise InvalidRecordError(
-            f"record batch at offset {h[0]} holds a malformed record: {detail}") from None
+            f"record batch at offset {h.base_offset} holds a malformed record: {detail}") from None
     if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record carries the batch's MaxTimestamp
-        append_ts = h[8]
+        append_ts = h.max_timestamp
         out[first:] = [_new_record(Record, (r[0], append_ts, r[2], r[3], r[4])) for r in out[first:]]
 
 
@@ -710,11 +710,11 @@ class RecordBatch:
         return iter(self.records())
 
     def __len__(self) -> int:
-        return self.header[12]
+        return self.header.records_count
 
     def raw(self) -> bytes:
         """This batch's bytes."""
-        return bytes(self.buf[self.pos:self.pos + LOG_OVERHEAD + self.header[1]])
+        return bytes(self.buf[self.pos:self.pos + self.header.size_in_bytes])
 
     def __repr__(self) -> str:
         h = self.header
@@ -733,7 +733,7 @@ def iter_records(buf, include_control: bool = False, validate: bool = True) -> I
     are skipped unless ``include_control``, as a Kafka consumer does; ``validate=False`` skips the CRC
     (the consumer's ``check.crcs=false``), never the structural checks."""
     for pos, h in iter_batch_headers(buf, validate):
-        if h[5] & CONTROL_MASK and not include_control:
+        if h.attributes & CONTROL_MASK and not include_control:
             continue
         out: list = []
         _records_of(buf, pos, h, out)
@@ -745,7 +745,7 @@ def decode_records(buf, include_control: bool = False, validate: bool = True) ->
     batches unless ``include_control``: the consumer's fast path."""
     out: list = []
     for pos, h in iter_batch_headers(buf, validate):
-        if h[5] & CONTROL_MASK and not include_control:
+        if h.attributes & CONTROL_MASK and not include_control:
             continue
         _records_of(buf, pos, h, out)
     return out
