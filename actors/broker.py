@@ -1,9 +1,9 @@
 """The broker: one async actor per broker id, named ``"{cluster}:broker-{id}"``, detached.
 
 It owns ``data_dir/broker-{id}/`` (a ``<topic>-<partition>/`` directory per hosted replica, holding the
-replica's log plus Kafka's ``partition.metadata`` with the topic id) and hosts the replica actors of its
-partitions as non-detached children pinned to its own Ray node: they fate-share with the broker, as
-a Kafka broker's partitions live and die with its process.
+replica's log plus Kafka's ``partition.metadata`` with the topic id: storage/partition_metadata.py) and
+hosts the replica actors of its partitions as non-detached children pinned to its own Ray node: they
+fate-share with the broker, as a Kafka broker's partitions live and die with its process.
 
 Lifecycle. ``start()`` locks the log directory (Kafka's ``.lock``, actors/log_dir_lock.py: a second
 broker process on the same directory fails its start with KAFKA_STORAGE_ERROR), makes sure a controller
@@ -54,6 +54,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from storage.errors import KafkaError, StaleControllerEpochError, error_response
+from storage.partition_metadata import prepare_partition_dir
 
 from .controller import NAMESPACE
 from .controller_link import ControllerLink, ControllerUnavailable
@@ -82,7 +83,6 @@ BROKER_TOPIC_DEFAULTS = {
 }
 REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.fetch.wait.max.ms",
                 "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
-PARTITION_METADATA = "partition.metadata"
 
 
 def broker_name(cluster: str, broker_id: int) -> str:
@@ -204,22 +204,7 @@ class BrokerActor:
 
     def _prepare_dir(self, topic: str, p: int, topic_id: str) -> str:
         d = self._partition_dir(topic, p)
-        meta = os.path.join(d, PARTITION_METADATA)
-        if os.path.exists(meta):
-            with open(meta) as f:
-                lines = dict(line.strip().split(": ", 1) for line in f if ": " in line)
-            if lines.get("topic_id") != topic_id:
-                log.warning("broker %s: %s holds topic id %s, not %s: deleting the stale log",
-                            self.broker_id, d, lines.get("topic_id"), topic_id)
-                shutil.rmtree(d, ignore_errors=True)
-        os.makedirs(d, exist_ok=True)
-        if not os.path.exists(meta):
-            tmp = meta + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(f"version: 0\ntopic_id: {topic_id}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, meta)
+        prepare_partition_dir(d, topic_id)  # a stale log of a re-created topic is wiped (and logged)
         return d
 
     async def _create_replica(self, s: dict):

@@ -8,7 +8,7 @@ Metadata log (``data_dir/controller/metadata.log``), one frame per record::
 Appends are written, flushed and fsync'd before the records are replayed or published (write-ahead).
 A torn or corrupt tail (a crash mid-append) is cut off at the first bad frame on open. ``rewrite``
 replaces the log with a snapshot (the image as records) through a temp file + rename + directory
-fsync, so a crash leaves either the old or the new file. Single owner: the one live controller.
+fsync (storage/checkpoint.py), so a crash leaves either the old or the new file. Single owner: the one live controller.
 
 GCS KV (namespace ``rafka:{cluster}``), msgpack values, written only by the controller:
 ``controller_epoch/<N>`` (claimed by put-if-absent), ``brokers/<id>``, ``topics/<name>``,
@@ -21,6 +21,8 @@ import struct
 import zlib
 
 import msgpack
+
+from storage.checkpoint import write_atomically
 
 from .metadata import MetadataImage
 
@@ -95,20 +97,12 @@ class MetadataLog:
 
     def rewrite(self, records: list[dict]) -> None:
         self.close()
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            for r in records:
-                payload = _pack(r)
-                f.write(FRAME.pack(len(payload), zlib.crc32(payload)))
-                f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dfd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        buf = bytearray()
+        for r in records:
+            payload = _pack(r)
+            buf += FRAME.pack(len(payload), zlib.crc32(payload))
+            buf += payload
+        write_atomically(self.path, bytes(buf))
         self.records_since_snapshot = len(records)
 
     def close(self) -> None:

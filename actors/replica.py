@@ -320,33 +320,36 @@ class ReplicaActor:
             if err is not None:
                 raise err
             lg = self.log
-            hw = lg.high_watermark
-            lso = lg.last_stable_offset
+            snap = lg.fetch_offset_snapshot()
             if replica_id >= 0:
                 end = None  # followers read up to the LEO
             else:
-                end = lso if isolation_level == 1 else hw
-            if fetch_offset > lg.log_end_offset or fetch_offset < lg.log_start_offset:
+                end = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
+            if fetch_offset > snap.log_end_offset or fetch_offset < snap.log_start_offset:
                 raise E.OffsetOutOfRangeError(
-                    f"fetch offset {fetch_offset} outside [{lg.log_start_offset}, {lg.log_end_offset}]")
+                    f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]")
             if end is not None and fetch_offset >= end:
                 records = b""
             else:
                 records = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True).records
-            resp = {"error_code": 0, "error_message": None, "high_watermark": hw,
-                    "log_start_offset": lg.log_start_offset, "last_stable_offset": lso,
+            resp = {"error_code": 0, "error_message": None, "high_watermark": snap.high_watermark,
+                    "log_start_offset": snap.log_start_offset, "last_stable_offset": snap.last_stable_offset,
                     "records": bytes(records) if not isinstance(records, bytes) else records}
             if replica_id >= 0:
-                resp["log_end_offset"] = lg.log_end_offset
+                resp["log_end_offset"] = snap.log_end_offset
                 resp["leader_epoch"] = self.leader_epoch
             return resp
         except Exception as exc:
-            extra = dict(_FETCH_ERR)
-            if isinstance(exc, E.OffsetOutOfRangeError):
-                extra.update(log_start_offset=self.log.log_start_offset,
-                             high_watermark=self.log.high_watermark,
-                             log_end_offset=self.log.log_end_offset)
-            return _err(exc, **extra)
+            return _err(exc, **self._fetch_error_extra(exc))
+
+    def _fetch_error_extra(self, exc: Exception) -> dict:
+        """The extra fields of a fetch error answer: an OFFSET_OUT_OF_RANGE one carries the log's offsets."""
+        extra = dict(_FETCH_ERR)
+        if isinstance(exc, E.OffsetOutOfRangeError):
+            snap = self.log.fetch_offset_snapshot()
+            extra.update(log_start_offset=snap.log_start_offset, high_watermark=snap.high_watermark,
+                         log_end_offset=snap.log_end_offset)
+        return extra
 
     async def fetch(self, fetch_offset: int, max_bytes: int = 1048576, max_wait_ms: int = 0,
                     min_bytes: int = 1, replica_id: int = -1, current_leader_epoch: int = -1,
@@ -370,12 +373,7 @@ class ReplicaActor:
             self._fetch_purgatory.try_complete_else_watch(op, [key])
             return await op.wait()
         except Exception as exc:
-            extra = dict(_FETCH_ERR)
-            if isinstance(exc, E.OffsetOutOfRangeError):
-                extra.update(log_start_offset=self.log.log_start_offset,
-                             high_watermark=self.log.high_watermark,
-                             log_end_offset=self.log.log_end_offset)
-            return _err(exc, **extra)
+            return _err(exc, **self._fetch_error_extra(exc))
 
     # ---- leader: ISR and HW -----------------------------------------------------------------------
     def _on_follower_fetch(self, replica_id: int, fetch_offset: int) -> None:
@@ -675,8 +673,9 @@ class ReplicaActor:
               "partition_epoch": self.partition_epoch, "controller_epoch": self.controller_epoch,
               "isr": list(self.isr), "replicas": list(self.replicas), "pid": os.getpid()}
         if self.role != STOPPED:
-            st.update(log_start_offset=lg.log_start_offset, log_end_offset=lg.log_end_offset,
-                      high_watermark=lg.high_watermark, latest_epoch=lg.latest_epoch)
+            snap = lg.fetch_offset_snapshot()
+            st.update(log_start_offset=snap.log_start_offset, log_end_offset=snap.log_end_offset,
+                      high_watermark=snap.high_watermark, latest_epoch=lg.latest_epoch)
         st["stats"] = dict(self._stats)
         st["delayed_produces"] = self._produce_purgatory.delayed()
         st["delayed_fetches"] = self._fetch_purgatory.delayed()

@@ -13,9 +13,9 @@ Checkpoint file grammar (``leader-epoch-checkpoint``; Kafka's CheckpointFile tex
     entry   := epoch SP start_offset NL     -- decimal ints, epoch >= 0, start_offset >= 0,
                                                both strictly increasing from line to line
 
-Writes are atomic: the text goes to ``<path>.tmp``, is fsynced, renamed over ``<path>`` and the directory
-is fsynced, so a crash leaves either the old or the new file, never a torn one. Loading tolerates a
-missing file (empty cache). A corrupt file (bad version, count mismatch, malformed line, non-monotonic
+Writes are atomic (storage/checkpoint.py): the text goes to ``<path>.tmp``, is fsynced, renamed over
+``<path>`` and the directory is fsynced, so a crash leaves either the old or the new file, never a torn
+one. Loading tolerates a missing file (empty cache). A corrupt file (bad version, count mismatch, malformed line, non-monotonic
 entries) is logged and treated as empty; ``load_error`` then says why, so the owning Log can rebuild
 the cache from its batches' partition leader epochs.
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left, bisect_right
 
-from storage.checkpoints import write_atomically
+from storage.checkpoint import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,6 @@ CHECKPOINT_FILE_NAME = "leader-epoch-checkpoint"
 
 class CorruptCheckpointError(ValueError):
     """The checkpoint file exists but does not follow the grammar (internal; logged, never sent)."""
-
-
-def write_checkpoint_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via ``path.tmp`` + fsync + rename + directory fsync."""
-    write_atomically(path, text.encode("ascii"))
 
 
 def parse_checkpoint(text: str) -> list[tuple[int, int]]:
@@ -126,7 +121,7 @@ class LeaderEpochCache:
     def flush(self) -> None:
         """Write the checkpoint atomically (no-op for a memory-only cache)."""
         if self.path is not None:
-            write_checkpoint_atomically(self.path, format_checkpoint(self.entries()))
+            write_atomically(self.path, format_checkpoint(self.entries()).encode("ascii"))
 
     # ---------------------------------------------------------------- reads
     def entries(self) -> list[tuple[int, int]]:

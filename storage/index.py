@@ -19,7 +19,8 @@ crash never leaves a zero-filled tail to trim and a closed or rolled segment nee
 and ``is_full`` tells the segment to roll. The entries live in memory in two compact ``array``s (4/8
 bytes per field), looked up by ``bisect`` (arrays support the sequence protocol); the file is written
 through a small buffer, flushed (``flush``: write + fsync) by the owning segment. Indexes of old segments
-load lazily: the segment builds these objects on first use.
+load lazily: the segment builds these objects on first use. ``AbstractIndex`` holds what both share (the
+arrays, the file, the cap, truncation, the whole-entries check); each subclass its lookups and rules.
 
 A lookup on a sparse index gives a *lower bound* position: the caller scans batch headers forward from it.
 An index that fails ``sanity_check`` (torn entry, non-monotonic entries, offsets outside the segment)
@@ -37,7 +38,7 @@ import sys
 from array import array
 from bisect import bisect_right
 
-__all__ = ["OffsetIndex", "TimeIndex", "CorruptIndexError", "OFFSET_ENTRY", "TIME_ENTRY"]
+__all__ = ["AbstractIndex", "OffsetIndex", "TimeIndex", "CorruptIndexError", "OFFSET_ENTRY", "TIME_ENTRY"]
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset
@@ -127,10 +128,19 @@ class _IndexFile:
             pass
 
 
-class OffsetIndex:
-    """Maps (last) offsets of some batches to their byte positions in the segment's log."""
+class AbstractIndex:
+    """What both indexes share (Kafka's ``AbstractIndex``): fixed-size two-field entries held as two
+    native arrays (``_keys``, searched by ``bisect``, and ``_values``), the append-only file behind them,
+    the entry cap, truncation by offset and the whole-entries check. A subclass names its entry struct
+    and field types, which array holds the relative offsets (``_REL_IS_KEY``), and its lookups, appends
+    and ordering rules."""
 
-    entry_size = OFFSET_ENTRY.size
+    __slots__ = ("base_offset", "max_entries", "_file", "_torn", "_keys", "_values", "_rel_offsets")
+
+    ENTRY: struct.Struct
+    entry_size: int  # ENTRY.size
+    _KEY_TYPE: str  # array typecode of the first field
+    _REL_IS_KEY: bool  # the relative offsets are the first field (offset index) or the second (time index)
 
     def __init__(self, path: str, base_offset: int, max_index_size: int):
         self.base_offset = base_offset
@@ -138,7 +148,8 @@ class OffsetIndex:
         self._file = _IndexFile(path)
         raw = _read_file(path)
         self._torn = len(raw) % self.entry_size
-        self._rel, self._pos = _split(raw, "i", "i", self.entry_size)
+        self._keys, self._values = _split(raw, self._KEY_TYPE, "i", self.entry_size)
+        self._rel_offsets = self._keys if self._REL_IS_KEY else self._values
 
     # ------------------------------------------------------------------ reads
     @property
@@ -147,77 +158,42 @@ class OffsetIndex:
 
     @property
     def entries(self) -> int:
-        return len(self._rel)
+        return len(self._keys)
 
     @property
     def is_full(self) -> bool:
-        return len(self._rel) >= self.max_entries
+        return len(self._keys) >= self.max_entries
 
     @property
     def size_in_bytes(self) -> int:
-        return len(self._rel) * self.entry_size
-
-    @property
-    def last_offset(self) -> int:
-        """Absolute offset of the last entry (the base offset when empty)."""
-        return self.base_offset + self._rel[-1] if self._rel else self.base_offset
-
-    def entry(self, i: int) -> tuple[int, int]:
-        return self.base_offset + self._rel[i], self._pos[i]
-
-    def lookup(self, target_offset: int) -> tuple[int, int]:
-        """``(offset, position)`` of the largest entry with offset <= target, else ``(base, 0)``."""
-        rel = target_offset - self.base_offset
-        if rel < 0:
-            return self.base_offset, 0
-        i = bisect_right(self._rel, min(rel, _MAX_REL)) - 1
-        if i < 0:
-            return self.base_offset, 0
-        return self.base_offset + self._rel[i], self._pos[i]
-
-    def lookup_position(self, position: int) -> int:
-        """The largest indexed position <= ``position`` (0 when none): always a batch boundary."""
-        i = bisect_right(self._pos, position) - 1
-        return self._pos[i] if i >= 0 else 0
+        return len(self._keys) * self.entry_size
 
     # ------------------------------------------------------------------ writes
-    def append(self, offset: int, position: int) -> None:
-        rel = offset - self.base_offset
-        if self._rel and rel <= self._rel[-1]:
-            raise ValueError(f"offset index {self.path}: offset {offset} not above last entry {self.last_offset}")
-        if rel < 0 or rel > _MAX_REL:
-            raise ValueError(f"offset index {self.path}: offset {offset} not relative to base {self.base_offset}")
-        if len(self._rel) >= self.max_entries:
-            raise ValueError(f"offset index {self.path} is full ({self.max_entries} entries)")
-        self._rel.append(rel)
-        self._pos.append(position)
-        self._file.write(OFFSET_ENTRY.pack(rel, position))
+    def _append_entry(self, key: int, value: int) -> None:
+        self._keys.append(key)
+        self._values.append(value)
+        self._file.write(self.ENTRY.pack(key, value))
+
+    def _truncate_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries."""
+        if n < len(self._keys):
+            del self._keys[n:], self._values[n:]
+            self._file.truncate(n * self.entry_size)
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry with offset >= ``offset``."""
-        i = bisect_right(self._rel, offset - self.base_offset - 1) if offset > self.base_offset else 0
-        if i < len(self._rel):
-            del self._rel[i:], self._pos[i:]
-            self._file.truncate(i * self.entry_size)
+        """Remove every entry with offset >= ``offset`` (entries' offsets never decrease)."""
+        base = self.base_offset
+        self._truncate_entries(bisect_right(self._rel_offsets, offset - base - 1) if offset > base else 0)
 
     def truncate(self) -> None:
         """Remove every entry."""
-        del self._rel[:], self._pos[:]
+        del self._keys[:], self._values[:]
         self._torn = 0
         self._file.truncate(0)
 
-    def sanity_check(self, log_size: int) -> None:
-        """Raise ``CorruptIndexError`` unless the file is whole entries, offsets strictly increase and
-        positions increase and lie inside a log of ``log_size`` bytes."""
+    def _check_whole_entries(self) -> None:
         if self._torn:
             raise CorruptIndexError(f"{self.path}: size is not a multiple of {self.entry_size}")
-        rel, pos = self._rel, self._pos
-        if not rel:
-            return
-        if rel[0] < 0 or pos[0] < 0 or pos[-1] >= max(log_size, 1):
-            raise CorruptIndexError(f"{self.path}: entry outside the segment (log size {log_size})")
-        if len(rel) > 1 and not (_strictly_increasing(rel) and _strictly_increasing(pos)):
-            raise CorruptIndexError(f"{self.path}: entries are not strictly increasing")
 
     # ------------------------------------------------------------------ file
     def create(self) -> None:
@@ -236,86 +212,110 @@ class OffsetIndex:
         self._file.delete()
 
 
-class TimeIndex:
-    """Maps the running maximum timestamp of a segment to the offset where it was reached."""
+class OffsetIndex(AbstractIndex):
+    """Maps (last) offsets of some batches to their byte positions in the segment's log.
+    Entries: ``_keys`` relative offsets, ``_values`` positions."""
 
+    __slots__ = ()
+
+    ENTRY = OFFSET_ENTRY
+    entry_size = OFFSET_ENTRY.size
+    _KEY_TYPE = "i"
+    _REL_IS_KEY = True
+
+    @property
+    def last_offset(self) -> int:
+        """Absolute offset of the last entry (the base offset when empty)."""
+        return self.base_offset + self._keys[-1] if self._keys else self.base_offset
+
+    def entry(self, i: int) -> tuple[int, int]:
+        return self.base_offset + self._keys[i], self._values[i]
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """``(offset, position)`` of the largest entry with offset <= target, else ``(base, 0)``."""
+        rel = target_offset - self.base_offset
+        if rel < 0:
+            return self.base_offset, 0
+        i = bisect_right(self._keys, min(rel, _MAX_REL)) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self.base_offset + self._keys[i], self._values[i]
+
+    def lookup_position(self, position: int) -> int:
+        """The largest indexed position <= ``position`` (0 when none): always a batch boundary."""
+        i = bisect_right(self._values, position) - 1
+        return self._values[i] if i >= 0 else 0
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self._keys and rel <= self._keys[-1]:
+            raise ValueError(f"offset index {self.path}: offset {offset} not above last entry {self.last_offset}")
+        if rel < 0 or rel > _MAX_REL:
+            raise ValueError(f"offset index {self.path}: offset {offset} not relative to base {self.base_offset}")
+        if len(self._keys) >= self.max_entries:
+            raise ValueError(f"offset index {self.path} is full ({self.max_entries} entries)")
+        self._append_entry(rel, position)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise ``CorruptIndexError`` unless the file is whole entries, offsets strictly increase and
+        positions increase and lie inside a log of ``log_size`` bytes."""
+        self._check_whole_entries()
+        rel, pos = self._keys, self._values
+        if not rel:
+            return
+        if rel[0] < 0 or pos[0] < 0 or pos[-1] >= max(log_size, 1):
+            raise CorruptIndexError(f"{self.path}: entry outside the segment (log size {log_size})")
+        if len(rel) > 1 and not (_strictly_increasing(rel) and _strictly_increasing(pos)):
+            raise CorruptIndexError(f"{self.path}: entries are not strictly increasing")
+
+
+class TimeIndex(AbstractIndex):
+    """Maps the running maximum timestamp of a segment to the offset where it was reached.
+    Entries: ``_keys`` timestamps, ``_values`` relative offsets."""
+
+    __slots__ = ()
+
+    ENTRY = TIME_ENTRY
     entry_size = TIME_ENTRY.size
-
-    def __init__(self, path: str, base_offset: int, max_index_size: int):
-        self.base_offset = base_offset
-        self.max_entries = max(max_index_size, 0) // self.entry_size
-        self._file = _IndexFile(path)
-        raw = _read_file(path)
-        self._torn = len(raw) % self.entry_size
-        self._ts, self._rel = _split(raw, "q", "i", self.entry_size)
-
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    @property
-    def entries(self) -> int:
-        return len(self._ts)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self._ts) >= self.max_entries
-
-    @property
-    def size_in_bytes(self) -> int:
-        return len(self._ts) * self.entry_size
+    _KEY_TYPE = "q"
+    _REL_IS_KEY = False
 
     def last_entry(self) -> tuple[int, int]:
         """``(timestamp, offset)`` of the last entry, ``(-1, base_offset)`` when empty."""
-        if not self._ts:
+        if not self._keys:
             return -1, self.base_offset
-        return self._ts[-1], self.base_offset + self._rel[-1]
+        return self._keys[-1], self.base_offset + self._values[-1]
 
     def entry(self, i: int) -> tuple[int, int]:
-        return self._ts[i], self.base_offset + self._rel[i]
+        return self._keys[i], self.base_offset + self._values[i]
 
     def lookup(self, target_timestamp: int) -> tuple[int, int]:
         """``(timestamp, offset)`` of the largest entry with timestamp <= target, else ``(-1, base)``."""
-        i = bisect_right(self._ts, target_timestamp) - 1
+        i = bisect_right(self._keys, target_timestamp) - 1
         if i < 0:
             return -1, self.base_offset
-        return self._ts[i], self.base_offset + self._rel[i]
+        return self._keys[i], self.base_offset + self._values[i]
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         """Append ``(timestamp, offset)`` if ``timestamp`` is above the last entry's; returns whether it did.
         ``skip_full_check`` lets a segment that is becoming inactive record its final maximum."""
-        if self._ts and timestamp <= self._ts[-1]:
+        if self._keys and timestamp <= self._keys[-1]:
             return False
         if timestamp < 0:
             return False
         rel = offset - self.base_offset
-        if rel < 0 or rel > _MAX_REL or (self._rel and rel < self._rel[-1]):
+        if rel < 0 or rel > _MAX_REL or (self._values and rel < self._values[-1]):
             raise ValueError(f"time index {self.path}: offset {offset} out of order (base {self.base_offset})")
-        if not skip_full_check and len(self._ts) >= self.max_entries:
+        if not skip_full_check and len(self._keys) >= self.max_entries:
             raise ValueError(f"time index {self.path} is full ({self.max_entries} entries)")
-        self._ts.append(timestamp)
-        self._rel.append(rel)
-        self._file.write(TIME_ENTRY.pack(timestamp, rel))
+        self._append_entry(timestamp, rel)
         return True
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry with offset >= ``offset`` (entries' offsets are non-decreasing)."""
-        i = bisect_right(self._rel, offset - self.base_offset - 1) if offset > self.base_offset else 0
-        if i < len(self._ts):
-            del self._ts[i:], self._rel[i:]
-            self._file.truncate(i * self.entry_size)
-
-    def truncate(self) -> None:
-        del self._ts[:], self._rel[:]
-        self._torn = 0
-        self._file.truncate(0)
 
     def sanity_check(self, next_offset: int | None = None) -> None:
         """Raise ``CorruptIndexError`` unless whole entries, strictly increasing timestamps, non-decreasing
         offsets, all inside ``[base_offset, next_offset)`` when that is known."""
-        if self._torn:
-            raise CorruptIndexError(f"{self.path}: size is not a multiple of {self.entry_size}")
-        ts, rel = self._ts, self._rel
+        self._check_whole_entries()
+        ts, rel = self._keys, self._values
         if not ts:
             return
         if rel[0] < 0 or ts[0] < 0:
@@ -324,21 +324,6 @@ class TimeIndex:
             raise CorruptIndexError(f"{self.path}: last entry offset beyond the segment's end {next_offset}")
         if len(ts) > 1 and not (_strictly_increasing(ts) and _non_decreasing(rel)):
             raise CorruptIndexError(f"{self.path}: entries are out of order")
-
-    def create(self) -> None:
-        self._file.create()
-
-    def flush(self, fsync: bool = True) -> None:
-        self._file.flush(fsync)
-
-    def close(self) -> None:
-        self._file.close()
-
-    def rename(self, new_path: str) -> None:
-        self._file.rename(new_path)
-
-    def delete(self) -> None:
-        self._file.delete()
 
 
 def _strictly_increasing(a: array) -> bool:

@@ -42,10 +42,11 @@ import os
 import shutil
 import time
 from bisect import bisect_right
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from storage import cleaner, log_validator
-from storage.checkpoints import fsync_dir, write_offset_checkpoint
+from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import (
     OffsetOutOfRangeError,
@@ -63,15 +64,15 @@ from storage.log_loader import (
 )
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, LOG_OVERHEAD, parse_header,
+    CONTROL_MASK, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
 from storage.segment import KafkaStorageError, LogSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP",
-           "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
+__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "LogOffsetSnapshot", "EARLIEST_TIMESTAMP",
+           "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
            "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
@@ -94,6 +95,18 @@ class FetchDataInfo(NamedTuple):
     records: bytes  # whole batches
     first_offset: int  # base offset of the first batch returned (the fetch offset when empty)
     next_offset: int  # where the next fetch continues (the fetch offset when empty)
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetSnapshot:
+    """The log's offsets read together (Kafka's ``LogOffsetSnapshot``): what one fetch or ListOffsets
+    answer reports, consistent with itself: ``log_start_offset <= high_watermark <= log_end_offset`` and
+    ``last_stable_offset <= high_watermark`` (the LSO is the HW unless a transaction is open below it)."""
+
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    last_stable_offset: int
 
 
 def _now(now_ms: int | None) -> int:
@@ -141,6 +154,12 @@ class Log(LogRetention):
     @property
     def last_stable_offset(self) -> int:
         return self.producer_state.last_stable_offset(self._hw)
+
+    def fetch_offset_snapshot(self) -> LogOffsetSnapshot:
+        """Log start, log end, high watermark and last stable offset in one value (Kafka's
+        ``UnifiedLog.fetchOffsetSnapshot``)."""
+        hw = self._hw
+        return LogOffsetSnapshot(self._lso, self._leo, hw, self.producer_state.last_stable_offset(hw))
 
     @property
     def latest_epoch(self) -> int:
@@ -249,8 +268,8 @@ class Log(LogRetention):
             raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
         buf = bytearray(batches)
         infos = log_validator.validate_leader_append(buf, c, now_ms, origin)
-        records = sum(h[12] for _, _, h in infos)
-        producers = any(h[9] >= 0 for _, _, h in infos)
+        records = sum(h.records_count for _, _, h in infos)
+        producers = any(h.producer_id >= 0 for _, _, h in infos)
         if producers:
             dup = self._check_producers(buf, infos)
             if dup is not None:
@@ -263,8 +282,8 @@ class Log(LogRetention):
             set_partition_leader_epoch(buf, pos, leader_epoch)
             if append_time:
                 set_log_append_time(buf, pos, now_ms)
-            ts = now_ms if append_time else h[8]
-            last = offset + h[6]
+            ts = now_ms if append_time else h.max_timestamp
+            last = offset + h.last_offset_delta
             seg_batches.append((pos, size, last, ts))
             if ts > max_ts:
                 max_ts = ts
@@ -277,7 +296,7 @@ class Log(LogRetention):
         ps = self.producer_state
         if producers:
             for pos, _, h in infos:
-                if h[9] >= 0:
+                if h.producer_id >= 0:
                     ps.update(parse_header(buf, pos), now_ms, buf, pos)
         ps.map_end_offset = offset
         self._after_append(records, now_ms)
@@ -288,7 +307,7 @@ class Log(LogRetention):
         continue each other (producer_state checks each against the state before this append)."""
         seen = {}
         for pos, _, h in infos:
-            pid = h[9]
+            pid = h.producer_id
             if pid < 0:
                 continue
             prev = seen.get(pid)
@@ -296,10 +315,12 @@ class Log(LogRetention):
                 dup = self.producer_state.check(h, buf, pos)
                 if dup is not None:
                     return dup
-            elif h[10] != prev[10] or h[5] & CONTROL_MASK or not in_sequence(prev.last_sequence, h[11]):
+            elif (h.producer_epoch != prev.producer_epoch or h.attributes & CONTROL_MASK
+                  or not in_sequence(prev.last_sequence, h.base_sequence)):
                 raise OutOfOrderSequenceNumberError(
                     f"batches of producer {pid} in one append do not continue each other: sequence "
-                    f"{h[11]} epoch {h[10]} after {prev.last_sequence} epoch {prev[10]}")
+                    f"{h.base_sequence} epoch {h.producer_epoch} after {prev.last_sequence} "
+                    f"epoch {prev.producer_epoch}")
             seen[pid] = h
         return None
 
@@ -318,31 +339,31 @@ class Log(LogRetention):
         seg_batches, headers, pos, records, max_ts, first = [], [], 0, 0, -1, None
         while pos < n:
             h = validate_batch(batches, pos)
-            base = h[0]
+            base = h.base_offset
             if base != expected and not (gaps_ok and base > expected):
                 raise UnexpectedAppendOffsetError(
                     f"follower append: batch at position {pos} starts at offset {base}, expected {expected} "
                     f"(log end offset {self._leo})")
             if first is None:
                 first = base
-            size, last = LOG_OVERHEAD + h[1], base + h[6]
-            seg_batches.append((pos, size, last, h[8]))
+            size, last = h.size_in_bytes, base + h.last_offset_delta
+            seg_batches.append((pos, size, last, h.max_timestamp))
             headers.append((pos, h))
-            max_ts = max(max_ts, h[8])
-            records += h[12]
+            max_ts = max(max_ts, h.max_timestamp)
+            records += h.records_count
             expected = last + 1
             pos += size
         self._maybe_roll(n, max_ts, expected - 1, first, now)
         cache, latest = self.epoch_cache, self.epoch_cache.latest_epoch
         for _, h in headers:
-            if h[2] >= 0 and h[2] > latest:
-                cache.assign(h[2], h[0])
-                latest = h[2]
+            if h.partition_leader_epoch >= 0 and h.partition_leader_epoch > latest:
+                cache.assign(h.partition_leader_epoch, h.base_offset)
+                latest = h.partition_leader_epoch
         self._segments[-1].append(batches, seg_batches)
         self._leo = expected
         ps = self.producer_state
         for p, h in headers:
-            if h[9] >= 0:
+            if h.producer_id >= 0:
                 ps.update(h, -1, batches, p)
         ps.map_end_offset = expected
         self._after_append(records, now)
@@ -520,10 +541,7 @@ class Log(LogRetention):
         self.producer_state.take_snapshot(self._leo)
         for seg in self._segments:
             seg.close()
-        with open(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE), "w") as f:
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(self.dir)
+        create_marker(os.path.join(self.dir, CLEAN_SHUTDOWN_FILE))
         self._closed = True
 
     def delete(self) -> None:

@@ -33,12 +33,12 @@ import os
 from bisect import bisect_right
 from typing import Callable, NamedTuple
 
-from storage.checkpoints import fsync_dir, read_offset_checkpoint
+from storage.checkpoint import TMP_SUFFIX, fsync_dir, read_offset_checkpoint, take_marker
 from storage.epoch_cache import LeaderEpochCache
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager
-from storage.records import CONTROL_MASK, LOG_OVERHEAD
+from storage.records import CONTROL_MASK
 from storage.segment import LogSegment, log_file_name, parse_base_offset
 
 log = logging.getLogger(__name__)
@@ -114,12 +114,7 @@ def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_
 
 def _take_clean_shutdown_marker(d: str) -> bool:
     """Whether the last close was clean; the marker is removed (durably) before any repair."""
-    path = os.path.join(d, CLEAN_SHUTDOWN_FILE)
-    if not os.path.exists(path):
-        return False
-    os.remove(path)
-    fsync_dir(d)
-    return True
+    return take_marker(os.path.join(d, CLEAN_SHUTDOWN_FILE))
 
 
 def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None:
@@ -129,7 +124,7 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
     swaps = []
     for n in sorted(os.listdir(d)):
         path = os.path.join(d, n)
-        if n.endswith((".cleaned", ".deleted")) or (n.endswith(".tmp") and "checkpoint" in n):
+        if n.endswith((".cleaned", ".deleted")) or (n.endswith(TMP_SUFFIX) and "checkpoint" in n):
             os.remove(path)
         elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
             swaps.append(parse_base_offset(n))
@@ -189,11 +184,11 @@ def _recover_segments(d: str, segments: list[LogSegment], first: int, strict: bo
     latest, last = [epochs.latest_epoch if epochs is not None else -1], [-1]
 
     def on_batch(_pos, h):
-        if h[2] >= 0:
-            last[0] = h[2]
-            if epochs is not None and h[2] > latest[0]:
-                epochs.assign(h[2], h[0])
-                latest[0] = h[2]
+        if h.partition_leader_epoch >= 0:
+            last[0] = h.partition_leader_epoch
+            if epochs is not None and h.partition_leader_epoch > latest[0]:
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
+                latest[0] = h.partition_leader_epoch
 
     i = first
     while i < len(segments):
@@ -215,8 +210,8 @@ def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
     entries: list[tuple[int, int]] = []
     for seg in segments:
         for _, h in seg.iter_headers():
-            if h[2] >= 0 and (not entries or h[2] > entries[-1][0]):
-                entries.append((h[2], h[0]))
+            if h.partition_leader_epoch >= 0 and (not entries or h.partition_leader_epoch > entries[-1][0]):
+                entries.append((h.partition_leader_epoch, h.base_offset))
     return entries
 
 
@@ -229,7 +224,7 @@ def replay_producer_state(segments: list[LogSegment], bases: list[int], ps: Prod
             if found is None:
                 continue
             for pos, h in seg.iter_headers(found[0]):
-                if h[9] >= 0 and h[0] >= start:
-                    data = seg.read_bytes(pos, LOG_OVERHEAD + h[1]) if h[5] & CONTROL_MASK else None
+                if h.producer_id >= 0 and h.base_offset >= start:
+                    data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
                     ps.update(h, -1, data, 0)
     ps.map_end_offset = end

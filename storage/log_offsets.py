@@ -8,7 +8,7 @@ Concurrency: called by the owning Log only (single-threaded).
 """
 from __future__ import annotations
 
-from storage.records import LOG_OVERHEAD, TIMESTAMP_LOG_APPEND_TIME, RecordBatch
+from storage.records import TIMESTAMP_LOG_APPEND_TIME, RecordBatch
 from storage.segment import LogSegment
 
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
@@ -43,12 +43,12 @@ def offset_by_timestamp(segments: list[LogSegment], log_start: int, log_end: int
 def _find_in_segment(seg: LogSegment, lso: int, ts: int, from_offset: int, exact: bool = False):
     start = seg.offset_index.lookup(max(from_offset, lso))[1]
     for pos, h in seg.iter_headers(start):
-        if h[8] < ts or h[0] + h[6] < lso:
+        if h.max_timestamp < ts or h.last_offset < lso:
             continue
-        epoch = h[2] if h[2] >= 0 else -1
+        epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else -1
         if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-            return max(h[0], lso), h[8], epoch
-        for r in RecordBatch(seg.read_bytes(pos, LOG_OVERHEAD + h[1]), 0, header=h):
+            return max(h.base_offset, lso), h.max_timestamp, epoch
+        for r in RecordBatch(seg.read_bytes(pos, h.size_in_bytes), 0, header=h):
             if r.offset >= lso and (r.timestamp == ts if exact else r.timestamp >= ts):
                 return r.offset, r.timestamp, epoch
     return None

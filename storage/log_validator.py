@@ -54,8 +54,8 @@ from storage.codecs import decompress
 from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
                             MessageTooLargeError, UnsupportedCompressionTypeError)
 from storage.log_config import LogConfig
-from storage.records import (ATTRIBUTES_POS, COMPRESSION_MASK, CONTROL_MASK, CRC_POS, LOG_OVERHEAD,
-                             MAX_TIMESTAMP_POS, NO_TIMESTAMP, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+from storage.records import (ATTRIBUTES_POS, COMPRESSION_MASK, CONTROL_MASK, CRC_POS, MAX_TIMESTAMP_POS,
+                             NO_TIMESTAMP, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
                              BatchHeader, validate_batch)
 
 __all__ = ["CLIENT", "COORDINATOR", "ORIGINS", "validate_leader_append", "walk_records", "ACCELERATED"]
@@ -229,20 +229,20 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
             h = validate_batch(buf, pos)
         except CorruptMessageError as e:
             raise _fail(CorruptMessageError, index, pos, e.message) from None
-        size = LOG_OVERHEAD + h[1]
+        size = h.size_in_bytes
         if size > max_msg:
             raise _fail(MessageTooLargeError, index, pos, f"{size} bytes exceed max.message.bytes {max_msg}")
-        attributes, count = h[5], h[12]
-        if count != h[6] + 1:
+        attributes, count = h.attributes, h.records_count
+        if count != h.last_offset_delta + 1:
             raise _fail(InvalidRecordError, index, pos, f"records count {count} does not match last offset "
-                                                        f"delta {h[6]} (count must be delta + 1)")
+                                                        f"delta {h.last_offset_delta} (count must be delta + 1)")
         if client and attributes & CONTROL_MASK:
             raise _fail(InvalidRecordError, index, pos, "clients are not allowed to write control records "
                                                         "(transaction markers)")
-        if h[9] >= 0:
-            if client and h[11] < 0:
-                raise _fail(InvalidRecordError, index, pos, f"invalid sequence number {h[11]} in a batch with "
-                                                            f"producer id {h[9]}")
+        if h.producer_id >= 0:
+            if client and h.base_sequence < 0:
+                raise _fail(InvalidRecordError, index, pos, f"invalid sequence number {h.base_sequence} in a "
+                                                            f"batch with producer id {h.producer_id}")
         elif attributes & TRANSACTIONAL_MASK:
             raise _fail(InvalidRecordError, index, pos, "transactional batch without a producer id")
         lat_batch = bool(attributes & TIMESTAMP_TYPE_MASK)
@@ -263,8 +263,8 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
             except CorruptMessageError as e:
                 raise _fail(CorruptMessageError, index, pos, e.message) from None
             start, end = 0, len(data)
-        status, rec, detail = walk_records(data, start, end, count, h[7], lat_batch or lat_topic, compacted,
-                                           ts_low, ts_high)
+        status, rec, detail = walk_records(data, start, end, count, h.base_timestamp, lat_batch or lat_topic,
+                                           compacted, ts_low, ts_high)
         if status != WALK_OK:
             where = f"{_where(index, pos)}, record {rec}: "
             if status == WALK_NULL_KEY:
@@ -274,11 +274,12 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
                     where + f"Timestamp {detail} of the record is out of range. The timestamp should be within "
                     f"[{ts_low}, {ts_high}] (message.timestamp.before.max.ms / after.max.ms)")
             raise InvalidRecordError(where + detail)
-        if lat_batch and not lat_topic and h[8] != NO_TIMESTAMP and not ts_low <= h[8] <= ts_high:
+        batch_max_ts = h.max_timestamp
+        if lat_batch and not lat_topic and batch_max_ts != NO_TIMESTAMP and not ts_low <= batch_max_ts <= ts_high:
             raise _fail(InvalidTimestampError, index, pos,
-                        f"Timestamp {h[8]} (LogAppendTime batch: every record carries it) is out of range. The "
-                        f"timestamp should be within [{ts_low}, {ts_high}]")
-        if not lat_batch and not lat_topic and detail != h[8]:
+                        f"Timestamp {batch_max_ts} (LogAppendTime batch: every record carries it) is out of "
+                        f"range. The timestamp should be within [{ts_low}, {ts_high}]")
+        if not lat_batch and not lat_topic and detail != batch_max_ts:
             fixes.append((len(out), detail))
         out.append((pos, size, h))
         pos += size

@@ -71,7 +71,7 @@ from storage.errors import (
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
-from storage.checkpoints import write_atomically
+from storage.checkpoint import TMP_SUFFIX, write_atomically
 from storage.control import parse_control_record
 from storage.records import (
     CONTROL_ABORT,
@@ -403,7 +403,7 @@ class ProducerStateManager:
 
     def _remove_tmp_files(self) -> None:
         for name in os.listdir(self.log_dir):
-            if name.endswith(SNAPSHOT_SUFFIX + ".tmp"):
+            if name.endswith(SNAPSHOT_SUFFIX + TMP_SUFFIX):
                 os.remove(os.path.join(self.log_dir, name))
 
     def delete_snapshots_below(self, offset: int) -> None:

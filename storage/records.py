@@ -45,6 +45,9 @@ Grammar (big-endian; ``varint``/``varlong`` are zigzag-encoded base-128, as prot
         Key   => Version Int16 (0), Type Int16 (0 ABORT, 1 COMMIT)
         Value => Version Int16 (0), CoordinatorEpoch Int32
 
+The fixed header (its byte positions, ``BatchHeader``, the frame and CRC checks, the leader's in-place
+rewrites) lives in storage/batch_header.py and is re-exported here.
+
 Under LogAppendTime every record's timestamp is the batch's MaxTimestamp (Kafka's rule). Every
 malformed input raises ``CorruptMessageError`` (the batch frame or CRC) or ``InvalidRecordError`` (a
 record inside a batch whose CRC was fine); no other exception type escapes this module's readers.
@@ -59,15 +62,22 @@ Thread safety: everything here is a pure function of its arguments; the builder 
 from __future__ import annotations
 
 import os
-import struct
 from typing import Iterator, NamedTuple
 
 from crc32c import crc32c as _crc32c
 
+from storage.batch_header import (  # noqa: F401 (re-exported: the header half of this format)
+    ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_TIMESTAMP_POS, BATCH_HEADER, BATCH_OVERHEAD, COMPRESSION_MASK,
+    CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, CRC_POS, DELETE_HORIZON_MASK, GZIP, LAST_OFFSET_DELTA_POS,
+    LENGTH_POS, LOG_OVERHEAD, LZ4, MAGIC, MAGIC_POS, MAX_BATCH_LENGTH, MAX_TIMESTAMP_POS, MIN_BATCH_LENGTH,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, NONE, PARTITION_LEADER_EPOCH_POS,
+    PRODUCER_ID_POS, RECORDS_COUNT_POS, RECORDS_POS, SNAPPY, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, ZSTD, BatchHeader, _pack_I, crc_ok, iter_batch_headers,
+    parse_header, set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
+)
 from storage.codecs import compress, decompress
 from storage.varint import _UVARINT, _ZZ1, _ZZ2, _slow_varint, decode_varint, encode_varint  # noqa: F401 (re-exported)
-from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
-                            UnsupportedCompressionTypeError)
+from storage.errors import InvalidRecordError, InvalidTimestampError, UnsupportedCompressionTypeError
 
 __all__ = [
     "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC",
@@ -84,219 +94,6 @@ __all__ = [
     "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
     "RECORDS_COUNT_POS", "RECORDS_POS", "ACCELERATED",
 ]
-
-# ---------------------------------------------------------------------------------------------
-# Fixed headers
-
-BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")
-BATCH_OVERHEAD = 61  # BATCH_HEADER.size
-LOG_OVERHEAD = 12  # base offset (8) + length (4)
-MAGIC = 2
-assert BATCH_HEADER.size == BATCH_OVERHEAD
-
-# byte positions inside a batch
-BASE_OFFSET_POS = 0
-LENGTH_POS = 8
-PARTITION_LEADER_EPOCH_POS = 12
-MAGIC_POS = 16
-CRC_POS = 17
-ATTRIBUTES_POS = 21
-LAST_OFFSET_DELTA_POS = 23
-BASE_TIMESTAMP_POS = 27
-MAX_TIMESTAMP_POS = 35
-PRODUCER_ID_POS = 43
-RECORDS_COUNT_POS = 57
-RECORDS_POS = 61
-MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD  # smallest legal Length field (49)
-MAX_BATCH_LENGTH = 0x7FFFFFFF - LOG_OVERHEAD
-
-NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-COMPRESSION_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_MASK = 0x10
-CONTROL_MASK = 0x20
-DELETE_HORIZON_MASK = 0x40
-TIMESTAMP_CREATE_TIME = 0
-TIMESTAMP_LOG_APPEND_TIME = 1
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-NO_TIMESTAMP = -1
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-_unpack_header = BATCH_HEADER.unpack_from
-_pack_q = struct.Struct(">q").pack_into
-_pack_i = struct.Struct(">i").pack_into
-_pack_I = struct.Struct(">I").pack_into
-_pack_h = struct.Struct(">h").pack_into
-_unpack_h = struct.Struct(">h").unpack_from
-_unpack_i = struct.Struct(">i").unpack_from
-
-
-class BatchHeader(NamedTuple):
-    """The 61 fixed bytes of a batch, in wire order."""
-
-    base_offset: int
-    batch_length: int
-    partition_leader_epoch: int
-    magic: int
-    crc: int
-    attributes: int
-    last_offset_delta: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    records_count: int
-
-    @property
-    def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta + 1
-
-    @property
-    def size_in_bytes(self) -> int:
-        return self.batch_length + LOG_OVERHEAD
-
-    @property
-    def compression_type(self) -> int:
-        return self.attributes & COMPRESSION_MASK
-
-    @property
-    def timestamp_type(self) -> int:
-        return TIMESTAMP_LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TIMESTAMP_CREATE_TIME
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & TRANSACTIONAL_MASK)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & CONTROL_MASK)
-
-    @property
-    def has_delete_horizon(self) -> bool:
-        return bool(self.attributes & DELETE_HORIZON_MASK)
-
-    @property
-    def delete_horizon_ms(self) -> int:
-        """The delete horizon stamped by the cleaner, or NO_TIMESTAMP (-1)."""
-        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else NO_TIMESTAMP
-
-    @property
-    def has_producer_id(self) -> bool:
-        return self.producer_id > NO_PRODUCER_ID
-
-    @property
-    def last_sequence(self) -> int:
-        """Sequence of the last record (wrapping at 2**31 like Kafka), or NO_SEQUENCE."""
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
-
-
-_new_header = tuple.__new__
-
-
-def parse_header(buf, pos: int = 0) -> BatchHeader:
-    """The batch header at ``buf[pos:]``; checks only that 61 bytes exist, the Length field and magic."""
-    try:
-        h = _new_header(BatchHeader, _unpack_header(buf, pos))
-    except struct.error:
-        raise CorruptMessageError(
-            f"record batch header at position {pos} is truncated: {max(len(buf) - pos, 0)} bytes "
-            f"available, {BATCH_OVERHEAD} needed") from None
-    if h[1] < MIN_BATCH_LENGTH or h[1] > MAX_BATCH_LENGTH:
-        raise CorruptMessageError(
-            f"record batch at position {pos} has impossible length {h[1]} "
-            f"(at least {MIN_BATCH_LENGTH})")
-    if h[3] != MAGIC:
-        raise CorruptMessageError(
-            f"record batch at position {pos} has unsupported magic {h[3]} (only RecordBatch v2, "
-            f"magic 2, is supported)")
-    return h
-
-
-def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
-    """True when the stored CRC-32C matches Attributes .. end of batch (which must lie in ``buf``)."""
-    end = pos + LOG_OVERHEAD + header[1]
-    if end > len(buf):
-        return False
-    return _crc32c(memoryview(buf)[pos + ATTRIBUTES_POS:end]) == header[4]
-
-
-def validate_batch(buf, pos: int = 0) -> BatchHeader:
-    """Parse and fully check the frame of the batch at ``pos``: length, magic, completeness and CRC."""
-    h = parse_header(buf, pos)
-    end = pos + LOG_OVERHEAD + h[1]
-    if end > len(buf):
-        raise CorruptMessageError(
-            f"record batch at position {pos} is truncated: length field says {h[1] + LOG_OVERHEAD} "
-            f"bytes, {len(buf) - pos} available")
-    with memoryview(buf) as mv:
-        crc = _crc32c(mv[pos + ATTRIBUTES_POS:end])
-    if crc != h[4]:
-        raise CorruptMessageError(
-            f"record batch at position {pos} (base offset {h[0]}) is corrupt: stored CRC {h[4]:#010x}, "
-            f"computed {crc:#010x}")
-    if h[6] < 0 or h[12] < 0:
-        raise CorruptMessageError(
-            f"record batch at position {pos} has negative last offset delta {h[6]} or "
-            f"records count {h[12]}")
-    return h
-
-
-def iter_batch_headers(buf, validate: bool = True) -> Iterator[tuple[int, BatchHeader]]:
-    """``(position, header)`` of each batch in concatenated batches (a segment file, a fetch payload).
-
-    Raises ``CorruptMessageError`` at the first torn or corrupt batch (having yielded the good ones before
-    it, so a recovering log knows the valid prefix: the position of the failing batch).
-    """
-    pos = 0
-    n = len(buf)
-    if validate:
-        while pos < n:
-            h = validate_batch(buf, pos)
-            yield pos, h
-            pos += LOG_OVERHEAD + h[1]
-    else:
-        while pos < n:
-            h = parse_header(buf, pos)
-            end = pos + LOG_OVERHEAD + h[1]
-            if end > n:
-                raise CorruptMessageError(
-                    f"record batch at position {pos} is truncated: length field says "
-                    f"{h[1] + LOG_OVERHEAD} bytes, {n - pos} available")
-            yield pos, h
-            pos = end
-
-
-def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
-    """Rewrite the base offset in place (outside the CRC)."""
-    _pack_q(buf, pos + BASE_OFFSET_POS, base_offset)
-
-
-def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
-    """Rewrite the partition leader epoch in place (outside the CRC)."""
-    _pack_i(buf, pos + PARTITION_LEADER_EPOCH_POS, epoch)
-
-
-def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
-    """Switch the batch at ``pos`` to LogAppendTime ``timestamp_ms`` (attributes bit 3 and MaxTimestamp,
-    as Kafka's ``setMaxTimestamp``) and recompute the CRC. The batch must be complete in ``buf``."""
-    (attributes,) = _unpack_h(buf, pos + ATTRIBUTES_POS)
-    (length,) = _unpack_i(buf, pos + LENGTH_POS)
-    _pack_h(buf, pos + ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_MASK)
-    _pack_q(buf, pos + MAX_TIMESTAMP_POS, timestamp_ms)
-    with memoryview(buf) as mv:
-        crc = _crc32c(mv[pos + ATTRIBUTES_POS:pos + LOG_OVERHEAD + length])
-    _pack_I(buf, pos + CRC_POS, crc)
-
 
 # ---------------------------------------------------------------------------------------------
 # Records
@@ -644,10 +441,10 @@ def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
 def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
     """Decode the records of the (already validated) batch at ``pos`` onto ``out``."""
     start = pos + RECORDS_POS
-    end = pos + LOG_OVERHEAD + h[1]
-    attributes = h[5]
+    end = pos + h.size_in_bytes
+    attributes = h.attributes
     compression = attributes & COMPRESSION_MASK
-    if start == end and not h[12]:  # an emptied batch (the cleaner keeps these): nothing to decompress
+    if start == end and not h.records_count:  # an emptied batch (the cleaner keeps these): nothing to decompress
         return
     if compression:
         with memoryview(buf) as mv:
@@ -659,29 +456,29 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
         with memoryview(buf) as mv:
             data = mv[start:end].tobytes()
         p, stop = 0, end - start
-    count = h[12]
+    count = h.records_count
     if count > stop - p:  # every record takes at least 7 bytes: reject absurd counts cheaply
         raise InvalidRecordError(
-            f"record batch at offset {h[0]} claims {count} records in {stop - p} bytes")
+            f"record batch at offset {h.base_offset} claims {count} records in {stop - p} bytes")
     c_decode = _c_decode
     if c_decode is not None:
         try:
-            if c_decode(data, p, stop, count, h[0], h[7], h[8] if attributes & TIMESTAMP_TYPE_MASK else None,
-                        out):
+            if c_decode(data, p, stop, count, h.base_offset, h.base_timestamp,
+                        h.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None, out):
                 return
         except ValueError as e:  # UnicodeDecodeError is a ValueError
             raise InvalidRecordError(
-                f"record batch at offset {h[0]} holds a malformed record: {e}") from None
+                f"record batch at offset {h.base_offset} holds a malformed record: {e}") from None
         # False: a timestamp or offset past 64 bits (hostile input); the reference decoder below is exact
     try:
         first = len(out)
-        _decode_records(data, p, stop, count, h[0], h[7], out)
+        _decode_records(data, p, stop, count, h.base_offset, h.base_timestamp, out)
     except (IndexError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         detail = str(e) if not isinstance(e, IndexError) else "a record runs past the end of the batch"
         raise InvalidRecordError(
-            f"record batch at offset {h[0]} holds a malformed record: {detail}") from None
+            f"record batch at offset {h.base_offset} holds a malformed record: {detail}") from None
     if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record carries the batch's MaxTimestamp
-        append_ts = h[8]
+        append_ts = h.max_timestamp
         out[first:] = [_new_record(Record, (r[0], append_ts, r[2], r[3], r[4])) for r in out[first:]]
 
 
@@ -710,11 +507,11 @@ class RecordBatch:
         return iter(self.records())
 
     def __len__(self) -> int:
-        return self.header[12]
+        return self.header.records_count
 
     def raw(self) -> bytes:
         """This batch's bytes."""
-        return bytes(self.buf[self.pos:self.pos + LOG_OVERHEAD + self.header[1]])
+        return bytes(self.buf[self.pos:self.pos + self.header.size_in_bytes])
 
     def __repr__(self) -> str:
         h = self.header
@@ -733,7 +530,7 @@ def iter_records(buf, include_control: bool = False, validate: bool = True) -> I
     are skipped unless ``include_control``, as a Kafka consumer does; ``validate=False`` skips the CRC
     (the consumer's ``check.crcs=false``), never the structural checks."""
     for pos, h in iter_batch_headers(buf, validate):
-        if h[5] & CONTROL_MASK and not include_control:
+        if h.attributes & CONTROL_MASK and not include_control:
             continue
         out: list = []
         _records_of(buf, pos, h, out)
@@ -745,7 +542,7 @@ def decode_records(buf, include_control: bool = False, validate: bool = True) ->
     batches unless ``include_control``: the consumer's fast path."""
     out: list = []
     for pos, h in iter_batch_headers(buf, validate):
-        if h[5] & CONTROL_MASK and not include_control:
+        if h.attributes & CONTROL_MASK and not include_control:
             continue
         _records_of(buf, pos, h, out)
     return out

@@ -32,7 +32,9 @@ from typing import Callable, Iterator
 
 from storage.errors import CorruptMessageError, for_name
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
-from storage.records import LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch
+from storage.records import (
+    BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch,
+)
 
 log = logging.getLogger(__name__)
 KafkaStorageError = for_name("KAFKA_STORAGE_ERROR")  # KAFKA_STORAGE_ERROR (56), retriable
@@ -180,9 +182,9 @@ class LogSegment:
         return os.pread(self._fd, size, position)
 
     def _header_at(self, pos: int) -> BatchHeader | None:
-        if pos + 61 > self._size:
+        if pos + BATCH_OVERHEAD > self._size:
             return None
-        return parse_header(os.pread(self._fd, 61, pos))
+        return parse_header(os.pread(self._fd, BATCH_OVERHEAD, pos))
 
     def iter_headers(self, start_position: int = 0, end_position: int | None = None
                      ) -> Iterator[tuple[int, BatchHeader]]:
@@ -194,11 +196,11 @@ class LogSegment:
         first_read = min(_HEADER_CHUNK, self.index_interval_bytes + 4096)  # usually the whole walk
         while pos < end:
             off = pos - buf_start
-            if off + 61 > len(buf):
-                want = 61 if last_size >= _HEADER_CHUNK else (_HEADER_CHUNK if buf else first_read)
-                buf, buf_start, off = os.pread(fd, min(want, max(end - pos, 61)), pos), pos, 0
+            if off + BATCH_OVERHEAD > len(buf):
+                want = BATCH_OVERHEAD if last_size >= _HEADER_CHUNK else (_HEADER_CHUNK if buf else first_read)
+                buf, buf_start, off = os.pread(fd, min(want, max(end - pos, BATCH_OVERHEAD)), pos), pos, 0
             h = parse_header(buf, off)
-            last_size = LOG_OVERHEAD + h[1]
+            last_size = h.size_in_bytes
             if pos + last_size > self._size:
                 raise CorruptMessageError(f"segment {self.log_path}: batch at {pos} of {last_size} bytes "
                                           f"runs past the end of the file ({self._size})")
@@ -218,17 +220,17 @@ class LogSegment:
         while pos < size:
             chunk = os.pread(self._fd, min(_RECOVER_CHUNK, size - pos), pos)
             off = 0
-            while off + 61 <= len(chunk):
+            while off + BATCH_OVERHEAD <= len(chunk):
                 h = parse_header(chunk, off)
-                n = LOG_OVERHEAD + h[1]
+                n = h.size_in_bytes
                 if off + n > len(chunk):
                     break
                 yield pos + off, h, chunk[off:off + n]
                 off += n
             if off == 0:  # a batch larger than the chunk
                 h = parse_header(chunk, 0)
-                data = os.pread(self._fd, LOG_OVERHEAD + h[1], pos)
-                if len(data) < LOG_OVERHEAD + h[1]:
+                data = os.pread(self._fd, h.size_in_bytes, pos)
+                if len(data) < h.size_in_bytes:
                     raise CorruptMessageError(f"segment {self.log_path}: batch at {pos} is truncated")
                 yield pos, h, data
                 off = len(data)
@@ -278,10 +280,10 @@ class LogSegment:
             pos = max(entry_pos, start_position)
             try:
                 for p, h in self.iter_headers(pos):
-                    if p == entry_pos and entry_pos and h[0] + h[6] != entry_offset:
+                    if p == entry_pos and entry_pos and h.last_offset != entry_offset:
                         raise CorruptIndexError(f"{self.index_path}: entry ({entry_offset}, {entry_pos}) "
-                                                f"names a batch ending at {h[0] + h[6]}")
-                    if h[0] + h[6] >= offset:
+                                                f"names a batch ending at {h.last_offset}")
+                    if h.last_offset >= offset:
                         return p, h
                 return None
             except (CorruptIndexError, CorruptMessageError) as e:
@@ -371,26 +373,26 @@ class LogSegment:
             return None
         pos, first = found
         limit = self._size if max_position is None else min(max_position, self._size)
-        first_size = LOG_OVERHEAD + first[1]
+        first_size = first.size_in_bytes
         if pos >= limit or pos + first_size > limit:
             return b"", start_offset, start_offset
         if first_size > max_size:
             if not min_one_message:
                 return b"", start_offset, start_offset
-            return os.pread(self._fd, first_size, pos), first[0], first[0] + first[6] + 1
+            return os.pread(self._fd, first_size, pos), first.base_offset, first.next_offset
         end_limit = min(limit, pos + max_size)
         # Walk batch headers from the last indexed batch boundary before the end: bounded work. When
         # the walk starts past the first batch, every batch before its start fits.
         walk_from = max(pos, self.offset_index.lookup_position(end_limit - 1))
-        end, next_offset = pos, first[0]
+        end, next_offset = pos, first.base_offset
         for p, h in self.iter_headers(walk_from, end_limit):
-            n = LOG_OVERHEAD + h[1]
+            n = h.size_in_bytes
             if p + n > end_limit:
-                end, next_offset = p, h[0]
+                end, next_offset = p, h.base_offset
                 break
-            end, next_offset = p + n, h[0] + h[6] + 1
+            end, next_offset = p + n, h.next_offset
         data = os.pread(self._fd, end - pos, pos)
-        return data, first[0], next_offset
+        return data, first.base_offset, next_offset
 
     # ------------------------------------------------------------------ recovery and truncation
     def recover(self, strict_offsets: bool = False,
@@ -430,8 +432,8 @@ class LogSegment:
             except CorruptMessageError as e:
                 log.warning("segment %s: %s", self.log_path, e)
                 break
-            last = base + h[6]
-            epoch = h[2]
+            last = base + h.last_offset_delta
+            epoch = h.partition_leader_epoch
             if (base < expected or (strict_offsets and base != expected) or last - self.base_offset >
                     MAX_RELATIVE_OFFSET or (epoch < prev_epoch and prev_epoch >= 0)):
                 log.warning("segment %s: batch at position %d has offsets %d..%d (expected from %d) "
@@ -440,7 +442,7 @@ class LogSegment:
                 break
             if on_batch is not None:
                 on_batch(pos, h)
-            self._index_batches(pos, ((0, n, last, h[8]),))
+            self._index_batches(pos, ((0, n, last, h.max_timestamp),))
             expected, prev_epoch = last + 1, max(prev_epoch, epoch)
             pos += n
         truncated = size - pos
@@ -471,8 +473,8 @@ class LogSegment:
         start = self.offset_index.lookup(ts_off)[1] if self.time_index.entries else 0
         last = None
         for _, h in self.iter_headers(start):
-            if h[8] > ts:
-                ts, ts_off = h[8], h[0] + h[6]
+            if h.max_timestamp > ts:
+                ts, ts_off = h.max_timestamp, h.last_offset
             last = h
         if last is None and start > 0:
             last = self._last_header(self.offset_index.lookup(1 << 62)[1])

@@ -13,6 +13,7 @@ from storage.errors import (
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.log import (
     CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, Log, LogConfig,
+    LogOffsetSnapshot,
 )
 from storage.records import (
     CONTROL_COMMIT, RecordBatchBuilder, decode_records, iter_batch_headers, validate_batch,
@@ -307,6 +308,23 @@ def test_transactions_last_stable_offset(d):
     lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 1, 0, 5), 0, 2, origin="coordinator")
     lg.update_high_watermark(4)
     assert lg.last_stable_offset == 4
+
+
+def test_fetch_offset_snapshot(d):
+    lg = Log(d, now_ms=0)
+    assert lg.fetch_offset_snapshot() == LogOffsetSnapshot(0, 0, 0, 0)
+    lg.append_as_leader(batch(2, producer_id=3, producer_epoch=1, base_sequence=0, is_transactional=True), 0, 1)
+    lg.append_as_leader(batch(3), 0, 1)
+    lg.update_high_watermark(4)
+    snap = lg.fetch_offset_snapshot()
+    assert snap == LogOffsetSnapshot(log_start_offset=0, log_end_offset=5, high_watermark=4, last_stable_offset=0)
+    with pytest.raises(AttributeError):  # frozen
+        snap.high_watermark = 5
+    lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 1, 0, 5), 0, 2, origin="coordinator")
+    lg.update_high_watermark(6)
+    lg.delete_records(2)
+    assert lg.fetch_offset_snapshot() == LogOffsetSnapshot(2, 6, 6, 6)
+    assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark, lg.last_stable_offset) == (2, 6, 6, 6)
 
 
 def test_follower_append_keeps_offsets_and_checks_continuity(d):

@@ -1,13 +1,20 @@
-"""Small durable files of a partition directory: atomic rewrites and Kafka's offset checkpoints.
+"""Small durable files of a partition directory: atomic rewrites, markers and Kafka's offset checkpoints.
+
+The one implementation of these write orders; every small file of the storage layer, the broker's
+``partition.metadata`` and the controller's metadata-log snapshot go through it.
 
 An atomic rewrite writes ``<path>.tmp``, fsyncs it, renames it over ``<path>`` and fsyncs the directory:
 a crash at any instant leaves the old file or the new one, never a torn or empty one (a leftover
 ``.tmp`` is ignored and removed by the next open). Callers build the whole content first and write it
 once: a file rebuilt entry by entry would be valid, and wrong, between the writes.
 
+A marker (the clean-shutdown file) is an empty file whose existence is the message: created and fsynced,
+then the directory fsynced (``create_marker``); taken by removing it and fsyncing the directory before
+anything else happens (``take_marker``).
+
     offset checkpoint file := "0" NL offset NL          (version 0; ASCII decimal)
 
-Concurrency: plain functions; each file has one writer (the owning Log).
+Concurrency: plain functions; each file has one writer (the owning Log, broker or controller).
 """
 from __future__ import annotations
 
@@ -16,7 +23,10 @@ import os
 
 log = logging.getLogger(__name__)
 
-__all__ = ["fsync_dir", "write_atomically", "read_offset_checkpoint", "write_offset_checkpoint"]
+__all__ = ["TMP_SUFFIX", "fsync_dir", "write_atomically", "create_marker", "take_marker",
+           "read_offset_checkpoint", "write_offset_checkpoint"]
+
+TMP_SUFFIX = ".tmp"  # the name an atomic rewrite writes before its rename
 
 
 def fsync_dir(path: str) -> None:
@@ -28,15 +38,36 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _parent(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
 def write_atomically(path: str, data: bytes) -> None:
     """Replace ``path`` by ``data``: tmp file + fsync + rename + directory fsync."""
-    tmp = path + ".tmp"
+    tmp = path + TMP_SUFFIX
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    fsync_dir(_parent(path))
+
+
+def create_marker(path: str) -> None:
+    """Create the empty file ``path`` durably: the file fsynced, then the directory."""
+    with open(path, "w") as f:
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(_parent(path))
+
+
+def take_marker(path: str) -> bool:
+    """Whether the marker ``path`` existed; it is removed, durably, before this returns."""
+    if not os.path.exists(path):
+        return False
+    os.remove(path)
+    fsync_dir(_parent(path))
+    return True
 
 
 def read_offset_checkpoint(path: str) -> int | None:
