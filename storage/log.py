@@ -64,7 +64,7 @@ from storage.log_loader import (
 )
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, parse_header,
+    CONTROL_MASK, BatchHeader, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
 from storage.segment import KafkaStorageError, LogSegment
@@ -305,7 +305,7 @@ class Log(LogRetention):
     def _check_producers(self, buf, infos) -> tuple[int, int] | None:
         """Producer-state check of a leader append; several batches of one producer in one append must
         continue each other (producer_state checks each against the state before this append)."""
-        seen = {}
+        seen: dict[int, BatchHeader] = {}
         for pos, _, h in infos:
             pid = h.producer_id
             if pid < 0:
@@ -353,6 +353,7 @@ class Log(LogRetention):
             records += h.records_count
             expected = last + 1
             pos += size
+        assert first is not None  # n > 0: at least one batch was read
         self._maybe_roll(n, max_ts, expected - 1, first, now)
         cache, latest = self.epoch_cache, self.epoch_cache.latest_epoch
         for _, h in headers:

@@ -255,7 +255,7 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
                                                                      f"(known: 0 none, 1 gzip, 2 snappy, 3 lz4, "
                                                                      f"4 zstd)")
         start, end = pos + RECORDS_POS, pos + size
-        data = buf
+        data: bytes | bytearray = buf
         if codec:
             try:
                 with memoryview(buf) as mv:
