@@ -1,4 +1,4 @@
-"""The broker: one async actor per broker id, named ``"{cluster}:broker-{id}"``, detached.
+"""The broker: one async actor per broker id, named ``broker_name(cluster, id)``, detached.
 
 It owns ``data_dir/broker-{id}/`` (a ``<topic>-<partition>/`` directory per hosted replica, holding the
 replica's log plus Kafka's ``partition.metadata`` with the topic id) and hosts the replica actors of its
@@ -34,7 +34,7 @@ Fencing. Every controller request carries the controller epoch; one older than t
 answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
 
 Group coordination. The broker hosts a ``GroupCoordinatorActor`` (``actors/group_coordinator.py``,
-``"{cluster}:group-coordinator-{id}"``, a non-detached child pinned to its node, created when the broker
+``group_coordinator_name(cluster, id)``, a non-detached child pinned to its node, created when the broker
 first leads a ``__consumer_offsets`` partition -- an idle actor costs ~120 MiB, so clusters without
 consumer groups do not pay for it -- and again if it died alone) and tells it, in the partition's
 LeaderAndIsr order, when its replica of a ``__consumer_offsets`` partition becomes leader or follower or
@@ -53,12 +53,12 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
 from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
-from .controller import NAMESPACE
 from .controller_link import ControllerLink, ControllerUnavailable
 from .group_coordinator import (
-    OFFSETS_TOPIC, RemoteGroupCoordinator, group_coordinator_name, offsets_partitions, offsets_topic_spec,
+    OFFSETS_TOPIC, RemoteGroupCoordinator, offsets_partitions, offsets_topic_spec,
 )
 from .group_records import partition_for
 from .log_dir_lock import LogDirLock
@@ -84,13 +84,6 @@ REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.f
                 "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
 PARTITION_METADATA = "partition.metadata"
 
-
-def broker_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:broker-{broker_id}"
-
-
-def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
 
 
 def _err_dict(exc: BaseException) -> dict:
@@ -229,7 +222,7 @@ class BrokerActor:
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for attempt in range(100):
             try:
-                h = cls.options(name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                h = cls.options(name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)
                                 ).remote(self.cluster, topic, p, s["topic_id"], self.broker_id, d,
                                          self._replica_props(s.get("configs")))
@@ -378,7 +371,7 @@ class BrokerActor:
             for _ in range(200):
                 try:
                     gc = RemoteGroupCoordinator.options(
-                        name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                        name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
                     ).remote(self.cluster, self.broker_id, self.config)
                     break

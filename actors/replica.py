@@ -1,7 +1,7 @@
 """One partition replica as a Ray async actor: Kafka's Partition + ReplicaFetcherThread for one partition.
 
 Created by the broker (a fate-sharing child) as
-``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace="rafka",
+``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE,
 num_cpus=0, max_concurrency=1000).remote(cluster, topic, partition, topic_id, broker_id, log_dir,
 config_props)``, then driven by ``become_leader(state)`` / ``become_follower(state)`` (LeaderAndIsr).
 
@@ -40,12 +40,12 @@ from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, LeaderS
 from actors.purgatory import DelayedOperationPurgatory
 from actors.replica_delayed import (_EPOCH_ERR, _FETCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch,
                                     DelayedProduce, _err)
+from protocol.names import RAY_NAMESPACE, controller_name, replica_name
 from storage import errors as E
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "rafka"
 REPLICA_DEFAULTS = {
     "replica.lag.time.max.ms": 30000,
     "replica.fetch.max.bytes": 4 * 1024 * 1024,
@@ -56,14 +56,6 @@ REPLICA_DEFAULTS = {
     "log.cleaner.backoff.ms": 15000,
 }
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
-
-
-def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
-
-
-def controller_name(cluster: str) -> str:
-    return f"{cluster}:controller"
 
 
 def split_config(config_props: dict | None) -> tuple[dict, dict]:
@@ -416,7 +408,7 @@ class ReplicaActor:
         if self._controller is None:
             loop = asyncio.get_running_loop()
             self._controller = await loop.run_in_executor(
-                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE))
+                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE))
         return self._controller
 
     async def _alter_partition(self, gen: int, new_isr: tuple) -> None:
@@ -466,7 +458,7 @@ class ReplicaActor:
     # ---- follower ---------------------------------------------------------------------------------
     async def _lookup(self, name: str):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=NAMESPACE))
+        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
 
     def _truncate(self, offset: int, why: str) -> None:
         if offset >= self.log.log_end_offset:

@@ -1,4 +1,4 @@
-"""``Admin``: Kafka's admin operations, served by the controller actor (``{cluster}:controller``).
+"""``Admin``: Kafka's admin operations, served by the controller actor (``protocol.names.controller_name``).
 
     admin = rafka.Admin(cluster)
     admin.create_topic("clicks", num_partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"})
@@ -18,7 +18,8 @@ from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
 from rafka.errors import KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
-from rafka.metadata import ClusterMetadata, RAY_NAMESPACE, controller_actor_name
+from protocol.names import RAY_NAMESPACE, controller_name
+from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Admin", "NewTopic"]
@@ -70,7 +71,7 @@ class Admin:
         while True:
             try:
                 if self._controller is None:
-                    self._controller = ray.get_actor(controller_actor_name(self.cluster_name),
+                    self._controller = ray.get_actor(controller_name(self.cluster_name),
                                                      namespace=RAY_NAMESPACE)
                 left = max(0.05, deadline - time.monotonic())
                 return ray.get(getattr(self._controller, method).remote(*args),

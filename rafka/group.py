@@ -31,11 +31,11 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from protocol.names import RAY_NAMESPACE, broker_name
 from rafka.assignors import (
     COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
 )
 from rafka.errors import KafkaError, KafkaTimeoutError, for_code
-from rafka.metadata import RAY_NAMESPACE, broker_actor_name
 from rafka.structs import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger("rafka.group")
@@ -77,7 +77,7 @@ class GroupCoordinatorClient:
         ids = sorted(self.metadata.brokers())
         for bid in ids:
             try:
-                broker = ray.get_actor(broker_actor_name(self.cluster, bid), namespace=RAY_NAMESPACE)
+                broker = ray.get_actor(broker_name(self.cluster, bid), namespace=RAY_NAMESPACE)
                 ans = ray.get(broker.find_coordinator.remote(self.group_id), timeout=timeout_s)
             except (ValueError, RayActorError, GetTimeoutError):
                 continue

@@ -4,8 +4,8 @@ The controller writes the cluster's metadata to GCS KV (namespace ``rafka:{clust
 ``topics/<name>`` -> ``{name, topic_id, configs, partitions: {p: {replicas, leader, leader_epoch, isr,
 ...}}}``, ``brokers/<id>``, and ``metadata_version`` (bumped on every change). Clients read those keys
 directly (~0.4 ms a read) and cache them; a refresh first compares ``metadata_version`` and re-reads the
-topics only when it moved. Produce and fetch go straight to the leader's replica actor, named
-``{cluster}:replica-{topic}-{partition}-b{leader}`` in Ray namespace ``rafka``.
+topics only when it moved. Produce and fetch go straight to the leader's replica actor,
+``protocol.names.replica_name(cluster, topic, partition, leader)``.
 
 Thread safety: shared by a client's user thread and its background thread; one lock guards the caches.
 Ray calls (KV reads, ``get_actor``) happen outside the lock.
@@ -18,26 +18,12 @@ from typing import Any
 
 import msgpack
 
+from protocol.names import RAY_NAMESPACE, replica_name
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from rafka.structs import PartitionInfo, TopicPartition
 
-RAY_NAMESPACE = "rafka"
-
-
 def kv_namespace(cluster: str) -> str:
     return f"rafka:{cluster}"
-
-
-def replica_actor_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
-
-
-def controller_actor_name(cluster: str) -> str:
-    return f"{cluster}:controller"
-
-
-def broker_actor_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:broker-{broker_id}"
 
 
 def _kv():
@@ -195,7 +181,7 @@ class ClusterMetadata:
             return h
         import ray
         try:
-            h = ray.get_actor(replica_actor_name(self.cluster, tp.topic, tp.partition, broker_id),
+            h = ray.get_actor(replica_name(self.cluster, tp.topic, tp.partition, broker_id),
                               namespace=RAY_NAMESPACE)
         except ValueError:
             return None

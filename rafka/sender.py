@@ -31,11 +31,12 @@ import random
 import threading
 from typing import Any
 
+from protocol.names import RAY_NAMESPACE, broker_name
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from rafka.errors import (DuplicateSequenceNumberError, KafkaError, KafkaTimeoutError,
                           NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, RequestTimedOutError,
                           UnknownServerError, for_code)
-from rafka.metadata import ClusterMetadata, broker_actor_name, RAY_NAMESPACE
+from rafka.metadata import ClusterMetadata
 from rafka.structs import TopicPartition
 
 log = logging.getLogger("rafka.producer")
@@ -153,7 +154,7 @@ class Sender(threading.Thread):
             if info.get("alive") is False:
                 continue
             try:
-                broker = ray.get_actor(broker_actor_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
+                broker = ray.get_actor(broker_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
                 resp = ray.get(broker.init_producer_id.remote(), timeout=self.cfg.request_timeout_ms / 1000)
             except Exception as exc:  # noqa: BLE001 - try the next broker
                 last = exc
