@@ -20,11 +20,11 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
 from storage.errors import raise_for_code
 
 from .broker import RemoteBroker
-from .metadata_store import ClusterKV
 
 log = logging.getLogger("rafka.bootstrap")
 
@@ -196,7 +196,7 @@ class ClusterHandle:
                 continue
         self.brokers.clear()
         if clear_kv:
-            ClusterKV(self.cluster).clear()
+            GcsKV(self.cluster).clear()
 
     def __enter__(self):
         return self

@@ -53,6 +53,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
 from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
@@ -62,7 +63,6 @@ from .group_coordinator import (
 )
 from .group_records import partition_for
 from .log_dir_lock import LogDirLock
-from .metadata_store import ClusterKV, read_cluster
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 from .replica_supervisor import ReplicaSupervisor
 
@@ -118,7 +118,7 @@ class BrokerActor:
         self._pid_lock: asyncio.Lock | None = None
         self._sessions: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
-        self._kv = ClusterKV(cluster)
+        self._kv = GcsKV(cluster)
         self._gc = None  # the group coordinator actor (created on first need)
         self._gc_lock: asyncio.Lock | None = None
         self._offsets_roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)

@@ -49,6 +49,7 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
 from storage.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
                             RequestTimedOutError, StaleBrokerEpochError, error_response)
@@ -179,7 +180,7 @@ class ControllerActor:
     # ---- commit and effects --------------------------------------------------------------------
     def _check_current(self) -> None:
         """Raise NOT_CONTROLLER (after resigning) when a newer controller claimed the next epoch."""
-        if not self.resigned and self.kv.exists(f"controller_epoch/{self.epoch + 1}"):
+        if not self.resigned and self.kv.exists(controller_epoch_key(self.epoch + 1)):
             self.resign(f"controller epoch {self.epoch + 1} was claimed")
         if self.stopping and not self.resigned:
             raise NotControllerError(f"controller epoch {self.epoch} shut down")
