@@ -20,9 +20,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.errors import raise_for_code
 from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
-from storage.errors import raise_for_code
 
 from .broker import RemoteBroker
 

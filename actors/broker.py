@@ -53,9 +53,9 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.errors import KafkaError, StaleControllerEpochError, error_response
 from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
-from storage.errors import KafkaError, StaleControllerEpochError, error_response
 
 from .controller_link import ControllerLink, ControllerUnavailable
 from .group_coordinator import (

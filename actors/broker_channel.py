@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from storage.errors import KafkaError
+from protocol.errors import KafkaError
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor

@@ -49,10 +49,10 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from protocol.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
+                            RequestTimedOutError, StaleBrokerEpochError, error_response)
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
-from storage.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
-                            RequestTimedOutError, StaleBrokerEpochError, error_response)
 
 from .broker_channel import BrokerChannel
 from .log_dir_lock import LogDirLock
@@ -569,7 +569,7 @@ class ControllerActor:
 
 
 def _unknown(name) -> KafkaError:
-    from storage.errors import UnknownTopicOrPartitionError
+    from protocol.errors import UnknownTopicOrPartitionError
     return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 

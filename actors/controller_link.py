@@ -40,8 +40,8 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.errors import InvalidConfigError, KafkaError, NotControllerError
 from protocol.names import RAY_NAMESPACE, controller_name
-from storage.errors import InvalidConfigError, KafkaError, NotControllerError
 
 from .controller import RemoteController
 from .supervision import SessionTimer

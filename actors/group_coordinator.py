@@ -52,7 +52,7 @@ from actors.group_model import (
 )
 from actors.group_records import partition_for
 from actors.group_state import GroupCoordinatorShard
-from storage import errors as E
+from protocol import errors as E
 from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers
 
 log = logging.getLogger("rafka.group_coordinator")

@@ -40,8 +40,8 @@ from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, LeaderS
 from actors.purgatory import DelayedOperationPurgatory
 from actors.replica_delayed import (_EPOCH_ERR, _FETCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch,
                                     DelayedProduce, _err)
+from protocol import errors as E
 from protocol.names import RAY_NAMESPACE, controller_name, replica_name
-from storage import errors as E
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from actors.partition import LEADER
 from actors.purgatory import DelayedOperation
-from storage import errors as E
+from protocol import errors as E
 
 if TYPE_CHECKING:
     from actors.replica import ReplicaActor

@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
+from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
 from rafka.errors import KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
-from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rafka.errors import ClusterNotFoundError
 from protocol.names import RAY_NAMESPACE, controller_name
+from rafka.errors import ClusterNotFoundError
 
 __all__ = ["LocalCluster", "ClusterHandle", "connect", "resolve_cluster", "state_file", "DEFAULT_CLUSTER"]
 

@@ -5,7 +5,7 @@ Every failure leaves the gateway as JSON (never a traceback)::
     HTTP 404  {"error_code": 40401, "kafka_error_code": 3, "message": "topic 'x' does not exist"}
 
 ``error_code`` is Confluent's five-digit code (the HTTP status then a sequence number, so a REST Proxy
-client's checks keep working); ``kafka_error_code`` is Kafka's protocol error code (``storage/errors.py``)
+client's checks keep working); ``kafka_error_code`` is Kafka's protocol error code (``protocol/errors.py``)
 when a Kafka error caused the failure, else null. ``from_exception`` maps any exception onto that shape.
 """
 from __future__ import annotations

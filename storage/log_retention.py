@@ -15,7 +15,7 @@ Concurrency: single-threaded, like Log.
 """
 from __future__ import annotations
 
-from storage.errors import OffsetOutOfRangeError
+from protocol.errors import OffsetOutOfRangeError
 from storage.segment import LogSegment
 
 

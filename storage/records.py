@@ -64,10 +64,10 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c as _crc32c
 
+from protocol.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
+                            UnsupportedCompressionTypeError)
 from storage.codecs import compress, decompress
 from storage.varint import _UVARINT, _ZZ1, _ZZ2, _slow_varint, decode_varint, encode_varint  # noqa: F401 (re-exported)
-from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
-                            UnsupportedCompressionTypeError)
 
 __all__ = [
     "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC",

@@ -21,10 +21,10 @@ import rafka
 from actors.bootstrap import start_cluster
 from actors.controller import RemoteController
 from actors.metadata_store import ClusterKV
+from protocol.errors import KafkaStorageError, NotControllerError
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka import TopicPartition
 from rafka.clusterctl import pid_alive
-from storage.errors import KafkaStorageError, NotControllerError
 
 pytestmark = pytest.mark.cluster
 
