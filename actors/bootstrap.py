@@ -20,7 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from protocol.errors import raise_for_code
+from protocol.errors import CoordinatorNotAvailableError, raise_for_code
 from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
 
@@ -92,7 +92,7 @@ class ClusterHandle:
                     continue
                 if last["error_code"] == 0:
                     return last
-                if last["error_code"] != 15:
+                if last["error_code"] != CoordinatorNotAvailableError.code:
                     raise_for_code(last["error_code"], last["error_message"])
                 break
             if time.monotonic() > deadline:

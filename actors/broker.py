@@ -53,7 +53,9 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from protocol.errors import KafkaError, StaleControllerEpochError, error_response
+from protocol.errors import (CoordinatorNotAvailableError, KafkaError, NotLeaderOrFollowerError,
+                             StaleControllerEpochError, TopicAlreadyExistsError, UnknownServerError,
+                             error_response)
 from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
 
@@ -149,7 +151,7 @@ class BrokerActor:
             self.controller_epoch = epoch
             for e, fut in self._sessions:
                 if e < epoch and not fut.done():
-                    fut.set_result({"error_code": 11, "reason": "newer controller", "controller_epoch": epoch})
+                    fut.set_result({"error_code": StaleControllerEpochError.code, "reason": "newer controller", "controller_epoch": epoch})
             self._sessions = [(e, f) for e, f in self._sessions if not f.done()]
 
     def _stale(self, controller_epoch: int) -> dict | None:
@@ -236,7 +238,7 @@ class BrokerActor:
         out = {"topic": key[0], "partition": key[1], "leader": s["leader"], "leader_epoch": s["leader_epoch"]}
         async with self._lock(key):
             if self.broker_id not in s["replicas"]:
-                return {**out, "error_code": 6, "error_message": "this broker is not a replica"}
+                return {**out, "error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
             try:
                 h = self.replicas.get(key)
                 if h is None or self.topic_ids.get(key) != s["topic_id"]:
@@ -331,7 +333,7 @@ class BrokerActor:
                                    return_exceptions=True)
         errors = [r for r in res if isinstance(r, BaseException) or r.get("error_code")]
         if errors:
-            return {"error_code": -1, "error_message": str(errors[0])}
+            return {"error_code": UnknownServerError.code, "error_message": str(errors[0])}
         return {"error_code": 0, "error_message": None}
 
     # ---- client-facing --------------------------------------------------------------------------------
@@ -352,7 +354,7 @@ class BrokerActor:
                 except RayTaskError as e:
                     return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
                 except (ControllerUnavailable, asyncio.TimeoutError):
-                    return {"error_code": 15, "error_message": "controller unavailable",
+                    return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable",
                             "producer_id": -1, "producer_epoch": -1}
                 self._pid_next, self._pid_end = first, first + count
             pid = self._pid_next
@@ -426,11 +428,11 @@ class BrokerActor:
             try:
                 res = (await self.link.call("create_topics", [spec], 30000, timeout_s=40))[0]
             except (ControllerUnavailable, asyncio.TimeoutError):
-                return {"error_code": 15, "error_message": "controller unavailable"}
+                return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable"}
             log.info("broker %s: created %s (%s partitions, rf %s): %s", self.broker_id, OFFSETS_TOPIC,
                      spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
             await self._fresh_metadata()
-            if res["error_code"] in (0, 36):  # TOPIC_ALREADY_EXISTS: another broker was first
+            if res["error_code"] in (0, TopicAlreadyExistsError.code):  # another broker was first
                 return {"error_code": 0, "error_message": None}
             return {"error_code": res["error_code"], "error_message": res.get("error_message")}
 

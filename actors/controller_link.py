@@ -40,7 +40,8 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from protocol.errors import InvalidConfigError, KafkaError, NotControllerError
+from protocol.errors import (BrokerIdNotRegisteredError, InvalidConfigError, KafkaError, NotControllerError,
+                             StaleBrokerEpochError)
 from protocol.names import RAY_NAMESPACE, controller_name
 
 from .controller import RemoteController
@@ -52,7 +53,7 @@ log = logging.getLogger("rafka.broker")
 FETCH_TIMEOUT_KEY = "controller.quorum.fetch.timeout.ms"
 FETCH_TIMEOUT_DEFAULT_MS = 2000  # Kafka's default
 FIRST_CONTACT_S = 30.0  # a controller being created may wait for a worker process on a loaded node
-REGISTERED_OR_STALE = (77, 102)  # STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED: register again
+REGISTERED_OR_STALE = (StaleBrokerEpochError.code, BrokerIdNotRegisteredError.code)  # register again
 
 
 def now_ms() -> int:

@@ -22,7 +22,7 @@ log = logging.getLogger("actors.replica")
 
 def _err(exc: BaseException, **fields) -> dict:
     code, message = E.error_response(exc)
-    if code == -1 and not isinstance(exc, E.KafkaError):
+    if code == E.UnknownServerError.code and not isinstance(exc, E.KafkaError):
         log.exception("unexpected error")
     return {"error_code": code, "error_message": message, **fields}
 

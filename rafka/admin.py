@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
-from rafka.errors import KafkaError, KafkaTimeoutError, for_code
+from rafka.errors import ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
 from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
@@ -171,7 +171,7 @@ class Admin:
             raise ValueError(f"election_type must be 'preferred' or 'unclean', not {election_type!r}")
         parts = None if partitions is None else [list(tp) for tp in partitions]
         results = self._call("elect_leaders", parts, ELECTION_TYPES[election_type])
-        _raise_first([r for r in results if r.get("error_code") != 84], "elect leaders")
+        _raise_first([r for r in results if r.get("error_code") != ElectionNotNeededError.code], "elect leaders")
         return results
 
     def alter_partition_reassignments(self, assignments: dict) -> None:

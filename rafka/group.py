@@ -35,7 +35,8 @@ from protocol.names import RAY_NAMESPACE, broker_name
 from rafka.assignors import (
     COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
 )
-from rafka.errors import KafkaError, KafkaTimeoutError, for_code
+from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaError, KafkaTimeoutError,
+                          NotCoordinatorError, for_code)
 from rafka.structs import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger("rafka.group")
@@ -44,7 +45,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 25, 27
 FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED = 82, 79
-RETRIABLE_COORDINATOR = (14, 15, 16)
+RETRIABLE_COORDINATOR = (CoordinatorLoadInProgressError.code, CoordinatorNotAvailableError.code,
+                         NotCoordinatorError.code)
 
 
 class ConsumerRebalanceListener:

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.assignors import decode_assignment
-from rafka.errors import for_code
+from rafka.errors import UnknownTopicOrPartitionError, for_code
 from rafka.group import GroupCoordinatorClient, _first_code
 from rafka.structs import TopicPartition
 
@@ -114,7 +114,7 @@ def reset_offsets(admin, group_id: str, to: Any, topics: Iterable[str] | None = 
         for t in topics:
             tm = admin.metadata.topic(t)
             if tm is None:
-                raise for_code(3)(f"topic {t!r} does not exist")
+                raise UnknownTopicOrPartitionError(f"topic {t!r} does not exist")
             tps.extend(TopicPartition(t, p) for p in sorted(tm.partitions))
     if not tps:
         return {}
