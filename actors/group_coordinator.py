@@ -53,7 +53,7 @@ from actors.group_model import (
 from actors.group_records import partition_for
 from actors.group_state import GroupCoordinatorShard
 from protocol import errors as E
-from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers
+from storage.records import RecordBatchBuilder, decode_records
 
 log = logging.getLogger("rafka.group_coordinator")
 
@@ -281,9 +281,7 @@ class GroupCoordinatorActor:
             if res["error_code"]:
                 E.raise_for_code(res["error_code"], res.get("error_message"))
             buf = res["records"]
-            next_offset = offset
-            for _, h in iter_batch_headers(buf):
-                next_offset = h.next_offset
+            next_offset = res["next_offset"]  # the offset after the last batch (protocol.messages)
             if next_offset <= offset:
                 raise _LoadRetry(f"fetch at {offset} below HW {hw} returned no batches")
             for r in decode_records(buf):

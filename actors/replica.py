@@ -41,6 +41,7 @@ from actors.purgatory import DelayedOperationPurgatory
 from actors.replica_delayed import (_EPOCH_ERR, _FETCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch,
                                     DelayedProduce, _err)
 from protocol import errors as E
+from protocol.messages import FetchResponse
 from protocol.names import RAY_NAMESPACE, controller_name, replica_name
 from storage.log import Log, LogConfig
 
@@ -322,16 +323,16 @@ class ReplicaActor:
                 raise E.OffsetOutOfRangeError(
                     f"fetch offset {fetch_offset} outside [{lg.log_start_offset}, {lg.log_end_offset}]")
             if end is not None and fetch_offset >= end:
-                records = b""
+                records, next_offset = b"", fetch_offset
             else:
-                records = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True).records
-            resp = {"error_code": 0, "error_message": None, "high_watermark": hw,
-                    "log_start_offset": lg.log_start_offset, "last_stable_offset": lso,
-                    "records": bytes(records) if not isinstance(records, bytes) else records}
-            if replica_id >= 0:
-                resp["log_end_offset"] = lg.log_end_offset
-                resp["leader_epoch"] = self.leader_epoch
-            return resp
+                info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
+                records, next_offset = info.records, info.next_offset
+            follower = replica_id >= 0
+            return FetchResponse(
+                high_watermark=hw, log_start_offset=lg.log_start_offset, last_stable_offset=lso,
+                records=bytes(records) if not isinstance(records, bytes) else records, next_offset=next_offset,
+                log_end_offset=lg.log_end_offset if follower else None,
+                leader_epoch=self.leader_epoch if follower else None).to_dict()
         except Exception as exc:
             extra = dict(_FETCH_ERR)
             if isinstance(exc, E.OffsetOutOfRangeError):

@@ -28,7 +28,7 @@ def _err(exc: BaseException, **fields) -> dict:
 
 
 _PRODUCE_ERR = {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b""}
+_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b"", "next_offset": -1}
 _LIST_ERR = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
 _EPOCH_ERR = {"leader_epoch": -1, "end_offset": -1}
 

@@ -227,10 +227,7 @@ class Fetcher:
             st.last_stable_offset = resp.get("last_stable_offset", st.last_stable_offset)
             raw = resp.get("records") or b""
             if raw:
-                last = None
-                for _pos, h in iter_batch_headers(raw, validate=False):
-                    last = h
-                nxt = last.next_offset if last is not None else st.fetch_position
+                nxt = resp["next_offset"]  # the offset after the last batch (protocol.messages.FetchResponse)
                 st.buffer.append(CompletedFetch(raw, nxt))
                 st.fetch_position = max(st.fetch_position, nxt)
             return
