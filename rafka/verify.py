@@ -428,7 +428,7 @@ def _server_handle(name: str):
     import ray
     from actors.bootstrap import ClusterHandle
     from rafka.cluster import read_state
-    from rafka.metadata import RAY_NAMESPACE, broker_actor_name
+    from protocol.names import RAY_NAMESPACE, broker_name
     state = read_state() or {}
     if state.get("cluster") != name:
         raise ValueError(f"cluster {name!r} was not started by `rafka cluster start` here: its broker "
@@ -436,7 +436,7 @@ def _server_handle(name: str):
     server = ClusterHandle(name, state["brokers"], state["data_dir"], state.get("config"), None)
     for i in range(state["brokers"]):
         try:
-            server.brokers[i] = ray.get_actor(broker_actor_name(name, i), namespace=RAY_NAMESPACE)
+            server.brokers[i] = ray.get_actor(broker_name(name, i), namespace=RAY_NAMESPACE)
         except ValueError:
             continue
     return server

@@ -51,8 +51,8 @@ from typing import Callable, Mapping, Sequence
 
 from crc32c import crc32c
 
+from protocol.errors import CorruptMessageError, InvalidRecordError
 from storage.codecs import decompress
-from storage.errors import CorruptMessageError, InvalidRecordError
 from storage.control import parse_control_record
 from storage.records import (
     ATTRIBUTES_POS,

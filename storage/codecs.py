@@ -29,7 +29,7 @@ import cramjam
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
-from storage.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from protocol.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}

@@ -45,29 +45,29 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from protocol.errors import (
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    KafkaStorageError, RecordListTooLargeError, UnexpectedAppendOffsetError,
+)
 from storage import cleaner, log_validator
 from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import (
-    OffsetOutOfRangeError,
-    OutOfOrderSequenceNumberError,
-    RecordListTooLargeError, UnexpectedAppendOffsetError,
-)
 from storage.log_config import LogConfig
-from storage.log_offsets import (
-    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
-)
-from storage.log_retention import LogRetention
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
     replay_producer_state,
 )
+from storage.log_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
+)
+from storage.log_retention import LogRetention
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
     CONTROL_MASK, BatchHeader, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
-from storage.segment import KafkaStorageError, LogSegment
+from storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from storage.errors import InvalidConfigError
+from protocol.errors import InvalidConfigError
 
 __all__ = ["LogConfig", "LONG_MAX", "INT_MAX"]
 

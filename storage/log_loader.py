@@ -33,9 +33,9 @@ import os
 from bisect import bisect_right
 from typing import Callable, NamedTuple
 
+from protocol.errors import CorruptMessageError
 from storage.checkpoint import TMP_SUFFIX, fsync_dir, read_offset_checkpoint, take_marker
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager
 from storage.records import CONTROL_MASK

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage.errors import OffsetOutOfRangeError
+from protocol.errors import OffsetOutOfRangeError
 from storage.segment import LogSegment
 
 if TYPE_CHECKING:

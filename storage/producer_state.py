@@ -64,7 +64,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from storage.errors import (
+from protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,

@@ -30,14 +30,13 @@ import os
 import struct
 from typing import Callable, Iterator
 
-from storage.errors import CorruptMessageError, for_name
+from protocol.errors import CorruptMessageError, KafkaStorageError
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.records import (
     BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch,
 )
 
 log = logging.getLogger(__name__)
-KafkaStorageError = for_name("KAFKA_STORAGE_ERROR")  # KAFKA_STORAGE_ERROR (56), retriable
 
 __all__ = ["LogSegment", "log_file_name", "index_file_name", "time_index_file_name", "parse_base_offset"]
 

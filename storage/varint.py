@@ -9,7 +9,7 @@ for the rest. Pure, no state: safe from any thread.
 """
 from __future__ import annotations
 
-from storage.errors import InvalidRecordError
+from protocol.errors import InvalidRecordError
 
 
 def _encode_unsigned(z: int) -> bytes:
