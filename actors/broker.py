@@ -207,7 +207,7 @@ class BrokerActor:
         d = await asyncio.to_thread(self._prepare_dir, topic, p, s["topic_id"])
         cls = _REPLICA_CLS
         name = replica_name(self.cluster, topic, p, self.broker_id)
-        for attempt in range(100):
+        for _attempt in range(100):
             try:
                 h = cls.options(name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)

@@ -148,7 +148,7 @@ class ControllerActor:
                     await self._commit(self.logic.fence_broker(b, e))
                 else:
                     self._open_channel(b, e, h)
-            for b, ch in self.channels.items():
+            for b, _ch in self.channels.items():
                 self._send_full_state(b)
             self._publish_version()
         loop = asyncio.get_running_loop()

@@ -97,7 +97,7 @@ def validate_topic_configs(configs: dict) -> dict[str, str]:
     except ImportError:  # a value sanity check until storage.log is importable
         for k, v in out.items():
             if k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
-                raise InvalidConfigError(f"Invalid value {v} for configuration {k}: must be true or false")
+                raise InvalidConfigError(f"Invalid value {v} for configuration {k}: must be true or false") from None
             if k not in ("cleanup.policy", "message.timestamp.type", "unclean.leader.election.enable"):
                 try:
                     int(v)

@@ -159,7 +159,7 @@ class ProducerBatch:
             self.error = exc
             self.done.set()
             callbacks = self.callbacks
-        for idx, cb in callbacks:
+        for _idx, cb in callbacks:
             _run_callback(cb, None, exc)
 
     def add_callback(self, idx: int, fn: Callable) -> None:

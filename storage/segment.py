@@ -144,7 +144,7 @@ class LogSegment:
                 if h is None or h.base_offset + h.last_offset_delta != off:
                     raise CorruptIndexError(f"{oi.path}: last entry ({off}, {pos}) does not match the log")
             if not oi.entries and oi.max_entries and ti.max_entries and self._size > self.index_interval_bytes:
-                for p, h in self.iter_headers(0):  # a batch this far in must have been indexed
+                for p, _h in self.iter_headers(0):  # a batch this far in must have been indexed
                     if p > self.index_interval_bytes:
                         raise CorruptIndexError(f"{oi.path}: empty, but the log has a batch at {p}")
             ti.sanity_check(None if self._next_offset is None else self._next_offset)

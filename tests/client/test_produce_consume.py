@@ -152,7 +152,7 @@ def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic
         single = p.send(topic, b"after", key=b"user-1").get(30)
     assert [(md.partition, md.offset) for md in mds] == pairs
     assert [(f.get(0).partition, f.get(0).offset) for f in futs] == pairs
-    for (key, value, *rest), (part, _) in zip(records, pairs):
+    for (key, _value, *rest), (part, _) in zip(records, pairs):
         if key is not None:
             assert part == partition_for_key(key, 3)
         elif rest:
@@ -266,7 +266,7 @@ def test_poll_prefetches_while_the_app_works(rafka_cluster, new_topic):
     topic = new_topic(1, 1)
     tp = TopicPartition(topic, 0)
     with rafka.Producer(rafka_cluster, batch_size=65536) as p:
-        for i in range(30000):
+        for _i in range(30000):
             p.send(topic, b"v" * 50)
     c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest", max_partition_fetch_bytes=200_000)
     c.assign([tp])

@@ -403,7 +403,7 @@ def test_matches_dict_model(tmp_path_factory, ops):
             for o, k, v in got:
                 assert written[o] == (k, v)  # nothing invented, offsets preserved
             got_offsets = set(offsets)
-            for k, o in latest.items():  # every key's latest record survives, unless a tombstone
+            for _k, o in latest.items():  # every key's latest record survives, unless a tombstone
                 if written[o][1] is not None:
                     assert o in got_offsets
             cleaned = [(o, k) for o, k, _ in got if o < stats.end_offset]
@@ -412,7 +412,7 @@ def test_matches_dict_model(tmp_path_factory, ops):
             for o, k in cleaned:
                 assert o == max(x for x, (kk, _) in written.items() if kk == k and x < end)
             assert all(o in got_offsets for o in written if o >= stats.end_offset)  # tail untouched
-            for o, k, v in got:
+            for o, _k, v in got:
                 if v is None and o < end:
                     assert now < horizon.setdefault(o, now + 1000)  # kept only before its horizon
             for o, h in horizon.items():

@@ -26,7 +26,7 @@ def test_records_fill_a_batch_up_to_batch_size_then_a_new_one():
     for b in batches:
         assert b.builder.estimated_size <= 1024
     total = 0
-    for i, b in enumerate(batches):
+    for _i, b in enumerate(batches):
         raw = b.seal(42, 0, total)
         (_, h), = list(iter_batch_headers(raw))
         assert (h.producer_id, h.base_sequence, h.records_count) == (42, total, b.record_count)
@@ -133,7 +133,7 @@ def test_ready_waits_for_linger_unless_full_or_flushing():
 
 def test_drain_respects_max_bytes_and_retried_batches_go_alone_in_sequence_order():
     acc = make(batch_size=100)
-    for i in range(12):
+    for _i in range(12):
         acc.append(TP, 1, None, b"v" * 60, (), None, 1000)
     first = acc.drain(TP, 250, 100)
     assert 1 <= len(first) <= 3

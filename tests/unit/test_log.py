@@ -19,7 +19,7 @@ from storage.log import (
 from storage.records import (
     CONTROL_COMMIT, RecordBatchBuilder, decode_records, iter_batch_headers, validate_batch,
 )
-from storage.segment import LogSegment, log_file_name
+from storage.segment import KafkaStorageError, LogSegment, log_file_name
 
 
 def batch(n=3, ts=1000, value=b"v" * 20, key=b"k", base_offset=0, **kw) -> bytes:
@@ -353,7 +353,7 @@ def test_follower_append_keeps_offsets_and_checks_continuity(d):
 def test_roll_by_segment_bytes_and_snapshots(d):
     size = len(batch(2))
     lg = Log(d, LogConfig(segment_bytes=size * 3), now_ms=0)
-    for i in range(10):
+    for _i in range(10):
         lg.append_as_leader(batch(2), 0, 0)
     assert [s.base_offset for s in lg.segments] == [0, 6, 12, 18]
     assert all(s.size <= size * 3 for s in lg.segments)
@@ -509,7 +509,7 @@ def test_retention_by_time_bytes_and_high_watermark(d):
     assert lg.delete_old_segments(now_ms=10 ** 9) == 2  # all old: the active one too, after a roll
     assert [s.base_offset for s in lg.segments] == [16] and lg.log_start_offset == 16 and lg.log_end_offset == 16
     lg.update_config(LogConfig(segment_bytes=size * 2, retention_bytes=size * 3, retention_ms=-1))
-    for i in range(7):
+    for _ in range(7):
         lg.append_as_leader(batch(2, ts=0), 0, 0)
     lg.update_high_watermark(30)
     assert lg.delete_old_segments(now_ms=10 ** 9) == 2  # 7 batches, keep <= 3: whole segments, not the active
@@ -552,7 +552,7 @@ def test_close_and_reopen_is_clean(d):
     maxes = [s.max_timestamp_so_far for s in lg.segments]
     lg.close()
     assert os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
-    with pytest.raises(Exception):
+    with pytest.raises(KafkaStorageError):
         lg.read(0, 10)
     lg = Log(d, cfg, now_ms=0)
     assert not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))

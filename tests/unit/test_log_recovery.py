@@ -101,7 +101,7 @@ def check_consistent(lg: Log, expected: list[bytes]):
             off, pos = oi.entry(i)
             assert pos in by_pos and by_pos[pos].last_offset == off
         running, max_by_offset = -1, {}
-        for p, h in scan:
+        for _p, h in scan:
             running = max(running, h.max_timestamp)
             max_by_offset[h.last_offset] = running
         for i in range(ti.entries):

@@ -422,7 +422,7 @@ def test_random_retries_duplicates_out_of_order(tmp_path, attempts, npids, data)
         sent[pid].append((ep, seq, h.last_sequence, (h.base_offset, h.last_offset)))
         log_batches.append(h)
     # invariants over the appended log: per producer and epoch, sequences are contiguous
-    for pid, batches in sent.items():
+    for _pid, batches in sent.items():
         by_epoch: dict[int, list] = {}
         for b in batches:
             by_epoch.setdefault(b[0], []).append(b)

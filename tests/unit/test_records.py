@@ -416,7 +416,7 @@ def test_truncated_batch_and_torn_tail():
     buf = GOOD + GOOD + GOOD[:100]
     seen = []
     with pytest.raises(CorruptMessageError, match="truncated"):
-        for pos, h in iter_batch_headers(buf):
+        for pos, _h in iter_batch_headers(buf):
             seen.append(pos)
     assert seen == [0, len(GOOD)]
     with pytest.raises(CorruptMessageError):
