@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install lint format test test-fast demo bench clean
 
 $(STAMP): pyproject.toml setup.py storage/_crecords.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,6 +12,18 @@ $(STAMP): pyproject.toml setup.py storage/_crecords.c
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# ruff (lint + format check) over the tree, mypy over the typed layers; .ci/run runs it before the tests.
+MYPY_PATHS := storage protocol
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy $(MYPY_PATHS)
+
+# Rewrite the tree the way `make lint` wants it (import order, formatting).
+format: install
+	$(VENV)/bin/ruff check --select I --fix .
+	$(VENV)/bin/ruff format .
 
 # The whole suite: unit (no Ray), cluster (real Ray), client/CLI, fault suites marked slow included.
 test: install
