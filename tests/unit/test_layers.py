@@ -1,0 +1,66 @@
+"""The import graph of the packages: every import (module level or inside a function) runs downward
+through the layers protocol < storage < actors < rafka < serve < jobs; storage never imports Ray and
+protocol only inside functions (its Ray helpers import it when called). A violation names the file and line."""
+from __future__ import annotations
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAYER = {"protocol": 0, "storage": 1, "actors": 2, "rafka": 3, "serve": 4, "jobs": 5}
+
+
+def _in_function(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside a function body."""
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside.update(id(n) for n in ast.walk(fn) if n is not fn)
+    return inside
+
+
+def _imports(pkg: str, module_level_only: bool = False):
+    """(file, line, imported module) of every absolute import in package ``pkg`` (or only of those that run
+    when the module is imported)."""
+    for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
+        for f in sorted(files):
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read(), path)
+            skip = _in_function(tree) if module_level_only else set()
+            for node in ast.walk(tree):
+                if id(node) in skip:
+                    continue
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    yield os.path.relpath(path, ROOT), node.lineno, name
+
+
+def test_every_package_is_scanned():
+    for pkg in LAYER:
+        assert any(True for _ in _imports(pkg)), f"{pkg}/ has no imports: moved or misnamed?"
+
+
+def test_imports_run_downward_only():
+    upward = []
+    for pkg, level in LAYER.items():
+        for path, line, name in _imports(pkg):
+            top = name.split(".")[0]
+            if top in LAYER and top != pkg and LAYER[top] > level:
+                upward.append(f"{path}:{line} imports {name} ({pkg} is below {top})")
+    assert not upward, "\n".join(upward)
+
+
+def test_storage_never_imports_ray_and_protocol_not_at_import_time():
+    found = [f"{path}:{line} imports {name}" for path, line, name in _imports("storage")
+             if name.split(".")[0] == "ray"]
+    found += [f"{path}:{line} imports {name} at module level" for path, line, name in _imports("protocol", True)
+              if name.split(".")[0] == "ray"]
+    assert not found, "\n".join(found)
