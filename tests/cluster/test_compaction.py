@@ -2,36 +2,14 @@
 leader and on its followers, with offsets preserved."""
 from __future__ import annotations
 
-import time
 
 import pytest
 import ray
 
 from actors.bootstrap import start_cluster
-from storage.records import RecordBatchBuilder, decode_records
-from tests.cluster.test_replication import full_isr, rstate, wait_until
+from support import full_isr, keyed_batch, read_records, rstate, wait_until
 
 pytestmark = pytest.mark.cluster
-
-
-def keyed_batch(pairs) -> bytes:
-    b = RecordBatchBuilder(batch_size=1 << 22)
-    now = int(time.time() * 1000)
-    for k, v in pairs:
-        assert b.append(now, k, v)
-    return b.build()
-
-
-def all_records(h):
-    out, offset = [], 0
-    while True:
-        r = ray.get(h.fetch.remote(offset, 1 << 20, 0, 1, -1, -1, 0), timeout=30)  # up to the HW
-        assert r["error_code"] == 0, r
-        recs = [x for x in decode_records(r["records"]) if x.offset >= offset]
-        if not recs:
-            return out
-        out += recs
-        offset = recs[-1].offset + 1
 
 
 def test_compacted_topic_is_cleaned_by_its_replicas(ray_cluster, cluster_name, tmp_path):
@@ -48,7 +26,7 @@ def test_compacted_topic_is_cleaned_by_its_replicas(ray_cluster, cluster_name, t
         st = wait_until(lambda: (lambda s: s if s["stats"].get("compaction_passes") else None)(rstate(h)),
                         30, "a compaction pass on the leader")
         assert st["stats"]["compaction_records_removed"] > 0
-        recs = all_records(h)
+        recs = read_records(h)
         offsets = [r.offset for r in recs]
         assert offsets == sorted(set(offsets)) and offsets[-1] == 79  # offsets preserved, never reused
         assert len(recs) < 80

@@ -6,8 +6,8 @@ import time
 import pytest
 import ray
 
-from actors.bootstrap import start_cluster
-from storage.records import RecordBatchBuilder, decode_records
+from storage.records import decode_records
+from support import batch, clusters, part
 
 pytestmark = pytest.mark.cluster
 
@@ -18,27 +18,12 @@ FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 6000,
 
 @pytest.fixture
 def cluster(ray_cluster, cluster_name, tmp_path):
-    handles = []
-
-    def start(num_brokers=3, config=None, node_ids=None, data_dir=None, name=None):
-        ch = start_cluster(name or cluster_name, num_brokers, str(data_dir or tmp_path), {**FAST, **(config or {})},
-                           node_ids=node_ids)
-        handles.append(ch)
-        return ch
-    yield start
-    for ch in handles:
-        ch.shutdown()
-
-
-def batch(*values: bytes) -> bytes:
-    b = RecordBatchBuilder()
-    for v in values:
-        assert b.append(int(time.time() * 1000), None, v)
-    return b.build()
+    with clusters(cluster_name, str(tmp_path), FAST) as start:
+        yield start
 
 
 def produce(ch, topic, p, *values, acks=-1):
-    res = ray.get(ch.leader_replica(topic, p).produce.remote(batch(*values), acks, 10000))
+    res = ray.get(ch.leader_replica(topic, p).produce.remote(batch(values), acks, 10000))
     assert res["error_code"] == 0, res
     return res["base_offset"]
 
@@ -47,10 +32,6 @@ def read_all(replica) -> list[bytes]:
     res = ray.get(replica.fetch.remote(0, 1 << 20))
     assert res["error_code"] == 0, res
     return [r.value for r in decode_records(res["records"])]
-
-
-def part(ch, topic, p=0) -> dict:
-    return ch.describe(topic)["partitions"][p]
 
 
 def wait_part(ch, topic, p, pred, what, timeout_s=30):
@@ -170,7 +151,7 @@ def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
     leader = ch.leader_replica("t", 0)
     deadline = time.monotonic() + 10
     while True:
-        res = ray.get(leader.produce.remote(batch(b"x" * 500), 1, 5000))
+        res = ray.get(leader.produce.remote(batch([b"x" * 500]), 1, 5000))
         if res["error_code"] == 10 or time.monotonic() > deadline:  # MESSAGE_TOO_LARGE
             break
         time.sleep(0.05)

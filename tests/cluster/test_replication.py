@@ -11,83 +11,19 @@ import pytest
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from actors.bootstrap import start_cluster
 from protocol import errors as E
-from storage.records import RecordBatchBuilder, decode_records
+from storage.records import decode_records
+from support import batch, clusters, full_isr, leader_of, part, read_values, rstate, wait_until
 
 pytestmark = pytest.mark.cluster
 
 LAG_MS = 1500
 
 
-def batch(values, pid=-1, epoch=-1, seq=-1, ts=None) -> bytes:
-    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, batch_size=1 << 22)
-    now = int(time.time() * 1000) if ts is None else ts
-    for v in values:
-        assert b.append(now, None, v)
-    return b.build()
-
-
-def wait_until(fn, timeout=30.0, what="condition", interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = fn()
-        except (RayActorError, ValueError, GetTimeoutError):
-            v = None
-        if v is not None and v is not False:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def part(ch, topic):
-    return ch.describe(topic)["partitions"][0]
-
-
-def leader_of(ch, topic):
-    p = part(ch, topic)
-    return p["leader"], ch.replica(topic, 0, p["leader"])
-
-
-def rstate(h) -> dict:
-    return ray.get(h.state.remote(), timeout=30)
-
-
-def read_values(h, start=0, isolation=0) -> list[bytes]:
-    """Every record value from ``start`` up to the leader's high watermark."""
-    out, offset = [], start
-    while True:
-        r = ray.get(h.fetch.remote(offset, 1 << 20, 0, 1, -1, -1, isolation), timeout=30)
-        assert r["error_code"] == 0, r
-        recs = decode_records(r["records"])
-        if not recs:
-            return out
-        out += [x.value for x in recs if x.offset >= offset]
-        offset = recs[-1].offset + 1
-
-
-def full_isr(ch, topic, n=3, timeout=30.0):
-    """Wait until the leader replica itself has ``n`` replicas in its ISR; returns (leader id, handle)."""
-    def ok():
-        b, h = leader_of(ch, topic)
-        st = rstate(h)
-        return (b, h) if st["role"] == "leader" and len(st["isr"]) == n else None
-    return wait_until(ok, timeout, f"{topic}: ISR of {n}")
-
-
 @pytest.fixture
 def make_cluster(ray_cluster, cluster_name, tmp_path):
-    started = []
-
-    def make(lag_ms=LAG_MS):
-        ch = start_cluster(cluster_name, 3, str(tmp_path), broker_config={"replica.lag.time.max.ms": lag_ms})
-        started.append(ch)
-        return ch
-    yield make
-    for ch in started:
-        ch.shutdown()
+    with clusters(cluster_name, str(tmp_path)) as start:
+        yield lambda lag_ms=LAG_MS: start(config={"replica.lag.time.max.ms": lag_ms})
 
 
 @pytest.fixture

@@ -1,0 +1,111 @@
+"""What the cluster suites share: record batches, waiting for a condition, reading a partition back, the
+replica's state, and started clusters that are shut down after the test (``import support``; tests/ is on
+sys.path through its conftest). Pure helpers; each suite keeps only what is particular to it."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from actors.bootstrap import start_cluster
+from storage.records import RecordBatchBuilder, decode_records
+
+
+def batch(values: Iterable[bytes], pid: int = -1, epoch: int = -1, seq: int = -1, ts: int | None = None,
+          key: bytes | None = None) -> bytes:
+    """One RecordBatch v2 of ``values`` (non-idempotent unless ``pid`` is given), timestamped now or ``ts``."""
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, batch_size=1 << 22)
+    now = int(time.time() * 1000) if ts is None else ts
+    for v in values:
+        assert b.append(now, key, v)
+    return b.build()
+
+
+def keyed_batch(pairs: Iterable[tuple[bytes | None, bytes | None]]) -> bytes:
+    b = RecordBatchBuilder(batch_size=1 << 22)
+    now = int(time.time() * 1000)
+    for k, v in pairs:
+        assert b.append(now, k, v)
+    return b.build()
+
+
+def wait_until(fn: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.05):
+    """``fn()``'s first truthy value; a dead or not-yet-named actor (or a timed-out call) counts as not yet.
+    Raises AssertionError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = fn()
+        except (RayActorError, ValueError, GetTimeoutError):
+            v = None
+        if v is not None and v is not False:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def rstate(h) -> dict:
+    """A replica actor's ``state()``."""
+    return ray.get(h.state.remote(), timeout=30)
+
+
+def part(ch, topic: str, p: int = 0) -> dict:
+    """The controller's view of partition ``p`` of ``topic`` (leader, replicas, ISR, epochs)."""
+    return ch.describe(topic)["partitions"][p]
+
+
+def leader_of(ch, topic: str, p: int = 0):
+    """(leader broker id, its replica actor) of partition ``p``, as the controller has it."""
+    info = part(ch, topic, p)
+    return info["leader"], ch.replica(topic, p, info["leader"])
+
+
+def full_isr(ch, topic: str, n: int = 3, timeout: float = 30.0, p: int = 0):
+    """Wait until the leader replica itself has ``n`` replicas in its ISR; returns (leader id, handle)."""
+    def ok():
+        b, h = leader_of(ch, topic, p)
+        st = rstate(h)
+        return (b, h) if st["role"] == "leader" and len(st["isr"]) == n else None
+    return wait_until(ok, timeout, f"{topic}-{p}: ISR of {n}")
+
+
+def read_records(h, start: int = 0, isolation: int = 0) -> list:
+    """Every record from ``start`` up to the leader's high watermark (``isolation`` 1: the LSO)."""
+    out, offset = [], start
+    while True:
+        r = ray.get(h.fetch.remote(offset, 1 << 20, 0, 1, -1, -1, isolation), timeout=30)
+        assert r["error_code"] == 0, r
+        recs = [x for x in decode_records(r["records"]) if x.offset >= offset]
+        if not recs:
+            return out
+        out += recs
+        offset = recs[-1].offset + 1
+
+
+def read_values(h, start: int = 0, isolation: int = 0) -> list[bytes]:
+    return [r.value for r in read_records(h, start, isolation)]
+
+
+@contextmanager
+def clusters(default_name: str, default_dir: str, defaults: dict | None = None):
+    """Yields ``start(num_brokers=3, config=None, node_ids=None, data_dir=None, name=None)``, which starts a
+    cluster (named ``default_name``, on ``default_dir``, with ``defaults`` under ``config``); every cluster
+    started is shut down on exit."""
+    started = []
+
+    def start(num_brokers: int = 3, config: dict | None = None, node_ids=None, data_dir: str | None = None,
+              name: str | None = None):
+        ch = start_cluster(name or default_name, num_brokers, str(data_dir or default_dir),
+                           {**(defaults or {}), **(config or {})}, node_ids=node_ids)
+        started.append(ch)
+        return ch
+    try:
+        yield start
+    finally:
+        for ch in started:
+            ch.shutdown()
