@@ -235,6 +235,7 @@ class GroupMembership:
                                                               new_id: str, ctx: _Ctx) -> Pending:
         """KIP-345: a known ``group.instance.id`` rejoined without its member id (a restart)."""
         current_leader = g.leader_id
+        assert req.group_instance_id is not None  # only static members are replaced
         self._fence(g, old_id, ctx)
         g.replace_static_member(req.group_instance_id, old_id, new_id)
         g.update_member(new_id, protocols=req.protocols, rebalance_timeout_ms=req.rebalance_timeout_ms,

@@ -372,7 +372,7 @@ class ClassicGroup:
             choice = m.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
         best = max(votes.values())
-        leader = self.members.get(self.leader_id) or next(iter(self.members.values()))
+        leader = (self.members.get(self.leader_id) if self.leader_id is not None else None) or next(iter(self.members.values()))
         for name in leader.protocol_names():
             if votes.get(name) == best:
                 return name

@@ -170,7 +170,7 @@ class OffsetManager:
             return [], 0
         retention = self.config.offsets_retention_ms
         simple = group is None or group.protocol_type is None
-        if not simple and not group.in_state(GroupState.EMPTY):
+        if group is not None and not simple and not group.in_state(GroupState.EMPTY):
             if not (group.in_state(GroupState.STABLE) and group.protocol_type == CONSUMER_PROTOCOL_TYPE
                     and group.subscribed_topics is not None):
                 return [], len(committed)  # an active group keeps its offsets
@@ -181,7 +181,7 @@ class OffsetManager:
             if v.expire_timestamp >= 0:
                 expired = now_ms >= v.expire_timestamp
             else:
-                if simple or not group.in_state(GroupState.EMPTY) or group.state_timestamp_ms is None:
+                if group is None or simple or not group.in_state(GroupState.EMPTY) or group.state_timestamp_ms is None:
                     base = v.commit_timestamp
                 else:
                     base = group.state_timestamp_ms

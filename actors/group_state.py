@@ -34,7 +34,7 @@ from actors.group_model import (
 )
 from actors.group_offsets import OffsetManager
 from actors.group_records import (
-    CoordinatorRecord, GroupMetadataKey, OffsetCommitKey, OffsetCommitValue, decode_record,
+    CoordinatorRecord, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, decode_record,
     group_metadata_record, partition_for,
 )
 from protocol import errors as E
@@ -201,6 +201,7 @@ class GroupCoordinatorShard:
             raise TypeError(f"not a coordinator record: {record!r}")
         key, value = record.key, record.value
         if isinstance(key, OffsetCommitKey):
+            assert value is None or isinstance(value, OffsetCommitValue)
             self._offsets.replay(key, value)
             if value is not None and key.group not in self._groups:
                 # Kafka: committing offsets creates the (Empty, simple) group if it is not there.
@@ -209,6 +210,7 @@ class GroupCoordinatorShard:
             if value is None:
                 self._groups.pop(key.group, None)
             else:
+                assert isinstance(value, GroupMetadataValue)
                 self._groups[key.group] = ClassicGroup.from_metadata_value(key.group, value).seal()
         else:
             raise TypeError(f"unknown coordinator record key {key!r}")

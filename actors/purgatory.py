@@ -73,15 +73,15 @@ class DelayedOperation(abc.ABC):
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        """Attach the result future to ``loop`` (the running loop by default). Idempotent."""
+    def bind(self, loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Future:
+        """Attach the result future to ``loop`` (the running loop by default) and return it. Idempotent."""
         if self._future is None:
             self._future = (loop or asyncio.get_running_loop()).create_future()
+        return self._future
 
     async def wait(self) -> Any:
         """The response (``on_complete``'s / ``on_cancel``'s return value, or its exception)."""
-        self.bind()
-        return await self._future
+        return await self.bind()
 
     def result(self) -> Any:
         """The response of a completed operation (raises ``asyncio.InvalidStateError`` before)."""
@@ -149,16 +149,14 @@ class DelayedOperation(abc.ABC):
             cb(self)
 
     def _set_result(self, value: Any) -> None:
-        if self._future is None:
-            self.bind()
-        if not self._future.done():
-            self._future.set_result(value)
+        fut = self.bind()
+        if not fut.done():
+            fut.set_result(value)
 
     def _set_exception(self, exc: BaseException) -> None:
-        if self._future is None:
-            self.bind()
-        if not self._future.done():
-            self._future.set_exception(exc)
+        fut = self.bind()
+        if not fut.done():
+            fut.set_exception(exc)
 
 
 class DelayedOperationPurgatory:
