@@ -122,10 +122,11 @@ def test_out_of_range_resets_to_latest(cluster):
     f.state(T0).seek(2)
     cluster.replica(T0).log.truncate_fully_and_start_at(7)
     cluster.replica(T0).log.update_high_watermark(7)
+    cluster.append(T0, [b"z7", b"z8", b"z9"])
     assert poll(f, 1, timeout=0.3) == []
-    assert f.state(T0).position == 7  # reset to the end, not the start
+    assert f.state(T0).position == 10  # reset to the end (the start is 7)
     cluster.append(T0, [b"y"])
-    assert [(r.offset, r.value) for r in poll(f, 1)] == [(7, b"y")]
+    assert [(r.offset, r.value) for r in poll(f, 1)] == [(10, b"y")]
 
 
 def test_out_of_range_with_reset_none_raises(cluster):
