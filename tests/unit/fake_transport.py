@@ -20,6 +20,12 @@ Faults are injected per endpoint and method (``FakeReplica.inject(method, *fault
 - ``("hang",)``: the call never completes (``get`` with a timeout raises Ray's ``GetTimeoutError``);
 - ``("slow", seconds)``: the call runs after ``seconds`` on a timer thread.
 
+:class:`FakeGroupCoordinator` is the group coordinator actor's shell in miniature over the real pure
+``GroupCoordinatorShard`` (actors/group_state.py): each request runs the shard handler with ``now_ms`` and
+replays its records; a parked JoinGroup/SyncGroup keeps its call pending until a completion answers it;
+the shard's timers fire whenever a client waits (``FakeTransport.wait``). Durable records are kept in
+``records`` instead of being appended to ``__consumer_offsets``.
+
 Ray's exception classes are imported from ``ray.exceptions`` only; nothing here starts or talks to Ray.
 """
 from __future__ import annotations
@@ -32,6 +38,8 @@ from typing import Any
 
 from ray.exceptions import ActorDiedError, GetTimeoutError
 
+from actors.group_model import GroupCoordinatorConfig, Pending
+from actors.group_state import GroupCoordinatorShard
 from rafka.errors import (FencedLeaderEpochError, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
                           UnknownLeaderEpochError, error_response, for_code)
 from rafka.metadata import ClusterMetadata, TopicMetadata
@@ -191,6 +199,59 @@ class FakeBroker(Endpoint):
         return {"error_code": 0, "error_message": None, "coordinator": name}
 
 
+class Parked:
+    """An endpoint's answer that comes later (a parked JoinGroup/SyncGroup), keyed by ``Pending.key``."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+
+class FakeGroupCoordinator(Endpoint):
+    """The group coordinator over the real shard (see the module docstring)."""
+
+    def __init__(self, cluster: "FakeCluster", label: str, config: GroupCoordinatorConfig):
+        super().__init__(cluster, label)
+        self.shard = GroupCoordinatorShard(config)
+        self.records: list = []
+
+    def _apply(self, result):
+        self.shard.replay_all(result.records)
+        self.records += [r for r in result.records if r.durable]
+        self.cluster.completions.extend(result.completions)
+        resp = result.response
+        return Parked(resp.key) if isinstance(resp, Pending) else resp
+
+    def tick(self) -> None:
+        d = self.shard.next_deadline()
+        if d is not None and d <= now_ms():
+            self._apply(self.shard.poll_expirations(now_ms()))
+
+    def join_group(self, group_id, member_id, protocol_type, protocols, session_timeout_ms,
+                   rebalance_timeout_ms=-1, **kw):
+        rebalance = rebalance_timeout_ms if rebalance_timeout_ms >= 0 else session_timeout_ms
+        return self._apply(self.shard.join_group(group_id, member_id, protocol_type, protocols, session_timeout_ms,
+                                                 rebalance, now_ms(), **kw))
+
+    def sync_group(self, group_id, member_id, generation_id, assignments=None, **kw):
+        return self._apply(self.shard.sync_group(group_id, member_id, generation_id, assignments, now_ms(), **kw))
+
+    def heartbeat(self, group_id, member_id, generation_id, **kw):
+        return self._apply(self.shard.heartbeat(group_id, member_id, generation_id, now_ms(), **kw))
+
+    def leave_group(self, group_id, members):
+        return self._apply(self.shard.leave_group(group_id, list(members), now_ms()))
+
+    def offset_commit(self, group_id, topics, member_id="", generation_id=-1, group_instance_id=None):
+        return self._apply(self.shard.offset_commit(group_id, topics, now_ms(), member_id=member_id,
+                                                    generation_id=generation_id,
+                                                    group_instance_id=group_instance_id))
+
+    def offset_fetch(self, group_id, topics=None):
+        return self.shard.offset_fetch(group_id, topics)
+
+
 class FakeCluster:
     """Brokers, partitions and named endpoints of one fake cluster."""
 
@@ -205,6 +266,9 @@ class FakeCluster:
         self.calls: list[tuple[float, str, str]] = []  # (monotonic time, endpoint label, method)
         self.next_producer_id = 1000
         self.coordinator_name: str | None = None
+        self.coordinator: FakeGroupCoordinator | None = None
+        self.parked: dict[tuple, FakeCall] = {}
+        self.completions: list[tuple[tuple, dict]] = []
         self._broker_name = broker_name or _broker_name
         for b in range(brokers):
             self.add_broker(b)
@@ -213,6 +277,30 @@ class FakeCluster:
         b = self.brokers[broker_id] = FakeBroker(self, broker_id)
         self.named[self._broker_name(self.name, broker_id)] = b
         return b
+
+    def add_coordinator(self, name: str = "group-coordinator-0", **config) -> FakeGroupCoordinator:
+        """A group coordinator that every broker's FindCoordinator names."""
+        config.setdefault("group_initial_rebalance_delay_ms", 0)
+        config.setdefault("group_min_session_timeout_ms", 1000)
+        c = self.coordinator = FakeGroupCoordinator(self, name, GroupCoordinatorConfig(**config))
+        self.named[name] = c
+        self.coordinator_name = name
+        return c
+
+    def tick(self) -> None:
+        """Fire due coordinator timers and answer the parked calls they complete."""
+        with self.lock:
+            if self.coordinator is not None:
+                self.coordinator.tick()
+            self.flush_completions()
+
+    def flush_completions(self) -> None:
+        with self.lock:
+            done, self.completions = self.completions, []
+            for key, resp in done:
+                c = self.parked.pop(key, None)
+                if c is not None:
+                    c.fut.set_result(resp)
 
     def create_topic(self, topic: str, partitions: int = 1, replicas: tuple = (0,)) -> None:
         with self.lock:
@@ -324,11 +412,16 @@ class FakeTransport:
             code = fault[1]
             c.fut.set_result({"error_code": code, "error_message": f"injected {for_code(code).__name__}"})
             return
-        try:
-            with self.cluster.lock:
+        with self.cluster.lock:
+            try:
                 res = getattr(c.endpoint, c.method)(*c.args, **c.kw)
-        except BaseException as exc:  # noqa: BLE001 - the endpoint raised: the caller sees it
-            c.fut.set_exception(exc)
+            except BaseException as exc:  # noqa: BLE001 - the endpoint raised: the caller sees it
+                c.fut.set_exception(exc)
+                return
+            if isinstance(res, Parked):
+                self.cluster.parked[res.key] = c
+            self.cluster.flush_completions()
+        if isinstance(res, Parked):
             return
         if kind == "lost":
             c.fut.set_exception(ActorDiedError())
@@ -341,12 +434,14 @@ class FakeTransport:
     def wait(self, calls: list, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            self.cluster.tick()
             done = [c for c in calls if c.fut.done()]
             left = None if deadline is None else deadline - time.monotonic()
             if len(done) >= num_returns or (left is not None and left <= 0):
                 ready = done[:num_returns]
                 return ready, [c for c in calls if c not in ready]
-            cf.wait([c.fut for c in calls if not c.fut.done()], timeout=left, return_when=cf.FIRST_COMPLETED)
+            step = 0.01 if left is None else min(left, 0.01)  # coordinator timers fire between waits
+            cf.wait([c.fut for c in calls if not c.fut.done()], timeout=step, return_when=cf.FIRST_COMPLETED)
 
     def get(self, call: FakeCall, timeout: float | None = None) -> Any:
         try:
