@@ -22,9 +22,9 @@ test-fast: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 # The README's main job: embedded 3-broker cluster, replicated topic, a broker killed mid-stream,
-# everything consumed back and checked (rafka/demo.py).
+# everything consumed back and checked (jobs/demo.py).
 demo: install
-	$(PY) -m rafka.demo
+	$(PY) -m jobs.demo
 
 bench: install
 	$(PY) benchmarks/storage_bench.py --json

@@ -20,17 +20,17 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from storage.errors import raise_for_code
+from protocol.errors import CoordinatorNotAvailableError, raise_for_code
+from protocol.kv import GcsKV
+from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
 
-from .broker import RemoteBroker, broker_name
-from .controller import NAMESPACE, controller_name
-from .metadata_store import ClusterKV
+from .broker import RemoteBroker
 
 log = logging.getLogger("rafka.bootstrap")
 
 
 def _broker_options(cluster: str, broker_id: int, node_id: str | None):
-    opts = {"name": broker_name(cluster, broker_id), "namespace": NAMESPACE, "lifetime": "detached",
+    opts = {"name": broker_name(cluster, broker_id), "namespace": RAY_NAMESPACE, "lifetime": "detached",
             "num_cpus": 0, "max_concurrency": 1000}
     if node_id is not None:
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
@@ -53,7 +53,7 @@ class ClusterHandle:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                h = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
+                h = ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE)
                 ray.get(h.ping.remote(), timeout=min(1.0, max(0.05, deadline - time.monotonic())))
                 return h
             except (ValueError, RayActorError, GetTimeoutError):
@@ -71,15 +71,13 @@ class ClusterHandle:
         return ray.get(self.controller().describe_topics.remote([topic]))[0]
 
     def leader_replica(self, topic: str, partition: int):
-        from .replica import replica_name
         s = self.describe(topic)["partitions"][partition]
         if s["leader"] < 0:
             return None
-        return ray.get_actor(replica_name(self.cluster, topic, partition, s["leader"]), namespace=NAMESPACE)
+        return ray.get_actor(replica_name(self.cluster, topic, partition, s["leader"]), namespace=RAY_NAMESPACE)
 
     def replica(self, topic: str, partition: int, broker_id: int):
-        from .replica import replica_name
-        return ray.get_actor(replica_name(self.cluster, topic, partition, broker_id), namespace=NAMESPACE)
+        return ray.get_actor(replica_name(self.cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE)
 
     def find_coordinator(self, group_id: str, timeout_s: float = 30.0) -> dict:
         """FindCoordinator through any live broker, retried while the group's offsets partition has no
@@ -94,7 +92,7 @@ class ClusterHandle:
                     continue
                 if last["error_code"] == 0:
                     return last
-                if last["error_code"] != 15:
+                if last["error_code"] != CoordinatorNotAvailableError.code:
                     raise_for_code(last["error_code"], last["error_message"])
                 break
             if time.monotonic() > deadline:
@@ -109,7 +107,7 @@ class ClusterHandle:
         while True:
             info = self.find_coordinator(group_id, timeout_s)
             try:
-                return ray.get_actor(info["coordinator"], namespace=NAMESPACE), info
+                return ray.get_actor(info["coordinator"], namespace=RAY_NAMESPACE), info
             except ValueError:
                 if time.monotonic() > deadline:
                     raise
@@ -177,7 +175,7 @@ class ClusterHandle:
             except Exception:  # noqa: BLE001 - a dead broker has nothing to stop
                 continue
         try:
-            ctl = ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE)
+            ctl = ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE)
         except ValueError:  # no controller left (its host broker is gone)
             ctl = None
         if ctl is not None:
@@ -198,7 +196,7 @@ class ClusterHandle:
                 continue
         self.brokers.clear()
         if clear_kv:
-            ClusterKV(self.cluster).clear()
+            GcsKV(self.cluster).clear()
 
     def __enter__(self):
         return self

@@ -1,4 +1,4 @@
-"""The broker: one async actor per broker id, named ``"{cluster}:broker-{id}"``, detached.
+"""The broker: one async actor per broker id, named ``broker_name(cluster, id)``, detached.
 
 It owns ``data_dir/broker-{id}/`` (a ``<topic>-<partition>/`` directory per hosted replica, holding the
 replica's log plus Kafka's ``partition.metadata`` with the topic id: storage/partition_metadata.py) and
@@ -34,7 +34,7 @@ Fencing. Every controller request carries the controller epoch; one older than t
 answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
 
 Group coordination. The broker hosts a ``GroupCoordinatorActor`` (``actors/group_coordinator.py``,
-``"{cluster}:group-coordinator-{id}"``, a non-detached child pinned to its node, created when the broker
+``group_coordinator_name(cluster, id)``, a non-detached child pinned to its node, created when the broker
 first leads a ``__consumer_offsets`` partition -- an idle actor costs ~120 MiB, so clusters without
 consumer groups do not pay for it -- and again if it died alone) and tells it, in the partition's
 LeaderAndIsr order, when its replica of a ``__consumer_offsets`` partition becomes leader or follower or
@@ -53,17 +53,19 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from storage.errors import KafkaError, StaleControllerEpochError, error_response
+from protocol.errors import (CoordinatorNotAvailableError, KafkaError, NotLeaderOrFollowerError,
+                             StaleControllerEpochError, TopicAlreadyExistsError, UnknownServerError,
+                             error_response)
+from protocol.kv import GcsKV, read_cluster
+from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
-from .controller import NAMESPACE
 from .controller_link import ControllerLink, ControllerUnavailable
 from .group_coordinator import (
-    OFFSETS_TOPIC, RemoteGroupCoordinator, group_coordinator_name, offsets_partitions, offsets_topic_spec,
+    OFFSETS_TOPIC, RemoteGroupCoordinator, offsets_partitions, offsets_topic_spec,
 )
 from .group_records import partition_for
 from .log_dir_lock import LogDirLock
-from .metadata_store import ClusterKV, read_cluster
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 from .replica_supervisor import ReplicaSupervisor
 
@@ -84,13 +86,6 @@ BROKER_TOPIC_DEFAULTS = {
 REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.fetch.wait.max.ms",
                 "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
 
-
-def broker_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:broker-{broker_id}"
-
-
-def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
 
 
 def _err_dict(exc: BaseException) -> dict:
@@ -125,7 +120,7 @@ class BrokerActor:
         self._pid_lock: asyncio.Lock | None = None
         self._sessions: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
-        self._kv = ClusterKV(cluster)
+        self._kv = GcsKV(cluster)
         self._gc = None  # the group coordinator actor (created on first need)
         self._gc_lock: asyncio.Lock | None = None
         self._offsets_roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
@@ -156,7 +151,7 @@ class BrokerActor:
             self.controller_epoch = epoch
             for e, fut in self._sessions:
                 if e < epoch and not fut.done():
-                    fut.set_result({"error_code": 11, "reason": "newer controller", "controller_epoch": epoch})
+                    fut.set_result({"error_code": StaleControllerEpochError.code, "reason": "newer controller", "controller_epoch": epoch})
             self._sessions = [(e, f) for e, f in self._sessions if not f.done()]
 
     def _stale(self, controller_epoch: int) -> dict | None:
@@ -214,7 +209,7 @@ class BrokerActor:
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for attempt in range(100):
             try:
-                h = cls.options(name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                h = cls.options(name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)
                                 ).remote(self.cluster, topic, p, s["topic_id"], self.broker_id, d,
                                          self._replica_props(s.get("configs")))
@@ -228,7 +223,7 @@ class BrokerActor:
         out = {"topic": key[0], "partition": key[1], "leader": s["leader"], "leader_epoch": s["leader_epoch"]}
         async with self._lock(key):
             if self.broker_id not in s["replicas"]:
-                return {**out, "error_code": 6, "error_message": "this broker is not a replica"}
+                return {**out, "error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
             try:
                 h = self.replicas.get(key)
                 if h is None or self.topic_ids.get(key) != s["topic_id"]:
@@ -323,7 +318,7 @@ class BrokerActor:
                                    return_exceptions=True)
         errors = [r for r in res if isinstance(r, BaseException) or r.get("error_code")]
         if errors:
-            return {"error_code": -1, "error_message": str(errors[0])}
+            return {"error_code": UnknownServerError.code, "error_message": str(errors[0])}
         return {"error_code": 0, "error_message": None}
 
     # ---- client-facing --------------------------------------------------------------------------------
@@ -344,7 +339,7 @@ class BrokerActor:
                 except RayTaskError as e:
                     return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
                 except (ControllerUnavailable, asyncio.TimeoutError):
-                    return {"error_code": 15, "error_message": "controller unavailable",
+                    return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable",
                             "producer_id": -1, "producer_epoch": -1}
                 self._pid_next, self._pid_end = first, first + count
             pid = self._pid_next
@@ -363,7 +358,7 @@ class BrokerActor:
             for _ in range(200):
                 try:
                     gc = RemoteGroupCoordinator.options(
-                        name=name, namespace=NAMESPACE, num_cpus=0, max_concurrency=1000,
+                        name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
                     ).remote(self.cluster, self.broker_id, self.config)
                     break
@@ -418,11 +413,11 @@ class BrokerActor:
             try:
                 res = (await self.link.call("create_topics", [spec], 30000, timeout_s=40))[0]
             except (ControllerUnavailable, asyncio.TimeoutError):
-                return {"error_code": 15, "error_message": "controller unavailable"}
+                return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable"}
             log.info("broker %s: created %s (%s partitions, rf %s): %s", self.broker_id, OFFSETS_TOPIC,
                      spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
             await self._fresh_metadata()
-            if res["error_code"] in (0, 36):  # TOPIC_ALREADY_EXISTS: another broker was first
+            if res["error_code"] in (0, TopicAlreadyExistsError.code):  # another broker was first
                 return {"error_code": 0, "error_message": None}
             return {"error_code": res["error_code"], "error_message": res.get("error_message")}
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from storage.errors import KafkaError
+from protocol.errors import KafkaError, StaleControllerEpochError
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor
@@ -72,7 +72,7 @@ class BrokerChannel:
                 log.warning("broker %s %s failed: %s", self.broker_id, method, e)
                 self._fail(fut, e)
                 continue
-            if isinstance(res, dict) and res.get("error_code") == 11:
+            if isinstance(res, dict) and res.get("error_code") == StaleControllerEpochError.code:
                 self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
             self.ctl.on_broker_response(self.broker_id, method, args, res)
             if fut is not None and not fut.done():
@@ -88,7 +88,7 @@ class BrokerChannel:
         try:
             res = await self.handle.controller_session.remote(self.ctl.epoch)
             reason = res.get("reason") if isinstance(res, dict) else None
-            if isinstance(res, dict) and res.get("error_code") == 11:
+            if isinstance(res, dict) and res.get("error_code") == StaleControllerEpochError.code:
                 self.ctl.resign(f"broker {self.broker_id} knows a newer controller")
                 return
             log.info("broker %s ended its session: %s", self.broker_id, reason)

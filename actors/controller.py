@@ -1,6 +1,6 @@
 """The controller: a thin async actor over ``ControllerLogic`` (actors/metadata.py).
 
-Election. The controller is the named actor ``"{cluster}:controller"`` in namespace ``rafka``; GCS lets
+Election. The controller is the named actor ``controller_name(cluster)`` (protocol/names.py); GCS lets
 one actor hold a name, so creating it (brokers do, with ``get_if_exists=True``) is the election. Its
 constructor claims the next controller epoch by put-if-absent of ``controller_epoch/<N>`` in GCS KV and
 loads the image: from KV when KV is at least as new as its local metadata log, else from the log (a
@@ -49,8 +49,10 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from storage.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
+from protocol.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
                             RequestTimedOutError, StaleBrokerEpochError, error_response)
+from protocol.kv import controller_epoch_key
+from protocol.names import RAY_NAMESPACE, broker_name
 
 from .broker_channel import BrokerChannel
 from .log_dir_lock import LogDirLock
@@ -60,17 +62,8 @@ from .replica_state_machine import offline_replicas, online_replicas
 
 log = logging.getLogger("rafka.controller")
 
-NAMESPACE = "rafka"
 SNAPSHOT_EVERY = 10_000  # records appended before the metadata log is rewritten as a snapshot
 DIR_LOCK_TIMEOUT_S = 10.0  # the previous controller's process may still be exiting
-
-
-def controller_name(cluster: str) -> str:
-    return f"{cluster}:controller"
-
-
-def broker_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:broker-{broker_id}"
 
 
 def now_ms() -> int:
@@ -140,7 +133,7 @@ class ControllerActor:
 
     async def _probe(self, broker_id: int, epoch: int):
         try:
-            handle = ray.get_actor(broker_name(self.cluster, broker_id), namespace=NAMESPACE)
+            handle = ray.get_actor(broker_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
             inc = await asyncio.wait_for(handle.incarnation.remote(), 5.0)
             return handle if inc.get("broker_epoch") == epoch else None
         except (ValueError, RayActorError, RayTaskError, asyncio.TimeoutError, GetTimeoutError):
@@ -187,7 +180,7 @@ class ControllerActor:
     # ---- commit and effects --------------------------------------------------------------------
     def _check_current(self) -> None:
         """Raise NOT_CONTROLLER (after resigning) when a newer controller claimed the next epoch."""
-        if not self.resigned and self.kv.exists(f"controller_epoch/{self.epoch + 1}"):
+        if not self.resigned and self.kv.exists(controller_epoch_key(self.epoch + 1)):
             self.resign(f"controller epoch {self.epoch + 1} was claimed")
         if self.stopping and not self.resigned:
             raise NotControllerError(f"controller epoch {self.epoch} shut down")
@@ -295,7 +288,7 @@ class ControllerActor:
     def _register_channel(self, broker_id: int, epoch: int) -> None:
         handle = self._handles.pop(broker_id, None)
         if handle is None:
-            handle = ray.get_actor(broker_name(self.cluster, broker_id), namespace=NAMESPACE)
+            handle = ray.get_actor(broker_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
         self._open_channel(broker_id, epoch, handle)
         self._send_full_state(broker_id)
 
@@ -576,7 +569,7 @@ class ControllerActor:
 
 
 def _unknown(name) -> KafkaError:
-    from storage.errors import UnknownTopicOrPartitionError
+    from protocol.errors import UnknownTopicOrPartitionError
     return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 

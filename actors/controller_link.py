@@ -1,6 +1,6 @@
 """A broker's link to the controller: the election, registration, heartbeats, and the controller's liveness.
 
-Election. The controller is the named actor ``"{cluster}:controller"``; creating it with
+Election. The controller is the named actor ``controller_name(cluster)``; creating it with
 ``get_if_exists=True`` is the election (GCS lets one actor hold a name). It is a non-detached child of
 the broker that created it, hard-pinned to that broker's node, so it dies with its host broker.
 
@@ -40,9 +40,11 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from storage.errors import InvalidConfigError, KafkaError, NotControllerError
+from protocol.errors import (BrokerIdNotRegisteredError, InvalidConfigError, KafkaError, NotControllerError,
+                             StaleBrokerEpochError)
+from protocol.names import RAY_NAMESPACE, controller_name
 
-from .controller import NAMESPACE, RemoteController, controller_name
+from .controller import RemoteController
 from .supervision import SessionTimer
 from .worker_process import kill_worker, process_state
 
@@ -51,7 +53,7 @@ log = logging.getLogger("rafka.broker")
 FETCH_TIMEOUT_KEY = "controller.quorum.fetch.timeout.ms"
 FETCH_TIMEOUT_DEFAULT_MS = 2000  # Kafka's default
 FIRST_CONTACT_S = 30.0  # a controller being created may wait for a worker process on a loaded node
-REGISTERED_OR_STALE = (77, 102)  # STALE_BROKER_EPOCH, BROKER_ID_NOT_REGISTERED: register again
+REGISTERED_OR_STALE = (StaleBrokerEpochError.code, BrokerIdNotRegisteredError.code)  # register again
 
 
 def now_ms() -> int:
@@ -94,7 +96,7 @@ class ControllerLink:
     # ---- election ------------------------------------------------------------------------------------
     def _options(self):
         return RemoteController.options(
-            name=controller_name(self.b.cluster), namespace=NAMESPACE, get_if_exists=True, num_cpus=0,
+            name=controller_name(self.b.cluster), namespace=RAY_NAMESPACE, get_if_exists=True, num_cpus=0,
             max_concurrency=1000,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.b.node_id, soft=False))
 

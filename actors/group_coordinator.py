@@ -1,6 +1,6 @@
 """The group coordinator: one async actor per broker, a thin shell over ``GroupCoordinatorShard``.
 
-Named ``"{cluster}:group-coordinator-{broker_id}"`` in namespace ``rafka``, created by its broker as a
+Named ``group_coordinator_name(cluster, broker_id)`` (protocol/names.py), created by its broker as a
 non-detached child pinned to the broker's node (it dies with the broker, as Kafka's GroupCoordinator
 lives in the broker process). It serves the consumer groups whose ``__consumer_offsets`` partition
 (``partition_for(group_id, offsets.topic.num.partitions)``) this broker's replica leads.
@@ -52,8 +52,8 @@ from actors.group_model import (
 )
 from actors.group_records import partition_for
 from actors.group_state import GroupCoordinatorShard
-from storage import errors as E
-from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers
+from protocol import errors as E
+from storage.records import RecordBatchBuilder, decode_records
 
 log = logging.getLogger("rafka.group_coordinator")
 
@@ -86,10 +86,6 @@ _APPEND_ERRORS = {
 _TOO_LARGE = {E.for_name(n).code for n in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE")}
 
 LOADING, ACTIVE, FAILED = "loading", "active", "failed"
-
-
-def group_coordinator_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:group-coordinator-{broker_id}"
 
 
 def now_ms() -> int:
@@ -285,9 +281,7 @@ class GroupCoordinatorActor:
             if res["error_code"]:
                 E.raise_for_code(res["error_code"], res.get("error_message"))
             buf = res["records"]
-            next_offset = offset
-            for _, h in iter_batch_headers(buf):
-                next_offset = h.next_offset
+            next_offset = res["next_offset"]  # the offset after the last batch (protocol.messages)
             if next_offset <= offset:
                 raise _LoadRetry(f"fetch at {offset} below HW {hw} returned no batches")
             for r in decode_records(buf):

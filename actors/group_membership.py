@@ -24,7 +24,7 @@ from actors.group_model import (
     GroupState, InvalidGroupTransition, Pending, join_response, sync_response,
 )
 from actors.group_records import group_metadata_record
-from storage import errors as E
+from protocol import errors as E
 
 __all__ = ["GroupMembership", "JoinRequest"]
 

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from actors.group_model import CONSUMER_PROTOCOL_TYPE, ClassicGroup, CoordinatorResult, GroupCoordinatorConfig, GroupState
 from actors.group_records import OffsetCommitKey, OffsetCommitValue, offset_commit_record
-from storage import errors as E
+from protocol import errors as E
 
 __all__ = ["OffsetManager"]
 

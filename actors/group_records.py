@@ -38,7 +38,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
-from storage.errors import CorruptMessageError
+from protocol.errors import CorruptMessageError
 
 __all__ = [
     "OFFSET_COMMIT_KEY_VERSION", "GROUP_METADATA_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",

@@ -37,7 +37,7 @@ from actors.group_records import (
     CoordinatorRecord, GroupMetadataKey, OffsetCommitKey, OffsetCommitValue, decode_record,
     group_metadata_record, partition_for,
 )
-from storage import errors as E
+from protocol import errors as E
 
 __all__ = [
     "GroupCoordinatorShard", "GroupState", "VALID_PREVIOUS_STATES", "InvalidGroupTransition", "ClassicGroup",

@@ -17,7 +17,7 @@ import fcntl
 import os
 import time
 
-from storage.errors import KafkaStorageError
+from protocol.errors import KafkaStorageError
 
 LOCK_FILE = ".lock"
 

@@ -30,7 +30,7 @@ import base64
 import random
 from dataclasses import dataclass, field
 
-from storage.errors import (BrokerIdNotRegisteredError, ElectionNotNeededError,
+from protocol.errors import (BrokerIdNotRegisteredError, ElectionNotNeededError,
                             EligibleLeadersNotAvailableError, FencedLeaderEpochError, IneligibleReplicaError,
                             InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
                             InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError,

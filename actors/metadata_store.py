@@ -10,9 +10,8 @@ A torn or corrupt tail (a crash mid-append) is cut off at the first bad frame on
 replaces the log with a snapshot (the image as records) through a temp file + rename + directory
 fsync (storage/checkpoint.py), so a crash leaves either the old or the new file. Single owner: the one live controller.
 
-GCS KV (namespace ``rafka:{cluster}``), msgpack values, written only by the controller:
-``controller_epoch/<N>`` (claimed by put-if-absent), ``brokers/<id>``, ``topics/<name>``,
-``metadata_version``, ``producer_id_block``. Readers (brokers, clients) use ``read_cluster``.
+GCS KV: the layout and the reader are ``protocol/kv.py``; ``ClusterKV`` adds the controller's writes
+(epoch claim, the image) to its ``GcsKV``. Readers (brokers, clients) use ``protocol.kv``.
 """
 from __future__ import annotations
 
@@ -20,25 +19,16 @@ import os
 import struct
 import zlib
 
-import msgpack
+from protocol import kv as K
+from protocol.kv import GcsKV
+from protocol.kv import pack as _pack
+from protocol.kv import unpack as _unpack
 
 from storage.checkpoint import write_atomically
 
 from .metadata import MetadataImage
 
 FRAME = struct.Struct(">II")
-
-
-def kv_namespace(cluster: str) -> str:
-    return f"rafka:{cluster}"
-
-
-def _pack(v) -> bytes:
-    return msgpack.packb(v, use_bin_type=True)
-
-
-def _unpack(b: bytes):
-    return msgpack.unpackb(b, raw=False, strict_map_key=False)
 
 
 class MetadataLog:
@@ -111,89 +101,45 @@ class MetadataLog:
             self._f = None
 
 
-class ClusterKV:
-    """The cluster's metadata keys in GCS KV (put ~0.5 ms, get ~0.4 ms: synchronous, call sparingly)."""
-
-    def __init__(self, cluster: str):
-        from ray.experimental import internal_kv
-        self._kv = internal_kv
-        self.ns = kv_namespace(cluster)
-
-    def get(self, key: str):
-        v = self._kv._internal_kv_get(key.encode(), namespace=self.ns)
-        return None if v is None else _unpack(v)
-
-    def put(self, key: str, value) -> None:
-        self._kv._internal_kv_put(key.encode(), _pack(value), True, namespace=self.ns)
-
-    def exists(self, key: str) -> bool:
-        return bool(self._kv._internal_kv_exists(key.encode(), namespace=self.ns))
-
-    def delete(self, key: str) -> None:
-        self._kv._internal_kv_del(key.encode(), namespace=self.ns)
-
-    def keys(self, prefix: str) -> list[str]:
-        # GCS returns keys of a namespace holding ':' with the part after the first ':' still in front
-        # ("rafka:c" lists "c:topics/x"): strip it so keys round-trip into get().
-        junk = self.ns.split(":", 1)[1] + ":" if ":" in self.ns else ""
-        out = []
-        for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns):
-            k = k.decode()
-            if junk and k.startswith(junk) and not k.startswith(prefix):
-                k = k[len(junk):]
-            out.append(k)
-        return out
+class ClusterKV(GcsKV):
+    """The cluster's metadata keys in GCS KV, as the controller writes them."""
 
     # ---- controller epoch ----------------------------------------------------------------------
     def latest_controller_epoch(self) -> int:
-        epochs = [int(k.split("/", 1)[1]) for k in self.keys("controller_epoch/")]
+        epochs = [int(K.key_suffix(k)) for k in self.keys(K.CONTROLLER_EPOCHS)]
         return max(epochs, default=0)
 
     def claim_controller_epoch(self, info: dict) -> int:
         """Put-if-absent of ``controller_epoch/<N>`` for N = latest + 1, + 2, ... until one is ours."""
         n = self.latest_controller_epoch() + 1
-        while True:
-            existed = self._kv._internal_kv_put(f"controller_epoch/{n}".encode(), _pack(info), False,
-                                                namespace=self.ns)
-            if not existed:
-                return n
+        while not self.put_if_absent(K.controller_epoch_key(n), info):
             n += 1
+        return n
 
     # ---- the image -----------------------------------------------------------------------------
     def load_image(self) -> MetadataImage | None:
-        version = self.get("metadata_version")
+        version = self.get(K.METADATA_VERSION)
         if version is None:
             return None
-        brokers = [b for b in (self.get(k) for k in self.keys("brokers/")) if b is not None]
-        topics = [t for t in (self.get(k) for k in self.keys("topics/")) if t is not None]
-        return MetadataImage.from_kv(brokers, topics, version, self.get("producer_id_block") or 0)
+        brokers = [b for b in (self.get(k) for k in self.keys(K.BROKERS)) if b is not None]
+        topics = [t for t in (self.get(k) for k in self.keys(K.TOPICS)) if t is not None]
+        return MetadataImage.from_kv(brokers, topics, version, self.get(K.PRODUCER_ID_BLOCK) or 0)
 
     def persist(self, image: MetadataImage, topics: set[str], brokers: set[int], producer_ids: bool) -> None:
         for name in topics:
             t = image.topics.get(name)
             if t is None:
-                self.delete(f"topics/{name}")
+                self.delete(K.topic_key(name))
             else:
-                self.put(f"topics/{name}", t.to_dict())
+                self.put(K.topic_key(name), t.to_dict())
         for b in brokers:
-            self.put(f"brokers/{b}", image.brokers[b].to_dict())
+            self.put(K.broker_key(b), image.brokers[b].to_dict())
         if producer_ids:
-            self.put("producer_id_block", image.next_producer_id)
-        self.put("metadata_version", image.version)
+            self.put(K.PRODUCER_ID_BLOCK, image.next_producer_id)
+        self.put(K.METADATA_VERSION, image.version)
 
     def write_all(self, image: MetadataImage) -> None:
-        for k in self.keys("topics/"):
-            if k.split("/", 1)[1] not in image.topics:
+        for k in self.keys(K.TOPICS):
+            if K.key_suffix(k) not in image.topics:
                 self.delete(k)
         self.persist(image, set(image.topics), set(image.brokers), True)
-
-    def clear(self) -> None:
-        self._kv._internal_kv_del(b"", del_by_prefix=True, namespace=self.ns)
-
-
-def read_cluster(kv: ClusterKV) -> dict:
-    """A reader's view of the metadata in KV: {version, brokers: [...], topics: {name: {...}}}."""
-    version = kv.get("metadata_version") or 0
-    brokers = sorted((b for b in (kv.get(k) for k in kv.keys("brokers/")) if b), key=lambda b: b["id"])
-    topics = {t["name"]: t for t in (kv.get(k) for k in kv.keys("topics/")) if t}
-    return {"version": version, "brokers": brokers, "topics": topics}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from storage.errors import InvalidReplicationFactorError
+from protocol.errors import InvalidReplicationFactorError
 from storage.topic import MAX_TOPIC_NAME_LENGTH, validate_topic_name  # noqa: F401  (Kafka's Topic.validate)
 
 

@@ -1,7 +1,7 @@
 """One partition replica as a Ray async actor: Kafka's Partition + ReplicaFetcherThread for one partition.
 
 Created by the broker (a fate-sharing child) as
-``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace="rafka",
+``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE,
 num_cpus=0, max_concurrency=1000).remote(cluster, topic, partition, topic_id, broker_id, log_dir,
 config_props)``, then driven by ``become_leader(state)`` / ``become_follower(state)`` (LeaderAndIsr).
 
@@ -40,12 +40,13 @@ from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, LeaderS
 from actors.purgatory import DelayedOperationPurgatory
 from actors.replica_delayed import (_EPOCH_ERR, _FETCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch,
                                     DelayedProduce, _err)
-from storage import errors as E
+from protocol import errors as E
+from protocol.messages import FetchResponse
+from protocol.names import RAY_NAMESPACE, controller_name, replica_name
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "rafka"
 REPLICA_DEFAULTS = {
     "replica.lag.time.max.ms": 30000,
     "replica.fetch.max.bytes": 4 * 1024 * 1024,
@@ -56,14 +57,6 @@ REPLICA_DEFAULTS = {
     "log.cleaner.backoff.ms": 15000,
 }
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
-
-
-def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
-
-
-def controller_name(cluster: str) -> str:
-    return f"{cluster}:controller"
 
 
 def split_config(config_props: dict | None) -> tuple[dict, dict]:
@@ -329,16 +322,17 @@ class ReplicaActor:
                 raise E.OffsetOutOfRangeError(
                     f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]")
             if end is not None and fetch_offset >= end:
-                records = b""
+                records, next_offset = b"", fetch_offset
             else:
-                records = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True).records
-            resp = {"error_code": 0, "error_message": None, "high_watermark": snap.high_watermark,
-                    "log_start_offset": snap.log_start_offset, "last_stable_offset": snap.last_stable_offset,
-                    "records": bytes(records) if not isinstance(records, bytes) else records}
-            if replica_id >= 0:
-                resp["log_end_offset"] = snap.log_end_offset
-                resp["leader_epoch"] = self.leader_epoch
-            return resp
+                info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
+                records, next_offset = info.records, info.next_offset
+            follower = replica_id >= 0
+            return FetchResponse(
+                high_watermark=snap.high_watermark, log_start_offset=snap.log_start_offset,
+                last_stable_offset=snap.last_stable_offset,
+                records=bytes(records) if not isinstance(records, bytes) else records, next_offset=next_offset,
+                log_end_offset=snap.log_end_offset if follower else None,
+                leader_epoch=self.leader_epoch if follower else None).to_dict()
         except Exception as exc:
             return _err(exc, **self._fetch_error_extra(exc))
 
@@ -414,7 +408,7 @@ class ReplicaActor:
         if self._controller is None:
             loop = asyncio.get_running_loop()
             self._controller = await loop.run_in_executor(
-                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=NAMESPACE))
+                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE))
         return self._controller
 
     async def _alter_partition(self, gen: int, new_isr: tuple) -> None:
@@ -464,7 +458,7 @@ class ReplicaActor:
     # ---- follower ---------------------------------------------------------------------------------
     async def _lookup(self, name: str):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=NAMESPACE))
+        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
 
     def _truncate(self, offset: int, why: str) -> None:
         if offset >= self.log.log_end_offset:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from actors.partition import LEADER
 from actors.purgatory import DelayedOperation
-from storage import errors as E
+from protocol import errors as E
 
 if TYPE_CHECKING:
     from actors.replica import ReplicaActor
@@ -22,13 +22,13 @@ log = logging.getLogger("actors.replica")
 
 def _err(exc: BaseException, **fields) -> dict:
     code, message = E.error_response(exc)
-    if code == -1 and not isinstance(exc, E.KafkaError):
+    if code == E.UnknownServerError.code and not isinstance(exc, E.KafkaError):
         log.exception("unexpected error")
     return {"error_code": code, "error_message": message, **fields}
 
 
 _PRODUCE_ERR = {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b""}
+_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b"", "next_offset": -1}
 _LIST_ERR = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
 _EPOCH_ERR = {"leader_epoch": -1, "end_offset": -1}
 

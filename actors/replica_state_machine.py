@@ -23,7 +23,7 @@ BROKER_ID_NOT_REGISTERED for every partition; a partition it does not host, UNKN
 """
 from __future__ import annotations
 
-from storage.errors import (BrokerIdNotRegisteredError, KafkaError, StaleBrokerEpochError,
+from protocol.errors import (BrokerIdNotRegisteredError, KafkaError, StaleBrokerEpochError,
                             UnknownTopicOrPartitionError, error_response)
 
 from .partition_change import PartitionChangeBuilder

@@ -36,7 +36,7 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from storage.errors import RequestTimedOutError
+from protocol.errors import RequestTimedOutError
 
 from .controller_link import ControllerUnavailable
 from .supervision import ReplicaSupervision

@@ -28,10 +28,10 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import rafka  # noqa: E402
+from protocol.errors import TopicAlreadyExistsError  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.errors import KafkaError  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
-from storage.errors import TopicAlreadyExistsError  # noqa: E402
 
 VALUE_BYTES = 100
 BROKER_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 100,

@@ -43,7 +43,7 @@ import ray  # noqa: E402
 from ray.exceptions import GetTimeoutError, RayActorError  # noqa: E402
 
 import rafka  # noqa: E402
-from actors.controller import NAMESPACE, controller_name  # noqa: E402
+from protocol.names import RAY_NAMESPACE, controller_name  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
@@ -54,7 +54,7 @@ BROKER_CONFIG = {"leader.imbalance.check.interval.seconds": 3600, "replica.lag.t
 
 def controller_info(cluster: str):
     try:
-        h = ray.get_actor(controller_name(cluster), namespace=NAMESPACE)
+        h = ray.get_actor(controller_name(cluster), namespace=RAY_NAMESPACE)
         return ray.get(h.describe_controller.remote(), timeout=1.0)
     except (ValueError, RayActorError, GetTimeoutError):
         return None
@@ -109,7 +109,7 @@ class Bench:
         if how == "sigkill":
             os.kill(info["pid"], signal.SIGKILL)
         else:
-            ray.kill(ray.get_actor(controller_name(self.name), namespace=NAMESPACE), no_restart=True)
+            ray.kill(ray.get_actor(controller_name(self.name), namespace=RAY_NAMESPACE), no_restart=True)
         serving = wait_controller_after(self.name, info["controller_epoch"], t0)
         self.topic("after-ctl")
         return {"controller_serving_s": round(serving, 3), "topic_created_s": round(time.monotonic() - t0, 3)}

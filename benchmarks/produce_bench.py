@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402  (ray depends on it)
 import ray  # noqa: E402
 
+from protocol.names import RAY_NAMESPACE, replica_name  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers  # noqa: E402
 
@@ -162,14 +163,14 @@ class DirectSetup:
         self.num_brokers = num_brokers
 
     def topic(self, name: str, rf: int, configs: dict) -> tuple:
-        from actors.replica import ReplicaActor, replica_name
+        from actors.replica import ReplicaActor
         replicas = list(range(rf))
         handles = {}
         for b in replicas:
             d = os.path.join(self.root, str(b), f"{name}-0")
             os.makedirs(d, exist_ok=True)
             handles[b] = ReplicaActor.options(
-                name=replica_name(self.cluster, name, 0, b), namespace="rafka", num_cpus=0,
+                name=replica_name(self.cluster, name, 0, b), namespace=RAY_NAMESPACE, num_cpus=0,
                 max_concurrency=1000).remote(self.cluster, name, 0, name, b, d, configs)
         state = {"topic": name, "partition": 0, "topic_id": name, "leader": 0, "leader_epoch": 1,
                  "isr": replicas, "replicas": replicas, "partition_epoch": 1, "controller_epoch": 1}
@@ -233,7 +234,7 @@ def main(argv=None) -> dict:
     root = tempfile.mkdtemp(prefix="rafka-bench-")
     cluster = "bench" + str(os.getpid())
     t0 = time.perf_counter()
-    ray.init(address="local", namespace="rafka", include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
              configure_logging=False, num_cpus=2)
     ray_init_s = time.perf_counter() - t0
     setup = (DirectSetup if args.direct else ClusterSetup)(cluster, root)

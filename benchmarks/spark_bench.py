@@ -133,7 +133,7 @@ def bench_spark(cluster, spark, topic: str, n: int) -> dict:
 
 def bench_job(cluster, spark, events: int, out_dir: str) -> dict:
     from jobs import clickstream
-    from rafka.demo import ClickStream
+    from jobs.demo import ClickStream
     topic = "clicks"
     rafka.Admin(cluster).create_topic(topic, 6, 3)
     stream = ClickStream(users=1000, seed=1)

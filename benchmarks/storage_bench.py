@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from protocol.errors import InvalidRecordError, MessageTooLargeError  # noqa: E402
 from storage import log_validator  # noqa: E402
-from storage.errors import InvalidRecordError, MessageTooLargeError  # noqa: E402
 from storage.log import Log, LogConfig  # noqa: E402
 from storage.records import LOG_OVERHEAD, LZ4, NONE, ZSTD, RecordBatchBuilder, decode_records, validate_batch  # noqa: E402
 

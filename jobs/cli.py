@@ -1,4 +1,4 @@
-"""`rafka job ...` verbs (registered by rafka/cli.py).
+"""`rafka job ...` verbs (a `rafka.commands` entry point, pyproject.toml).
 
     rafka job list
     rafka job run clickstream [--topic clicks] [--group clickstream] [--results-topic clickstream-results]
@@ -38,9 +38,9 @@ def register(groups, common) -> None:
 
 
 def cmd_job_list(args) -> int:
-    from rafka.cli import EXIT_OK, _print, _table
-    _print(args, [{"name": n, "description": d} for n, d in JOBS.items()],
-           _table([[n, d] for n, d in JOBS.items()], ["JOB", "DESCRIPTION"]))
+    from rafka.cli_support import EXIT_OK, print_result, table
+    print_result(args, [{"name": n, "description": d} for n, d in JOBS.items()],
+           table([[n, d] for n, d in JOBS.items()], ["JOB", "DESCRIPTION"]))
     return EXIT_OK
 
 
@@ -56,7 +56,7 @@ def _step_printer(args):
 def _stdout_to_stderr():
     """Send fd 1 to stderr while Spark runs: the JVMs it starts (driver, RayDP's AppMaster) print log4j
     notices on stdout, which must carry only the summary (it may be --json)."""
-    from rafka.cli import output_stream
+    from rafka.cli_support import output_stream
     for stream in (sys.stdout, output_stream()):
         stream.flush()
     saved = os.dup(1)
@@ -71,14 +71,14 @@ def _stdout_to_stderr():
 
 
 def cmd_job_run(args) -> int:
-    from rafka.cli import EXIT_ERROR, EXIT_OK, UsageError, _connect, _print
+    from rafka.cli_support import EXIT_ERROR, EXIT_OK, UsageError, connect, print_result
     from jobs import clickstream
     from jobs.spark import init_spark, stop_spark
     if args.executors < 1 or args.executor_cores < 1:
         raise UsageError("--executors and --executor-cores must be >= 1")
     if args.session_gap_ms < 0:
         raise UsageError("--session-gap-ms must be >= 0")
-    handle = _connect(args)
+    handle = connect(args)
     from rafka.admin import Admin
     from rafka.errors import UnknownTopicOrPartitionError
     if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
@@ -102,12 +102,12 @@ def cmd_job_run(args) -> int:
         finally:
             say("stopping Spark")
             stop_spark()
-    _print(args, summary, _summary_text(summary))
+    print_result(args, summary, _summary_text(summary))
     return EXIT_OK
 
 
 def _summary_text(s: dict) -> str:
-    from rafka.cli import _table
+    from rafka.cli_support import table
     if not s["records"] and not s["redo"]:
         return f"nothing new in {s['topic']!r} for group {s['group']!r} (last run {s['run']})"
     ranges = ", ".join(f"{p}:[{a},{b})" for p, (a, b) in sorted(s["ranges"].items()))
@@ -116,5 +116,5 @@ def _summary_text(s: dict) -> str:
             ["sessions (this run)", s["sessions"]], ["pages (total)", len(s["pages"])],
             ["parquet", s["parquet"].get("page_counts", "")], ["", s["parquet"].get("sessions", "")],
             ["results topic", s["results_topic"]], ["elapsed", f"{s['elapsed_s']:.1f} s"]]
-    top = _table([[p, n] for p, n in s["top_pages"]], ["TOP PAGE", "CLICKS (TOTAL)"])
-    return _table(rows, ["CLICKSTREAM", ""]) + "\n\n" + top
+    top = table([[p, n] for p, n in s["top_pages"]], ["TOP PAGE", "CLICKS (TOTAL)"])
+    return table(rows, ["CLICKSTREAM", ""]) + "\n\n" + top

@@ -4,7 +4,7 @@
     read_results(cluster, "clickstream-results")   # {"pages": {...}, "sessions": [...], ...}
 
 Input: records keyed by user whose values are JSON events ``{"id", "user", "seq", "page", "ts" (epoch ms),
-"referrer", "device"}`` (``rafka.demo.ClickStream``). Values that are not JSON objects with a string
+"referrer", "device"}`` (``jobs.demo.ClickStream``). Values that are not JSON objects with a string
 ``user``, a string ``page`` and an integer ``ts`` are skipped and counted, never fatal. A session is a
 user's clicks with gaps of at most ``session_gap_ms``; it is reported as ``{user, start, end, clicks,
 pages}`` (``pages``: the distinct pages in first-visit order).

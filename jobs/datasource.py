@@ -37,8 +37,9 @@ import ray
 from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
-from rafka.errors import (KafkaError, KafkaTimeoutError, NotLeaderOrFollowerError, UnknownTopicOrPartitionError,
-                          for_code)
+from protocol.errors import refresh_metadata
+from rafka.errors import (KafkaError, KafkaTimeoutError, NotLeaderOrFollowerError, RequestTimedOutError,
+                          UnknownTopicOrPartitionError, for_code)
 from rafka.structs import TopicPartition
 
 __all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic",
@@ -49,7 +50,6 @@ SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset"
                     ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
                     ("headers", HEADER_TYPE)])
 EARLIEST, LATEST = "earliest", "latest"
-_RETRIABLE_FETCH = {3, 5, 6, 7, 9, 74, 75}   # metadata/leadership/timeouts: refresh and fetch again
 
 
 def _cluster_name(cluster: Any) -> str:
@@ -178,7 +178,7 @@ class _PartitionReader:
             self.metadata.forget_handle(self.tp)
             return None
         code = resp.get("error_code", 0)
-        if code in _RETRIABLE_FETCH:
+        if refresh_metadata(code) or code == RequestTimedOutError.code:  # leadership moved, timeouts: again
             self.metadata.forget_handle(self.tp)
             return None
         if code:

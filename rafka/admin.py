@@ -1,4 +1,4 @@
-"""``Admin``: Kafka's admin operations, served by the controller actor (``{cluster}:controller``).
+"""``Admin``: Kafka's admin operations, served by the controller actor (``protocol.names.controller_name``).
 
     admin = rafka.Admin(cluster)
     admin.create_topic("clicks", num_partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"})
@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
+from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
-from rafka.errors import KafkaError, KafkaTimeoutError, for_code
+from rafka.errors import ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
-from rafka.metadata import ClusterMetadata, RAY_NAMESPACE, controller_actor_name
+from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
 
 __all__ = ["Admin", "NewTopic"]
@@ -70,7 +71,7 @@ class Admin:
         while True:
             try:
                 if self._controller is None:
-                    self._controller = ray.get_actor(controller_actor_name(self.cluster_name),
+                    self._controller = ray.get_actor(controller_name(self.cluster_name),
                                                      namespace=RAY_NAMESPACE)
                 left = max(0.05, deadline - time.monotonic())
                 return ray.get(getattr(self._controller, method).remote(*args),
@@ -170,7 +171,7 @@ class Admin:
             raise ValueError(f"election_type must be 'preferred' or 'unclean', not {election_type!r}")
         parts = None if partitions is None else [list(tp) for tp in partitions]
         results = self._call("elect_leaders", parts, ELECTION_TYPES[election_type])
-        _raise_first([r for r in results if r.get("error_code") != 84], "elect leaders")
+        _raise_first([r for r in results if r.get("error_code") != ElectionNotNeededError.code], "elect leaders")
         return results
 
     def alter_partition_reassignments(self, assignments: dict) -> None:

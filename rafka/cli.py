@@ -21,71 +21,24 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, TextIO
+from importlib.metadata import entry_points
+from typing import Any
 
 from rafka import clusterctl
 from rafka.cli_types import count as _count, index as _index
 from rafka.errors import ClusterNotFoundError, KafkaError, UnknownTopicOrPartitionError
+from rafka import cli_support
+from rafka.cli_support import (
+    EXIT_ERROR, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, UsageError, connect, echo, kv_pairs, output_stream,
+    print_result, table,
+)
 from rafka.output import claim_stdout
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CLUSTER = 0, 1, 2, 3
+COMMANDS_GROUP = "rafka.commands"  # entry points: name -> register(groups, common) adding a verb group
 
-
-class UsageError(Exception):
-    pass
-
-
-def _kv_pairs(items: list[str] | None, what: str) -> dict[str, str]:
-    out = {}
-    for item in items or ():
-        for part in item.split(","):
-            if "=" not in part:
-                raise UsageError(f"{what} expects key=value, got {part!r}")
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
-
-
-# A command's output goes to OUTPUT, the stdout it was started with; while it runs, sys.stdout is stderr
-# (rafka.output: Ray's driver prints cluster-wide warnings on sys.stdout, and `--json` output or
-# `topic consume ... | tool` must carry nothing but the command's own lines).
-OUTPUT: TextIO | None = None
-
-
-def output_stream() -> TextIO:
-    """Where a command writes its output: the stdout the process started with (see OUTPUT)."""
-    return OUTPUT if OUTPUT is not None else sys.stdout
-
-
-def _echo(text: str) -> None:
-    out = output_stream()
-    out.write(text + "\n")
-    out.flush()
-
-
-def _print(args, data: Any, human: str | None = None) -> None:
-    if args.json:
-        _echo(json.dumps(data, default=str))
-    elif human is not None:
-        _echo(human)
-
-
-def _table(rows: list[list[Any]], header: list[str]) -> str:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
-
-
-def _connect(args):
-    """The cluster to talk to: --address, else RAY_ADDRESS, else the one `rafka cluster start` recorded.
-    Unlike ``rafka.connect()``, the CLI does not guess with Ray's "auto" (it could pick up any Ray
-    instance on the machine)."""
-    from rafka.cluster import connect, read_state, state_file
-    address = args.address or os.environ.get("RAY_ADDRESS") or (read_state() or {}).get("address")
-    if address is None:
-        raise ClusterNotFoundError(f"no cluster started here ({state_file()} is absent): run `rafka cluster "
-                                   "start`, or pass --address / set RAY_ADDRESS")
-    return connect(address=address, cluster=args.cluster)
+# the shared verb helpers live in rafka.cli_support (serve/ and jobs/ use them too); the short names below
+# are this module's own
+_print, _table, _connect, _kv_pairs, _echo = print_result, table, connect, kv_pairs, echo
 
 
 # -- cluster -------------------------------------------------------------------------------------------
@@ -539,14 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
 
-    # the gateway and the Spark jobs own their verbs (serve/cli.py, jobs/cli.py); their modules import
-    # Serve / RayDP only when a verb runs, so `rafka topic ...` stays light
-    from serve.cli import register as register_serve
-    from jobs.cli import register as register_jobs
-    from rafka.verify import register as register_verify
-    register_serve(groups, common)
-    register_jobs(groups, common)
-    register_verify(groups, common)
+    # the gateway, the Spark jobs and verify own their verbs (serve/cli.py, jobs/cli.py, rafka/verify.py),
+    # found through the `rafka.commands` entry points (pyproject.toml): the client package never imports
+    # the layers above it. Their modules import Serve / RayDP only when a verb runs.
+    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        ep.load()(groups, common)
     return p
 
 
@@ -554,19 +504,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. Called without ``argv`` (the ``rafka`` script), sys.stdout stays on stderr until the
     process exits (Ray's listener thread may still print as the interpreter shuts down); called with
     ``argv`` (in-process use), it is given back on return."""
-    global OUTPUT
     parser = build_parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    saved_output, saved_stdout = OUTPUT, sys.stdout
-    OUTPUT = claim_stdout()
+    saved_output, saved_stdout = cli_support.OUTPUT, sys.stdout
+    out = cli_support.OUTPUT = claim_stdout()
     try:
         return _run(args)
     finally:
         with contextlib.suppress(BrokenPipeError):
-            OUTPUT.flush()
+            out.flush()
         if argv is not None:
-            OUTPUT, sys.stdout = saved_output, saved_stdout
+            cli_support.OUTPUT, sys.stdout = saved_output, saved_stdout
 
 
 def _run(args) -> int:
@@ -591,7 +540,4 @@ def _run(args) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m rafka.cli`: run the imported module's main, not this __main__ copy's, so commands that write
-    # through ``rafka.cli`` (verify's report) reach the same OUTPUT stream
-    from rafka.cli import main as _main
-    sys.exit(_main())
+    sys.exit(main())

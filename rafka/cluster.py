@@ -6,8 +6,8 @@
     cluster = rafka.connect()                 # RAY_ADDRESS, the `rafka cluster start` head, or "auto"
     cluster = rafka.connect("ray://head:10001", cluster="prod")
 
-A cluster is a set of named actors in Ray namespace ``rafka`` (``{name}:controller``,
-``{name}:broker-N``, ``{name}:replica-...``) plus its metadata in GCS KV; clients only need the Ray
+A cluster is a set of named actors in Ray namespace ``rafka`` (controller, brokers, replicas: their names
+are built in ``protocol/names.py``) plus its metadata in GCS KV; clients only need the Ray
 connection and the cluster name. Client constructors take a ``LocalCluster``/``ClusterHandle``, a
 cluster name, or nothing (``connect()`` with the defaults).
 """
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.errors import ClusterNotFoundError
-from rafka.metadata import RAY_NAMESPACE, controller_actor_name
 
 __all__ = ["LocalCluster", "ClusterHandle", "connect", "resolve_cluster", "state_file", "DEFAULT_CLUSTER"]
 
@@ -53,7 +53,7 @@ class ClusterHandle:
 
     def controller(self):
         import ray
-        return ray.get_actor(controller_actor_name(self.name), namespace=RAY_NAMESPACE)
+        return ray.get_actor(controller_name(self.name), namespace=RAY_NAMESPACE)
 
     def admin(self, **config):
         from rafka.admin import Admin
@@ -137,12 +137,12 @@ def wait_for_controller(name: str, timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return ray.get_actor(controller_actor_name(name), namespace=RAY_NAMESPACE)
+            return ray.get_actor(controller_name(name), namespace=RAY_NAMESPACE)
         except ValueError:
             if time.monotonic() >= deadline:
                 raise ClusterNotFoundError(
                     f"no rafka cluster named {name!r} on this Ray cluster (no actor "
-                    f"{controller_actor_name(name)!r} in namespace {RAY_NAMESPACE!r})") from None
+                    f"{controller_name(name)!r} in namespace {RAY_NAMESPACE!r})") from None
             time.sleep(0.1)
 
 

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+from protocol.names import RAY_NAMESPACE, broker_name
 from rafka.cluster import read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError
 
@@ -187,7 +188,7 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
             "started_at": time.time(),
             "pids": sorted(ray_processes(temp_dir))}
     try:
-        ray.init(address=address, namespace="rafka", log_to_driver=False, logging_level="WARNING")
+        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
         from actors.bootstrap import start_cluster
         start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
     except BaseException:
@@ -213,13 +214,12 @@ def stop() -> dict:
         use_token_auth_if_available()
         try:
             if not ray.is_initialized():
-                ray.init(address=state["address"], namespace="rafka", log_to_driver=False, logging_level="WARNING")
+                ray.init(address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
             from actors.bootstrap import ClusterHandle
-            from rafka.metadata import RAY_NAMESPACE, broker_actor_name
             server = ClusterHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
             for i in range(state["brokers"]):
                 try:
-                    server.brokers[i] = ray.get_actor(broker_actor_name(state["cluster"], i), namespace=RAY_NAMESPACE)
+                    server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)
                 except ValueError:
                     continue
             server.shutdown()

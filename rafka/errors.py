@@ -1,12 +1,12 @@
-"""Errors raised by the clients: every Kafka error class from ``storage.errors`` plus the client-side ones.
+"""Errors raised by the clients: every Kafka error class from ``protocol.errors`` plus the client-side ones.
 
 ``KafkaTimeoutError`` is Kafka's client ``TimeoutException`` (buffer full past ``max_block_ms``, metadata
 not available, ``delivery_timeout_ms`` expired); it is a ``TimeoutError`` so plain Python code can catch it.
 """
 from __future__ import annotations
 
-from storage.errors import *  # noqa: F401,F403  (the Kafka error classes, re-exported)
-from storage.errors import KafkaError, OffsetOutOfRangeError, for_code, raise_for_code, error_response  # noqa: F401
+from protocol.errors import *  # noqa: F401,F403  (the Kafka error classes, re-exported)
+from protocol.errors import KafkaError, OffsetOutOfRangeError, for_code, raise_for_code, error_response  # noqa: F401
 
 
 class KafkaTimeoutError(KafkaError, TimeoutError):

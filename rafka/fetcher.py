@@ -21,8 +21,10 @@ import logging
 import time
 from typing import Any
 
+from protocol.errors import refresh_metadata
+from protocol.ray_errors import kafka_error_for
 from rafka.errors import (KafkaError, KafkaTimeoutError, NoOffsetForPartitionError, NotLeaderOrFollowerError,
-                          OffsetOutOfRangeError, UnknownServerError, for_code)
+                          OffsetOutOfRangeError, for_code)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
 from rafka.transport import RAY, Transport
@@ -31,7 +33,6 @@ from storage.records import TIMESTAMP_LOG_APPEND_TIME, decode_records, iter_batc
 log = logging.getLogger("rafka.consumer")
 
 EARLIEST, LATEST = -2, -1
-_METADATA_ERRORS = {3, 5, 6, 9, 74, 75}
 _new = tuple.__new__
 
 
@@ -186,8 +187,8 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
-            ref = self.transport.call(handle, "fetch", st.fetch_position, cfg.max_partition_fetch_bytes, cfg.fetch_max_wait_ms,
-                                      cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
+            ref = self.transport.call(handle, "fetch", st.fetch_position, cfg.max_partition_fetch_bytes,
+                                      cfg.fetch_max_wait_ms, cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
             st.in_flight = (ref, st.epoch, leader_id)
 
     def wait(self, timeout_s: float) -> bool:
@@ -225,10 +226,7 @@ class Fetcher:
             st.last_stable_offset = resp.get("last_stable_offset", st.last_stable_offset)
             raw = resp.get("records") or b""
             if raw:
-                last = None
-                for _pos, h in iter_batch_headers(raw, validate=False):
-                    last = h
-                nxt = last.next_offset if last is not None else st.fetch_position
+                nxt = resp["next_offset"]  # the offset after the last batch (protocol.messages.FetchResponse)
                 st.buffer.append(CompletedFetch(raw, nxt))
                 st.fetch_position = max(st.fetch_position, nxt)
             return
@@ -242,7 +240,7 @@ class Fetcher:
             st.reset = EARLIEST if self.cfg.auto_offset_reset == "earliest" else LATEST
             return
         st.retry_at = time.monotonic() + self.cfg.retry_backoff_ms / 1000.0
-        if err.code in _METADATA_ERRORS:
+        if refresh_metadata(err.code):
             self.metadata.forget_handle(st.tp, leader_id)
             return
         if not err.retriable:
@@ -288,16 +286,5 @@ class Fetcher:
 
 
 def classify(exc: BaseException) -> BaseException:
-    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-    if isinstance(exc, RayActorError):
-        return NotLeaderOrFollowerError(f"replica actor unavailable: {type(exc).__name__}")
-    if isinstance(exc, GetTimeoutError):
-        return KafkaTimeoutError(str(exc))
-    if isinstance(exc, KafkaError):
-        return exc
-    if isinstance(exc, RayTaskError):
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, KafkaError):
-            return cause
-        return UnknownServerError(f"call failed on the replica: {cause or exc}")
-    return UnknownServerError(f"{type(exc).__name__}: {exc}")
+    """A replica call's exception as a Kafka error (protocol.ray_errors)."""
+    return kafka_error_for(exc, "replica actor", timeout_error=KafkaTimeoutError)

@@ -31,11 +31,12 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from protocol.names import broker_name
 from rafka.assignors import (
     COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
 )
-from rafka.errors import KafkaError, KafkaTimeoutError, for_code
-from rafka.metadata import broker_actor_name
+from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaError, KafkaTimeoutError,
+                          NotCoordinatorError, for_code)
 from rafka.structs import OffsetAndMetadata, TopicPartition
 from rafka.transport import RAY, Transport
 
@@ -45,7 +46,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 25, 27
 FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED = 82, 79
-RETRIABLE_COORDINATOR = (14, 15, 16)
+RETRIABLE_COORDINATOR = (CoordinatorLoadInProgressError.code, CoordinatorNotAvailableError.code,
+                         NotCoordinatorError.code)
 
 
 class ConsumerRebalanceListener:
@@ -79,7 +81,7 @@ class GroupCoordinatorClient:
         ids = sorted(self.metadata.brokers())
         for bid in ids:
             try:
-                broker = self.transport.get_actor(broker_actor_name(self.cluster, bid))
+                broker = self.transport.get_actor(broker_name(self.cluster, bid))
                 ans = self.transport.get(self.transport.call(broker, "find_coordinator", self.group_id),
                                          timeout=timeout_s)
             except (ValueError, RayActorError, GetTimeoutError):

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.assignors import decode_assignment
-from rafka.errors import for_code
+from rafka.errors import UnknownTopicOrPartitionError, for_code
 from rafka.group import GroupCoordinatorClient, _first_code
-from rafka.metadata import RAY_NAMESPACE
 from rafka.structs import TopicPartition
-
-GROUP_COORDINATOR_NAME = "{cluster}:group-coordinator-{broker_id}"
-
 
 def _client(admin, group_id: str) -> GroupCoordinatorClient:
     return GroupCoordinatorClient(admin.cluster_name, admin.metadata, group_id, admin.config.retry_backoff_ms)
@@ -30,7 +27,7 @@ def list_groups(admin) -> list[dict]:
     seen: dict[str, dict] = {}
     for bid in sorted(admin.metadata.brokers()):
         try:
-            gc = ray.get_actor(GROUP_COORDINATOR_NAME.format(cluster=admin.cluster_name, broker_id=bid),
+            gc = ray.get_actor(group_coordinator_name(admin.cluster_name, bid),
                                namespace=RAY_NAMESPACE)
             res = ray.get(gc.list_groups.remote(), timeout=admin.config.request_timeout_ms / 1000.0)
         except (ValueError, RayActorError, GetTimeoutError):
@@ -117,7 +114,7 @@ def reset_offsets(admin, group_id: str, to: Any, topics: Iterable[str] | None = 
         for t in topics:
             tm = admin.metadata.topic(t)
             if tm is None:
-                raise for_code(3)(f"topic {t!r} does not exist")
+                raise UnknownTopicOrPartitionError(f"topic {t!r} does not exist")
             tps.extend(TopicPartition(t, p) for p in sorted(tm.partitions))
     if not tps:
         return {}

@@ -1,11 +1,10 @@
 """Client-side cluster metadata: topics, partition leaders, and the replica actors to talk to.
 
-The controller writes the cluster's metadata to GCS KV (namespace ``rafka:{cluster}``, msgpack values):
-``topics/<name>`` -> ``{name, topic_id, configs, partitions: {p: {replicas, leader, leader_epoch, isr,
-...}}}``, ``brokers/<id>``, and ``metadata_version`` (bumped on every change). Clients read those keys
+The controller writes the cluster's metadata to GCS KV (layout and reader: ``protocol/kv.py``):
+``topics/<name>``, ``brokers/<id>``, and ``metadata_version`` (bumped on every change). Clients read those keys
 directly (~0.4 ms a read) and cache them; a refresh first compares ``metadata_version`` and re-reads the
-topics only when it moved. Produce and fetch go straight to the leader's replica actor, named
-``{cluster}:replica-{topic}-{partition}-b{leader}`` in Ray namespace ``rafka``.
+topics only when it moved. Produce and fetch go straight to the leader's replica actor,
+``protocol.names.replica_name(cluster, topic, partition, leader)``.
 
 Thread safety: shared by a client's user thread and its background thread; one lock guards the caches.
 Ray calls (KV reads, ``get_actor``) happen outside the lock.
@@ -16,54 +15,10 @@ import threading
 import time
 from typing import Any
 
-import msgpack
-
+from protocol import kv as K
+from protocol.names import RAY_NAMESPACE, replica_name
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from rafka.structs import PartitionInfo, TopicPartition
-
-RAY_NAMESPACE = "rafka"
-
-
-def kv_namespace(cluster: str) -> str:
-    return f"rafka:{cluster}"
-
-
-def replica_actor_name(cluster: str, topic: str, partition: int, broker_id: int) -> str:
-    return f"{cluster}:replica-{topic}-{partition}-b{broker_id}"
-
-
-def controller_actor_name(cluster: str) -> str:
-    return f"{cluster}:controller"
-
-
-def broker_actor_name(cluster: str, broker_id: int) -> str:
-    return f"{cluster}:broker-{broker_id}"
-
-
-def _kv():
-    from ray.experimental import internal_kv
-    return internal_kv
-
-
-def kv_get(cluster: str, key: str) -> Any:
-    raw = _kv()._internal_kv_get(key, namespace=kv_namespace(cluster))
-    if raw is None:
-        return None
-    return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-
-
-def kv_list(cluster: str, prefix: str) -> list[str]:
-    """Keys under ``prefix``. Ray 2.60 lists keys of a namespace holding ':' (ours, ``rafka:{cluster}``)
-    with the namespace's part after its first ':' still in front (``"{cluster}:brokers/0"``): strip it."""
-    keys = _kv()._internal_kv_list(prefix, namespace=kv_namespace(cluster))
-    junk = f"{cluster}:"
-    out = []
-    for k in keys:
-        k = k.decode() if isinstance(k, bytes) else k
-        if not k.startswith(prefix) and k.startswith(junk):
-            k = k[len(junk):]
-        out.append(k)
-    return sorted(out)
 
 
 class TopicMetadata:
@@ -99,6 +54,13 @@ class ClusterMetadata:
         self._last_refresh = 0.0
         self._stale = False
         self._handles: dict[tuple[str, int, int], Any] = {}
+        self._gcs: K.GcsKV | None = None
+
+    @property
+    def _kv(self) -> K.GcsKV:
+        if self._gcs is None:
+            self._gcs = K.GcsKV(self.cluster)
+        return self._gcs
 
     # -- reads -------------------------------------------------------------------------------------
     def topic(self, name: str) -> TopicMetadata | None:
@@ -125,7 +87,7 @@ class ClusterMetadata:
             names = set(self._topics) | set(extra_topics or ())
         if not force and since < self.refresh_backoff_ms and not extra_topics:
             return
-        version = kv_get(self.cluster, "metadata_version")
+        version = self._kv.get(K.METADATA_VERSION)
         with self._lock:
             unchanged = version is not None and version == self._version and not force and \
                 all(n in self._topics for n in names)
@@ -136,7 +98,7 @@ class ClusterMetadata:
             return
         fresh: dict[str, TopicMetadata | None] = {}
         for name in names:
-            raw = kv_get(self.cluster, f"topics/{name}")
+            raw = self._kv.get(K.topic_key(name))
             fresh[name] = TopicMetadata(raw) if raw else None
         with self._lock:
             for name, tm in fresh.items():
@@ -164,14 +126,14 @@ class ClusterMetadata:
         return tm
 
     def list_topics(self) -> list[str]:
-        return [k.split("/", 1)[1] for k in kv_list(self.cluster, "topics/")]
+        return [K.key_suffix(k) for k in self._kv.keys(K.TOPICS)]
 
     def brokers(self) -> dict[int, dict]:
         out = {}
-        for key in kv_list(self.cluster, "brokers/"):
-            raw = kv_get(self.cluster, key)
+        for key in self._kv.keys(K.BROKERS):
+            raw = self._kv.get(key)
             if raw is not None:
-                out[int(key.split("/", 1)[1])] = raw
+                out[int(K.key_suffix(key))] = raw
         return out
 
     # -- replica actors ----------------------------------------------------------------------------
@@ -195,7 +157,7 @@ class ClusterMetadata:
             return h
         import ray
         try:
-            h = ray.get_actor(replica_actor_name(self.cluster, tp.topic, tp.partition, broker_id),
+            h = ray.get_actor(replica_name(self.cluster, tp.topic, tp.partition, broker_id),
                               namespace=RAY_NAMESPACE)
         except ValueError:
             return None

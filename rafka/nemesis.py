@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.names import broker_id_of, cluster_prefix, controller_name, replica_name
+
 __all__ = ["KINDS", "Fault", "Nemesis", "actor_processes"]
 
 KINDS = ("broker-kill", "replica-kill", "controller-kill", "pause", "restart")
@@ -83,26 +85,26 @@ class Nemesis:
 
     # -- targets -----------------------------------------------------------------------------------
     def _procs(self) -> dict[str, tuple[int, str]]:
-        return actor_processes(f"{self.name}:")
+        return actor_processes(cluster_prefix(self.name))
 
     def _brokers(self, procs) -> dict[int, str]:
         out = {}
         for n in procs:
-            tail = n[len(self.name) + 1:]
-            if tail.startswith("broker-") and tail[7:].isdigit():
-                out[int(tail[7:])] = n
+            broker_id = broker_id_of(self.name, n)
+            if broker_id is not None:
+                out[broker_id] = n
         return out
 
     def _controller(self, procs) -> str | None:
-        names = [n for n in procs if n[len(self.name) + 1:].startswith("controller")]
-        return names[0] if names else None
+        name = controller_name(self.name)
+        return name if name in procs else None
 
     def _replica(self, procs, leader: bool) -> str | None:
         parts = self.admin.describe_topics([self.topic])[0]["partitions"]
         choices = []
         for p in parts:
             ids = [p["leader"]] if leader else [b for b in p["replicas"] if b != p["leader"]]
-            choices += [f"{self.name}:replica-{self.topic}-{p['partition']}-b{b}" for b in ids if b >= 0]
+            choices += [replica_name(self.name, self.topic, p["partition"], b) for b in ids if b >= 0]
         choices = [c for c in choices if c in procs]
         return self.rng.choice(choices) if choices else None
 

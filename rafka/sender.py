@@ -31,19 +31,21 @@ import random
 import threading
 from typing import Any
 
+from protocol.errors import refresh_metadata
+from protocol.names import broker_name
+from protocol.ray_errors import kafka_error_for
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
-from rafka.errors import (DuplicateSequenceNumberError, KafkaError, KafkaTimeoutError,
+from rafka.errors import (DuplicateSequenceNumberError, InvalidProducerEpochError, KafkaError, KafkaTimeoutError,
                           NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, RequestTimedOutError,
-                          UnknownServerError, for_code)
-from rafka.metadata import ClusterMetadata, broker_actor_name
+                          UnknownProducerIdError, for_code)
+from rafka.metadata import ClusterMetadata
 from rafka.structs import TopicPartition
 from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.producer")
 
-_METADATA_ERRORS = {3, 5, 6, 9, 74, 75}  # unknown tp, leader n/a, not leader, replica n/a, fenced/unknown epoch
-_RESET_PID_ERRORS = {45, 47, 59}
-INLINE_CALL_BYTES = 96 * 1024  # out of order sequence, invalid producer epoch, unknown producer id
+_RESET_PID_ERRORS = {OutOfOrderSequenceNumberError.code, InvalidProducerEpochError.code, UnknownProducerIdError.code}
+INLINE_CALL_BYTES = 96 * 1024
 
 
 class InFlight:
@@ -153,7 +155,7 @@ class Sender(threading.Thread):
             if info.get("alive") is False:
                 continue
             try:
-                broker = self.transport.get_actor(broker_actor_name(self.cluster, broker_id))
+                broker = self.transport.get_actor(broker_name(self.cluster, broker_id))
                 resp = self.transport.get(self.transport.call(broker, "init_producer_id"),
                                           timeout=self.cfg.request_timeout_ms / 1000)
             except Exception as exc:  # noqa: BLE001 - try the next broker
@@ -265,9 +267,9 @@ class Sender(threading.Thread):
                 self.acc.finish(batch)
                 base += batch.record_count
             return
-        if err.code in _METADATA_ERRORS:
+        if refresh_metadata(err.code):
             self.metadata.request_update()
-            if err.code == 6:
+            if err.code == NotLeaderOrFollowerError.code:
                 self.metadata.forget_handle(inf.tp, inf.leader)
         for batch in inf.batches:
             self._retry_or_fail(batch, err, now)
@@ -316,15 +318,6 @@ class Sender(threading.Thread):
 
 
 def _classify(exc: BaseException) -> BaseException:
-    """A produce call's exception as a Kafka error: dead/unavailable actors become NOT_LEADER_OR_FOLLOWER."""
-    from ray.exceptions import RayActorError, RayTaskError
-    if isinstance(exc, RayActorError):
-        return NotLeaderOrFollowerError(f"leader replica actor unavailable: {type(exc).__name__}")
-    if isinstance(exc, KafkaError):
-        return exc
-    if isinstance(exc, RayTaskError):
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, KafkaError):
-            return cause
-        return UnknownServerError(f"produce failed on the leader: {cause or exc}")
-    return UnknownServerError(f"{type(exc).__name__}: {exc}")
+    """A produce call's exception as a Kafka error: dead/unavailable actors become NOT_LEADER_OR_FOLLOWER
+    (protocol.ray_errors)."""
+    return kafka_error_for(exc, "leader replica actor", "produce", timeout_error=KafkaTimeoutError)

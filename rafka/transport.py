@@ -44,7 +44,7 @@ class RayTransport:
     def get_actor(self, name: str) -> Any:
         import ray
 
-        from rafka.metadata import RAY_NAMESPACE
+        from protocol.names import RAY_NAMESPACE
         return ray.get_actor(name, namespace=RAY_NAMESPACE)
 
     def call(self, endpoint: Any, method: str, *args: Any, **kw: Any) -> Any:

@@ -395,11 +395,11 @@ def _nonneg(v: str) -> int:
 
 def cmd_verify(args) -> int:
     import sys
-    from rafka import cli
+    from rafka import cli_support
     kinds = tuple(k.strip() for k in args.nemesis.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
-        raise cli.UsageError(f"--nemesis: unknown fault kind(s) {bad or args.nemesis!r}; expected {', '.join(KINDS)}")
+        raise cli_support.UsageError(f"--nemesis: unknown fault kind(s) {bad or args.nemesis!r}; expected {', '.join(KINDS)}")
     cfg = VerifyConfig(topic=args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
                        min_insync_replicas=args.min_insync_replicas, keys=args.keys, rate=args.rate,
                        faults=args.faults, kinds=kinds, interval_s=args.interval, down_s=args.down,
@@ -413,13 +413,13 @@ def cmd_verify(args) -> int:
     if args.local:
         from rafka.cluster import LocalCluster
         with LocalCluster(brokers=args.brokers, name="verify-" + uuid.uuid4().hex[:6],
-                          broker_config=cli._kv_pairs(args.config, "--config") or None) as cluster:
+                          broker_config=cli_support.kv_pairs(args.config, "--config") or None) as cluster:
             rep = run_verify(cluster, cluster.server, cfg, say)
     else:
-        handle = cli._connect(args)
+        handle = cli_support.connect(args)
         rep = run_verify(handle, _server_handle(handle.name), cfg, say)
-    cli._print(args, rep, format_report(rep))
-    return cli.EXIT_OK if rep["ok"] else cli.EXIT_ERROR
+    cli_support.print_result(args, rep, format_report(rep))
+    return cli_support.EXIT_OK if rep["ok"] else cli_support.EXIT_ERROR
 
 
 def _server_handle(name: str):
@@ -428,7 +428,7 @@ def _server_handle(name: str):
     import ray
     from actors.bootstrap import ClusterHandle
     from rafka.cluster import read_state
-    from rafka.metadata import RAY_NAMESPACE, broker_actor_name
+    from protocol.names import RAY_NAMESPACE, broker_name
     state = read_state() or {}
     if state.get("cluster") != name:
         raise ValueError(f"cluster {name!r} was not started by `rafka cluster start` here: its broker "
@@ -436,7 +436,7 @@ def _server_handle(name: str):
     server = ClusterHandle(name, state["brokers"], state["data_dir"], state.get("config"), None)
     for i in range(state["brokers"]):
         try:
-            server.brokers[i] = ray.get_actor(broker_actor_name(name, i), namespace=RAY_NAMESPACE)
+            server.brokers[i] = ray.get_actor(broker_name(name, i), namespace=RAY_NAMESPACE)
         except ValueError:
             continue
     return server

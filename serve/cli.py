@@ -1,4 +1,4 @@
-"""`rafka serve ...` verbs (registered by rafka/cli.py): the HTTP gateway on the started cluster.
+"""`rafka serve ...` verbs (a `rafka.commands` entry point, pyproject.toml): the HTTP gateway on the started cluster.
 
     rafka serve start [--port 8082] [--host 127.0.0.1] [--acks all] [--replicas 1] [--body-timeout-s 30]
     rafka serve status
@@ -15,9 +15,9 @@ from __future__ import annotations
 def cmd_serve_start(args) -> int:
     import sys
     from ray.serve.exceptions import RayServeException
-    from rafka.cli import EXIT_ERROR, EXIT_OK, _connect, _print
+    from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
     from serve.http import start_gateway
-    handle = _connect(args)
+    handle = connect(args)
     try:
         url = start_gateway(handle, host=args.host, port=args.port, acks=args.acks, num_replicas=args.replicas,
                             body_timeout_s=args.body_timeout_s)
@@ -26,32 +26,32 @@ def cmd_serve_start(args) -> int:
         return EXIT_ERROR
     info = {"url": url, "docs": f"{url}/docs", "openapi": f"{url}/openapi.json", "cluster": handle.name,
             "acks": args.acks, "replicas": args.replicas}
-    _print(args, info, f"rafka HTTP gateway for cluster {handle.name!r} listening on {url}\n"
+    print_result(args, info, f"rafka HTTP gateway for cluster {handle.name!r} listening on {url}\n"
                        f"  API docs      {url}/docs\n  OpenAPI       {url}/openapi.json\n"
                        "Stop it with: rafka serve stop")
     return EXIT_OK
 
 
 def cmd_serve_status(args) -> int:
-    from rafka.cli import EXIT_ERROR, EXIT_OK, _connect, _print
+    from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
     from serve.http import gateway_status
-    _connect(args)
+    connect(args)
     st = gateway_status()
     if st is None:
-        _print(args, {"running": False}, "the rafka HTTP gateway is not running on this cluster")
+        print_result(args, {"running": False}, "the rafka HTTP gateway is not running on this cluster")
         return EXIT_ERROR
     st["running"] = True
     deps = ", ".join(f"{d} {s}" for d, s in sorted(st["deployments"].items()))
-    _print(args, st, f"rafka HTTP gateway {st['status']} at {st['url']} (docs {st['url']}/docs)\n  deployments   {deps}")
+    print_result(args, st, f"rafka HTTP gateway {st['status']} at {st['url']} (docs {st['url']}/docs)\n  deployments   {deps}")
     return EXIT_OK
 
 
 def cmd_serve_stop(args) -> int:
-    from rafka.cli import EXIT_OK, _connect, _print
+    from rafka.cli_support import EXIT_OK, connect, print_result
     from serve.http import stop_gateway
-    _connect(args)
+    connect(args)
     deleted = stop_gateway()
-    _print(args, {"stopped": deleted}, "stopped the rafka HTTP gateway" if deleted
+    print_result(args, {"stopped": deleted}, "stopped the rafka HTTP gateway" if deleted
            else "the rafka HTTP gateway was not running")
     return EXIT_OK
 

@@ -5,11 +5,12 @@ Every failure leaves the gateway as JSON (never a traceback)::
     HTTP 404  {"error_code": 40401, "kafka_error_code": 3, "message": "topic 'x' does not exist"}
 
 ``error_code`` is Confluent's five-digit code (the HTTP status then a sequence number, so a REST Proxy
-client's checks keep working); ``kafka_error_code`` is Kafka's protocol error code (``storage/errors.py``)
+client's checks keep working); ``kafka_error_code`` is Kafka's protocol error code (``protocol/errors.py``)
 when a Kafka error caused the failure, else null. ``from_exception`` maps any exception onto that shape.
 """
 from __future__ import annotations
 
+from protocol import errors as E
 from rafka.errors import ClusterNotFoundError, CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError
 
 # Confluent's codes where it has one; the rest follow its "HTTP status + sequence" scheme.
@@ -49,10 +50,11 @@ class GatewayError(Exception):
         return (GatewayError, (self.status, self.error_code, self.message, self.kafka_error_code))
 
 
-_TOO_LARGE = {10, 18}                  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE
-_BAD_RECORD = {2, 32, 87}              # CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD
-_NOT_FOUND = {3, 69, 100}              # UNKNOWN_TOPIC_OR_PARTITION, GROUP_ID_NOT_FOUND, UNKNOWN_TOPIC_ID
-_CONFLICT = {22, 25, 27, 68, 82}       # generation/member/rebalance/non-empty group/fenced instance
+_TOO_LARGE = {E.MessageTooLargeError.code, E.RecordListTooLargeError.code}
+_BAD_RECORD = {E.CorruptMessageError.code, E.InvalidTimestampError.code, E.InvalidRecordError.code}
+_NOT_FOUND = {E.UnknownTopicOrPartitionError.code, E.GroupIdNotFoundError.code, E.UnknownTopicIdError.code}
+_CONFLICT = {E.IllegalGenerationError.code, E.UnknownMemberIdError.code, E.RebalanceInProgressError.code,
+             E.NonEmptyGroupError.code, E.FencedInstanceIdError.code}
 
 
 def from_kafka(exc: KafkaError) -> GatewayError:
@@ -64,7 +66,7 @@ def from_kafka(exc: KafkaError) -> GatewayError:
     if isinstance(exc, (IllegalStateError, CommitFailedError)) or code in _CONFLICT:
         return GatewayError(409, ILLEGAL_STATE, f"{exc.name}: {exc.message}", code)
     if code in _NOT_FOUND:
-        return GatewayError(404, TOPIC_NOT_FOUND if code != 69 else NOT_FOUND, f"{exc.name}: {exc.message}", code)
+        return GatewayError(404, TOPIC_NOT_FOUND if code != E.GroupIdNotFoundError.code else NOT_FOUND, f"{exc.name}: {exc.message}", code)
     if code in _TOO_LARGE:
         return GatewayError(413, TOO_LARGE, f"{exc.name}: {exc.message}", code)
     if code in _BAD_RECORD:

@@ -38,7 +38,7 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from storage.errors import CorruptMessageError
+from protocol.errors import CorruptMessageError
 
 __all__ = [
     "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC", "MIN_BATCH_LENGTH", "MAX_BATCH_LENGTH",

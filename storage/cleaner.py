@@ -51,8 +51,8 @@ from typing import Callable, Mapping, Sequence
 
 from crc32c import crc32c
 
+from protocol.errors import CorruptMessageError, InvalidRecordError
 from storage.codecs import decompress
-from storage.errors import CorruptMessageError, InvalidRecordError
 from storage.control import parse_control_record
 from storage.records import (
     ATTRIBUTES_POS,
@@ -107,7 +107,7 @@ def _segment_file_names(base_offset: int, suffix: str = "") -> list[str]:
     return [f"{base_offset:020d}{ext}{suffix}" for ext in SEGMENT_EXTENSIONS]
 
 
-def _scan_keys(h: BatchHeader, data: bytes, m: dict) -> None:
+def _scan_keys(h: BatchHeader, data: bytes | bytearray, m: dict) -> None:
     """Pass 1's hot loop: ``m[key] = offset`` for each record of the batch, reading only the Length,
     TimestampDelta (skipped), OffsetDelta and Key fields of the record grammar (storage/records.py);
     values and headers are never decoded. Malformed records raise ``InvalidRecordError``."""
@@ -350,6 +350,7 @@ class _Compaction:
                 return data if h.records_count == 0 else _empty_batch(h)
             return None
         stats.records_kept += len(retained)
+        horizon: int | None
         if h.has_delete_horizon:
             horizon = h.delete_horizon_ms
             needs_horizon = False

@@ -29,7 +29,7 @@ import cramjam
 import lz4.frame as _lz4f
 import zstandard as _zstd
 
-from storage.errors import CorruptMessageError, UnsupportedCompressionTypeError
+from protocol.errors import CorruptMessageError, UnsupportedCompressionTypeError
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -147,7 +147,7 @@ def _raw_snappy_length(block) -> int:
 def snappy_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     mv = memoryview(data)
     if mv[:8] == XERIAL_MAGIC and len(mv) >= XERIAL_HEADER.size:
-        out = []
+        blocks: list[bytes] = []
         total = 0
         pos, n = XERIAL_HEADER.size, len(mv)
         while pos < n:
@@ -159,9 +159,9 @@ def snappy_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
                 raise CorruptMessageError(f"xerial snappy block length {size} exceeds the stream")
             block = _snappy_raw(mv[pos:pos + size], max_size - total)
             total += len(block)
-            out.append(block)
+            blocks.append(block)
             pos += size
-        return b"".join(out)
+        return b"".join(blocks)
     if mv[:10] == SNAPPY_FRAMED_MAGIC:
         d = cramjam.snappy.Decompressor()
         d.decompress(mv)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from storage.errors import InvalidRecordError
+from protocol.errors import InvalidRecordError
 from storage.records import CONTROL_ABORT, CONTROL_COMMIT, Record, RecordBatchBuilder
 
 __all__ = ["CONTROL_ABORT", "CONTROL_COMMIT", "CONTROL_KEY", "CONTROL_VALUE", "build_control_batch",

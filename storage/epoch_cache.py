@@ -97,6 +97,7 @@ class LeaderEpochCache:
 
     # ---------------------------------------------------------------- persistence
     def _load(self) -> None:
+        assert self.path is not None
         try:
             with open(self.path, "r", encoding="ascii") as f:
                 text = f.read()

@@ -37,6 +37,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_right
+from typing import BinaryIO
 
 __all__ = ["AbstractIndex", "OffsetIndex", "TimeIndex", "CorruptIndexError", "OFFSET_ENTRY", "TIME_ENTRY"]
 
@@ -85,7 +86,7 @@ class _IndexFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._f = None
+        self._f: BinaryIO | None = None
 
     def _writer(self):
         if self._f is None:

@@ -45,29 +45,29 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from protocol.errors import (
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    KafkaStorageError, RecordListTooLargeError, UnexpectedAppendOffsetError,
+)
 from storage import cleaner, log_validator
 from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import (
-    OffsetOutOfRangeError,
-    OutOfOrderSequenceNumberError,
-    RecordListTooLargeError, UnexpectedAppendOffsetError,
-)
 from storage.log_config import LogConfig
-from storage.log_offsets import (
-    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
-)
-from storage.log_retention import LogRetention
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
     replay_producer_state,
 )
+from storage.log_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
+)
+from storage.log_retention import LogRetention
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, parse_header,
+    CONTROL_MASK, BatchHeader, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
-from storage.segment import KafkaStorageError, LogSegment
+from storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ class Log(LogRetention):
     def _check_producers(self, buf, infos) -> tuple[int, int] | None:
         """Producer-state check of a leader append; several batches of one producer in one append must
         continue each other (producer_state checks each against the state before this append)."""
-        seen = {}
+        seen: dict[int, BatchHeader] = {}
         for pos, _, h in infos:
             pid = h.producer_id
             if pid < 0:
@@ -353,6 +353,7 @@ class Log(LogRetention):
             records += h.records_count
             expected = last + 1
             pos += size
+        assert first is not None  # n > 0: at least one batch was read
         self._maybe_roll(n, max_ts, expected - 1, first, now)
         cache, latest = self.epoch_cache, self.epoch_cache.latest_epoch
         for _, h in headers:

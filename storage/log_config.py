@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from storage.errors import InvalidConfigError
+from protocol.errors import InvalidConfigError
 
 __all__ = ["LogConfig", "LONG_MAX", "INT_MAX"]
 
@@ -71,10 +71,10 @@ def _parse_value(key: str, kind: str, minimum, value):
                 return value.strip().lower() == "true"
             raise ValueError("must be true or false")
         if kind == "ratio":
-            v = float(value)
-            if not 0.0 <= v <= 1.0:
+            r = float(value)
+            if not 0.0 <= r <= 1.0:
                 raise ValueError("must be in [0, 1]")
-            return v
+            return r
         if kind == "policy":
             items = value.split(",") if isinstance(value, str) else list(value)
             items = [str(i).strip() for i in items]

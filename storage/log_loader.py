@@ -33,9 +33,9 @@ import os
 from bisect import bisect_right
 from typing import Callable, NamedTuple
 
+from protocol.errors import CorruptMessageError
 from storage.checkpoint import TMP_SUFFIX, fsync_dir, read_offset_checkpoint, take_marker
 from storage.epoch_cache import LeaderEpochCache
-from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager
 from storage.records import CONTROL_MASK
@@ -75,7 +75,7 @@ def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_
     rp, hw = stored.get(RECOVERY_POINT_FILE, 0), stored.get(HIGH_WATERMARK_FILE, 0)
     segments = [new_segment(b, now) for b in bases] or [new_segment(lso or 0, now)]
     rebuild_epochs = epoch_cache.load_error is not None or (
-        not os.path.exists(epoch_cache.path) and segments[-1].size + segments[0].size > 0)
+        epoch_cache.path is not None and not os.path.exists(epoch_cache.path) and segments[-1].size + segments[0].size > 0)
     strict = config.cleanup_policy == "delete"
     first = len(segments) if clean else max(bisect_right(bases, rp) - 1, 0)
     for seg in segments[:first]:
@@ -121,13 +121,13 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
     """Drop ``.cleaned``/``.deleted``/checkpoint ``.tmp`` leftovers; complete each interrupted swap: a
     ``.log.swap`` (flushed before it got that name) replaces the segments whose base offsets lie in its
     offset range. A ``.swap`` index is dropped (the segment's indexes are rebuilt)."""
-    swaps = []
+    swaps: list[int] = []
     for n in sorted(os.listdir(d)):
         path = os.path.join(d, n)
         if n.endswith((".cleaned", ".deleted")) or (n.endswith(TMP_SUFFIX) and "checkpoint" in n):
             os.remove(path)
-        elif n.endswith(".log.swap") and parse_base_offset(n) is not None:
-            swaps.append(parse_base_offset(n))
+        elif n.endswith(".log.swap") and (swap_base := parse_base_offset(n)) is not None:
+            swaps.append(swap_base)
         elif n.endswith(".swap"):
             os.remove(path)
     for base in sorted(swaps):

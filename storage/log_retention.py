@@ -15,12 +15,37 @@ Concurrency: single-threaded, like Log.
 """
 from __future__ import annotations
 
-from storage.errors import OffsetOutOfRangeError
+from typing import TYPE_CHECKING
+
+from protocol.errors import OffsetOutOfRangeError
 from storage.segment import LogSegment
+
+if TYPE_CHECKING:
+    from storage.epoch_cache import LeaderEpochCache
+    from storage.log_config import LogConfig
+    from storage.producer_state import ProducerStateManager
 
 
 class LogRetention:
     """The deleting half of Log; see the module docstring."""
+
+    if TYPE_CHECKING:  # what the mixin uses of Log (declared for the type checker only)
+        dir: str
+        config: LogConfig
+        epoch_cache: LeaderEpochCache
+        producer_state: ProducerStateManager
+        _segments: list[LogSegment]
+        _bases: list[int]
+        _lso: int
+        _leo: int
+        _hw: int
+        _rp: int
+
+        def _check_open(self) -> None: ...
+        def _write_checkpoints(self) -> None: ...
+        @property
+        def size_in_bytes(self) -> int: ...
+        def roll(self, now_ms: int | None = None, new_base: int | None = None) -> LogSegment: ...
 
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,

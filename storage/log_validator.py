@@ -50,9 +50,9 @@ from typing import Callable
 
 from crc32c import crc32c
 
-from storage.codecs import decompress
-from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
+from protocol.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
                             MessageTooLargeError, UnsupportedCompressionTypeError)
+from storage.codecs import decompress
 from storage.log_config import LogConfig
 from storage.records import (ATTRIBUTES_POS, COMPRESSION_MASK, CONTROL_MASK, CRC_POS, MAX_TIMESTAMP_POS,
                              NO_TIMESTAMP, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
@@ -255,7 +255,7 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
                                                                      f"(known: 0 none, 1 gzip, 2 snappy, 3 lz4, "
                                                                      f"4 zstd)")
         start, end = pos + RECORDS_POS, pos + size
-        data = buf
+        data: bytes | bytearray = buf
         if codec:
             try:
                 with memoryview(buf) as mv:

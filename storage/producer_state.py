@@ -64,7 +64,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from storage.errors import (
+from protocol.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
@@ -435,9 +435,9 @@ class ProducerStateManager:
                 self._delete_snapshot(o)
                 continue
             self._reset(max(o, log_start_offset))
-            for e in entries:
-                if now_ms is None or not self._is_expired(e, now_ms):
-                    self.producers[e.producer_id] = e
+            for entry in entries:
+                if now_ms is None or not self._is_expired(entry, now_ms):
+                    self.producers[entry.producer_id] = entry
             return self.map_end_offset
         self._reset(log_start_offset)
         return log_start_offset

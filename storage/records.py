@@ -66,6 +66,7 @@ from typing import Iterator, NamedTuple
 
 from crc32c import crc32c as _crc32c
 
+from protocol.errors import InvalidRecordError, InvalidTimestampError, UnsupportedCompressionTypeError
 from storage.batch_header import (  # noqa: F401 (re-exported: the header half of this format)
     ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_TIMESTAMP_POS, BATCH_HEADER, BATCH_OVERHEAD, COMPRESSION_MASK,
     CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, CRC_POS, DELETE_HORIZON_MASK, GZIP, LAST_OFFSET_DELTA_POS,
@@ -77,7 +78,6 @@ from storage.batch_header import (  # noqa: F401 (re-exported: the header half o
 )
 from storage.codecs import compress, decompress
 from storage.varint import _UVARINT, _ZZ1, _ZZ2, _slow_varint, decode_varint, encode_varint  # noqa: F401 (re-exported)
-from storage.errors import InvalidRecordError, InvalidTimestampError, UnsupportedCompressionTypeError
 
 __all__ = [
     "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC",

@@ -30,14 +30,13 @@ import os
 import struct
 from typing import Callable, Iterator
 
-from storage.errors import CorruptMessageError, for_name
+from protocol.errors import CorruptMessageError, KafkaStorageError
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.records import (
     BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch,
 )
 
 log = logging.getLogger(__name__)
-KafkaStorageError = for_name("KAFKA_STORAGE_ERROR")  # KAFKA_STORAGE_ERROR (56), retriable
 
 __all__ = ["LogSegment", "log_file_name", "index_file_name", "time_index_file_name", "parse_base_offset"]
 
@@ -89,9 +88,8 @@ class LogSegment:
         self._closed = False
         self._rebuilt = False  # indexes rebuilt once already: a second inconsistency is the log's fault
         if self._size == 0:  # a new (or emptied) segment: its (empty) index files exist from the start
-            self._load_indexes()
-            self._offset_index.create()
-            self._time_index.create()
+            self.offset_index.create()  # loads both indexes
+            self.time_index.create()
 
     # ------------------------------------------------------------------ names and sizes
     @property
@@ -122,12 +120,14 @@ class LogSegment:
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
             self._load_indexes()
+        assert self._offset_index is not None
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
             self._load_indexes()
+        assert self._time_index is not None
         return self._time_index
 
     def _load_indexes(self) -> None:
@@ -166,6 +166,7 @@ class LogSegment:
         """Bytes from the last indexed batch (or the start) to the end: the same value as if the segment
         had been appended to without interruption, so the next entry lands where it always would."""
         oi = self._offset_index
+        assert oi is not None
         self._bytes_since_last_index_entry = self._size - (oi.entry(oi.entries - 1)[1] if oi.entries else 0)
 
     def rebuild_indexes(self) -> int:
@@ -255,6 +256,7 @@ class LogSegment:
     def max_timestamp_so_far(self) -> int:
         """Largest batch max timestamp appended (-1 when none)."""
         self._ensure_max_ts()
+        assert self._max_ts is not None
         return self._max_ts
 
     @property
@@ -348,6 +350,7 @@ class LogSegment:
     def _index_batches(self, physical: int, batches) -> None:
         oi, ti = self.offset_index, self.time_index
         self._ensure_max_ts()
+        assert self._max_ts is not None
         max_ts, max_ts_off = self._max_ts, self._offset_of_max_ts
         since, interval = self._bytes_since_last_index_entry, self.index_interval_bytes
         for pos, size, last, ts in batches:
@@ -403,7 +406,8 @@ class LogSegment:
         leader epochs never decreasing, starting from ``min_epoch``), rebuild both indexes from scratch,
         truncate the log at the first invalid batch (unless ``truncate`` is False). Returns the number
         of bytes past the valid prefix. ``on_batch(position, header)`` is called for each valid batch."""
-        if self._offset_index is not None:  # their buffered entries must not reach the rebuilt files later
+        # their buffered entries must not reach the rebuilt files later (the two are loaded together)
+        if self._offset_index is not None and self._time_index is not None:
             self._offset_index.close()
             self._time_index.close()
         oi = OffsetIndex(self.index_path, self.base_offset, self.max_index_size)
@@ -488,16 +492,17 @@ class LogSegment:
         """Record the final max timestamp in the time index (its last entry then names the segment's
         largest timestamp after a reopen) and push index bytes to the OS."""
         self._ensure_max_ts()
+        assert self._max_ts is not None
         if self._max_ts >= 0:
             self.time_index.maybe_append(self._max_ts, self._offset_of_max_ts, skip_full_check=True)
-        if self._offset_index is not None:
+        if self._offset_index is not None and self._time_index is not None:
             self._offset_index.flush(fsync=False)
             self._time_index.flush(fsync=False)
 
     def flush(self) -> None:
         """fsync the log and both indexes."""
         os.fsync(self._fd)
-        if self._offset_index is not None:
+        if self._offset_index is not None and self._time_index is not None:
             self._offset_index.flush()
             self._time_index.flush()
 
@@ -518,7 +523,7 @@ class LogSegment:
     def close(self) -> None:
         if self._closed:
             return
-        if self._offset_index is not None:
+        if self._offset_index is not None and self._time_index is not None:
             self.on_become_inactive()
             self._offset_index.close()
             self._time_index.close()
@@ -528,7 +533,7 @@ class LogSegment:
     def delete(self) -> None:
         """Close and remove the three files."""
         if not self._closed:
-            if self._offset_index is not None:
+            if self._offset_index is not None and self._time_index is not None:
                 self._offset_index.close()
                 self._time_index.close()
             os.close(self._fd)

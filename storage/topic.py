@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from storage.errors import InvalidTopicError
+from protocol.errors import InvalidTopicError
 
 __all__ = ["MAX_TOPIC_NAME_LENGTH", "validate_topic_name"]
 

@@ -9,7 +9,7 @@ for the rest. Pure, no state: safe from any thread.
 """
 from __future__ import annotations
 
-from storage.errors import InvalidRecordError
+from protocol.errors import InvalidRecordError
 
 
 def _encode_unsigned(z: int) -> bytes:
@@ -70,5 +70,5 @@ def _slow_varint(data, p: int) -> tuple[int, int]:
 # Zigzag-decoded values of 1-byte varints (_ZZ1[b0]) and of 2-byte varints (_ZZ2[b0][b1], b0 >= 128):
 # list indexing is specialised by the interpreter, shifts and xors are not.
 _ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
-_ZZ2 = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
+_ZZ2: list = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
                        for b0 in range(128, 256)]

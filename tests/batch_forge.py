@@ -7,10 +7,10 @@ import time
 
 from crc32c import crc32c
 
+from protocol.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
+                            UnsupportedCompressionTypeError)
 from storage import codecs
 from storage.control import build_control_batch
-from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError,
-                            UnsupportedCompressionTypeError)
 from storage.records import (BATCH_HEADER, BATCH_OVERHEAD, CONTROL_COMMIT, GZIP, LOG_OVERHEAD, LZ4, NONE,
                              RECORDS_POS, ZSTD, RecordBatchBuilder, encode_varint)
 

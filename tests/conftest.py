@@ -23,6 +23,8 @@ def ray_cluster():
     import ray._private.services as services
     from ray.cluster_utils import Cluster
 
+    from protocol.names import RAY_NAMESPACE
+
     # ray.init canonicalizes 127.0.0.1 to the machine's routable IP, where a loopback-only GCS does not
     # listen ("Timed out while waiting for GCS"): keep loopback addresses as given in this driver.
     services.resolve_ip_for_localhost = lambda host: host
@@ -31,7 +33,7 @@ def ray_cluster():
         initialize_head=True,
         head_node_args={"num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
     )
-    ray.init(address=cluster.address, namespace="rafka", log_to_driver=False)
+    ray.init(address=cluster.address, namespace=RAY_NAMESPACE, log_to_driver=False)
     yield cluster
     ray.shutdown()
     cluster.shutdown()

@@ -330,7 +330,8 @@ import os, sys
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray, ray._private.services as services
 services.resolve_ip_for_localhost = lambda host: host
-ray.init(address=sys.argv[1], namespace="rafka", log_to_driver=False, logging_level="ERROR")
+from protocol.names import RAY_NAMESPACE
+ray.init(address=sys.argv[1], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="ERROR")
 import rafka
 c = rafka.Consumer(sys.argv[2], group_id=sys.argv[3], enable_auto_commit=False, session_timeout_ms=3000,
                    heartbeat_interval_ms=200, auto_offset_reset="earliest", fetch_max_wait_ms=100)

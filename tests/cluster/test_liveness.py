@@ -19,11 +19,12 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 import rafka
 from actors.bootstrap import start_cluster
-from actors.controller import NAMESPACE, RemoteController, controller_name
+from actors.controller import RemoteController
 from actors.metadata_store import ClusterKV
+from protocol.errors import KafkaStorageError, NotControllerError
+from protocol.names import RAY_NAMESPACE, controller_name
 from rafka import TopicPartition
 from rafka.clusterctl import pid_alive
-from storage.errors import KafkaStorageError, NotControllerError
 
 pytestmark = pytest.mark.cluster
 
@@ -43,7 +44,7 @@ def _signal(pid: int, sig) -> None:
 def controller_info(cluster: str, timeout_s: float = 1.0) -> dict | None:
     """The named controller's description, or None while there is none that answers."""
     try:
-        h = ray.get_actor(controller_name(cluster), namespace=NAMESPACE)
+        h = ray.get_actor(controller_name(cluster), namespace=RAY_NAMESPACE)
         return ray.get(h.describe_controller.remote(), timeout=timeout_s)
     except (ValueError, RayActorError, GetTimeoutError):
         return None
@@ -230,7 +231,7 @@ def test_stale_controller_cannot_commit(shared):
     size = os.path.getsize(mlog)
     rival = kv.claim_controller_epoch({"host_broker_id": -1})
     assert rival == info["controller_epoch"] + 1
-    ctl = ray.get_actor(controller_name(ch.cluster), namespace=NAMESPACE)
+    ctl = ray.get_actor(controller_name(ch.cluster), namespace=RAY_NAMESPACE)
     with pytest.raises(NotControllerError):
         res = ray.get(ctl.create_topics.remote([{"name": "zombie-topic", "num_partitions": 1,
                                                   "replication_factor": 1}], 5000))
@@ -303,7 +304,7 @@ def test_log_dir_lock_refuses_a_second_broker_and_frees_on_sigkill(ray_cluster, 
         mlog = os.path.join(str(tmp_path), "controller", "metadata.log")
         with open(mlog, "rb") as f:
             before = f.read()
-        rival = RemoteController.options(name=controller_name(cluster_name + "c"), namespace=NAMESPACE,
+        rival = RemoteController.options(name=controller_name(cluster_name + "c"), namespace=RAY_NAMESPACE,
                                          num_cpus=0).remote(cluster_name + "c", str(tmp_path), FAST, -1)
         with pytest.raises(RayActorError) as e:
             ray.get(rival.ping.remote(), timeout=60)

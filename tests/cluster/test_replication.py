@@ -12,7 +12,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.bootstrap import start_cluster
-from storage import errors as E
+from protocol import errors as E
 from storage.records import RecordBatchBuilder, decode_records
 
 pytestmark = pytest.mark.cluster

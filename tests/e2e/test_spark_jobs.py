@@ -19,7 +19,7 @@ import rafka
 from jobs import clickstream
 from jobs.datasource import SCHEMA, TopicDatasink, TopicDatasource, read_topic, write_topic
 from rafka import TopicPartition
-from rafka.demo import ClickStream
+from jobs.demo import ClickStream
 from rafka.errors import UnknownTopicOrPartitionError
 from rafka.partitioner import partition_for_key
 

@@ -40,8 +40,17 @@ from ray.exceptions import ActorDiedError, GetTimeoutError
 
 from actors.group_model import GroupCoordinatorConfig, Pending
 from actors.group_state import GroupCoordinatorShard
-from rafka.errors import (FencedLeaderEpochError, KafkaError, NotLeaderOrFollowerError, OffsetOutOfRangeError,
-                          UnknownLeaderEpochError, error_response, for_code)
+from protocol.messages import FetchResponse
+from protocol.names import broker_name as _broker_name
+from rafka.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    error_response,
+    for_code,
+)
 from rafka.metadata import ClusterMetadata, TopicMetadata
 from rafka.structs import TopicPartition
 from storage.log import Log
@@ -148,14 +157,17 @@ class FakeReplica(Endpoint):
                 raise OffsetOutOfRangeError(
                     f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]")
             end = snap.high_watermark
-            records = b"" if fetch_offset >= end else \
-                lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True).records
-            return {"error_code": 0, "error_message": None, "high_watermark": snap.high_watermark,
-                    "log_start_offset": snap.log_start_offset, "last_stable_offset": snap.last_stable_offset,
-                    "records": bytes(records)}
+            if fetch_offset >= end:
+                records, next_offset = b"", fetch_offset
+            else:
+                info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
+                records, next_offset = info.records, info.next_offset
+            return FetchResponse(high_watermark=snap.high_watermark, log_start_offset=snap.log_start_offset,
+                                 last_stable_offset=snap.last_stable_offset, records=bytes(records),
+                                 next_offset=next_offset).to_dict()
         except Exception as exc:  # noqa: BLE001
             return self._answer(exc, high_watermark=-1, log_start_offset=lg.log_start_offset,
-                                last_stable_offset=-1, records=b"")
+                                last_stable_offset=-1, records=b"", next_offset=-1)
 
     def list_offsets(self, timestamp: int, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
         try:
@@ -363,14 +375,6 @@ class FakeCluster:
     def methods_called(self, label: str | None = None, method: str | None = None) -> list[tuple[float, str, str]]:
         with self.lock:
             return [c for c in self.calls if (label is None or c[1] == label) and (method is None or c[2] == method)]
-
-
-def _broker_name(cluster: str, broker_id: int) -> str:
-    try:  # after issue 14's protocol room the builders live in protocol.names
-        from protocol.names import broker_name
-    except ImportError:
-        from rafka.metadata import broker_actor_name as broker_name
-    return broker_name(cluster, broker_id)
 
 
 class FakeTransport:

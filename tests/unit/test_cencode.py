@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import storage.records as records
+from protocol.errors import KafkaError
 from storage import _crecords
-from storage.errors import KafkaError
 from storage.records import RecordBatchBuilder, decode_records
 
 DIFF = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from protocol.errors import CorruptMessageError
 from storage import cleaner
-from storage.errors import CorruptMessageError
+from storage.control import build_control_batch
 from storage.log import Log, LogConfig
 from storage.records import (
     CONTROL_ABORT,
@@ -22,7 +23,6 @@ from storage.records import (
     RecordBatch,
     RecordBatchBuilder,
 )
-from storage.control import build_control_batch
 
 T0 = 1_000_000
 

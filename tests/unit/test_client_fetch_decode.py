@@ -47,7 +47,7 @@ def test_control_batches_are_skipped_and_log_append_time_reported():
 def test_corrupt_bytes_raise_a_kafka_error():
     raw = bytearray(batch(0, [b"a"]))
     raw[-1] ^= 0xFF
-    from storage.errors import CorruptMessageError
+    from protocol.errors import CorruptMessageError
     with pytest.raises(CorruptMessageError):
         CompletedFetch(bytes(raw), 1).decode(state(0), True)
 

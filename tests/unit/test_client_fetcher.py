@@ -4,12 +4,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 from rafka.config import ConsumerConfig
 from rafka.errors import OffsetOutOfRangeError
 from rafka.fetcher import Fetcher
 from rafka.structs import TopicPartition
-from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 from actors.group_records import OffsetCommitKey
 from rafka.config import ConsumerConfig
@@ -12,7 +13,6 @@ from rafka.errors import CommitFailedError
 from rafka.fetcher import Fetcher
 from rafka.group import GroupMembership
 from rafka.structs import OffsetAndMetadata, TopicPartition
-from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

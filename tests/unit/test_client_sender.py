@@ -4,14 +4,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 from rafka.accumulator import RecordAccumulator
 from rafka.config import ProducerConfig
-from rafka.errors import (KafkaTimeoutError, NotEnoughReplicasError, NotLeaderOrFollowerError,
-                          RecordListTooLargeError)
+from rafka.errors import KafkaTimeoutError, NotEnoughReplicasError, NotLeaderOrFollowerError, RecordListTooLargeError
 from rafka.sender import Sender
 from rafka.structs import TopicPartition
-from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

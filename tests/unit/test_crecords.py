@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import storage.records as records
+from protocol.errors import KafkaError
 from storage import codecs
-from storage.errors import KafkaError
 from storage.records import (BATCH_HEADER, BATCH_OVERHEAD, GZIP, LOG_OVERHEAD, LZ4, NONE, SNAPPY, ZSTD, Record,
                              RecordBatch, RecordBatchBuilder, decode_records, encode_varint)
 
@@ -218,7 +218,7 @@ def test_values_past_64_bits_defer_to_the_reference_decoder():
 LEAK_PROBE = """
 import gc, pickle, sys
 import storage.records as records
-from storage.errors import InvalidRecordError
+from protocol.errors import InvalidRecordError
 assert records._c_decode is not None, "the C decoder is not built"
 batches, keep = pickle.loads(sys.stdin.buffer.read()), []
 

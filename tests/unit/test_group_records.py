@@ -12,7 +12,7 @@ from actors.group_records import (
     decode_key, decode_record, decode_value, encode_key, encode_value, java_string_hashcode, kafka_abs,
     partition_for,
 )
-from storage.errors import CorruptMessageError
+from protocol.errors import CorruptMessageError
 
 
 def i16(n): return struct.pack(">h", n)

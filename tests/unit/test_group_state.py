@@ -234,6 +234,7 @@ def test_protocol_selection_by_votes_and_inconsistent_protocol():
     b = h.new_member(client="b", protocols=(("roundrobin", b"3"), ("range", b"4")))
     c = h.new_member(client="c", protocols=(("roundrobin", b"5"), ("sticky", b"6")))
     h.poll(0)
+    assert len({a, b, c}) == 3  # three distinct members joined
     assert h.group().protocol_name == "roundrobin"  # the only protocol all support
     assert [m["metadata"] for m in h.take("join", a)["members"]] == [b"2", b"3", b"5"]
     resp = h.join("", client="d", protocols=(("sticky", b"x"),))

@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from storage.errors import (
+from protocol.errors import (
     CorruptMessageError, InvalidConfigError, InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError, RecordListTooLargeError, UnexpectedAppendOffsetError,
 )
+from storage.control import build_control_batch
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.log import (
     CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, Log, LogConfig,
@@ -18,7 +19,6 @@ from storage.log import (
 from storage.records import (
     CONTROL_COMMIT, RecordBatchBuilder, decode_records, iter_batch_headers, validate_batch,
 )
-from storage.control import build_control_batch
 from storage.segment import LogSegment, log_file_name
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from actors.log_dir_lock import LOCK_FILE, LogDirLock
-from storage.errors import KafkaStorageError
+from protocol.errors import KafkaStorageError
 
 
 def test_a_second_holder_is_refused_with_a_storage_error(tmp_path):

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from storage.errors import OffsetOutOfRangeError
+from protocol.errors import OffsetOutOfRangeError
 from storage.log import Log, LogConfig
 from storage.records import RecordBatchBuilder, decode_records
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from batch_forge import COMPACT, HOUR, MALFORMED, NOW, build, enc_record, records_body, set_header, wrap
+from protocol.errors import InvalidConfigError, InvalidRecordError, InvalidTimestampError
 from storage.control import build_control_batch
-from storage.errors import InvalidConfigError, InvalidRecordError, InvalidTimestampError
 from storage.log import Log, LogConfig
 from storage.records import CONTROL_COMMIT, GZIP, LZ4, NONE, SNAPPY, ZSTD, decode_records, iter_batch_headers, validate_batch
 

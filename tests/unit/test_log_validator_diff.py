@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import storage.records as records
 from batch_forge import NOW, enc_record, wrap
+from protocol.errors import KafkaError
 from storage import _crecords, codecs, log_validator
-from storage.errors import KafkaError
 from storage.log_config import LogConfig
 from storage.records import GZIP, LZ4, NONE, RECORDS_POS, SNAPPY, ZSTD, RecordBatchBuilder, decode_records
 

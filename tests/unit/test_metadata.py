@@ -10,7 +10,7 @@ import pytest
 from actors.metadata import (ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, ControllerConfig, ControllerLogic,
                              MetadataImage, MetadataInvariantError, PartitionState)
 from actors.placement import assign_replicas, rack_alternated, validate_topic_name
-from storage.errors import InvalidTopicError
+from protocol.errors import InvalidTopicError
 
 
 def make(n_brokers=3, racks=None, **cfg) -> ControllerLogic:

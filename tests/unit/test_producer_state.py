@@ -7,12 +7,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from storage.errors import (
+from protocol.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceNumberError,
     TransactionCoordinatorFencedError,
 )
+from storage.control import build_control_batch
 from storage.producer_state import (
     BatchMetadata,
     CompletedTxn,
@@ -28,7 +29,6 @@ from storage.records import (
     BatchHeader,
     parse_header,
 )
-from storage.control import build_control_batch
 
 INT32_MAX = 0x7FFFFFFF
 

@@ -17,16 +17,16 @@ from kafka import codec as kcodec
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from storage import codecs
-from storage.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
+from protocol.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
                             UnsupportedCompressionTypeError)
+from storage import codecs
+from storage.control import build_control_batch, parse_control_record
 from storage.records import (
     BATCH_HEADER, BATCH_OVERHEAD, CONTROL_ABORT, CONTROL_COMMIT, GZIP, LOG_OVERHEAD, LZ4, NONE,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, SNAPPY, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
     ZSTD, BatchHeader, Record, RecordBatch, RecordBatchBuilder, crc_ok, decode_records,
     decode_varint, encode_varint, iter_batch_headers, iter_batches, iter_records,
     parse_header, set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch)
-from storage.control import build_control_batch, parse_control_record
 
 ALL_CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

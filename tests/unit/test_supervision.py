@@ -11,7 +11,7 @@ from actors.metadata import ControllerConfig, ControllerLogic, MetadataImage
 from actors.replica_state_machine import offline_replicas, online_replicas
 from actors.supervision import (DEAD, RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS, RESTART_STABLE_MS, RUNNING,
                                 STARTING, InvalidTransition, ReplicaSupervision, SessionTimer)
-from storage.errors import (BrokerIdNotRegisteredError, StaleBrokerEpochError,
+from protocol.errors import (BrokerIdNotRegisteredError, StaleBrokerEpochError,
                             UnknownTopicOrPartitionError)
 
 

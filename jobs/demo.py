@@ -11,7 +11,7 @@ counts and per-user sessions into a compacted results topic and Parquet, offsets
 group), posts more events over HTTP and runs the job again, which processes only the new ones; the
 results are checked against a plain-Python computation. Prints a summary and shuts down cleanly.
 
-    python -m rafka.demo [--records 60000] [--more 10000] [--users 500] [--data-dir DIR] [--port 8082]
+    python -m jobs.demo [--records 60000] [--more 10000] [--users 500] [--data-dir DIR] [--port 8082]
 
 Exit status 0 when every check passed.
 """
@@ -453,7 +453,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rafka.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=60000)
     ap.add_argument("--users", type=int, default=500)
     ap.add_argument("--more", type=int, default=10000, help="events sent after the first Spark run")
