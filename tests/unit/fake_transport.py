@@ -8,8 +8,9 @@ group client run against it with no Ray cluster.
   HW. Answers are the same dicts the replica actor sends (``error_code`` ... fields).
 - :class:`FakeTransport` implements the Transport protocol: calls run in-process; a
   ``concurrent.futures.Future`` stands for the ObjectRef.
-- :class:`FakeMetadata` is the real ``ClusterMetadata`` with its GCS-KV reads and actor lookups answered
-  by the fake cluster (counted in ``refreshes``), so handle caching and staleness are the real code.
+- :class:`FakeMetadata` is the real ``ClusterMetadata`` with its GCS-KV reads answered
+  by the fake cluster (counted in ``refreshes``); its replica lookups go through the fake transport, so
+  leader lookup, handle caching and staleness are the real code.
 
 Faults are injected per endpoint and method (``FakeReplica.inject(method, *faults)``, FIFO):
 
@@ -42,6 +43,7 @@ from actors.group_model import GroupCoordinatorConfig, Pending
 from actors.group_state import GroupCoordinatorShard
 from protocol.messages import FetchResponse
 from protocol.names import broker_name as _broker_name
+from protocol.names import replica_name
 from rafka.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -322,6 +324,7 @@ class FakeCluster:
                 for b in replicas:
                     r = FakeReplica(self, tp, b, os.path.join(self.root, f"{topic}-{p}-b{b}"))
                     self.replicas[(topic, p, b)] = r
+                    self.named[replica_name(self.name, topic, p, b)] = r
                 leader = replicas[0]
                 self.replicas[(topic, p, leader)].role = "leader"
                 parts[p] = {"replicas": tuple(replicas), "leader": leader, "epoch": 0}
@@ -462,10 +465,11 @@ class FakeTransport:
 
 
 class FakeMetadata(ClusterMetadata):
-    """``ClusterMetadata`` reading the fake cluster instead of GCS KV and Ray's actor registry."""
+    """``ClusterMetadata`` reading the fake cluster's topics and brokers instead of GCS KV; replica actors
+    are looked up (and their handles cached and forgotten) by the real code, through the fake transport."""
 
-    def __init__(self, cluster: FakeCluster, max_age_ms: int = 300000):
-        super().__init__(cluster.name, max_age_ms)
+    def __init__(self, cluster: FakeCluster, max_age_ms: int = 300000, transport: FakeTransport | None = None):
+        super().__init__(cluster.name, max_age_ms, transport=transport or FakeTransport(cluster))
         self.fake = cluster
         self.refreshes = 0
 
@@ -488,16 +492,3 @@ class FakeMetadata(ClusterMetadata):
 
     def brokers(self) -> dict[int, dict]:
         return {b: {"broker_id": b, "alive": not ep.dead} for b, ep in self.fake.brokers.items()}
-
-    def replica_handle(self, tp: TopicPartition, broker_id: int):
-        key = (tp.topic, tp.partition, broker_id)
-        with self._lock:
-            h = self._handles.get(key)
-        if h is not None:
-            return h
-        h = self.fake.replicas.get(key)
-        if h is None or h.dead:
-            return None  # as ray.get_actor's ValueError
-        with self._lock:
-            self._handles[key] = h
-        return h

@@ -24,7 +24,8 @@ def cluster(tmp_path):
 
 def fetcher(cluster, *tps, **config) -> Fetcher:
     config.setdefault("retry_backoff_ms", 20)
-    f = Fetcher(FakeMetadata(cluster), ConsumerConfig(**config), FakeTransport(cluster))
+    transport = FakeTransport(cluster)
+    f = Fetcher(FakeMetadata(cluster, transport=transport), ConsumerConfig(**config), transport)
     f.assign(tps or [T0])
     return f
 

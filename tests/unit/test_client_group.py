@@ -31,7 +31,7 @@ class Member:
         self.cluster_name = cluster.name
         self.client_id = client_id
         self.transport = FakeTransport(cluster)
-        self.metadata = FakeMetadata(cluster)
+        self.metadata = FakeMetadata(cluster, transport=self.transport)
         self._fetcher = Fetcher(self.metadata, self.config, self.transport)
         self.events: list[tuple[str, set]] = []
         self.group = GroupMembership(self, "g", self.transport)

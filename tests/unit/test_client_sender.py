@@ -23,8 +23,8 @@ class Client:
         cfg = self.cfg = ProducerConfig(**config)
         self.acc = RecordAccumulator(cfg.batch_size, cfg.buffer_memory, cfg.linger_ms, cfg.compression_id,
                                      cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, cfg.delivery_timeout_ms)
-        self.metadata = FakeMetadata(cluster)
         self.transport = FakeTransport(cluster)
+        self.metadata = FakeMetadata(cluster, transport=self.transport)
         self.sender = Sender(cluster.name, cfg, self.acc, self.metadata, "test", transport=self.transport)
         self.sender.start()
 
@@ -194,3 +194,14 @@ def test_retries_exhausted_fail_with_the_retriable_error(cluster, client_factory
     with pytest.raises(NotLeaderOrFollowerError):
         cl.send(T0, b"x").get(timeout=10)
     assert len(cluster.methods_called(method="produce")) == 3  # the first try and two retries
+
+
+def test_a_dead_leader_actor_is_dropped_and_the_new_leader_looked_up(cluster, client_factory):
+    cl = client_factory(retry_backoff_ms=20)
+    assert cl.send(T0, b"before").get(timeout=10).offset == 0
+    cluster.move_leader(T0, 1)
+    cluster.replica(T0, 0).dead = True  # its broker died; the client still holds the actor handle
+    assert cl.send(T0, b"after").get(timeout=10).offset == 1
+    assert values(cluster, T0, 1) == [(0, b"before"), (1, b"after")]
+    assert [label for _, label, _ in cluster.methods_called(method="produce")] == ["t-0-b0", "t-0-b0", "t-0-b1"]
+    assert cl.metadata.replica_handle(T0, 0) is None  # forgotten, and not found again
