@@ -27,6 +27,7 @@ from rafka.errors import (KafkaError, KafkaTimeoutError, NoOffsetForPartitionErr
                           OffsetOutOfRangeError, for_code)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
+from rafka.transport import RAY, Transport
 from storage.records import TIMESTAMP_LOG_APPEND_TIME, decode_records, iter_batch_headers
 
 log = logging.getLogger("rafka.consumer")
@@ -105,9 +106,10 @@ class CompletedFetch:
 
 
 class Fetcher:
-    def __init__(self, metadata: ClusterMetadata, config):
+    def __init__(self, metadata: ClusterMetadata, config, transport: Transport = RAY):
         self.metadata = metadata
         self.cfg = config
+        self.transport = transport
         self.states: dict[TopicPartition, PartitionState] = {}
 
     # -- assignment --------------------------------------------------------------------------------
@@ -127,7 +129,6 @@ class Fetcher:
     # -- offsets -----------------------------------------------------------------------------------
     def list_offset(self, tp: TopicPartition, timestamp: int, timeout_ms: float) -> tuple[int, int, int]:
         """``(offset, timestamp, leader_epoch)`` from the leader's ListOffsets; retries leadership errors."""
-        import ray
         deadline = time.monotonic() + timeout_ms / 1000.0
         last: BaseException | None = None
         while True:
@@ -137,7 +138,7 @@ class Fetcher:
                     raise NotLeaderOrFollowerError(f"{tp} has no leader")
                 handle, leader_id, epoch = leader
                 left = max(0.01, deadline - time.monotonic())
-                resp = ray.get(handle.list_offsets.remote(timestamp, epoch), timeout=left)
+                resp = self.transport.get(self.transport.call(handle, "list_offsets", timestamp, epoch), timeout=left)
                 code = resp.get("error_code", 0)
                 if code:
                     raise for_code(code)(resp.get("error_message") or None)
@@ -186,22 +187,21 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
-            ref = handle.fetch.remote(st.fetch_position, cfg.max_partition_fetch_bytes, cfg.fetch_max_wait_ms,
-                                      cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
+            ref = self.transport.call(handle, "fetch", st.fetch_position, cfg.max_partition_fetch_bytes,
+                                      cfg.fetch_max_wait_ms, cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
             st.in_flight = (ref, st.epoch, leader_id)
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for fetch replies and buffer them; True if any arrived."""
-        import ray
         refs = [st.in_flight[0] for st in self.states.values() if st.in_flight is not None]
         if not refs:
             if timeout_s > 0:
                 time.sleep(min(timeout_s, self.cfg.retry_backoff_ms / 1000.0))
             return False
-        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
+        ready, _ = self.transport.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
         if not ready:
             return False
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready, _ = self.transport.wait(refs, num_returns=len(refs), timeout=0)
         done = set(ready)
         for st in list(self.states.values()):
             if st.in_flight is not None and st.in_flight[0] in done:
@@ -209,11 +209,10 @@ class Fetcher:
         return True
 
     def _complete(self, st: PartitionState) -> None:
-        import ray
         ref, epoch, leader_id = st.in_flight
         st.in_flight = None
         try:
-            resp = ray.get(ref)
+            resp = self.transport.get(ref)
         except Exception as exc:  # noqa: BLE001
             err = classify(exc)
         else:

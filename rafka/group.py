@@ -31,13 +31,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.names import broker_name
 from rafka.assignors import (
     COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
 )
 from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaError, KafkaTimeoutError,
                           NotCoordinatorError, for_code)
 from rafka.structs import OffsetAndMetadata, TopicPartition
+from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.group")
 
@@ -66,21 +67,23 @@ class ConsumerRebalanceListener:
 class GroupCoordinatorClient:
     """Calls on the coordinator of one group, re-finding it on retriable coordinator errors."""
 
-    def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100):
+    def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100,
+                 transport: Transport = RAY):
         self.cluster = cluster
         self.metadata = metadata
+        self.transport = transport
         self.group_id = group_id
         self.backoff = max(0.01, retry_backoff_ms / 1000.0)
         self._handle = None
 
     def _find(self, timeout_s: float):
-        import ray
         from ray.exceptions import GetTimeoutError, RayActorError
         ids = sorted(self.metadata.brokers())
         for bid in ids:
             try:
-                broker = ray.get_actor(broker_name(self.cluster, bid), namespace=RAY_NAMESPACE)
-                ans = ray.get(broker.find_coordinator.remote(self.group_id), timeout=timeout_s)
+                broker = self.transport.get_actor(broker_name(self.cluster, bid))
+                ans = self.transport.get(self.transport.call(broker, "find_coordinator", self.group_id),
+                                         timeout=timeout_s)
             except (ValueError, RayActorError, GetTimeoutError):
                 continue
             if ans["error_code"] in RETRIABLE_COORDINATOR:
@@ -88,7 +91,7 @@ class GroupCoordinatorClient:
             if ans["error_code"]:
                 raise for_code(ans["error_code"])(ans.get("error_message"))
             try:
-                return ray.get_actor(ans["coordinator"], namespace=RAY_NAMESPACE)
+                return self.transport.get_actor(ans["coordinator"])
             except ValueError:  # not registered yet: NOT_COORDINATOR
                 return None
         return None
@@ -122,7 +125,6 @@ class _Call:
 
     def poll(self, timeout_s: float) -> dict | None:
         """The answer, or None if it did not arrive within ``timeout_s``."""
-        import ray
         from ray.exceptions import RayActorError
         cl = self.client
         deadline = time.monotonic() + timeout_s
@@ -140,12 +142,12 @@ class _Call:
                     self.last = "no coordinator"
                     self.next_try = time.monotonic() + cl.backoff
                     continue
-                self.ref = getattr(cl._handle, self.method).remote(*self.args, **self.kw)
-            ready, _ = ray.wait([self.ref], timeout=max(0.0, deadline - time.monotonic()))
+                self.ref = cl.transport.call(cl._handle, self.method, *self.args, **self.kw)
+            ready, _ = cl.transport.wait([self.ref], timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 return None
             try:
-                res = ray.get(self.ref)
+                res = cl.transport.get(self.ref)
             except RayActorError as e:
                 res, self.last = None, e
             self.ref = None
@@ -176,13 +178,13 @@ def _first_code(res: dict) -> int:
 class GroupMembership:
     """One consumer's membership in its group (see the module docstring)."""
 
-    def __init__(self, consumer, group_id: str):
+    def __init__(self, consumer, group_id: str, transport: Transport = RAY):
         self.consumer = consumer
         cfg = consumer.config
         self.cfg = cfg
         self.group_id = group_id
         self.coordinator = GroupCoordinatorClient(consumer.cluster_name, consumer.metadata, group_id,
-                                                  cfg.retry_backoff_ms)
+                                                  cfg.retry_backoff_ms, transport)
         self.assignors = [get_assignor(n) for n in cfg.partition_assignment_strategy]
         self.protocol = COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in self.assignors) \
             else "EAGER"

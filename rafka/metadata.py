@@ -16,9 +16,10 @@ import time
 from typing import Any
 
 from protocol import kv as K
-from protocol.names import RAY_NAMESPACE, replica_name
+from protocol.names import replica_name
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
 from rafka.structs import PartitionInfo, TopicPartition
+from rafka.transport import RAY, Transport
 
 
 class TopicMetadata:
@@ -44,8 +45,10 @@ class TopicMetadata:
 
 
 class ClusterMetadata:
-    def __init__(self, cluster: str, max_age_ms: int = 300000, refresh_backoff_ms: int = 50):
+    def __init__(self, cluster: str, max_age_ms: int = 300000, refresh_backoff_ms: int = 50,
+                 transport: Transport = RAY):
         self.cluster = cluster
+        self.transport = transport  # replica actors are looked up through it
         self.max_age_ms = max_age_ms
         self.refresh_backoff_ms = refresh_backoff_ms
         self._lock = threading.Lock()
@@ -155,10 +158,8 @@ class ClusterMetadata:
             h = self._handles.get(key)
         if h is not None:
             return h
-        import ray
         try:
-            h = ray.get_actor(replica_name(self.cluster, tp.topic, tp.partition, broker_id),
-                              namespace=RAY_NAMESPACE)
+            h = self.transport.get_actor(replica_name(self.cluster, tp.topic, tp.partition, broker_id))
         except ValueError:
             return None
         with self._lock:

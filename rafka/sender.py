@@ -32,7 +32,7 @@ import threading
 from typing import Any
 
 from protocol.errors import refresh_metadata
-from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from rafka.errors import (DuplicateSequenceNumberError, InvalidProducerEpochError, KafkaError, KafkaTimeoutError,
@@ -40,6 +40,7 @@ from rafka.errors import (DuplicateSequenceNumberError, InvalidProducerEpochErro
                           UnknownProducerIdError, for_code)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import TopicPartition
+from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.producer")
 
@@ -58,9 +59,10 @@ class InFlight:
 
 class Sender(threading.Thread):
     def __init__(self, cluster: str, config, accumulator: RecordAccumulator, metadata: ClusterMetadata,
-                 client_id: str):
+                 client_id: str, transport: Transport = RAY):
         super().__init__(name=f"rafka-sender-{client_id}", daemon=True)
         self.cluster = cluster
+        self.transport = transport
         self.cfg = config
         self.acc = accumulator
         self.metadata = metadata
@@ -93,8 +95,7 @@ class Sender(threading.Thread):
             while self.running or (not self.force_close and (self.acc.incomplete_snapshot() or self._in_flight)):
                 self._run_once()
         except BaseException as exc:  # noqa: BLE001 - record and fail everything rather than hang users
-            import ray
-            if ray.is_initialized():
+            if self.transport.available():
                 log.exception("producer sender thread crashed")
                 self.fatal_error = exc
             else:
@@ -147,7 +148,6 @@ class Sender(threading.Thread):
     def _ensure_producer_id(self, now: float) -> bool:
         if now < self._pid_retry_at:
             return False
-        import ray
         brokers = list(self.metadata.brokers().items())
         random.shuffle(brokers)
         last: BaseException | None = None
@@ -155,8 +155,9 @@ class Sender(threading.Thread):
             if info.get("alive") is False:
                 continue
             try:
-                broker = ray.get_actor(broker_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
-                resp = ray.get(broker.init_producer_id.remote(), timeout=self.cfg.request_timeout_ms / 1000)
+                broker = self.transport.get_actor(broker_name(self.cluster, broker_id))
+                resp = self.transport.get(self.transport.call(broker, "init_producer_id"),
+                                          timeout=self.cfg.request_timeout_ms / 1000)
             except Exception as exc:  # noqa: BLE001 - try the next broker
                 last = exc
                 continue
@@ -209,12 +210,12 @@ class Sender(threading.Thread):
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        ref = handle.produce.remote(payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        ref = self.transport.call(handle, "produce", payload, self.cfg.acks, self.cfg.request_timeout_ms)
         inf = InFlight(ref, tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
         self._tp_batches[tp] += len(batches)
         self._tp_calls[tp] += 1
-        inf.future = ref.future()
+        inf.future = self.transport.future(ref)
         inf.future.add_done_callback(lambda _f, inf=inf: self._arrived(inf))
         return True
 

@@ -1,0 +1,69 @@
+"""The client's seam to the server actors: the few operations the Sender, Fetcher and group client use.
+
+A client talks to an *endpoint* (a replica, broker or group-coordinator actor) by name, starts calls on
+it that return at once with a *call* handle, and later waits for calls or takes their results:
+
+- ``get_actor(name)``: the endpoint registered under ``name``; ``ValueError`` when none is (as
+  ``ray.get_actor``);
+- ``call(endpoint, method, *args, **kw)``: start ``endpoint.method(*args, **kw)``; never blocks;
+- ``future(call)``: a ``concurrent.futures.Future`` of the call (``add_done_callback``, ``result``);
+- ``wait(calls, num_returns, timeout)``: ``(ready, not_ready)`` as ``ray.wait``;
+- ``get(call, timeout)``: the call's result, or the error it failed with (a dead endpoint raises Ray's
+  ``RayActorError`` family, a timeout ``GetTimeoutError``, an error raised by the endpoint itself
+  arrives as Ray surfaces it); callers classify these exactly as before;
+- ``available()``: False once the transport is shut down (Ray: ``ray.is_initialized()``).
+
+:class:`RayTransport` is the default and does exactly what the clients did inline before (same calls,
+same namespace, same timeouts). Unit tests pass an in-process fake (``tests/unit/fake_transport.py``).
+Ray is imported inside the methods: this module imports without it.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Transport(Protocol):
+    def get_actor(self, name: str) -> Any: ...
+
+    def call(self, endpoint: Any, method: str, *args: Any, **kw: Any) -> Any: ...
+
+    def future(self, call: Any) -> Any: ...
+
+    def wait(self, calls: list, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]: ...
+
+    def get(self, call: Any, timeout: float | None = None) -> Any: ...
+
+    def available(self) -> bool: ...
+
+
+class RayTransport:
+    """Endpoints are Ray actors in the ``rafka`` namespace; calls are ObjectRefs."""
+
+    __slots__ = ()
+
+    def get_actor(self, name: str) -> Any:
+        import ray
+
+        from protocol.names import RAY_NAMESPACE
+        return ray.get_actor(name, namespace=RAY_NAMESPACE)
+
+    def call(self, endpoint: Any, method: str, *args: Any, **kw: Any) -> Any:
+        return getattr(endpoint, method).remote(*args, **kw)
+
+    def future(self, call: Any) -> Any:
+        return call.future()
+
+    def wait(self, calls: list, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
+        import ray
+        return ray.wait(calls, num_returns=num_returns, timeout=timeout)
+
+    def get(self, call: Any, timeout: float | None = None) -> Any:
+        import ray
+        return ray.get(call, timeout=timeout)
+
+    def available(self) -> bool:
+        import ray
+        return ray.is_initialized()
+
+
+RAY = RayTransport()
