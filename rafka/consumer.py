@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from rafka.cluster import resolve_cluster
 from rafka.config import ConsumerConfig
@@ -26,6 +26,10 @@ from rafka.errors import IllegalStateError
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from rafka.subscription import SubscriptionState
+
+if TYPE_CHECKING:
+    from rafka.group import ConsumerCoordinator
 
 __all__ = ["Consumer"]
 
@@ -42,16 +46,28 @@ class Consumer:
         self.cluster_name = resolve_cluster(cluster)
         self.client_id = self.config.client_id or f"consumer-{next(_ids)}"
         self.metadata = ClusterMetadata(self.cluster_name, self.config.metadata_max_age_ms)
-        self._fetcher = Fetcher(self.metadata, self.config)
-        self._closed = False
         self._iter_buffer: list[ConsumerRecord] = []
         self._iter_pos = 0
-        self._group = None
+        # Kafka's SubscriptionState: the fetcher and the group coordinator share it; records handed to the
+        # iterator but not yet consumed count for commits, and a new assignment drops that buffer
+        self.subscriptions = SubscriptionState()
+        self.subscriptions.pending = lambda: self._iter_buffer[self._iter_pos:]
+        self.subscriptions.on_assignment_change(self._clear_iter_buffer)
+        self._fetcher = Fetcher(self.metadata, self.config, subscriptions=self.subscriptions)
+        self._closed = False
+        self._group: ConsumerCoordinator | None = None
         self._async_commits = None  # one worker thread: async commits complete in the order they were made
         if self.config.group_id is not None:
-            from rafka.group import GroupMembership
-            self._group = GroupMembership(self, self.config.group_id)
+            self._group = self._new_coordinator()
         self._subscribed = False
+
+    def _new_coordinator(self) -> "ConsumerCoordinator":
+        from rafka.group import ConsumerCoordinator
+        return ConsumerCoordinator(self.subscriptions, self.metadata, self.config, self.cluster_name, self.client_id,
+                                   self.config.group_id)
+
+    def _clear_iter_buffer(self, _assignment=None) -> None:
+        self._iter_buffer, self._iter_pos = [], 0
 
     # -- assignment --------------------------------------------------------------------------------
     def assign(self, partitions: Iterable) -> None:
@@ -64,11 +80,10 @@ class Consumer:
             tm = self.metadata.topic(tp.topic)
             if tm is not None and tp.partition not in tm.partitions:
                 raise ValueError(f"partition {tp.partition} does not exist in topic {tp.topic!r}")
-        self._fetcher.assign(tps)
-        self._iter_buffer, self._iter_pos = [], 0
+        self.subscriptions.assign(tps)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._fetcher.states)
+        return self.subscriptions.assigned_partitions()
 
     def subscribe(self, topics: Iterable[str] = (), pattern=None, listener=None) -> None:
         """Join the group (``group_id``) for these topics, or every topic matching ``pattern`` (a regex,
@@ -92,26 +107,11 @@ class Consumer:
 
     def unsubscribe(self) -> None:
         if self._subscribed:
-            from rafka.group import GroupMembership
+            assert self._group is not None
             self._group.close()  # commit (auto commit), revoke, leave
-            self._group = GroupMembership(self, self.config.group_id)
+            self._group = self._new_coordinator()
             self._subscribed = False
-        self.assign([])
-
-    def _set_group_assignment(self, tps) -> None:
-        self._fetcher.assign(sorted(tps))
-        self._iter_buffer, self._iter_pos = [], 0
-
-    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Each assigned partition's position as the application sees it (for commits)."""
-        out = {}
-        pending = self._iter_buffer[self._iter_pos:]
-        for tp, st in self._fetcher.states.items():
-            first = next((r.offset for r in pending if (r.topic, r.partition) == tp), None)
-            pos = first if first is not None else st.position
-            if pos is not None and st.reset is None:
-                out[tp] = OffsetAndMetadata(pos)
-        return out
+        self.subscriptions.unsubscribe()
 
     # -- group offsets -----------------------------------------------------------------------------
     def _need_group(self):
@@ -125,7 +125,7 @@ class Consumer:
         assigned partition's current position; blocks until the coordinator stored them."""
         g = self._need_group()
         g.commit({TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None
-                 else self._consumed_offsets())
+                 else self.subscriptions.all_consumed())
 
     def commit_async(self, offsets: dict | None = None, callback=None):
         """Commit without blocking; ``callback(offsets, exception_or_None)`` when done. Returns a
@@ -134,7 +134,7 @@ class Consumer:
         waits for the pending ones."""
         g = self._need_group()
         offs = {TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None \
-            else self._consumed_offsets()
+            else self.subscriptions.all_consumed()
         if self._async_commits is None:
             from concurrent.futures import ThreadPoolExecutor
             self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="rafka-commit-async")

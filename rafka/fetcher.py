@@ -1,4 +1,4 @@
-"""The consumer's fetcher (Kafka's ``Fetcher`` + ``SubscriptionState`` for manual assignment).
+"""The consumer's fetcher (Kafka's ``Fetcher``), over the consumer's ``SubscriptionState`` (rafka/subscription.py).
 
 Pipelining as in the Java consumer: ``poll`` returns records that are already buffered and, before
 returning, sends the next ``fetch`` to each partition's leader replica actor. Ray delivers the reply on
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from protocol.errors import refresh_metadata
 from protocol.ray_errors import kafka_error_for
@@ -27,6 +26,7 @@ from rafka.errors import (KafkaError, KafkaTimeoutError, NoOffsetForPartitionErr
                           OffsetOutOfRangeError, for_code)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
+from rafka.subscription import SubscriptionState, TopicPartitionState
 from rafka.transport import RAY, Transport
 from storage.records import TIMESTAMP_LOG_APPEND_TIME, decode_records, iter_batch_headers
 
@@ -34,32 +34,6 @@ log = logging.getLogger("rafka.consumer")
 
 EARLIEST, LATEST = -2, -1
 _new = tuple.__new__
-
-
-class PartitionState:
-    __slots__ = ("tp", "position", "fetch_position", "epoch", "paused", "reset", "high_watermark",
-                 "log_start_offset", "last_stable_offset", "buffer", "in_flight", "retry_at")
-
-    def __init__(self, tp: TopicPartition):
-        self.tp = tp
-        self.position: int | None = None       # next offset the application gets
-        self.fetch_position: int | None = None  # next offset to fetch (ahead of position when buffered)
-        self.epoch = 0
-        self.paused = False
-        self.reset: int | None = None            # EARLIEST/LATEST pending (seek_to_beginning/end)
-        self.high_watermark = -1
-        self.log_start_offset = -1
-        self.last_stable_offset = -1
-        self.buffer: list[CompletedFetch] = []
-        self.in_flight: tuple[Any, int, int] | None = None  # (ref, epoch, leader)
-        self.retry_at = 0.0
-
-    def seek(self, offset: int) -> None:
-        self.position = self.fetch_position = offset
-        self.reset = None
-        self.epoch += 1
-        self.buffer.clear()
-        self.in_flight = None
 
 
 class CompletedFetch:
@@ -73,7 +47,7 @@ class CompletedFetch:
         self.records: list | None = None
         self.index = 0
 
-    def decode(self, st: PartitionState, check_crcs: bool) -> list:
+    def decode(self, st: TopicPartitionState, check_crcs: bool) -> list:
         if self.records is None:
             topic, part = st.tp
             start = st.position
@@ -106,25 +80,23 @@ class CompletedFetch:
 
 
 class Fetcher:
-    def __init__(self, metadata: ClusterMetadata, config, transport: Transport = RAY):
+    def __init__(self, metadata: ClusterMetadata, config, transport: Transport = RAY,
+                 subscriptions: SubscriptionState | None = None):
         self.metadata = metadata
         self.cfg = config
         self.transport = transport
-        self.states: dict[TopicPartition, PartitionState] = {}
+        self.subscriptions = subscriptions if subscriptions is not None else SubscriptionState()
 
-    # -- assignment --------------------------------------------------------------------------------
+    # -- assignment (the SubscriptionState's) -------------------------------------------------------
+    @property
+    def states(self) -> dict[TopicPartition, TopicPartitionState]:
+        return self.subscriptions.assignment
+
     def assign(self, partitions) -> None:
-        new = {}
-        for tp in partitions:
-            tp = TopicPartition(*tp)
-            new[tp] = self.states.get(tp) or PartitionState(tp)
-        self.states = new
+        self.subscriptions.assign(partitions)
 
-    def state(self, tp: TopicPartition) -> PartitionState:
-        st = self.states.get(tp)
-        if st is None:
-            raise KafkaError(f"partition {tp} is not assigned to this consumer")
-        return st
+    def state(self, tp: TopicPartition) -> TopicPartitionState:
+        return self.subscriptions.state(tp)
 
     # -- offsets -----------------------------------------------------------------------------------
     def list_offset(self, tp: TopicPartition, timestamp: int, timeout_ms: float) -> tuple[int, int, int]:
@@ -208,7 +180,7 @@ class Fetcher:
                 self._complete(st)
         return True
 
-    def _complete(self, st: PartitionState) -> None:
+    def _complete(self, st: TopicPartitionState) -> None:
         ref, epoch, leader_id = st.in_flight
         st.in_flight = None
         try:

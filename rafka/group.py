@@ -4,7 +4,7 @@
 calls it, finding it again on COORDINATOR_LOAD_IN_PROGRESS (14), COORDINATOR_NOT_AVAILABLE (15),
 NOT_COORDINATOR (16), a coordinator name not (yet) registered, or a dead coordinator actor.
 
-``GroupMembership`` is the member's state machine, driven from the consumer's ``poll`` thread
+``ConsumerCoordinator`` is the member's state machine, driven from the consumer's ``poll`` thread
 (``ensure_active_group``, Kafka's ``poll -> ensureActiveGroup``): JoinGroup (MEMBER_ID_REQUIRED (79) ->
 join again with the id given; UNKNOWN_MEMBER_ID (25) -> forget the id; ILLEGAL_GENERATION (22) /
 REBALANCE_IN_PROGRESS (27) -> join again), the leader runs the assignor the coordinator chose
@@ -35,17 +35,21 @@ from protocol.names import broker_name
 from rafka.assignors import (
     COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
 )
-from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaError, KafkaTimeoutError,
-                          NotCoordinatorError, for_code)
+from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, FencedInstanceIdError,
+                          IllegalGenerationError, KafkaError, KafkaTimeoutError, MemberIdRequiredError, NoError,
+                          NotCoordinatorError, RebalanceInProgressError, UnknownMemberIdError, for_code)
 from rafka.structs import OffsetAndMetadata, TopicPartition
+from rafka.subscription import SubscriptionState
 from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.group")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
-NONE, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS = 0, 22, 25, 27
-FENCED_INSTANCE_ID, MEMBER_ID_REQUIRED = 82, 79
+NONE = NoError.code
+ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = IllegalGenerationError.code, UnknownMemberIdError.code
+REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID = RebalanceInProgressError.code, FencedInstanceIdError.code
+MEMBER_ID_REQUIRED = MemberIdRequiredError.code
 RETRIABLE_COORDINATOR = (CoordinatorLoadInProgressError.code, CoordinatorNotAvailableError.code,
                          NotCoordinatorError.code)
 
@@ -175,16 +179,20 @@ def _first_code(res: dict) -> int:
     return 0
 
 
-class GroupMembership:
-    """One consumer's membership in its group (see the module docstring)."""
+class ConsumerCoordinator:
+    """One consumer's membership in its group (Kafka's ConsumerCoordinator; see the module docstring). It
+    works on the consumer's ``SubscriptionState``: sets the assignment the group gives, seeks new partitions
+    to their committed offsets, commits ``all_consumed()``."""
 
-    def __init__(self, consumer, group_id: str, transport: Transport = RAY):
-        self.consumer = consumer
-        cfg = consumer.config
+    def __init__(self, subscriptions: SubscriptionState, metadata, config, cluster_name: str, client_id: str,
+                 group_id: str, transport: Transport = RAY):
+        self.subscriptions = subscriptions
+        self.metadata = metadata
+        self.client_id = client_id
+        cfg = config
         self.cfg = cfg
         self.group_id = group_id
-        self.coordinator = GroupCoordinatorClient(consumer.cluster_name, consumer.metadata, group_id,
-                                                  cfg.retry_backoff_ms, transport)
+        self.coordinator = GroupCoordinatorClient(cluster_name, metadata, group_id, cfg.retry_backoff_ms, transport)
         self.assignors = [get_assignor(n) for n in cfg.partition_assignment_strategy]
         self.protocol = COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in self.assignors) \
             else "EAGER"
@@ -193,9 +201,6 @@ class GroupMembership:
         self.protocol_name: str | None = None
         self.leader = ""
         self.instance_id = cfg.group_instance_id
-        self.topics: list[str] = []
-        self.pattern: re.Pattern | None = None
-        self.listener = None
         self.owned: set[TopicPartition] = set()
         self._subscribed_snapshot: dict[str, int] = {}
         self._metadata_checked = 0.0
@@ -212,13 +217,7 @@ class GroupMembership:
 
     # -- subscription ------------------------------------------------------------------------------
     def subscribe(self, topics: Iterable[str] | None, pattern: str | re.Pattern | None, listener) -> None:
-        if pattern is not None:
-            self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
-            self.topics = []
-        else:
-            self.pattern = None
-            self.topics = sorted(set(topics or ()))
-        self.listener = listener
+        self.subscriptions.subscribe(topics, pattern, listener)
         self._resolve_topics(force=True)
         with self._lock:
             self._rejoin = True
@@ -232,12 +231,13 @@ class GroupMembership:
         if not force and (now - self._metadata_checked) * 1000 < self.cfg.metadata_max_age_ms:
             return False
         self._metadata_checked = now
-        md = self.consumer.metadata
-        if self.pattern is not None:
-            names = [t for t in md.list_topics() if t != OFFSETS_TOPIC and self.pattern.fullmatch(t)]
+        md = self.metadata
+        pattern = self.subscriptions.pattern
+        if pattern is not None:
+            names = [t for t in md.list_topics() if t != OFFSETS_TOPIC and pattern.fullmatch(t)]
             md.refresh(names, force=True)
         else:
-            names = self.topics
+            names = self.subscriptions.topics
             md.refresh(list(names), force=True)
         snap = {}
         for t in names:
@@ -268,7 +268,7 @@ class GroupMembership:
             lost, self._lost = self._lost, False
         if lost and self.owned:
             gone, self.owned = set(self.owned), set()
-            self.consumer._set_group_assignment(set())
+            self.subscriptions.assign([])
             self._listen("on_partitions_lost", gone)
         if self._hb_thread is None:
             self._hb_thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
@@ -300,7 +300,7 @@ class GroupMembership:
             if self.cfg.enable_auto_commit:
                 self.commit_quietly()
             revoked, self.owned = set(self.owned), set()
-            self.consumer._set_group_assignment(set())
+            self.subscriptions.assign([])
             self._listen("on_partitions_revoked", revoked)
         protocols = []
         for a in self.assignors:
@@ -310,7 +310,7 @@ class GroupMembership:
         self._call = self.coordinator.start(
             "join_group", self.member_id, PROTOCOL_TYPE, protocols, self.cfg.session_timeout_ms,
             rebalance_timeout_ms=self.cfg.max_poll_interval_ms, group_instance_id=self.instance_id,
-            client_id=self.consumer.client_id)
+            client_id=self.client_id)
         self._phase = "join"
 
     def _joined(self, res: dict) -> bool:
@@ -366,7 +366,7 @@ class GroupMembership:
         topics = set()
         for m in members:
             topics.update(decode_subscription(m["metadata"]).topics)
-        md = self.consumer.metadata
+        md = self.metadata
         md.refresh(sorted(topics), force=True)
         per_topic = {}
         for t in topics:
@@ -382,12 +382,12 @@ class GroupMembership:
             if self.cfg.enable_auto_commit:
                 self.commit_quietly(partitions=revoked)
             self.owned -= revoked
-            self.consumer._set_group_assignment(self.owned)
+            self.subscriptions.assign(sorted(self.owned))
             self._listen("on_partitions_revoked", revoked)
             with self._lock:
                 self._rejoin = True
         self.owned = set(new)
-        self.consumer._set_group_assignment(self.owned)
+        self.subscriptions.assign(sorted(self.owned))
         if added:
             self._seek_committed(added)
             self._listen("on_partitions_assigned", added)
@@ -395,7 +395,7 @@ class GroupMembership:
     def _seek_committed(self, tps: set[TopicPartition]) -> None:
         for tp, om in self.committed(tps).items():
             if om is not None:
-                self.consumer._fetcher.state(tp).seek(om.offset)
+                self.subscriptions.seek(tp, om.offset)
 
     def _reset_generation(self, lost: bool) -> None:
         with self._lock:
@@ -407,11 +407,11 @@ class GroupMembership:
             self._lost = self._lost or bool(self.owned)
 
     def _listen(self, name: str, tps: set[TopicPartition]) -> None:
-        if self.listener is None:
+        if self.subscriptions.listener is None:
             return
-        cb: Callable | None = getattr(self.listener, name, None)
+        cb: Callable | None = getattr(self.subscriptions.listener, name, None)
         if cb is None and name == "on_partitions_lost":
-            cb = getattr(self.listener, "on_partitions_revoked", None)
+            cb = getattr(self.subscriptions.listener, "on_partitions_revoked", None)
         if cb is None:
             return
         try:
@@ -497,7 +497,7 @@ class GroupMembership:
             raise for_code(code)(f"OffsetCommit for {self.group_id!r} failed")
 
     def commit_quietly(self, partitions: set[TopicPartition] | None = None) -> None:
-        offsets = self.consumer._consumed_offsets()
+        offsets = self.subscriptions.all_consumed()
         if partitions is not None:
             offsets = {tp: o for tp, o in offsets.items() if tp in partitions}
         try:

@@ -2,7 +2,8 @@
 import pytest
 
 from rafka.cli import _format_record, _kv_pairs, UsageError
-from rafka.fetcher import CompletedFetch, PartitionState
+from rafka.fetcher import CompletedFetch
+from rafka.subscription import TopicPartitionState
 from rafka.metadata import TopicMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
 from storage.records import CONTROL_COMMIT, RecordBatchBuilder, set_log_append_time
@@ -19,7 +20,7 @@ def batch(base_offset, values, ts=1000, epoch=5):
 
 
 def state(position):
-    st = PartitionState(TP)
+    st = TopicPartitionState(TP)
     st.position = st.fetch_position = position
     return st
 

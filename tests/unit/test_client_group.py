@@ -11,14 +11,16 @@ from actors.group_records import OffsetCommitKey
 from rafka.config import ConsumerConfig
 from rafka.errors import CommitFailedError
 from rafka.fetcher import Fetcher
-from rafka.group import GroupMembership
+from rafka.group import ConsumerCoordinator
 from rafka.structs import OffsetAndMetadata, TopicPartition
+from rafka.subscription import SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
 class Member:
-    """The parts of Consumer the group client uses, wired as Consumer wires them."""
+    """A consumer's group side, wired as Consumer wires it: one SubscriptionState shared by the Fetcher and
+    the ConsumerCoordinator (no private consumer methods involved)."""
 
     def __init__(self, cluster: FakeCluster, client_id: str, **config):
         config.setdefault("partition_assignment_strategy", ("range",))
@@ -32,16 +34,11 @@ class Member:
         self.client_id = client_id
         self.transport = FakeTransport(cluster)
         self.metadata = FakeMetadata(cluster, transport=self.transport)
-        self._fetcher = Fetcher(self.metadata, self.config, self.transport)
+        self.subscriptions = SubscriptionState()
+        self._fetcher = Fetcher(self.metadata, self.config, self.transport, subscriptions=self.subscriptions)
         self.events: list[tuple[str, set]] = []
-        self.group = GroupMembership(self, "g", self.transport)
-
-    def _set_group_assignment(self, tps) -> None:
-        self._fetcher.assign(sorted(tps))
-
-    def _consumed_offsets(self) -> dict:
-        return {tp: OffsetAndMetadata(st.position) for tp, st in self._fetcher.states.items()
-                if st.position is not None and st.reset is None}
+        self.group = ConsumerCoordinator(self.subscriptions, self.metadata, self.config, self.cluster_name,
+                                         client_id, "g", self.transport)
 
     # the rebalance listener
     def on_partitions_revoked(self, tps):
