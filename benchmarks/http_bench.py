@@ -30,7 +30,7 @@ import requests
 
 import rafka
 from rafka.output import claim_stdout
-from serve.http import start_gateway, stop_gateway
+from serve.gateway import start_gateway, stop_gateway
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 MSGPACK = "application/vnd.rafka.msgpack"

@@ -333,7 +333,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         gateway_port: int = 8082) -> bool:
     import rafka
     from rafka import TopicPartition
-    from serve.http import start_gateway, stop_gateway
+    from serve.gateway import start_gateway, stop_gateway
 
     t_start = time.monotonic()
     console.rule("[bold]rafka demo: Kafka's design on Ray")

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.assignors import decode_assignment
 from rafka.errors import UnknownTopicOrPartitionError, for_code
-from rafka.group import GroupCoordinatorClient, _first_code
+from rafka.coordinator_client import GroupCoordinatorClient, _first_code
 from rafka.structs import TopicPartition
 
 def _client(admin, group_id: str) -> GroupCoordinatorClient:

@@ -16,7 +16,7 @@ def cmd_serve_start(args) -> int:
     import sys
     from ray.serve.exceptions import RayServeException
     from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
-    from serve.http import start_gateway
+    from serve.gateway import start_gateway
     handle = connect(args)
     try:
         url = start_gateway(handle, host=args.host, port=args.port, acks=args.acks, num_replicas=args.replicas,
@@ -34,7 +34,7 @@ def cmd_serve_start(args) -> int:
 
 def cmd_serve_status(args) -> int:
     from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
-    from serve.http import gateway_status
+    from serve.gateway import gateway_status
     connect(args)
     st = gateway_status()
     if st is None:
@@ -48,7 +48,7 @@ def cmd_serve_status(args) -> int:
 
 def cmd_serve_stop(args) -> int:
     from rafka.cli_support import EXIT_OK, connect, print_result
-    from serve.http import stop_gateway
+    from serve.gateway import stop_gateway
     connect(args)
     deleted = stop_gateway()
     print_result(args, {"stopped": deleted}, "stopped the rafka HTTP gateway" if deleted

@@ -1,7 +1,7 @@
 """rafka's HTTP gateway: a Ray Serve application shaped like Confluent's REST Proxy (v2 and v3).
 
     import rafka, requests
-    from serve.http import start_gateway, stop_gateway
+    from serve.gateway import start_gateway, stop_gateway   # deploying it: serve/gateway.py
     url = start_gateway(cluster, port=8082)                  # http://127.0.0.1:8082, docs at /docs
     requests.post(f"{url}/topics/clicks", json={"records": [{"value": "aGk="}]},
                   headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
@@ -19,7 +19,6 @@ Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP 
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -31,13 +30,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rafka.errors import KafkaError
 from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
-from serve.consumers import DEFAULT_INSTANCE_TIMEOUT_MS, ConsumerInstances
 from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND,
                           UNSUPPORTED_MEDIA, GatewayError, from_exception)
 from serve.produce import BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, parse_v2, parse_v3
 from serve.v3_stream import RequestStreamingResponse, v3_report, v3_stream
 
-__all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME", "build_app"]
+__all__ = ["APP_NAME", "DEFAULT_MAX_REQUEST_BYTES", "build_app"]
 
 APP_NAME = "rafka-gateway"
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -480,103 +478,3 @@ def build_app():
             return Response(status_code=204)
 
     return GatewayIngress
-
-
-# -- starting and stopping --------------------------------------------------------------------------------
-def _cluster_name(cluster: Any) -> str:
-    from rafka.cluster import resolve_cluster
-    if cluster is None:
-        import rafka
-        return rafka.connect().name
-    return resolve_cluster(cluster)
-
-
-def _serve_http_config():
-    """(host, port) of the Serve instance already running on this Ray cluster, or None."""
-    import ray
-    from ray.serve.context import _get_global_client
-    try:
-        client = _get_global_client(raise_if_no_controller_running=False)
-    except Exception:  # noqa: BLE001 - no Serve controller reachable means none is running
-        return None
-    if client is None:
-        return None
-    cfg = ray.get(client._controller.get_http_config.remote())
-    return cfg.host, cfg.port
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def start_gateway(cluster: Any = None, host: str = "127.0.0.1", port: int = 8082, acks: str | int = "all",
-                  num_replicas: int = 1, *, consumer_instance_timeout_ms: int = DEFAULT_INSTANCE_TIMEOUT_MS,
-                  producer_config: dict | None = None, max_ongoing_requests: int = 64,
-                  max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
-                  name: str = APP_NAME) -> str:
-    """Deploy the gateway for ``cluster`` (a ``LocalCluster``, ``ClusterHandle``, name, or None for
-    ``rafka.connect()``); returns its base URL. Starts Serve on ``host:port`` unless it already runs on this
-    Ray cluster, in which case it must already listen there (Serve's HTTP options are fixed at its first
-    start). The app outlives this process (Serve is detached) until ``stop_gateway``. A request body may be
-    ``max_request_bytes`` long (413 past it, from Content-Length before reading) and must arrive within
-    ``body_timeout_s`` seconds (a stream: no pause longer than that), else 408 (serve/body.py)."""
-    from ray import serve as ray_serve
-    from rafka.config import ProducerConfig
-    ProducerConfig(**{"acks": acks, **(producer_config or {})})  # bad settings fail here, not in a replica
-    name_ = _cluster_name(cluster)
-    running = _serve_http_config()
-    if running is not None and (running[1] != port or running[0] != host):
-        raise RuntimeError(f"Ray Serve is already running on this Ray cluster at {running[0]}:{running[1]}; its "
-                           f"HTTP options are fixed at its first start, so the gateway cannot listen on "
-                           f"{host}:{port}. Use port={running[1]}, or stop that Serve instance first.")
-    if running is None:
-        if not _port_free(host, port):
-            raise RuntimeError(f"{host}:{port} is already in use by another program: pick another port")
-        ray_serve.start(http_options={"host": host, "port": port}, logging_config={"enable_access_log": False})
-    opts = {"num_cpus": 0}
-    instances = ray_serve.deployment(ConsumerInstances, name="ConsumerInstances", num_replicas=1,
-                                     max_ongoing_requests=256, ray_actor_options=opts).bind(
-        name_, consumer_instance_timeout_ms)
-    ingress = ray_serve.deployment(build_app(), name="Gateway", num_replicas=num_replicas,
-                                   max_ongoing_requests=max_ongoing_requests, ray_actor_options=opts).bind(
-        name_, acks, instances, producer_config, max_request_bytes, body_timeout_s)
-    ray_serve.run(ingress, name=name, route_prefix="/", logging_config={"enable_access_log": False})
-    return f"http://{host}:{port}"
-
-
-def gateway_status(name: str = APP_NAME) -> dict | None:
-    """``{app, status, url, deployments: {name: status}}`` of the running gateway, or None."""
-    from ray import serve as ray_serve
-    running = _serve_http_config()
-    if running is None:
-        return None
-    apps = ray_serve.status().applications
-    if name not in apps:
-        return None
-    st = apps[name]
-    return {"app": name, "status": str(st.status.value if hasattr(st.status, "value") else st.status),
-            "url": f"http://{running[0]}:{running[1]}",
-            "deployments": {d: str(s.status.value if hasattr(s.status, "value") else s.status)
-                            for d, s in st.deployments.items()}}
-
-
-def stop_gateway(name: str = APP_NAME, shutdown_serve: bool | None = None) -> bool:
-    """Delete the gateway app (its replicas close their producers and consumer instances). Serve itself
-    is shut down when ``shutdown_serve`` says so; by default (None) when no other application remains on it. Returns whether an app was deleted."""
-    from ray import serve as ray_serve
-    if _serve_http_config() is None:
-        return False
-    apps = ray_serve.status().applications
-    deleted = name in apps
-    if deleted:
-        ray_serve.delete(name)
-    others = [a for a in apps if a != name]
-    if shutdown_serve if shutdown_serve is not None else not others:
-        ray_serve.shutdown()
-    return deleted

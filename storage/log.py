@@ -42,8 +42,6 @@ import os
 import shutil
 import time
 from bisect import bisect_right
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from protocol.errors import (
     OffsetOutOfRangeError,
@@ -67,6 +65,7 @@ from storage.records import (
     CONTROL_MASK, BatchHeader, parse_header,
     set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
 )
+from storage.log_results import FetchDataInfo, LogAppendInfo, LogOffsetSnapshot
 from storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -76,37 +75,6 @@ __all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "LogOffsetSnaps
            "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
 
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
-
-
-# ---------------------------------------------------------------------------------------------- results
-
-class LogAppendInfo(NamedTuple):
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int  # -1 unless message.timestamp.type is LogAppendTime
-    log_start_offset: int
-    record_count: int
-    valid_bytes: int
-    duplicate: bool
-
-
-class FetchDataInfo(NamedTuple):
-    records: bytes  # whole batches
-    first_offset: int  # base offset of the first batch returned (the fetch offset when empty)
-    next_offset: int  # where the next fetch continues (the fetch offset when empty)
-
-
-@dataclass(frozen=True, slots=True)
-class LogOffsetSnapshot:
-    """The log's offsets read together (Kafka's ``LogOffsetSnapshot``): what one fetch or ListOffsets
-    answer reports, consistent with itself: ``log_start_offset <= high_watermark <= log_end_offset`` and
-    ``last_stable_offset <= high_watermark`` (the LSO is the HW unless a transaction is open below it)."""
-
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    last_stable_offset: int
 
 
 def _now(now_ms: int | None) -> int:

@@ -48,7 +48,7 @@ def gw(e2e_cluster):
     """The gateway on the e2e cluster: short delivery timeout so a NOT_ENOUGH_REPLICAS produce fails in
     seconds rather than after Kafka's two minutes of retries; an 8 MiB body limit and a 5 s body timeout,
     so the edge tests stay short."""
-    from serve.http import start_gateway, stop_gateway
+    from serve.gateway import start_gateway, stop_gateway
     url = start_gateway(e2e_cluster, port=free_port(), max_request_bytes=BODY_LIMIT, body_timeout_s=BODY_TIMEOUT_S,
                         producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5})
     yield url

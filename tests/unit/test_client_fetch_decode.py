@@ -1,7 +1,8 @@
 """The consumer's decoding of fetched bytes (no Ray): positions, control batches, LogAppendTime, metadata."""
 import pytest
 
-from rafka.cli import _format_record, _kv_pairs, UsageError
+from rafka.cli_data import format_record
+from rafka.cli_support import UsageError, kv_pairs
 from rafka.fetcher import CompletedFetch
 from rafka.subscription import TopicPartitionState
 from rafka.metadata import TopicMetadata
@@ -63,9 +64,9 @@ def test_topic_metadata_parses_the_kv_shape():
 
 
 def test_cli_helpers():
-    assert _kv_pairs(["a=1,b=2", "c = 3"], "-c") == {"a": "1", "b": "2", "c": "3"}
+    assert kv_pairs(["a=1,b=2", "c = 3"], "-c") == {"a": "1", "b": "2", "c": "3"}
     with pytest.raises(UsageError, match="key=value"):
-        _kv_pairs(["oops"], "-c")
+        kv_pairs(["oops"], "-c")
     r = ConsumerRecord("t", 1, 5, 77, 0, b"k", b"v\xff", ())
-    assert _format_record("%t/%p/%o %k=%v\\n", r) == "t/1/5 k=v\ufffd\n"
-    assert '"offset": 5' in _format_record("json", r)
+    assert format_record("%t/%p/%o %k=%v\\n", r) == "t/1/5 k=v\ufffd\n"
+    assert '"offset": 5' in format_record("json", r)

@@ -1,0 +1,129 @@
+"""The client's calls on a group's coordinator (Kafka's ``AbstractCoordinator`` request side):
+``GroupCoordinatorClient`` finds the group's coordinator actor through any broker (FindCoordinator) and
+calls it, finding it again on COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, a
+coordinator name not (yet) registered, or a dead coordinator actor; ``_Call`` is one request in flight,
+advanced without blocking past the caller's timeout. Used by the ConsumerCoordinator (rafka/group.py) and
+the group admin calls (rafka/group_admin.py)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from protocol.names import broker_name
+from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaTimeoutError,
+                          NotCoordinatorError, for_code)
+from rafka.transport import RAY, Transport
+
+RETRIABLE_COORDINATOR = (CoordinatorLoadInProgressError.code, CoordinatorNotAvailableError.code,
+                         NotCoordinatorError.code)
+
+
+class GroupCoordinatorClient:
+    """Calls on the coordinator of one group, re-finding it on retriable coordinator errors."""
+
+    def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100,
+                 transport: Transport = RAY):
+        self.cluster = cluster
+        self.metadata = metadata
+        self.transport = transport
+        self.group_id = group_id
+        self.backoff = max(0.01, retry_backoff_ms / 1000.0)
+        self._handle = None
+
+    def _find(self, timeout_s: float):
+        from ray.exceptions import GetTimeoutError, RayActorError
+        ids = sorted(self.metadata.brokers())
+        for bid in ids:
+            try:
+                broker = self.transport.get_actor(broker_name(self.cluster, bid))
+                ans = self.transport.get(self.transport.call(broker, "find_coordinator", self.group_id),
+                                         timeout=timeout_s)
+            except (ValueError, RayActorError, GetTimeoutError):
+                continue
+            if ans["error_code"] in RETRIABLE_COORDINATOR:
+                return None
+            if ans["error_code"]:
+                raise for_code(ans["error_code"])(ans.get("error_message"))
+            try:
+                return self.transport.get_actor(ans["coordinator"])
+            except ValueError:  # not registered yet: NOT_COORDINATOR
+                return None
+        return None
+
+    def start(self, method: str, *args, group_list: bool = False, **kw) -> "_Call":
+        """``coordinator.method(group_id, *args, **kw)`` (``[group_id]`` with ``group_list``) without
+        blocking: ``_Call.poll(timeout_s)``."""
+        return _Call(self, method, ([self.group_id] if group_list else self.group_id,) + args, kw)
+
+    def call(self, method: str, *args, timeout_ms: float = 60000, group_list: bool = False, **kw) -> dict:
+        """``coordinator.method(group_id, *args, **kw)``, waiting; retriable coordinator errors find it again."""
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        c = self.start(method, *args, group_list=group_list, **kw)
+        while True:
+            res = c.poll(max(0.0, deadline - time.monotonic()))
+            if res is not None:
+                return res
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"group {self.group_id!r}: {method} did not complete: {c.last}")
+
+
+class _Call:
+    """One coordinator request in flight; resent (after finding the coordinator again) on COORDINATOR_
+    LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR or a dead coordinator actor."""
+
+    def __init__(self, client: GroupCoordinatorClient, method: str, args, kw):
+        self.client, self.method, self.args, self.kw = client, method, args, kw
+        self.ref = None
+        self.next_try = 0.0
+        self.last: Any = None
+
+    def poll(self, timeout_s: float) -> dict | None:
+        """The answer, or None if it did not arrive within ``timeout_s``."""
+        from ray.exceptions import RayActorError
+        cl = self.client
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            if self.ref is None:
+                if now < self.next_try:
+                    if self.next_try > deadline:
+                        time.sleep(max(0.0, deadline - now))
+                        return None
+                    time.sleep(self.next_try - now)
+                if cl._handle is None:
+                    cl._handle = cl._find(10.0)
+                if cl._handle is None:
+                    self.last = "no coordinator"
+                    self.next_try = time.monotonic() + cl.backoff
+                    continue
+                self.ref = cl.transport.call(cl._handle, self.method, *self.args, **self.kw)
+            ready, _ = cl.transport.wait([self.ref], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            try:
+                res = cl.transport.get(self.ref)
+            except RayActorError as e:
+                res, self.last = None, e
+            self.ref = None
+            if res is not None:
+                code = _first_code(res)
+                if code not in RETRIABLE_COORDINATOR:
+                    return res
+                self.last = f"error code {code}"
+            cl._handle = None
+            self.next_try = time.monotonic() + cl.backoff
+            if time.monotonic() >= deadline:
+                return None
+
+
+def _first_code(res: dict) -> int:
+    if res.get("error_code"):
+        return res["error_code"]
+    for g in (res.get("groups") or []) + (res.get("results") or []):
+        if g.get("error_code"):
+            return g["error_code"]
+    for t in res.get("topics") or ():
+        for p in t.get("partitions") or ():
+            if p.get("error_code"):
+                return p["error_code"]
+    return 0
