@@ -64,3 +64,18 @@ def test_storage_never_imports_ray_and_protocol_not_at_import_time():
     found += [f"{path}:{line} imports {name} at module level" for path, line, name in _imports("protocol", True)
               if name.split(".")[0] == "ray"]
     assert not found, "\n".join(found)
+
+
+def test_cli_verbs_of_upper_layers_arrive_through_entry_points():
+    """`rafka serve|job|verify` come from the `rafka.commands` entry points (pyproject.toml), and building
+    the parser imports neither Ray Serve nor RayDP (the verbs import them when they run)."""
+    import subprocess
+    import sys
+    code = ("import sys; from rafka.cli import build_parser; p = build_parser(); "
+            "sub = next(a for a in p._actions if a.dest == 'group'); print(sorted(sub.choices)); "
+            "print(sorted(m for m in ('ray.serve', 'raydp', 'serve.http', 'jobs.spark') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    verbs, heavy = out.stdout.strip().splitlines()
+    assert verbs == str(sorted(["cluster", "topic", "group", "perf", "serve", "job", "verify"]))
+    assert heavy == "[]"
