@@ -49,14 +49,21 @@ import time
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from protocol.errors import (BrokerIdNotRegisteredError, KafkaError, NotControllerError,
-                            RequestTimedOutError, StaleBrokerEpochError, error_response)
+from protocol.errors import (
+    BrokerIdNotRegisteredError,
+    KafkaError,
+    NotControllerError,
+    RequestTimedOutError,
+    StaleBrokerEpochError,
+    error_response,
+)
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
 
 from .broker_channel import BrokerChannel
+from .controller_logic import ELECT_PREFERRED, ControllerConfig, ControllerLogic
 from .log_dir_lock import LogDirLock
-from .metadata import ELECT_PREFERRED, ControllerConfig, ControllerLogic, MetadataImage
+from .metadata_image import MetadataImage
 from .metadata_store import ClusterKV, MetadataLog
 from .replica_state_machine import offline_replicas, online_replicas
 

@@ -26,7 +26,7 @@ from protocol.kv import unpack as _unpack
 
 from storage.checkpoint import write_atomically
 
-from .metadata import MetadataImage
+from .metadata_image import MetadataImage
 
 FRAME = struct.Struct(">II")
 

@@ -7,8 +7,9 @@ from collections import Counter
 import msgpack
 import pytest
 
-from actors.metadata import (ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, ControllerConfig, ControllerLogic,
-                             MetadataImage, MetadataInvariantError, PartitionState)
+from actors.controller_logic import ControllerConfig, ControllerLogic
+from actors.metadata_image import MetadataImage
+from actors.partition_change import ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, MetadataInvariantError, PartitionState
 from actors.placement import assign_replicas, rack_alternated, validate_topic_name
 from protocol.errors import InvalidTopicError
 
