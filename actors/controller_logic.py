@@ -34,6 +34,7 @@ from protocol.errors import (
     UnknownTopicOrPartitionError,
     error_response,
 )
+from storage.log import LogConfig
 
 from .metadata_image import MetadataImage
 from .partition_change import (
@@ -86,6 +87,10 @@ class ControllerConfig:
 def _err(exc: KafkaError) -> dict:
     code, msg = error_response(exc)
     return {"error_code": code, "error_message": msg}
+
+
+def _unknown_topic(name) -> KafkaError:
+    return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 
 class ControllerLogic:
@@ -210,6 +215,42 @@ class ControllerLogic:
         rec = {"type": "ProducerIds", "broker_id": broker_id, "broker_epoch": b.broker_epoch,
                "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE}
         return [rec], (first, PRODUCER_ID_BLOCK_SIZE)
+
+    def heartbeat_error(self, broker_id: int, broker_epoch: int) -> KafkaError | None:
+        """Why a broker heartbeat is refused (it must register again), or None when it is current."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return BrokerIdNotRegisteredError(f"Broker {broker_id} is not registered")
+        if b.broker_epoch != broker_epoch or not b.alive:
+            return StaleBrokerEpochError(
+                f"Broker {broker_id} epoch {broker_epoch} is not the registered {b.broker_epoch} (alive={b.alive})")
+        return None
+
+    # ---- topics (reads) ------------------------------------------------------------------------
+    def describe_topics(self, names: list[str] | None = None) -> list[dict]:
+        out = []
+        for n in sorted(self.image.topics) if names is None else list(names):
+            if n in self.image.topics:
+                out.append(self.image.describe_topic(n))
+            else:
+                out.append({"name": n, "topic_id": None, **_err(_unknown_topic(n)), "configs": {}, "partitions": []})
+        return out
+
+    def describe_configs(self, name: str) -> dict:
+        """The effective configs (``LogConfig`` over the topic's overrides) and the overrides."""
+        t = self.image.topics.get(name)
+        if t is None:
+            return {"name": name, **_err(_unknown_topic(name)), "configs": {}, "overrides": {}}
+        effective = {k: str(v) for k, v in LogConfig.from_props(dict(t.configs)).to_props().items()}
+        return {"name": name, "error_code": 0, "error_message": None, "configs": effective,
+                "overrides": dict(t.configs)}
+
+    def cluster_metadata(self) -> dict:
+        """``{version, brokers, topics}``: the whole image as the admin client's metadata call shows it."""
+        img = self.image
+        return {"version": img.version, "brokers": [b.to_dict() for b in sorted(img.brokers.values(),
+                                                                                key=lambda b: b.broker_id)],
+                "topics": [img.describe_topic(n) for n in sorted(img.topics)]}
 
     # ---- topics --------------------------------------------------------------------------------
     def create_topics(self, topics: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -472,3 +513,28 @@ class ControllerLogic:
                                 "adding": list(s.adding), "removing": list(s.removing)})
         return out
 
+
+
+class BrokerHeartbeats:
+    """When each live broker was last heard from (Kafka's BrokerHeartbeatManager). Times are seconds of a
+    monotonic clock, passed in. A stall of the controller's own loop is not the brokers' fault: ``extend``
+    gives every session a fresh start."""
+
+    def __init__(self, session_timeout_s: float):
+        self.session_timeout_s = session_timeout_s
+        self.last_seen: dict[int, float] = {}
+
+    def seen(self, broker_id: int, now: float) -> None:
+        self.last_seen[broker_id] = now
+
+    def extend(self, now: float) -> None:
+        for b in self.last_seen:
+            self.last_seen[b] = now
+
+    def deadline(self, now: float) -> float:
+        """A broker last heard from before this is timed out."""
+        return now - self.session_timeout_s
+
+    def expired(self, broker_id: int, deadline: float) -> bool:
+        seen = self.last_seen.get(broker_id)
+        return seen is not None and seen < deadline
