@@ -20,7 +20,8 @@ from protocol.errors import CoordinatorNotAvailableError, InvalidRequestError, T
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 
 from .controller_link import ControllerUnavailable
-from .group_coordinator import OFFSETS_TOPIC, RemoteGroupCoordinator, offsets_partitions, offsets_topic_spec
+from .group_coordinator import RemoteGroupCoordinator
+from .group_service import OFFSETS_TOPIC, offsets_partitions, offsets_topic_spec
 from .group_records import partition_for
 
 if TYPE_CHECKING:
