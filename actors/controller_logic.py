@@ -42,7 +42,7 @@ from .partition_change import (
     ELECT_UNCLEAN,
     NO_LEADER,
     PartitionChangeBuilder,
-    PartitionState,
+    PartitionRegistration,
     reassignment_plan,
 )
 from .placement import assign_replicas, unify_collision_chars, validate_topic_name
@@ -132,7 +132,7 @@ class ControllerLogic:
         if not isr:
             raise InvalidReplicaAssignmentError(
                 f"All brokers specified in the partition assignment for partition {p} are fenced.")
-        s = PartitionState(list(replicas), isr, isr[0], 0, 0)
+        s = PartitionRegistration(list(replicas), isr, isr[0], 0, 0)
         return {"type": "Partition", "topic": topic, "topic_id": topic_id, "partition": p, **s.to_dict()}
 
     def _check_assignment(self, assignment, rf_expected: int | None = None) -> list[list[int]]:
@@ -177,7 +177,7 @@ class ControllerLogic:
         alive.add(broker_id)
         changed = {(r["topic"], r["partition"]): r for r in records if r["type"] == "PartitionChange"}
         for t, p, s in list(self.image.partitions_of_broker(broker_id)):
-            cur = PartitionState.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
+            cur = PartitionRegistration.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
             if cur.leader != NO_LEADER:
                 continue
             b = PartitionChangeBuilder(t.name, p, cur, alive, self.unclean_enabled(t.name))
@@ -406,7 +406,7 @@ class ControllerLogic:
             return [], {**_err(e), "leader": cur.get("leader", -1), "leader_epoch": cur.get("leader_epoch", -1),
                         "isr": cur.get("isr", []), "partition_epoch": cur.get("partition_epoch", -1)}
         rec = self._builder(topic, partition, alive).set_isr(new_isr).build()
-        new = PartitionState.from_dict(rec) if rec else s
+        new = PartitionRegistration.from_dict(rec) if rec else s
         resp = {"error_code": 0, "error_message": None, "leader": new.leader, "leader_epoch": new.leader_epoch,
                 "isr": list(new.isr), "partition_epoch": new.partition_epoch}
         if new.leader != s.leader:
@@ -453,7 +453,7 @@ class ControllerLogic:
         partitions led by someone else exceeds leader.imbalance.per.broker.percentage, the partitions
         where moving the leadership back is possible (preferred alive and in ISR, no reassignment)."""
         alive = self.image.alive_brokers()
-        by_pref: dict[int, list[tuple[str, int, PartitionState]]] = {}
+        by_pref: dict[int, list[tuple[str, int, PartitionRegistration]]] = {}
         for t in self.image.topics.values():
             for p, s in t.partitions.items():
                 if not s.reassigning:

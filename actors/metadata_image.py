@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .partition_change import MetadataInvariantError, PartitionState, check_partition, check_transition
+from .partition_change import MetadataInvariantError, PartitionRegistration, check_partition, check_transition
 
 __all__ = ["MetadataImage", "BrokerInfo", "TopicInfo"]
 
@@ -53,7 +53,7 @@ class TopicInfo:
     name: str
     topic_id: str
     configs: dict[str, str] = field(default_factory=dict)
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
@@ -99,7 +99,7 @@ class MetadataImage:
         t = self.topics.get(r["topic"])
         if t is None or r["partition"] in t.partitions or r["partition"] != len(t.partitions):
             raise MetadataInvariantError(f"bad new partition {r}")
-        s = PartitionState.from_dict(r)
+        s = PartitionRegistration.from_dict(r)
         check_partition(s, f"{r['topic']}-{r['partition']}")
         t.partitions[r["partition"]] = s
 
@@ -107,7 +107,7 @@ class MetadataImage:
         t = self.topics.get(r["topic"])
         if t is None or r["partition"] not in t.partitions:
             raise MetadataInvariantError(f"change of unknown partition {r}")
-        new = PartitionState.from_dict(r)
+        new = PartitionRegistration.from_dict(r)
         check_transition(t.partitions[r["partition"]], new, f"{r['topic']}-{r['partition']}")
         t.partitions[r["partition"]] = new
 
@@ -171,7 +171,7 @@ class MetadataImage:
             img.brokers[b["id"]] = BrokerInfo(b["id"], b["epoch"], b.get("node_id"), b.get("rack"),
                                               b.get("log_dir", ""), bool(b.get("alive")))
         for t in topics:
-            parts = {int(p): PartitionState.from_dict(s) for p, s in t["partitions"].items()}
+            parts = {int(p): PartitionRegistration.from_dict(s) for p, s in t["partitions"].items()}
             for p, s in parts.items():
                 check_partition(s, f"{t['name']}-{p}")
             img.topics[t["name"]] = TopicInfo(t["name"], t["topic_id"], dict(t.get("configs") or {}), parts)
@@ -182,7 +182,7 @@ class MetadataImage:
     def alive_brokers(self) -> set[int]:
         return {b.broker_id for b in self.brokers.values() if b.alive}
 
-    def partition(self, topic: str, p: int) -> PartitionState | None:
+    def partition(self, topic: str, p: int) -> PartitionRegistration | None:
         t = self.topics.get(topic)
         return None if t is None else t.partitions.get(p)
 
