@@ -64,8 +64,8 @@ from storage.partition_metadata import prepare_partition_dir
 
 from . import leader_and_isr as lai
 from .controller_link import ControllerLink, ControllerUnavailable
-from .group_service import OFFSETS_TOPIC
 from .group_coordinator_host import GroupCoordinatorHost
+from .group_service import OFFSETS_TOPIC
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 from .replica_supervisor import ReplicaSupervisor

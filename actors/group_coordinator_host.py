@@ -21,8 +21,8 @@ from protocol.names import RAY_NAMESPACE, group_coordinator_name
 
 from .controller_link import ControllerUnavailable
 from .group_coordinator import RemoteGroupCoordinator
-from .group_service import OFFSETS_TOPIC, offsets_partitions, offsets_topic_spec
 from .group_records import partition_for
+from .group_service import OFFSETS_TOPIC, offsets_partitions, offsets_topic_spec
 
 if TYPE_CHECKING:
     from actors.broker import BrokerActor

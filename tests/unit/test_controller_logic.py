@@ -9,7 +9,13 @@ import pytest
 
 from actors.controller_logic import ControllerConfig, ControllerLogic
 from actors.metadata_image import MetadataImage
-from actors.partition_change import ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, MetadataInvariantError, PartitionRegistration
+from actors.partition_change import (
+    ELECT_PREFERRED,
+    ELECT_UNCLEAN,
+    NO_LEADER,
+    MetadataInvariantError,
+    PartitionRegistration,
+)
 from actors.placement import assign_replicas, rack_alternated, validate_topic_name
 from protocol.errors import InvalidTopicError
 
