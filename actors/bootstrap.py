@@ -3,9 +3,9 @@
 ``start_cluster(cluster, num_brokers, data_dir, broker_config=None, node_ids=None)`` creates the broker
 actors in parallel (detached: the cluster outlives the driver; pinned to ``node_ids[i]`` when given),
 starts them (the first to get there creates the controller), and waits until the controller has every
-broker registered. ``ClusterHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
+broker registered. ``ServerHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
 FindCoordinator through any live broker (the first call creates ``__consumer_offsets``).
-``ClusterHandle.shutdown()`` stops it all and clears the cluster's GCS KV
+``ServerHandle.shutdown()`` stops it all and clears the cluster's GCS KV
 namespace: the durable copy of the metadata is the controller's log under ``data_dir``, so a later
 ``start_cluster`` with the same name and directory brings back the same topics and data.
 
@@ -37,7 +37,10 @@ def _broker_options(cluster: str, broker_id: int, node_id: str | None):
     return RemoteBroker.options(**opts)
 
 
-class ClusterHandle:
+class ServerHandle:
+    """The server side of a running cluster from a driver: its broker actors, controller, waits and faults
+    (the client's ``rafka.ClusterHandle`` is only a cluster name and an address)."""
+
     def __init__(self, cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None,
                  node_ids: list[str] | None):
         self.cluster, self.num_brokers, self.data_dir = cluster, num_brokers, data_dir
@@ -206,9 +209,9 @@ class ClusterHandle:
 
 
 def start_cluster(cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None = None,
-                  node_ids: list[str] | None = None, timeout_s: float = 120.0) -> ClusterHandle:
+                  node_ids: list[str] | None = None, timeout_s: float = 120.0) -> ServerHandle:
     t0 = time.monotonic()
-    ch = ClusterHandle(cluster, num_brokers, data_dir, broker_config, node_ids)
+    ch = ServerHandle(cluster, num_brokers, data_dir, broker_config, node_ids)
     for i in range(num_brokers):
         node = node_ids[i] if node_ids else None
         ch.brokers[i] = _broker_options(cluster, i, node).remote(cluster, i, data_dir, ch.broker_config)

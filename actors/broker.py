@@ -33,14 +33,12 @@ before use.
 Fencing. Every controller request carries the controller epoch; one older than the newest seen is
 answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
 
-Group coordination. The broker hosts a ``GroupCoordinatorActor`` (``actors/group_coordinator.py``,
-``group_coordinator_name(cluster, id)``, a non-detached child pinned to its node, created when the broker
-first leads a ``__consumer_offsets`` partition -- an idle actor costs ~120 MiB, so clusters without
-consumer groups do not pay for it -- and again if it died alone) and tells it, in the partition's
-LeaderAndIsr order, when its replica of a ``__consumer_offsets`` partition becomes leader or follower or
-is stopped. ``find_coordinator(group_id)``
-creates ``__consumer_offsets`` through the controller on first use (Kafka's auto-creation of the
-internal topic) and answers the leader of the group's partition.
+Group coordination. The broker hosts a ``GroupCoordinatorActor``, created on first need and told which
+``__consumer_offsets`` partitions it leads; ``find_coordinator(group_id)`` creates that topic on first use
+(actors/group_coordinator_host.py).
+
+LeaderAndIsr / StopReplica decisions (which replicas to create, recreate, make leader or follower, stop;
+controller-epoch fencing; partition directories) are the pure actors/leader_and_isr.py.
 """
 from __future__ import annotations
 
@@ -53,18 +51,21 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from protocol.errors import (CoordinatorNotAvailableError, KafkaError, NotLeaderOrFollowerError,
-                             StaleControllerEpochError, TopicAlreadyExistsError, UnknownServerError,
-                             error_response)
+from protocol.errors import (
+    CoordinatorNotAvailableError,
+    KafkaError,
+    StaleControllerEpochError,
+    UnknownServerError,
+    error_response,
+)
 from protocol.kv import GcsKV, read_cluster
-from protocol.names import RAY_NAMESPACE, group_coordinator_name, replica_name
+from protocol.names import RAY_NAMESPACE, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
+from . import leader_and_isr as lai
 from .controller_link import ControllerLink, ControllerUnavailable
-from .group_coordinator import (
-    OFFSETS_TOPIC, RemoteGroupCoordinator, offsets_partitions, offsets_topic_spec,
-)
-from .group_records import partition_for
+from .group_coordinator_host import GroupCoordinatorHost
+from .group_service import OFFSETS_TOPIC
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 from .replica_supervisor import ReplicaSupervisor
@@ -72,20 +73,6 @@ from .replica_supervisor import ReplicaSupervisor
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
 
 log = logging.getLogger("rafka.broker")
-
-# Kafka's broker-level defaults for topic configs (log.* name -> topic config name).
-BROKER_TOPIC_DEFAULTS = {
-    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
-    "log.index.size.max.bytes": "segment.index.bytes", "log.index.interval.bytes": "index.interval.bytes",
-    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
-    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy", "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms", "message.max.bytes": "max.message.bytes",
-    "log.message.timestamp.type": "message.timestamp.type", "min.insync.replicas": "min.insync.replicas",
-}
-REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.fetch.wait.max.ms",
-                "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
-
 
 
 def _err_dict(exc: BaseException) -> dict:
@@ -121,10 +108,7 @@ class BrokerActor:
         self._sessions: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
         self._kv = GcsKV(cluster)
-        self._gc = None  # the group coordinator actor (created on first need)
-        self._gc_lock: asyncio.Lock | None = None
-        self._offsets_roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
-        self._offsets_create_lock: asyncio.Lock | None = None
+        self.groups = GroupCoordinatorHost(self)
 
     # ---- start and controller link -------------------------------------------------------------------
     async def start(self) -> dict:
@@ -155,12 +139,10 @@ class BrokerActor:
             self._sessions = [(e, f) for e, f in self._sessions if not f.done()]
 
     def _stale(self, controller_epoch: int) -> dict | None:
-        if controller_epoch < self.controller_epoch:
-            code, msg = error_response(StaleControllerEpochError(
-                f"Controller epoch {controller_epoch} is older than {self.controller_epoch}"))
-            return {"error_code": code, "error_message": msg, "controller_epoch": self.controller_epoch}
-        self._see_epoch(controller_epoch)
-        return None
+        stale = lai.stale_controller_epoch(controller_epoch, self.controller_epoch)
+        if stale is None:
+            self._see_epoch(controller_epoch)
+        return stale
 
     async def controller_session(self, controller_epoch: int) -> dict:
         """The controller's long-poll on this broker: returns only on shutdown or a newer controller."""
@@ -185,17 +167,7 @@ class BrokerActor:
         return lock
 
     def _partition_dir(self, topic: str, p: int) -> str:
-        return os.path.join(self.dir, f"{topic}-{p}")
-
-    def _replica_props(self, topic_configs: dict) -> dict:
-        props = {}
-        for k, v in self.config.items():
-            if k in BROKER_TOPIC_DEFAULTS:
-                props[BROKER_TOPIC_DEFAULTS[k]] = v
-            elif k in REPLICA_KEYS:
-                props[k] = v
-        props.update(topic_configs or {})
-        return props
+        return os.path.join(self.dir, lai.partition_dir_name(topic, p))
 
     def _prepare_dir(self, topic: str, p: int, topic_id: str) -> str:
         d = self._partition_dir(topic, p)
@@ -212,7 +184,7 @@ class BrokerActor:
                 h = cls.options(name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
                                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)
                                 ).remote(self.cluster, topic, p, s["topic_id"], self.broker_id, d,
-                                         self._replica_props(s.get("configs")))
+                                         lai.replica_props(self.config, s.get("configs")))
                 return h
             except ValueError:  # the previous incarnation's replica still holds the name for a moment
                 await asyncio.sleep(0.05)
@@ -220,34 +192,27 @@ class BrokerActor:
 
     async def _apply(self, s: dict) -> dict:
         key = (s["topic"], s["partition"])
-        out = {"topic": key[0], "partition": key[1], "leader": s["leader"], "leader_epoch": s["leader_epoch"]}
         async with self._lock(key):
-            if self.broker_id not in s["replicas"]:
-                return {**out, "error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
+            act = lai.replica_action(self.broker_id, s, self.topic_ids.get(key) if key in self.replicas else None)
+            if act.kind == lai.NOT_A_REPLICA:
+                return lai.partition_result(s, error=lai.not_a_replica_error())
             try:
-                h = self.replicas.get(key)
-                if h is None or self.topic_ids.get(key) != s["topic_id"]:
-                    if h is not None:
-                        await self._stop_one(key, delete=True)
-                    h = await self._create_replica(s)
-                    self.replicas[key] = h
+                if act.kind == lai.RECREATE:
+                    await self._stop_one(key, delete=True)
+                if act.kind in (lai.CREATE, lai.RECREATE):
+                    self.replicas[key] = h = await self._create_replica(s)
                     self.topic_ids[key] = s["topic_id"]
                     self.supervisor.watch(key, h)
+                h = self.replicas[key]
                 self.topic_configs[key[0]] = dict(s.get("configs") or {})
-                state = {k: s[k] for k in ("topic", "partition", "topic_id", "leader", "leader_epoch", "isr",
-                                           "replicas", "partition_epoch", "controller_epoch")}
-                if s["leader"] == self.broker_id:
-                    res = await h.become_leader.remote(state)
-                else:
-                    res = await h.become_follower.remote(state)
+                become = h.become_leader if act.make_leader else h.become_follower
+                res = await become.remote(act.state)
             except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
                 log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
-                return {**out, **_err_dict(e)}  # a dead replica: its supervisor reports and recreates it
+                return lai.partition_result(s, error=_err_dict(e))  # its supervisor reports and recreates it
             if key[0] == OFFSETS_TOPIC:
-                await self._notify_offsets(key[1], s["leader"] == self.broker_id, int(s["leader_epoch"]), h)
-            if res.get("ignored"):  # the replica already runs this (or a newer) state
-                return {**out, "error_code": 0, "error_message": res.get("error_message"), "ignored": True}
-            return {**out, "error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
+                await self._notify_offsets(key[1], act.make_leader, int(s["leader_epoch"]), h)
+            return lai.partition_result(s, res)
 
     async def leader_and_isr(self, controller_epoch: int, states: list[dict], full: bool = False) -> dict:
         stale = self._stale(controller_epoch)
@@ -255,15 +220,12 @@ class BrokerActor:
             return stale
         results = list(await asyncio.gather(*(self._apply(s) for s in states)))
         if full:
-            keep = {(s["topic"], s["partition"]) for s in states}
-            for key in [k for k in self.replicas if k not in keep]:
+            for key in lai.replicas_to_remove(list(self.replicas), states):
                 async with self._lock(key):
                     await self._stop_one(key, delete=True)
-            for name in os.listdir(self.dir):
-                topic, _, p = name.rpartition("-")
-                if topic and p.isdigit() and (topic, int(p)) not in keep:
-                    log.info("broker %s: deleting stray log %s", self.broker_id, name)
-                    shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+            for name in lai.stray_partition_dirs(os.listdir(self.dir), states):
+                log.info("broker %s: deleting stray log %s", self.broker_id, name)
+                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
         return {"error_code": 0, "error_message": None, "partitions": results}
 
     async def replica_gone(self, key) -> None:
@@ -312,7 +274,7 @@ class BrokerActor:
         if stale:
             return stale
         self.topic_configs[topic] = dict(configs)
-        props = self._replica_props(configs)
+        props = lai.replica_props(self.config, configs)
         keys = [k for k in self.replicas if k[0] == topic]
         res = await asyncio.gather(*(self.replicas[k].update_config.remote(props) for k in keys),
                                    return_exceptions=True)
@@ -346,111 +308,20 @@ class BrokerActor:
             self._pid_next += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
 
-    # ---- group coordination -----------------------------------------------------------------------------
-    async def _group_coordinator(self):
-        """This broker's group coordinator; (re)created on demand, then told every offsets partition it leads."""
-        if self._gc_lock is None:
-            self._gc_lock = asyncio.Lock()
-        async with self._gc_lock:
-            if self._gc is not None:
-                return self._gc
-            name = group_coordinator_name(self.cluster, self.broker_id)
-            for _ in range(200):
-                try:
-                    gc = RemoteGroupCoordinator.options(
-                        name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-                    ).remote(self.cluster, self.broker_id, self.config)
-                    break
-                except ValueError:  # a previous incarnation still holds the name for a moment
-                    await asyncio.sleep(0.05)
-            else:
-                raise RuntimeError(f"group coordinator name {name} stayed taken")
-            leads = [(p, e, h) for p, (lead, e, h) in self._offsets_roles.items() if lead]
-            await asyncio.gather(*(gc.on_elected.remote(p, e, h) for p, e, h in leads))
-            self._gc = gc
-            return gc
-
-    async def _notify_offsets(self, p: int, leader: bool, epoch: int | None, replica) -> None:
-        """Tell the group coordinator that this broker leads / no longer leads ``__consumer_offsets-p``."""
-        if leader:
-            self._offsets_roles[p] = (True, epoch, replica)
-        else:
-            self._offsets_roles.pop(p, None)
-            if self._gc is None:
-                return  # no coordinator yet: it has nothing to unload (a new one learns only our leads)
-        for _ in range(3):
-            try:
-                gc = await self._group_coordinator()
-                if leader:
-                    await gc.on_elected.remote(p, epoch, replica)
-                else:
-                    await gc.on_resigned.remote(p, epoch)
-                return
-            except RayActorError as e:  # it died alone: a new one is told every partition we lead
-                log.warning("broker %s: group coordinator gone (%s), recreating", self.broker_id, type(e).__name__)
-                self._gc = None
-            except (RuntimeError, RayTaskError) as e:
-                log.warning("broker %s: group coordinator not told about %s-%s: %s", self.broker_id,
-                            OFFSETS_TOPIC, p, e)
-                return
-
+    # ---- group coordination (actors/group_coordinator_host.py) -----------------------------------------
     async def _fresh_metadata(self) -> dict:
         self._cache = await asyncio.to_thread(read_cluster, self._kv)
         self._cache_version = self._cache["version"]
         return await self.metadata()
 
-    async def _ensure_offsets_topic(self) -> dict:
-        """Create ``__consumer_offsets`` (once; concurrent finders wait for the same creation)."""
-        if self._offsets_create_lock is None:
-            self._offsets_create_lock = asyncio.Lock()
-        async with self._offsets_create_lock:
-            md = await self._fresh_metadata()
-            if OFFSETS_TOPIC in md["topics"]:
-                return {"error_code": 0, "error_message": None}
-            alive = sum(1 for b in md["brokers"] if b.get("alive"))
-            spec = offsets_topic_spec(self.config, alive)
-            try:
-                res = (await self.link.call("create_topics", [spec], 30000, timeout_s=40))[0]
-            except (ControllerUnavailable, asyncio.TimeoutError):
-                return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable"}
-            log.info("broker %s: created %s (%s partitions, rf %s): %s", self.broker_id, OFFSETS_TOPIC,
-                     spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
-            await self._fresh_metadata()
-            if res["error_code"] in (0, TopicAlreadyExistsError.code):  # another broker was first
-                return {"error_code": 0, "error_message": None}
-            return {"error_code": res["error_code"], "error_message": res.get("error_message")}
+    async def _notify_offsets(self, p: int, leader: bool, epoch: int | None, replica) -> None:
+        await self.groups.notify(p, leader, epoch, replica)
 
     async def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
         """FindCoordinator for a consumer group -> ``{error_code, error_message, broker_id, coordinator
         (the coordinator actor's name), partition}``; COORDINATOR_NOT_AVAILABLE (15) while the group's
         ``__consumer_offsets`` partition has no leader (the caller retries)."""
-        def answer(code, msg=None, broker_id=-1, partition=-1):
-            return {"error_code": code, "error_message": msg, "broker_id": broker_id, "partition": partition,
-                    "coordinator": group_coordinator_name(self.cluster, broker_id) if broker_id >= 0 else None}
-        if key_type != 0:
-            return answer(42, f"key_type {key_type!r}: only group coordinators (0) are served")
-        if not isinstance(group_id, str):
-            return answer(42, "group_id must be a string")
-        md = await self.metadata()
-        topic = md["topics"].get(OFFSETS_TOPIC)
-        if topic is None:
-            res = await self._ensure_offsets_topic()
-            if res["error_code"]:
-                return answer(15, f"{OFFSETS_TOPIC} could not be created: {res['error_message']}")
-            topic = (await self.metadata())["topics"].get(OFFSETS_TOPIC)
-        n = offsets_partitions(self.config)
-        p = partition_for(group_id, n)
-        parts = (topic or {}).get("partitions", {})
-        state = parts.get(p, parts.get(str(p)))
-        if state is None or state.get("leader", -1) < 0:
-            state = ((await self._fresh_metadata())["topics"].get(OFFSETS_TOPIC) or {}).get("partitions", {})
-            state = state.get(p, state.get(str(p)))
-        if state is None:
-            return answer(15, f"{OFFSETS_TOPIC} has no partition {p} (offsets.topic.num.partitions={n})")
-        if state.get("leader", -1) < 0:
-            return answer(15, f"{OFFSETS_TOPIC}-{p} has no leader", partition=p)
-        return answer(0, None, state["leader"], p)
+        return await self.groups.find_coordinator(group_id, key_type)
 
     def replica_handles(self) -> dict:
         return dict(self.replicas)

@@ -20,6 +20,7 @@ from protocol.errors import KafkaError, StaleControllerEpochError
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor
+    from actors.controller_requests import BrokerRequestBatch
 
 log = logging.getLogger("rafka.controller")
 
@@ -110,3 +111,57 @@ class BrokerChannel:
                 fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
 
 
+
+
+class ControllerChannelManager:
+    """The controller's channels, one per live broker incarnation (Kafka's ControllerChannelManager): opens
+    and closes them and sends one commit's ``BrokerRequestBatch`` (actors/controller_requests.py)."""
+
+    def __init__(self, ctl: "ControllerActor"):
+        self.ctl = ctl
+        self.channels: dict[int, BrokerChannel] = {}
+
+    def __contains__(self, broker_id: int) -> bool:
+        return broker_id in self.channels
+
+    def broker_ids(self) -> list[int]:
+        return list(self.channels)
+
+    def open(self, broker_id: int, broker_epoch: int, handle) -> None:
+        self.close(broker_id)
+        self.channels[broker_id] = BrokerChannel(self.ctl, broker_id, broker_epoch, handle)
+
+    def close(self, broker_id: int) -> None:
+        ch = self.channels.pop(broker_id, None)
+        if ch is not None:
+            ch.close()
+
+    def close_all(self) -> None:
+        for ch in list(self.channels.values()):
+            ch.close()
+        self.channels.clear()
+
+    def send_full_state(self, broker_id: int, states: list[dict]) -> None:
+        self.channels[broker_id].send("leader_and_isr", states, full=True)
+
+    def send_batch(self, batch: "BrokerRequestBatch") -> list[asyncio.Future]:
+        """StopReplica, topic configs, LeaderAndIsr to the brokers with a channel, then UpdateMetadata to
+        every channel; returns the StopReplica futures."""
+        stops = [self.channels[b].send("stop_replica", parts, True)
+                 for b, parts in batch.stop_replica.items() if b in self.channels]
+        for b, topic_configs in batch.topic_configs.items():
+            ch = self.channels.get(b)
+            for name, configs in topic_configs:
+                if ch is not None:
+                    ch.send("update_topic_config", name, configs)
+        for b, states in batch.leader_and_isr.items():
+            ch = self.channels.get(b)
+            if ch is not None:
+                ch.send("leader_and_isr", states)
+        self.publish_version(batch.metadata_version)
+        return stops
+
+    def publish_version(self, version: int) -> None:
+        """UpdateMetadata(version) to every live broker."""
+        for ch in self.channels.values():
+            ch.send_version(version)

@@ -26,7 +26,7 @@ from actors.group_model import (
 from actors.group_records import group_metadata_record
 from protocol import errors as E
 
-__all__ = ["GroupMembership", "JoinRequest"]
+__all__ = ["GroupMetadataManager", "JoinRequest"]
 
 NONE = 0
 COORDINATOR_NOT_AVAILABLE = E.for_name("COORDINATOR_NOT_AVAILABLE").code
@@ -112,8 +112,9 @@ def _protocol_inconsistent(requested: str | None, current: str | None) -> bool:
     return requested is not None and current is not None and requested != current
 
 
-class GroupMembership:
-    """The classic-group membership handlers over the shard's installed ``groups`` (read only here)."""
+class GroupMetadataManager:
+    """The classic-group membership handlers (Kafka's GroupMetadataManager, its classic-group part) over the
+    shard's installed ``groups`` (read only here)."""
 
     def __init__(self, groups: dict[str, ClassicGroup], config: GroupCoordinatorConfig,
                  new_uuid: Callable[[], str] | None = None):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from actors.group_membership import GroupMembership
+from actors.group_membership import GroupMetadataManager
 from actors.group_model import (
     CONSUMER_PROTOCOL_TYPE, VALID_PREVIOUS_STATES, ClassicGroup, ClassicGroupMember, CoordinatorResult,
     GroupCoordinatorConfig, GroupSnapshotRecord, GroupState, InvalidGroupTransition, Pending,
@@ -60,7 +60,7 @@ class GroupCoordinatorShard:
         self.config = config or GroupCoordinatorConfig()
         self._groups: dict[str, ClassicGroup] = {}
         self._offsets = OffsetManager(self.config)
-        self._membership = GroupMembership(self._groups, self.config, new_uuid)
+        self._membership = GroupMetadataManager(self._groups, self.config, new_uuid)
 
     # ================================================================== membership (JoinGroup & co)
     def join_group(self, group_id: str, member_id: str, protocol_type: str, protocols: Iterable,

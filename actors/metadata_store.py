@@ -15,6 +15,7 @@ GCS KV: the layout and the reader are ``protocol/kv.py``; ``ClusterKV`` adds the
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import zlib
@@ -23,10 +24,11 @@ from protocol import kv as K
 from protocol.kv import GcsKV
 from protocol.kv import pack as _pack
 from protocol.kv import unpack as _unpack
-
 from storage.checkpoint import write_atomically
 
-from .metadata import MetadataImage
+from .metadata_image import MetadataImage
+
+log = logging.getLogger("rafka.controller")
 
 FRAME = struct.Struct(">II")
 
@@ -143,3 +145,24 @@ class ClusterKV(GcsKV):
             if K.key_suffix(k) not in image.topics:
                 self.delete(k)
         self.persist(image, set(image.topics), set(image.brokers), True)
+
+
+def load_image(kv: ClusterKV, mlog: MetadataLog) -> MetadataImage:
+    """A new controller's image: GCS KV when it is at least as new as the local metadata log, else the log
+    (a whole-cluster restart: GCS is in memory, the log on disk is the durable copy; KV is rewritten from
+    it). Either way the log is rewritten as a snapshot in a new file, so a replaced controller's open
+    descriptor can only append to the old one."""
+    local = None
+    try:
+        records = mlog.read_all()
+        local = MetadataImage.from_records(records) if records else None
+    except Exception as e:  # noqa: BLE001 - an unreadable local log loses to KV
+        log.error("metadata log unusable (%s); relying on GCS KV", e)
+    kv_img = kv.load_image()
+    if kv_img is not None and (local is None or kv_img.version >= local.version):
+        image = kv_img
+    else:
+        image = local or MetadataImage()
+        kv.write_all(image)
+    mlog.rewrite(image.snapshot_records())
+    return image

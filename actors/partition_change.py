@@ -1,6 +1,6 @@
 """One partition's state and the rules that change it (Kafka's PartitionRegistration + PartitionChangeBuilder).
 
-Pure: no Ray, no clock. ``PartitionChangeBuilder`` starts from the current ``PartitionState``, takes the
+Pure: no Ray, no clock. ``PartitionChangeBuilder`` starts from the current ``PartitionRegistration``, takes the
 wanted changes (a new ISR, a reassignment, an election kind) plus the set of live brokers, and builds at
 most one ``PartitionChange`` record carrying the complete new state:
 
@@ -34,7 +34,7 @@ class MetadataInvariantError(AssertionError):
 
 
 @dataclass
-class PartitionState:
+class PartitionRegistration:
     replicas: list[int]
     isr: list[int]
     leader: int = NO_LEADER
@@ -49,7 +49,7 @@ class PartitionState:
                 "adding": list(self.adding), "removing": list(self.removing)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PartitionState":
+    def from_dict(cls, d: dict) -> "PartitionRegistration":
         return cls(list(d["replicas"]), list(d["isr"]), d["leader"], d["leader_epoch"],
                    d["partition_epoch"], list(d.get("adding") or []), list(d.get("removing") or []))
 
@@ -66,7 +66,7 @@ class PartitionState:
         return bool(self.adding or self.removing)
 
 
-def check_partition(p: PartitionState, where: str) -> None:
+def check_partition(p: PartitionRegistration, where: str) -> None:
     def bad(msg):
         raise MetadataInvariantError(f"{where}: {msg}: {p}")
     if not p.replicas:
@@ -85,7 +85,7 @@ def check_partition(p: PartitionState, where: str) -> None:
         bad("negative epoch")
 
 
-def check_transition(old: PartitionState, new: PartitionState, where: str) -> None:
+def check_transition(old: PartitionRegistration, new: PartitionRegistration, where: str) -> None:
     check_partition(new, where)
     if new.leader_epoch < old.leader_epoch:
         raise MetadataInvariantError(f"{where}: leader epoch went down {old.leader_epoch} -> {new.leader_epoch}")
@@ -104,7 +104,7 @@ def reassignment_plan(original: list[int], target: list[int]) -> tuple[list[int]
 
 
 class PartitionChangeBuilder:
-    def __init__(self, topic: str, partition: int, current: PartitionState, alive: set[int],
+    def __init__(self, topic: str, partition: int, current: PartitionRegistration, alive: set[int],
                  unclean: bool = False):
         self.topic, self.partition, self.cur = topic, partition, current
         self.alive, self.unclean = alive, unclean
@@ -127,7 +127,7 @@ class PartitionChangeBuilder:
         self.election = election
         return self
 
-    def new_state(self) -> PartitionState:
+    def new_state(self) -> PartitionRegistration:
         cur = self.cur
         replicas = self.target_replicas if self.target_replicas is not None else list(cur.replicas)
         adding = self.target_adding if self.target_adding is not None else list(cur.adding)
@@ -143,7 +143,7 @@ class PartitionChangeBuilder:
         leader_epoch = cur.leader_epoch
         if leader != cur.leader or self.bump_leader_epoch:
             leader_epoch += 1
-        return PartitionState(replicas, isr, leader, leader_epoch, cur.partition_epoch, adding, removing)
+        return PartitionRegistration(replicas, isr, leader, leader_epoch, cur.partition_epoch, adding, removing)
 
     def _elect(self, replicas: list[int], isr: list[int]) -> tuple[int, list[int]]:
         def eligible(r):

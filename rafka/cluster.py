@@ -248,7 +248,7 @@ class LocalCluster:
 
     @property
     def server(self):
-        """The server-side ``actors.bootstrap.ClusterHandle`` (fault injection, waits)."""
+        """The server-side ``actors.bootstrap.ServerHandle`` (fault injection, waits)."""
         return self._handle
 
     def stop(self) -> None:

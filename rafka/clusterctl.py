@@ -215,8 +215,8 @@ def stop() -> dict:
         try:
             if not ray.is_initialized():
                 ray.init(address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
-            from actors.bootstrap import ClusterHandle
-            server = ClusterHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
+            from actors.bootstrap import ServerHandle
+            server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
             for i in range(state["brokers"]):
                 try:
                     server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)

@@ -75,7 +75,7 @@ def send_signal(pid: int, node_id: str, sig: int) -> bool:
 
 
 class Nemesis:
-    """Faults against cluster ``name``; ``server`` is its ``actors.bootstrap.ClusterHandle`` (it starts
+    """Faults against cluster ``name``; ``server`` is its ``actors.bootstrap.ServerHandle`` (it starts
     killed brokers again), ``admin`` a ``rafka.Admin`` (leaders and replicas of ``topic``)."""
 
     def __init__(self, name: str, server: Any, admin: Any, topic: str, rng: random.Random,

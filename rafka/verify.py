@@ -245,7 +245,7 @@ def _recovery(workload: Workload, fault: Fault, partitions: int, timeout_s: floa
 
 def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> dict[str, Any]:
     """Workload + nemesis + read-back against ``cluster`` (a LocalCluster/ClusterHandle/name);
-    ``server`` is its ``actors.bootstrap.ClusterHandle``. Returns the report (``ok`` False on any
+    ``server`` is its ``actors.bootstrap.ServerHandle``. Returns the report (``ok`` False on any
     violation)."""
     from rafka.admin import Admin
     say = progress or (lambda msg: None)
@@ -423,17 +423,17 @@ def cmd_verify(args) -> int:
 
 
 def _server_handle(name: str):
-    """An ``actors.bootstrap.ClusterHandle`` for a running cluster (to start killed brokers again): its
+    """An ``actors.bootstrap.ServerHandle`` for a running cluster (to start killed brokers again): its
     brokers found by name, their directory and configs from the state file `rafka cluster start` wrote."""
     import ray
-    from actors.bootstrap import ClusterHandle
+    from actors.bootstrap import ServerHandle
     from rafka.cluster import read_state
     from protocol.names import RAY_NAMESPACE, broker_name
     state = read_state() or {}
     if state.get("cluster") != name:
         raise ValueError(f"cluster {name!r} was not started by `rafka cluster start` here: its broker "
                          "directories are unknown (use --local, or run on the machine that started it)")
-    server = ClusterHandle(name, state["brokers"], state["data_dir"], state.get("config"), None)
+    server = ServerHandle(name, state["brokers"], state["data_dir"], state.get("config"), None)
     for i in range(state["brokers"]):
         try:
             server.brokers[i] = ray.get_actor(broker_name(name, i), namespace=RAY_NAMESPACE)

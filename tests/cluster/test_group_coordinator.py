@@ -15,7 +15,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors.bootstrap import start_cluster
-from actors.group_coordinator import OFFSETS_TOPIC, is_retriable_coordinator_error
+from actors.group_service import OFFSETS_TOPIC, is_retriable_coordinator_error
 from actors.group_records import partition_for
 
 pytestmark = pytest.mark.cluster

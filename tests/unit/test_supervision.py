@@ -7,13 +7,21 @@ import random
 import msgpack
 import pytest
 
-from actors.metadata import ControllerConfig, ControllerLogic, MetadataImage
+from actors.controller_logic import ControllerConfig, ControllerLogic
+from actors.metadata_image import MetadataImage
 from actors.replica_state_machine import offline_replicas, online_replicas
-from actors.supervision import (DEAD, RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS, RESTART_STABLE_MS, RUNNING,
-                                STARTING, InvalidTransition, ReplicaSupervision, SessionTimer)
-from protocol.errors import (BrokerIdNotRegisteredError, StaleBrokerEpochError,
-                            UnknownTopicOrPartitionError)
-
+from actors.supervision import (
+    DEAD,
+    RESTART_BACKOFF_MAX_MS,
+    RESTART_BACKOFF_MS,
+    RESTART_STABLE_MS,
+    RUNNING,
+    STARTING,
+    InvalidTransition,
+    ReplicaSupervision,
+    SessionTimer,
+)
+from protocol.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, UnknownTopicOrPartitionError
 
 # ---- SessionTimer ---------------------------------------------------------------------------------
 

@@ -7,8 +7,15 @@ from collections import Counter
 import msgpack
 import pytest
 
-from actors.metadata import (ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, ControllerConfig, ControllerLogic,
-                             MetadataImage, MetadataInvariantError, PartitionState)
+from actors.controller_logic import ControllerConfig, ControllerLogic
+from actors.metadata_image import MetadataImage
+from actors.partition_change import (
+    ELECT_PREFERRED,
+    ELECT_UNCLEAN,
+    NO_LEADER,
+    MetadataInvariantError,
+    PartitionRegistration,
+)
 from actors.placement import assign_replicas, rack_alternated, validate_topic_name
 from protocol.errors import InvalidTopicError
 
@@ -32,7 +39,7 @@ def create(logic, name="t", n=3, rf=3, **kw):
     return res[0]
 
 
-def part(logic, topic="t", p=0) -> PartitionState:
+def part(logic, topic="t", p=0) -> PartitionRegistration:
     return logic.image.partition(topic, p)
 
 

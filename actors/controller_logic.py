@@ -1,23 +1,5 @@
-"""The cluster metadata image and the controller's pure decisions (no Ray, no I/O, time passed in).
-
-Every change is a record, a msgpack-able dict with a ``type`` (Kafka's KRaft metadata records):
-
-====================  ==========================================================================
-RegisterBroker        broker_id, broker_epoch, node_id, rack, log_dir   (broker alive)
-FenceBroker           broker_id, broker_epoch                           (broker not alive)
-Topic                 name, topic_id
-Partition             topic, topic_id, partition, replicas, isr, leader, leader_epoch,
-                      partition_epoch, adding, removing
-PartitionChange       topic, partition + the complete new partition state (as Partition)
-ConfigRecord          resource_type "topic", resource, name, value (None deletes the override)
-RemoveTopic           name, topic_id
-ProducerIds           broker_id, broker_epoch, next_producer_id
-SnapshotVersion       version   (ends a snapshot: sets the version instead of bumping it)
-====================  ==========================================================================
-
-``MetadataImage.replay(record)`` is the only thing that mutates the image; it asserts each transition.
-``image.version`` counts the records replayed (the metadata offset): a broker's epoch is the offset of
-its RegisterBroker record, as in Kafka.
+"""The controller's pure decisions (Kafka's QuorumController / ReplicationControlManager role): no Ray,
+no I/O, time passed in. The records it emits and the image they change are in actors/metadata_image.py.
 
 ``ControllerLogic`` holds the image and the controller config; its handlers read the image and return
 ``(records, response)``. The actor persists the records, replays them, then acts on the response
@@ -28,89 +10,48 @@ from __future__ import annotations
 
 import base64
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from protocol.errors import (BrokerIdNotRegisteredError, ElectionNotNeededError,
-                            EligibleLeadersNotAvailableError, FencedLeaderEpochError, IneligibleReplicaError,
-                            InvalidConfigError, InvalidPartitionsError, InvalidReplicaAssignmentError,
-                            InvalidReplicationFactorError, InvalidRequestError, InvalidTopicError,
-                            InvalidUpdateVersionError, KafkaError, NewLeaderElectedError,
-                            NoReassignmentInProgressError, PreferredLeaderNotAvailableError,
-                            StaleBrokerEpochError, TopicAlreadyExistsError, UnknownTopicOrPartitionError,
-                            error_response)
+from protocol.errors import (
+    BrokerIdNotRegisteredError,
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    InvalidUpdateVersionError,
+    KafkaError,
+    NewLeaderElectedError,
+    NoReassignmentInProgressError,
+    PreferredLeaderNotAvailableError,
+    StaleBrokerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    error_response,
+)
+from storage.log import LogConfig
 
-from .partition_change import (ELECT_PREFERRED, ELECT_UNCLEAN, NO_LEADER, MetadataInvariantError,
-                               PartitionChangeBuilder, PartitionState, check_partition, check_transition,
-                               reassignment_plan)
+from .metadata_image import MetadataImage
+from .partition_change import (
+    ELECT_PREFERRED,
+    ELECT_UNCLEAN,
+    NO_LEADER,
+    PartitionChangeBuilder,
+    PartitionRegistration,
+    reassignment_plan,
+)
 from .placement import assign_replicas, unify_collision_chars, validate_topic_name
+from .topic_configs import topic_config_keys, truthy, validate_topic_configs
 
-__all__ = ["MetadataImage", "ControllerLogic", "ControllerConfig", "BrokerInfo", "TopicInfo",
-           "PartitionState", "MetadataInvariantError", "ELECT_PREFERRED", "ELECT_UNCLEAN", "NO_LEADER",
-           "validate_topic_configs", "TOPIC_CONFIG_KEYS", "PRODUCER_ID_BLOCK_SIZE"]
+__all__ = ["ControllerLogic", "ControllerConfig", "PRODUCER_ID_BLOCK_SIZE", "ELECT_PREFERRED", "ELECT_UNCLEAN",
+           "NO_LEADER"]
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-
-# Kafka's topic-level configs, used only while storage.log (LogConfig, the authority) is missing.
-TOPIC_CONFIG_KEYS = frozenset({
-    "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "flush.messages",
-    "flush.ms", "retention.ms", "retention.bytes", "cleanup.policy", "delete.retention.ms",
-    "min.compaction.lag.ms", "max.message.bytes", "message.timestamp.type", "min.insync.replicas",
-    "unclean.leader.election.enable"})
-
-
-def _config_str(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _truthy(v) -> bool:
-    return str(v).strip().lower() == "true"
-
-
-def topic_config_keys() -> frozenset:
-    """The topic config names storage understands (``LogConfig.to_props`` keys when storage.log is there)."""
-    try:
-        from storage.log import LogConfig
-    except ImportError:
-        return TOPIC_CONFIG_KEYS
-    return frozenset(LogConfig().to_props())
-
-
-def validate_topic_configs(configs: dict) -> dict[str, str]:
-    """Normalize topic config overrides to strings; INVALID_CONFIG on an unknown key or a bad value
-    (``storage.log.LogConfig.from_props`` decides; without storage.log only the keys are checked)."""
-    if configs is None:
-        return {}
-    if not isinstance(configs, dict):
-        raise InvalidConfigError(f"configs must be a mapping, got {type(configs).__name__}")
-    keys = topic_config_keys()
-    out = {}
-    for k, v in configs.items():
-        if not isinstance(k, str) or k not in keys:
-            raise InvalidConfigError(f"Unknown topic config name: {k}")
-        if v is None:
-            raise InvalidConfigError(f"Invalid value None for configuration {k}")
-        out[k] = _config_str(v)
-    try:
-        from storage.log import LogConfig
-    except ImportError:  # a value sanity check until storage.log is importable
-        for k, v in out.items():
-            if k == "unclean.leader.election.enable" and v.lower() not in ("true", "false"):
-                raise InvalidConfigError(f"Invalid value {v} for configuration {k}: must be true or false") from None
-            if k not in ("cleanup.policy", "message.timestamp.type", "unclean.leader.election.enable"):
-                try:
-                    int(v)
-                except ValueError:
-                    raise InvalidConfigError(f"Invalid value {v} for configuration {k}: not a number") from None
-        return out
-    try:
-        LogConfig.from_props(dict(out))
-    except KafkaError:
-        raise
-    except (ValueError, TypeError, KeyError) as e:
-        raise InvalidConfigError(f"Invalid topic config: {e}") from None
-    return out
 
 
 @dataclass
@@ -130,8 +71,8 @@ class ControllerConfig:
         props = props or {}
         c = cls()
         try:
-            c.unclean_leader_election = _truthy(props.get("unclean.leader.election.enable", False))
-            c.auto_leader_rebalance = _truthy(props.get("auto.leader.rebalance.enable", True))
+            c.unclean_leader_election = truthy(props.get("unclean.leader.election.enable", False))
+            c.auto_leader_rebalance = truthy(props.get("auto.leader.rebalance.enable", True))
             c.imbalance_percentage = int(props.get("leader.imbalance.per.broker.percentage", 10))
             c.imbalance_check_interval_s = float(props.get("leader.imbalance.check.interval.seconds", 300))
             c.num_partitions = int(props.get("num.partitions", 1))
@@ -143,184 +84,13 @@ class ControllerConfig:
         return c
 
 
-@dataclass
-class BrokerInfo:
-    broker_id: int
-    broker_epoch: int
-    node_id: str | None = None
-    rack: str | None = None
-    log_dir: str = ""
-    alive: bool = True
-
-    def to_dict(self) -> dict:  # the KV shape of internals.md
-        return {"id": self.broker_id, "node_id": self.node_id, "rack": self.rack, "log_dir": self.log_dir,
-                "epoch": self.broker_epoch, "alive": self.alive}
-
-    @property
-    def rack_key(self) -> str | None:
-        return self.rack or self.node_id
-
-
-@dataclass
-class TopicInfo:
-    name: str
-    topic_id: str
-    configs: dict[str, str] = field(default_factory=dict)
-    partitions: dict[int, PartitionState] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
-                "partitions": {p: s.to_dict() for p, s in sorted(self.partitions.items())}}
-
-
-class MetadataImage:
-    def __init__(self):
-        self.brokers: dict[int, BrokerInfo] = {}
-        self.topics: dict[str, TopicInfo] = {}
-        self.next_producer_id = 0
-        self.version = 0
-
-    # ---- replay: the only mutation -------------------------------------------------------------
-    def replay(self, rec: dict) -> None:
-        t = rec["type"]
-        fn = getattr(self, "_replay_" + t, None)
-        if fn is None:
-            raise MetadataInvariantError(f"unknown metadata record type {t!r}")
-        fn(rec)
-        if t != "SnapshotVersion":
-            self.version += 1
-
-    def _replay_RegisterBroker(self, r):
-        old = self.brokers.get(r["broker_id"])
-        if old is not None and r["broker_epoch"] <= old.broker_epoch:
-            raise MetadataInvariantError(f"broker {r['broker_id']} epoch went down")
-        self.brokers[r["broker_id"]] = BrokerInfo(r["broker_id"], r["broker_epoch"], r.get("node_id"),
-                                                  r.get("rack"), r.get("log_dir", ""), True)
-
-    def _replay_FenceBroker(self, r):
-        b = self.brokers.get(r["broker_id"])
-        if b is None or b.broker_epoch != r["broker_epoch"]:
-            raise MetadataInvariantError(f"fencing unknown broker incarnation {r}")
-        b.alive = False
-
-    def _replay_Topic(self, r):
-        if r["name"] in self.topics:
-            raise MetadataInvariantError(f"topic {r['name']} exists")
-        self.topics[r["name"]] = TopicInfo(r["name"], r["topic_id"])
-
-    def _replay_Partition(self, r):
-        t = self.topics.get(r["topic"])
-        if t is None or r["partition"] in t.partitions or r["partition"] != len(t.partitions):
-            raise MetadataInvariantError(f"bad new partition {r}")
-        s = PartitionState.from_dict(r)
-        check_partition(s, f"{r['topic']}-{r['partition']}")
-        t.partitions[r["partition"]] = s
-
-    def _replay_PartitionChange(self, r):
-        t = self.topics.get(r["topic"])
-        if t is None or r["partition"] not in t.partitions:
-            raise MetadataInvariantError(f"change of unknown partition {r}")
-        new = PartitionState.from_dict(r)
-        check_transition(t.partitions[r["partition"]], new, f"{r['topic']}-{r['partition']}")
-        t.partitions[r["partition"]] = new
-
-    def _replay_ConfigRecord(self, r):
-        t = self.topics.get(r["resource"])
-        if t is None:
-            raise MetadataInvariantError(f"config of unknown topic {r}")
-        if r["value"] is None:
-            t.configs.pop(r["name"], None)
-        else:
-            t.configs[r["name"]] = r["value"]
-
-    def _replay_RemoveTopic(self, r):
-        t = self.topics.get(r["name"])
-        if t is None or t.topic_id != r["topic_id"]:
-            raise MetadataInvariantError(f"removing unknown topic {r}")
-        del self.topics[r["name"]]
-
-    def _replay_ProducerIds(self, r):
-        if r["next_producer_id"] <= self.next_producer_id:
-            raise MetadataInvariantError("producer id block went backwards")
-        self.next_producer_id = r["next_producer_id"]
-
-    def _replay_SnapshotVersion(self, r):
-        self.version = r["version"]
-
-    # ---- snapshots and KV ----------------------------------------------------------------------
-    def snapshot_records(self) -> list[dict]:
-        """Records that rebuild this image exactly (brokers, topics, configs, ids, then the version)."""
-        out: list[dict] = []
-        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
-            out.append({"type": "RegisterBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-                        "node_id": b.node_id, "rack": b.rack, "log_dir": b.log_dir})
-            if not b.alive:
-                out.append({"type": "FenceBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
-        for t in self.topics.values():
-            out.append({"type": "Topic", "name": t.name, "topic_id": t.topic_id})
-            for k, v in sorted(t.configs.items()):
-                out.append({"type": "ConfigRecord", "resource_type": "topic", "resource": t.name,
-                            "name": k, "value": v})
-            for p, s in sorted(t.partitions.items()):
-                out.append({"type": "Partition", "topic": t.name, "topic_id": t.topic_id, "partition": p,
-                            **s.to_dict()})
-        if self.next_producer_id:
-            out.append({"type": "ProducerIds", "broker_id": -1, "broker_epoch": -1,
-                        "next_producer_id": self.next_producer_id})
-        out.append({"type": "SnapshotVersion", "version": self.version})
-        return out
-
-    @classmethod
-    def from_records(cls, records) -> "MetadataImage":
-        img = cls()
-        for r in records:
-            img.replay(r)
-        return img
-
-    @classmethod
-    def from_kv(cls, brokers: list[dict], topics: list[dict], version: int, next_producer_id: int):
-        img = cls()
-        for b in brokers:
-            img.brokers[b["id"]] = BrokerInfo(b["id"], b["epoch"], b.get("node_id"), b.get("rack"),
-                                              b.get("log_dir", ""), bool(b.get("alive")))
-        for t in topics:
-            parts = {int(p): PartitionState.from_dict(s) for p, s in t["partitions"].items()}
-            for p, s in parts.items():
-                check_partition(s, f"{t['name']}-{p}")
-            img.topics[t["name"]] = TopicInfo(t["name"], t["topic_id"], dict(t.get("configs") or {}), parts)
-        img.version, img.next_producer_id = version, next_producer_id
-        return img
-
-    # ---- queries -------------------------------------------------------------------------------
-    def alive_brokers(self) -> set[int]:
-        return {b.broker_id for b in self.brokers.values() if b.alive}
-
-    def partition(self, topic: str, p: int) -> PartitionState | None:
-        t = self.topics.get(topic)
-        return None if t is None else t.partitions.get(p)
-
-    def partitions_of_broker(self, broker_id: int):
-        for t in self.topics.values():
-            for p, s in t.partitions.items():
-                if broker_id in s.replicas:
-                    yield t, p, s
-
-    def describe_topic(self, name: str) -> dict:
-        t = self.topics[name]
-        alive = self.alive_brokers()
-        parts = []
-        for p, s in sorted(t.partitions.items()):
-            d = s.to_dict()
-            d["partition"] = p
-            d["offline_replicas"] = [r for r in s.replicas if r not in alive]
-            parts.append(d)
-        return {"name": name, "topic_id": t.topic_id, "error_code": 0, "error_message": None,
-                "configs": dict(t.configs), "partitions": parts}
-
-
 def _err(exc: KafkaError) -> dict:
     code, msg = error_response(exc)
     return {"error_code": code, "error_message": msg}
+
+
+def _unknown_topic(name) -> KafkaError:
+    return UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
 
 
 class ControllerLogic:
@@ -334,7 +104,7 @@ class ControllerLogic:
     def unclean_enabled(self, topic: str) -> bool:
         t = self.image.topics.get(topic)
         if t is not None and "unclean.leader.election.enable" in t.configs:
-            return _truthy(t.configs["unclean.leader.election.enable"])
+            return truthy(t.configs["unclean.leader.election.enable"])
         return self.config.unclean_leader_election
 
     def _builder(self, topic: str, p: int, alive: set[int] | None = None) -> PartitionChangeBuilder:
@@ -362,7 +132,7 @@ class ControllerLogic:
         if not isr:
             raise InvalidReplicaAssignmentError(
                 f"All brokers specified in the partition assignment for partition {p} are fenced.")
-        s = PartitionState(list(replicas), isr, isr[0], 0, 0)
+        s = PartitionRegistration(list(replicas), isr, isr[0], 0, 0)
         return {"type": "Partition", "topic": topic, "topic_id": topic_id, "partition": p, **s.to_dict()}
 
     def _check_assignment(self, assignment, rf_expected: int | None = None) -> list[list[int]]:
@@ -407,7 +177,7 @@ class ControllerLogic:
         alive.add(broker_id)
         changed = {(r["topic"], r["partition"]): r for r in records if r["type"] == "PartitionChange"}
         for t, p, s in list(self.image.partitions_of_broker(broker_id)):
-            cur = PartitionState.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
+            cur = PartitionRegistration.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
             if cur.leader != NO_LEADER:
                 continue
             b = PartitionChangeBuilder(t.name, p, cur, alive, self.unclean_enabled(t.name))
@@ -445,6 +215,42 @@ class ControllerLogic:
         rec = {"type": "ProducerIds", "broker_id": broker_id, "broker_epoch": b.broker_epoch,
                "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE}
         return [rec], (first, PRODUCER_ID_BLOCK_SIZE)
+
+    def heartbeat_error(self, broker_id: int, broker_epoch: int) -> KafkaError | None:
+        """Why a broker heartbeat is refused (it must register again), or None when it is current."""
+        b = self.image.brokers.get(broker_id)
+        if b is None:
+            return BrokerIdNotRegisteredError(f"Broker {broker_id} is not registered")
+        if b.broker_epoch != broker_epoch or not b.alive:
+            return StaleBrokerEpochError(
+                f"Broker {broker_id} epoch {broker_epoch} is not the registered {b.broker_epoch} (alive={b.alive})")
+        return None
+
+    # ---- topics (reads) ------------------------------------------------------------------------
+    def describe_topics(self, names: list[str] | None = None) -> list[dict]:
+        out = []
+        for n in sorted(self.image.topics) if names is None else list(names):
+            if n in self.image.topics:
+                out.append(self.image.describe_topic(n))
+            else:
+                out.append({"name": n, "topic_id": None, **_err(_unknown_topic(n)), "configs": {}, "partitions": []})
+        return out
+
+    def describe_configs(self, name: str) -> dict:
+        """The effective configs (``LogConfig`` over the topic's overrides) and the overrides."""
+        t = self.image.topics.get(name)
+        if t is None:
+            return {"name": name, **_err(_unknown_topic(name)), "configs": {}, "overrides": {}}
+        effective = {k: str(v) for k, v in LogConfig.from_props(dict(t.configs)).to_props().items()}
+        return {"name": name, "error_code": 0, "error_message": None, "configs": effective,
+                "overrides": dict(t.configs)}
+
+    def cluster_metadata(self) -> dict:
+        """``{version, brokers, topics}``: the whole image as the admin client's metadata call shows it."""
+        img = self.image
+        return {"version": img.version, "brokers": [b.to_dict() for b in sorted(img.brokers.values(),
+                                                                                key=lambda b: b.broker_id)],
+                "topics": [img.describe_topic(n) for n in sorted(img.topics)]}
 
     # ---- topics --------------------------------------------------------------------------------
     def create_topics(self, topics: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -562,7 +368,7 @@ class ControllerLogic:
                    for k, v in sorted(new.items()) if t.configs.get(k) != v]
         records += [{"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": None}
                     for k in delete if k in t.configs and k not in new]
-        unclean = _truthy(merged.get("unclean.leader.election.enable", self.config.unclean_leader_election))
+        unclean = truthy(merged.get("unclean.leader.election.enable", self.config.unclean_leader_election))
         if unclean and not self.unclean_enabled(name):
             alive = self.image.alive_brokers()
             for p, s in sorted(t.partitions.items()):
@@ -600,7 +406,7 @@ class ControllerLogic:
             return [], {**_err(e), "leader": cur.get("leader", -1), "leader_epoch": cur.get("leader_epoch", -1),
                         "isr": cur.get("isr", []), "partition_epoch": cur.get("partition_epoch", -1)}
         rec = self._builder(topic, partition, alive).set_isr(new_isr).build()
-        new = PartitionState.from_dict(rec) if rec else s
+        new = PartitionRegistration.from_dict(rec) if rec else s
         resp = {"error_code": 0, "error_message": None, "leader": new.leader, "leader_epoch": new.leader_epoch,
                 "isr": list(new.isr), "partition_epoch": new.partition_epoch}
         if new.leader != s.leader:
@@ -647,7 +453,7 @@ class ControllerLogic:
         partitions led by someone else exceeds leader.imbalance.per.broker.percentage, the partitions
         where moving the leadership back is possible (preferred alive and in ISR, no reassignment)."""
         alive = self.image.alive_brokers()
-        by_pref: dict[int, list[tuple[str, int, PartitionState]]] = {}
+        by_pref: dict[int, list[tuple[str, int, PartitionRegistration]]] = {}
         for t in self.image.topics.values():
             for p, s in t.partitions.items():
                 if not s.reassigning:
@@ -707,3 +513,28 @@ class ControllerLogic:
                                 "adding": list(s.adding), "removing": list(s.removing)})
         return out
 
+
+
+class BrokerHeartbeats:
+    """When each live broker was last heard from (Kafka's BrokerHeartbeatManager). Times are seconds of a
+    monotonic clock, passed in. A stall of the controller's own loop is not the brokers' fault: ``extend``
+    gives every session a fresh start."""
+
+    def __init__(self, session_timeout_s: float):
+        self.session_timeout_s = session_timeout_s
+        self.last_seen: dict[int, float] = {}
+
+    def seen(self, broker_id: int, now: float) -> None:
+        self.last_seen[broker_id] = now
+
+    def extend(self, now: float) -> None:
+        for b in self.last_seen:
+            self.last_seen[b] = now
+
+    def deadline(self, now: float) -> float:
+        """A broker last heard from before this is timed out."""
+        return now - self.session_timeout_s
+
+    def expired(self, broker_id: int, deadline: float) -> bool:
+        seen = self.last_seen.get(broker_id)
+        return seen is not None and seen < deadline
