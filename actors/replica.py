@@ -3,8 +3,9 @@
 The replication logic (roles and epochs, the HW rule, ISR shrink/expand decisions, truncation) is the
 Partition's (``actors/partition.py``, Kafka's ``kafka.cluster.Partition``); the purgatories and the one
 dispatch from a returned ``LeaderHwChange`` to them are the ReplicaManager's (``actors/replica_manager.py``);
-the follower loop is the ReplicaFetcher's (``actors/replica_fetcher.py``, Kafka's ReplicaFetcherThread).
-This actor keeps the RPCs, the AlterPartition calls, the timers and the Log's lifecycle.
+the follower loop is the ReplicaFetcher's (``actors/replica_fetcher.py``, Kafka's ReplicaFetcherThread);
+AlterPartition calls are the AlterPartitionManager's (``actors/alter_partition.py``). This actor keeps
+the RPCs, the timers and the Log's lifecycle, and wires the returned changes to the purgatories.
 
 Created by the broker (a fate-sharing child) as
 ``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE,
@@ -39,14 +40,13 @@ import os
 import time
 
 import ray
-from ray.exceptions import RayActorError
 
-from actors.partition import FOLLOWER, LEADER, STOPPED, AlterPartitionProposal, Partition
+from actors.alter_partition import AlterPartitionManager
+from actors.partition import FOLLOWER, LEADER, STOPPED, LeaderHwChange, Partition
 from actors.replica_fetcher import ReplicaFetcher
 from actors.replica_manager import (_EPOCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch, DelayedProduce,
                                     ReplicaManager, _err, fetch_answer, fetch_error_extra)
 from protocol import errors as E
-from protocol.names import RAY_NAMESPACE, controller_name
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ REPLICA_DEFAULTS = {
     "log.flush.scheduler.interval.ms": 1000,
     "log.cleaner.backoff.ms": 15000,
 }
-EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
 
 def split_config(config_props: dict | None) -> tuple[dict, dict]:
@@ -96,9 +95,8 @@ class ReplicaActor:
         self.replica_manager = ReplicaManager(self.partition)
         self.fetcher = ReplicaFetcher(cluster, self.partition)
         self._follower_task: asyncio.Task | None = None
-        self._alter_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
-        self._controller = None
+        self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self._last_flush_ms = self._last_retention_ms = self._last_clean_ms = now_ms()
         self._cleaned_up_to = -1  # active segment's base offset at the last compaction pass
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
@@ -120,7 +118,7 @@ class ReplicaActor:
             self.replica_manager.complete_delayed_requests(change)
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
-        self._cancel_alter()
+        self.alter_partition.cancel()
         self.replica_manager.complete_delayed_requests(change)
         self.replica_manager.role_changed(produces=False)
         self._ensure_housekeeping()
@@ -135,7 +133,7 @@ class ReplicaActor:
             return self._ignored(stale)
         if not p.make_follower(state):  # partition-epoch-only update: the fetch loop carries on
             return {"error_code": 0, "error_message": None}
-        self._cancel_alter()
+        self.alter_partition.cancel()
         self._cancel_follower()
         # waiting produces/fetches on this former leader answer NOT_LEADER_OR_FOLLOWER now
         self.replica_manager.role_changed()
@@ -152,7 +150,7 @@ class ReplicaActor:
         if not self.partition.stop():
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
-        self._cancel_alter()
+        self.alter_partition.cancel()
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
         self.replica_manager.shutdown()
@@ -185,11 +183,6 @@ class ReplicaActor:
         if self._follower_task is not None:
             self._follower_task.cancel()
             self._follower_task = None
-
-    def _cancel_alter(self) -> None:
-        if self._alter_task is not None:
-            self._alter_task.cancel()
-            self._alter_task = None
 
     # ---- produce ----------------------------------------------------------------------------------
     async def produce(self, batches: bytes, acks: int = -1, timeout_ms: int = 30000,
@@ -233,7 +226,7 @@ class ReplicaActor:
             if replica_id >= 0:
                 change, proposal = p.update_follower_fetch_state(replica_id, fetch_offset, now_ms())
                 if proposal is not None:
-                    self._submit_isr(proposal)
+                    self.alter_partition.submit(proposal)
                 self.replica_manager.complete_delayed_requests(change)
             resp = fetch_answer(p, fetch_offset, max_bytes, replica_id, isolation_level, current_leader_epoch)
             if resp["error_code"] or max_wait_ms <= 0 or len(resp["records"]) >= max(1, min_bytes):
@@ -244,55 +237,8 @@ class ReplicaActor:
         except Exception as exc:
             return _err(exc, **fetch_error_extra(p, exc))
 
-    # ---- leader: AlterPartition -------------------------------------------------------------------
-    def _submit_isr(self, proposal: AlterPartitionProposal) -> None:
-        log.info("%s b%d: ISR %s -> %s (%s)", self.tp, self.broker_id, list(self.partition.isr),
-                 list(proposal.new_isr), proposal.reason)
-        self._alter_task = asyncio.ensure_future(self._alter_partition(self.partition.generation, proposal))
-
-    async def _controller_handle(self):
-        if self._controller is None:
-            loop = asyncio.get_running_loop()
-            self._controller = await loop.run_in_executor(
-                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE))
-        return self._controller
-
-    async def _alter_partition(self, gen: int, proposal: AlterPartitionProposal) -> None:
-        """AlterPartition with retries while the controller is being re-elected."""
-        p = self.partition
-        new_isr = proposal.new_isr
-        backoff = 0.05
-        while p.generation == gen and p.role == LEADER:
-            try:
-                ctrl = await self._controller_handle()
-                resp = await ctrl.alter_partition.remote(self.topic, p.partition, self.broker_id,
-                                                         p.leader_epoch, list(new_isr), p.partition_epoch)
-            except (RayActorError, ValueError) as exc:  # dead, restarting or not yet named
-                self._controller = None
-                log.info("alter_partition: controller unavailable (%s), retrying", type(exc).__name__)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-                continue
-            if p.generation != gen:
-                return
-            code = resp.get("error_code", 0)
-            if code == 0:
-                self._apply_isr(p.apply_isr(resp["isr"], resp["partition_epoch"], now_ms()))
-                return
-            if E.for_code(code).retriable:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-                continue
-            log.info("%s b%d: alter_partition to %s refused: %s", self.tp, self.broker_id, list(new_isr),
-                     E.for_code(code).name)
-            self._apply_isr(p.alter_partition_refused(resp, now_ms()))
-            return
-
-    def _apply_isr(self, change) -> None:
-        """After an ISR was adopted (``change`` not None): dispatch the HW change, re-check acks=all."""
-        if change is None:
-            return
-        self._alter_task = None
+    def _isr_applied(self, change: LeaderHwChange) -> None:
+        """An ISR was adopted from an AlterPartition answer: dispatch the HW change, re-check acks=all."""
         self.replica_manager.complete_delayed_requests(change)
         self.replica_manager.isr_changed()
 
@@ -337,7 +283,7 @@ class ReplicaActor:
                 t = now_ms()
                 proposal = self.partition.maybe_shrink_isr(t, conf["replica.lag.time.max.ms"])
                 if proposal is not None:
-                    self._submit_isr(proposal)
+                    self.alter_partition.submit(proposal)
                 if t - self._last_flush_ms >= conf["log.flush.scheduler.interval.ms"]:
                     self._last_flush_ms = t
                     self.log.maybe_flush(t)  # flush.ms / flush.messages policy of the Log
