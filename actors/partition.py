@@ -524,8 +524,13 @@ class Partition:
 
     # ---- follower ---------------------------------------------------------------------------------
     def truncate_to(self, offset: int) -> bool:
-        """Cut the log back to ``offset`` (no-op at or past the LEO); True when it truncated."""
-        if offset >= self.log.log_end_offset:
+        """Cut the log back to ``offset``; True when it removed records. At or past the LEO only the
+        epoch cache entries starting at the LEO go (Kafka's UnifiedLog.truncateTo): a leader that appended
+        nothing in its epoch left one, and a follower keeping it would ask the new leader about that
+        epoch forever (OffsetForLeaderEpoch never converges)."""
+        lg = self.log
+        if offset >= lg.log_end_offset:
+            lg.epoch_cache.truncate_from_end(lg.log_end_offset)
             return False
         self.log.truncate_to(offset)
         self.marks.reset(self.log.log_end_offset)

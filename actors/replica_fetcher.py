@@ -47,11 +47,9 @@ class ReplicaFetcher:
         return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
 
     def _truncate(self, offset: int, why: str) -> None:
-        lg = self.partition.log
-        if offset >= lg.log_end_offset:
-            return
-        log.info("%s: truncating %d -> %d (%s)", self._name(), lg.log_end_offset, offset, why)
-        self.partition.truncate_to(offset)
+        leo = self.partition.log.log_end_offset
+        if self.partition.truncate_to(offset):
+            log.info("%s: truncating %d -> %d (%s)", self._name(), leo, offset, why)
 
     async def _truncate_by_epoch(self, leader, gen: int, leader_epoch: int) -> None:
         """OffsetForLeaderEpoch until the log is a prefix of the leader's (KIP-101/279)."""

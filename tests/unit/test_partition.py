@@ -367,3 +367,23 @@ def test_partition_truncation_after_leader_change(part):
     offset, done = b1.truncation_after_epoch(requested, epoch, end)
     assert (offset, done) == (2, True)
     assert b1.truncate_to(offset) and b1.log.log_end_offset == 2
+
+
+def test_follower_drops_an_empty_epoch_it_led_so_truncation_converges(part):
+    # b0 led epoch 1 (one record), then epoch 5 without appending; b1 led epoch 4 and then 7.
+    b0, b1 = part(0), part(1)
+    b0.make_leader(state(leader_id=0, epoch=1), 0)
+    b0.append_records_to_leader(batch(1), 1, 0)
+    b0.make_leader(state(leader_id=0, epoch=5, pe=2), 0)  # epoch 5 starts at 1, nothing appended
+    b1.make_leader(state(leader_id=1, epoch=4, pe=3), 0)
+    b1.append_records_to_leader(batch(1), 1, 0)
+    b1.make_leader(state(leader_id=1, epoch=7, pe=4), 0)
+    b0.make_follower(state(leader_id=1, epoch=7, pe=4))
+    assert b0.log.latest_epoch == 5
+    for _ in range(5):  # the ReplicaFetcher's OffsetForLeaderEpoch loop
+        requested = b0.log.latest_epoch
+        offset, done = b0.truncation_after_epoch(requested, *b1.log.end_offset_for_epoch(requested))
+        b0.truncate_to(offset)
+        if done:
+            break
+    assert done and b0.log.log_end_offset == 0  # b0's epoch-1 record was never on b1: it goes
