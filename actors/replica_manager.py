@@ -109,7 +109,8 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> dict:
-        return fetch_answer(self.partition, *self.args, epoch=self.epoch)
+        fetch_offset, max_bytes, replica_id, isolation = self.args
+        return fetch_answer(self.partition, fetch_offset, max_bytes, replica_id, isolation, self.epoch)
 
     def on_cancel(self) -> dict:
         return _err(E.NotLeaderOrFollowerError("replica stopped"), **_FETCH_ERR)
