@@ -1,0 +1,138 @@
+"""The follower's fetch loop for one partition (Kafka's ReplicaFetcherThread, one partition per loop).
+
+Run by the replica actor as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks
+the leader's replica actor up, truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the
+log is a prefix of the leader's, then long-polls the leader's ``fetch`` with its LEO and applies each
+answer through the :class:`~actors.partition.Partition` (append, HW, log start). Retriable trouble
+backs off (``replica.fetch.backoff.ms`` doubling to 1 s); a dead or missing leader is probed until the
+next LeaderAndIsr bumps the partition's ``generation``, which ends the loop.
+
+Concurrency: runs on the replica actor's event loop; after every ``await`` it re-checks the
+partition's ``generation`` before touching the log.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import ray
+from ray.exceptions import RayActorError
+
+from actors.partition import Partition
+from protocol import errors as E
+from protocol.names import RAY_NAMESPACE, replica_name
+
+log = logging.getLogger("actors.replica")
+
+
+class _Retry(Exception):
+    """A retriable condition inside the follower loop: back off and go around again."""
+
+
+class ReplicaFetcher:
+    """The follower side of one replica actor: ``run`` is the loop; ``fetches`` and ``error`` are what
+    the actor's ``state()`` reports."""
+
+    def __init__(self, cluster: str, partition: Partition):
+        self.cluster, self.partition = cluster, partition
+        self.fetches = 0
+        self.error: str | None = None
+
+    def _name(self) -> str:
+        p = self.partition
+        return f"{p.topic}-{p.partition} b{p.broker_id}"
+
+    async def _lookup(self, name: str):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
+
+    def _truncate(self, offset: int, why: str) -> None:
+        leo = self.partition.log.log_end_offset
+        if self.partition.truncate_to(offset):
+            log.info("%s: truncating %d -> %d (%s)", self._name(), leo, offset, why)
+
+    async def _truncate_by_epoch(self, leader, gen: int, leader_epoch: int) -> None:
+        """OffsetForLeaderEpoch until the log is a prefix of the leader's (KIP-101/279)."""
+        p = self.partition
+        for _ in range(1000):
+            requested = p.log.latest_epoch
+            if requested < 0:
+                # no epoch information: everything above our HW is suspect
+                self._truncate(p.log.high_watermark, "no leader epochs, truncate to HW")
+                return
+            resp = await leader.offset_for_leader_epoch.remote(requested, leader_epoch)
+            if p.generation != gen:
+                raise asyncio.CancelledError()
+            if resp["error_code"]:
+                raise _Retry(f"offset_for_leader_epoch: {E.for_code(resp['error_code']).name}")
+            offset, done = p.truncation_after_epoch(requested, resp["leader_epoch"], resp["end_offset"])
+            self._truncate(offset, f"leader epoch {resp['leader_epoch']} ends at {resp['end_offset']}, "
+                                   f"our latest epoch {requested}")
+            if done:
+                return
+        raise _Retry("epoch truncation did not converge")
+
+    async def run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict) -> None:
+        p = self.partition
+        name = replica_name(self.cluster, p.topic, p.partition, leader_id)
+        leader = None
+        truncated = False
+        backoff = conf["replica.fetch.backoff.ms"] / 1000.0
+        delay = backoff
+        while p.generation == gen:
+            try:
+                if leader is None:
+                    leader = await self._lookup(name)
+                if not truncated:
+                    await self._truncate_by_epoch(leader, gen, leader_epoch)
+                    truncated = True
+                resp = await leader.fetch.remote(
+                    p.log.log_end_offset, conf["replica.fetch.max.bytes"],
+                    conf["replica.fetch.wait.max.ms"], 1, p.broker_id, leader_epoch, 0)
+                if p.generation != gen:
+                    return
+                self.fetches += 1
+                code = resp["error_code"]
+                if code == 0:
+                    p.append_as_follower(resp["records"], resp["high_watermark"],
+                                         resp.get("log_start_offset", -1))
+                    self.error = None
+                    delay = backoff
+                    continue
+                if code == E.OffsetOutOfRangeError.code:
+                    self._out_of_range(resp)
+                    continue
+                raise _Retry(E.for_code(code).name + ": " + str(resp.get("error_message")))
+            except asyncio.CancelledError:
+                return
+            except RayActorError as exc:  # leader died: wait for the next LeaderAndIsr, probing slowly
+                leader = None
+                self.error = f"leader b{leader_id} unavailable: {type(exc).__name__}"
+            except ValueError as exc:  # the leader's replica actor is not created (yet)
+                leader = None
+                self.error = f"leader b{leader_id} not found: {exc}"
+            except E.UnexpectedAppendOffsetError as exc:
+                truncated = False
+                self.error = str(exc)
+            except _Retry as exc:
+                self.error = str(exc)
+            except Exception as exc:
+                log.exception("follower loop of %s", self._name())
+                self.error = f"{type(exc).__name__}: {exc}"
+            if p.generation != gen:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _out_of_range(self, resp: dict) -> None:
+        p = self.partition
+        cut = p.offset_out_of_range_truncation(resp.get("log_end_offset", -1), resp.get("log_start_offset", -1))
+        if cut is None:
+            return
+        offset, restart = cut
+        if not restart:
+            self._truncate(offset, "fetch offset past the leader's LEO")
+        else:
+            log.info("%s: leader log starts at %d past our LEO %d: restarting the log there", self._name(),
+                     offset, p.log.log_end_offset)
+            p.restart_log_at(offset)
