@@ -76,10 +76,10 @@ def prior_state(image: MetadataImage, records: list[dict]) -> dict:
 
 def dirty_keys(records: list[dict]) -> tuple[set[str], set[int], bool]:
     """What of GCS KV a commit changes: topic names, broker ids, and whether the producer id block moved."""
-    # NOTE (kept as it was; a bug to fix separately): a ConfigRecord's "name" is the config key, so an
-    # alter_configs-only commit yields the key here, not r["resource"]: topics/<topic> in KV is not
-    # republished with the new configs (and a topic named like a config key would be deleted from KV).
-    topics: set[str] = {r.get("topic") or r.get("name") or r["resource"] for r in records
+    # a ConfigRecord's "name" is the config key; its topic is its "resource" (an alter_configs-only commit
+    # must republish topics/<topic> with the new configs, never touch a topic named like the key)
+    topics: set[str] = {r["resource"] if r["type"] == "ConfigRecord" else (r.get("topic") or r["name"])
+                        for r in records
                         if r["type"] in ("Topic", "Partition", "PartitionChange", "ConfigRecord", "RemoveTopic")}
     brokers = {r["broker_id"] for r in records if r["type"] in ("RegisterBroker", "FenceBroker")}
     return topics, brokers, any(r["type"] == "ProducerIds" for r in records)

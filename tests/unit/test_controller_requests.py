@@ -133,6 +133,17 @@ def test_dirty_keys():
     assert dirty_keys([]) == (set(), set(), False)
 
 
+def test_dirty_keys_of_a_config_change_name_its_topic_not_the_config_key():
+    """An alter_configs-only commit republishes topics/<topic> in KV (it used to name the config key, so
+    readers kept the old configs and a topic called like the key would have been dropped from KV)."""
+    logic = make(2)
+    create(logic, "t", assignment=[[0, 1]])
+    recs, res = logic.alter_configs("t", {"retention.ms": "1000"}, [])
+    assert res.get("error_code", 0) == 0, res
+    assert recs and all(r["type"] == "ConfigRecord" for r in recs)
+    assert dirty_keys(recs) == ({"t"}, set(), False)
+
+
 def test_leader_acks():
     logic = make(2)
     create(logic, assignment=[[0, 1]])
