@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml setup.py storage/_crecords.c
 install: $(STAMP)
 
 # ruff (lint + format check) over the tree, mypy over the typed layers (storage, protocol, the pure actor cores); .ci/run runs it before the tests.
-MYPY_PATHS := storage protocol actors/partition_change.py actors/placement.py actors/purgatory.py \
-	actors/supervision.py actors/group_state.py actors/group_model.py actors/group_records.py \
+MYPY_PATHS := storage protocol actors/partition.py actors/replica_manager.py actors/controller_requests.py \
+	actors/leader_and_isr.py actors/metadata_image.py actors/topic_configs.py actors/partition_change.py \
+	actors/placement.py actors/purgatory.py actors/supervision.py actors/group_service.py \
+	actors/coordinator_runtime.py actors/group_state.py actors/group_model.py actors/group_records.py \
 	actors/group_membership.py actors/group_offsets.py
 lint: install
 	$(VENV)/bin/ruff check .
