@@ -3,6 +3,7 @@
 ``storage._crecords`` is the compiled RecordBatch v2 record decoder that ``storage.records`` uses when
 it imports (``storage.records.ACCELERATED``); ``pip install -e .`` / ``pip install .`` compile it.
 """
+
 from setuptools import Extension, setup
 
 setup(

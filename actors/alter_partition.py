@@ -9,6 +9,7 @@ to ``on_isr_applied`` (the replica actor dispatches it to the purgatories).
 Concurrency: one task at a time on the replica actor's event loop; a role change cancels it and the
 partition's ``generation`` makes a late answer a no-op.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,16 +32,22 @@ def _now_ms() -> int:
 
 
 class AlterPartitionManager:
-    def __init__(self, cluster: str, partition: Partition,
-                 on_isr_applied: Callable[[LeaderHwChange], None]):
+    def __init__(self, cluster: str, partition: Partition, on_isr_applied: Callable[[LeaderHwChange], None]):
         self.cluster, self.partition, self.on_isr_applied = cluster, partition, on_isr_applied
         self._controller = None
         self._task: asyncio.Task | None = None
 
     def submit(self, proposal: AlterPartitionProposal) -> None:
         p = self.partition
-        log.info("%s-%d b%d: ISR %s -> %s (%s)", p.topic, p.partition, p.broker_id, list(p.isr),
-                 list(proposal.new_isr), proposal.reason)
+        log.info(
+            "%s-%d b%d: ISR %s -> %s (%s)",
+            p.topic,
+            p.partition,
+            p.broker_id,
+            list(p.isr),
+            list(proposal.new_isr),
+            proposal.reason,
+        )
         self._task = asyncio.ensure_future(self._send(p.generation, proposal))
 
     def cancel(self) -> None:
@@ -52,7 +59,8 @@ class AlterPartitionManager:
         if self._controller is None:
             loop = asyncio.get_running_loop()
             self._controller = await loop.run_in_executor(
-                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE))
+                None, lambda: ray.get_actor(controller_name(self.cluster), namespace=RAY_NAMESPACE)
+            )
         return self._controller
 
     async def _send(self, gen: int, proposal: AlterPartitionProposal) -> None:
@@ -63,8 +71,9 @@ class AlterPartitionManager:
         while p.generation == gen and p.role == LEADER:
             try:
                 ctrl = await self._controller_handle()
-                resp = await ctrl.alter_partition.remote(p.topic, p.partition, p.broker_id, p.leader_epoch,
-                                                         list(new_isr), p.partition_epoch)
+                resp = await ctrl.alter_partition.remote(
+                    p.topic, p.partition, p.broker_id, p.leader_epoch, list(new_isr), p.partition_epoch
+                )
             except (RayActorError, ValueError) as exc:  # dead, restarting or not yet named
                 self._controller = None
                 log.info("alter_partition: controller unavailable (%s), retrying", type(exc).__name__)
@@ -81,8 +90,14 @@ class AlterPartitionManager:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
-            log.info("%s-%d b%d: alter_partition to %s refused: %s", p.topic, p.partition, p.broker_id,
-                     list(new_isr), E.for_code(code).name)
+            log.info(
+                "%s-%d b%d: alter_partition to %s refused: %s",
+                p.topic,
+                p.partition,
+                p.broker_id,
+                list(new_isr),
+                E.for_code(code).name,
+            )
             self._applied(p.alter_partition_refused(resp, _now_ms()))
             return
 

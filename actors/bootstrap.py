@@ -11,6 +11,7 @@ namespace: the durable copy of the metadata is the controller's log under ``data
 
 Call from a driver (blocking ``ray.get``), not from inside an async actor.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,13 @@ log = logging.getLogger("rafka.bootstrap")
 
 
 def _broker_options(cluster: str, broker_id: int, node_id: str | None):
-    opts = {"name": broker_name(cluster, broker_id), "namespace": RAY_NAMESPACE, "lifetime": "detached",
-            "num_cpus": 0, "max_concurrency": 1000}
+    opts = {
+        "name": broker_name(cluster, broker_id),
+        "namespace": RAY_NAMESPACE,
+        "lifetime": "detached",
+        "num_cpus": 0,
+        "max_concurrency": 1000,
+    }
     if node_id is not None:
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     return RemoteBroker.options(**opts)
@@ -41,8 +47,9 @@ class ServerHandle:
     """The server side of a running cluster from a driver: its broker actors, controller, waits and faults
     (the client's ``rafka.ClusterHandle`` is only a cluster name and an address)."""
 
-    def __init__(self, cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None,
-                 node_ids: list[str] | None):
+    def __init__(
+        self, cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None, node_ids: list[str] | None
+    ):
         self.cluster, self.num_brokers, self.data_dir = cluster, num_brokers, data_dir
         self.broker_config = dict(broker_config or {})
         self.node_ids = list(node_ids) if node_ids else None
@@ -117,11 +124,15 @@ class ServerHandle:
                 time.sleep(0.05)
 
     # ---- admin ------------------------------------------------------------------------------------
-    def create_topic(self, name: str, partitions: int = 1, rf: int = 1, configs: dict | None = None,
-                     timeout_ms: int = 60000) -> dict:
-        res = ray.get(self.controller().create_topics.remote(
-            [{"name": name, "num_partitions": partitions, "replication_factor": rf, "configs": configs or {}}],
-            timeout_ms))[0]
+    def create_topic(
+        self, name: str, partitions: int = 1, rf: int = 1, configs: dict | None = None, timeout_ms: int = 60000
+    ) -> dict:
+        res = ray.get(
+            self.controller().create_topics.remote(
+                [{"name": name, "num_partitions": partitions, "replication_factor": rf, "configs": configs or {}}],
+                timeout_ms,
+            )
+        )[0]
         raise_for_code(res["error_code"], res["error_message"])
         return res
 
@@ -208,8 +219,14 @@ class ServerHandle:
         self.shutdown()
 
 
-def start_cluster(cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None = None,
-                  node_ids: list[str] | None = None, timeout_s: float = 120.0) -> ServerHandle:
+def start_cluster(
+    cluster: str,
+    num_brokers: int,
+    data_dir: str,
+    broker_config: dict | None = None,
+    node_ids: list[str] | None = None,
+    timeout_s: float = 120.0,
+) -> ServerHandle:
     t0 = time.monotonic()
     ch = ServerHandle(cluster, num_brokers, data_dir, broker_config, node_ids)
     for i in range(num_brokers):
@@ -217,8 +234,11 @@ def start_cluster(cluster: str, num_brokers: int, data_dir: str, broker_config: 
         ch.brokers[i] = _broker_options(cluster, i, node).remote(cluster, i, data_dir, ch.broker_config)
     try:
         ray.get([h.start.remote() for h in ch.brokers.values()], timeout=timeout_s)
-        ch.wait_for(lambda md: {b["id"] for b in md["brokers"] if b["alive"]} >= set(range(num_brokers)),
-                    timeout_s, what="every broker registered")
+        ch.wait_for(
+            lambda md: {b["id"] for b in md["brokers"] if b["alive"]} >= set(range(num_brokers)),
+            timeout_s,
+            what="every broker registered",
+        )
     except BaseException:
         ch.shutdown()
         raise

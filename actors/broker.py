@@ -40,6 +40,7 @@ Group coordination. The broker hosts a ``GroupCoordinatorActor``, created on fir
 LeaderAndIsr / StopReplica decisions (which replicas to create, recreate, make leader or follower, stop;
 controller-epoch fencing; partition directories) are the pure actors/leader_and_isr.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -120,8 +121,12 @@ class BrokerActor:
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
         self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
-        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                "controller_epoch": res.get("controller_epoch", self.controller_epoch), "node_id": self.node_id}
+        return {
+            "broker_id": self.broker_id,
+            "broker_epoch": self.broker_epoch,
+            "controller_epoch": res.get("controller_epoch", self.controller_epoch),
+            "node_id": self.node_id,
+        }
 
     def suspend_heartbeats(self, duration_ms: int) -> dict:
         """Fault injection: behave like a hung broker (no heartbeats) for ``duration_ms``; the process and
@@ -135,7 +140,13 @@ class BrokerActor:
             self.controller_epoch = epoch
             for e, fut in self._sessions:
                 if e < epoch and not fut.done():
-                    fut.set_result({"error_code": StaleControllerEpochError.code, "reason": "newer controller", "controller_epoch": epoch})
+                    fut.set_result(
+                        {
+                            "error_code": StaleControllerEpochError.code,
+                            "reason": "newer controller",
+                            "controller_epoch": epoch,
+                        }
+                    )
             self._sessions = [(e, f) for e, f in self._sessions if not f.done()]
 
     def _stale(self, controller_epoch: int) -> dict | None:
@@ -156,8 +167,13 @@ class BrokerActor:
         return await fut
 
     def incarnation(self) -> dict:
-        return {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch,
-                "controller_epoch": self.controller_epoch, "node_id": self.node_id, "pid": os.getpid()}
+        return {
+            "broker_id": self.broker_id,
+            "broker_epoch": self.broker_epoch,
+            "controller_epoch": self.controller_epoch,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+        }
 
     # ---- LeaderAndIsr / StopReplica / UpdateMetadata --------------------------------------------------
     def _lock(self, key) -> asyncio.Lock:
@@ -181,10 +197,21 @@ class BrokerActor:
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for _attempt in range(100):
             try:
-                h = cls.options(name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
-                                scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False)
-                                ).remote(self.cluster, topic, p, s["topic_id"], self.broker_id, d,
-                                         lai.replica_props(self.config, s.get("configs")))
+                h = cls.options(
+                    name=name,
+                    namespace=RAY_NAMESPACE,
+                    num_cpus=0,
+                    max_concurrency=1000,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+                ).remote(
+                    self.cluster,
+                    topic,
+                    p,
+                    s["topic_id"],
+                    self.broker_id,
+                    d,
+                    lai.replica_props(self.config, s.get("configs")),
+                )
                 return h
             except ValueError:  # the previous incarnation's replica still holds the name for a moment
                 await asyncio.sleep(0.05)
@@ -259,6 +286,7 @@ class BrokerActor:
             key = (tp[0], int(tp[1]))
             async with self._lock(key):
                 return await self._stop_one(key, delete)
+
         results = await asyncio.gather(*(one(tp) for tp in partitions))
         return {"error_code": 0, "error_message": None, "partitions": list(results)}
 
@@ -276,8 +304,9 @@ class BrokerActor:
         self.topic_configs[topic] = dict(configs)
         props = lai.replica_props(self.config, configs)
         keys = [k for k in self.replicas if k[0] == topic]
-        res = await asyncio.gather(*(self.replicas[k].update_config.remote(props) for k in keys),
-                                   return_exceptions=True)
+        res = await asyncio.gather(
+            *(self.replicas[k].update_config.remote(props) for k in keys), return_exceptions=True
+        )
         errors = [r for r in res if isinstance(r, BaseException) or r.get("error_code")]
         if errors:
             return {"error_code": UnknownServerError.code, "error_message": str(errors[0])}
@@ -296,13 +325,18 @@ class BrokerActor:
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
                 try:
-                    first, count = await self.link.call("allocate_producer_ids", self.broker_id, self.broker_epoch,
-                                                        timeout_s=10)
+                    first, count = await self.link.call(
+                        "allocate_producer_ids", self.broker_id, self.broker_epoch, timeout_s=10
+                    )
                 except RayTaskError as e:
                     return {**_err_dict(e), "producer_id": -1, "producer_epoch": -1}
                 except (ControllerUnavailable, asyncio.TimeoutError):
-                    return {"error_code": CoordinatorNotAvailableError.code, "error_message": "controller unavailable",
-                            "producer_id": -1, "producer_epoch": -1}
+                    return {
+                        "error_code": CoordinatorNotAvailableError.code,
+                        "error_message": "controller unavailable",
+                        "producer_id": -1,
+                        "producer_epoch": -1,
+                    }
                 self._pid_next, self._pid_end = first, first + count
             pid = self._pid_next
             self._pid_next += 1

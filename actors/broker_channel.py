@@ -8,6 +8,7 @@ controller resign. ``_watch`` is the pending ``controller_session`` call: it rai
 broker's death and then the controller fences that broker incarnation. Runs on the controller's event
 loop only.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -111,8 +112,6 @@ class BrokerChannel:
                 fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
 
 
-
-
 class ControllerChannelManager:
     """The controller's channels, one per live broker incarnation (Kafka's ControllerChannelManager): opens
     and closes them and sends one commit's ``BrokerRequestBatch`` (actors/controller_requests.py)."""
@@ -147,8 +146,11 @@ class ControllerChannelManager:
     def send_batch(self, batch: "BrokerRequestBatch") -> list[asyncio.Future]:
         """StopReplica, topic configs, LeaderAndIsr to the brokers with a channel, then UpdateMetadata to
         every channel; returns the StopReplica futures."""
-        stops = [self.channels[b].send("stop_replica", parts, True)
-                 for b, parts in batch.stop_replica.items() if b in self.channels]
+        stops = [
+            self.channels[b].send("stop_replica", parts, True)
+            for b, parts in batch.stop_replica.items()
+            if b in self.channels
+        ]
         for b, topic_configs in batch.topic_configs.items():
             ch = self.channels.get(b)
             for name, configs in topic_configs:

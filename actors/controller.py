@@ -24,6 +24,7 @@ Replica deaths are reported as ``replicas_offline`` / ``replicas_online`` (actor
 After a failover the new controller probes the brokers the image says are alive (fencing the ones that
 are gone or another incarnation), then sends each live broker its full partition set and UpdateMetadata.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -131,7 +132,8 @@ class ControllerActor:
         # a resigned controller still holds the name, which would make every broker's election find it
         # again: it leaves, so that the next election creates a controller with a fresh epoch
         asyncio.get_running_loop().call_later(
-            0.1, lambda: ray.kill(ray.get_runtime_context().current_actor, no_restart=True))
+            0.1, lambda: ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        )
 
     def _stop_background(self):
         for t in self._tasks:
@@ -202,8 +204,9 @@ class ControllerActor:
         """DelayedCreateTopics: every partition's leader replica runs as leader of its current epoch."""
         try:
             async with self._ack_cond:
-                await asyncio.wait_for(self._ack_cond.wait_for(lambda: self.leader_acks.ready(self.image, keys)),
-                                       max(0, timeout_ms) / 1000)
+                await asyncio.wait_for(
+                    self._ack_cond.wait_for(lambda: self.leader_acks.ready(self.image, keys)), max(0, timeout_ms) / 1000
+                )
             return True
         except asyncio.TimeoutError:
             return False
@@ -257,9 +260,14 @@ class ControllerActor:
     # ---- broker-facing API -----------------------------------------------------------------------
     async def describe_controller(self) -> dict:
         await self._ensure_started()
-        return {"cluster": self.cluster, "controller_epoch": self.epoch, "host_broker_id": self.host_broker_id,
-                "metadata_version": self.image.version, "node_id": ray.get_runtime_context().get_node_id(),
-                "pid": os.getpid()}
+        return {
+            "cluster": self.cluster,
+            "controller_epoch": self.epoch,
+            "host_broker_id": self.host_broker_id,
+            "metadata_version": self.image.version,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
 
     async def register_broker(self, broker_id: int, info: dict, handle=None) -> dict:
         await self._ensure_started()
@@ -293,8 +301,11 @@ class ControllerActor:
         return await fut
 
     async def alter_partition(self, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch) -> dict:
-        return (await self._write(self.logic.alter_partition, topic, partition, leader_id, leader_epoch, new_isr,
-                                  partition_epoch))[1]
+        return (
+            await self._write(
+                self.logic.alter_partition, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch
+            )
+        )[1]
 
     async def replicas_offline(self, broker_id: int, broker_epoch: int, partitions: list) -> dict:
         """A live broker's replica actors died (OfflineReplica): move leadership and the ISR away now."""
@@ -324,8 +335,11 @@ class ControllerActor:
             late = {t for t, p in keys if not self.leader_acks.ready(self.image, [(t, p)])}
             for res in results:
                 if res["name"] in late and res["error_code"] == 0:
-                    res["error_code"], res["error_message"] = error_response(RequestTimedOutError(
-                        "Topic created, but not every partition had a running leader within the timeout"))
+                    res["error_code"], res["error_message"] = error_response(
+                        RequestTimedOutError(
+                            "Topic created, but not every partition had a running leader within the timeout"
+                        )
+                    )
         return results
 
     async def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> list[dict]:
@@ -338,13 +352,13 @@ class ControllerActor:
             await asyncio.wait(stops, timeout=max(0, timeout_ms) / 1000)
         return results
 
-    async def create_partitions(self, name: str, total_count: int, assignment=None,
-                                timeout_ms: int = 30000) -> dict:
+    async def create_partitions(self, name: str, total_count: int, assignment=None, timeout_ms: int = 30000) -> dict:
         records, res = await self._write(self.logic.create_partitions, name, total_count, assignment)
         keys = [(r["topic"], r["partition"]) for r in records]
         if keys and not await self._wait_leaders(keys, timeout_ms):
-            res["error_code"], res["error_message"] = error_response(RequestTimedOutError(
-                "Partitions created, but not every one had a running leader within the timeout"))
+            res["error_code"], res["error_message"] = error_response(
+                RequestTimedOutError("Partitions created, but not every one had a running leader within the timeout")
+            )
         return res
 
     async def alter_configs(self, name: str, set: dict | None = None, delete: list | None = None) -> dict:
@@ -360,12 +374,19 @@ class ControllerActor:
 
     async def metadata(self) -> dict:
         await self._ensure_started()
-        return {"cluster": self.cluster, "controller_epoch": self.epoch, "controller_id": self.host_broker_id,
-                **self.logic.cluster_metadata()}
+        return {
+            "cluster": self.cluster,
+            "controller_epoch": self.epoch,
+            "controller_id": self.host_broker_id,
+            **self.logic.cluster_metadata(),
+        }
 
     async def elect_leaders(self, partitions=None, election_type: int = ELECT_PREFERRED) -> list[dict]:
-        return (await self._write(self.logic.elect_leaders,
-                                  None if partitions is None else [tuple(p) for p in partitions], election_type))[1]
+        return (
+            await self._write(
+                self.logic.elect_leaders, None if partitions is None else [tuple(p) for p in partitions], election_type
+            )
+        )[1]
 
     async def alter_partition_reassignments(self, assignments: list[dict]) -> list[dict]:
         return (await self._write(self.logic.alter_partition_reassignments, list(assignments or [])))[1]
@@ -390,8 +411,12 @@ class ControllerActor:
     async def probe(self) -> dict:
         """The brokers' liveness probe: answers at once (no startup wait), from its own thread, so a busy
         event loop is not taken for a frozen process (SIGSTOP stops every thread)."""
-        return {"controller_epoch": self.epoch, "pid": os.getpid(),
-                "node_id": ray.get_runtime_context().get_node_id(), "resigned": self.resigned}
+        return {
+            "controller_epoch": self.epoch,
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "resigned": self.resigned,
+        }
 
 
 RemoteController = ray.remote(concurrency_groups={"liveness": 1})(ControllerActor)

@@ -30,6 +30,7 @@ controller until ``timeout_s``. Controller calls never run without it.
 
 Concurrency: everything runs on the broker's event loop; one election at a time (``_elect_lock``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +41,13 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from protocol.errors import (BrokerIdNotRegisteredError, InvalidConfigError, KafkaError, NotControllerError,
-                             StaleBrokerEpochError)
+from protocol.errors import (
+    BrokerIdNotRegisteredError,
+    InvalidConfigError,
+    KafkaError,
+    NotControllerError,
+    StaleBrokerEpochError,
+)
 from protocol.names import RAY_NAMESPACE, controller_name
 
 from .controller import RemoteController
@@ -96,9 +102,13 @@ class ControllerLink:
     # ---- election ------------------------------------------------------------------------------------
     def _options(self):
         return RemoteController.options(
-            name=controller_name(self.b.cluster), namespace=RAY_NAMESPACE, get_if_exists=True, num_cpus=0,
+            name=controller_name(self.b.cluster),
+            namespace=RAY_NAMESPACE,
+            get_if_exists=True,
+            num_cpus=0,
             max_concurrency=1000,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.b.node_id, soft=False))
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.b.node_id, soft=False),
+        )
 
     async def ensure(self, timeout_s: float = 60.0) -> ControllerRef:
         """The live controller, found by name or created (the election)."""
@@ -121,8 +131,7 @@ class ControllerLink:
                 except ActorDiedError:  # a dead controller still holding the name: free it
                     self._kill(h)
                 except asyncio.TimeoutError:  # holding the name but silent: frozen
-                    log.warning("broker %s: controller found by name does not answer: replacing it",
-                                self.b.broker_id)
+                    log.warning("broker %s: controller found by name does not answer: replacing it", self.b.broker_id)
                     self._kill(h)
                 except (RayActorError, RayTaskError, ValueError) as e:
                     log.info("broker %s: controller not reachable yet (%s)", self.b.broker_id, type(e).__name__)
@@ -228,8 +237,9 @@ class ControllerLink:
     async def _heartbeat(self, ref: ControllerRef) -> None:
         epoch, sent = self.b.broker_epoch, now_ms()
         try:
-            res = await self.call_on(ref, "heartbeat", self.b.broker_id, epoch,
-                                     timeout_s=max(self.heartbeat_s, self.timeout_ms / 1000))
+            res = await self.call_on(
+                ref, "heartbeat", self.b.broker_id, epoch, timeout_s=max(self.heartbeat_s, self.timeout_ms / 1000)
+            )
         except (ControllerUnavailable, asyncio.TimeoutError, RayTaskError):
             return  # the watch and the probe deal with the controller
         ref.timer.answered(sent)

@@ -6,6 +6,7 @@ no I/O, time passed in. The records it emits and the image they change are in ac
 (sends LeaderAndIsr, StopReplica, ...). Handlers never mutate. A handler that needs the effect of its
 own earlier records (fencing several brokers) is called once per step by the actor.
 """
+
 from __future__ import annotations
 
 import base64
@@ -48,8 +49,14 @@ from .partition_change import (
 from .placement import assign_replicas, unify_collision_chars, validate_topic_name
 from .topic_configs import topic_config_keys, truthy, validate_topic_configs
 
-__all__ = ["ControllerLogic", "ControllerConfig", "PRODUCER_ID_BLOCK_SIZE", "ELECT_PREFERRED", "ELECT_UNCLEAN",
-           "NO_LEADER"]
+__all__ = [
+    "ControllerLogic",
+    "ControllerConfig",
+    "PRODUCER_ID_BLOCK_SIZE",
+    "ELECT_PREFERRED",
+    "ELECT_UNCLEAN",
+    "NO_LEADER",
+]
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -57,14 +64,15 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 @dataclass
 class ControllerConfig:
     """The broker configs the controller acts on (Kafka's names and defaults)."""
-    unclean_leader_election: bool = False            # unclean.leader.election.enable
-    auto_leader_rebalance: bool = True               # auto.leader.rebalance.enable
-    imbalance_percentage: int = 10                   # leader.imbalance.per.broker.percentage
-    imbalance_check_interval_s: float = 300.0        # leader.imbalance.check.interval.seconds
-    num_partitions: int = 1                          # num.partitions
-    default_replication_factor: int = 1              # default.replication.factor
-    session_timeout_ms: int = 9000                   # broker.session.timeout.ms
-    heartbeat_interval_ms: int = 2000                # broker.heartbeat.interval.ms
+
+    unclean_leader_election: bool = False  # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
+    num_partitions: int = 1  # num.partitions
+    default_replication_factor: int = 1  # default.replication.factor
+    session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
 
     @classmethod
     def from_props(cls, props: dict | None) -> "ControllerConfig":
@@ -108,21 +116,27 @@ class ControllerLogic:
         return self.config.unclean_leader_election
 
     def _builder(self, topic: str, p: int, alive: set[int] | None = None) -> PartitionChangeBuilder:
-        return PartitionChangeBuilder(topic, p, self.image.topics[topic].partitions[p],
-                                      self.image.alive_brokers() if alive is None else alive,
-                                      self.unclean_enabled(topic))
+        return PartitionChangeBuilder(
+            topic,
+            p,
+            self.image.topics[topic].partitions[p],
+            self.image.alive_brokers() if alive is None else alive,
+            self.unclean_enabled(topic),
+        )
 
     def _new_topic_id(self) -> str:
         return base64.urlsafe_b64encode(self.rng.getrandbits(128).to_bytes(16, "big")).rstrip(b"=").decode()
 
-    def _placement(self, num_partitions: int, rf: int, start_partition: int = 0,
-                   first_broker: int | None = None) -> list[list[int]]:
+    def _placement(
+        self, num_partitions: int, rf: int, start_partition: int = 0, first_broker: int | None = None
+    ) -> list[list[int]]:
         alive = sorted(self.image.alive_brokers())
         if rf < 1:
             raise InvalidReplicationFactorError("Replication factor must be larger than 0.")
         if rf > len(alive):
             raise InvalidReplicationFactorError(
-                f"Replication factor: {rf} larger than available brokers: {len(alive)}.")
+                f"Replication factor: {rf} larger than available brokers: {len(alive)}."
+            )
         racks = {b: self.image.brokers[b].rack_key for b in alive}
         return assign_replicas(racks, num_partitions, rf, self.rng, start_partition, first_broker)
 
@@ -131,7 +145,8 @@ class ControllerLogic:
         isr = [r for r in replicas if r in alive]
         if not isr:
             raise InvalidReplicaAssignmentError(
-                f"All brokers specified in the partition assignment for partition {p} are fenced.")
+                f"All brokers specified in the partition assignment for partition {p} are fenced."
+            )
         s = PartitionRegistration(list(replicas), isr, isr[0], 0, 0)
         return {"type": "Partition", "topic": topic, "topic_id": topic_id, "partition": p, **s.to_dict()}
 
@@ -150,10 +165,12 @@ class ControllerLogic:
             unknown = [r for r in replicas if r not in self.image.brokers]
             if unknown:
                 raise InvalidReplicaAssignmentError(
-                    f"The manual partition assignment includes brokers {unknown}, which are not registered.")
+                    f"The manual partition assignment includes brokers {unknown}, which are not registered."
+                )
             if rf_expected is not None and len(replicas) != rf_expected:
                 raise InvalidReplicaAssignmentError(
-                    f"Inconsistent replication factor between partitions: {len(replicas)} vs {rf_expected}")
+                    f"Inconsistent replication factor between partitions: {len(replicas)} vs {rf_expected}"
+                )
             rf_expected = len(replicas)
             out.append(replicas)
         return out
@@ -171,9 +188,16 @@ class ControllerLogic:
             records += self.fence_broker(broker_id)
             alive.discard(broker_id)
         epoch = self.image.version + len(records)
-        records.append({"type": "RegisterBroker", "broker_id": broker_id, "broker_epoch": epoch,
-                        "node_id": info.get("node_id"), "rack": info.get("rack"),
-                        "log_dir": info.get("log_dir", "")})
+        records.append(
+            {
+                "type": "RegisterBroker",
+                "broker_id": broker_id,
+                "broker_epoch": epoch,
+                "node_id": info.get("node_id"),
+                "rack": info.get("rack"),
+                "log_dir": info.get("log_dir", ""),
+            }
+        )
         alive.add(broker_id)
         changed = {(r["topic"], r["partition"]): r for r in records if r["type"] == "PartitionChange"}
         for t, p, s in list(self.image.partitions_of_broker(broker_id)):
@@ -212,8 +236,12 @@ class ControllerLogic:
         if broker_epoch is not None and broker_epoch != b.broker_epoch:
             raise StaleBrokerEpochError(f"Broker {broker_id} epoch {broker_epoch} != {b.broker_epoch}")
         first = self.image.next_producer_id
-        rec = {"type": "ProducerIds", "broker_id": broker_id, "broker_epoch": b.broker_epoch,
-               "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE}
+        rec = {
+            "type": "ProducerIds",
+            "broker_id": broker_id,
+            "broker_epoch": b.broker_epoch,
+            "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE,
+        }
         return [rec], (first, PRODUCER_ID_BLOCK_SIZE)
 
     def heartbeat_error(self, broker_id: int, broker_epoch: int) -> KafkaError | None:
@@ -223,7 +251,8 @@ class ControllerLogic:
             return BrokerIdNotRegisteredError(f"Broker {broker_id} is not registered")
         if b.broker_epoch != broker_epoch or not b.alive:
             return StaleBrokerEpochError(
-                f"Broker {broker_id} epoch {broker_epoch} is not the registered {b.broker_epoch} (alive={b.alive})")
+                f"Broker {broker_id} epoch {broker_epoch} is not the registered {b.broker_epoch} (alive={b.alive})"
+            )
         return None
 
     # ---- topics (reads) ------------------------------------------------------------------------
@@ -242,15 +271,22 @@ class ControllerLogic:
         if t is None:
             return {"name": name, **_err(_unknown_topic(name)), "configs": {}, "overrides": {}}
         effective = {k: str(v) for k, v in LogConfig.from_props(dict(t.configs)).to_props().items()}
-        return {"name": name, "error_code": 0, "error_message": None, "configs": effective,
-                "overrides": dict(t.configs)}
+        return {
+            "name": name,
+            "error_code": 0,
+            "error_message": None,
+            "configs": effective,
+            "overrides": dict(t.configs),
+        }
 
     def cluster_metadata(self) -> dict:
         """``{version, brokers, topics}``: the whole image as the admin client's metadata call shows it."""
         img = self.image
-        return {"version": img.version, "brokers": [b.to_dict() for b in sorted(img.brokers.values(),
-                                                                                key=lambda b: b.broker_id)],
-                "topics": [img.describe_topic(n) for n in sorted(img.topics)]}
+        return {
+            "version": img.version,
+            "brokers": [b.to_dict() for b in sorted(img.brokers.values(), key=lambda b: b.broker_id)],
+            "topics": [img.describe_topic(n) for n in sorted(img.topics)],
+        }
 
     # ---- topics --------------------------------------------------------------------------------
     def create_topics(self, topics: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -260,8 +296,14 @@ class ControllerLogic:
         unified = {unify_collision_chars(n) for n in self.image.topics}
         for req in topics:
             name = req.get("name") if isinstance(req, dict) else None
-            res = {"name": name, "topic_id": None, "num_partitions": 0, "replication_factor": 0,
-                   "error_code": 0, "error_message": None}
+            res = {
+                "name": name,
+                "topic_id": None,
+                "num_partitions": 0,
+                "replication_factor": 0,
+                "error_code": 0,
+                "error_message": None,
+            }
             try:
                 if not isinstance(req, dict):
                     raise InvalidTopicError("Each topic must be a mapping")
@@ -270,7 +312,8 @@ class ControllerLogic:
                     raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
                 if unify_collision_chars(name) in unified:
                     raise InvalidTopicError(
-                        f"Topic '{name}' collides with existing topics (names differing only in '.' and '_').")
+                        f"Topic '{name}' collides with existing topics (names differing only in '.' and '_')."
+                    )
                 configs = validate_topic_configs(req.get("configs"))
                 assignment = req.get("replica_assignment")
                 if assignment:
@@ -293,15 +336,15 @@ class ControllerLogic:
                 topic_id = self._new_topic_id()
                 recs = [{"type": "Topic", "name": name, "topic_id": topic_id}]
                 for k, v in sorted(configs.items()):
-                    recs.append({"type": "ConfigRecord", "resource_type": "topic", "resource": name,
-                                 "name": k, "value": v})
+                    recs.append(
+                        {"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": v}
+                    )
                 for p, replicas in enumerate(placement):
                     recs.append(self._new_partition_record(name, topic_id, p, replicas))
                 records += recs
                 pending.add(name)
                 unified.add(unify_collision_chars(name))
-                res.update(topic_id=topic_id, num_partitions=len(placement),
-                           replication_factor=len(placement[0]))
+                res.update(topic_id=topic_id, num_partitions=len(placement), replication_factor=len(placement[0]))
             except KafkaError as e:
                 res.update(_err(e))
             results.append(res)
@@ -312,8 +355,13 @@ class ControllerLogic:
         for name in names:
             t = self.image.topics.get(name) if isinstance(name, str) else None
             if t is None or name in seen:
-                results.append({"name": name, "topic_id": None,
-                                **_err(UnknownTopicOrPartitionError(f"Topic {name!r} does not exist."))})
+                results.append(
+                    {
+                        "name": name,
+                        "topic_id": None,
+                        **_err(UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")),
+                    }
+                )
                 continue
             seen.add(name)
             records.append({"type": "RemoveTopic", "name": name, "topic_id": t.topic_id})
@@ -330,14 +378,16 @@ class ControllerLogic:
             if not isinstance(total_count, int) or total_count <= cur:
                 raise InvalidPartitionsError(
                     f"Topic currently has {cur} partitions, which is higher than or equal to the requested "
-                    f"{total_count}.")
+                    f"{total_count}."
+                )
             rf = len(t.partitions[0].replicas)
             if assignment:
                 placement = self._check_assignment(assignment, rf)
                 if len(placement) != total_count - cur:
                     raise InvalidReplicaAssignmentError(
                         f"Increasing the number of partitions by {total_count - cur} but {len(placement)} "
-                        f"assignments provided.")
+                        f"assignments provided."
+                    )
             else:
                 placement = self._placement(total_count - cur, rf, cur, t.partitions[0].replicas[0])
             records = [self._new_partition_record(name, t.topic_id, cur + i, r) for i, r in enumerate(placement)]
@@ -364,10 +414,16 @@ class ControllerLogic:
         except KafkaError as e:
             res.update(_err(e))
             return [], res
-        records = [{"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": v}
-                   for k, v in sorted(new.items()) if t.configs.get(k) != v]
-        records += [{"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": None}
-                    for k in delete if k in t.configs and k not in new]
+        records = [
+            {"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": v}
+            for k, v in sorted(new.items())
+            if t.configs.get(k) != v
+        ]
+        records += [
+            {"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": None}
+            for k in delete
+            if k in t.configs and k not in new
+        ]
         unclean = truthy(merged.get("unclean.leader.election.enable", self.config.unclean_leader_election))
         if unclean and not self.unclean_enabled(name):
             alive = self.image.alive_brokers()
@@ -387,13 +443,14 @@ class ControllerLogic:
                 raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
             if leader_epoch != s.leader_epoch:
                 raise FencedLeaderEpochError(
-                    f"Leader epoch {leader_epoch} of {topic}-{partition} is not the current {s.leader_epoch}")
+                    f"Leader epoch {leader_epoch} of {topic}-{partition} is not the current {s.leader_epoch}"
+                )
             if leader_id != s.leader:
                 raise InvalidRequestError(f"Broker {leader_id} is not the leader of {topic}-{partition}")
             if partition_epoch != s.partition_epoch:
                 raise InvalidUpdateVersionError(
-                    f"Partition epoch {partition_epoch} of {topic}-{partition} is not the current "
-                    f"{s.partition_epoch}")
+                    f"Partition epoch {partition_epoch} of {topic}-{partition} is not the current {s.partition_epoch}"
+                )
             new_isr = list(new_isr or [])
             if len(set(new_isr)) != len(new_isr) or leader_id not in new_isr:
                 raise InvalidRequestError(f"Invalid ISR {new_isr}: it must hold the leader, without duplicates")
@@ -403,12 +460,23 @@ class ControllerLogic:
                 raise IneligibleReplicaError(f"Replicas {bad} are not alive members of {s.replicas}")
         except KafkaError as e:
             cur = s.to_dict() if s is not None else {}
-            return [], {**_err(e), "leader": cur.get("leader", -1), "leader_epoch": cur.get("leader_epoch", -1),
-                        "isr": cur.get("isr", []), "partition_epoch": cur.get("partition_epoch", -1)}
+            return [], {
+                **_err(e),
+                "leader": cur.get("leader", -1),
+                "leader_epoch": cur.get("leader_epoch", -1),
+                "isr": cur.get("isr", []),
+                "partition_epoch": cur.get("partition_epoch", -1),
+            }
         rec = self._builder(topic, partition, alive).set_isr(new_isr).build()
         new = PartitionRegistration.from_dict(rec) if rec else s
-        resp = {"error_code": 0, "error_message": None, "leader": new.leader, "leader_epoch": new.leader_epoch,
-                "isr": list(new.isr), "partition_epoch": new.partition_epoch}
+        resp = {
+            "error_code": 0,
+            "error_message": None,
+            "leader": new.leader,
+            "leader_epoch": new.leader_epoch,
+            "isr": list(new.isr),
+            "partition_epoch": new.partition_epoch,
+        }
         if new.leader != s.leader:
             resp.update(_err(NewLeaderElectedError(f"Reassignment of {topic}-{partition} moved the leader")))
         return ([rec] if rec else []), resp
@@ -433,7 +501,8 @@ class ControllerLogic:
                         raise ElectionNotNeededError(f"{pref} is already the leader of {topic}-{p}")
                     if pref not in alive or pref not in s.isr:
                         raise PreferredLeaderNotAvailableError(
-                            f"Preferred replica {pref} of {topic}-{p} is not alive or not in the ISR")
+                            f"Preferred replica {pref} of {topic}-{p} is not alive or not in the ISR"
+                        )
                 else:
                     if s.leader != NO_LEADER:
                         raise ElectionNotNeededError(f"{topic}-{p} has leader {s.leader}")
@@ -490,8 +559,11 @@ class ControllerLogic:
                         raise NoReassignmentInProgressError(f"No reassignment of {topic}-{p} in progress")
                     # Kafka's PartitionReassignmentRevert: back to the original replicas; if none of
                     # them is in the ISR, the ISR becomes the original replicas.
-                    b = self._builder(topic, p, alive).set_replicas(
-                        original, [], []).set_isr([r for r in s.isr if r in original] or original)
+                    b = (
+                        self._builder(topic, p, alive)
+                        .set_replicas(original, [], [])
+                        .set_isr([r for r in s.isr if r in original] or original)
+                    )
                 else:
                     target = self._check_assignment([target])[0]
                     merged, adding, removing = reassignment_plan(original, target)
@@ -509,10 +581,16 @@ class ControllerLogic:
         for t in self.image.topics.values():
             for p, s in sorted(t.partitions.items()):
                 if s.reassigning:
-                    out.append({"topic": t.name, "partition": p, "replicas": list(s.replicas),
-                                "adding": list(s.adding), "removing": list(s.removing)})
+                    out.append(
+                        {
+                            "topic": t.name,
+                            "partition": p,
+                            "replicas": list(s.replicas),
+                            "adding": list(s.adding),
+                            "removing": list(s.removing),
+                        }
+                    )
         return out
-
 
 
 class BrokerHeartbeats:

@@ -18,6 +18,7 @@ removed topics looked like); ``derive_requests(image, records, prior, controller
 ``LeaderAcks`` tracks which leader epochs the brokers confirmed running (Kafka's DelayedCreatePartitions
 completes on them).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -25,8 +26,15 @@ from dataclasses import dataclass, field
 from .metadata_image import MetadataImage
 from .partition_change import NO_LEADER
 
-__all__ = ["BrokerRequestBatch", "LeaderAcks", "derive_requests", "dirty_keys", "full_state", "partition_state",
-           "prior_state"]
+__all__ = [
+    "BrokerRequestBatch",
+    "LeaderAcks",
+    "derive_requests",
+    "dirty_keys",
+    "full_state",
+    "partition_state",
+    "prior_state",
+]
 
 REGISTER, FENCE = "register", "fence"
 
@@ -36,21 +44,32 @@ class BrokerRequestBatch:
     """Per-broker requests of one commit. ``channel_events`` in record order: ``(REGISTER, broker_id,
     broker_epoch)`` or ``(FENCE, broker_id, broker_epoch)``; the other maps are in the order the records
     first touched each broker (the order the actor sends them)."""
+
     channel_events: list[tuple[str, int, int]] = field(default_factory=list)
-    stop_replica: dict[int, list[list]] = field(default_factory=dict)           # broker -> [[topic, p]]
+    stop_replica: dict[int, list[list]] = field(default_factory=dict)  # broker -> [[topic, p]]
     topic_configs: dict[int, list[tuple[str, dict]]] = field(default_factory=dict)  # broker -> [(topic, configs)]
-    leader_and_isr: dict[int, list[dict]] = field(default_factory=dict)         # broker -> [partition_state]
-    metadata_version: int = 0                                                    # UpdateMetadata to every live broker
+    leader_and_isr: dict[int, list[dict]] = field(default_factory=dict)  # broker -> [partition_state]
+    metadata_version: int = 0  # UpdateMetadata to every live broker
 
 
 def partition_state(image: MetadataImage, topic: str, p: int, controller_epoch: int) -> dict:
     """One partition as LeaderAndIsr carries it."""
     t = image.topics[topic]
     s = t.partitions[p]
-    return {"topic": topic, "partition": p, "topic_id": t.topic_id, "leader": s.leader,
-            "leader_epoch": s.leader_epoch, "isr": list(s.isr), "replicas": list(s.replicas),
-            "partition_epoch": s.partition_epoch, "controller_epoch": controller_epoch,
-            "adding": list(s.adding), "removing": list(s.removing), "configs": dict(t.configs)}
+    return {
+        "topic": topic,
+        "partition": p,
+        "topic_id": t.topic_id,
+        "leader": s.leader,
+        "leader_epoch": s.leader_epoch,
+        "isr": list(s.isr),
+        "replicas": list(s.replicas),
+        "partition_epoch": s.partition_epoch,
+        "controller_epoch": controller_epoch,
+        "adding": list(s.adding),
+        "removing": list(s.removing),
+        "configs": dict(t.configs),
+    }
 
 
 def full_state(image: MetadataImage, broker_id: int, controller_epoch: int) -> list[dict]:
@@ -78,15 +97,18 @@ def dirty_keys(records: list[dict]) -> tuple[set[str], set[int], bool]:
     """What of GCS KV a commit changes: topic names, broker ids, and whether the producer id block moved."""
     # a ConfigRecord's "name" is the config key; its topic is its "resource" (an alter_configs-only commit
     # must republish topics/<topic> with the new configs, never touch a topic named like the key)
-    topics: set[str] = {r["resource"] if r["type"] == "ConfigRecord" else (r.get("topic") or r["name"])
-                        for r in records
-                        if r["type"] in ("Topic", "Partition", "PartitionChange", "ConfigRecord", "RemoveTopic")}
+    topics: set[str] = {
+        r["resource"] if r["type"] == "ConfigRecord" else (r.get("topic") or r["name"])
+        for r in records
+        if r["type"] in ("Topic", "Partition", "PartitionChange", "ConfigRecord", "RemoveTopic")
+    }
     brokers = {r["broker_id"] for r in records if r["type"] in ("RegisterBroker", "FenceBroker")}
     return topics, brokers, any(r["type"] == "ProducerIds" for r in records)
 
 
-def derive_requests(image: MetadataImage, records: list[dict], prior: dict, controller_epoch: int
-                    ) -> BrokerRequestBatch:
+def derive_requests(
+    image: MetadataImage, records: list[dict], prior: dict, controller_epoch: int
+) -> BrokerRequestBatch:
     """After replay: the requests the records ask of each broker (see the module docstring)."""
     lai: dict[int, dict[tuple[str, int], None]] = {}
     stop: dict[int, list] = {}
@@ -117,10 +139,14 @@ def derive_requests(image: MetadataImage, records: list[dict], prior: dict, cont
             events.append((REGISTER, r["broker_id"], r["broker_epoch"]))
         elif t == "FenceBroker":
             events.append((FENCE, r["broker_id"], r["broker_epoch"]))
-    topic_configs = {b: [(n, dict(image.topics[n].configs)) for n in sorted(names) if n in image.topics]
-                     for b, names in configs.items()}
-    states = {b: [partition_state(image, t, p, controller_epoch) for t, p in keys if t in image.topics]
-              for b, keys in lai.items()}
+    topic_configs = {
+        b: [(n, dict(image.topics[n].configs)) for n in sorted(names) if n in image.topics]
+        for b, names in configs.items()
+    }
+    states = {
+        b: [partition_state(image, t, p, controller_epoch) for t, p in keys if t in image.topics]
+        for b, keys in lai.items()
+    }
     return BrokerRequestBatch(events, stop, topic_configs, {b: s for b, s in states.items() if s}, image.version)
 
 

@@ -3,6 +3,7 @@ CoordinatorContext): its shard, load state, the chain of pending appends, the pa
 futures and its timer. Plain asyncio, no Ray: the actor (actors/group_coordinator.py) drives it.
 ``records_batch`` builds the one RecordBatch of a coordinator write (pure).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,8 @@ class CoordinatorContext:
         self.partition, self.epoch, self.replica, self.config = partition, epoch, replica, config
         self.shard = GroupCoordinatorShard(config)
         self.state = LOADING
-        self.gen = 0                     # bumped on every (re)load and unload: stale tasks stop
-        self.tail: asyncio.Task | None = None   # the latest append's outcome (error code, 0 = acked)
+        self.gen = 0  # bumped on every (re)load and unload: stale tasks stop
+        self.tail: asyncio.Task | None = None  # the latest append's outcome (error code, 0 = acked)
         self.parked: dict[tuple, list[asyncio.Future]] = {}
         self.timer: asyncio.Task | None = None
         self.timer_deadline: int | None = None
@@ -77,9 +78,15 @@ class CoordinatorContext:
                     f.set_result(response)
 
     def describe(self) -> dict:
-        return {"state": self.state, "leader_epoch": self.epoch, "groups": self.shard.group_ids(),
-                "loaded_records": self.loaded_records, "appends": self.appends,
-                "parked": sum(len(v) for v in self.parked.values()), "next_deadline": self.timer_deadline}
+        return {
+            "state": self.state,
+            "leader_epoch": self.epoch,
+            "groups": self.shard.group_ids(),
+            "loaded_records": self.loaded_records,
+            "appends": self.appends,
+            "parked": sum(len(v) for v in self.parked.values()),
+            "next_deadline": self.timer_deadline,
+        }
 
 
 def list_groups(parts: dict[int, CoordinatorContext], states_filter=None, types_filter=None):

@@ -22,6 +22,7 @@ reloads the shard from the partition. Timers: one task per partition sleeps unti
 (``poll_expirations``); every ``offsets.retention.check.interval.ms`` ``cleanup_expired_offsets`` runs.
 Every method answers a plain dict with Kafka error codes, never an exception out of the actor.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,6 +43,7 @@ from protocol import errors as E
 from storage.records import decode_records
 
 log = logging.getLogger("rafka.group_coordinator")
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -125,17 +127,31 @@ class GroupCoordinatorActor:
                         part.shard, part.state = shard, svc.ACTIVE
                         self._rearm(part)
                         part.tasks.append(asyncio.get_running_loop().create_task(self._cleanup_loop(part, gen)))
-                        log.info("b%d: loaded %s-%d epoch %d: %d records, %d groups in %.0f ms", self.broker_id,
-                                 OFFSETS_TOPIC, part.partition, part.epoch, part.loaded_records,
-                                 len(shard.group_ids()), (time.monotonic() - t0) * 1000)
+                        log.info(
+                            "b%d: loaded %s-%d epoch %d: %d records, %d groups in %.0f ms",
+                            self.broker_id,
+                            OFFSETS_TOPIC,
+                            part.partition,
+                            part.epoch,
+                            part.loaded_records,
+                            len(shard.group_ids()),
+                            (time.monotonic() - t0) * 1000,
+                        )
                         return
             except (RayActorError, RayTaskError, LoadRetry) as e:
-                log.info("b%d: loading %s-%d: retrying (%s: %s)", self.broker_id, OFFSETS_TOPIC,
-                         part.partition, type(e).__name__, e)
+                log.info(
+                    "b%d: loading %s-%d: retrying (%s: %s)",
+                    self.broker_id,
+                    OFFSETS_TOPIC,
+                    part.partition,
+                    type(e).__name__,
+                    e,
+                )
             except E.KafkaError as e:
                 if isinstance(e, E.CorruptMessageError):
-                    log.error("b%d: %s-%d is corrupt, not loading it: %s", self.broker_id, OFFSETS_TOPIC,
-                              part.partition, e)
+                    log.error(
+                        "b%d: %s-%d is corrupt, not loading it: %s", self.broker_id, OFFSETS_TOPIC, part.partition, e
+                    )
                     part.state = svc.FAILED
                     return
                 log.info("b%d: loading %s-%d: %s", self.broker_id, OFFSETS_TOPIC, part.partition, e)
@@ -170,8 +186,13 @@ class GroupCoordinatorActor:
         code = svc.route_code(None if part is None else part.state)
         return (None, code) if code else (part, code)
 
-    async def _write(self, group_id, handler: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
-                     on_error: Callable[[int, str], Any], too_large: int = svc.UNKNOWN_SERVER_ERROR):
+    async def _write(
+        self,
+        group_id,
+        handler: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
+        on_error: Callable[[int, str], Any],
+        too_large: int = svc.UNKNOWN_SERVER_ERROR,
+    ):
         part, code = self._route(group_id)
         if code:
             return on_error(code, svc.message(code))
@@ -202,7 +223,9 @@ class GroupCoordinatorActor:
         return on_error(answer, svc.message(answer)) if isinstance(answer, int) else answer
 
     def _append(self, part: CoordinatorContext, records) -> asyncio.Task:
-        ref = part.replica.produce.remote(records_batch(records, now_ms()), -1, self.commit_timeout_ms, current_leader_epoch=part.epoch)
+        ref = part.replica.produce.remote(
+            records_batch(records, now_ms()), -1, self.commit_timeout_ms, current_leader_epoch=part.epoch
+        )
         part.appends += 1
         task = asyncio.get_running_loop().create_task(self._acked(ref, part.tail))
         part.tail = task
@@ -224,8 +247,9 @@ class GroupCoordinatorActor:
     def _append_failed(self, part: CoordinatorContext, gen: int, code: int) -> None:
         if not self._current(part, gen) or part.state != svc.ACTIVE:
             return  # already unloaded or reloading
-        log.warning("b%d: append to %s-%d failed (error %d): reloading", self.broker_id, OFFSETS_TOPIC,
-                    part.partition, code)
+        log.warning(
+            "b%d: append to %s-%d failed (error %d): reloading", self.broker_id, OFFSETS_TOPIC, part.partition, code
+        )
         part.fail_parked(code)
         self._start_load(part)
 
@@ -248,7 +272,9 @@ class GroupCoordinatorActor:
             return
         part.timer, part.timer_deadline = None, None  # this run is no longer cancellable by a re-arm
         try:
-            await self._complete(part, part.shard.poll_expirations(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR)
+            await self._complete(
+                part, part.shard.poll_expirations(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR
+            )
         except Exception:  # noqa: BLE001 - a coordinator bug must not stop the timers
             log.exception("b%d: group timers of %s-%d", self.broker_id, OFFSETS_TOPIC, part.partition)
         self._rearm(part)
@@ -260,8 +286,9 @@ class GroupCoordinatorActor:
             if not self._current(part, gen) or part.state != svc.ACTIVE:
                 return
             try:
-                await self._complete(part, part.shard.cleanup_expired_offsets(now_ms()), lambda c, m: None,
-                                     svc.UNKNOWN_SERVER_ERROR)
+                await self._complete(
+                    part, part.shard.cleanup_expired_offsets(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR
+                )
             except Exception:  # noqa: BLE001
                 log.exception("b%d: offsets retention of %s-%d", self.broker_id, OFFSETS_TOPIC, part.partition)
 
@@ -283,68 +310,127 @@ class GroupCoordinatorActor:
         return response
 
     # ================================================================== the API (JoinGroup & co)
-    async def join_group(self, group_id: str, member_id: str, protocol_type: str, protocols,
-                         session_timeout_ms: int, rebalance_timeout_ms: int = -1, **kw) -> dict:
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        protocol_type: str,
+        protocols,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int = -1,
+        **kw,
+    ) -> dict:
         """JoinGroup; answers when the rebalance completes (parked meanwhile). Keywords as the shard's
         (``group_instance_id``, ``client_id``, ``client_host``, ``require_known_member_id``,
         ``supports_skip_assignment``). ``rebalance_timeout_ms=-1``: the session timeout (JoinGroup v0)."""
+
         def on_error(code, msg):
             return svc.join_error(member_id, code, msg)
+
         if not svc.valid_group(group_id):
             return on_error(svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
-        rebalance = rebalance_timeout_ms if isinstance(rebalance_timeout_ms, int) and rebalance_timeout_ms >= 0 \
+        rebalance = (
+            rebalance_timeout_ms
+            if isinstance(rebalance_timeout_ms, int) and rebalance_timeout_ms >= 0
             else session_timeout_ms
-        return await self._write(group_id, lambda s, now: s.join_group(
-            group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance, now, **kw), on_error)
+        )
+        return await self._write(
+            group_id,
+            lambda s, now: s.join_group(
+                group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance, now, **kw
+            ),
+            on_error,
+        )
 
     async def sync_group(self, group_id: str, member_id: str, generation_id: int, assignments=None, **kw) -> dict:
         """SyncGroup: the leader passes ``{member_id: assignment bytes}``; everyone gets their own assignment."""
+
         def on_error(code, msg):
             return svc.sync_error(code, msg)
+
         if not svc.valid_group(group_id):
             return on_error(svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
-        return await self._write(group_id, lambda s, now: s.sync_group(
-            group_id, member_id, generation_id, assignments, now, **kw), on_error)
+        return await self._write(
+            group_id, lambda s, now: s.sync_group(group_id, member_id, generation_id, assignments, now, **kw), on_error
+        )
 
     async def heartbeat(self, group_id: str, member_id: str, generation_id: int, **kw) -> dict:
         if not svc.valid_group(group_id):
             return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID)}
-        return await self._write(group_id, lambda s, now: s.heartbeat(group_id, member_id, generation_id, now, **kw),
-                                 lambda c, m: {"error_code": c, "error_message": m})
+        return await self._write(
+            group_id,
+            lambda s, now: s.heartbeat(group_id, member_id, generation_id, now, **kw),
+            lambda c, m: {"error_code": c, "error_message": m},
+        )
 
     async def leave_group(self, group_id: str, members) -> dict:
         """LeaveGroup (v3+ batch): ``members=[{"member_id", "group_instance_id"}]``."""
         if not svc.valid_group(group_id):
-            return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID), "members": []}
-        return await self._write(group_id, lambda s, now: s.leave_group(group_id, list(members), now),
-                                 lambda c, m: {"error_code": c, "error_message": m, "members": []})
+            return {
+                "error_code": svc.INVALID_GROUP_ID,
+                "error_message": svc.message(svc.INVALID_GROUP_ID),
+                "members": [],
+            }
+        return await self._write(
+            group_id,
+            lambda s, now: s.leave_group(group_id, list(members), now),
+            lambda c, m: {"error_code": c, "error_message": m, "members": []},
+        )
 
     # ================================================================== offsets
-    async def offset_commit(self, group_id: str, topics, member_id: str = "", generation_id: int = -1,
-                            group_instance_id: str | None = None) -> dict:
+    async def offset_commit(
+        self, group_id: str, topics, member_id: str = "", generation_id: int = -1, group_instance_id: str | None = None
+    ) -> dict:
         """OffsetCommit: ``topics=[{"name", "partitions": [{"partition_index", "committed_offset",
         "committed_leader_epoch"?, "committed_metadata"?}]}]`` -> per-partition error codes."""
         if not svc.valid_group(group_id):
-            return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID), "topics": []}
+            return {
+                "error_code": svc.INVALID_GROUP_ID,
+                "error_message": svc.message(svc.INVALID_GROUP_ID),
+                "topics": [],
+            }
 
-        return await self._write(group_id, lambda s, now: s.offset_commit(
-            group_id, topics, now, member_id=member_id, generation_id=generation_id,
-            group_instance_id=group_instance_id), lambda c, m: svc.offset_commit_error(topics, c, m),
-            too_large=svc.INVALID_COMMIT_OFFSET_SIZE)
+        return await self._write(
+            group_id,
+            lambda s, now: s.offset_commit(
+                group_id,
+                topics,
+                now,
+                member_id=member_id,
+                generation_id=generation_id,
+                group_instance_id=group_instance_id,
+            ),
+            lambda c, m: svc.offset_commit_error(topics, c, m),
+            too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
+        )
 
     async def offset_fetch(self, group_id: str, topics=None) -> dict:
         """OffsetFetch: ``topics=[{"name", "partition_indexes"}]`` or None for all; -1 = nothing committed."""
         if not svc.valid_group(group_id):
-            return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID), "topics": []}
-        return await self._read(group_id, lambda s: s.offset_fetch(group_id, topics),
-                                lambda c, m: {"error_code": c, "error_message": m, "topics": []})
+            return {
+                "error_code": svc.INVALID_GROUP_ID,
+                "error_message": svc.message(svc.INVALID_GROUP_ID),
+                "topics": [],
+            }
+        return await self._read(
+            group_id,
+            lambda s: s.offset_fetch(group_id, topics),
+            lambda c, m: {"error_code": c, "error_message": m, "topics": []},
+        )
 
     async def offset_delete(self, group_id: str, topics) -> dict:
         """OffsetDelete (KIP-496): ``topics=[{"name", "partitions": [{"partition_index"}]}]``."""
         if not svc.valid_group(group_id):
-            return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID), "topics": []}
-        return await self._write(group_id, lambda s, now: s.offset_delete(group_id, topics),
-                                 lambda c, m: {"error_code": c, "error_message": m, "topics": []})
+            return {
+                "error_code": svc.INVALID_GROUP_ID,
+                "error_message": svc.message(svc.INVALID_GROUP_ID),
+                "topics": [],
+            }
+        return await self._write(
+            group_id,
+            lambda s, now: s.offset_delete(group_id, topics),
+            lambda c, m: {"error_code": c, "error_message": m, "topics": []},
+        )
 
     # ================================================================== admin
     async def list_groups(self, states_filter=None, types_filter=None) -> dict:
@@ -365,8 +451,10 @@ class GroupCoordinatorActor:
             return {"error_code": svc.INVALID_REQUEST, "error_message": "group_ids must be a list", "groups": []}
 
         async def one(gid):
-            return await self._read(gid, lambda s: s.describe_groups([gid])["groups"][0],
-                                    lambda c, m: svc.describe_group_error(gid, c, m))
+            return await self._read(
+                gid, lambda s: s.describe_groups([gid])["groups"][0], lambda c, m: svc.describe_group_error(gid, c, m)
+            )
+
         return {"groups": list(await asyncio.gather(*(one(g) for g in group_ids)))}
 
     async def delete_groups(self, group_ids) -> dict:
@@ -376,22 +464,28 @@ class GroupCoordinatorActor:
         by_part, results = svc.group_ids_by_partition(group_ids, self.num_partitions)
 
         async def batch(gids):
-            res = await self._write(gids[0], lambda s, now: s.delete_groups(gids, now),
-                                    lambda c, m: {"results": [{"group_id": g, "error_code": c} for g in gids]})
+            res = await self._write(
+                gids[0],
+                lambda s, now: s.delete_groups(gids, now),
+                lambda c, m: {"results": [{"group_id": g, "error_code": c} for g in gids]},
+            )
             for r in res["results"]:
                 results[r["group_id"]] = r
+
         await asyncio.gather(*(batch(g) for g in by_part.values()))
         return {"results": [results[g] for g in dict.fromkeys(group_ids) if g in results]}
 
     # ================================================================== introspection
     def describe_coordinator(self) -> dict:
         """What this coordinator serves: per partition its state, leader epoch and group count."""
-        return {"broker_id": self.broker_id, "num_partitions": self.num_partitions,
-                "partitions": {p: part.describe() for p, part in sorted(self.parts.items())}}
+        return {
+            "broker_id": self.broker_id,
+            "num_partitions": self.num_partitions,
+            "partitions": {p: part.describe() for p, part in sorted(self.parts.items())},
+        }
 
     def ping(self) -> int:
         return self.broker_id
 
 
 RemoteGroupCoordinator = ray.remote(GroupCoordinatorActor)
-

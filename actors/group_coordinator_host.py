@@ -7,6 +7,7 @@ becomes leader or follower or is stopped (``notify``). ``find_coordinator(group_
 ``__consumer_offsets`` through the controller on first use (Kafka's auto-creation of the internal topic)
 and answers the leader of the group's partition (``coordinator_answer``, pure).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,11 +33,17 @@ log = logging.getLogger("rafka.broker")
 NOT_AVAILABLE = CoordinatorNotAvailableError.code
 
 
-def coordinator_answer(cluster: str, code: int, msg: str | None = None, broker_id: int = -1,
-                       partition: int = -1) -> dict:
+def coordinator_answer(
+    cluster: str, code: int, msg: str | None = None, broker_id: int = -1, partition: int = -1
+) -> dict:
     """A FindCoordinator answer: ``{error_code, error_message, broker_id, partition, coordinator}``."""
-    return {"error_code": code, "error_message": msg, "broker_id": broker_id, "partition": partition,
-            "coordinator": group_coordinator_name(cluster, broker_id) if broker_id >= 0 else None}
+    return {
+        "error_code": code,
+        "error_message": msg,
+        "broker_id": broker_id,
+        "partition": partition,
+        "coordinator": group_coordinator_name(cluster, broker_id) if broker_id >= 0 else None,
+    }
 
 
 def offsets_partition_state(topic: dict | None, p: int) -> dict | None:
@@ -65,7 +72,10 @@ class GroupCoordinatorHost:
             for _ in range(200):
                 try:
                     gc = RemoteGroupCoordinator.options(
-                        name=name, namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000,
+                        name=name,
+                        namespace=RAY_NAMESPACE,
+                        num_cpus=0,
+                        max_concurrency=1000,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(b.node_id, soft=False),
                     ).remote(b.cluster, b.broker_id, b.config)
                     break
@@ -98,8 +108,9 @@ class GroupCoordinatorHost:
                 log.warning("broker %s: group coordinator gone (%s), recreating", self.b.broker_id, type(e).__name__)
                 self.gc = None
             except (RuntimeError, RayTaskError) as e:
-                log.warning("broker %s: group coordinator not told about %s-%s: %s", self.b.broker_id,
-                            OFFSETS_TOPIC, p, e)
+                log.warning(
+                    "broker %s: group coordinator not told about %s-%s: %s", self.b.broker_id, OFFSETS_TOPIC, p, e
+                )
                 return
 
     async def ensure_offsets_topic(self) -> dict:
@@ -117,8 +128,14 @@ class GroupCoordinatorHost:
                 res = (await b.link.call("create_topics", [spec], 30000, timeout_s=40))[0]
             except (ControllerUnavailable, asyncio.TimeoutError):
                 return {"error_code": NOT_AVAILABLE, "error_message": "controller unavailable"}
-            log.info("broker %s: created %s (%s partitions, rf %s): %s", b.broker_id, OFFSETS_TOPIC,
-                     spec["num_partitions"], spec["replication_factor"], res.get("error_message"))
+            log.info(
+                "broker %s: created %s (%s partitions, rf %s): %s",
+                b.broker_id,
+                OFFSETS_TOPIC,
+                spec["num_partitions"],
+                spec["replication_factor"],
+                res.get("error_message"),
+            )
             await b._fresh_metadata()
             if res["error_code"] in (0, TopicAlreadyExistsError.code):  # another broker was first
                 return {"error_code": 0, "error_message": None}
@@ -129,6 +146,7 @@ class GroupCoordinatorHost:
 
         def answer(code, msg=None, broker_id=-1, partition=-1):
             return coordinator_answer(b.cluster, code, msg, broker_id, partition)
+
         if key_type != 0:
             return answer(InvalidRequestError.code, f"key_type {key_type!r}: only group coordinators (0) are served")
         if not isinstance(group_id, str):

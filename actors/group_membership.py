@@ -13,6 +13,7 @@ Parked requests: a JoinGroup waiting for the rebalance and a SyncGroup waiting f
 ``(Pending.key, response)``. A member removed while parked is answered (UNKNOWN_MEMBER_ID, or
 FENCED_INSTANCE_ID when a static member replaced it), so no parked request is ever forgotten.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -20,8 +21,16 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from actors.group_model import (
-    ClassicGroup, ClassicGroupMember, CoordinatorResult, GroupCoordinatorConfig, GroupSnapshotRecord,
-    GroupState, InvalidGroupTransition, Pending, join_response, sync_response,
+    ClassicGroup,
+    ClassicGroupMember,
+    CoordinatorResult,
+    GroupCoordinatorConfig,
+    GroupSnapshotRecord,
+    GroupState,
+    InvalidGroupTransition,
+    Pending,
+    join_response,
+    sync_response,
 )
 from actors.group_records import group_metadata_record
 from protocol import errors as E
@@ -116,22 +125,45 @@ class GroupMetadataManager:
     """The classic-group membership handlers (Kafka's GroupMetadataManager, its classic-group part) over the
     shard's installed ``groups`` (read only here)."""
 
-    def __init__(self, groups: dict[str, ClassicGroup], config: GroupCoordinatorConfig,
-                 new_uuid: Callable[[], str] | None = None):
+    def __init__(
+        self, groups: dict[str, ClassicGroup], config: GroupCoordinatorConfig, new_uuid: Callable[[], str] | None = None
+    ):
         self.groups = groups
         self.config = config
         self.new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
 
     # ============================================================================== JoinGroup
-    def join_group(self, group_id: str, member_id: str, protocol_type: str, protocols: Iterable,
-                   session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int, *,
-                   group_instance_id: str | None = None, client_id: str = "", client_host: str = "",
-                   require_known_member_id: bool = True, supports_skip_assignment: bool = True) -> CoordinatorResult:
+    def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        protocol_type: str,
+        protocols: Iterable,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        now_ms: int,
+        *,
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        require_known_member_id: bool = True,
+        supports_skip_assignment: bool = True,
+    ) -> CoordinatorResult:
         """JoinGroup. ``member_id=""`` for a new member; ``rebalance_timeout_ms`` is the client's
         ``max.poll.interval.ms`` (JoinGroup v0 clients pass the session timeout)."""
-        req = JoinRequest(group_id, member_id or "", group_instance_id, client_id, client_host, protocol_type or "",
-                          _normalize_protocols(protocols), int(session_timeout_ms), int(rebalance_timeout_ms),
-                          require_known_member_id, supports_skip_assignment)
+        req = JoinRequest(
+            group_id,
+            member_id or "",
+            group_instance_id,
+            client_id,
+            client_host,
+            protocol_type or "",
+            _normalize_protocols(protocols),
+            int(session_timeout_ms),
+            int(rebalance_timeout_ms),
+            require_known_member_id,
+            supports_skip_assignment,
+        )
         ctx = _Ctx(now_ms)
         if not group_id:
             return ctx.result(None, join_response(INVALID_GROUP_ID, req.member_id))
@@ -151,7 +183,11 @@ class GroupMetadataManager:
                 self._remove_member(g, req.member_id, ctx)
             return ctx.result(g, join_response(GROUP_MAX_SIZE_REACHED, ""), installed)
         response = self._join_new_member(g, req, ctx) if unknown else self._join_existing_member(g, req, ctx)
-        if installed is None and isinstance(response, dict) and response["error_code"] not in (NONE, MEMBER_ID_REQUIRED):
+        if (
+            installed is None
+            and isinstance(response, dict)
+            and response["error_code"] not in (NONE, MEMBER_ID_REQUIRED)
+        ):
             return ctx.result(None, response)  # a rejected first join leaves no group behind
         return ctx.result(g, response, installed)
 
@@ -210,16 +246,33 @@ class GroupMetadataManager:
         return join_response(UNKNOWN_MEMBER_ID, mid)  # Empty: reset the generation and rejoin
 
     def _current_join_response(self, g: ClassicGroup, member_id: str, with_members: bool) -> dict:
-        return join_response(NONE, member_id, g.generation_id, g.protocol_type, g.protocol_name, g.leader_id or "",
-                             g.current_members_for_leader() if with_members else [])
+        return join_response(
+            NONE,
+            member_id,
+            g.generation_id,
+            g.protocol_type,
+            g.protocol_name,
+            g.leader_id or "",
+            g.current_members_for_leader() if with_members else [],
+        )
 
-    def _add_member_then_rebalance_or_complete_join(self, g: ClassicGroup, req: JoinRequest, member_id: str,
-                                                    ctx: _Ctx) -> Pending:
+    def _add_member_then_rebalance_or_complete_join(
+        self, g: ClassicGroup, req: JoinRequest, member_id: str, ctx: _Ctx
+    ) -> Pending:
         member = ClassicGroupMember(
-            member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
-            req.session_timeout_ms, req.protocol_type, req.protocols, awaiting_join=True, is_new=True,
+            member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            req.protocol_type,
+            req.protocols,
+            awaiting_join=True,
+            is_new=True,
             # New members cannot heartbeat while parked; time the JoinGroup out instead (KIP-394).
-            heartbeat_deadline_ms=ctx.now + self.config.new_member_join_timeout_ms)
+            heartbeat_deadline_ms=ctx.now + self.config.new_member_join_timeout_ms,
+        )
         if g.in_state(GS.PREPARING_REBALANCE) and g.previous_state is GS.EMPTY:
             g.new_member_added = True  # lets InitialDelayedJoin extend the initial delay
         g.add(member)
@@ -227,21 +280,32 @@ class GroupMetadataManager:
         return Pending("join", g.group_id, member_id)
 
     def _update_member_then_rebalance_or_complete_join(self, g: ClassicGroup, req: JoinRequest, ctx: _Ctx) -> Pending:
-        g.update_member(req.member_id, protocols=req.protocols, rebalance_timeout_ms=req.rebalance_timeout_ms,
-                        session_timeout_ms=req.session_timeout_ms, awaiting_join=True)
+        g.update_member(
+            req.member_id,
+            protocols=req.protocols,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            awaiting_join=True,
+        )
         self._maybe_prepare_rebalance_or_complete_join(g, ctx)
         return Pending("join", g.group_id, req.member_id)
 
-    def _update_static_member_then_rebalance_or_complete_join(self, g: ClassicGroup, req: JoinRequest, old_id: str,
-                                                              new_id: str, ctx: _Ctx) -> Pending:
+    def _update_static_member_then_rebalance_or_complete_join(
+        self, g: ClassicGroup, req: JoinRequest, old_id: str, new_id: str, ctx: _Ctx
+    ) -> Pending:
         """KIP-345: a known ``group.instance.id`` rejoined without its member id (a restart)."""
         current_leader = g.leader_id
         assert req.group_instance_id is not None  # only static members are replaced
         self._fence(g, old_id, ctx)
         g.replace_static_member(req.group_instance_id, old_id, new_id)
-        g.update_member(new_id, protocols=req.protocols, rebalance_timeout_ms=req.rebalance_timeout_ms,
-                        session_timeout_ms=req.session_timeout_ms, awaiting_join=True,
-                        heartbeat_deadline_ms=ctx.now + req.session_timeout_ms)
+        g.update_member(
+            new_id,
+            protocols=req.protocols,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            awaiting_join=True,
+            heartbeat_deadline_ms=ctx.now + req.session_timeout_ms,
+        )
         pending = Pending("join", g.group_id, new_id)
         if g.in_state(GS.STABLE):
             if g.protocol_name == g.select_protocol():
@@ -250,12 +314,20 @@ class GroupMetadataManager:
                 ctx.records.append(group_metadata_record(g.group_id, g.to_metadata_value()))
                 if req.supports_skip_assignment:  # JoinGroup v9+ (KIP-814)
                     leader = g.is_leader(new_id)
-                    resp = join_response(NONE, new_id, g.generation_id, g.protocol_type, g.protocol_name,
-                                         g.leader_id or "", g.current_members_for_leader() if leader else [],
-                                         skip_assignment=leader)
+                    resp = join_response(
+                        NONE,
+                        new_id,
+                        g.generation_id,
+                        g.protocol_type,
+                        g.protocol_name,
+                        g.leader_id or "",
+                        g.current_members_for_leader() if leader else [],
+                        skip_assignment=leader,
+                    )
                 else:  # older clients: the old leader id, so a restarted leader does not reassign
-                    resp = join_response(NONE, new_id, g.generation_id, g.protocol_type, g.protocol_name,
-                                         current_leader or "", [])
+                    resp = join_response(
+                        NONE, new_id, g.generation_id, g.protocol_type, g.protocol_name, current_leader or "", []
+                    )
                 ctx.complete_join(g, new_id, resp)
             else:
                 self._maybe_prepare_rebalance_or_complete_join(g, ctx)
@@ -329,9 +401,19 @@ class GroupMetadataManager:
         leader_members = g.current_members_for_leader()
         for mid in list(g.members):
             m = g.members[mid]
-            ctx.complete_join(g, mid, join_response(
-                NONE, mid, g.generation_id, g.protocol_type, g.protocol_name, g.leader_id or "",
-                leader_members if g.is_leader(mid) else []))
+            ctx.complete_join(
+                g,
+                mid,
+                join_response(
+                    NONE,
+                    mid,
+                    g.generation_id,
+                    g.protocol_type,
+                    g.protocol_name,
+                    g.leader_id or "",
+                    leader_members if g.is_leader(mid) else [],
+                ),
+            )
             g.update_member(mid, heartbeat_deadline_ms=ctx.now + m.session_timeout_ms, is_new=False)
             g.pending_sync_members[mid] = None
         g.sync_deadline_ms = ctx.now + g.rebalance_timeout_ms()  # DelayedSync
@@ -373,9 +455,18 @@ class GroupMetadataManager:
         return NONE if g.has_member(member_id) else UNKNOWN_MEMBER_ID
 
     # ============================================================================== SyncGroup
-    def sync_group(self, group_id: str, member_id: str, generation_id: int, assignments, now_ms: int, *,
-                   group_instance_id: str | None = None, protocol_type: str | None = None,
-                   protocol_name: str | None = None) -> CoordinatorResult:
+    def sync_group(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        assignments,
+        now_ms: int,
+        *,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> CoordinatorResult:
         """SyncGroup. ``assignments`` (only the leader's count): ``{member_id: bytes}`` or a list of
         ``{"member_id", "assignment"}``; members left out get an empty assignment."""
         ctx = _Ctx(now_ms)
@@ -387,8 +478,10 @@ class GroupMetadataManager:
         error = self.validate_member(installed, member_id, group_instance_id)
         if not error and generation_id != installed.generation_id:
             error = ILLEGAL_GENERATION
-        if not error and (_protocol_inconsistent(protocol_type, installed.protocol_type)
-                          or _protocol_inconsistent(protocol_name, installed.protocol_name)):
+        if not error and (
+            _protocol_inconsistent(protocol_type, installed.protocol_type)
+            or _protocol_inconsistent(protocol_name, installed.protocol_name)
+        ):
             error = INCONSISTENT_GROUP_PROTOCOL
         if not error and installed.in_state(GS.EMPTY):
             error = UNKNOWN_MEMBER_ID
@@ -399,8 +492,9 @@ class GroupMetadataManager:
         g = installed.clone()
         if g.in_state(GS.STABLE):
             self._remove_pending_sync_member(g, member_id)
-            return ctx.result(g, sync_response(NONE, g.protocol_type, g.protocol_name, g.member(member_id).assignment),
-                              installed)
+            return ctx.result(
+                g, sync_response(NONE, g.protocol_type, g.protocol_name, g.member(member_id).assignment), installed
+            )
         # CompletingRebalance: park until the leader's assignment arrives.
         g.update_member(member_id, awaiting_sync=True)
         self._remove_pending_sync_member(g, member_id)
@@ -414,8 +508,9 @@ class GroupMetadataManager:
         return ctx.result(g, Pending("sync", group_id, member_id))
 
     # ============================================================================== Heartbeat
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int, now_ms: int, *,
-                  group_instance_id: str | None = None) -> CoordinatorResult:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, now_ms: int, *, group_instance_id: str | None = None
+    ) -> CoordinatorResult:
         ctx = _Ctx(now_ms)
         installed = self.groups.get(group_id)
         if installed is None:
@@ -440,12 +535,22 @@ class GroupMetadataManager:
         """LeaveGroup v3+ (batch). ``members``: list of ``{"member_id", "group_instance_id"}`` or tuples;
         ``member_id=""`` with an instance id removes that static member (admin removal)."""
         ctx = _Ctx(now_ms)
-        idents = [(m.get("member_id", ""), m.get("group_instance_id")) if isinstance(m, dict) else (m[0], m[1])
-                  for m in members]
+        idents = [
+            (m.get("member_id", ""), m.get("group_instance_id")) if isinstance(m, dict) else (m[0], m[1])
+            for m in members
+        ]
         installed = self.groups.get(group_id)
         if installed is None:
-            return ctx.result(None, {"error_code": NONE, "members": [
-                {"member_id": mid, "group_instance_id": iid, "error_code": UNKNOWN_MEMBER_ID} for mid, iid in idents]})
+            return ctx.result(
+                None,
+                {
+                    "error_code": NONE,
+                    "members": [
+                        {"member_id": mid, "group_instance_id": iid, "error_code": UNKNOWN_MEMBER_ID}
+                        for mid, iid in idents
+                    ],
+                },
+            )
         if installed.in_state(GS.DEAD):
             return ctx.result(None, {"error_code": COORDINATOR_NOT_AVAILABLE, "members": []})
         g = installed.clone()
@@ -536,8 +641,11 @@ class GroupMetadataManager:
             if g.sync_deadline_ms is None or g.sync_deadline_ms > now:
                 return
             g.sync_deadline_ms = None
-            if g.sync_generation == g.generation_id and g.in_state(GS.COMPLETING_REBALANCE, GS.STABLE) \
-                    and g.pending_sync_members:
+            if (
+                g.sync_generation == g.generation_id
+                and g.in_state(GS.COMPLETING_REBALANCE, GS.STABLE)
+                and g.pending_sync_members
+            ):
                 for mid in list(g.pending_sync_members):
                     self._remove_member(g, mid, ctx)
                 self._prepare_rebalance(g, ctx)

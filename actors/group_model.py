@@ -16,6 +16,7 @@ State machine (``VALID_PREVIOUS_STATES``; Kafka's ClassicGroupState)::
     PreparingRebalance --last member gone--> Empty
     any --delete/unload--> Dead
 """
+
 from __future__ import annotations
 
 import enum
@@ -25,9 +26,19 @@ from typing import Any, Iterable
 from actors.group_records import CoordinatorRecord, GroupMetadataValue, MemberMetadata
 
 __all__ = [
-    "GroupState", "VALID_PREVIOUS_STATES", "InvalidGroupTransition", "ClassicGroupMember", "ClassicGroup",
-    "GroupSnapshotRecord", "Pending", "CoordinatorResult", "GroupCoordinatorConfig", "CONSUMER_PROTOCOL_TYPE",
-    "join_response", "sync_response", "subscription_topics",
+    "GroupState",
+    "VALID_PREVIOUS_STATES",
+    "InvalidGroupTransition",
+    "ClassicGroupMember",
+    "ClassicGroup",
+    "GroupSnapshotRecord",
+    "Pending",
+    "CoordinatorResult",
+    "GroupCoordinatorConfig",
+    "CONSUMER_PROTOCOL_TYPE",
+    "join_response",
+    "sync_response",
+    "subscription_topics",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
@@ -165,18 +176,37 @@ class GroupSnapshotRecord:
     durable: bool = field(default=False, init=False, compare=False)
 
 
-def join_response(error_code: int = 0, member_id: str = "", generation_id: int = -1, protocol_type: str | None = None,
-                  protocol_name: str | None = None, leader: str = "", members: list | None = None,
-                  skip_assignment: bool = False) -> dict:
-    return {"error_code": error_code, "generation_id": generation_id, "protocol_type": protocol_type,
-            "protocol_name": protocol_name, "leader": leader, "skip_assignment": skip_assignment,
-            "member_id": member_id, "members": members or []}
+def join_response(
+    error_code: int = 0,
+    member_id: str = "",
+    generation_id: int = -1,
+    protocol_type: str | None = None,
+    protocol_name: str | None = None,
+    leader: str = "",
+    members: list | None = None,
+    skip_assignment: bool = False,
+) -> dict:
+    return {
+        "error_code": error_code,
+        "generation_id": generation_id,
+        "protocol_type": protocol_type,
+        "protocol_name": protocol_name,
+        "leader": leader,
+        "skip_assignment": skip_assignment,
+        "member_id": member_id,
+        "members": members or [],
+    }
 
 
-def sync_response(error_code: int = 0, protocol_type: str | None = None, protocol_name: str | None = None,
-                  assignment: bytes = b"") -> dict:
-    return {"error_code": error_code, "protocol_type": protocol_type, "protocol_name": protocol_name,
-            "assignment": assignment}
+def sync_response(
+    error_code: int = 0, protocol_type: str | None = None, protocol_name: str | None = None, assignment: bytes = b""
+) -> dict:
+    return {
+        "error_code": error_code,
+        "protocol_type": protocol_type,
+        "protocol_name": protocol_name,
+        "assignment": assignment,
+    }
 
 
 def subscription_topics(metadata: bytes) -> frozenset[str] | None:
@@ -186,17 +216,17 @@ def subscription_topics(metadata: bytes) -> frozenset[str] | None:
         if len(buf) < 6:
             return None
         pos = 2  # int16 version
-        n = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+        n = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         pos += 4
         if n < 0 or n > len(buf):
             return None
         topics = []
         for _ in range(n):
-            ln = int.from_bytes(buf[pos:pos + 2], "big", signed=True)
+            ln = int.from_bytes(buf[pos : pos + 2], "big", signed=True)
             pos += 2
             if ln < 0 or pos + ln > len(buf):
                 return None
-            topics.append(bytes(buf[pos:pos + ln]).decode("utf-8"))
+            topics.append(bytes(buf[pos : pos + ln]).decode("utf-8"))
             pos += ln
         return frozenset(topics)
     except (UnicodeDecodeError, ValueError):
@@ -231,9 +261,13 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ copy-on-write
     def clone(self) -> "ClassicGroup":
-        g = replace(self, members=dict(self.members), static_members=dict(self.static_members),
-                    pending_join_members=dict(self.pending_join_members),
-                    pending_sync_members=dict(self.pending_sync_members))
+        g = replace(
+            self,
+            members=dict(self.members),
+            static_members=dict(self.static_members),
+            pending_join_members=dict(self.pending_join_members),
+            pending_sync_members=dict(self.pending_sync_members),
+        )
         g._sealed = False
         return g
 
@@ -254,7 +288,8 @@ class ClassicGroup:
         if self.state not in VALID_PREVIOUS_STATES[target]:
             raise InvalidGroupTransition(
                 f"group {self.group_id} should be in one of {sorted(map(str, VALID_PREVIOUS_STATES[target]))} "
-                f"before moving to {target}, but is in {self.state}")
+                f"before moving to {target}, but is in {self.state}"
+            )
         self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
@@ -333,8 +368,9 @@ class ClassicGroup:
         at the end of the join order, as Kafka does). The caller fences the old id's parked requests."""
         self._mutable()
         old = self.members.pop(old_member_id)
-        new = replace(old, member_id=new_member_id, awaiting_join=False, awaiting_sync=False,
-                      heartbeat_deadline_ms=None)
+        new = replace(
+            old, member_id=new_member_id, awaiting_join=False, awaiting_sync=False, heartbeat_deadline_ms=None
+        )
         self.members[new_member_id] = new
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id
@@ -372,7 +408,9 @@ class ClassicGroup:
             choice = m.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
         best = max(votes.values())
-        leader = (self.members.get(self.leader_id) if self.leader_id is not None else None) or next(iter(self.members.values()))
+        leader = (self.members.get(self.leader_id) if self.leader_id is not None else None) or next(
+            iter(self.members.values())
+        )
         for name in leader.protocol_names():
             if votes.get(name) == best:
                 return name
@@ -421,8 +459,14 @@ class ClassicGroup:
         self.pending_sync_members.clear()
 
     def current_members_for_leader(self) -> list[dict]:
-        return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "metadata": m.metadata(self.protocol_name)} for m in self.members.values()]
+        return [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata(self.protocol_name),
+            }
+            for m in self.members.values()
+        ]
 
     # ------------------------------------------------------------------ timers
     def timers(self) -> list[tuple[int, int, str, str]]:
@@ -449,24 +493,50 @@ class ClassicGroup:
         """Kafka's GroupMetadataValue for this group (members' metadata for the selected protocol)."""
         members = tuple(
             MemberMetadata(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                m.session_timeout_ms, m.metadata(self.protocol_name) if self.protocol_name is not None else b"",
-                m.assignment)
-            for m in self.members.values())
-        return GroupMetadataValue(self.protocol_type or "", self.generation_id, self.protocol_name, self.leader_id,
-                                  -1 if self.state_timestamp_ms is None else self.state_timestamp_ms, members)
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata(self.protocol_name) if self.protocol_name is not None else b"",
+                m.assignment,
+            )
+            for m in self.members.values()
+        )
+        return GroupMetadataValue(
+            self.protocol_type or "",
+            self.generation_id,
+            self.protocol_name,
+            self.leader_id,
+            -1 if self.state_timestamp_ms is None else self.state_timestamp_ms,
+            members,
+        )
 
     @classmethod
     def from_metadata_value(cls, group_id: str, value: GroupMetadataValue) -> "ClassicGroup":
         """The group as loaded from its latest GroupMetadataValue: Stable with members, else Empty."""
-        g = cls(group_id, state=GroupState.STABLE if value.members else GroupState.EMPTY,
-                state_timestamp_ms=None if value.current_state_timestamp < 0 else value.current_state_timestamp,
-                generation_id=value.generation, protocol_type=value.protocol_type or None,
-                protocol_name=value.protocol, leader_id=value.leader)
+        g = cls(
+            group_id,
+            state=GroupState.STABLE if value.members else GroupState.EMPTY,
+            state_timestamp_ms=None if value.current_state_timestamp < 0 else value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_type=value.protocol_type or None,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+        )
         for mm in value.members:
             g.members[mm.member_id] = ClassicGroupMember(
-                mm.member_id, mm.group_instance_id, mm.client_id, mm.client_host, mm.rebalance_timeout,
-                mm.session_timeout, value.protocol_type, ((value.protocol or "", mm.subscription),), mm.assignment)
+                mm.member_id,
+                mm.group_instance_id,
+                mm.client_id,
+                mm.client_host,
+                mm.rebalance_timeout,
+                mm.session_timeout,
+                value.protocol_type,
+                ((value.protocol or "", mm.subscription),),
+                mm.assignment,
+            )
             if mm.group_instance_id is not None:
                 g.static_members[mm.group_instance_id] = mm.member_id
         if g.members and g.leader_id not in g.members:
@@ -482,12 +552,20 @@ class ClassicGroup:
         """Kafka's DescribeGroups entry: metadata and assignments only when Stable."""
         stable = self.state is GroupState.STABLE
         return {
-            "error_code": 0, "group_id": self.group_id, "group_state": str(self.state),
-            "protocol_type": self.protocol_type or "", "protocol_data": (self.protocol_name or "") if stable else "",
-            "members": [{
-                "member_id": m.member_id, "group_instance_id": m.group_instance_id, "client_id": m.client_id,
-                "client_host": m.client_host,
-                "member_metadata": m.metadata(self.protocol_name) if stable else b"",
-                "member_assignment": m.assignment if stable else b"",
-            } for m in self.members.values()],
+            "error_code": 0,
+            "group_id": self.group_id,
+            "group_state": str(self.state),
+            "protocol_type": self.protocol_type or "",
+            "protocol_data": (self.protocol_name or "") if stable else "",
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata(self.protocol_name) if stable else b"",
+                    "member_assignment": m.assignment if stable else b"",
+                }
+                for m in self.members.values()
+            ],
         }

@@ -13,11 +13,18 @@ once the group is Empty, counted from when it became Empty; offsets of a Stable 
 it no longer subscribes to, and offsets of simple (no protocol) groups, expire by commit timestamp; a
 value carrying an explicit expire timestamp (OffsetCommitValue v1) expires then.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
 
-from actors.group_model import CONSUMER_PROTOCOL_TYPE, ClassicGroup, CoordinatorResult, GroupCoordinatorConfig, GroupState
+from actors.group_model import (
+    CONSUMER_PROTOCOL_TYPE,
+    ClassicGroup,
+    CoordinatorResult,
+    GroupCoordinatorConfig,
+    GroupState,
+)
 from actors.group_records import OffsetCommitKey, OffsetCommitValue, offset_commit_record
 from protocol import errors as E
 
@@ -67,8 +74,9 @@ class OffsetManager:
 
     # ------------------------------------------------------------------ OffsetCommit
     @staticmethod
-    def validate_commit(group: ClassicGroup | None, member_id: str, generation_id: int,
-                        group_instance_id: str | None) -> int:
+    def validate_commit(
+        group: ClassicGroup | None, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> int:
         """Kafka's ClassicGroup.validateOffsetCommit (plus the unknown-group rule)."""
         if group is None:
             # No group: a simple consumer (generation -1) may commit; anything else is a stale generation.
@@ -95,8 +103,17 @@ class OffsetManager:
             return REBALANCE_IN_PROGRESS
         return NONE
 
-    def commit(self, group: ClassicGroup | None, group_id: str, topics: Iterable[dict], now_ms: int, *,
-               member_id: str = "", generation_id: int = -1, group_instance_id: str | None = None) -> CoordinatorResult:
+    def commit(
+        self,
+        group: ClassicGroup | None,
+        group_id: str,
+        topics: Iterable[dict],
+        now_ms: int,
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
+    ) -> CoordinatorResult:
         error = self.validate_commit(group, member_id, generation_id, group_instance_id)
         records, out_topics = [], []
         max_meta = self.config.offset_metadata_max_bytes
@@ -108,8 +125,9 @@ class OffsetManager:
                 if not code and len(metadata.encode("utf-8")) > max_meta:
                     code = OFFSET_METADATA_TOO_LARGE
                 if not code:
-                    value = OffsetCommitValue(int(p["committed_offset"]), int(p.get("committed_leader_epoch", -1)),
-                                              metadata, now_ms)
+                    value = OffsetCommitValue(
+                        int(p["committed_offset"]), int(p.get("committed_leader_epoch", -1)), metadata, now_ms
+                    )
                     records.append(offset_commit_record(group_id, topic["name"], int(p["partition_index"]), value))
                 parts.append({"partition_index": int(p["partition_index"]), "error_code": code})
             out_topics.append({"name": topic["name"], "partitions": parts})
@@ -121,7 +139,7 @@ class OffsetManager:
         committed = self.offsets.get(group_id, {})
         if topics is None:
             by_topic: dict[str, list[int]] = {}
-            for (t, p) in sorted(committed):
+            for t, p in sorted(committed):
                 by_topic.setdefault(t, []).append(p)
             wanted = [(t, ps) for t, ps in by_topic.items()]
         else:
@@ -131,9 +149,15 @@ class OffsetManager:
             parts = []
             for p in partitions:
                 v = committed.get((name, int(p)))
-                parts.append({"partition_index": int(p), "committed_offset": -1 if v is None else v.offset,
-                              "committed_leader_epoch": -1 if v is None else v.leader_epoch,
-                              "metadata": "" if v is None else v.metadata, "error_code": NONE})
+                parts.append(
+                    {
+                        "partition_index": int(p),
+                        "committed_offset": -1 if v is None else v.offset,
+                        "committed_leader_epoch": -1 if v is None else v.leader_epoch,
+                        "metadata": "" if v is None else v.metadata,
+                        "error_code": NONE,
+                    }
+                )
             out.append({"name": name, "partitions": parts})
         return {"error_code": NONE, "topics": out}
 
@@ -171,8 +195,11 @@ class OffsetManager:
         retention = self.config.offsets_retention_ms
         simple = group is None or group.protocol_type is None
         if group is not None and not simple and not group.in_state(GroupState.EMPTY):
-            if not (group.in_state(GroupState.STABLE) and group.protocol_type == CONSUMER_PROTOCOL_TYPE
-                    and group.subscribed_topics is not None):
+            if not (
+                group.in_state(GroupState.STABLE)
+                and group.protocol_type == CONSUMER_PROTOCOL_TYPE
+                and group.subscribed_topics is not None
+            ):
                 return [], len(committed)  # an active group keeps its offsets
         records = []
         for (topic, partition), v in sorted(committed.items()):

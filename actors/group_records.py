@@ -32,6 +32,7 @@ Coordinator partitioning: ``partition_for(group_id, n) = Utils.abs(group_id.hash
 ``String.hashCode`` over UTF-16 code units (int32 overflow) and Kafka's ``Utils.abs`` (the absolute value,
 except ``Integer.MIN_VALUE -> 0``; note this is *not* ``toPositive``'s ``& 0x7fffffff``).
 """
+
 from __future__ import annotations
 
 import struct
@@ -41,11 +42,27 @@ from typing import Iterable, Union
 from protocol.errors import CorruptMessageError
 
 __all__ = [
-    "OFFSET_COMMIT_KEY_VERSION", "GROUP_METADATA_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",
-    "GROUP_METADATA_VALUE_VERSION", "OffsetCommitKey", "OffsetCommitValue", "GroupMetadataKey",
-    "GroupMetadataValue", "MemberMetadata", "CoordinatorRecord", "encode_key", "encode_value",
-    "decode_key", "decode_value", "decode_record", "decode_records", "offset_commit_record", "group_metadata_record",
-    "java_string_hashcode", "kafka_abs", "partition_for",
+    "OFFSET_COMMIT_KEY_VERSION",
+    "GROUP_METADATA_KEY_VERSION",
+    "OFFSET_COMMIT_VALUE_VERSION",
+    "GROUP_METADATA_VALUE_VERSION",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "CoordinatorRecord",
+    "encode_key",
+    "encode_value",
+    "decode_key",
+    "decode_value",
+    "decode_record",
+    "decode_records",
+    "offset_commit_record",
+    "group_metadata_record",
+    "java_string_hashcode",
+    "kafka_abs",
+    "partition_for",
 ]
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -60,6 +77,7 @@ _I64 = struct.Struct(">q")
 
 
 # ---------------------------------------------------------------------------------------------- types
+
 
 @dataclass(frozen=True)
 class OffsetCommitKey:
@@ -135,6 +153,7 @@ def group_metadata_record(group: str, value: GroupMetadataValue | None) -> Coord
 
 # ---------------------------------------------------------------------------------------------- writer
 
+
 def _string(s: str) -> bytes:
     raw = s.encode("utf-8")
     if len(raw) > 0x7FFF:
@@ -153,8 +172,7 @@ def _bytes(b: bytes | None) -> bytes:
 
 def encode_key(key: Key) -> bytes:
     if isinstance(key, OffsetCommitKey):
-        return (_I16.pack(OFFSET_COMMIT_KEY_VERSION) + _string(key.group) + _string(key.topic)
-                + _I32.pack(key.partition))
+        return _I16.pack(OFFSET_COMMIT_KEY_VERSION) + _string(key.group) + _string(key.topic) + _I32.pack(key.partition)
     if isinstance(key, GroupMetadataKey):
         return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(key.group)
     raise TypeError(f"not a __consumer_offsets key: {key!r}")
@@ -165,27 +183,47 @@ def encode_value(value: Value) -> bytes | None:
         return None
     if isinstance(value, OffsetCommitValue):
         if value.expire_timestamp >= 0:  # Kafka writes v1 only to carry an explicit expire timestamp
-            return (_I16.pack(OFFSET_COMMIT_VALUE_VERSION_EXPIRE) + _I64.pack(value.offset) + _string(value.metadata)
-                    + _I64.pack(value.commit_timestamp) + _I64.pack(value.expire_timestamp))
-        return (_I16.pack(OFFSET_COMMIT_VALUE_VERSION) + _I64.pack(value.offset) + _I32.pack(value.leader_epoch)
-                + _string(value.metadata) + _I64.pack(value.commit_timestamp))
+            return (
+                _I16.pack(OFFSET_COMMIT_VALUE_VERSION_EXPIRE)
+                + _I64.pack(value.offset)
+                + _string(value.metadata)
+                + _I64.pack(value.commit_timestamp)
+                + _I64.pack(value.expire_timestamp)
+            )
+        return (
+            _I16.pack(OFFSET_COMMIT_VALUE_VERSION)
+            + _I64.pack(value.offset)
+            + _I32.pack(value.leader_epoch)
+            + _string(value.metadata)
+            + _I64.pack(value.commit_timestamp)
+        )
     if isinstance(value, GroupMetadataValue):
         parts = [
-            _I16.pack(GROUP_METADATA_VALUE_VERSION), _string(value.protocol_type), _I32.pack(value.generation),
-            _nullable_string(value.protocol), _nullable_string(value.leader),
-            _I64.pack(value.current_state_timestamp), _I32.pack(len(value.members)),
+            _I16.pack(GROUP_METADATA_VALUE_VERSION),
+            _string(value.protocol_type),
+            _I32.pack(value.generation),
+            _nullable_string(value.protocol),
+            _nullable_string(value.leader),
+            _I64.pack(value.current_state_timestamp),
+            _I32.pack(len(value.members)),
         ]
         for m in value.members:
             parts += [
-                _string(m.member_id), _nullable_string(m.group_instance_id), _string(m.client_id),
-                _string(m.client_host), _I32.pack(m.rebalance_timeout), _I32.pack(m.session_timeout),
-                _bytes(m.subscription), _bytes(m.assignment),
+                _string(m.member_id),
+                _nullable_string(m.group_instance_id),
+                _string(m.client_id),
+                _string(m.client_host),
+                _I32.pack(m.rebalance_timeout),
+                _I32.pack(m.session_timeout),
+                _bytes(m.subscription),
+                _bytes(m.assignment),
             ]
         return b"".join(parts)
     raise TypeError(f"not a __consumer_offsets value: {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------- reader
+
 
 class _Reader:
     __slots__ = ("buf", "pos")
@@ -197,7 +235,7 @@ class _Reader:
     def _take(self, n: int) -> memoryview:
         if n < 0 or self.pos + n > len(self.buf):
             raise CorruptMessageError(f"__consumer_offsets record truncated at byte {self.pos} (wanted {n})")
-        out = self.buf[self.pos:self.pos + n]
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -281,8 +319,18 @@ def decode_value(key: Key, data: bytes | None) -> Value:
             rebalance_timeout, session_timeout = session_or_rebalance, r.i32()
         else:  # v0 has no rebalance timeout: Kafka uses the session timeout
             rebalance_timeout = session_timeout = session_or_rebalance
-        members.append(MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_timeout,
-                                      session_timeout, r.bytes_(), r.bytes_()))
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                r.bytes_(),
+                r.bytes_(),
+            )
+        )
     r.done()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))
 
@@ -298,6 +346,7 @@ def decode_records(pairs: Iterable[tuple[bytes, bytes | None]]) -> list[Coordina
 
 
 # ---------------------------------------------------------------------------------------------- partitioning
+
 
 def java_string_hashcode(s: str) -> int:
     """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units, as int32."""

@@ -10,6 +10,7 @@ configs): no Ray, no I/O. actors/group_coordinator.py is the actor over them and
   coordinator again (``is_retriable_coordinator_error``), and the error answer of each API.
 - Routing of a request to its partition's state (``route_code``).
 """
+
 from __future__ import annotations
 
 from actors.group_model import GroupCoordinatorConfig, join_response, sync_response
@@ -34,13 +35,23 @@ _RETRIABLE = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORD
 
 # Kafka's GroupCoordinatorService.normalizeException for append failures.
 APPEND_ERRORS = {
-    **{E.for_name(n).code: COORDINATOR_NOT_AVAILABLE for n in (
-        "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT",
-        "UNKNOWN_TOPIC_OR_PARTITION")},
-    **{E.for_name(n).code: NOT_COORDINATOR for n in (
-        "NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH")},
-    **{E.for_name(n).code: UNKNOWN_SERVER_ERROR for n in (
-        "MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE")},
+    **{
+        E.for_name(n).code: COORDINATOR_NOT_AVAILABLE
+        for n in (
+            "NOT_ENOUGH_REPLICAS",
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            "REQUEST_TIMED_OUT",
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        )
+    },
+    **{
+        E.for_name(n).code: NOT_COORDINATOR
+        for n in ("NOT_LEADER_OR_FOLLOWER", "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH")
+    },
+    **{
+        E.for_name(n).code: UNKNOWN_SERVER_ERROR
+        for n in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE")
+    },
 }
 TOO_LARGE = {E.for_name(n).code for n in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE")}
 
@@ -70,11 +81,15 @@ def offsets_topic_spec(props: dict | None, alive_brokers: int) -> dict:
     """The CreateTopics request for ``__consumer_offsets`` (Kafka's auto-creation of the internal topic)."""
     props = props or {}
     rf = int(props.get("offsets.topic.replication.factor", DEFAULT_OFFSETS_REPLICATION))
-    return {"name": OFFSETS_TOPIC, "num_partitions": offsets_partitions(props),
-            "replication_factor": max(1, min(rf, alive_brokers)),
-            "configs": {"cleanup.policy": "compact",
-                        "segment.bytes": int(props.get("offsets.topic.segment.bytes",
-                                                       DEFAULT_OFFSETS_SEGMENT_BYTES))}}
+    return {
+        "name": OFFSETS_TOPIC,
+        "num_partitions": offsets_partitions(props),
+        "replication_factor": max(1, min(rf, alive_brokers)),
+        "configs": {
+            "cleanup.policy": "compact",
+            "segment.bytes": int(props.get("offsets.topic.segment.bytes", DEFAULT_OFFSETS_SEGMENT_BYTES)),
+        },
+    }
 
 
 def bad_input(exc: BaseException) -> tuple[int, str]:
@@ -139,13 +154,29 @@ def sync_error(code: int, msg: str | None) -> dict:
 def offset_commit_error(topics, code: int, msg: str | None) -> dict:
     """Every partition of the request gets the error (a malformed request: the top-level error)."""
     try:
-        return {"topics": [{"name": t["name"], "partitions": [
-            {"partition_index": p["partition_index"], "error_code": code} for p in t.get("partitions", [])]}
-            for t in topics], "error_message": msg}
+        return {
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": code} for p in t.get("partitions", [])
+                    ],
+                }
+                for t in topics
+            ],
+            "error_message": msg,
+        }
     except (TypeError, KeyError, AttributeError):
         return {"error_code": code, "error_message": msg, "topics": []}
 
 
 def describe_group_error(group_id, code: int, msg: str | None) -> dict:
-    return {"error_code": code, "error_message": msg, "group_id": group_id, "group_state": "",
-            "protocol_type": "", "protocol_data": "", "members": []}
+    return {
+        "error_code": code,
+        "error_message": msg,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+    }

@@ -23,26 +23,50 @@ Loading (``load(records, now_ms)``) replays a partition from the start: offsets,
 last GroupMetadata record (Stable with its members and assignment, or Empty), then arms every loaded
 member's session timer.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterable
 
 from actors.group_membership import GroupMetadataManager
 from actors.group_model import (
-    CONSUMER_PROTOCOL_TYPE, VALID_PREVIOUS_STATES, ClassicGroup, ClassicGroupMember, CoordinatorResult,
-    GroupCoordinatorConfig, GroupSnapshotRecord, GroupState, InvalidGroupTransition, Pending,
+    CONSUMER_PROTOCOL_TYPE,
+    VALID_PREVIOUS_STATES,
+    ClassicGroup,
+    ClassicGroupMember,
+    CoordinatorResult,
+    GroupCoordinatorConfig,
+    GroupSnapshotRecord,
+    GroupState,
+    InvalidGroupTransition,
+    Pending,
 )
 from actors.group_offsets import OffsetManager
 from actors.group_records import (
-    CoordinatorRecord, GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue, decode_record,
-    group_metadata_record, partition_for,
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_record,
+    group_metadata_record,
+    partition_for,
 )
 from protocol import errors as E
 
 __all__ = [
-    "GroupCoordinatorShard", "GroupState", "VALID_PREVIOUS_STATES", "InvalidGroupTransition", "ClassicGroup",
-    "ClassicGroupMember", "CoordinatorResult", "GroupCoordinatorConfig", "GroupSnapshotRecord", "Pending",
-    "CONSUMER_PROTOCOL_TYPE", "partition_for",
+    "GroupCoordinatorShard",
+    "GroupState",
+    "VALID_PREVIOUS_STATES",
+    "InvalidGroupTransition",
+    "ClassicGroup",
+    "ClassicGroupMember",
+    "CoordinatorResult",
+    "GroupCoordinatorConfig",
+    "GroupSnapshotRecord",
+    "Pending",
+    "CONSUMER_PROTOCOL_TYPE",
+    "partition_for",
 ]
 
 GROUP_ID_NOT_FOUND = E.for_name("GROUP_ID_NOT_FOUND").code
@@ -63,15 +87,26 @@ class GroupCoordinatorShard:
         self._membership = GroupMetadataManager(self._groups, self.config, new_uuid)
 
     # ================================================================== membership (JoinGroup & co)
-    def join_group(self, group_id: str, member_id: str, protocol_type: str, protocols: Iterable,
-                   session_timeout_ms: int, rebalance_timeout_ms: int, now_ms: int, **kw) -> CoordinatorResult:
+    def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        protocol_type: str,
+        protocols: Iterable,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        now_ms: int,
+        **kw,
+    ) -> CoordinatorResult:
         """JoinGroup. Keywords: ``group_instance_id``, ``client_id``, ``client_host``,
         ``require_known_member_id`` (JoinGroup v4+, default True), ``supports_skip_assignment`` (v9+)."""
-        return self._membership.join_group(group_id, member_id, protocol_type, protocols, session_timeout_ms,
-                                           rebalance_timeout_ms, now_ms, **kw)
+        return self._membership.join_group(
+            group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms, now_ms, **kw
+        )
 
-    def sync_group(self, group_id: str, member_id: str, generation_id: int, assignments, now_ms: int,
-                   **kw) -> CoordinatorResult:
+    def sync_group(
+        self, group_id: str, member_id: str, generation_id: int, assignments, now_ms: int, **kw
+    ) -> CoordinatorResult:
         return self._membership.sync_group(group_id, member_id, generation_id, assignments, now_ms, **kw)
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int, now_ms: int, **kw) -> CoordinatorResult:
@@ -89,12 +124,27 @@ class GroupCoordinatorShard:
         return self._membership.next_deadline()
 
     # ================================================================== offsets
-    def offset_commit(self, group_id: str, topics: Iterable[dict], now_ms: int, *, member_id: str = "",
-                      generation_id: int = -1, group_instance_id: str | None = None) -> CoordinatorResult:
+    def offset_commit(
+        self,
+        group_id: str,
+        topics: Iterable[dict],
+        now_ms: int,
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
+    ) -> CoordinatorResult:
         """OffsetCommit: group members pass their member id and generation; simple consumers and admin
         resets pass generation -1 (accepted for an unknown or Empty group)."""
-        return self._offsets.commit(self._groups.get(group_id), group_id, list(topics), now_ms, member_id=member_id,
-                                    generation_id=generation_id, group_instance_id=group_instance_id)
+        return self._offsets.commit(
+            self._groups.get(group_id),
+            group_id,
+            list(topics),
+            now_ms,
+            member_id=member_id,
+            generation_id=generation_id,
+            group_instance_id=group_instance_id,
+        )
 
     def offset_fetch(self, group_id: str, topics: Iterable[dict] | None = None) -> dict:
         """OffsetFetch: ``topics=[{"name", "partition_indexes"}]`` or None for every committed offset."""
@@ -113,16 +163,21 @@ class GroupCoordinatorShard:
             group = self._groups.get(group_id)
             tombstones, remaining = self._offsets.expired(group, group_id, now_ms)
             records += tombstones
-            if group is not None and group.in_state(GroupState.EMPTY) and remaining == 0 \
-                    and not group.pending_join_members:
+            if (
+                group is not None
+                and group.in_state(GroupState.EMPTY)
+                and remaining == 0
+                and not group.pending_join_members
+            ):
                 dead = group.clone()
                 dead.transition_to(GroupState.DEAD, now_ms)
                 records.append(group_metadata_record(group_id, None))
         return CoordinatorResult(records, None)
 
     # ================================================================== admin
-    def list_groups(self, states_filter: Iterable[str] | None = None,
-                    types_filter: Iterable[str] | None = None) -> dict:
+    def list_groups(
+        self, states_filter: Iterable[str] | None = None, types_filter: Iterable[str] | None = None
+    ) -> dict:
         states = {s.lower() for s in states_filter} if states_filter else None
         types = {t.lower() for t in types_filter} if types_filter else None
         out = []
@@ -132,8 +187,14 @@ class GroupCoordinatorShard:
                 continue
             if types is not None and "classic" not in types:
                 continue
-            out.append({"group_id": gid, "protocol_type": g.protocol_type or "", "group_state": str(g.state),
-                        "group_type": "classic"})
+            out.append(
+                {
+                    "group_id": gid,
+                    "protocol_type": g.protocol_type or "",
+                    "group_state": str(g.state),
+                    "group_type": "classic",
+                }
+            )
         return {"error_code": 0, "groups": out}
 
     def describe_groups(self, group_ids: Iterable[str]) -> dict:
@@ -141,8 +202,16 @@ class GroupCoordinatorShard:
         for gid in group_ids:
             g = self._groups.get(gid)
             if g is None:
-                out.append({"error_code": 0, "group_id": gid, "group_state": str(GroupState.DEAD),
-                            "protocol_type": "", "protocol_data": "", "members": []})
+                out.append(
+                    {
+                        "error_code": 0,
+                        "group_id": gid,
+                        "group_state": str(GroupState.DEAD),
+                        "protocol_type": "",
+                        "protocol_data": "",
+                        "members": [],
+                    }
+                )
             else:
                 out.append(g.describe())
         return {"groups": out}
@@ -182,8 +251,9 @@ class GroupCoordinatorShard:
 
     def durable_state(self) -> tuple[dict, dict]:
         """What the log alone determines: Stable/Empty groups' metadata values and all offsets."""
-        groups = {gid: g.durable_view() for gid, g in self._groups.items()
-                  if g.in_state(GroupState.STABLE, GroupState.EMPTY)}
+        groups = {
+            gid: g.durable_view() for gid, g in self._groups.items() if g.in_state(GroupState.STABLE, GroupState.EMPTY)
+        }
         return groups, {g: dict(o) for g, o in self._offsets.offsets.items()}
 
     # ================================================================== replay / load

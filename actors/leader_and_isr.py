@@ -15,50 +15,89 @@ and its controller-epoch check): no Ray, no I/O. actors/broker.py carries them o
 - Replica configs: the broker's ``log.*`` defaults under their topic config names, the replica's own
   settings, then the topic's overrides (``replica_props``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError, error_response
 
-__all__ = ["BROKER_TOPIC_DEFAULTS", "REPLICA_KEYS", "CREATE", "RECREATE", "UPDATE", "NOT_A_REPLICA",
-           "ReplicaAction", "replica_action", "partition_result", "not_a_replica_error", "replicas_to_remove", "stray_partition_dirs",
-           "partition_dir_name", "parse_partition_dir", "replica_props", "stale_controller_epoch"]
+__all__ = [
+    "BROKER_TOPIC_DEFAULTS",
+    "REPLICA_KEYS",
+    "CREATE",
+    "RECREATE",
+    "UPDATE",
+    "NOT_A_REPLICA",
+    "ReplicaAction",
+    "replica_action",
+    "partition_result",
+    "not_a_replica_error",
+    "replicas_to_remove",
+    "stray_partition_dirs",
+    "partition_dir_name",
+    "parse_partition_dir",
+    "replica_props",
+    "stale_controller_epoch",
+]
 
 # Kafka's broker-level defaults for topic configs (log.* name -> topic config name).
 BROKER_TOPIC_DEFAULTS = {
-    "log.segment.bytes": "segment.bytes", "log.roll.ms": "segment.ms",
-    "log.index.size.max.bytes": "segment.index.bytes", "log.index.interval.bytes": "index.interval.bytes",
-    "log.flush.interval.messages": "flush.messages", "log.flush.interval.ms": "flush.ms",
-    "log.retention.ms": "retention.ms", "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy", "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms", "message.max.bytes": "max.message.bytes",
-    "log.message.timestamp.type": "message.timestamp.type", "min.insync.replicas": "min.insync.replicas",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
 }
-REPLICA_KEYS = ("replica.lag.time.max.ms", "replica.fetch.max.bytes", "replica.fetch.wait.max.ms",
-                "replica.fetch.backoff.ms", "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms")
+REPLICA_KEYS = (
+    "replica.lag.time.max.ms",
+    "replica.fetch.max.bytes",
+    "replica.fetch.wait.max.ms",
+    "replica.fetch.backoff.ms",
+    "log.retention.check.interval.ms",
+    "log.flush.scheduler.interval.ms",
+)
 
 NOT_A_REPLICA, CREATE, RECREATE, UPDATE = "not_a_replica", "create", "recreate", "update"
 
 # the fields of a LeaderAndIsr partition state the replica actor is given
-_REPLICA_STATE_KEYS = ("topic", "partition", "topic_id", "leader", "leader_epoch", "isr", "replicas",
-                       "partition_epoch", "controller_epoch")
+_REPLICA_STATE_KEYS = (
+    "topic",
+    "partition",
+    "topic_id",
+    "leader",
+    "leader_epoch",
+    "isr",
+    "replicas",
+    "partition_epoch",
+    "controller_epoch",
+)
 
 
 def stale_controller_epoch(request_epoch: int, known_epoch: int) -> dict | None:
     """The STALE_CONTROLLER_EPOCH answer to a request from an older controller, else None."""
     if request_epoch < known_epoch:
-        code, msg = error_response(StaleControllerEpochError(
-            f"Controller epoch {request_epoch} is older than {known_epoch}"))
+        code, msg = error_response(
+            StaleControllerEpochError(f"Controller epoch {request_epoch} is older than {known_epoch}")
+        )
         return {"error_code": code, "error_message": msg, "controller_epoch": known_epoch}
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaAction:
-    kind: str            # NOT_A_REPLICA, CREATE, RECREATE (stop + delete the hosted one first) or UPDATE
-    make_leader: bool    # become_leader, else become_follower
-    state: dict          # what the replica actor is given
+    kind: str  # NOT_A_REPLICA, CREATE, RECREATE (stop + delete the hosted one first) or UPDATE
+    make_leader: bool  # become_leader, else become_follower
+    state: dict  # what the replica actor is given
 
 
 def replica_action(broker_id: int, s: dict, hosted_topic_id: str | None) -> ReplicaAction:

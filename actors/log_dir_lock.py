@@ -11,6 +11,7 @@ and write). ``release()`` closes the file. No Ray, no asyncio: the broker runs `
 Concurrency: one owner per instance; flock locks are per open file, so a second ``LogDirLock`` on the
 same directory fails even inside the same process.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -65,7 +66,8 @@ class LogDirLock:
                 raise KafkaStorageError(
                     f"Failed to acquire lock on file {LOCK_FILE} in {self.log_dir}: another broker process "
                     f"(pid {self.holder_pid()}) has this log directory open. Two brokers must never share "
-                    f"a log directory: stop the other one or use another data directory.")
+                    f"a log directory: stop the other one or use another data directory."
+                )
             time.sleep(interval_s)
 
     def release(self) -> None:

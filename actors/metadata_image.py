@@ -21,6 +21,7 @@ its RegisterBroker record, as in Kafka.
 
 The controller's decisions over this image are in actors/controller_logic.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,8 +41,14 @@ class BrokerInfo:
     alive: bool = True
 
     def to_dict(self) -> dict:  # the KV shape of internals.md
-        return {"id": self.broker_id, "node_id": self.node_id, "rack": self.rack, "log_dir": self.log_dir,
-                "epoch": self.broker_epoch, "alive": self.alive}
+        return {
+            "id": self.broker_id,
+            "node_id": self.node_id,
+            "rack": self.rack,
+            "log_dir": self.log_dir,
+            "epoch": self.broker_epoch,
+            "alive": self.alive,
+        }
 
     @property
     def rack_key(self) -> str | None:
@@ -56,8 +63,12 @@ class TopicInfo:
     partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "topic_id": self.topic_id, "configs": dict(self.configs),
-                "partitions": {p: s.to_dict() for p, s in sorted(self.partitions.items())}}
+        return {
+            "name": self.name,
+            "topic_id": self.topic_id,
+            "configs": dict(self.configs),
+            "partitions": {p: s.to_dict() for p, s in sorted(self.partitions.items())},
+        }
 
 
 class MetadataImage:
@@ -81,8 +92,9 @@ class MetadataImage:
         old = self.brokers.get(r["broker_id"])
         if old is not None and r["broker_epoch"] <= old.broker_epoch:
             raise MetadataInvariantError(f"broker {r['broker_id']} epoch went down")
-        self.brokers[r["broker_id"]] = BrokerInfo(r["broker_id"], r["broker_epoch"], r.get("node_id"),
-                                                  r.get("rack"), r.get("log_dir", ""), True)
+        self.brokers[r["broker_id"]] = BrokerInfo(
+            r["broker_id"], r["broker_epoch"], r.get("node_id"), r.get("rack"), r.get("log_dir", ""), True
+        )
 
     def _replay_FenceBroker(self, r):
         b = self.brokers.get(r["broker_id"])
@@ -139,21 +151,32 @@ class MetadataImage:
         """Records that rebuild this image exactly (brokers, topics, configs, ids, then the version)."""
         out: list[dict] = []
         for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
-            out.append({"type": "RegisterBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch,
-                        "node_id": b.node_id, "rack": b.rack, "log_dir": b.log_dir})
+            out.append(
+                {
+                    "type": "RegisterBroker",
+                    "broker_id": b.broker_id,
+                    "broker_epoch": b.broker_epoch,
+                    "node_id": b.node_id,
+                    "rack": b.rack,
+                    "log_dir": b.log_dir,
+                }
+            )
             if not b.alive:
                 out.append({"type": "FenceBroker", "broker_id": b.broker_id, "broker_epoch": b.broker_epoch})
         for t in self.topics.values():
             out.append({"type": "Topic", "name": t.name, "topic_id": t.topic_id})
             for k, v in sorted(t.configs.items()):
-                out.append({"type": "ConfigRecord", "resource_type": "topic", "resource": t.name,
-                            "name": k, "value": v})
+                out.append(
+                    {"type": "ConfigRecord", "resource_type": "topic", "resource": t.name, "name": k, "value": v}
+                )
             for p, s in sorted(t.partitions.items()):
-                out.append({"type": "Partition", "topic": t.name, "topic_id": t.topic_id, "partition": p,
-                            **s.to_dict()})
+                out.append(
+                    {"type": "Partition", "topic": t.name, "topic_id": t.topic_id, "partition": p, **s.to_dict()}
+                )
         if self.next_producer_id:
-            out.append({"type": "ProducerIds", "broker_id": -1, "broker_epoch": -1,
-                        "next_producer_id": self.next_producer_id})
+            out.append(
+                {"type": "ProducerIds", "broker_id": -1, "broker_epoch": -1, "next_producer_id": self.next_producer_id}
+            )
         out.append({"type": "SnapshotVersion", "version": self.version})
         return out
 
@@ -168,8 +191,9 @@ class MetadataImage:
     def from_kv(cls, brokers: list[dict], topics: list[dict], version: int, next_producer_id: int):
         img = cls()
         for b in brokers:
-            img.brokers[b["id"]] = BrokerInfo(b["id"], b["epoch"], b.get("node_id"), b.get("rack"),
-                                              b.get("log_dir", ""), bool(b.get("alive")))
+            img.brokers[b["id"]] = BrokerInfo(
+                b["id"], b["epoch"], b.get("node_id"), b.get("rack"), b.get("log_dir", ""), bool(b.get("alive"))
+            )
         for t in topics:
             parts = {int(p): PartitionRegistration.from_dict(s) for p, s in t["partitions"].items()}
             for p, s in parts.items():
@@ -201,5 +225,11 @@ class MetadataImage:
             d["partition"] = p
             d["offline_replicas"] = [r for r in s.replicas if r not in alive]
             parts.append(d)
-        return {"name": name, "topic_id": t.topic_id, "error_code": 0, "error_message": None,
-                "configs": dict(t.configs), "partitions": parts}
+        return {
+            "name": name,
+            "topic_id": t.topic_id,
+            "error_code": 0,
+            "error_message": None,
+            "configs": dict(t.configs),
+            "partitions": parts,
+        }

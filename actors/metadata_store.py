@@ -13,6 +13,7 @@ fsync (storage/checkpoint.py), so a crash leaves either the old or the new file.
 GCS KV: the layout and the reader are ``protocol/kv.py``; ``ClusterKV`` adds the controller's writes
 (epoch claim, the image) to its ``GcsKV``. Readers (brokers, clients) use ``protocol.kv``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,7 +53,7 @@ class MetadataLog:
             end = pos + FRAME.size + length
             if end > len(data):
                 break
-            payload = data[pos + FRAME.size:end]
+            payload = data[pos + FRAME.size : end]
             if zlib.crc32(payload) != crc:
                 break
             try:

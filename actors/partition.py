@@ -18,6 +18,7 @@ The replica actor (``actors/replica.py``) is a thin shell over these pieces:
 
 Time is always passed in (``now_ms``). Single-threaded: called from the actor's event loop only.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -81,8 +82,7 @@ class FollowerProgress:
         self.last_fetch_time_ms = now_ms
 
     def is_caught_up(self, leader_end_offset: int, now_ms: int, max_lag_ms: int) -> bool:
-        return (self.log_end_offset == leader_end_offset
-                or now_ms - self.last_caught_up_time_ms <= max_lag_ms)
+        return self.log_end_offset == leader_end_offset or now_ms - self.last_caught_up_time_ms <= max_lag_ms
 
 
 @dataclass
@@ -105,8 +105,17 @@ class LeaderState:
     pending_isr: tuple[int, ...] | None = None
 
     @classmethod
-    def start(cls, broker_id: int, leader_epoch: int, partition_epoch: int, isr, replicas,
-              log_end_offset: int, now_ms: int, previous: "LeaderState | None" = None) -> "LeaderState":
+    def start(
+        cls,
+        broker_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr,
+        replicas,
+        log_end_offset: int,
+        now_ms: int,
+        previous: "LeaderState | None" = None,
+    ) -> "LeaderState":
         st = cls(broker_id, leader_epoch, partition_epoch, tuple(isr), tuple(replicas), log_end_offset)
         for r in st.replicas:
             if r == broker_id:
@@ -133,8 +142,7 @@ class LeaderState:
             fp = self.followers[replica_id] = FollowerProgress(replica_id)
         return fp
 
-    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_end_offset: int,
-                          now_ms: int) -> None:
+    def on_follower_fetch(self, replica_id: int, fetch_offset: int, leader_end_offset: int, now_ms: int) -> None:
         self.follower(replica_id).update_fetch_state(fetch_offset, leader_end_offset, now_ms)
 
     def high_watermark(self, leader_end_offset: int, current_hw: int) -> int:
@@ -150,8 +158,11 @@ class LeaderState:
 
     def out_of_sync_replicas(self, leader_end_offset: int, now_ms: int, max_lag_ms: int) -> list[int]:
         """ISR followers that have not been caught up for more than ``max_lag_ms``."""
-        return [r for r in self.isr if r != self.broker_id
-                and not self.follower(r).is_caught_up(leader_end_offset, now_ms, max_lag_ms)]
+        return [
+            r
+            for r in self.isr
+            if r != self.broker_id and not self.follower(r).is_caught_up(leader_end_offset, now_ms, max_lag_ms)
+        ]
 
     def can_join_isr(self, replica_id: int, high_watermark: int) -> bool:
         """Kafka's isFollowerInSync: a non-ISR assigned replica whose LEO reached both the HW and the
@@ -188,8 +199,14 @@ class LeaderState:
         self.pending_isr = None
 
 
-def truncation_offset(requested_epoch: int, leader_epoch: int, leader_end_offset: int,
-                      follower_end_offset_for, follower_leo: int, follower_hw: int) -> tuple[int, bool]:
+def truncation_offset(
+    requested_epoch: int,
+    leader_epoch: int,
+    leader_end_offset: int,
+    follower_end_offset_for,
+    follower_leo: int,
+    follower_hw: int,
+) -> tuple[int, bool]:
     """Where a follower truncates after OffsetForLeaderEpoch (Kafka's getOffsetTruncationState).
 
     ``requested_epoch``: the follower's latest epoch it asked about; ``(leader_epoch,
@@ -226,7 +243,7 @@ class ByteMarks:
 
     def __init__(self, capacity: int = 4096):
         self._offsets: deque[int] = deque(maxlen=capacity)  # next offset after each append
-        self._cum: deque[int] = deque(maxlen=capacity)      # cumulative bytes at that point
+        self._cum: deque[int] = deque(maxlen=capacity)  # cumulative bytes at that point
         self._total = 0
 
     def reset(self, log_end_offset: int) -> None:
@@ -343,9 +360,16 @@ class Partition:
             # Kafka's maybeAssignEpochStartOffset: followers asking about older epochs learn where
             # they ended even before this leader's first append
             self.log.epoch_cache.assign(self.leader_epoch, self.log.log_end_offset)
-        self.leader_state = LeaderState.start(self.broker_id, self.leader_epoch, self.partition_epoch,
-                                              self.isr, self.replicas, self.log.log_end_offset, now_ms,
-                                              previous)
+        self.leader_state = LeaderState.start(
+            self.broker_id,
+            self.leader_epoch,
+            self.partition_epoch,
+            self.isr,
+            self.replicas,
+            self.log.log_end_offset,
+            now_ms,
+            previous,
+        )
         return True, self.maybe_increment_leader_hw()
 
     def make_follower(self, state: dict) -> bool:
@@ -353,8 +377,9 @@ class Partition:
         partition epoch moved (same leader, same epoch: the fetch loop carries on)."""
         check_transition(self.role, FOLLOWER)
         new_leader = int(state["leader"])
-        same = (self.role == FOLLOWER and int(state["leader_epoch"]) == self.leader_epoch
-                and new_leader == self.leader_id)
+        same = (
+            self.role == FOLLOWER and int(state["leader_epoch"]) == self.leader_epoch and new_leader == self.leader_id
+        )
         self._adopt(state)
         if same:
             return False
@@ -377,19 +402,23 @@ class Partition:
         if current_leader_epoch is not None and current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
                 return E.FencedLeaderEpochError(
-                    f"request epoch {current_leader_epoch} < leader epoch {self.leader_epoch}")
+                    f"request epoch {current_leader_epoch} < leader epoch {self.leader_epoch}"
+                )
             if current_leader_epoch > self.leader_epoch:
                 return E.UnknownLeaderEpochError(
-                    f"request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}")
+                    f"request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}"
+                )
         if self.role != LEADER:
             return E.NotLeaderOrFollowerError(
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition} "
-                f"(role {self.role}, leader {self.leader_id}, epoch {self.leader_epoch})")
+                f"(role {self.role}, leader {self.leader_id}, epoch {self.leader_epoch})"
+            )
         return None
 
     # ---- leader: append, HW, ISR ------------------------------------------------------------------
-    def append_records_to_leader(self, batches: bytes, acks: int,
-                                 now_ms: int) -> tuple["LogAppendInfo", LeaderHwChange]:
+    def append_records_to_leader(
+        self, batches: bytes, acks: int, now_ms: int
+    ) -> tuple["LogAppendInfo", LeaderHwChange]:
         """Kafka's appendRecordsToLeader: the min.insync.replicas check for acks=all, the append, and
         the HW it may move (NONE for a deduplicated retry: nothing was written)."""
         min_isr = self.log.config.min_insync_replicas
@@ -416,14 +445,15 @@ class Partition:
             return LeaderHwChange.INCREASED
         return LeaderHwChange.NONE
 
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int,
-                                    now_ms: int) -> tuple[LeaderHwChange, AlterPartitionProposal | None]:
+    def update_follower_fetch_state(
+        self, replica_id: int, fetch_offset: int, now_ms: int
+    ) -> tuple[LeaderHwChange, AlterPartitionProposal | None]:
         """A follower fetched from ``fetch_offset`` (its LEO): record it, maybe expand the ISR (the
         proposal to send), maybe move the HW."""
         if fetch_offset > self.log.log_end_offset:
             raise E.OffsetOutOfRangeError(
-                f"follower b{replica_id} fetch offset {fetch_offset} is past the leader's LEO "
-                f"{self.log.log_end_offset}")
+                f"follower b{replica_id} fetch offset {fetch_offset} is past the leader's LEO {self.log.log_end_offset}"
+            )
         ls = self.leader_state
         assert ls is not None
         ls.on_follower_fetch(replica_id, fetch_offset, self.log.log_end_offset, now_ms)
@@ -440,8 +470,7 @@ class Partition:
         out = ls.out_of_sync_replicas(self.log.log_end_offset, now_ms, max_lag_ms)
         if not out:
             return None
-        return self._propose(tuple(b for b in self.isr if b not in out),
-                             f"{out} lagged more than {max_lag_ms} ms")
+        return self._propose(tuple(b for b in self.isr if b not in out), f"{out} lagged more than {max_lag_ms} ms")
 
     def _propose(self, new_isr: tuple, why: str) -> AlterPartitionProposal:
         assert self.leader_state is not None
@@ -465,8 +494,11 @@ class Partition:
         when the answer carries a newer one for this leader epoch."""
         assert self.leader_state is not None
         self.leader_state.abort()
-        if (resp.get("isr") is not None and resp.get("leader_epoch") == self.leader_epoch
-                and resp.get("partition_epoch", -1) > self.partition_epoch):
+        if (
+            resp.get("isr") is not None
+            and resp.get("leader_epoch") == self.leader_epoch
+            and resp.get("partition_epoch", -1) > self.partition_epoch
+        ):
             return self.apply_isr(resp["isr"], resp["partition_epoch"], now_ms)
         return None
 
@@ -474,8 +506,9 @@ class Partition:
     def fetchable_end(self, isolation_level: int) -> int:
         return self.log.last_stable_offset if isolation_level == 1 else self.log.high_watermark
 
-    def read(self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int,
-             epoch: int) -> FetchResponse:
+    def read(
+        self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int
+    ) -> FetchResponse:
         """One synchronous read answering a fetch (leader only): followers read up to the LEO, consumers
         up to the HW (or the LSO for read_committed). Raises the Kafka error to answer."""
         err = self.check_leader(epoch)
@@ -490,18 +523,22 @@ class Partition:
             end = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
         if fetch_offset > snap.log_end_offset or fetch_offset < snap.log_start_offset:
             raise E.OffsetOutOfRangeError(
-                f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]")
+                f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]"
+            )
         if end is not None and fetch_offset >= end:
             records, next_offset = b"", fetch_offset
         else:
             info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
             records, next_offset = info.records, info.next_offset
         return FetchResponse(
-            high_watermark=snap.high_watermark, log_start_offset=snap.log_start_offset,
+            high_watermark=snap.high_watermark,
+            log_start_offset=snap.log_start_offset,
             last_stable_offset=snap.last_stable_offset,
-            records=bytes(records) if not isinstance(records, bytes) else records, next_offset=next_offset,
+            records=bytes(records) if not isinstance(records, bytes) else records,
+            next_offset=next_offset,
             log_end_offset=snap.log_end_offset if follower else None,
-            leader_epoch=self.leader_epoch if follower else None)
+            leader_epoch=self.leader_epoch if follower else None,
+        )
 
     def list_offset(self, timestamp: int, isolation_level: int) -> tuple[int, int, int]:
         """ListOffsets on the leader (after ``check_leader``): ``(offset, timestamp, leader_epoch)``."""
@@ -514,8 +551,8 @@ class Partition:
             start = self.leader_state.leader_epoch_start_offset
             if lg.high_watermark < start:
                 raise E.OffsetNotAvailableError(
-                    f"high watermark {lg.high_watermark} has not reached this leader epoch's start "
-                    f"offset {start}")
+                    f"high watermark {lg.high_watermark} has not reached this leader epoch's start offset {start}"
+                )
             return self.fetchable_end(isolation_level), -1, lg.latest_epoch
         found = lg.fetch_offset_by_timestamp(timestamp)
         if found is None or found[0] >= self.fetchable_end(isolation_level):
@@ -536,12 +573,19 @@ class Partition:
         self.marks.reset(self.log.log_end_offset)
         return True
 
-    def truncation_after_epoch(self, requested_epoch: int, leader_epoch: int,
-                               leader_end_offset: int) -> tuple[int, bool]:
+    def truncation_after_epoch(
+        self, requested_epoch: int, leader_epoch: int, leader_end_offset: int
+    ) -> tuple[int, bool]:
         """Where to truncate given the leader's OffsetForLeaderEpoch answer (``truncation_offset``)."""
         lg = self.log
-        return truncation_offset(requested_epoch, leader_epoch, leader_end_offset, lg.end_offset_for_epoch,
-                                 lg.log_end_offset, lg.high_watermark)
+        return truncation_offset(
+            requested_epoch,
+            leader_epoch,
+            leader_end_offset,
+            lg.end_offset_for_epoch,
+            lg.log_end_offset,
+            lg.high_watermark,
+        )
 
     def append_as_follower(self, records: bytes, leader_hw: int, leader_log_start: int) -> None:
         """Apply one fetch answer: append, follow the leader's HW (capped at our LEO) and log start."""

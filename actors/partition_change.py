@@ -20,6 +20,7 @@ Valid transitions (asserted by ``check_partition`` on every replay): replicas no
 ISR a subset of replicas; leader -1 or an ISR member; adding/removing disjoint subsets of replicas;
 leader epoch never goes down; partition epoch strictly up.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,14 +45,27 @@ class PartitionRegistration:
     removing: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"replicas": list(self.replicas), "isr": list(self.isr), "leader": self.leader,
-                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
-                "adding": list(self.adding), "removing": list(self.removing)}
+        return {
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+            "adding": list(self.adding),
+            "removing": list(self.removing),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "PartitionRegistration":
-        return cls(list(d["replicas"]), list(d["isr"]), d["leader"], d["leader_epoch"],
-                   d["partition_epoch"], list(d.get("adding") or []), list(d.get("removing") or []))
+        return cls(
+            list(d["replicas"]),
+            list(d["isr"]),
+            d["leader"],
+            d["leader_epoch"],
+            d["partition_epoch"],
+            list(d.get("adding") or []),
+            list(d.get("removing") or []),
+        )
 
     @property
     def target_replicas(self) -> list[int]:
@@ -69,6 +83,7 @@ class PartitionRegistration:
 def check_partition(p: PartitionRegistration, where: str) -> None:
     def bad(msg):
         raise MetadataInvariantError(f"{where}: {msg}: {p}")
+
     if not p.replicas:
         bad("empty replica set")
     if len(set(p.replicas)) != len(p.replicas) or len(set(p.isr)) != len(p.isr):
@@ -91,7 +106,8 @@ def check_transition(old: PartitionRegistration, new: PartitionRegistration, whe
         raise MetadataInvariantError(f"{where}: leader epoch went down {old.leader_epoch} -> {new.leader_epoch}")
     if new.partition_epoch <= old.partition_epoch:
         raise MetadataInvariantError(
-            f"{where}: partition epoch did not go up {old.partition_epoch} -> {new.partition_epoch}")
+            f"{where}: partition epoch did not go up {old.partition_epoch} -> {new.partition_epoch}"
+        )
     if new.leader != old.leader and new.leader_epoch == old.leader_epoch:
         raise MetadataInvariantError(f"{where}: leader changed without a leader epoch bump")
 
@@ -104,8 +120,9 @@ def reassignment_plan(original: list[int], target: list[int]) -> tuple[list[int]
 
 
 class PartitionChangeBuilder:
-    def __init__(self, topic: str, partition: int, current: PartitionRegistration, alive: set[int],
-                 unclean: bool = False):
+    def __init__(
+        self, topic: str, partition: int, current: PartitionRegistration, alive: set[int], unclean: bool = False
+    ):
         self.topic, self.partition, self.cur = topic, partition, current
         self.alive, self.unclean = alive, unclean
         self.target_isr: list[int] | None = None
@@ -148,6 +165,7 @@ class PartitionChangeBuilder:
     def _elect(self, replicas: list[int], isr: list[int]) -> tuple[int, list[int]]:
         def eligible(r):
             return r in self.alive and r in isr
+
         cur = self.cur.leader
         if self.election == ELECT_PREFERRED and replicas and eligible(replicas[0]):
             return replicas[0], isr
@@ -166,9 +184,14 @@ class PartitionChangeBuilder:
         """The PartitionChange record, or None when nothing changes."""
         new = self.new_state()
         cur = self.cur
-        same = (new.replicas == cur.replicas and new.isr == cur.isr and new.leader == cur.leader
-                and new.leader_epoch == cur.leader_epoch and new.adding == cur.adding
-                and new.removing == cur.removing)
+        same = (
+            new.replicas == cur.replicas
+            and new.isr == cur.isr
+            and new.leader == cur.leader
+            and new.leader_epoch == cur.leader_epoch
+            and new.adding == cur.adding
+            and new.removing == cur.removing
+        )
         if same:
             return None
         new.partition_epoch = cur.partition_epoch + 1

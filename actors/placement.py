@@ -14,6 +14,7 @@ on different Ray nodes when the cluster has several, which is what a node loss t
 
 Randomness comes from a ``random.Random`` the caller passes, so tests can fix the seed.
 """
+
 from __future__ import annotations
 
 import random
@@ -31,12 +32,17 @@ def _replica_index(first: int, shift: int, j: int, n: int) -> int:
     return (first + 1 + (shift + j) % (n - 1)) % n
 
 
-def assign_rack_unaware(brokers: list[int], num_partitions: int, rf: int, rng: random.Random,
-                        start_partition: int = 0, start_index: int = -1) -> list[list[int]]:
+def assign_rack_unaware(
+    brokers: list[int],
+    num_partitions: int,
+    rf: int,
+    rng: random.Random,
+    start_partition: int = 0,
+    start_index: int = -1,
+) -> list[list[int]]:
     n = len(brokers)
     if rf < 1 or rf > n:
-        raise InvalidReplicationFactorError(
-            f"Replication factor: {rf} larger than available brokers: {n}.")
+        raise InvalidReplicationFactorError(f"Replication factor: {rf} larger than available brokers: {n}.")
     start = start_index if start_index >= 0 else rng.randrange(n)
     shift = start_index if start_index >= 0 else rng.randrange(n)
     out = []
@@ -70,13 +76,18 @@ def rack_alternated(broker_racks: dict[int, str]) -> list[int]:
     return out
 
 
-def assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, rf: int, rng: random.Random,
-                      start_partition: int = 0, start_index: int = -1) -> list[list[int]]:
+def assign_rack_aware(
+    broker_racks: dict[int, str],
+    num_partitions: int,
+    rf: int,
+    rng: random.Random,
+    start_partition: int = 0,
+    start_index: int = -1,
+) -> list[list[int]]:
     arranged = rack_alternated(broker_racks)
     n = len(arranged)
     if rf < 1 or rf > n:
-        raise InvalidReplicationFactorError(
-            f"Replication factor: {rf} larger than available brokers: {n}.")
+        raise InvalidReplicationFactorError(f"Replication factor: {rf} larger than available brokers: {n}.")
     num_racks = len(set(broker_racks.values()))
     start = start_index if start_index >= 0 else rng.randrange(n)
     shift = start_index if start_index >= 0 else rng.randrange(n)
@@ -96,8 +107,9 @@ def assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, rf: int
                 b = arranged[_replica_index(first, shift * num_racks, k, n)] if n > 1 else arranged[0]
                 k += 1
                 rack = broker_racks[b]
-                if ((rack not in racks_used or len(racks_used) == num_racks)
-                        and (b not in brokers_used or len(brokers_used) == n)):
+                if (rack not in racks_used or len(racks_used) == num_racks) and (
+                    b not in brokers_used or len(brokers_used) == n
+                ):
                     replicas.append(b)
                     racks_used.add(rack)
                     brokers_used.add(b)
@@ -107,9 +119,14 @@ def assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, rf: int
     return out
 
 
-def assign_replicas(broker_racks: dict[int, str | None], num_partitions: int, rf: int,
-                    rng: random.Random, start_partition: int = 0,
-                    first_broker: int | None = None) -> list[list[int]]:
+def assign_replicas(
+    broker_racks: dict[int, str | None],
+    num_partitions: int,
+    rf: int,
+    rng: random.Random,
+    start_partition: int = 0,
+    first_broker: int | None = None,
+) -> list[list[int]]:
     """Place ``num_partitions`` partitions of ``rf`` replicas on the given (alive) brokers.
 
     ``broker_racks`` maps broker id to its rack key (rack, else node id, else None). Rack-aware when
@@ -127,6 +144,12 @@ def assign_replicas(broker_racks: dict[int, str | None], num_partitions: int, rf
         order = sorted(broker_racks)
     start_index = order.index(first_broker) if first_broker in order else -1
     if rack_aware:
-        return assign_rack_aware(broker_racks, num_partitions, rf, rng,  # type: ignore[arg-type]
-                                 start_partition, start_index)
+        return assign_rack_aware(
+            broker_racks,  # type: ignore[arg-type]
+            num_partitions,
+            rf,
+            rng,
+            start_partition,
+            start_index,
+        )
     return assign_rack_unaware(order, num_partitions, rf, rng, start_partition, start_index)

@@ -22,6 +22,7 @@ Concurrency: everything here runs on the one event loop of the owning actor (Ray
 all default-group calls on one loop); nothing is thread-safe, and nothing needs to be. Unlike Kafka
 there is no lock around ``try_complete``: the event loop serialises it.
 """
+
 from __future__ import annotations
 
 import abc
@@ -171,8 +172,8 @@ class DelayedOperationPurgatory:
         self.purge_interval = purge_interval
         self._watchers: dict[Hashable, list[DelayedOperation]] = {}
         self._pending: set[DelayedOperation] = set()
-        self._entries = 0          # watch entries over all keys, completed or not
-        self._live_entries = 0     # watch entries of operations still pending
+        self._entries = 0  # watch entries over all keys, completed or not
+        self._live_entries = 0  # watch entries of operations still pending
         self._shutdown = False
 
     # ---- registration -----------------------------------------------------------------------------
@@ -288,4 +289,3 @@ class DelayedOperationPurgatory:
     @property
     def is_shutdown(self) -> bool:
         return self._shutdown
-

@@ -32,6 +32,7 @@ stripped before the Log sees them: ``replica.lag.time.max.ms`` (30000), ``replic
 (4194304), ``replica.fetch.wait.max.ms`` (500), ``replica.fetch.backoff.ms`` (50),
 ``log.retention.check.interval.ms`` (300000), ``log.flush.scheduler.interval.ms`` (1000).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +45,17 @@ import ray
 from actors.alter_partition import AlterPartitionManager
 from actors.partition import FOLLOWER, LEADER, STOPPED, LeaderHwChange, Partition
 from actors.replica_fetcher import ReplicaFetcher
-from actors.replica_manager import (_EPOCH_ERR, _LIST_ERR, _PRODUCE_ERR, DelayedFetch, DelayedProduce,
-                                    ReplicaManager, _err, fetch_answer, fetch_error_extra)
+from actors.replica_manager import (
+    _EPOCH_ERR,
+    _LIST_ERR,
+    _PRODUCE_ERR,
+    DelayedFetch,
+    DelayedProduce,
+    ReplicaManager,
+    _err,
+    fetch_answer,
+    fetch_error_extra,
+)
 from protocol import errors as E
 from storage.log import Log, LogConfig
 
@@ -82,8 +92,16 @@ def now_ms() -> int:
 
 @ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
 class ReplicaActor:
-    def __init__(self, cluster: str, topic: str, partition: int, topic_id, broker_id: int,
-                 log_dir: str, config_props: dict | None = None):
+    def __init__(
+        self,
+        cluster: str,
+        topic: str,
+        partition: int,
+        topic_id,
+        broker_id: int,
+        log_dir: str,
+        config_props: dict | None = None,
+    ):
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
         self.replica_conf, topic_props = split_config(config_props)
@@ -104,8 +122,7 @@ class ReplicaActor:
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
     def _ignored(self, stale: str) -> dict:
-        code = (E.StaleControllerEpochError.code if self.partition.role != STOPPED
-                else E.NotLeaderOrFollowerError.code)
+        code = E.StaleControllerEpochError.code if self.partition.role != STOPPED else E.NotLeaderOrFollowerError.code
         return {"error_code": code, "error_message": f"ignored LeaderAndIsr: {stale}", "ignored": True}
 
     async def become_leader(self, state: dict) -> dict:
@@ -122,8 +139,15 @@ class ReplicaActor:
         self.replica_manager.complete_delayed_requests(change)
         self.replica_manager.role_changed(produces=False)
         self._ensure_housekeeping()
-        log.info("%s b%d: leader at epoch %d, isr %s, LEO %d, HW %d", self.tp, self.broker_id,
-                 p.leader_epoch, p.isr, self.log.log_end_offset, self.log.high_watermark)
+        log.info(
+            "%s b%d: leader at epoch %d, isr %s, LEO %d, HW %d",
+            self.tp,
+            self.broker_id,
+            p.leader_epoch,
+            p.isr,
+            self.log.log_end_offset,
+            self.log.high_watermark,
+        )
         return {"error_code": 0, "error_message": None}
 
     async def become_follower(self, state: dict) -> dict:
@@ -139,10 +163,10 @@ class ReplicaActor:
         self.replica_manager.role_changed()
         if p.leader_id >= 0 and p.leader_id != self.broker_id:
             self._follower_task = asyncio.ensure_future(
-                self.fetcher.run(p.generation, p.leader_id, p.leader_epoch, self.replica_conf))
+                self.fetcher.run(p.generation, p.leader_id, p.leader_epoch, self.replica_conf)
+            )
         self._ensure_housekeeping()
-        log.info("%s b%d: follower of b%d at epoch %d", self.tp, self.broker_id, p.leader_id,
-                 p.leader_epoch)
+        log.info("%s b%d: follower of b%d at epoch %d", self.tp, self.broker_id, p.leader_id, p.leader_epoch)
         return {"error_code": 0, "error_message": None}
 
     async def stop(self, delete: bool = False) -> dict:
@@ -185,8 +209,9 @@ class ReplicaActor:
             self._follower_task = None
 
     # ---- produce ----------------------------------------------------------------------------------
-    async def produce(self, batches: bytes, acks: int = -1, timeout_ms: int = 30000,
-                      current_leader_epoch: int = -1) -> dict:
+    async def produce(
+        self, batches: bytes, acks: int = -1, timeout_ms: int = 30000, current_leader_epoch: int = -1
+    ) -> dict:
         p = self.partition
         try:
             if acks not in (0, 1, -1):
@@ -198,9 +223,13 @@ class ReplicaActor:
                 raise E.CorruptMessageError("produce needs one or more record batches as bytes")
             info, change = p.append_records_to_leader(batches, acks, now_ms())
             self.replica_manager.complete_delayed_requests(change)
-            response = {"error_code": 0, "error_message": None, "base_offset": info.first_offset,
-                        "log_append_time": info.log_append_time,
-                        "log_start_offset": self.log.log_start_offset}
+            response = {
+                "error_code": 0,
+                "error_message": None,
+                "base_offset": info.first_offset,
+                "log_append_time": info.log_append_time,
+                "log_start_offset": self.log.log_start_offset,
+            }
             if info.duplicate:
                 response["duplicate"] = True
             if acks != -1:
@@ -215,9 +244,16 @@ class ReplicaActor:
             return _err(exc, **_PRODUCE_ERR)
 
     # ---- fetch ------------------------------------------------------------------------------------
-    async def fetch(self, fetch_offset: int, max_bytes: int = 1048576, max_wait_ms: int = 0,
-                    min_bytes: int = 1, replica_id: int = -1, current_leader_epoch: int = -1,
-                    isolation_level: int = 0) -> dict:
+    async def fetch(
+        self,
+        fetch_offset: int,
+        max_bytes: int = 1048576,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        replica_id: int = -1,
+        current_leader_epoch: int = -1,
+        isolation_level: int = 0,
+    ) -> dict:
         p = self.partition
         try:
             err = p.check_leader(current_leader_epoch)
@@ -231,8 +267,13 @@ class ReplicaActor:
             resp = fetch_answer(p, fetch_offset, max_bytes, replica_id, isolation_level, current_leader_epoch)
             if resp["error_code"] or max_wait_ms <= 0 or len(resp["records"]) >= max(1, min_bytes):
                 return resp
-            op = DelayedFetch(p, max_wait_ms, (fetch_offset, max_bytes, replica_id, isolation_level),
-                              max(1, min_bytes), current_leader_epoch)
+            op = DelayedFetch(
+                p,
+                max_wait_ms,
+                (fetch_offset, max_bytes, replica_id, isolation_level),
+                max(1, min_bytes),
+                current_leader_epoch,
+            )
             return await self.replica_manager.wait_fetch(op, follower=replica_id >= 0)
         except Exception as exc:
             return _err(exc, **fetch_error_extra(p, exc))
@@ -243,15 +284,13 @@ class ReplicaActor:
         self.replica_manager.isr_changed()
 
     # ---- offsets ----------------------------------------------------------------------------------
-    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1,
-                           isolation_level: int = 0) -> dict:
+    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
         try:
             err = self.partition.check_leader(current_leader_epoch)
             if err is not None:
                 raise err
             offset, ts, epoch = self.partition.list_offset(timestamp, isolation_level)
-            return {"error_code": 0, "error_message": None, "offset": offset, "timestamp": ts,
-                    "leader_epoch": epoch}
+            return {"error_code": 0, "error_message": None, "offset": offset, "timestamp": ts, "leader_epoch": epoch}
         except Exception as exc:
             return _err(exc, **_LIST_ERR)
 
@@ -274,10 +313,15 @@ class ReplicaActor:
         """ISR expiration (every lag/2, like Kafka's isr-expiration task), flush.ms and retention."""
         while self.partition.role in (LEADER, FOLLOWER):
             conf = self.replica_conf
-            interval = max(0.01, min(conf["replica.lag.time.max.ms"] / 2000.0,
-                                     conf["log.flush.scheduler.interval.ms"] / 1000.0,
-                                     conf["log.retention.check.interval.ms"] / 1000.0,
-                                     conf["log.cleaner.backoff.ms"] / 1000.0))
+            interval = max(
+                0.01,
+                min(
+                    conf["replica.lag.time.max.ms"] / 2000.0,
+                    conf["log.flush.scheduler.interval.ms"] / 1000.0,
+                    conf["log.retention.check.interval.ms"] / 1000.0,
+                    conf["log.cleaner.backoff.ms"] / 1000.0,
+                ),
+            )
             await asyncio.sleep(interval)
             try:
                 t = now_ms()
@@ -311,29 +355,45 @@ class ReplicaActor:
             return
         self._cleaned_up_to = lg.active_segment.base_offset
         self._stats["compaction_passes"] = self._stats.get("compaction_passes", 0) + 1
-        self._stats["compaction_records_removed"] = (self._stats.get("compaction_records_removed", 0)
-                                                     + stats.records_read - stats.records_kept)
+        self._stats["compaction_records_removed"] = (
+            self._stats.get("compaction_records_removed", 0) + stats.records_read - stats.records_kept
+        )
 
     # ---- introspection ----------------------------------------------------------------------------
     async def state(self) -> dict:
         lg, p = self.log, self.partition
-        st = {"cluster": self.cluster, "topic": self.topic, "partition": p.partition,
-              "topic_id": p.topic_id, "broker_id": self.broker_id, "role": p.role,
-              "leader": p.leader_id, "leader_epoch": p.leader_epoch,
-              "partition_epoch": p.partition_epoch, "controller_epoch": p.controller_epoch,
-              "isr": list(p.isr), "replicas": list(p.replicas), "pid": os.getpid()}
+        st = {
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "partition": p.partition,
+            "topic_id": p.topic_id,
+            "broker_id": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch,
+            "controller_epoch": p.controller_epoch,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "pid": os.getpid(),
+        }
         if p.role != STOPPED:
             snap = lg.fetch_offset_snapshot()
-            st.update(log_start_offset=snap.log_start_offset, log_end_offset=snap.log_end_offset,
-                      high_watermark=snap.high_watermark, latest_epoch=lg.latest_epoch)
+            st.update(
+                log_start_offset=snap.log_start_offset,
+                log_end_offset=snap.log_end_offset,
+                high_watermark=snap.high_watermark,
+                latest_epoch=lg.latest_epoch,
+            )
         st["stats"] = dict(self._stats)
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
         ls = p.leader_state
         if ls is not None:
             st["pending_isr"] = list(ls.pending_isr) if ls.pending_isr else None
-            st["followers"] = {b: {"log_end_offset": f.log_end_offset,
-                                   "last_caught_up_time_ms": f.last_caught_up_time_ms}
-                               for b, f in ls.followers.items()}
+            st["followers"] = {
+                b: {"log_end_offset": f.log_end_offset, "last_caught_up_time_ms": f.last_caught_up_time_ms}
+                for b, f in ls.followers.items()
+            }
         if p.role == FOLLOWER:
             st["follower_fetches"] = self.fetcher.fetches
             st["follower_error"] = self.fetcher.error

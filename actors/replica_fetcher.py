@@ -10,6 +10,7 @@ next LeaderAndIsr bumps the partition's ``generation``, which ends the loop.
 Concurrency: runs on the replica actor's event loop; after every ``await`` it re-checks the
 partition's ``generation`` before touching the log.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -66,8 +67,10 @@ class ReplicaFetcher:
             if resp["error_code"]:
                 raise _Retry(f"offset_for_leader_epoch: {E.for_code(resp['error_code']).name}")
             offset, done = p.truncation_after_epoch(requested, resp["leader_epoch"], resp["end_offset"])
-            self._truncate(offset, f"leader epoch {resp['leader_epoch']} ends at {resp['end_offset']}, "
-                                   f"our latest epoch {requested}")
+            self._truncate(
+                offset,
+                f"leader epoch {resp['leader_epoch']} ends at {resp['end_offset']}, our latest epoch {requested}",
+            )
             if done:
                 return
         raise _Retry("epoch truncation did not converge")
@@ -87,15 +90,20 @@ class ReplicaFetcher:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True
                 resp = await leader.fetch.remote(
-                    p.log.log_end_offset, conf["replica.fetch.max.bytes"],
-                    conf["replica.fetch.wait.max.ms"], 1, p.broker_id, leader_epoch, 0)
+                    p.log.log_end_offset,
+                    conf["replica.fetch.max.bytes"],
+                    conf["replica.fetch.wait.max.ms"],
+                    1,
+                    p.broker_id,
+                    leader_epoch,
+                    0,
+                )
                 if p.generation != gen:
                     return
                 self.fetches += 1
                 code = resp["error_code"]
                 if code == 0:
-                    p.append_as_follower(resp["records"], resp["high_watermark"],
-                                         resp.get("log_start_offset", -1))
+                    p.append_as_follower(resp["records"], resp["high_watermark"], resp.get("log_start_offset", -1))
                     self.error = None
                     delay = backoff
                     continue
@@ -133,6 +141,10 @@ class ReplicaFetcher:
         if not restart:
             self._truncate(offset, "fetch offset past the leader's LEO")
         else:
-            log.info("%s: leader log starts at %d past our LEO %d: restarting the log there", self._name(),
-                     offset, p.log.log_end_offset)
+            log.info(
+                "%s: leader log starts at %d past our LEO %d: restarting the log there",
+                self._name(),
+                offset,
+                p.log.log_end_offset,
+            )
             p.restart_log_at(offset)

@@ -9,6 +9,7 @@ response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
 (followers waiting for data), NONE -> nothing. ``_err`` turns an exception into
 ``{error_code, error_message, **fields}``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,13 +42,17 @@ def fetch_error_extra(partition: Partition, exc: BaseException) -> dict:
     extra = dict(_FETCH_ERR)
     if isinstance(exc, E.OffsetOutOfRangeError):
         snap = partition.log.fetch_offset_snapshot()
-        extra.update(log_start_offset=snap.log_start_offset, high_watermark=snap.high_watermark,
-                     log_end_offset=snap.log_end_offset)
+        extra.update(
+            log_start_offset=snap.log_start_offset,
+            high_watermark=snap.high_watermark,
+            log_end_offset=snap.log_end_offset,
+        )
     return extra
 
 
-def fetch_answer(partition: Partition, fetch_offset: int, max_bytes: int, replica_id: int,
-                 isolation_level: int, epoch: int) -> dict:
+def fetch_answer(
+    partition: Partition, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int
+) -> dict:
     """``Partition.read`` as the replica's fetch answer (errors as error fields)."""
     try:
         return partition.read(fetch_offset, max_bytes, replica_id, isolation_level, epoch).to_dict()
@@ -71,16 +76,25 @@ class DelayedProduce(DelayedOperation):
     def on_complete(self) -> dict:
         p = self.partition
         if self.expired:
-            return {**self.response, "error_code": E.RequestTimedOutError.code,
-                    "error_message": f"acks=all: high watermark {p.log.high_watermark} did not reach "
-                                     f"{self.required_offset} in {self.delay_ms:.0f} ms"}
+            return {
+                **self.response,
+                "error_code": E.RequestTimedOutError.code,
+                "error_message": f"acks=all: high watermark {p.log.high_watermark} did not reach "
+                f"{self.required_offset} in {self.delay_ms:.0f} ms",
+            }
         if p.role != LEADER:
-            return {**self.response, **_err(E.NotLeaderOrFollowerError("leadership moved before the "
-                                                                        "batch was replicated"))}
+            return {
+                **self.response,
+                **_err(E.NotLeaderOrFollowerError("leadership moved before the batch was replicated")),
+            }
         min_isr = p.log.config.min_insync_replicas
         if len(p.isr) < min_isr:
-            return {**self.response, **_err(E.NotEnoughReplicasAfterAppendError(
-                f"ISR {list(p.isr)} is below min.insync.replicas={min_isr}"))}
+            return {
+                **self.response,
+                **_err(
+                    E.NotEnoughReplicasAfterAppendError(f"ISR {list(p.isr)} is below min.insync.replicas={min_isr}")
+                ),
+            }
         return self.response
 
     def on_cancel(self) -> dict:

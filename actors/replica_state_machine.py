@@ -21,10 +21,16 @@ Both return ``(records, results)``: at most one PartitionChange record per parti
 registered or not the live incarnation (``broker_epoch``) gets STALE_BROKER_EPOCH /
 BROKER_ID_NOT_REGISTERED for every partition; a partition it does not host, UNKNOWN_TOPIC_OR_PARTITION.
 """
+
 from __future__ import annotations
 
-from protocol.errors import (BrokerIdNotRegisteredError, KafkaError, StaleBrokerEpochError,
-                            UnknownTopicOrPartitionError, error_response)
+from protocol.errors import (
+    BrokerIdNotRegisteredError,
+    KafkaError,
+    StaleBrokerEpochError,
+    UnknownTopicOrPartitionError,
+    error_response,
+)
 
 from .partition_change import PartitionChangeBuilder
 
@@ -41,7 +47,8 @@ def _check_broker(image, broker_id: int, broker_epoch: int) -> KafkaError | None
     if b.broker_epoch != broker_epoch or not b.alive:
         return StaleBrokerEpochError(
             f"Broker {broker_id} epoch {broker_epoch} is not the live registered one ({b.broker_epoch}, "
-            f"alive={b.alive})")
+            f"alive={b.alive})"
+        )
     return None
 
 
@@ -56,8 +63,9 @@ def _changes(logic, broker_id: int, broker_epoch: int, partitions, build) -> tup
             continue
         s = image.partition(topic, p) if isinstance(topic, str) and isinstance(p, int) else None
         if s is None or broker_id not in s.replicas:
-            results.append(_result(topic, p, UnknownTopicOrPartitionError(
-                f"Broker {broker_id} hosts no replica of {topic}-{p}")))
+            results.append(
+                _result(topic, p, UnknownTopicOrPartitionError(f"Broker {broker_id} hosts no replica of {topic}-{p}"))
+            )
             continue
         rec = build(topic, p, s)
         if rec is not None:
@@ -74,6 +82,7 @@ def offline_replicas(logic, broker_id: int, broker_epoch: int, partitions) -> tu
             b.set_isr([r for r in s.isr if r != broker_id])
             b.bump_leader_epoch = True
         return b.build()
+
     return _changes(logic, broker_id, broker_epoch, partitions, build)
 
 
@@ -81,6 +90,6 @@ def online_replicas(logic, broker_id: int, broker_epoch: int, partitions) -> tup
     def build(topic, p, s):
         if s.leader != -1:
             return None
-        return PartitionChangeBuilder(topic, p, s, logic.image.alive_brokers(),
-                                      logic.unclean_enabled(topic)).build()
+        return PartitionChangeBuilder(topic, p, s, logic.image.alive_brokers(), logic.unclean_enabled(topic)).build()
+
     return _changes(logic, broker_id, broker_epoch, partitions, build)

@@ -27,6 +27,7 @@ replica ignores a state older than the one it runs.
 
 Concurrency: the broker's event loop; recreation takes the broker's per-partition lock.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -99,10 +100,10 @@ class ReplicaSupervisor:
             return await asyncio.wait_for(handle.stop.remote(delete), self.session_s)
         except asyncio.TimeoutError:
             if kill_worker(pid, "ReplicaActor"):
-                log.warning("broker %s: replica %s-%s did not stop: killed its process %s", self.b.broker_id,
-                            *key, pid)
-            raise RequestTimedOutError(f"replica {key[0]}-{key[1]} did not stop within "
-                                       f"{self.session_s * 1000:.0f} ms: killed") from None
+                log.warning("broker %s: replica %s-%s did not stop: killed its process %s", self.b.broker_id, *key, pid)
+            raise RequestTimedOutError(
+                f"replica {key[0]}-{key[1]} did not stop within {self.session_s * 1000:.0f} ms: killed"
+            ) from None
         finally:
             try:
                 ray.kill(handle, no_restart=True)
@@ -132,9 +133,15 @@ class ReplicaSupervisor:
             for inc in self.state.frozen(now):
                 seq, h = self._handles.get(inc.key, (None, None))
                 if seq == inc.seq and stopped(inc.pid):  # a process that still runs is only slow
-                    self._spawn(self.on_death(inc.key, seq, h, f"frozen: answered nothing for "
-                                              f"{inc.timer.silent_ms(now)} ms, its process is stopped",
-                                              frozen=True))
+                    self._spawn(
+                        self.on_death(
+                            inc.key,
+                            seq,
+                            h,
+                            f"frozen: answered nothing for {inc.timer.silent_ms(now)} ms, its process is stopped",
+                            frozen=True,
+                        )
+                    )
 
     async def _probe(self, key, seq, handle, sent: int) -> None:
         try:

@@ -26,6 +26,7 @@ resets once an incarnation ran ``RESTART_STABLE_MS``.
 
 Concurrency: single-threaded, owned by the broker's event loop.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

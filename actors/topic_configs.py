@@ -3,6 +3,7 @@
 ``storage.log.LogConfig`` is the authority on names and values; this module only normalizes a request's
 overrides to the strings the metadata records carry and turns a bad one into INVALID_CONFIG.
 """
+
 from __future__ import annotations
 
 from protocol.errors import InvalidConfigError, KafkaError

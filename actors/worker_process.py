@@ -16,6 +16,7 @@ A supervisor on the same node uses it to tell a *frozen* process (``stopped``) f
 to answer on a loaded machine: its liveness probe runs on its own thread, so silence from a process that
 still runs is starvation, not a fault to act on.
 """
+
 from __future__ import annotations
 
 import os

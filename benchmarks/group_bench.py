@@ -14,6 +14,7 @@ the same new generation, the assignments are disjoint and cover every partition,
 ``Admin.describe_groups`` says ``Stable``. Group timings are shortened (broker
 ``group.initial.rebalance.delay.ms``, consumer heartbeat interval) and reported in the output.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,19 @@ from rafka.errors import KafkaError  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 VALUE_BYTES = 100
-BROKER_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 100,
-                 "offsets.topic.num.partitions": 3, "replica.lag.time.max.ms": 10000}
-CONSUMER = dict(session_timeout_ms=6000, heartbeat_interval_ms=200, max_poll_interval_ms=30000,
-                auto_offset_reset="earliest", enable_auto_commit=False)
+BROKER_CONFIG = {
+    "group.min.session.timeout.ms": 500,
+    "group.initial.rebalance.delay.ms": 100,
+    "offsets.topic.num.partitions": 3,
+    "replica.lag.time.max.ms": 10000,
+}
+CONSUMER = dict(
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=200,
+    max_poll_interval_ms=30000,
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+)
 
 
 def prefill(cluster, topic: str, n: int) -> float:
@@ -131,14 +141,22 @@ def group_consume(cluster, topic: str, partitions: int, members: int, commit_eve
         m.join(30)
     delivered = sum(m.delivered for m in ms)
     errors = [repr(m.error) for m in ms if m.error]
-    return {"members": members, "records": total, "completed": finished, "seconds": round(dt, 2),
-            "records_per_s": round(total / dt) if finished else None,
-            "mb_per_s": round(total * VALUE_BYTES / dt / 1e6, 2) if finished else None,
-            "first_record_after_s": round(first[0] - t0, 2) if first else None,
-            "records_per_s_after_first_record": round(total / (t0 + dt - first[0])) if finished and first else None,
-            "records_delivered": delivered, "redelivered": delivered - total,
-            "commit_every_polls": commit_every, "commits": sum(m.commits for m in ms),
-            "commit_errors": sum(m.commit_errors for m in ms), "errors": errors}
+    return {
+        "members": members,
+        "records": total,
+        "completed": finished,
+        "seconds": round(dt, 2),
+        "records_per_s": round(total / dt) if finished else None,
+        "mb_per_s": round(total * VALUE_BYTES / dt / 1e6, 2) if finished else None,
+        "first_record_after_s": round(first[0] - t0, 2) if first else None,
+        "records_per_s_after_first_record": round(total / (t0 + dt - first[0])) if finished and first else None,
+        "records_delivered": delivered,
+        "redelivered": delivered - total,
+        "commit_every_polls": commit_every,
+        "commits": sum(m.commits for m in ms),
+        "commit_errors": sum(m.commit_errors for m in ms),
+        "errors": errors,
+    }
 
 
 def wait_settled(admin, group: str, ms: list[Member], partitions: int, after_gen: int, timeout_s: float):
@@ -220,8 +238,9 @@ def main() -> int:
     stdout = claim_stdout()
     t = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rafka-gbench-") as d:
-        cluster = rafka.LocalCluster(brokers=3, data_dir=d, name="gbench" + uuid.uuid4().hex[:6],
-                                     broker_config=BROKER_CONFIG)
+        cluster = rafka.LocalCluster(
+            brokers=3, data_dir=d, name="gbench" + uuid.uuid4().hex[:6], broker_config=BROKER_CONFIG
+        )
         try:
             start_s = time.monotonic() - t
             admin = rafka.Admin(cluster)
@@ -236,17 +255,27 @@ def main() -> int:
             t = time.monotonic()
             admin.describe_groups(["bench-warmup"])
             warm_s = time.monotonic() - t
-            res = {"brokers": 3, "partitions": args.partitions, "replication_factor": 3,
-                   "value_bytes": VALUE_BYTES, "cluster_start_s": round(start_s, 2),
-                   "prefill": {"records": args.records, "seconds": round(fill_s, 2),
-                               "records_per_s": round(args.records / fill_s), "acks": 1},
-                   "offsets_topic_warmup_s": round(warm_s, 2),
-                   "group_consume": group_consume(cluster, topic, args.partitions, args.members,
-                                                  args.commit_every, args.timeout),
-                   "rebalance": rebalance(cluster, topic, args.partitions, 60.0),
-                   "broker_group_config": BROKER_CONFIG,
-                   "consumer_config": {k: v for k, v in CONSUMER.items()},
-                   "cpus": os.cpu_count()}
+            res = {
+                "brokers": 3,
+                "partitions": args.partitions,
+                "replication_factor": 3,
+                "value_bytes": VALUE_BYTES,
+                "cluster_start_s": round(start_s, 2),
+                "prefill": {
+                    "records": args.records,
+                    "seconds": round(fill_s, 2),
+                    "records_per_s": round(args.records / fill_s),
+                    "acks": 1,
+                },
+                "offsets_topic_warmup_s": round(warm_s, 2),
+                "group_consume": group_consume(
+                    cluster, topic, args.partitions, args.members, args.commit_every, args.timeout
+                ),
+                "rebalance": rebalance(cluster, topic, args.partitions, 60.0),
+                "broker_group_config": BROKER_CONFIG,
+                "consumer_config": {k: v for k, v in CONSUMER.items()},
+                "cpus": os.cpu_count(),
+            }
         finally:
             cluster.stop()
     print(json.dumps(res) if args.json else json.dumps(res, indent=2), file=stdout)

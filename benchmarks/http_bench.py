@@ -13,6 +13,7 @@ Then one v3 streaming request (``--stream-records`` in chunks of ``--stream-chun
 connection takes them while the reports are read back): records/s and the delay from a chunk's send to
 its last report (queueing included, since the sender does not wait).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,10 +46,13 @@ def free_port() -> int:
 def body_for(fmt: str, n: int, value_size: int) -> tuple[bytes, dict]:
     values = [os.urandom(value_size) for _ in range(n)]
     if fmt == "msgpack":
-        return msgpack.packb({"records": [{"value": v} for v in values]}, use_bin_type=True), \
-            {"Content-Type": MSGPACK, "Accept": MSGPACK}
-    return json.dumps({"records": [{"value": base64.b64encode(v).decode()} for v in values]}).encode(), \
-        {"Content-Type": BINARY_V2}
+        return msgpack.packb({"records": [{"value": v} for v in values]}, use_bin_type=True), {
+            "Content-Type": MSGPACK,
+            "Accept": MSGPACK,
+        }
+    return json.dumps({"records": [{"value": base64.b64encode(v).decode()} for v in values]}).encode(), {
+        "Content-Type": BINARY_V2
+    }
 
 
 def check(resp: requests.Response, fmt: str, n: int) -> None:
@@ -98,11 +102,21 @@ def run_case(url: str, topic: str, fmt: str, n: int, value_size: int, threads: i
 
     def pct(q: float) -> float:
         return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 2) if lat else float("nan")
-    return {"format": fmt, "records_per_request": n, "requests": len(lat), "records": records,
-            "elapsed_s": round(elapsed, 2), "requests_per_s": round(len(lat) / elapsed, 1),
-            "records_per_s": round(records / elapsed, 1), "mb_per_s": round(records * value_size / elapsed / 1e6, 2),
-            "latency_p50_ms": pct(0.50), "latency_p99_ms": pct(0.99), "errors": len(errors),
-            "first_error": errors[0] if errors else None}
+
+    return {
+        "format": fmt,
+        "records_per_request": n,
+        "requests": len(lat),
+        "records": records,
+        "elapsed_s": round(elapsed, 2),
+        "requests_per_s": round(len(lat) / elapsed, 1),
+        "records_per_s": round(records / elapsed, 1),
+        "mb_per_s": round(records * value_size / elapsed / 1e6, 2),
+        "latency_p50_ms": pct(0.50),
+        "latency_p99_ms": pct(0.99),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def run_v3_stream(url: str, cluster_id: str, topic: str, records: int, per_chunk: int, value_size: int) -> dict:
@@ -111,6 +125,7 @@ def run_v3_stream(url: str, cluster_id: str, topic: str, records: int, per_chunk
     last record's report (p50/p99)."""
     import http.client
     from urllib.parse import urlparse
+
     where = urlparse(url)
     conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
     conn.putrequest("POST", f"/v3/clusters/{cluster_id}/topics/{topic}/records")
@@ -133,6 +148,7 @@ def run_v3_stream(url: str, cluster_id: str, topic: str, records: int, per_chunk
             conn.send(frame)
             sent_at.append(time.perf_counter())
         conn.send(b"0\r\n\r\n")
+
     th = threading.Thread(target=sender)
     th.start()
     while got < chunks * per_chunk:
@@ -148,11 +164,20 @@ def run_v3_stream(url: str, cluster_id: str, topic: str, records: int, per_chunk
     conn.close()
     elapsed = time.monotonic() - t0
     delays.sort()
-    return {"format": "v3-stream", "records_per_chunk": per_chunk, "records": got, "elapsed_s": round(elapsed, 2),
-            "records_per_s": round(got / elapsed, 1), "mb_per_s": round(got * value_size / elapsed / 1e6, 2),
-            "report_delay_p50_ms": round(delays[len(delays) // 2] * 1000, 2) if delays else None,
-            "report_delay_p99_ms": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))] * 1000, 2)
-            if delays else None, "errors": errors + (chunks * per_chunk - got), "first_error": None}
+    return {
+        "format": "v3-stream",
+        "records_per_chunk": per_chunk,
+        "records": got,
+        "elapsed_s": round(elapsed, 2),
+        "records_per_s": round(got / elapsed, 1),
+        "mb_per_s": round(got * value_size / elapsed / 1e6, 2),
+        "report_delay_p50_ms": round(delays[len(delays) // 2] * 1000, 2) if delays else None,
+        "report_delay_p99_ms": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))] * 1000, 2)
+        if delays
+        else None,
+        "errors": errors + (chunks * per_chunk - got),
+        "first_error": None,
+    }
 
 
 def main() -> int:
@@ -167,9 +192,12 @@ def main() -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--sizes", default="1,100,1000,10000", help="records per request, comma-separated")
     ap.add_argument("--formats", default="json,msgpack")
-    ap.add_argument("--producer-config", default="", help="gateway producer overrides, e.g. batch_size=98304,linger_ms=2")
-    ap.add_argument("--stream-records", type=int, default=50000,
-                    help="records in the one v3 streaming request (0: skip that case)")
+    ap.add_argument(
+        "--producer-config", default="", help="gateway producer overrides, e.g. batch_size=98304,linger_ms=2"
+    )
+    ap.add_argument(
+        "--stream-records", type=int, default=50000, help="records in the one v3 streaming request (0: skip that case)"
+    )
     ap.add_argument("--stream-chunk", type=int, default=500, help="records per chunk of the streaming request")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
@@ -177,12 +205,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rafka-http-bench-") as data_dir:
         cluster = rafka.LocalCluster(brokers=args.brokers, data_dir=data_dir, name="httpbench")
         try:
-            rafka.Admin(cluster).create_topic("bench", args.partitions, args.replication_factor,
-                                              {"min.insync.replicas": str(min(2, args.replication_factor))})
+            rafka.Admin(cluster).create_topic(
+                "bench",
+                args.partitions,
+                args.replication_factor,
+                {"min.insync.replicas": str(min(2, args.replication_factor))},
+            )
             t0 = time.monotonic()
             pconf = dict(kv.split("=", 1) for kv in args.producer_config.split(",") if kv)
-            url = start_gateway(cluster, port=free_port(), acks=args.acks, num_replicas=args.replicas,
-                                producer_config={k: int(v) if v.isdigit() else v for k, v in pconf.items()})
+            url = start_gateway(
+                cluster,
+                port=free_port(),
+                acks=args.acks,
+                num_replicas=args.replicas,
+                producer_config={k: int(v) if v.isdigit() else v for k, v in pconf.items()},
+            )
             startup = time.monotonic() - t0
             cases = []
             for fmt in args.formats.split(","):
@@ -191,15 +228,25 @@ def main() -> int:
                     if not args.json:
                         print(json.dumps(cases[-1]), file=sys.stderr)
             if args.stream_records:
-                cases.append(run_v3_stream(url, cluster.name, "bench", args.stream_records, args.stream_chunk,
-                                           args.value_size))
+                cases.append(
+                    run_v3_stream(url, cluster.name, "bench", args.stream_records, args.stream_chunk, args.value_size)
+                )
             stop_gateway()
         finally:
             cluster.stop()
-    out = {"benchmark": "http_gateway_produce", "brokers": args.brokers, "partitions": args.partitions,
-           "replication_factor": args.replication_factor, "acks": args.acks, "gateway_replicas": args.replicas,
-           "client_threads": args.threads, "producer_config": args.producer_config or None, "value_size": args.value_size, "gateway_start_s": round(startup, 2),
-           "cases": cases}
+    out = {
+        "benchmark": "http_gateway_produce",
+        "brokers": args.brokers,
+        "partitions": args.partitions,
+        "replication_factor": args.replication_factor,
+        "acks": args.acks,
+        "gateway_replicas": args.replicas,
+        "client_threads": args.threads,
+        "producer_config": args.producer_config or None,
+        "value_size": args.value_size,
+        "gateway_start_s": round(startup, 2),
+        "cases": cases,
+    }
     print(json.dumps(out, indent=None if args.json else 2), file=stdout)
     return 1 if any(c["errors"] for c in cases) else 0
 

@@ -25,6 +25,7 @@ actors are still queued for worker processes).
 Every acknowledged record is read back at the end (``lost`` and ``duplicated`` must be 0). Configs are
 Kafka's defaults except where ``BROKER_CONFIG`` says; the output repeats them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,13 @@ from protocol.names import RAY_NAMESPACE, controller_name  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
-BROKER_CONFIG = {"leader.imbalance.check.interval.seconds": 3600, "replica.lag.time.max.ms": 10000,
-                 "broker.session.timeout.ms": 9000, "broker.heartbeat.interval.ms": 2000,
-                 "controller.quorum.fetch.timeout.ms": 2000}
+BROKER_CONFIG = {
+    "leader.imbalance.check.interval.seconds": 3600,
+    "replica.lag.time.max.ms": 10000,
+    "broker.session.timeout.ms": 9000,
+    "broker.heartbeat.interval.ms": 2000,
+    "controller.quorum.fetch.timeout.ms": 2000,
+}
 
 
 def controller_info(cluster: str):
@@ -74,8 +79,9 @@ class Bench:
         self.c = cluster
         self.ch = cluster.server
         self.name = cluster.name
-        self.prod = rafka.Producer(cluster, linger_ms=0, request_timeout_ms=1000, retry_backoff_ms=20,
-                                   delivery_timeout_ms=120000)
+        self.prod = rafka.Producer(
+            cluster, linger_ms=0, request_timeout_ms=1000, retry_backoff_ms=20, delivery_timeout_ms=120000
+        )
         self.acked: dict[tuple[str, int], list[bytes]] = {}
         self.n = 0
 
@@ -138,8 +144,9 @@ class Bench:
         info = ray.get(self.ch.controller().describe_controller.remote())
         topic = f"frozen-{uuid.uuid4().hex[:6]}"
         self.ch.create_topic(topic, partitions=3, rf=3, configs={"min.insync.replicas": "2"})
-        p, s = next((x["partition"], x) for x in self.ch.describe(topic)["partitions"]
-                    if x["leader"] != info["host_broker_id"])
+        p, s = next(
+            (x["partition"], x) for x in self.ch.describe(topic)["partitions"] if x["leader"] != info["host_broker_id"]
+        )
         self.send(topic, p)
         victim = s["leader"]
         bpid = ray.get(self.ch.broker(victim).incarnation.remote())["pid"]
@@ -158,9 +165,14 @@ class Bench:
         # settle before the next fault: the restarted broker recreates a replica actor per partition it
         # hosts, and Ray starts their worker processes a few at a time; a fault injected meanwhile would
         # measure that queue (a new controller's process waits in it too)
-        self.ch.wait_for(lambda md: all(b["alive"] for b in md["brokers"]) and all(
-            len(p["isr"]) == len(p["replicas"]) for t in md["topics"] for p in t["partitions"]), 120,
-            what="broker back, every ISR full")
+        self.ch.wait_for(
+            lambda md: (
+                all(b["alive"] for b in md["brokers"])
+                and all(len(p["isr"]) == len(p["replicas"]) for t in md["topics"] for p in t["partitions"])
+            ),
+            120,
+            what="broker back, every ISR full",
+        )
         return {"writable_s": round(writable, 3)}
 
     def verify(self) -> dict:
@@ -192,12 +204,19 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
     args = ap.parse_args()
     stdout = claim_stdout()
-    faults = {"controller_sigkill": [], "controller_ray_kill": [], "leader_replica_sigkill": [],
-              "follower_replica_sigkill": [], "leader_replica_sigstop": [], "follower_replica_sigstop": [],
-              "controller_sigstop_with_leader_broker_sigkill": []}
+    faults = {
+        "controller_sigkill": [],
+        "controller_ray_kill": [],
+        "leader_replica_sigkill": [],
+        "follower_replica_sigkill": [],
+        "leader_replica_sigstop": [],
+        "follower_replica_sigstop": [],
+        "controller_sigstop_with_leader_broker_sigkill": [],
+    }
     with tempfile.TemporaryDirectory(prefix="rafka-lbench-") as d:
-        cluster = rafka.LocalCluster(brokers=3, data_dir=d, name="lbench" + uuid.uuid4().hex[:6],
-                                     broker_config=BROKER_CONFIG)
+        cluster = rafka.LocalCluster(
+            brokers=3, data_dir=d, name="lbench" + uuid.uuid4().hex[:6], broker_config=BROKER_CONFIG
+        )
         try:
             b = Bench(cluster)
             for _ in range(args.rounds):
@@ -212,9 +231,15 @@ def main() -> int:
             b.prod.close()
         finally:
             cluster.stop()
-    res = {"brokers": 3, "rounds": args.rounds, "broker_config": BROKER_CONFIG, "cpus": os.cpu_count(),
-           "goals_s": {"controller_serving": 3, "partition_writable_after_replica_sigkill": 5},
-           "faults": {k: summary(v) for k, v in faults.items()}, **check}
+    res = {
+        "brokers": 3,
+        "rounds": args.rounds,
+        "broker_config": BROKER_CONFIG,
+        "cpus": os.cpu_count(),
+        "goals_s": {"controller_serving": 3, "partition_writable_after_replica_sigkill": 5},
+        "faults": {k: summary(v) for k, v in faults.items()},
+        **check,
+    }
     print(json.dumps(res) if args.json else json.dumps(res, indent=2), file=stdout)
     return 0 if check["lost"] == 0 and check["duplicated"] == 0 else 1
 

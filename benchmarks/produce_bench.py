@@ -9,6 +9,7 @@ and acks=all RF=3 (min.insync.replicas=2, 3 brokers); per-call latency at modera
 calls in flight); consume records/s (leader ``fetch`` + ``decode_records``); cluster start time;
 memory (RSS/USS) per replica actor process. Starts its own local Ray instance and removes it at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,11 @@ def build_batches(n: int, batch_bytes: int, per_call: int = 1, codec: int = 0) -
     for i in range(n * per_call):
         b = RecordBatchBuilder(batch_size=batch_bytes, compression_type=codec)
         j = 0
-        while b.append(1_700_000_000_000 + i, None, payload[(j % 64) * VALUE_BYTES:(j % 64 + 1) * VALUE_BYTES]):
+        while b.append(1_700_000_000_000 + i, None, payload[(j % 64) * VALUE_BYTES : (j % 64 + 1) * VALUE_BYTES]):
             j += 1
         per = b.record_count
         out.append(b.build())
-    calls = [b"".join(out[i:i + per_call]) for i in range(0, len(out) - per_call + 1, per_call)]
+    calls = [b"".join(out[i : i + per_call]) for i in range(0, len(out) - per_call + 1, per_call)]
     return calls, per * per_call
 
 
@@ -81,10 +82,17 @@ def drive(handle, batches: list[bytes], calls: int, acks: int, inflight: int, pe
     dt = time.perf_counter() - t0
     nbytes = sum(len(batches[i % len(batches)]) for i in range(calls))
     recs = calls * per_batch
-    return {"records": recs, "seconds": round(dt, 3), "records_per_s": round(recs / dt),
-            "mb_per_s": round(nbytes / dt / 1e6, 1), "calls_per_s": round(calls / dt),
-            "p50_ms": round(pct(lat, 0.5), 2), "p99_ms": round(pct(lat, 0.99), 2),
-            "inflight": inflight, "errors": errors}
+    return {
+        "records": recs,
+        "seconds": round(dt, 3),
+        "records_per_s": round(recs / dt),
+        "mb_per_s": round(nbytes / dt / 1e6, 1),
+        "calls_per_s": round(calls / dt),
+        "p50_ms": round(pct(lat, 0.5), 2),
+        "p99_ms": round(pct(lat, 0.99), 2),
+        "inflight": inflight,
+        "errors": errors,
+    }
 
 
 def consume(handle, end_offset: int, max_bytes: int) -> dict:
@@ -109,9 +117,15 @@ def consume(handle, end_offset: int, max_bytes: int) -> dict:
             last = h
         offset = last.next_offset
     dt = time.perf_counter() - t0
-    return {"records": records, "seconds": round(dt, 3), "records_per_s": round(records / dt),
-            "mb_per_s": round(nbytes / dt / 1e6, 1), "fetch_s": round(fetch_s, 3),
-            "decode_s": round(decode_s, 3), "decode_records_per_s": round(records / decode_s)}
+    return {
+        "records": records,
+        "seconds": round(dt, 3),
+        "records_per_s": round(records / dt),
+        "mb_per_s": round(nbytes / dt / 1e6, 1),
+        "fetch_s": round(fetch_s, 3),
+        "decode_s": round(decode_s, 3),
+        "decode_records_per_s": round(records / decode_s),
+    }
 
 
 @ray.remote(num_cpus=0)
@@ -136,8 +150,12 @@ def consume_parallel(handle, end_offset: int, max_bytes: int, consumers: int) ->
     counts = ray.get([_consume_range.remote(handle, a, b, max_bytes) for a, b in ranges])
     dt = time.perf_counter() - t0
     assert sum(counts) == end_offset, (sum(counts), end_offset)
-    return {"consumers": consumers, "records": sum(counts), "seconds": round(dt, 3),
-            "records_per_s": round(sum(counts) / dt)}
+    return {
+        "consumers": consumers,
+        "records": sum(counts),
+        "seconds": round(dt, 3),
+        "records_per_s": round(sum(counts) / dt),
+    }
 
 
 def memory_of(handles) -> dict:
@@ -147,11 +165,16 @@ def memory_of(handles) -> dict:
         mi = psutil.Process(pid).memory_full_info()
         rss.append(mi.rss / 2**20)
         uss.append(mi.uss / 2**20)
-    return {"replica_actors": len(handles), "rss_mib_mean": round(statistics.mean(rss), 1),
-            "uss_mib_mean": round(statistics.mean(uss), 1), "rss_mib_max": round(max(rss), 1)}
+    return {
+        "replica_actors": len(handles),
+        "rss_mib_mean": round(statistics.mean(rss), 1),
+        "uss_mib_mean": round(statistics.mean(uss), 1),
+        "rss_mib_max": round(max(rss), 1),
+    }
 
 
 # ---- two ways to stand replicas up ------------------------------------------------------------------
+
 
 class DirectSetup:
     """Replica actors created by hand with LeaderAndIsr states (no controller: the ISR stays put)."""
@@ -164,18 +187,29 @@ class DirectSetup:
 
     def topic(self, name: str, rf: int, configs: dict) -> tuple:
         from actors.replica import ReplicaActor
+
         replicas = list(range(rf))
         handles = {}
         for b in replicas:
             d = os.path.join(self.root, str(b), f"{name}-0")
             os.makedirs(d, exist_ok=True)
             handles[b] = ReplicaActor.options(
-                name=replica_name(self.cluster, name, 0, b), namespace=RAY_NAMESPACE, num_cpus=0,
-                max_concurrency=1000).remote(self.cluster, name, 0, name, b, d, configs)
-        state = {"topic": name, "partition": 0, "topic_id": name, "leader": 0, "leader_epoch": 1,
-                 "isr": replicas, "replicas": replicas, "partition_epoch": 1, "controller_epoch": 1}
-        ray.get([handles[0].become_leader.remote(state)]
-                + [handles[b].become_follower.remote(state) for b in replicas[1:]])
+                name=replica_name(self.cluster, name, 0, b), namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000
+            ).remote(self.cluster, name, 0, name, b, d, configs)
+        state = {
+            "topic": name,
+            "partition": 0,
+            "topic_id": name,
+            "leader": 0,
+            "leader_epoch": 1,
+            "isr": replicas,
+            "replicas": replicas,
+            "partition_epoch": 1,
+            "controller_epoch": 1,
+        }
+        ray.get(
+            [handles[0].become_leader.remote(state)] + [handles[b].become_follower.remote(state) for b in replicas[1:]]
+        )
         self.actors += list(handles.values())
         return handles[0], list(handles.values())
 
@@ -192,6 +226,7 @@ class ClusterSetup:
 
     def start(self, num_brokers: int) -> None:
         from actors.bootstrap import start_cluster
+
         self.handle = start_cluster(self.cluster, num_brokers, self.root)
 
     def topic(self, name: str, rf: int, configs: dict) -> tuple:
@@ -218,15 +253,23 @@ def main(argv=None) -> dict:
     ap.add_argument("--direct", action="store_true", help="replica actors without brokers/controller")
     ap.add_argument("--records", type=int, default=1_000_000, help="records per produce run")
     ap.add_argument("--batch-kb", type=int, default=64, help="size of one record batch")
-    ap.add_argument("--batches-per-call", type=int, default=8,
-                    help="record batches concatenated into one produce call (throughput runs)")
+    ap.add_argument(
+        "--batches-per-call",
+        type=int,
+        default=8,
+        help="record batches concatenated into one produce call (throughput runs)",
+    )
     ap.add_argument("--inflight", type=int, default=8)
     ap.add_argument("--light", type=int, default=1, help="calls in flight for the moderate-load run")
     ap.add_argument("--light-calls", type=int, default=300)
     ap.add_argument("--fetch-mb", type=int, default=8)
     ap.add_argument("--consumers", type=int, default=2, help="processes for the parallel consume run")
-    ap.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], default="none",
-                    help="codec of the produced batches (the leader decompresses each to validate it)")
+    ap.add_argument(
+        "--compression",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        default="none",
+        help="codec of the produced batches (the leader decompresses each to validate it)",
+    )
     args = ap.parse_args(argv)
     codec = ["none", "gzip", "snappy", "lz4", "zstd"].index(args.compression)
     stdout = claim_stdout()
@@ -234,12 +277,21 @@ def main(argv=None) -> dict:
     root = tempfile.mkdtemp(prefix="rafka-bench-")
     cluster = "bench" + str(os.getpid())
     t0 = time.perf_counter()
-    ray.init(address="local", namespace=RAY_NAMESPACE, include_dashboard=False, log_to_driver=False,
-             configure_logging=False, num_cpus=2)
+    ray.init(
+        address="local",
+        namespace=RAY_NAMESPACE,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        num_cpus=2,
+    )
     ray_init_s = time.perf_counter() - t0
     setup = (DirectSetup if args.direct else ClusterSetup)(cluster, root)
-    out: dict = {"mode": "direct" if args.direct else "cluster", "record_bytes": VALUE_BYTES,
-                 "compression": args.compression}
+    out: dict = {
+        "mode": "direct" if args.direct else "cluster",
+        "record_bytes": VALUE_BYTES,
+        "compression": args.compression,
+    }
     try:
         t0 = time.perf_counter()
         setup.start(3)
@@ -270,10 +322,9 @@ def main(argv=None) -> dict:
         out["targets"] = {
             "acksall_rf3_250k": out["acksall_rf3"]["records_per_s"] >= 250_000,
             "acks1_rf1_600k": out["acks1_rf1"]["records_per_s"] >= 600_000,
-            "consume_1m": max(out["consume_rf1"]["records_per_s"],
-                              out["consume_rf1_parallel"]["records_per_s"]) >= 1_000_000,
-            "p50_5ms_moderate": max(out["acks1_rf1_moderate"]["p50_ms"],
-                                    out["acksall_rf3_moderate"]["p50_ms"]) <= 5.0,
+            "consume_1m": max(out["consume_rf1"]["records_per_s"], out["consume_rf1_parallel"]["records_per_s"])
+            >= 1_000_000,
+            "p50_5ms_moderate": max(out["acks1_rf1_moderate"]["p50_ms"], out["acksall_rf3_moderate"]["p50_ms"]) <= 5.0,
         }
     finally:
         try:

@@ -16,6 +16,7 @@ A topic of 6 partitions (RF 3) is filled with ``--records`` records of 100 bytes
 
 Figures swing with machine load: compare within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ import pyarrow as pa  # noqa: E402
 import ray  # noqa: E402
 
 import rafka  # noqa: E402
-from rafka.output import claim_stdout  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
+from rafka.output import claim_stdout  # noqa: E402
 
 VALUE_BYTES = 100
 
@@ -46,14 +47,18 @@ def fill(cluster, topic: str, n: int) -> dict:
         for i in range(n):
             p.send(topic, payload, key=str(i % 1000).encode())
         p.flush()
-    return {"records": n, "elapsed_s": round(time.monotonic() - t, 2),
-            "records_per_s": round(n / (time.monotonic() - t))}
+    return {
+        "records": n,
+        "elapsed_s": round(time.monotonic() - t, 2),
+        "records_per_s": round(n / (time.monotonic() - t)),
+    }
 
 
 @ray.remote(num_cpus=0.5)
 def _consumer_read(cluster: str, topic: str, partition: int, start: int, end: int) -> int:
     """One partition through ``rafka.Consumer`` into an Arrow table of the datasource's schema."""
     from jobs.datasource import SCHEMA
+
     c = rafka.Consumer(cluster, max_poll_records=100000, max_partition_fetch_bytes=8 << 20)
     tp = TopicPartition(topic, partition)
     c.assign([tp])
@@ -71,9 +76,15 @@ def _consumer_read(cluster: str, topic: str, partition: int, start: int, end: in
             pos = r.offset + 1
     c.close()
     n = len(cols["offset"])
-    table = pa.table({"topic": pa.array([topic] * n), "partition": pa.array([partition] * n, pa.int32()),
-                      **{k: pa.array(v, SCHEMA.field(k).type) for k, v in cols.items()},
-                      "headers": pa.array([[]] * n, SCHEMA.field("headers").type)}, schema=SCHEMA)
+    table = pa.table(
+        {
+            "topic": pa.array([topic] * n),
+            "partition": pa.array([partition] * n, pa.int32()),
+            **{k: pa.array(v, SCHEMA.field(k).type) for k, v in cols.items()},
+            "headers": pa.array([[]] * n, SCHEMA.field("headers").type),
+        },
+        schema=SCHEMA,
+    )
     return table.num_rows
 
 
@@ -81,6 +92,7 @@ def _consumer_read(cluster: str, topic: str, partition: int, start: int, end: in
 def _direct_read(cluster: str, topic: str, partition: int, start: int, end: int) -> int:
     """One partition through the datasource's read path (``read_partition``: big fetches, decode to Arrow)."""
     from jobs.datasource import read_partition
+
     return sum(t.num_rows for t in read_partition(cluster, topic, partition, start, end))
 
 
@@ -94,6 +106,7 @@ def bench_reads(cluster, topic: str, n: int) -> dict:
     """The same six read tasks two ways (after a warm-up pass that starts the workers), then the
     Dataset end to end (planning, Ray Data's executor, blocks in the object store)."""
     from jobs.datasource import TopicDatasource
+
     src = TopicDatasource(cluster, topic)
     _timed_tasks(_direct_read, src, topic)
     out = {}
@@ -106,13 +119,18 @@ def bench_reads(cluster, topic: str, n: int) -> dict:
     rows = ds.count()
     took = time.monotonic() - t
     assert rows == n, f"read {rows} of {n}"
-    out["ray_read"] = {"rows": rows, "elapsed_s": round(took, 2), "rows_per_s": round(rows / took),
-                       "blocks": ds.num_blocks()}
+    out["ray_read"] = {
+        "rows": rows,
+        "elapsed_s": round(took, 2),
+        "rows_per_s": round(rows / took),
+        "blocks": ds.num_blocks(),
+    }
     return out
 
 
 def bench_spark(cluster, spark, topic: str, n: int) -> dict:
     from jobs.spark import spark_to_topic, topic_to_spark
+
     t = time.monotonic()
     df = topic_to_spark(spark, cluster, topic)
     first = time.monotonic() - t
@@ -126,14 +144,21 @@ def bench_spark(cluster, spark, topic: str, n: int) -> dict:
     written = spark_to_topic(df.select("key", "value"), cluster, out)["records"]
     wrote = time.monotonic() - t
     assert written == n
-    return {"to_spark": {"rows": rows, "first_dataframe_s": round(first, 2), "count_s": round(counted, 2),
-                         "rows_per_s": round(rows / (first + counted))},
-            "from_spark": {"rows": written, "elapsed_s": round(wrote, 2), "rows_per_s": round(written / wrote)}}
+    return {
+        "to_spark": {
+            "rows": rows,
+            "first_dataframe_s": round(first, 2),
+            "count_s": round(counted, 2),
+            "rows_per_s": round(rows / (first + counted)),
+        },
+        "from_spark": {"rows": written, "elapsed_s": round(wrote, 2), "rows_per_s": round(written / wrote)},
+    }
 
 
 def bench_job(cluster, spark, events: int, out_dir: str) -> dict:
     from jobs import clickstream
     from jobs.demo import ClickStream
+
     topic = "clicks"
     rafka.Admin(cluster).create_topic(topic, 6, 3)
     stream = ClickStream(users=1000, seed=1)
@@ -142,9 +167,16 @@ def bench_job(cluster, spark, events: int, out_dir: str) -> dict:
             p.send(topic, v, key=k)
     summary = clickstream.run(cluster, spark, topic=topic, parquet_dir=out_dir)
     assert summary["records"] == events and sum(summary["pages"].values()) == events
-    return {"clickstream": {"events": events, "elapsed_s": summary["elapsed_s"],
-                            "records_per_s": round(events / summary["elapsed_s"]), "sessions": summary["sessions"],
-                            "pages": len(summary["pages"]), "steps_s": summary["steps_s"]}}
+    return {
+        "clickstream": {
+            "events": events,
+            "elapsed_s": summary["elapsed_s"],
+            "records_per_s": round(events / summary["elapsed_s"]),
+            "sessions": summary["sessions"],
+            "pages": len(summary["pages"]),
+            "steps_s": summary["steps_s"],
+        }
+    }
 
 
 def main() -> None:
@@ -155,9 +187,12 @@ def main() -> None:
     args = ap.parse_args()
     stdout = claim_stdout()
     from jobs.spark import init_spark, stop_spark
+
     results: dict = {"records": args.records, "record_bytes": VALUE_BYTES, "partitions": 6, "replication_factor": 3}
-    with tempfile.TemporaryDirectory(prefix="rafka-spark-bench-") as tmp, \
-            rafka.LocalCluster(brokers=3, data_dir=os.path.join(tmp, "data")) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="rafka-spark-bench-") as tmp,
+        rafka.LocalCluster(brokers=3, data_dir=os.path.join(tmp, "data")) as cluster,
+    ):
         rafka.Admin(cluster).create_topic("bench", 6, 3)
         results["produce"] = fill(cluster, "bench", args.records)
         results.update(bench_reads(cluster, "bench", args.records))

@@ -12,6 +12,7 @@ interleaved, best of ``--validate-rounds``; uncompressed, lz4 and zstd batches o
 Everything runs in this process on real files (a temporary directory unless ``--dir``). No Ray.
 Figures vary with machine load: compare within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,14 @@ from storage.log import Log, LogConfig  # noqa: E402
 from storage.records import LOG_OVERHEAD, LZ4, NONE, ZSTD, RecordBatchBuilder, decode_records, validate_batch  # noqa: E402
 
 
-def build_batches(n_records: int, record_size: int, batch_bytes: int, keys: int | None = None,
-                  producer_id: int = -1, codec: int = NONE) -> list[bytes]:
+def build_batches(
+    n_records: int,
+    record_size: int,
+    batch_bytes: int,
+    keys: int | None = None,
+    producer_id: int = -1,
+    codec: int = NONE,
+) -> list[bytes]:
     """Pre-built RecordBatch v2 bytes holding ``n_records`` records of ``record_size`` value bytes."""
     rnd = random.Random(7)
     value = bytes(rnd.getrandbits(8) for _ in range(record_size))
@@ -41,9 +48,13 @@ def build_batches(n_records: int, record_size: int, batch_bytes: int, keys: int 
     i = 0
     seq = 0
     while i < n_records:
-        b = RecordBatchBuilder(batch_size=batch_bytes, producer_id=producer_id, compression_type=codec,
-                               producer_epoch=0 if producer_id >= 0 else -1,
-                               base_sequence=seq if producer_id >= 0 else -1)
+        b = RecordBatchBuilder(
+            batch_size=batch_bytes,
+            producer_id=producer_id,
+            compression_type=codec,
+            producer_epoch=0 if producer_id >= 0 else -1,
+            base_sequence=seq if producer_id >= 0 else -1,
+        )
         while i < n_records:
             key = (b"user-%d" % (i % keys)) if keys else None
             if not b.append(ts + i, key, value):
@@ -89,11 +100,19 @@ def bench_append(root: str, batches: list[bytes], fsync_each: bool, label: str) 
         for b in batches:
             info = log.append_as_leader(b, leader_epoch=0, now_ms=now)
             records += info.record_count
+
     secs, _ = timed(run)
     log.close()
-    return {"batches": len(batches), "batch_bytes": total // len(batches), "records": records,
-            "seconds": round(secs, 3), "MB_per_s": round(total / secs / 1e6, 1),
-            "records_per_s": round(records / secs), "fsync_per_batch": fsync_each, "dir": d}
+    return {
+        "batches": len(batches),
+        "batch_bytes": total // len(batches),
+        "records": records,
+        "seconds": round(secs, 3),
+        "MB_per_s": round(total / secs / 1e6, 1),
+        "records_per_s": round(records / secs),
+        "fsync_per_batch": fsync_each,
+        "dir": d,
+    }
 
 
 def bench_read(d: str, max_bytes: int) -> dict:
@@ -110,12 +129,17 @@ def bench_read(d: str, max_bytes: int) -> dict:
             chunks.append(data.records)
             off = data.next_offset
         return n
+
     secs, nbytes = timed(run)
     dsecs, nrec = timed(lambda: sum(len(decode_records(c)) for c in chunks))
     log.close()
-    return {"read_MB_per_s": round(nbytes / secs / 1e6, 1), "read_seconds": round(secs, 3),
-            "read_max_bytes": max_bytes, "decode_records_per_s": round(nrec / dsecs),
-            "decoded_records": nrec}
+    return {
+        "read_MB_per_s": round(nbytes / secs / 1e6, 1),
+        "read_seconds": round(secs, 3),
+        "read_max_bytes": max_bytes,
+        "decode_records_per_s": round(nrec / dsecs),
+        "decoded_records": nrec,
+    }
 
 
 def bench_recovery(root: str, target_bytes: int) -> dict:
@@ -138,14 +162,23 @@ def bench_recovery(root: str, target_bytes: int) -> dict:
     secs, log2 = timed(lambda: Log(d, LogConfig(), now_ms=int(time.time() * 1000)))
     ok = log2.log_end_offset == leo
     log2.close()
-    return {"recovery_bytes": written, "recovery_seconds": round(secs, 3),
-            "recovery_MB_per_s": round(written / secs / 1e6, 1), "recovered_leo_matches": ok}
+    return {
+        "recovery_bytes": written,
+        "recovery_seconds": round(secs, 3),
+        "recovery_MB_per_s": round(written / secs / 1e6, 1),
+        "recovered_leo_matches": ok,
+    }
 
 
 def bench_compaction(root: str, n_records: int, keys: int) -> dict:
     d = os.path.join(root, "compact")
-    log = Log(d, LogConfig.from_props({"cleanup.policy": "compact", "segment.bytes": 8 * 1024 * 1024,
-                                       "min.compaction.lag.ms": 0}), now_ms=int(time.time() * 1000))
+    log = Log(
+        d,
+        LogConfig.from_props(
+            {"cleanup.policy": "compact", "segment.bytes": 8 * 1024 * 1024, "min.compaction.lag.ms": 0}
+        ),
+        now_ms=int(time.time() * 1000),
+    )
     now = int(time.time() * 1000)
     for b in build_batches(n_records, 100, 16 * 1024, keys=keys):
         log.append_as_leader(b, leader_epoch=0, now_ms=now)
@@ -156,8 +189,14 @@ def bench_compaction(root: str, n_records: int, keys: int) -> dict:
     secs, stats = timed(lambda: log.compact(int(time.time() * 1000)))
     after = log.size_in_bytes
     log.close()
-    return {"compaction_records": n_records, "compaction_keys": keys, "compaction_seconds": round(secs, 3),
-            "compaction_records_per_s": round(n_records / secs), "bytes_before": before, "bytes_after": after}
+    return {
+        "compaction_records": n_records,
+        "compaction_keys": keys,
+        "compaction_seconds": round(secs, 3),
+        "compaction_records_per_s": round(n_records / secs),
+        "bytes_before": before,
+        "bytes_after": after,
+    }
 
 
 def _frame_only(buf, config, now_ms, origin=log_validator.CLIENT):
@@ -211,12 +250,16 @@ def bench_validate(root: str, n_records: int, record_size: int, rounds: int) -> 
             decode = time.perf_counter() - t0
             v, f = best["validated"], best["frame_only"]
             out[f"{cname}_{bname}"] = {
-                "batches": len(batches), "records": n_records, "wire_MB": round(wire / 1e6, 1),
-                "records_per_s_validated": round(n_records / v), "records_per_s_frame_only": round(n_records / f),
+                "batches": len(batches),
+                "records": n_records,
+                "wire_MB": round(wire / 1e6, 1),
+                "records_per_s_validated": round(n_records / v),
+                "records_per_s_frame_only": round(n_records / f),
                 "append_cost_pct": round((v - f) / f * 100, 1),
                 "validator_alone_records_per_s": round(n_records / alone),
                 "validator_alone_us_per_batch": round(alone / len(batches) * 1e6, 1),
-                "decode_records_per_s": round(n_records / decode)}
+                "decode_records_per_s": round(n_records / decode),
+            }
     return out
 
 
@@ -224,8 +267,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--record-size", type=int, default=100)
-    ap.add_argument("--fsync-batches", type=int, default=500,
-                    help="batches appended with an fsync each (fsync costs ms: a subset is enough)")
+    ap.add_argument(
+        "--fsync-batches",
+        type=int,
+        default=500,
+        help="batches appended with an fsync each (fsync costs ms: a subset is enough)",
+    )
     ap.add_argument("--recovery-mb", type=int, default=1024)
     ap.add_argument("--compaction-keys", type=int, default=10_000)
     ap.add_argument("--validate-records", type=int, default=300_000, help="records per validate figure")

@@ -9,6 +9,7 @@ starts Spark on that Ray cluster through RayDP (~15 s), runs the job and stops S
 stderr: one line per step of the job and Spark's console progress bar per stage; the summary goes to
 stdout (a table, or JSON with ``--json``). RayDP and PySpark are imported only when a job runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,10 @@ import os
 import sys
 import time
 
-JOBS = {"clickstream": "per-page click counts and per-user sessions of a click topic, to a compacted "
-                       "results topic and Parquet; commits the group's offsets (re-runs process new records)"}
+JOBS = {
+    "clickstream": "per-page click counts and per-user sessions of a click topic, to a compacted "
+    "results topic and Parquet; commits the group's offsets (re-runs process new records)"
+}
 
 
 def register(groups, common) -> None:
@@ -39,8 +42,12 @@ def register(groups, common) -> None:
 
 def cmd_job_list(args) -> int:
     from rafka.cli_support import EXIT_OK, print_result, table
-    print_result(args, [{"name": n, "description": d} for n, d in JOBS.items()],
-           table([[n, d] for n, d in JOBS.items()], ["JOB", "DESCRIPTION"]))
+
+    print_result(
+        args,
+        [{"name": n, "description": d} for n, d in JOBS.items()],
+        table([[n, d] for n, d in JOBS.items()], ["JOB", "DESCRIPTION"]),
+    )
     return EXIT_OK
 
 
@@ -57,6 +64,7 @@ def _stdout_to_stderr():
     """Send fd 1 to stderr while Spark runs: the JVMs it starts (driver, RayDP's AppMaster) print log4j
     notices on stdout, which must carry only the summary (it may be --json)."""
     from rafka.cli_support import output_stream
+
     for stream in (sys.stdout, output_stream()):
         stream.flush()
     saved = os.dup(1)
@@ -71,9 +79,10 @@ def _stdout_to_stderr():
 
 
 def cmd_job_run(args) -> int:
-    from rafka.cli_support import EXIT_ERROR, EXIT_OK, UsageError, connect, print_result
     from jobs import clickstream
     from jobs.spark import init_spark, stop_spark
+    from rafka.cli_support import EXIT_ERROR, EXIT_OK, UsageError, connect, print_result
+
     if args.executors < 1 or args.executor_cores < 1:
         raise UsageError("--executors and --executor-cores must be >= 1")
     if args.session_gap_ms < 0:
@@ -81,11 +90,13 @@ def cmd_job_run(args) -> int:
     handle = connect(args)
     from rafka.admin import Admin
     from rafka.errors import UnknownTopicOrPartitionError
+
     if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
         raise UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")
     say = _step_printer(args)
     # the step lines and Spark's bar are the progress: Ray Data's per-dataset INFO reports would bury them
     import ray.data  # noqa: F401 - Ray Data configures its loggers on import: quiet them after that
+
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     say(f"starting Spark ({args.executors} executor(s) on Ray)")
     with _stdout_to_stderr():
@@ -96,9 +107,16 @@ def cmd_job_run(args) -> int:
             print(f"rafka: Spark did not start: {first}", file=sys.stderr)
             return EXIT_ERROR
         try:
-            summary = clickstream.run(handle, spark, topic=args.topic, group=args.group,
-                                      results_topic=args.results_topic, parquet_dir=args.parquet,
-                                      session_gap_ms=args.session_gap_ms, progress=say)
+            summary = clickstream.run(
+                handle,
+                spark,
+                topic=args.topic,
+                group=args.group,
+                results_topic=args.results_topic,
+                parquet_dir=args.parquet,
+                session_gap_ms=args.session_gap_ms,
+                progress=say,
+            )
         finally:
             say("stopping Spark")
             stop_spark()
@@ -108,13 +126,21 @@ def cmd_job_run(args) -> int:
 
 def _summary_text(s: dict) -> str:
     from rafka.cli_support import table
+
     if not s["records"] and not s["redo"]:
         return f"nothing new in {s['topic']!r} for group {s['group']!r} (last run {s['run']})"
     ranges = ", ".join(f"{p}:[{a},{b})" for p, (a, b) in sorted(s["ranges"].items()))
-    rows = [["run", f"{s['run']}{' (redo of an uncommitted run)' if s['redo'] else ''}"],
-            ["records", s["records"]], ["skipped (malformed)", s["skipped"]], ["offset ranges", ranges],
-            ["sessions (this run)", s["sessions"]], ["pages (total)", len(s["pages"])],
-            ["parquet", s["parquet"].get("page_counts", "")], ["", s["parquet"].get("sessions", "")],
-            ["results topic", s["results_topic"]], ["elapsed", f"{s['elapsed_s']:.1f} s"]]
+    rows = [
+        ["run", f"{s['run']}{' (redo of an uncommitted run)' if s['redo'] else ''}"],
+        ["records", s["records"]],
+        ["skipped (malformed)", s["skipped"]],
+        ["offset ranges", ranges],
+        ["sessions (this run)", s["sessions"]],
+        ["pages (total)", len(s["pages"])],
+        ["parquet", s["parquet"].get("page_counts", "")],
+        ["", s["parquet"].get("sessions", "")],
+        ["results topic", s["results_topic"]],
+        ["elapsed", f"{s['elapsed_s']:.1f} s"],
+    ]
     top = table([[p, n] for p, n in s["top_pages"]], ["TOP PAGE", "CLICKS (TOTAL)"])
     return table(rows, ["CLICKSTREAM", ""]) + "\n\n" + top

@@ -38,6 +38,7 @@ A crash after committing but before anything else leaves nothing to redo: the co
 longer match the plan. One results topic serves one group (the cumulative records are not keyed by
 group); resetting the group's offsets by hand makes the next run count those records again (on purpose).
 """
+
 from __future__ import annotations
 
 import json
@@ -76,6 +77,7 @@ def load_state(cluster: Any, results_topic: str) -> dict[str, dict]:
     """The latest value of every key of the results topic (tombstones remove keys)."""
     from jobs.datasource import plan_ranges, read_partition
     from rafka.cluster import resolve_cluster
+
     name = resolve_cluster(cluster)
     state: dict[str, dict] = {}
     for p, (s, e) in plan_ranges(name, results_topic).items():
@@ -104,7 +106,7 @@ def read_results(cluster: Any, results_topic: str = "clickstream-results") -> di
         elif kind == "user" and v.get("open"):
             out["open_sessions"][key.split("/", 1)[1]] = v["open"]
         elif key.startswith(PLAN_PREFIX):
-            out["plans"][key[len(PLAN_PREFIX):]] = v
+            out["plans"][key[len(PLAN_PREFIX) :]] = v
     out["sessions"].sort(key=lambda s: (s["user"], s["start"]))
     return out
 
@@ -117,6 +119,7 @@ def _committed(admin, topic: str, group: str) -> dict[int, int]:
 def _plan(admin, cluster: str, topic: str, group: str, state: dict) -> tuple[dict | None, bool, int]:
     """``(plan, redo, last run)``: the unfinished previous plan to redo, a new plan, or None (nothing new)."""
     from jobs.datasource import plan_ranges
+
     prev = state.get(PLAN_PREFIX + group)
     committed = _committed(admin, topic, group)
     last_run = prev["run"] if prev else 0
@@ -127,15 +130,21 @@ def _plan(admin, cluster: str, topic: str, group: str, state: dict) -> tuple[dic
     ranges = plan_ranges(cluster, topic, "earliest", "latest", group=group)
     if all(s == e for s, e in ranges.values()):
         return None, False, last_run
-    plan = {"run": last_run + 1, "group": group, "topic": topic,
-            "ranges": {str(p): [s, e] for p, (s, e) in sorted(ranges.items())},
-            "committed": {str(p): committed.get(p) for p in sorted(ranges)}, "planned_at": int(time.time() * 1000)}
+    plan = {
+        "run": last_run + 1,
+        "group": group,
+        "topic": topic,
+        "ranges": {str(p): [s, e] for p, (s, e) in sorted(ranges.items())},
+        "committed": {str(p): committed.get(p) for p in sorted(ranges)},
+        "planned_at": int(time.time() * 1000),
+    }
     return plan, False, last_run
 
 
 # -- computing ------------------------------------------------------------------------------------------
-EVENT_COLUMNS = pa.schema([("user", pa.string()), ("page", pa.string()), ("ts", pa.int64()), ("ord", pa.int64()),
-                           ("ok", pa.bool_())])
+EVENT_COLUMNS = pa.schema(
+    [("user", pa.string()), ("page", pa.string()), ("ts", pa.int64()), ("ord", pa.int64()), ("ok", pa.bool_())]
+)
 
 
 def parse_clicks(batch: pa.Table) -> pa.Table:
@@ -158,19 +167,33 @@ def parse_clicks(batch: pa.Table) -> pa.Table:
         pages.append(page)
         stamps.append(ts)
         oks.append(ok)
-    return pa.Table.from_arrays([pa.array(users, pa.string()), pa.array(pages, pa.string()),
-                                 pa.array(stamps, pa.int64()), batch.column("offset"), pa.array(oks, pa.bool_())],
-                                schema=EVENT_COLUMNS)
+    return pa.Table.from_arrays(
+        [
+            pa.array(users, pa.string()),
+            pa.array(pages, pa.string()),
+            pa.array(stamps, pa.int64()),
+            batch.column("offset"),
+            pa.array(oks, pa.bool_()),
+        ],
+        schema=EVENT_COLUMNS,
+    )
 
 
 def _events(spark, cluster: str, plan: dict, read_options: dict):
     """``(all records DataFrame (with ok), valid events DataFrame (user, page, ts, ord))`` for the plan."""
     from jobs.datasource import TopicDatasource
+
     ranges = {int(p): r for p, r in plan["ranges"].items() if r[1] > r[0]}
-    src = TopicDatasource(cluster, plan["topic"], start={p: r[0] for p, r in ranges.items()},
-                          end={p: r[1] for p, r in ranges.items()}, partitions=sorted(ranges), **read_options)
+    src = TopicDatasource(
+        cluster,
+        plan["topic"],
+        start={p: r[0] for p, r in ranges.items()},
+        end={p: r[1] for p, r in ranges.items()},
+        partitions=sorted(ranges),
+        **read_options,
+    )
     ds = src.to_dataset().map_batches(parse_clicks, batch_format="pyarrow", batch_size=None, num_cpus=src.num_cpus)
-    flagged = ds.to_spark(spark).cache()   # one pass through RayDP's conversion, every later step reads this
+    flagged = ds.to_spark(spark).cache()  # one pass through RayDP's conversion, every later step reads this
     return flagged, flagged.where("ok").select("user", "page", "ts", "ord")
 
 
@@ -183,14 +206,28 @@ def sessionize(spark, events, carried: list[dict], gap_ms: int):
     seen so far for the user (a running max, so a late event inside a session does not split it)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import (ArrayType, BooleanType, LongType, StringType, StructField, StructType)
-    unit_schema = StructType([StructField("user", StringType()), StructField("first", LongType()),
-                              StructField("last", LongType()), StructField("ord", LongType()),
-                              StructField("clicks", LongType()), StructField("pages", ArrayType(StringType())),
-                              StructField("carried", BooleanType())])
-    units = events.select("user", F.col("ts").alias("first"), F.col("ts").alias("last"), "ord",
-                          F.lit(1).cast("long").alias("clicks"), F.array("page").alias("pages"),
-                          F.lit(False).alias("carried"))
+    from pyspark.sql.types import ArrayType, BooleanType, LongType, StringType, StructField, StructType
+
+    unit_schema = StructType(
+        [
+            StructField("user", StringType()),
+            StructField("first", LongType()),
+            StructField("last", LongType()),
+            StructField("ord", LongType()),
+            StructField("clicks", LongType()),
+            StructField("pages", ArrayType(StringType())),
+            StructField("carried", BooleanType()),
+        ]
+    )
+    units = events.select(
+        "user",
+        F.col("ts").alias("first"),
+        F.col("ts").alias("last"),
+        "ord",
+        F.lit(1).cast("long").alias("clicks"),
+        F.array("page").alias("pages"),
+        F.lit(False).alias("carried"),
+    )
     if carried:
         rows = [(c["user"], c["start"], c["end"], -1, c["clicks"], list(c["pages"]), True) for c in carried]
         units = units.unionByName(spark.createDataFrame(rows, unit_schema))
@@ -198,11 +235,16 @@ def sessionize(spark, events, carried: list[dict], gap_ms: int):
     seen = F.max("last").over(w.rowsBetween(Window.unboundedPreceding, -1))
     starts = units.withColumn("new", F.when(seen.isNull() | (F.col("first") - seen > gap_ms), 1).otherwise(0))
     numbered = starts.withColumn("sid", F.sum("new").over(w.rowsBetween(Window.unboundedPreceding, 0)))
-    ordered_pages = F.array_distinct(F.flatten(F.transform(
-        F.array_sort(F.collect_list(F.struct("first", "ord", "pages"))), lambda u: u["pages"])))
+    ordered_pages = F.array_distinct(
+        F.flatten(F.transform(F.array_sort(F.collect_list(F.struct("first", "ord", "pages"))), lambda u: u["pages"]))
+    )
     sessions = numbered.groupBy("user", "sid").agg(
-        F.min("first").alias("start"), F.max("last").alias("end"), F.sum("clicks").alias("clicks"),
-        ordered_pages.alias("pages"), F.sum(F.when(F.col("carried"), 0).otherwise(1)).alias("fresh"))
+        F.min("first").alias("start"),
+        F.max("last").alias("end"),
+        F.sum("clicks").alias("clicks"),
+        ordered_pages.alias("pages"),
+        F.sum(F.when(F.col("carried"), 0).otherwise(1)).alias("fresh"),
+    )
     return sessions.where("fresh > 0").select("user", "start", "end", "clicks", "pages")
 
 
@@ -210,11 +252,16 @@ def sessionize(spark, events, carried: list[dict], gap_ms: int):
 def _produce(cluster: str, topic: str, records: list[tuple[str, dict]]) -> None:
     """Write ``(key, value)`` records with an idempotent acks=all producer; raise the first failure."""
     from rafka.producer import Producer
+
     errors: list[BaseException] = []
     with Producer(cluster, acks="all", linger_ms=20, batch_size=262144) as producer:
         for key, value in records:
-            producer.send(topic, json.dumps(value, separators=(",", ":")).encode(), key=key.encode(),
-                          callback=lambda md, exc: exc is not None and errors.append(exc))
+            producer.send(
+                topic,
+                json.dumps(value, separators=(",", ":")).encode(),
+                key=key.encode(),
+                callback=lambda md, exc: exc is not None and errors.append(exc),
+            )
         producer.flush()
     if errors:
         raise errors[0] if isinstance(errors[0], KafkaError) else KafkaError(str(errors[0]))
@@ -245,15 +292,25 @@ def _write_parquet(spark, rows: list, schema: str, path: str) -> None:
 
 
 # -- the job --------------------------------------------------------------------------------------------
-def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstream",
-        results_topic: str = "clickstream-results", parquet_dir: str = "clickstream-output",
-        session_gap_ms: int = 1_800_000, crash_after_output: bool = False,
-        progress: Callable[[str], None] | None = None, read_options: dict | None = None) -> dict:
+def run(
+    cluster: Any,
+    spark: Any,
+    topic: str = "clicks",
+    group: str = "clickstream",
+    results_topic: str = "clickstream-results",
+    parquet_dir: str = "clickstream-output",
+    session_gap_ms: int = 1_800_000,
+    crash_after_output: bool = False,
+    progress: Callable[[str], None] | None = None,
+    read_options: dict | None = None,
+) -> dict:
     """One run of the job (see the module doc); returns its summary. ``progress(step)`` is told each step;
     ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``)."""
     from pyspark.sql import functions as F
+
     from rafka.admin import Admin
     from rafka.cluster import resolve_cluster
+
     t0 = time.monotonic()
     steps: dict[str, float] = {}  # seconds per step, in the summary
     last = [t0, None]
@@ -265,12 +322,14 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
         last[0], last[1] = now, None if step is None else step.split(": ", 1)[-1]
         if progress is not None and step is not None:
             progress(step)
+
     if session_gap_ms < 0:
         raise ValueError(f"session_gap_ms must be >= 0, got {session_gap_ms}")
     name = resolve_cluster(cluster)
     admin = Admin(name)
     if admin.metadata.topic(topic) is None:
         from rafka.errors import UnknownTopicOrPartitionError
+
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
     ensure_results_topic(admin, results_topic)
     say("loading state")
@@ -279,9 +338,19 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
     summary: dict[str, Any] = {"topic": topic, "group": group, "results_topic": results_topic}
     if plan is None:
         pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
-        return {**summary, "run": last_run, "redo": False, "records": 0, "skipped": 0, "ranges": {},
-                "sessions": 0, "pages": pages, "top_pages": _top(pages), "parquet": {},
-                "elapsed_s": round(time.monotonic() - t0, 3)}
+        return {
+            **summary,
+            "run": last_run,
+            "redo": False,
+            "records": 0,
+            "skipped": 0,
+            "ranges": {},
+            "sessions": 0,
+            "pages": pages,
+            "top_pages": _top(pages),
+            "parquet": {},
+            "elapsed_s": round(time.monotonic() - t0, 3),
+        }
     run_no = plan["run"]
     if not redo:
         _produce(name, results_topic, [(PLAN_PREFIX + group, plan)])
@@ -299,13 +368,22 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
     page_recs = _page_records(state, counts, run_no)
     say("writing Parquet")
     out_dir = os.path.abspath(parquet_dir)
-    paths = {"page_counts": os.path.join(out_dir, "page_counts", f"run={run_no}"),
-             "sessions": os.path.join(out_dir, "sessions", f"run={run_no}")}
-    _write_parquet(spark, [(v["page"], counts[v["page"]], v["count"], run_no) for _, v in page_recs],
-                   "page STRING, clicks LONG, total LONG, run INT", paths["page_counts"])
-    _write_parquet(spark, [(s["user"], s["start"], s["end"], s["clicks"], list(s["pages"]), run_no)
-                           for s in sessions],
-                   "user STRING, start LONG, end LONG, clicks LONG, pages ARRAY<STRING>, run INT", paths["sessions"])
+    paths = {
+        "page_counts": os.path.join(out_dir, "page_counts", f"run={run_no}"),
+        "sessions": os.path.join(out_dir, "sessions", f"run={run_no}"),
+    }
+    _write_parquet(
+        spark,
+        [(v["page"], counts[v["page"]], v["count"], run_no) for _, v in page_recs],
+        "page STRING, clicks LONG, total LONG, run INT",
+        paths["page_counts"],
+    )
+    _write_parquet(
+        spark,
+        [(s["user"], s["start"], s["end"], s["clicks"], list(s["pages"]), run_no) for s in sessions],
+        "user STRING, start LONG, end LONG, clicks LONG, pages ARRAY<STRING>, run INT",
+        paths["sessions"],
+    )
     say(f"writing {results_topic}")
     _produce(name, results_topic, page_recs + _session_records(state, sessions, run_no))
     if crash_after_output:
@@ -315,10 +393,20 @@ def run(cluster: Any, spark: Any, topic: str = "clicks", group: str = "clickstre
     pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
     pages.update({v["page"]: v["count"] for _, v in page_recs})
     say(None)
-    return {**summary, "run": run_no, "redo": redo, "records": records, "skipped": records - good,
-            "ranges": {int(p): tuple(r) for p, r in plan["ranges"].items()}, "sessions": len(sessions),
-            "pages": pages, "top_pages": _top(pages), "parquet": paths, "steps_s": steps,
-            "elapsed_s": round(time.monotonic() - t0, 3)}
+    return {
+        **summary,
+        "run": run_no,
+        "redo": redo,
+        "records": records,
+        "skipped": records - good,
+        "ranges": {int(p): tuple(r) for p, r in plan["ranges"].items()},
+        "sessions": len(sessions),
+        "pages": pages,
+        "top_pages": _top(pages),
+        "parquet": paths,
+        "steps_s": steps,
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
 
 
 def _session_records(state: dict, sessions: list[dict], run_no: int) -> list[tuple[str, dict]]:

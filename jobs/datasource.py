@@ -26,6 +26,7 @@ whose delivery fails fails the task, so a dataset write either succeeds for ever
 Partitions come from the producer's partitioner (murmur2 of the key, as Kafka's Java client) unless a
 ``partition_column`` is given.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,23 +39,37 @@ from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from protocol.errors import refresh_metadata
-from rafka.errors import (KafkaError, KafkaTimeoutError, NotLeaderOrFollowerError, RequestTimedOutError,
-                          UnknownTopicOrPartitionError, for_code)
+from rafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from rafka.structs import TopicPartition
 
-__all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic",
-           "write_topic"]
+__all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic", "write_topic"]
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                    ("timestamp", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
-                    ("headers", HEADER_TYPE)])
+SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADER_TYPE),
+    ]
+)
 EARLIEST, LATEST = "earliest", "latest"
 
 
 def _cluster_name(cluster: Any) -> str:
     """The name read tasks and write tasks carry (a LocalCluster or handle does not travel to workers)."""
     from rafka.cluster import resolve_cluster
+
     return resolve_cluster(cluster)
 
 
@@ -95,16 +110,24 @@ def _offsets(admin, topic: str, parts: list[int], spec: Any, what: str) -> dict[
         return out
     if isinstance(spec, int) and not isinstance(spec, bool):
         return {p: spec for p in parts}
-    raise ValueError(f"{what} must be 'earliest', 'latest', an offset, {{partition: offset}} or "
-                     f"{{'timestamp': ms}}, not {spec!r}")
+    raise ValueError(
+        f"{what} must be 'earliest', 'latest', an offset, {{partition: offset}} or {{'timestamp': ms}}, not {spec!r}"
+    )
 
 
-def plan_ranges(cluster: Any, topic: str, start: Any = EARLIEST, end: Any = LATEST, group: str | None = None,
-                partitions: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+def plan_ranges(
+    cluster: Any,
+    topic: str,
+    start: Any = EARLIEST,
+    end: Any = LATEST,
+    group: str | None = None,
+    partitions: Iterable[int] | None = None,
+) -> dict[int, tuple[int, int]]:
     """``{partition: (start, end)}`` for a bounded read. With ``group``, partitions the group has committed
     offsets for start there and ``start`` applies to the others. Ranges are clamped into
     [log start, high watermark] so that a plan never asks for offsets the log cannot serve."""
     from rafka.admin import Admin
+
     admin = Admin(cluster)
     parts = _partitions(admin, topic, partitions)
     tps = {p: TopicPartition(topic, p) for p in parts}
@@ -112,8 +135,11 @@ def plan_ranges(cluster: Any, topic: str, start: Any = EARLIEST, end: Any = LATE
     high = admin.list_offsets({tp: LATEST for tp in tps.values()})
     committed: dict[int, int] = {}
     if group is not None:
-        committed = {tp.partition: off for tp, off in admin.list_consumer_group_offsets(group).items()
-                     if tp.topic == topic and tp.partition in tps}
+        committed = {
+            tp.partition: off
+            for tp, off in admin.list_consumer_group_offsets(group).items()
+            if tp.topic == topic and tp.partition in tps
+        }
     rest = [p for p in parts if p not in committed]
     starts = {**(_offsets(admin, topic, rest, start, "start") if rest else {}), **committed}
     ends = _offsets(admin, topic, parts, end, "end")
@@ -139,12 +165,19 @@ def _to_table(topic: str, partition: int, records: list) -> pa.Table:
     if any(headers):
         hdr = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], HEADER_TYPE)
     else:  # the common case: n empty lists without building n Python lists
-        hdr = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()),
-                                       pa.array([], HEADER_TYPE.value_type))
+        hdr = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], HEADER_TYPE.value_type))
     return pa.Table.from_arrays(
-        [pa.repeat(pa.scalar(topic, pa.string()), n), pa.repeat(pa.scalar(partition, pa.int32()), n),
-         pa.array(offsets, pa.int64()), pa.array(stamps, pa.int64()),
-         pa.array(keys, pa.binary()), pa.array(values, pa.binary()), hdr], schema=SCHEMA)
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            hdr,
+        ],
+        schema=SCHEMA,
+    )
 
 
 class _PartitionReader:
@@ -152,6 +185,7 @@ class _PartitionReader:
 
     def __init__(self, cluster: str, topic: str, partition: int, fetch_max_bytes: int, timeout_s: float):
         from rafka.metadata import ClusterMetadata
+
         self.metadata = ClusterMetadata(cluster)
         self.tp = TopicPartition(topic, partition)
         self.fetch_max_bytes = fetch_max_bytes
@@ -172,6 +206,7 @@ class _PartitionReader:
     def _reply(self, ref, offset: int) -> bytes | None:
         """The records of a fetch reply, or None when it must be retried (leader moved, actor gone)."""
         from ray.exceptions import GetTimeoutError, RayActorError
+
         try:
             resp = ray.get(ref, timeout=self.timeout_s)
         except (RayActorError, GetTimeoutError):
@@ -188,6 +223,7 @@ class _PartitionReader:
     def chunks(self, start: int, end: int) -> Iterator[list]:
         """Decoded records of ``[start, end)``, a fetch reply at a time."""
         from storage.records import decode_records, iter_batch_headers
+
         pos = start
         deadline = time.monotonic() + self.timeout_s
         ref = self._send(pos) if pos < end else None
@@ -212,9 +248,17 @@ class _PartitionReader:
             yield records
 
 
-def read_partition(cluster: str, topic: str, partition: int, start: int, end: int,
-                   fetch_max_bytes: int = 8 << 20, block_bytes: int = 64 << 20, timeout_s: float = 60.0,
-                   row_limit: int | None = None) -> Iterator[pa.Table]:
+def read_partition(
+    cluster: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    fetch_max_bytes: int = 8 << 20,
+    block_bytes: int = 64 << 20,
+    timeout_s: float = 60.0,
+    row_limit: int | None = None,
+) -> Iterator[pa.Table]:
     """Arrow tables (~``block_bytes`` each) holding the records of ``[start, end)`` of one partition."""
     reader = _PartitionReader(cluster, topic, partition, fetch_max_bytes, timeout_s)
     pending: list = []
@@ -222,7 +266,7 @@ def read_partition(cluster: str, topic: str, partition: int, start: int, end: in
     rows = 0
     for records in reader.chunks(start, end):
         if row_limit is not None and rows + len(records) > row_limit:
-            records = records[:row_limit - rows]
+            records = records[: row_limit - rows]
         pending.extend(records)
         rows += len(records)
         size += sum(len(r[3] or b"") + len(r[2] or b"") + 24 for r in records)
@@ -245,10 +289,19 @@ class TopicDatasource(Datasource):
     ``num_cpus`` per read task defaults to 0.5: a read mostly waits on the leader replica actors, and
     Spark executors beside it hold whole CPUs of their own."""
 
-    def __init__(self, cluster: Any, topic: str, start: Any = EARLIEST, end: Any = LATEST,
-                 group: str | None = None, partitions: Iterable[int] | None = None,
-                 fetch_max_bytes: int = 8 << 20, block_bytes: int = 64 << 20, timeout_s: float = 60.0,
-                 num_cpus: float = 0.5):
+    def __init__(
+        self,
+        cluster: Any,
+        topic: str,
+        start: Any = EARLIEST,
+        end: Any = LATEST,
+        group: str | None = None,
+        partitions: Iterable[int] | None = None,
+        fetch_max_bytes: int = 8 << 20,
+        block_bytes: int = 64 << 20,
+        timeout_s: float = 60.0,
+        num_cpus: float = 0.5,
+    ):
         self.cluster = _cluster_name(cluster)
         self.topic = topic
         self.group = group
@@ -273,20 +326,24 @@ class TopicDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:
         return None  # record sizes are unknown before reading
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                       data_context: Any = None) -> list[ReadTask]:
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:
         tasks = []
         todo = [(p, s, e) for p, (s, e) in sorted(self.ranges.items()) if e > s]
         if not todo:  # an empty read still has a schema (one task yielding an empty table)
             todo = [(min(self.ranges) if self.ranges else 0, 0, 0)]
         args = (self.cluster, self.topic)
-        opts = dict(fetch_max_bytes=self.fetch_max_bytes, block_bytes=self.block_bytes, timeout_s=self.timeout_s,
-                    row_limit=per_task_row_limit)
+        opts = dict(
+            fetch_max_bytes=self.fetch_max_bytes,
+            block_bytes=self.block_bytes,
+            timeout_s=self.timeout_s,
+            row_limit=per_task_row_limit,
+        )
         for p, s, e in todo:
             # num_rows stays unknown: compaction and transaction markers leave offsets without records
             meta = BlockMetadata(num_rows=None, size_bytes=None, exec_stats=None, input_files=None)
-            tasks.append(ReadTask(lambda p=p, s=s, e=e: read_partition(*args, p, s, e, **opts), meta,
-                                  schema=SCHEMA))
+            tasks.append(ReadTask(lambda p=p, s=s, e=e: read_partition(*args, p, s, e, **opts), meta, schema=SCHEMA))
         return tasks
 
     def to_dataset(self) -> ray.data.Dataset:
@@ -296,8 +353,15 @@ class TopicDatasource(Datasource):
         return ray.data.read_datasource(self, override_num_blocks=n, num_cpus=self.num_cpus)
 
 
-def read_topic(cluster: Any, topic: str, start: Any = EARLIEST, end: Any = LATEST, group: str | None = None,
-               partitions: Iterable[int] | None = None, **options: Any) -> ray.data.Dataset:
+def read_topic(
+    cluster: Any,
+    topic: str,
+    start: Any = EARLIEST,
+    end: Any = LATEST,
+    group: str | None = None,
+    partitions: Iterable[int] | None = None,
+    **options: Any,
+) -> ray.data.Dataset:
     """``TopicDatasource(...).to_dataset()``; build the source yourself when you need its ``ranges``."""
     return TopicDatasource(cluster, topic, start, end, group, partitions, **options).to_dataset()
 
@@ -312,8 +376,10 @@ def _encode(v: Any, column: str, json_values: bool) -> bytes | None:
         return bytes(v)
     if json_values:
         return json.dumps(v, separators=(",", ":"), default=str).encode("utf-8")
-    raise TypeError(f"column {column!r} holds {type(v).__name__} values: pass json_values=True to send them "
-                    "as JSON (bytes and str are sent as they are)")
+    raise TypeError(
+        f"column {column!r} holds {type(v).__name__} values: pass json_values=True to send them "
+        "as JSON (bytes and str are sent as they are)"
+    )
 
 
 class TopicDatasink(Datasink):
@@ -323,20 +389,40 @@ class TopicDatasink(Datasink):
     ``timestamp_column`` (epoch ms). ``producer_config`` adds Producer settings (acks=all and idempotence
     stay on). The write result is ``{"records": n, "partitions": {p: count}}`` on ``self.result``."""
 
-    def __init__(self, cluster: Any, topic: str, key_column: str | None = "key", value_column: str = "value",
-                 headers_column: str | None = None, partition_column: str | None = None,
-                 timestamp_column: str | None = None, json_values: bool = False,
-                 producer_config: dict | None = None, timeout_s: float = 120.0):
+    def __init__(
+        self,
+        cluster: Any,
+        topic: str,
+        key_column: str | None = "key",
+        value_column: str = "value",
+        headers_column: str | None = None,
+        partition_column: str | None = None,
+        timestamp_column: str | None = None,
+        json_values: bool = False,
+        producer_config: dict | None = None,
+        timeout_s: float = 120.0,
+    ):
         from rafka.admin import Admin
+
         self.cluster = _cluster_name(cluster)
         if Admin(self.cluster).metadata.topic(topic) is None:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
         self.topic = topic
-        self.columns = {"key": key_column, "value": value_column, "headers": headers_column,
-                        "partition": partition_column, "timestamp": timestamp_column}
+        self.columns = {
+            "key": key_column,
+            "value": value_column,
+            "headers": headers_column,
+            "partition": partition_column,
+            "timestamp": timestamp_column,
+        }
         self.json_values = json_values
-        self.producer_config = {"linger_ms": 5, "batch_size": 262144, **(producer_config or {}),
-                                "acks": "all", "enable_idempotence": True}
+        self.producer_config = {
+            "linger_ms": 5,
+            "batch_size": 262144,
+            **(producer_config or {}),
+            "acks": "all",
+            "enable_idempotence": True,
+        }
         self.timeout_s = timeout_s
         self.result: dict | None = None
 
@@ -348,8 +434,9 @@ class TopicDatasink(Datasink):
             return
         missing = [c for c in self.columns.values() if c is not None and c not in schema.names]
         if missing:
-            raise ValueError(f"writing to {self.topic!r}: the dataset has no column(s) {missing} "
-                             f"(columns: {schema.names})")
+            raise ValueError(
+                f"writing to {self.topic!r}: the dataset has no column(s) {missing} (columns: {schema.names})"
+            )
 
     def _rows(self, block) -> Iterator[tuple]:
         table = BlockAccessor.for_block(block).to_arrow()
@@ -360,6 +447,7 @@ class TopicDatasink(Datasink):
 
     def write(self, blocks: Iterable, ctx: Any) -> dict:
         from rafka.producer import Producer
+
         c, jv = self.columns, self.json_values
         errors: list[BaseException] = []
         counts: dict[int, int] = {}
@@ -369,6 +457,7 @@ class TopicDatasink(Datasink):
                 errors.append(exc)
             else:
                 counts[md.partition] = counts.get(md.partition, 0) + 1
+
         producer = Producer(self.cluster, **self.producer_config)
         try:
             for block in blocks:
@@ -379,10 +468,15 @@ class TopicDatasink(Datasink):
                         headers = list(headers.items())
                     elif headers:
                         headers = [(h["key"], h["value"]) if isinstance(h, dict) else tuple(h) for h in headers]
-                    producer.send(self.topic, _encode(value, c["value"], jv),
-                                  key=_encode(key, c["key"], jv) if key is not None else None,
-                                  headers=headers or None, partition=partition,
-                                  timestamp_ms=ts, callback=done)
+                    producer.send(
+                        self.topic,
+                        _encode(value, c["value"], jv),
+                        key=_encode(key, c["key"], jv) if key is not None else None,
+                        headers=headers or None,
+                        partition=partition,
+                        timestamp_ms=ts,
+                        callback=done,
+                    )
             producer.flush(timeout=self.timeout_s)
         finally:
             producer.close(timeout=self.timeout_s)
@@ -399,8 +493,14 @@ class TopicDatasink(Datasink):
         self.result = {"records": sum(total.values()), "partitions": dict(sorted(total.items()))}
 
 
-def write_topic(ds: ray.data.Dataset, cluster: Any, topic: str, key_column: str | None = "key",
-                value_column: str = "value", **options: Any) -> dict:
+def write_topic(
+    ds: ray.data.Dataset,
+    cluster: Any,
+    topic: str,
+    key_column: str | None = "key",
+    value_column: str = "value",
+    **options: Any,
+) -> dict:
     """Write ``ds`` to ``topic`` (see ``TopicDatasink``); returns ``{"records", "partitions"}``."""
     sink = TopicDatasink(cluster, topic, key_column, value_column, **options)
     ds.write_datasink(sink)

@@ -15,6 +15,7 @@ results are checked against a plain-Python computation. Prints a summary and shu
 
 Exit status 0 when every check passed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,9 +56,15 @@ class ClickStream:
             u = min(int(rng.paretovariate(1.2)) - 1, self.users - 1)  # a few heavy users, a long tail
             self.seqs[u] += 1
             page = rng.choice(PAGES).format(rng.randrange(1000))
-            event = {"id": i, "user": f"user-{u:04d}", "seq": self.seqs[u], "page": page, "ts": self.t0 + 100 * i,
-                     "referrer": rng.choice(["google", "direct", "newsletter", "ads", None]),
-                     "device": rng.choice(["mobile", "desktop", "tablet"])}
+            event = {
+                "id": i,
+                "user": f"user-{u:04d}",
+                "seq": self.seqs[u],
+                "page": page,
+                "ts": self.t0 + 100 * i,
+                "referrer": rng.choice(["google", "direct", "newsletter", "ads", None]),
+                "device": rng.choice(["mobile", "desktop", "tablet"]),
+            }
             self.events.append(event)
             out.append((event["user"].encode(), json.dumps(event, separators=(",", ":")).encode()))
         return out
@@ -72,10 +79,18 @@ def post_records(url: str, topic: str, pairs: list[tuple[bytes, bytes]], per_req
     acked, failed, first_error = 0, 0, None
     with requests.Session() as http:
         for i in range(0, len(pairs), per_request):
-            body = {"records": [{"key": base64.b64encode(k).decode(), "value": base64.b64encode(v).decode()}
-                                for k, v in pairs[i:i + per_request]]}
-            resp = http.post(f"{url}/topics/{topic}", json=body, timeout=120,
-                             headers={"Content-Type": "application/vnd.kafka.binary.v2+json"})
+            body = {
+                "records": [
+                    {"key": base64.b64encode(k).decode(), "value": base64.b64encode(v).decode()}
+                    for k, v in pairs[i : i + per_request]
+                ]
+            }
+            resp = http.post(
+                f"{url}/topics/{topic}",
+                json=body,
+                timeout=120,
+                headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
+            )
             if resp.status_code != 200:
                 failed += len(body["records"])
                 first_error = first_error or f"HTTP {resp.status_code}: {resp.text[:200]}"
@@ -97,8 +112,13 @@ def partition_table(admin, title: str) -> tuple[Table, dict]:
     state = {}
     for p in desc["partitions"]:
         state[p["partition"]] = (p["leader"], list(p["isr"]))
-        table.add_row(str(p["partition"]), str(p["leader"]), str(p["replicas"]), str(p["isr"]),
-                      str(p.get("offline_replicas") or ""))
+        table.add_row(
+            str(p["partition"]),
+            str(p["leader"]),
+            str(p["replicas"]),
+            str(p["isr"]),
+            str(p.get("offline_replicas") or ""),
+        )
     return table, state
 
 
@@ -129,8 +149,10 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
     from rafka.errors import KafkaError
 
     session_ms = 3000
-    console.print(f"Consumer group [bold]{GROUP}[/]: 3 members, manual commits, session timeout "
-                  f"{session_ms / 1000:.0f} s; one member crashes part-way ...")
+    console.print(
+        f"Consumer group [bold]{GROUP}[/]: 3 members, manual commits, session timeout "
+        f"{session_ms / 1000:.0f} s; one member crashes part-way ..."
+    )
     # the group starts from the beginning of the log (kafka-consumer-groups --reset-offsets --to-earliest)
     admin.reset_consumer_group_offsets(GROUP, "earliest", topics=[TOPIC])
     table, lag_before = lag_table(admin, "Group lag right after producing")
@@ -152,9 +174,17 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
     members = []
     for _ in range(3):
         lst = CommitOnRevoke()
-        c = rafka.Consumer(cluster, group_id=GROUP, enable_auto_commit=False, auto_offset_reset="earliest",
-                           session_timeout_ms=session_ms, heartbeat_interval_ms=300,
-                           max_poll_interval_ms=60000, fetch_max_wait_ms=100, max_poll_records=200)
+        c = rafka.Consumer(
+            cluster,
+            group_id=GROUP,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=300,
+            max_poll_interval_ms=60000,
+            fetch_max_wait_ms=100,
+            max_poll_records=200,
+        )
         lst.consumer = c
         c.subscribe([TOPIC], listener=lst)
         members.append(c)
@@ -173,8 +203,12 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
     def finished(alive) -> bool:
         owned = [c.assignment() for c in alive]
         gens = {c.group_metadata()["generation_id"] for c in alive}
-        return len(gens) == 1 and set().union(*owned) == all_tps and sum(map(len, owned)) == len(all_tps) \
+        return (
+            len(gens) == 1
+            and set().union(*owned) == all_tps
+            and sum(map(len, owned)) == len(all_tps)
             and all(c.position(tp) >= ends[tp] for c in alive for tp in c.assignment())
+        )
 
     while time.monotonic() < deadline:
         alive = [i for i in range(3) if i != victim]
@@ -196,9 +230,11 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
                 gen_at_kill = members[victim].group_metadata()["generation_id"]
                 members[victim]._group._stop.set()  # crash: its heartbeats stop, it never polls, commits or leaves
                 killed_at = time.monotonic()
-                console.print(f"  [bold red]member {victim} crashed[/] owning partitions {victim_parts} after "
-                              f"{sum(processed.values()):,} records processed, {victim_uncommitted:,} of its own "
-                              "not yet committed")
+                console.print(
+                    f"  [bold red]member {victim} crashed[/] owning partitions {victim_parts} after "
+                    f"{sum(processed.values()):,} records processed, {victim_uncommitted:,} of its own "
+                    "not yet committed"
+                )
                 continue
             polls[i] += 1
             if polls[i] % 5 == 0 and c.assignment():
@@ -221,18 +257,28 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
         c.close()
     distinct = len(processed)
     dups = sum(processed.values()) - distinct
-    console.print(f"  {sum(processed.values()):,} records processed ({distinct:,} distinct, {dups:,} re-processed after "
-                  f"the crash; the victim had {victim_uncommitted:,} uncommitted) in {time.monotonic() - t0:.1f} s; "
-                  f"{len(clicks)} users counted" + (f"; survivors done {took_over_s:.1f} s after the crash"
-                                                   if took_over_s is not None else ""))
+    console.print(
+        f"  {sum(processed.values()):,} records processed ({distinct:,} distinct, {dups:,} re-processed after "
+        f"the crash; the victim had {victim_uncommitted:,} uncommitted) in {time.monotonic() - t0:.1f} s; "
+        f"{len(clicks)} users counted"
+        + (f"; survivors done {took_over_s:.1f} s after the crash" if took_over_s is not None else "")
+    )
     return [
-        ("group: nothing lost after a member crash", done and distinct == records and all(
-            processed.get(i) for i in range(records)),
-         f"{distinct:,}/{records:,} events processed at least once, {dups:,} re-processed"),
-        ("group: rebalanced and lag 0", done and victim is not None and new_gen > gen_at_kill
-         and all(v == 0 for v in lag_after.values()) and len(lag_after) == len(ends),
-         f"lag {sum(v or 0 for v in lag_before.values()):,} -> {sum(v or 0 for v in lag_after.values())}, "
-         f"generation {gen_at_kill} -> {new_gen}"),
+        (
+            "group: nothing lost after a member crash",
+            done and distinct == records and all(processed.get(i) for i in range(records)),
+            f"{distinct:,}/{records:,} events processed at least once, {dups:,} re-processed",
+        ),
+        (
+            "group: rebalanced and lag 0",
+            done
+            and victim is not None
+            and new_gen > gen_at_kill
+            and all(v == 0 for v in lag_after.values())
+            and len(lag_after) == len(ends),
+            f"lag {sum(v or 0 for v in lag_before.values()):,} -> {sum(v or 0 for v in lag_after.values())}, "
+            f"generation {gen_at_kill} -> {new_gen}",
+        ),
     ]
 
 
@@ -260,8 +306,11 @@ def expected_results(events: list[dict]) -> tuple[dict[str, int], set[tuple]]:
 
 def run_table(res: dict) -> Table:
     ranges = ", ".join(f"p{p}:{s}-{e}" for p, (s, e) in sorted(res["ranges"].items()))
-    table = Table(title=f"Clickstream run {res['run']}: {res['records']:,} new records in {res['elapsed_s']:.1f} s "
-                        f"(offsets {ranges or 'none'})", title_justify="left")
+    table = Table(
+        title=f"Clickstream run {res['run']}: {res['records']:,} new records in {res['elapsed_s']:.1f} s "
+        f"(offsets {ranges or 'none'})",
+        title_justify="left",
+    )
     for col in ("page", "total clicks"):
         table.add_column(col, justify="right" if col != "page" else "left")
     for page, n in res["top_pages"][:8]:
@@ -288,16 +337,39 @@ def pipeline_part(cluster, url: str, stream: "ClickStream", more: int, data_dir:
     out_dir = os.path.join(data_dir, "clickstream")
     step = lambda s: console.print(f"  [dim]{s}[/]")  # noqa: E731
     try:
-        first = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
-                                parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS, progress=step)
+        first = clickstream.run(
+            cluster,
+            spark,
+            topic=TOPIC,
+            group=JOB_GROUP,
+            results_topic=RESULTS,
+            parquet_dir=out_dir,
+            session_gap_ms=SESSION_GAP_MS,
+            progress=step,
+        )
         console.print(run_table(first))
         console.print(f"{more:,} more click events arrive over HTTP ...")
         posted = post_records(url, TOPIC, stream.take(more))
-        second = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
-                                 parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS, progress=step)
+        second = clickstream.run(
+            cluster,
+            spark,
+            topic=TOPIC,
+            group=JOB_GROUP,
+            results_topic=RESULTS,
+            parquet_dir=out_dir,
+            session_gap_ms=SESSION_GAP_MS,
+            progress=step,
+        )
         console.print(run_table(second))
-        idle = clickstream.run(cluster, spark, topic=TOPIC, group=JOB_GROUP, results_topic=RESULTS,
-                               parquet_dir=out_dir, session_gap_ms=SESSION_GAP_MS)
+        idle = clickstream.run(
+            cluster,
+            spark,
+            topic=TOPIC,
+            group=JOB_GROUP,
+            results_topic=RESULTS,
+            parquet_dir=out_dir,
+            session_gap_ms=SESSION_GAP_MS,
+        )
     finally:
         stop_spark()
     results = clickstream.read_results(cluster, RESULTS)
@@ -312,25 +384,39 @@ def pipeline_part(cluster, url: str, stream: "ClickStream", more: int, data_dir:
             parquet_clicks[r["page"]] = parquet_clicks.get(r["page"], 0) + r["clicks"]
     console.print(f"Parquet under {out_dir}: " + "; ".join(runs))
     users = len({s[0] for s in want_sessions})
-    console.print(f"Sessions (gap {SESSION_GAP_MS // 60000} min): {len(got_sessions):,} for {users} users in "
-                  f"{RESULTS}; a session that spans both runs is continued, not split")
+    console.print(
+        f"Sessions (gap {SESSION_GAP_MS // 60000} min): {len(got_sessions):,} for {users} users in "
+        f"{RESULTS}; a session that spans both runs is continued, not split"
+    )
     total = len(stream.events)
     return [
-        ("pipeline: more events acknowledged over HTTP", posted["acked"] == more and not posted["failed"],
-         f"{posted['acked']:,}/{more:,}" + (f", {posted['first_error']}" if posted["first_error"] else "")),
-        ("pipeline: second run read only the new records", first["records"] + second["records"] == total
-         and second["records"] == more and idle["records"] == 0,
-         f"run 1: {first['records']:,}, run 2: {second['records']:,}, run 3: {idle['records']}"),
-        ("pipeline: page totals = plain Python", results["pages"] == want_pages,
-         f"{len(want_pages):,} pages, {sum(results['pages'].values()):,} clicks counted"),
-        ("pipeline: sessions = plain Python", got_sessions == want_sessions,
-         f"{len(got_sessions):,} sessions (expected {len(want_sessions):,})"),
+        (
+            "pipeline: more events acknowledged over HTTP",
+            posted["acked"] == more and not posted["failed"],
+            f"{posted['acked']:,}/{more:,}" + (f", {posted['first_error']}" if posted["first_error"] else ""),
+        ),
+        (
+            "pipeline: second run read only the new records",
+            first["records"] + second["records"] == total and second["records"] == more and idle["records"] == 0,
+            f"run 1: {first['records']:,}, run 2: {second['records']:,}, run 3: {idle['records']}",
+        ),
+        (
+            "pipeline: page totals = plain Python",
+            results["pages"] == want_pages,
+            f"{len(want_pages):,} pages, {sum(results['pages'].values()):,} clicks counted",
+        ),
+        (
+            "pipeline: sessions = plain Python",
+            got_sessions == want_sessions,
+            f"{len(got_sessions):,} sessions (expected {len(want_sessions):,})",
+        ),
         ("pipeline: Parquet = topic results", parquet_clicks == want_pages, f"{len(runs)} run directories"),
     ]
 
 
-def run(records: int, users: int, data_dir: str | None, console: Console, more: int = 10000,
-        gateway_port: int = 8082) -> bool:
+def run(
+    records: int, users: int, data_dir: str | None, console: Console, more: int = 10000, gateway_port: int = 8082
+) -> bool:
     import rafka
     from rafka import TopicPartition
     from serve.gateway import start_gateway, stop_gateway
@@ -342,10 +428,16 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
     if data_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="rafka-demo-")
         data_dir = tmp.name
-    cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, num_cpus=2,
-                                 broker_config={"replica.lag.time.max.ms": 5000,
-                                                "group.min.session.timeout.ms": 1000,
-                                                "group.initial.rebalance.delay.ms": 200})
+    cluster = rafka.LocalCluster(
+        brokers=3,
+        data_dir=data_dir,
+        num_cpus=2,
+        broker_config={
+            "replica.lag.time.max.ms": 5000,
+            "group.min.session.timeout.ms": 1000,
+            "group.initial.rebalance.delay.ms": 200,
+        },
+    )
     ok = False
     stream = ClickStream(users)
     try:
@@ -353,8 +445,10 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         admin = rafka.Admin(cluster)
         t = time.monotonic()
         admin.create_topic(TOPIC, num_partitions=6, replication_factor=3, configs={"min.insync.replicas": "2"})
-        console.print(f"Created topic [bold]{TOPIC}[/]: 6 partitions x 3 replicas, min.insync.replicas=2 "
-                      f"({time.monotonic() - t:.1f} s)")
+        console.print(
+            f"Created topic [bold]{TOPIC}[/]: 6 partitions x 3 replicas, min.insync.replicas=2 "
+            f"({time.monotonic() - t:.1f} s)"
+        )
         before_table, before = partition_table(admin, "Leaders and ISR before the failure")
         console.print(before_table)
 
@@ -367,9 +461,11 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         t = time.monotonic()
         url = start_gateway(cluster, port=gateway_port)
         console.print(f"  {url} up in {time.monotonic() - t:.1f} s (OpenAPI page: {url}/docs)")
-        console.print(f"Producing {records:,} click events from {users} users over HTTP (1,000 records per "
-                      f"request, keyed by user; the gateway's producer is idempotent, acks=all); broker {victim} "
-                      f"(the controller's host, leader of {led[victim]} partitions) dies after {kill_at:,} ...")
+        console.print(
+            f"Producing {records:,} click events from {users} users over HTTP (1,000 records per "
+            f"request, keyed by user; the gateway's producer is idempotent, acks=all); broker {victim} "
+            f"(the controller's host, leader of {led[victim]} partitions) dies after {kill_at:,} ..."
+        )
         pairs = stream.take(records)
         sent_bytes = sum(len(v) for _, v in pairs)
         t_prod = time.monotonic()
@@ -381,8 +477,10 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         prod_s = time.monotonic() - t_prod
         acked = first["acked"] + rest["acked"]
         errors = [e for e in (first["first_error"], rest["first_error"]) if e]
-        console.print(f"  {acked:,} acknowledged, {first['failed'] + rest['failed']} failed in {prod_s:.1f} s "
-                      f"({records / prod_s:,.0f} records/s, {sent_bytes / prod_s / 1e6:.1f} MB/s)")
+        console.print(
+            f"  {acked:,} acknowledged, {first['failed'] + rest['failed']} failed in {prod_s:.1f} s "
+            f"({records / prod_s:,.0f} records/s, {sent_bytes / prod_s / 1e6:.1f} MB/s)"
+        )
         after_table, after = partition_table(admin, f"Leaders and ISR after broker {victim} died")
         console.print(after_table)
 
@@ -419,17 +517,31 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         missing = records - len(seen_ids)
         group_checks = group_part(cluster, admin, records, {tp: ends[tp] for tp in tps}, console)
         pipeline_checks = pipeline_part(cluster, url, stream, more, data_dir, console)
-        checks = [
-            ("every record acknowledged over HTTP", acked == records and not errors,
-             f"{acked:,}/{records:,}" + (f", first error: {errors[0]}" if errors else "")),
-            ("nothing lost", missing == 0, f"{len(seen_ids):,} distinct events read, {missing} missing"),
-            ("nothing duplicated", dups == 0 and got == records, f"{got:,} records read, {dups} duplicates"),
-            ("per-user order kept", order_breaks == 0, f"{len(last_seq)} users, {order_breaks} out of order"),
-            ("offsets dense per partition", offsets_ok and sum(ends.values()) == records,
-             f"high watermarks sum to {sum(ends.values()):,}"),
-            ("a new leader took over", all(after[p][0] not in (victim, -1) for p in after)
-             and all(victim not in isr for _, isr in after.values()), f"broker {victim} out of every ISR"),
-        ] + group_checks + pipeline_checks
+        checks = (
+            [
+                (
+                    "every record acknowledged over HTTP",
+                    acked == records and not errors,
+                    f"{acked:,}/{records:,}" + (f", first error: {errors[0]}" if errors else ""),
+                ),
+                ("nothing lost", missing == 0, f"{len(seen_ids):,} distinct events read, {missing} missing"),
+                ("nothing duplicated", dups == 0 and got == records, f"{got:,} records read, {dups} duplicates"),
+                ("per-user order kept", order_breaks == 0, f"{len(last_seq)} users, {order_breaks} out of order"),
+                (
+                    "offsets dense per partition",
+                    offsets_ok and sum(ends.values()) == records,
+                    f"high watermarks sum to {sum(ends.values()):,}",
+                ),
+                (
+                    "a new leader took over",
+                    all(after[p][0] not in (victim, -1) for p in after)
+                    and all(victim not in isr for _, isr in after.values()),
+                    f"broker {victim} out of every ISR",
+                ),
+            ]
+            + group_checks
+            + pipeline_checks
+        )
         summary = Table(title="Summary", title_justify="left")
         summary.add_column("check")
         summary.add_column("result")
@@ -437,9 +549,13 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         for name, passed, detail in checks:
             summary.add_row(name, "[green]PASS[/]" if passed else "[red]FAIL[/]", detail)
         console.print(summary)
-        console.print(f"produce: {records / prod_s:,.0f} records/s (acks=all, RF 3, across a broker failure); "
-                      f"consume: {got / cons_s:,.0f} records/s; "
-                      f"failure injected {t_kill - t_prod:.1f} s into the run" if t_kill else "")
+        console.print(
+            f"produce: {records / prod_s:,.0f} records/s (acks=all, RF 3, across a broker failure); "
+            f"consume: {got / cons_s:,.0f} records/s; "
+            f"failure injected {t_kill - t_prod:.1f} s into the run"
+            if t_kill
+            else ""
+        )
         ok = all(passed for _, passed, _ in checks)
     finally:
         console.print("Shutting down the gateway and the cluster ...")
@@ -447,8 +563,7 @@ def run(records: int, users: int, data_dir: str | None, console: Console, more: 
         cluster.stop()
         if tmp is not None:
             tmp.cleanup()
-    console.rule(f"[bold]{'all checks passed' if ok else 'SOME CHECKS FAILED'}"
-                 f" in {time.monotonic() - t_start:.0f} s")
+    console.rule(f"[bold]{'all checks passed' if ok else 'SOME CHECKS FAILED'} in {time.monotonic() - t_start:.0f} s")
     return ok
 
 
@@ -460,8 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8082, help="the HTTP gateway's port (loopback)")
     ap.add_argument("--data-dir", default=None, help="keep the logs here (default: a temporary directory)")
     args = ap.parse_args(argv)
-    return 0 if run(args.records, args.users, args.data_dir, Console(), more=args.more,
-                     gateway_port=args.port) else 1
+    return 0 if run(args.records, args.users, args.data_dir, Console(), more=args.more, gateway_port=args.port) else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ client re-reads metadata (and drops its cached leader handle) after a response c
 
 Exceptions pickle by their single ``message`` argument, so they cross Ray calls intact.
 """
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -53,8 +54,10 @@ class OffsetOutOfRangeError(KafkaError):
 
 class CorruptMessageError(KafkaError):
     code, name, retriable = 2, "CORRUPT_MESSAGE", True
-    default_message = ("This message has failed its CRC checksum, exceeds the valid size, has a null key for a "
-                       "compacted topic, or is otherwise corrupt.")
+    default_message = (
+        "This message has failed its CRC checksum, exceeds the valid size, has a null key for a "
+        "compacted topic, or is otherwise corrupt."
+    )
 
 
 class UnknownTopicOrPartitionError(KafkaError):
@@ -69,14 +72,14 @@ class InvalidFetchSizeError(KafkaError):
 
 class LeaderNotAvailableError(KafkaError):
     code, name, retriable, invalid_metadata = 5, "LEADER_NOT_AVAILABLE", True, True
-    default_message = ("There is no leader for this topic-partition as we are in the middle of a leadership "
-                       "election.")
+    default_message = "There is no leader for this topic-partition as we are in the middle of a leadership election."
 
 
 class NotLeaderOrFollowerError(KafkaError):
     code, name, retriable, invalid_metadata = 6, "NOT_LEADER_OR_FOLLOWER", True, True
-    default_message = ("For requests intended only for the leader, this error indicates that the broker is not the"
-                       " current leader.")
+    default_message = (
+        "For requests intended only for the leader, this error indicates that the broker is not the current leader."
+    )
 
 
 class RequestTimedOutError(KafkaError):
@@ -256,8 +259,10 @@ class NotControllerError(KafkaError):
 
 class InvalidRequestError(KafkaError):
     code, name, retriable = 42, "INVALID_REQUEST", False
-    default_message = ("This most likely occurs because of a request being malformed by the client library or the "
-                       "message was sent to an incompatible broker.")
+    default_message = (
+        "This most likely occurs because of a request being malformed by the client library or the "
+        "message was sent to an incompatible broker."
+    )
 
 
 class UnsupportedForMessageFormatError(KafkaError):
@@ -292,8 +297,9 @@ class InvalidTxnStateError(KafkaError):
 
 class InvalidProducerIdMappingError(KafkaError):
     code, name, retriable = 49, "INVALID_PRODUCER_ID_MAPPING", False
-    default_message = ("The producer attempted to use a producer id which is not currently assigned to its "
-                       "transactional id.")
+    default_message = (
+        "The producer attempted to use a producer id which is not currently assigned to its transactional id."
+    )
 
 
 class InvalidTransactionTimeoutError(KafkaError):
@@ -303,14 +309,18 @@ class InvalidTransactionTimeoutError(KafkaError):
 
 class ConcurrentTransactionsError(KafkaError):
     code, name, retriable = 51, "CONCURRENT_TRANSACTIONS", True
-    default_message = ("The producer attempted to update a transaction while another concurrent operation on the "
-                       "same transaction was ongoing.")
+    default_message = (
+        "The producer attempted to update a transaction while another concurrent operation on the "
+        "same transaction was ongoing."
+    )
 
 
 class TransactionCoordinatorFencedError(KafkaError):
     code, name, retriable = 52, "TRANSACTION_COORDINATOR_FENCED", False
-    default_message = ("Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the "
-                       "current coordinator for a given producer.")
+    default_message = (
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the "
+        "current coordinator for a given producer."
+    )
 
 
 class TransactionalIdAuthorizationFailedError(KafkaError):
@@ -345,8 +355,10 @@ class SaslAuthenticationFailedError(KafkaError):
 
 class UnknownProducerIdError(KafkaError):
     code, name, retriable = 59, "UNKNOWN_PRODUCER_ID", False
-    default_message = ("This exception is raised by the broker if it could not locate the producer metadata "
-                       "associated with the producerId in question.")
+    default_message = (
+        "This exception is raised by the broker if it could not locate the producer metadata "
+        "associated with the producerId in question."
+    )
 
 
 class ReassignmentInProgressError(KafkaError):
@@ -381,8 +393,9 @@ class InvalidFetchSessionEpochError(KafkaError):
 
 class ListenerNotFoundError(KafkaError):
     code, name, retriable, invalid_metadata = 72, "LISTENER_NOT_FOUND", True, True
-    default_message = ("There is no listener on the leader broker that matches the listener on which metadata "
-                       "request was processed.")
+    default_message = (
+        "There is no listener on the leader broker that matches the listener on which metadata request was processed."
+    )
 
 
 class TopicDeletionDisabledError(KafkaError):
@@ -412,8 +425,10 @@ class StaleBrokerEpochError(KafkaError):
 
 class OffsetNotAvailableError(KafkaError):
     code, name, retriable = 78, "OFFSET_NOT_AVAILABLE", True
-    default_message = ("The leader high watermark has not caught up from a recent leader election so the offsets "
-                       "cannot be guaranteed to be monotonically increasing.")
+    default_message = (
+        "The leader high watermark has not caught up from a recent leader election so the offsets "
+        "cannot be guaranteed to be monotonically increasing."
+    )
 
 
 class MemberIdRequiredError(KafkaError):
@@ -433,8 +448,10 @@ class GroupMaxSizeReachedError(KafkaError):
 
 class FencedInstanceIdError(KafkaError):
     code, name, retriable = 82, "FENCED_INSTANCE_ID", False
-    default_message = ("The broker rejected this static consumer since another consumer with the same "
-                       "group.instance.id has registered with a different member.id.")
+    default_message = (
+        "The broker rejected this static consumer since another consumer with the same "
+        "group.instance.id has registered with a different member.id."
+    )
 
 
 class EligibleLeadersNotAvailableError(KafkaError):
@@ -454,8 +471,7 @@ class NoReassignmentInProgressError(KafkaError):
 
 class GroupSubscribedToTopicError(KafkaError):
     code, name, retriable = 86, "GROUP_SUBSCRIBED_TO_TOPIC", False
-    default_message = ("Deleting offsets of a topic is forbidden while the consumer group is actively subscribed "
-                       "to it.")
+    default_message = "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."
 
 
 class InvalidRecordError(KafkaError):
@@ -495,8 +511,7 @@ class InvalidUpdateVersionError(KafkaError):
 
 class PositionOutOfRangeError(KafkaError):
     code, name, retriable = 99, "POSITION_OUT_OF_RANGE", False
-    default_message = ("Requested position is not greater than or equal to zero, and less than the size of the "
-                       "snapshot.")
+    default_message = "Requested position is not greater than or equal to zero, and less than the size of the snapshot."
 
 
 class UnknownTopicIdError(KafkaError):
@@ -536,8 +551,7 @@ class IneligibleReplicaError(KafkaError):
 
 class NewLeaderElectedError(KafkaError):
     code, name, retriable = 108, "NEW_LEADER_ELECTED", False
-    default_message = ("The AlterPartition request successfully updated the partition state but the leader has "
-                       "changed.")
+    default_message = "The AlterPartition request successfully updated the partition state but the leader has changed."
 
 
 class FencedMemberEpochError(KafkaError):
@@ -687,7 +701,8 @@ assert len(_BY_CODE) == len(_BY_NAME) == len(KAFKA_ERRORS), "duplicate code or n
 # family, plus UNKNOWN_LEADER_EPOCH (the replica has not seen the client's newer epoch yet; Kafka's clients
 # only retry, rafka's also refresh, which costs one KV read).
 REFRESH_METADATA_CODES: frozenset[int] = frozenset(
-    [cls.code for cls in KAFKA_ERRORS if cls.invalid_metadata] + [UnknownLeaderEpochError.code])
+    [cls.code for cls in KAFKA_ERRORS if cls.invalid_metadata] + [UnknownLeaderEpochError.code]
+)
 
 
 def for_code(code: int) -> type[KafkaError]:

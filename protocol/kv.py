@@ -12,6 +12,7 @@ Readers (brokers, clients) and the controller's own store all go through ``GcsKV
 above it (keys, ``pack``/``unpack``, ``strip_listed_key``) need no Ray, and ``GcsKV`` imports Ray's
 internal KV only when built. GCS calls are synchronous (get ~0.4 ms, put ~0.5 ms): call sparingly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -61,7 +62,7 @@ def strip_listed_key(cluster: str, prefix: str, key: bytes | str) -> str:
     k = key.decode() if isinstance(key, bytes) else key
     junk = f"{cluster}:"
     if not k.startswith(prefix) and k.startswith(junk):
-        k = k[len(junk):]
+        k = k[len(junk) :]
     return k
 
 
@@ -70,6 +71,7 @@ class GcsKV:
 
     def __init__(self, cluster: str):
         from ray.experimental import internal_kv
+
         self._kv = internal_kv
         self.cluster = cluster
         self.ns = kv_namespace(cluster)
@@ -80,8 +82,10 @@ class GcsKV:
 
     def keys(self, prefix: str) -> list[str]:
         """The keys under ``prefix``, sorted."""
-        return sorted(strip_listed_key(self.cluster, prefix, k)
-                      for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns))
+        return sorted(
+            strip_listed_key(self.cluster, prefix, k)
+            for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns)
+        )
 
     def exists(self, key: str) -> bool:
         return bool(self._kv._internal_kv_exists(key.encode(), namespace=self.ns))

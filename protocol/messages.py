@@ -8,6 +8,7 @@ to the log end and gets the leader's ``log_end_offset`` and ``leader_epoch`` too
 ``next_offset`` (where the next fetch continues: the offset after its last batch, the fetch offset when it
 holds no batch), so no reader walks the batch headers to find it.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields

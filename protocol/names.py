@@ -9,6 +9,7 @@ A cluster ``{cluster}`` is a set of named actors in Ray namespace ``rafka``::
 
 Every module that names an actor builds the name here; nothing else writes these strings.
 """
+
 from __future__ import annotations
 
 RAY_NAMESPACE = "rafka"
@@ -38,5 +39,5 @@ def group_coordinator_name(cluster: str, broker_id: int) -> str:
 def broker_id_of(cluster: str, name: str) -> int | None:
     """The broker id if ``name`` is ``broker_name(cluster, id)``, else None."""
     head = f"{cluster}:broker-"
-    tail = name[len(head):] if name.startswith(head) else ""
+    tail = name[len(head) :] if name.startswith(head) else ""
     return int(tail) if tail.isdigit() else None

@@ -9,15 +9,18 @@
 
 Ray is imported inside the function: this module stays importable without it.
 """
+
 from __future__ import annotations
 
 from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, UnknownServerError
 
 
-def kafka_error_for(exc: BaseException, actor: str = "actor", call: str = "call",
-                    timeout_error: type[KafkaError] = RequestTimedOutError) -> KafkaError:
+def kafka_error_for(
+    exc: BaseException, actor: str = "actor", call: str = "call", timeout_error: type[KafkaError] = RequestTimedOutError
+) -> KafkaError:
     """``exc`` (raised by a Ray call to ``actor``) as a Kafka error; ``call`` names the call in messages."""
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
     if isinstance(exc, RayActorError):
         return NotLeaderOrFollowerError(f"{actor} unavailable: {type(exc).__name__}")
     if isinstance(exc, GetTimeoutError):

@@ -13,6 +13,7 @@ Thread safety: ``append`` is called from any user thread, ``ready``/``drain``/``
 the sender thread; one lock guards the deques. Batch completion (``complete``/``fail``) happens on the
 sender thread outside that lock; user callbacks run there too (keep them short, as in Kafka).
 """
+
 from __future__ import annotations
 
 import collections
@@ -65,7 +66,8 @@ class BufferPool:
                     if left <= 0:
                         raise KafkaTimeoutError(
                             f"failed to allocate {size} bytes within max_block_ms ({max_block_ms:.0f} ms): "
-                            f"buffer_memory ({self.total} bytes) is full")
+                            f"buffer_memory ({self.total} bytes) is full"
+                        )
                     self._cond.wait(left)
                 self.available -= size
             finally:
@@ -81,9 +83,27 @@ class BufferPool:
 class ProducerBatch:
     """One RecordBatch being filled, then in flight, then done (base offset) or failed (error)."""
 
-    __slots__ = ("tp", "builder", "created_ms", "reserved", "callbacks", "attempts", "next_attempt_ms",
-                 "producer_id", "producer_epoch", "base_sequence", "payload", "base_offset",
-                 "log_append_time", "error", "done", "closed", "records", "last_error", "_cb_lock")
+    __slots__ = (
+        "tp",
+        "builder",
+        "created_ms",
+        "reserved",
+        "callbacks",
+        "attempts",
+        "next_attempt_ms",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "payload",
+        "base_offset",
+        "log_append_time",
+        "error",
+        "done",
+        "closed",
+        "records",
+        "last_error",
+        "_cb_lock",
+    )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, created_ms: float, reserved: int):
         self.tp = tp
@@ -110,8 +130,9 @@ class ProducerBatch:
     def record_count(self) -> int:
         return len(self.records)
 
-    def try_append(self, timestamp: int, key: bytes | None, value: bytes | None, headers,
-                   callback: Callable | None) -> "FutureRecordMetadata | None":
+    def try_append(
+        self, timestamp: int, key: bytes | None, value: bytes | None, headers, callback: Callable | None
+    ) -> "FutureRecordMetadata | None":
         if self.closed or not self.builder.append(timestamp, key, value, headers):
             return None
         idx = len(self.records)
@@ -228,8 +249,7 @@ class FutureRecordMetadata:
         return self
 
 
-def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, offsets_only: bool = False
-             ) -> list:
+def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, offsets_only: bool = False) -> list:
     """Each future's ``RecordMetadata`` (``(partition, offset)`` with ``offsets_only``) or its batch's error,
     in order, with one wait per batch instead of one per record (``Producer.send_batch`` callers hand over
     thousands of records). Raises ``KafkaTimeoutError`` when a record is not acknowledged within
@@ -263,15 +283,22 @@ def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
     j = batch.builder.append_many(items, i)
     if j > i:
         first = len(batch.records)
-        batch.records += [(ts, -1 if k is None else len(k), -1 if v is None else len(v))
-                          for ts, k, v, _ in items[i:j]]
+        batch.records += [(ts, -1 if k is None else len(k), -1 if v is None else len(v)) for ts, k, v, _ in items[i:j]]
         futures += [FutureRecordMetadata(batch, idx) for idx in range(first, first + j - i)]
     return j
 
 
 class RecordAccumulator:
-    def __init__(self, batch_size: int, buffer_memory: int, linger_ms: int, compression: int,
-                 retry_backoff_ms: int, retry_backoff_max_ms: int, delivery_timeout_ms: int):
+    def __init__(
+        self,
+        batch_size: int,
+        buffer_memory: int,
+        linger_ms: int,
+        compression: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int,
+        delivery_timeout_ms: int,
+    ):
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.compression = compression
@@ -288,8 +315,17 @@ class RecordAccumulator:
         self.wakeup: Callable[[], None] = lambda: None
 
     # -- user side ---------------------------------------------------------------------------------
-    def append(self, tp: TopicPartition, timestamp: int, key, value, headers, callback,
-               max_block_ms: float, abort_on_new_batch: bool = False) -> "FutureRecordMetadata | None":
+    def append(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        key,
+        value,
+        headers,
+        callback,
+        max_block_ms: float,
+        abort_on_new_batch: bool = False,
+    ) -> "FutureRecordMetadata | None":
         """Add a record to ``tp``'s open batch, or to a new one (blocking up to ``max_block_ms`` for
         memory). Returns the record's future, or None when a new batch was needed and
         ``abort_on_new_batch`` asked to be told first (KIP-480: the caller picks another partition)."""
@@ -318,9 +354,12 @@ class RecordAccumulator:
                         return fut
                 else:
                     dq = self._queues[tp] = collections.deque()
-                batch = ProducerBatch(tp, RecordBatchBuilder(compression_type=self.compression,
-                                                             batch_size=self.batch_size),
-                                      monotonic_ms(), reserve)
+                batch = ProducerBatch(
+                    tp,
+                    RecordBatchBuilder(compression_type=self.compression, batch_size=self.batch_size),
+                    monotonic_ms(),
+                    reserve,
+                )
                 fut = batch.try_append(timestamp, key, value, headers, callback)
                 assert fut is not None  # an empty batch always takes one record
                 dq.append(batch)
@@ -335,8 +374,9 @@ class RecordAccumulator:
             self.wakeup()
         return fut
 
-    def append_many(self, tp: TopicPartition, items: list, max_block_ms: float
-                    ) -> tuple[list["FutureRecordMetadata"], int]:
+    def append_many(
+        self, tp: TopicPartition, items: list, max_block_ms: float
+    ) -> tuple[list["FutureRecordMetadata"], int]:
         """Append ``items`` (``(timestamp, key, value, headers)`` each) to ``tp``'s batches in order, opening
         new batches as they fill; returns the records' futures and how many batches were opened. One lock
         round per batch instead of one per record (``Producer.send_batch``)."""
@@ -367,9 +407,12 @@ class RecordAccumulator:
                         continue
                     if dq is None:
                         dq = self._queues[tp] = collections.deque()
-                    batch = ProducerBatch(tp, RecordBatchBuilder(compression_type=self.compression,
-                                                                 batch_size=self.batch_size),
-                                          monotonic_ms(), reserve)
+                    batch = ProducerBatch(
+                        tp,
+                        RecordBatchBuilder(compression_type=self.compression, batch_size=self.batch_size),
+                        monotonic_ms(),
+                        reserve,
+                    )
                     i = _fill(batch, items, i, futures)
                     dq.append(batch)
                     with self._incomplete_lock:
@@ -399,8 +442,15 @@ class RecordAccumulator:
                     next_ms = min(next_ms, first.next_attempt_ms - now)
                     continue
                 waited = now - first.created_ms
-                sendable = (len(dq) > 1 or first.is_full() or first.closed or waited >= self.linger_ms
-                            or exhausted or self.flushes_in_progress or self.closed)
+                sendable = (
+                    len(dq) > 1
+                    or first.is_full()
+                    or first.closed
+                    or waited >= self.linger_ms
+                    or exhausted
+                    or self.flushes_in_progress
+                    or self.closed
+                )
                 if sendable:
                     if can_send(tp, first):
                         ready.append(tp)
@@ -433,15 +483,15 @@ class RecordAccumulator:
     def reenqueue(self, batch: ProducerBatch, now: float, backoff: bool = True) -> None:
         """Put a failed batch back at the front, in sequence order, with exponential backoff (or none)."""
         batch.attempts += 1
-        backoff = min(self.retry_backoff_ms * (2 ** (batch.attempts - 1)), self.retry_backoff_max_ms) \
-            if backoff else 0
+        backoff = min(self.retry_backoff_ms * (2 ** (batch.attempts - 1)), self.retry_backoff_max_ms) if backoff else 0
         batch.next_attempt_ms = now + backoff
         with self._lock:
             dq = self._queues.setdefault(batch.tp, collections.deque())
             i = 0
             for i, other in enumerate(dq):  # noqa: B007
                 if other.base_sequence == NO_SEQUENCE or (
-                        other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence):
+                    other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence
+                ):
                     break
             else:
                 i = len(dq)

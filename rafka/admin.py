@@ -9,6 +9,7 @@ Every call returns plain dicts/lists (easy to print or dump as JSON) and raises 
 the first failure, with the controller's message, e.g. ``TopicAlreadyExistsError``. Calls retry
 NOT_CONTROLLER / a controller being replaced for up to ``default_api_timeout_ms``.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,11 +31,20 @@ ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 class NewTopic(dict):
     """A topic to create: ``NewTopic("t", 6, 3, {"min.insync.replicas": "2"})``."""
 
-    def __init__(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                 configs: dict | None = None, replica_assignment: list | None = None):
-        super().__init__(name=name, num_partitions=num_partitions, replication_factor=replication_factor,
-                         configs={k: str(v) if not isinstance(v, bool) else str(v).lower()
-                                  for k, v in (configs or {}).items()})
+    def __init__(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict | None = None,
+        replica_assignment: list | None = None,
+    ):
+        super().__init__(
+            name=name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs={k: str(v) if not isinstance(v, bool) else str(v).lower() for k, v in (configs or {}).items()},
+        )
         if replica_assignment is not None:
             self["replica_assignment"] = replica_assignment
 
@@ -45,8 +55,11 @@ def _raise_first(results: Iterable[dict], what: str) -> None:
         return
     first = errs[0]
     cls = for_code(first["error_code"])
-    msgs = "; ".join(f"{r.get('name') or (str(r.get('topic')) + '-' + str(r.get('partition')))}: "
-                     f"{r.get('error_message') or for_code(r['error_code']).default_message}" for r in errs)
+    msgs = "; ".join(
+        f"{r.get('name') or (str(r.get('topic')) + '-' + str(r.get('partition')))}: "
+        f"{r.get('error_message') or for_code(r['error_code']).default_message}"
+        for r in errs
+    )
     raise cls(f"{what} failed: {msgs}")
 
 
@@ -58,24 +71,27 @@ class Admin:
         self._controller = None
 
     # -- plumbing ----------------------------------------------------------------------------------
-    def _call(self, method: str, *args, timeout_ms: float | None = None,
-              attempt_timeout_ms: float | None = None) -> Any:
+    def _call(
+        self, method: str, *args, timeout_ms: float | None = None, attempt_timeout_ms: float | None = None
+    ) -> Any:
         """One controller call, retried on retriable errors until ``timeout_ms``. Each attempt waits at
         most ``attempt_timeout_ms`` (default ``request_timeout_ms``): calls that wait server-side (create
         topics waits for leaders) pass their own, so they are not re-sent while the first still runs."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
+
         timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000.0
         last: BaseException | None = None
         while True:
             try:
                 if self._controller is None:
-                    self._controller = ray.get_actor(controller_name(self.cluster_name),
-                                                     namespace=RAY_NAMESPACE)
+                    self._controller = ray.get_actor(controller_name(self.cluster_name), namespace=RAY_NAMESPACE)
                 left = max(0.05, deadline - time.monotonic())
-                return ray.get(getattr(self._controller, method).remote(*args),
-                               timeout=min(left, (attempt_timeout_ms or self.config.request_timeout_ms) / 1000.0))
+                return ray.get(
+                    getattr(self._controller, method).remote(*args),
+                    timeout=min(left, (attempt_timeout_ms or self.config.request_timeout_ms) / 1000.0),
+                )
             except (RayActorError, ValueError) as exc:  # controller dying/replaced, or not (yet) named
                 last = exc
                 self._controller = None
@@ -99,11 +115,18 @@ class Admin:
         _raise_first(results, "create topics")
         return {r["name"]: r.get("topic_id") for r in results}
 
-    def create_topic(self, name: str, num_partitions: int = 1, replication_factor: int = 1,
-                     configs: dict | None = None, replica_assignment: list | None = None,
-                     timeout_ms: int | None = None) -> str:
-        return self.create_topics([NewTopic(name, num_partitions, replication_factor, configs,
-                                            replica_assignment)], timeout_ms)[name]
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = 1,
+        replication_factor: int = 1,
+        configs: dict | None = None,
+        replica_assignment: list | None = None,
+        timeout_ms: int | None = None,
+    ) -> str:
+        return self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, configs, replica_assignment)], timeout_ms
+        )[name]
 
     def delete_topics(self, names: Iterable[str], timeout_ms: int | None = None) -> None:
         results = self._call("delete_topics", list(names), timeout_ms=timeout_ms)
@@ -131,9 +154,14 @@ class Admin:
         """``{cluster, controller_id, controller_epoch, metadata_version, brokers: [{id, alive, rack, log_dir,
         node_id, epoch}], topics}`` (the broker hosting the controller is ``controller_id``)."""
         md = self._call("metadata")
-        return {"cluster": self.cluster_name, "controller_id": md.get("controller_id", -1),
-                "controller_epoch": md.get("controller_epoch", -1), "metadata_version": md.get("version"),
-                "brokers": list(md.get("brokers") or []), "topics": len(md.get("topics") or [])}
+        return {
+            "cluster": self.cluster_name,
+            "controller_id": md.get("controller_id", -1),
+            "controller_epoch": md.get("controller_epoch", -1),
+            "metadata_version": md.get("version"),
+            "brokers": list(md.get("brokers") or []),
+            "topics": len(md.get("topics") or []),
+        }
 
     # -- configs -----------------------------------------------------------------------------------
     def describe_configs(self, topic: str, include_defaults: bool = True) -> dict[str, str]:
@@ -176,8 +204,10 @@ class Admin:
 
     def alter_partition_reassignments(self, assignments: dict) -> None:
         """``{tp: [broker ids] | None}``: move replicas (None cancels a reassignment in progress)."""
-        reqs = [{"topic": tp[0], "partition": tp[1], "replicas": None if r is None else list(r)}
-                for tp, r in assignments.items()]
+        reqs = [
+            {"topic": tp[0], "partition": tp[1], "replicas": None if r is None else list(r)}
+            for tp, r in assignments.items()
+        ]
         results = self._call("alter_partition_reassignments", reqs)
         _raise_first(results, "alter partition reassignments")
 
@@ -188,31 +218,38 @@ class Admin:
     def list_groups(self) -> list[dict]:
         """``[{group_id, protocol_type, group_state}]`` of every group in the cluster."""
         from rafka import group_admin
+
         return group_admin.list_groups(self)
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[dict]:
         """Per group: state, members with their assignment, and per partition committed offset, log end
         and lag."""
         from rafka import group_admin
+
         return [group_admin.describe_group(self, g) for g in group_ids]
 
     def delete_groups(self, group_ids: Iterable[str]) -> None:
         from rafka import group_admin
+
         group_admin.delete_groups(self, group_ids)
 
     def list_consumer_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         from rafka import group_admin
+
         return group_admin.committed_offsets(self, group_id)
 
     def alter_consumer_group_offsets(self, group_id: str, offsets: dict) -> None:
         """Set committed offsets ``{tp: offset}`` of a group without active members."""
         from rafka import group_admin
+
         group_admin.alter_offsets(self, group_id, offsets)
 
-    def reset_consumer_group_offsets(self, group_id: str, to: Any, topics: Iterable[str] | None = None
-                                     ) -> dict[TopicPartition, int]:
+    def reset_consumer_group_offsets(
+        self, group_id: str, to: Any, topics: Iterable[str] | None = None
+    ) -> dict[TopicPartition, int]:
         """Reset to ``"earliest"``/``"latest"``/``{"timestamp": ms}``/an offset; returns the new offsets."""
         from rafka import group_admin
+
         return group_admin.reset_offsets(self, group_id, to, topics)
 
     def close(self) -> None:
@@ -223,4 +260,3 @@ class Admin:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -29,6 +29,7 @@ ConsumerProtocol grammar (big-endian, ``string`` = int16 length + UTF-8, ``[T]``
 Decoders accept any version and read the fields they know (Kafka: newer versions only append fields).
 Pure Python, no Ray; safe to call from any thread (assignors keep only their own last assignment).
 """
+
 from __future__ import annotations
 
 import abc
@@ -37,11 +38,26 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple
 
 __all__ = [
-    "TopicPartition", "Subscription", "Assignment", "encode_subscription", "decode_subscription",
-    "encode_assignment", "decode_assignment", "encode_sticky_user_data", "decode_sticky_user_data",
-    "AbstractPartitionAssignor", "RangeAssignor", "RoundRobinAssignor", "StickyAssignor",
-    "CooperativeStickyAssignor", "ASSIGNORS", "get_assignor", "perform_assignment",
-    "validate_cooperative_assignment", "EAGER", "COOPERATIVE",
+    "TopicPartition",
+    "Subscription",
+    "Assignment",
+    "encode_subscription",
+    "decode_subscription",
+    "encode_assignment",
+    "decode_assignment",
+    "encode_sticky_user_data",
+    "decode_sticky_user_data",
+    "AbstractPartitionAssignor",
+    "RangeAssignor",
+    "RoundRobinAssignor",
+    "StickyAssignor",
+    "CooperativeStickyAssignor",
+    "ASSIGNORS",
+    "get_assignor",
+    "perform_assignment",
+    "validate_cooperative_assignment",
+    "EAGER",
+    "COOPERATIVE",
 ]
 
 EAGER = "EAGER"
@@ -75,6 +91,7 @@ class Assignment:
 
 # ============================================================================== ConsumerProtocol codec
 
+
 def _w_string(s: str) -> bytes:
     raw = s.encode("utf-8")
     return _I16.pack(len(raw)) + raw
@@ -107,7 +124,7 @@ class _Reader:
     def _take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.buf):
             raise ValueError(f"consumer protocol data truncated at byte {self.pos}")
-        out = self.buf[self.pos:self.pos + n]
+        out = self.buf[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -224,17 +241,24 @@ def decode_sticky_user_data(data: bytes | None) -> tuple[list[TopicPartition], i
 
 # ============================================================================== assignors
 
+
 def _member_order(subscriptions: dict[str, Subscription]) -> list[str]:
     """Kafka's MemberInfo order: static members by instance id first, then dynamic ones by member id."""
+
     def key(mid: str):
         iid = subscriptions[mid].group_instance_id
         return (0, iid, mid) if iid is not None else (1, mid, mid)
+
     return sorted(subscriptions, key=key)
 
 
 def _partitions(partitions_per_topic: dict[str, int], topics: Iterable[str]) -> list[TopicPartition]:
-    return [TopicPartition(t, p) for t in sorted(set(topics)) if t in partitions_per_topic
-            for p in range(partitions_per_topic[t])]
+    return [
+        TopicPartition(t, p)
+        for t in sorted(set(topics))
+        if t in partitions_per_topic
+        for p in range(partitions_per_topic[t])
+    ]
 
 
 class AbstractPartitionAssignor(abc.ABC):
@@ -251,8 +275,9 @@ class AbstractPartitionAssignor(abc.ABC):
         """Called by the consumer with its own assignment after SyncGroup."""
 
     @abc.abstractmethod
-    def assign(self, partitions_per_topic: dict[str, int],
-               subscriptions: dict[str, Subscription]) -> dict[str, Assignment]:
+    def assign(
+        self, partitions_per_topic: dict[str, int], subscriptions: dict[str, Subscription]
+    ) -> dict[str, Assignment]:
         """Each member's assignment, from every member's subscription."""
 
 
@@ -348,8 +373,9 @@ class _AbstractSticky(AbstractPartitionAssignor):
         return {m: Assignment(ps) for m, ps in result.items()}, claimants, contested
 
     @staticmethod
-    def _constrained(partitions_per_topic, members: list[str], owned: dict[str, list[TopicPartition]],
-                     topics: frozenset[str]) -> dict[str, list[TopicPartition]]:
+    def _constrained(
+        partitions_per_topic, members: list[str], owned: dict[str, list[TopicPartition]], topics: frozenset[str]
+    ) -> dict[str, list[TopicPartition]]:
         """Kafka's constrainedAssign: every member subscribes to the same topics."""
         all_partitions = _partitions(partitions_per_topic, topics)
         n = len(members)
@@ -399,8 +425,9 @@ class _AbstractSticky(AbstractPartitionAssignor):
         return assignment
 
     @staticmethod
-    def _general(partitions_per_topic, subscriptions: dict[str, Subscription],
-                 owned: dict[str, list[TopicPartition]]) -> dict[str, list[TopicPartition]]:
+    def _general(
+        partitions_per_topic, subscriptions: dict[str, Subscription], owned: dict[str, list[TopicPartition]]
+    ) -> dict[str, list[TopicPartition]]:
         """Kafka's generalAssign: members subscribe to different topics."""
         potential = {m: set(_partitions(partitions_per_topic, s.topics)) for m, s in subscriptions.items()}
         consumers_of: dict[TopicPartition, list[str]] = {}
@@ -487,8 +514,11 @@ class CooperativeStickyAssignor(_AbstractSticky):
         # over yet (that member revokes it first); nor is one several members claimed in the same
         # generation, even to one of them.
         for mid, a in result.items():
-            a.partitions = [tp for tp in a.partitions if tp not in contested
-                            and (mid in claimants.get(tp, ()) or not claimants.get(tp))]
+            a.partitions = [
+                tp
+                for tp in a.partitions
+                if tp not in contested and (mid in claimants.get(tp, ()) or not claimants.get(tp))
+            ]
         return result
 
 
@@ -502,20 +532,23 @@ def get_assignor(name: str) -> AbstractPartitionAssignor:
         raise ValueError(f"unknown partition.assignment.strategy {name!r}; known: {sorted(ASSIGNORS)}") from None
 
 
-def perform_assignment(assignor: AbstractPartitionAssignor, members: Iterable[dict],
-                       partitions_per_topic: dict[str, int], version: int = 1) -> dict[str, bytes]:
+def perform_assignment(
+    assignor: AbstractPartitionAssignor, members: Iterable[dict], partitions_per_topic: dict[str, int], version: int = 1
+) -> dict[str, bytes]:
     """The leader's step (Kafka's ConsumerCoordinator.onLeaderElected): JoinGroup ``members``
     (``{"member_id", "group_instance_id", "metadata"}``) -> SyncGroup assignments ``{member_id: bytes}``."""
     subs = {m["member_id"]: decode_subscription(m["metadata"], m.get("group_instance_id")) for m in members}
     result = assignor.assign(partitions_per_topic, subs)
     if COOPERATIVE in assignor.supported_protocols:
-        validate_cooperative_assignment({m: s.owned_partitions for m, s in subs.items()},
-                                        {m: a.partitions for m, a in result.items()})
+        validate_cooperative_assignment(
+            {m: s.owned_partitions for m, s in subs.items()}, {m: a.partitions for m, a in result.items()}
+        )
     return {m: encode_assignment(result.get(m, Assignment([])), version) for m in subs}
 
 
-def validate_cooperative_assignment(owned: dict[str, Iterable[TopicPartition]],
-                                    assigned: dict[str, Iterable[TopicPartition]]) -> None:
+def validate_cooperative_assignment(
+    owned: dict[str, Iterable[TopicPartition]], assigned: dict[str, Iterable[TopicPartition]]
+) -> None:
     """Kafka's check: no partition may be added to a member while another member still owns it."""
     owner = {}
     for m, ps in owned.items():

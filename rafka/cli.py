@@ -14,6 +14,7 @@ Global: ``--cluster NAME`` (default: the started one, else ``rafka``), ``--addre
 ``--json`` (machine-readable output). Errors are one line on stderr; exit codes: 0 ok, 1 Kafka/other
 error, 2 usage, 3 no cluster, 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,14 +24,23 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rafka import clusterctl
-from rafka.cli_types import count as _count, index as _index
-from rafka.errors import ClusterNotFoundError, KafkaError
-from rafka import cli_support
-from rafka.cli_support import (
-    EXIT_ERROR, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, UsageError, connect, echo, kv_pairs, print_result, table,
-)
+from rafka import cli_support, clusterctl
 from rafka.cli_data import cmd_topic_consume, cmd_topic_produce
+from rafka.cli_support import (
+    EXIT_ERROR,
+    EXIT_NO_CLUSTER,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    connect,
+    echo,
+    kv_pairs,
+    print_result,
+    table,
+)
+from rafka.cli_types import count as _count
+from rafka.cli_types import index as _index
+from rafka.errors import ClusterNotFoundError, KafkaError
 from rafka.output import claim_stdout
 
 COMMANDS_GROUP = "rafka.commands"  # entry points: name -> register(groups, common) adding a verb group
@@ -42,12 +52,22 @@ _print, _table, _connect, _kv_pairs, _echo = print_result, table, connect, kv_pa
 
 # -- cluster -------------------------------------------------------------------------------------------
 def cmd_cluster_start(args) -> int:
-    info = clusterctl.start(brokers=args.brokers, data_dir=args.data_dir, cluster=args.cluster or "rafka",
-                            num_cpus=args.num_cpus, port=args.port, config=_kv_pairs(args.config, "--config"))
-    _print(args, info, f"rafka cluster {info['cluster']!r} started: {info['brokers']} broker(s)\n"
-                       f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
-                       f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
-                       f"Attach with: rafka.connect() or rafka.connect({info['address']!r})")
+    info = clusterctl.start(
+        brokers=args.brokers,
+        data_dir=args.data_dir,
+        cluster=args.cluster or "rafka",
+        num_cpus=args.num_cpus,
+        port=args.port,
+        config=_kv_pairs(args.config, "--config"),
+    )
+    _print(
+        args,
+        info,
+        f"rafka cluster {info['cluster']!r} started: {info['brokers']} broker(s)\n"
+        f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
+        f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
+        f"Attach with: rafka.connect() or rafka.connect({info['address']!r})",
+    )
     return EXIT_OK
 
 
@@ -59,15 +79,20 @@ def cmd_cluster_stop(args) -> int:
 
 def cmd_cluster_info(args) -> int:
     from rafka.admin import Admin
+
     handle = _connect(args)
     desc = Admin(handle).describe_cluster()
     desc["address"] = handle.address
-    rows = [[b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
-            for b in desc["brokers"]]
-    human = (f"cluster {desc['cluster']}  controller on broker {desc['controller_id']} "
-             f"(epoch {desc['controller_epoch']})  "
-             f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
-             + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"]))
+    rows = [
+        [b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
+        for b in desc["brokers"]
+    ]
+    human = (
+        f"cluster {desc['cluster']}  controller on broker {desc['controller_id']} "
+        f"(epoch {desc['controller_epoch']})  "
+        f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
+        + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"])
+    )
     _print(args, desc, human)
     return EXIT_OK
 
@@ -75,29 +100,39 @@ def cmd_cluster_info(args) -> int:
 # -- topics --------------------------------------------------------------------------------------------
 def cmd_topic_create(args) -> int:
     from rafka.admin import Admin, NewTopic
+
     admin = Admin(_connect(args))
     configs = _kv_pairs(args.config, "-c")
     ids = admin.create_topics([NewTopic(n, args.partitions, args.replicas, configs) for n in args.names])
-    _print(args, [{"name": n, "topic_id": i} for n, i in ids.items()],
-           _table([[n, "OK"] for n in ids], ["TOPIC", "STATUS"]))
+    _print(
+        args,
+        [{"name": n, "topic_id": i} for n, i in ids.items()],
+        _table([[n, "OK"] for n in ids], ["TOPIC", "STATUS"]),
+    )
     return EXIT_OK
 
 
 def cmd_topic_list(args) -> int:
     from rafka.admin import Admin
+
     admin = Admin(_connect(args))
     names = admin.list_topics()
     descs = admin.describe_topics(names) if names else []
-    rows = [[d["name"], len(d["partitions"]), len(d["partitions"][0]["replicas"]) if d["partitions"] else 0]
-            for d in descs]
-    _print(args, [{"name": r[0], "partitions": r[1], "replicas": r[2]} for r in rows],
-           _table(rows, ["NAME", "PARTITIONS", "REPLICAS"]))
+    rows = [
+        [d["name"], len(d["partitions"]), len(d["partitions"][0]["replicas"]) if d["partitions"] else 0] for d in descs
+    ]
+    _print(
+        args,
+        [{"name": r[0], "partitions": r[1], "replicas": r[2]} for r in rows],
+        _table(rows, ["NAME", "PARTITIONS", "REPLICAS"]),
+    )
     return EXIT_OK
 
 
 def cmd_topic_describe(args) -> int:
     from rafka.admin import Admin
     from rafka.structs import TopicPartition
+
     admin = Admin(_connect(args))
     descs = admin.describe_topics(args.names)
     out = []
@@ -119,72 +154,111 @@ def cmd_topic_describe(args) -> int:
         _echo(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
         if d.get("configs"):
             _echo("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
-        rows = [[p["partition"], p["leader"], p.get("leader_epoch", ""), p["replicas"], p["isr"],
-                 p.get("offline_replicas") or "", p["log_start_offset"], p["high_watermark"]]
-                for p in d["partitions"]]
-        _echo(_table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
-                            "HIGH-WATERMARK"]))
+        rows = [
+            [
+                p["partition"],
+                p["leader"],
+                p.get("leader_epoch", ""),
+                p["replicas"],
+                p["isr"],
+                p.get("offline_replicas") or "",
+                p["log_start_offset"],
+                p["high_watermark"],
+            ]
+            for p in d["partitions"]
+        ]
+        _echo(
+            _table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "HIGH-WATERMARK"])
+        )
     return EXIT_OK
 
 
 def cmd_topic_delete(args) -> int:
     from rafka.admin import Admin
+
     Admin(_connect(args)).delete_topics(args.names)
-    _print(args, [{"name": n, "deleted": True} for n in args.names],
-           _table([[n, "OK"] for n in args.names], ["TOPIC", "STATUS"]))
+    _print(
+        args,
+        [{"name": n, "deleted": True} for n in args.names],
+        _table([[n, "OK"] for n in args.names], ["TOPIC", "STATUS"]),
+    )
     return EXIT_OK
 
 
 def cmd_topic_add_partitions(args) -> int:
     from rafka.admin import Admin
+
     admin = Admin(_connect(args))
     totals = {}
     for d in admin.describe_topics(args.names):
         totals[d["name"]] = len(d["partitions"]) + args.num
     admin.create_partitions(totals)
-    _print(args, [{"name": n, "partitions": t} for n, t in totals.items()],
-           _table([[n, t] for n, t in totals.items()], ["TOPIC", "PARTITIONS"]))
+    _print(
+        args,
+        [{"name": n, "partitions": t} for n, t in totals.items()],
+        _table([[n, t] for n, t in totals.items()], ["TOPIC", "PARTITIONS"]),
+    )
     return EXIT_OK
 
 
 def cmd_topic_alter_config(args) -> int:
     from rafka.admin import Admin
+
     sets = _kv_pairs(args.set, "--set")
     if not sets and not args.delete:
         raise UsageError("alter-config needs --set key=value or --delete key")
     admin = Admin(_connect(args))
     admin.alter_configs(args.name, set=sets, delete=args.delete)
     (d,) = admin.describe_topics([args.name])
-    _print(args, {"name": args.name, "configs": d.get("configs", {})},
-           "\n".join(f"{k}={v}" for k, v in sorted((d.get("configs") or {}).items())) or "(no overrides)")
+    _print(
+        args,
+        {"name": args.name, "configs": d.get("configs", {})},
+        "\n".join(f"{k}={v}" for k, v in sorted((d.get("configs") or {}).items())) or "(no overrides)",
+    )
     return EXIT_OK
 
 
 # -- groups --------------------------------------------------------------------------------------------
 def cmd_group_list(args) -> int:
     from rafka.admin import Admin
+
     groups = Admin(_connect(args)).list_groups()
-    _print(args, groups, _table([[g["group_id"], g["group_state"], g["protocol_type"]] for g in groups],
-                                ["GROUP", "STATE", "TYPE"]))
+    _print(
+        args,
+        groups,
+        _table([[g["group_id"], g["group_state"], g["protocol_type"]] for g in groups], ["GROUP", "STATE", "TYPE"]),
+    )
     return EXIT_OK
 
 
 def cmd_group_describe(args) -> int:
     from rafka.admin import Admin
+
     d = Admin(_connect(args)).describe_groups([args.group_id])[0]
     client = {m["member_id"]: m["client_id"] for m in d["members"]}
-    rows = [[o["topic"], o["partition"], "-" if o["committed"] is None else o["committed"], o["log_end"],
-             "-" if o["lag"] is None else o["lag"], o["member_id"] or "-", client.get(o["member_id"], "-")]
-            for o in d["offsets"]]
+    rows = [
+        [
+            o["topic"],
+            o["partition"],
+            "-" if o["committed"] is None else o["committed"],
+            o["log_end"],
+            "-" if o["lag"] is None else o["lag"],
+            o["member_id"] or "-",
+            client.get(o["member_id"], "-"),
+        ]
+        for o in d["offsets"]
+    ]
     total = sum(o["lag"] or 0 for o in d["offsets"])
-    human = (f"GROUP {d['group_id']}  STATE {d['state']}  MEMBERS {len(d['members'])}  TOTAL-LAG {total}\n"
-             + _table(rows, ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "MEMBER-ID", "CLIENT-ID"]))
+    human = f"GROUP {d['group_id']}  STATE {d['state']}  MEMBERS {len(d['members'])}  TOTAL-LAG {total}\n" + _table(
+        rows, ["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "MEMBER-ID", "CLIENT-ID"]
+    )
     _print(args, d, human)
     return EXIT_OK
 
 
 def cmd_group_seek(args) -> int:
     from rafka.admin import Admin
+
     to: Any = {"start": "earliest", "earliest": "earliest", "end": "latest", "latest": "latest"}.get(args.to)
     if to is None:
         try:
@@ -193,13 +267,17 @@ def cmd_group_seek(args) -> int:
             raise UsageError(f"--to must be start, end or an offset, got {args.to!r}") from None
     new = Admin(_connect(args)).reset_consumer_group_offsets(args.group_id, to, args.topic)
     rows = [[tp.topic, tp.partition, off] for tp, off in sorted(new.items())]
-    _print(args, [{"topic": tp.topic, "partition": tp.partition, "offset": off} for tp, off in sorted(new.items())],
-           _table(rows, ["TOPIC", "PARTITION", "NEW-OFFSET"]))
+    _print(
+        args,
+        [{"topic": tp.topic, "partition": tp.partition, "offset": off} for tp, off in sorted(new.items())],
+        _table(rows, ["TOPIC", "PARTITION", "NEW-OFFSET"]),
+    )
     return EXIT_OK
 
 
 def cmd_group_delete(args) -> int:
     from rafka.admin import Admin
+
     Admin(_connect(args)).delete_groups([args.group_id])
     _print(args, {"deleted": args.group_id}, f"deleted group {args.group_id}")
     return EXIT_OK
@@ -210,8 +288,14 @@ def _progress(args, total: int, label: str):
     if args.json or not sys.stderr.isatty():
         return None, lambda: None
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=__import__("rich.console").console.Console(stderr=True))
+
+    prog = Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=__import__("rich.console").console.Console(stderr=True),
+    )
     task = prog.add_task(label, total=total)
     prog.start()
     return (lambda done: prog.update(task, completed=done)), prog.stop
@@ -219,34 +303,45 @@ def _progress(args, total: int, label: str):
 
 def cmd_perf_produce(args) -> int:
     from rafka.perf import produce_perf
+
     handle = _connect(args)
     update, stop = _progress(args, args.records, "producing")
-    cfg = {"acks": args.acks, "batch_size": args.batch_size, "linger_ms": args.linger_ms,
-           "compression_type": args.compression}
+    cfg = {
+        "acks": args.acks,
+        "batch_size": args.batch_size,
+        "linger_ms": args.linger_ms,
+        "compression_type": args.compression,
+    }
     try:
-        res = produce_perf(handle, args.topic, args.records, args.record_size, args.throughput, update,
-                           key_count=args.keys, **cfg)
+        res = produce_perf(
+            handle, args.topic, args.records, args.record_size, args.throughput, update, key_count=args.keys, **cfg
+        )
     finally:
         stop()
-    human = (f"{res['records']} records sent, {res['records_per_s']:.1f} records/sec "
-             f"({res['mb_per_s']:.2f} MB/sec), {res['latency_avg_ms']:.2f} ms avg latency, "
-             f"{res['latency_max_ms']:.2f} ms max latency, {res['latency_p50_ms']:.2f} ms 50th, "
-             f"{res['latency_p95_ms']:.2f} ms 95th, {res['latency_p99_ms']:.2f} ms 99th"
-             + (f", {res['errors']} errors (first: {res['first_error']})" if res["errors"] else ""))
+    human = (
+        f"{res['records']} records sent, {res['records_per_s']:.1f} records/sec "
+        f"({res['mb_per_s']:.2f} MB/sec), {res['latency_avg_ms']:.2f} ms avg latency, "
+        f"{res['latency_max_ms']:.2f} ms max latency, {res['latency_p50_ms']:.2f} ms 50th, "
+        f"{res['latency_p95_ms']:.2f} ms 95th, {res['latency_p99_ms']:.2f} ms 99th"
+        + (f", {res['errors']} errors (first: {res['first_error']})" if res["errors"] else "")
+    )
     _print(args, res, human)
     return EXIT_ERROR if res["errors"] else EXIT_OK
 
 
 def cmd_perf_consume(args) -> int:
     from rafka.perf import consume_perf
+
     handle = _connect(args)
     update, stop = _progress(args, args.records, "consuming")
     try:
         res = consume_perf(handle, args.topic, args.records, args.timeout, update)
     finally:
         stop()
-    human = (f"{res['records']} records consumed in {res['elapsed_s']:.2f} s, {res['records_per_s']:.1f} "
-             f"records/sec ({res['mb_per_s']:.2f} MB/sec)" + (" (timed out)" if res["timed_out"] else ""))
+    human = (
+        f"{res['records']} records consumed in {res['elapsed_s']:.2f} s, {res['records_per_s']:.1f} "
+        f"records/sec ({res['mb_per_s']:.2f} MB/sec)" + (" (timed out)" if res["timed_out"] else "")
+    )
     _print(args, res, human)
     return EXIT_ERROR if res["timed_out"] else EXIT_OK
 
@@ -257,8 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
     # overwriting a value given before it with its own default
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--cluster", default=argparse.SUPPRESS, help="rafka cluster name (default: the started one)")
-    common.add_argument("--address", default=argparse.SUPPRESS,
-                        help="Ray address: host:port, auto or ray://host:port (default: the started cluster)")
+    common.add_argument(
+        "--address",
+        default=argparse.SUPPRESS,
+        help="Ray address: host:port, auto or ray://host:port (default: the started cluster)",
+    )
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable JSON output")
     p = argparse.ArgumentParser(prog="rafka", description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
@@ -267,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,perf,serve,job,verify}")
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True
+    )
     s = cl.add_parser("start", parents=[common], help="start a persistent local Ray head and a rafka cluster")
     s.add_argument("--brokers", type=int, default=3)
     s.add_argument("--data-dir", default=None, help="log dirs (default ~/.rafka/data)")
@@ -279,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)
 
     tp = groups.add_parser("topic", help="create, inspect, produce to and consume from topics").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True
+    )
     s = tp.add_parser("create", parents=[common])
     s.add_argument("names", nargs="+")
     s.add_argument("-p", "--partitions", type=int, default=-1)
@@ -315,14 +415,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--offset", default="start", help="start, end or an offset (default start)")
     s.add_argument("-n", "--num", type=_count, default=None, help="stop after N records")
     s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
-    s.add_argument("-p", "--partition", type=_index, action="append", default=None,
-                   help="only this partition (repeatable; it must exist)")
+    s.add_argument(
+        "-p",
+        "--partition",
+        type=_index,
+        action="append",
+        default=None,
+        help="only this partition (repeatable; it must exist)",
+    )
     s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
-    s.add_argument("-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group")
+    s.add_argument(
+        "-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group"
+    )
     s.set_defaults(func=cmd_topic_consume)
 
     gp = groups.add_parser("group", help="list, describe, seek and delete consumer groups").add_subparsers(
-        dest="verb", required=True)
+        dest="verb", required=True
+    )
     gp.add_parser("list", parents=[common]).set_defaults(func=cmd_group_list)
     s = gp.add_parser("describe", parents=[common], help="members and the per-partition lag table")
     s.add_argument("group_id", metavar="GROUP")

@@ -1,6 +1,7 @@
 """The data-plane verbs of the `rafka` CLI: ``rafka topic produce`` (lines or key<sep>value from stdin,
 as kcat -P) and ``rafka topic consume`` (by partition and offset, or as a group member that commits after
 each printed batch, as kcat -C / -G). The parser lives in rafka/cli.py."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,10 @@ import sys
 from rafka.cli_support import EXIT_OK, UsageError, connect, echo, output_stream
 from rafka.errors import KafkaError, UnknownTopicOrPartitionError
 
+
 def cmd_topic_produce(args) -> int:
     from rafka.producer import Producer
+
     handle = connect(args)
     sent, failed = [], []
     with Producer(handle, acks=args.acks, linger_ms=args.linger_ms) as producer:
@@ -19,8 +22,9 @@ def cmd_topic_produce(args) -> int:
             key, value = args.key, line
             if args.key_separator and args.key_separator in line:
                 key, value = line.split(args.key_separator, 1)
-            fut = producer.send(args.name, value=value.encode(), key=None if key is None else key.encode(),
-                                partition=args.partition)
+            fut = producer.send(
+                args.name, value=value.encode(), key=None if key is None else key.encode(), partition=args.partition
+            )
             sent.append(fut)
         producer.flush()
     for fut in sent:
@@ -33,8 +37,15 @@ def cmd_topic_produce(args) -> int:
         if len(results) > 5:
             echo(f"... {len(results)} records produced")
     else:
-        echo(json.dumps({"produced": len(results), "failed": len(failed),
-                          "records": [{"partition": m.partition, "offset": m.offset} for m in results]}))
+        echo(
+            json.dumps(
+                {
+                    "produced": len(results),
+                    "failed": len(failed),
+                    "records": [{"partition": m.partition, "offset": m.offset} for m in results],
+                }
+            )
+        )
     if failed:
         raise KafkaError(f"{len(failed)} record(s) failed: {failed[0]}")
     return EXIT_OK
@@ -45,14 +56,28 @@ def format_record(fmt: str, r) -> str:
         if b is None:
             return ""
         return b.decode("utf-8", errors="replace") if isinstance(b, bytes) else str(b)
+
     if fmt == "json":
-        return json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                           "timestamp": r.timestamp, "key": None if r.key is None else text(r.key),
-                           "value": None if r.value is None else text(r.value),
-                           "headers": {k: text(v) for k, v in r.headers}})
+        return json.dumps(
+            {
+                "topic": r.topic,
+                "partition": r.partition,
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": None if r.key is None else text(r.key),
+                "value": None if r.value is None else text(r.value),
+                "headers": {k: text(v) for k, v in r.headers},
+            }
+        )
     out = fmt.replace("\\n", "\n").replace("\\t", "\t")
-    for code, val in (("%t", r.topic), ("%p", r.partition), ("%o", r.offset), ("%d", r.timestamp),
-                      ("%k", text(r.key)), ("%v", text(r.value))):
+    for code, val in (
+        ("%t", r.topic),
+        ("%p", r.partition),
+        ("%o", r.offset),
+        ("%d", r.timestamp),
+        ("%k", text(r.key)),
+        ("%v", text(r.value)),
+    ):
         out = out.replace(code, str(val))
     return out
 
@@ -60,6 +85,7 @@ def format_record(fmt: str, r) -> str:
 def cmd_topic_consume(args) -> int:
     from rafka.consumer import Consumer
     from rafka.structs import TopicPartition
+
     handle = connect(args)
     if args.consumer_group:
         return _consume_group(args, handle)
@@ -73,7 +99,8 @@ def cmd_topic_consume(args) -> int:
         consumer.close()
         raise UnknownTopicOrPartitionError(
             f"topic {args.name!r} has no partition {', '.join(map(str, missing))} (its partitions are "
-            f"0..{len(parts) - 1})")
+            f"0..{len(parts) - 1})"
+        )
     tps = [TopicPartition(args.name, p) for p in sorted(parts) if args.partition is None or p in args.partition]
     consumer.assign(tps)
     if args.offset in ("start", "oldest", "earliest"):
@@ -111,7 +138,9 @@ def _consume_group(args, handle) -> int:
     """``topic consume NAME --group G``: a member of G (committed offsets, else --offset start|end);
     commits what it printed on exit. -e stops once every assigned partition reached its end."""
     import time
+
     from rafka.consumer import Consumer
+
     if args.partition is not None:
         raise UsageError("-p/--partition picks partitions by hand; with --group the group assigns them")
     if args.offset not in ("start", "oldest", "earliest", "end", "newest", "latest"):

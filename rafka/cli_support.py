@@ -5,6 +5,7 @@ The verbs of the gateway (serve/cli.py) and of the Spark jobs (jobs/cli.py) impo
 (rafka/cli.py) finds their ``register`` functions through the ``rafka.commands`` entry points declared in
 pyproject.toml, so the client package never imports the layers built on top of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,11 @@ def connect(args):
     instance on the machine)."""
     from rafka.cluster import connect as connect_cluster
     from rafka.cluster import read_state, state_file
+
     address = args.address or os.environ.get("RAY_ADDRESS") or (read_state() or {}).get("address")
     if address is None:
-        raise ClusterNotFoundError(f"no cluster started here ({state_file()} is absent): run `rafka cluster "
-                                   "start`, or pass --address / set RAY_ADDRESS")
+        raise ClusterNotFoundError(
+            f"no cluster started here ({state_file()} is absent): run `rafka cluster "
+            "start`, or pass --address / set RAY_ADDRESS"
+        )
     return connect_cluster(address=address, cluster=args.cluster)

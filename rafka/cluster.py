@@ -11,6 +11,7 @@ are built in ``protocol/names.py``) plus its metadata in GCS KV; clients only ne
 connection and the cluster name. Client constructors take a ``LocalCluster``/``ClusterHandle``, a
 cluster name, or nothing (``connect()`` with the defaults).
 """
+
 from __future__ import annotations
 
 import json
@@ -53,18 +54,22 @@ class ClusterHandle:
 
     def controller(self):
         import ray
+
         return ray.get_actor(controller_name(self.name), namespace=RAY_NAMESPACE)
 
     def admin(self, **config):
         from rafka.admin import Admin
+
         return Admin(self, **config)
 
     def producer(self, **config):
         from rafka.producer import Producer
+
         return Producer(self, **config)
 
     def consumer(self, **config):
         from rafka.consumer import Consumer
+
         return Consumer(self, **config)
 
 
@@ -74,17 +79,18 @@ def use_token_auth_if_available() -> bool:
     sends it in token mode: enter token mode when a token is there and the user did not choose a mode
     (``RAY_AUTH_MODE``). Sending a token to a cluster without authentication is harmless."""
     try:
-        from ray._private.authentication.authentication_token_setup import \
-            maybe_enable_token_auth_if_token_available
+        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
     except ImportError:  # a Ray without token authentication
         return False
     import logging
+
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     return maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _reachable(address: str, timeout_s: float = 2.0) -> bool:
     import socket
+
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
@@ -102,38 +108,52 @@ def _resolve_address(address: str) -> str:
     resolved = address
     if address == "auto":
         from ray._private.services import get_ray_address_from_environment
+
         try:
             resolved = get_ray_address_from_environment("auto", None)
         except Exception:  # noqa: BLE001 - Ray's own lookup failing means there is nothing to find
             resolved = None
         if not resolved:
-            raise ClusterNotFoundError("no running Ray cluster found on this machine. Start one with "
-                                       "`rafka cluster start` or use rafka.LocalCluster()")
+            raise ClusterNotFoundError(
+                "no running Ray cluster found on this machine. Start one with "
+                "`rafka cluster start` or use rafka.LocalCluster()"
+            )
     if not _reachable(resolved):
-        raise ClusterNotFoundError(f"no Ray cluster answers at {resolved}"
-                                   + (" (the latest one recorded on this machine)" if address == "auto" else "")
-                                   + ". Start one with `rafka cluster start` or use rafka.LocalCluster()")
+        raise ClusterNotFoundError(
+            f"no Ray cluster answers at {resolved}"
+            + (" (the latest one recorded on this machine)" if address == "auto" else "")
+            + ". Start one with `rafka cluster start` or use rafka.LocalCluster()"
+        )
     return resolved
 
 
 def _ray_init(address: str | None) -> str | None:
     import ray
+
     if ray.is_initialized():
         return address
     use_token_auth_if_available()
     address = _resolve_address(address or "auto")
     try:
-        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False,
-                 logging_level="WARNING", configure_logging=True)
+        ray.init(
+            address=address,
+            namespace=RAY_NAMESPACE,
+            log_to_driver=False,
+            logging_level="WARNING",
+            configure_logging=True,
+        )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "auto"
-        raise ClusterNotFoundError(f"no Ray cluster at {where}: {str(exc).splitlines()[0] if str(exc) else exc}. "
-                                   "Start one with `rafka cluster start` or use rafka.LocalCluster()") from None
+        raise ClusterNotFoundError(
+            f"no Ray cluster at {where}: {str(exc).splitlines()[0] if str(exc) else exc}. "
+            "Start one with `rafka cluster start` or use rafka.LocalCluster()"
+        ) from None
     return address
 
 
 def wait_for_controller(name: str, timeout_s: float) -> Any:
     import ray
+
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -142,7 +162,8 @@ def wait_for_controller(name: str, timeout_s: float) -> Any:
             if time.monotonic() >= deadline:
                 raise ClusterNotFoundError(
                     f"no rafka cluster named {name!r} on this Ray cluster (no actor "
-                    f"{controller_name(name)!r} in namespace {RAY_NAMESPACE!r})") from None
+                    f"{controller_name(name)!r} in namespace {RAY_NAMESPACE!r})"
+                ) from None
             time.sleep(0.1)
 
 
@@ -152,6 +173,7 @@ def connect(address: str | None = None, cluster: str | None = None, timeout_s: f
     ``RAY_ADDRESS``, else the head recorded by ``rafka cluster start``, else ``"auto"``.
     Raises ``ClusterNotFoundError`` (a ``ConnectionError``) when there is no such cluster."""
     import ray
+
     state = read_state()
     if cluster is None:
         cluster = (state or {}).get("cluster", DEFAULT_CLUSTER)
@@ -167,6 +189,7 @@ def resolve_cluster(cluster: Any, timeout_s: float = 5.0) -> str:
     """The cluster name a client constructor was given, after checking that the cluster is there
     (connecting to Ray first when needed); ``ClusterNotFoundError`` otherwise."""
     import ray
+
     if cluster is None:
         return connect(timeout_s=timeout_s).name
     if isinstance(cluster, str):
@@ -194,9 +217,16 @@ class LocalCluster:
     to every broker and the controller.
     """
 
-    def __init__(self, brokers: int = 3, data_dir: str | os.PathLike | None = None, name: str = DEFAULT_CLUSTER,
-                 num_cpus: int | None = None, start: bool = True,
-                 broker_config: dict | None = None, **extra_config: Any):
+    def __init__(
+        self,
+        brokers: int = 3,
+        data_dir: str | os.PathLike | None = None,
+        name: str = DEFAULT_CLUSTER,
+        num_cpus: int | None = None,
+        start: bool = True,
+        broker_config: dict | None = None,
+        **extra_config: Any,
+    ):
         self.num_brokers = brokers
         self.name = name
         self._tmp = None
@@ -214,21 +244,31 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         import ray
+
         from actors.bootstrap import start_cluster
+
         if not ray.is_initialized():
             import logging
+
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             cpus = self.num_cpus or os.cpu_count() or 1
             # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
             # keeps the raylet from warning about "too many worker processes" on small machines
-            ray.init(address="local", num_cpus=cpus, include_dashboard=False, namespace=RAY_NAMESPACE,
-                     log_to_driver=False, logging_level="WARNING",
-                     _system_config={"worker_maximum_startup_concurrency": max(8, cpus)})
+            ray.init(
+                address="local",
+                num_cpus=cpus,
+                include_dashboard=False,
+                namespace=RAY_NAMESPACE,
+                log_to_driver=False,
+                logging_level="WARNING",
+                _system_config={"worker_maximum_startup_concurrency": max(8, cpus)},
+            )
             self._started_ray = True
         self.address = ray.get_runtime_context().gcs_address
         os.makedirs(self.data_dir, exist_ok=True)
-        self._handle = start_cluster(self.name, self.num_brokers, self.data_dir,
-                                     broker_config=self.broker_config or None)
+        self._handle = start_cluster(
+            self.name, self.num_brokers, self.data_dir, broker_config=self.broker_config or None
+        )
         return self
 
     @property
@@ -254,6 +294,7 @@ class LocalCluster:
     def stop(self) -> None:
         """Stop the brokers and controller (logs closed cleanly); shut Ray down if this started it."""
         import ray
+
         if self._handle is not None:
             self._handle.shutdown()
             self._handle = None
@@ -268,14 +309,17 @@ class LocalCluster:
 
     def admin(self, **config):
         from rafka.admin import Admin
+
         return Admin(self, **config)
 
     def producer(self, **config):
         from rafka.producer import Producer
+
         return Producer(self, **config)
 
     def consumer(self, **config):
         from rafka.consumer import Consumer
+
         return Consumer(self, **config)
 
     def __enter__(self) -> "LocalCluster":

@@ -17,6 +17,7 @@ workers running, still holding the log directories: ``start`` ends those leftove
 dir before it starts a new head, and each broker's log directory lock (``.lock``) refuses a second
 broker set on the same directories anyway.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,7 +55,7 @@ def proc_table() -> tuple[dict[int, str], dict[int, int]]:
                 cmd[int(d)] = f.read().replace(b"\0", b" ").decode(errors="replace")
             with open(f"/proc/{d}/stat") as f:
                 st = f.read()
-            parent[int(d)] = int(st[st.rindex(")") + 2:].split()[1])
+            parent[int(d)] = int(st[st.rindex(")") + 2 :].split()[1])
         except (OSError, ValueError, IndexError):
             continue
     return cmd, parent
@@ -79,8 +80,11 @@ def ray_processes(temp_dir: str) -> set[int]:
     open under it, as every worker does with its log files) and all their descendants."""
     cmd, parent = proc_table()
     marker = temp_dir.rstrip("/") + "/"
-    found = {pid for pid, c in cmd.items()
-             if marker in c or c.rstrip().endswith(temp_dir) or _has_open_file_under(pid, marker)}
+    found = {
+        pid
+        for pid, c in cmd.items()
+        if marker in c or c.rstrip().endswith(temp_dir) or _has_open_file_under(pid, marker)
+    }
     found.discard(os.getpid())
     changed = True
     while changed:
@@ -138,25 +142,37 @@ def ensure_token() -> str:
         return mode
     from ray._private.authentication.authentication_token_setup import _enable_token_auth, generate_and_save_token
     from ray._raylet import AuthenticationTokenLoader
+
     if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
         generate_and_save_token()
     _enable_token_auth()  # RAY_AUTH_MODE=token for `ray start` and this process (its cached config too)
     return mode
 
 
-def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka", num_cpus: int | None = None,
-          port: int | None = None, config: dict | None = None) -> dict:
+def start(
+    brokers: int = 3,
+    data_dir: str | None = None,
+    cluster: str = "rafka",
+    num_cpus: int | None = None,
+    port: int | None = None,
+    config: dict | None = None,
+) -> dict:
     state = read_state()
     if state:
         leftovers = ray_processes(state["temp_dir"])
         if _ray_is_up(state["address"]) and leftovers:
-            raise KafkaError(f"a rafka cluster is already running at {state['address']} "
-                             f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`")
+            raise KafkaError(
+                f"a rafka cluster is already running at {state['address']} "
+                f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`"
+            )
         # the recorded head is gone (crashed): end whatever is left of it (raylet, broker workers still
         # holding the log directories) before another head starts on the same data
         if leftovers:
-            print(f"rafka: the cluster recorded in {state_file()} is not running; ending "
-                  f"{len(leftovers)} leftover processes of its head", file=sys.stderr)
+            print(
+                f"rafka: the cluster recorded in {state_file()} is not running; ending "
+                f"{len(leftovers)} leftover processes of its head",
+                file=sys.stderr,
+            )
             _kill(leftovers)
         shutil.rmtree(state["temp_dir"], ignore_errors=True)
         state_file().unlink(missing_ok=True)
@@ -166,13 +182,27 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
     gcs_port = port or free_port()
     client_port = free_port()
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-    cmd = [ray_bin if os.path.exists(ray_bin) else "ray", "start", "--head", "--temp-dir", temp_dir,
-           "--port", str(gcs_port), "--ray-client-server-port", str(client_port),
-           "--dashboard-agent-listen-port", str(free_port()), "--include-dashboard=false",
-           "--disable-usage-stats", "--num-cpus", str(num_cpus or os.cpu_count() or 1)]
+    cmd = [
+        ray_bin if os.path.exists(ray_bin) else "ray",
+        "start",
+        "--head",
+        "--temp-dir",
+        temp_dir,
+        "--port",
+        str(gcs_port),
+        "--ray-client-server-port",
+        str(client_port),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--num-cpus",
+        str(num_cpus or os.cpu_count() or 1),
+    ]
     ensure_token()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    )
     if proc.returncode != 0:
         _kill(ray_processes(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -180,16 +210,26 @@ def start(brokers: int = 3, data_dir: str | None = None, cluster: str = "rafka",
         raise KafkaError(f"`ray start --head` failed: {' | '.join(tail)}")
     import ray
     from ray._private.services import get_node_ip_address
+
     from rafka.cluster import use_token_auth_if_available
+
     use_token_auth_if_available()
     address = f"{get_node_ip_address()}:{gcs_port}"
-    info = {"cluster": cluster, "address": address, "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
-            "temp_dir": temp_dir, "data_dir": data_dir, "brokers": brokers, "config": dict(config or {}),
-            "started_at": time.time(),
-            "pids": sorted(ray_processes(temp_dir))}
+    info = {
+        "cluster": cluster,
+        "address": address,
+        "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
+        "temp_dir": temp_dir,
+        "data_dir": data_dir,
+        "brokers": brokers,
+        "config": dict(config or {}),
+        "started_at": time.time(),
+        "pids": sorted(ray_processes(temp_dir)),
+    }
     try:
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
         from actors.bootstrap import start_cluster
+
         start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
     except BaseException:
         if ray.is_initialized():
@@ -210,12 +250,17 @@ def stop() -> dict:
     temp_dir = state["temp_dir"]
     if _ray_is_up(state["address"]):
         import ray
+
         from rafka.cluster import use_token_auth_if_available
+
         use_token_auth_if_available()
         try:
             if not ray.is_initialized():
-                ray.init(address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
+                ray.init(
+                    address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING"
+                )
             from actors.bootstrap import ServerHandle
+
             server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
             for i in range(state["brokers"]):
                 try:
@@ -224,8 +269,10 @@ def stop() -> dict:
                     continue
             server.shutdown()
         except Exception as exc:  # noqa: BLE001 - the processes are ended below regardless
-            print(f"rafka: warning: clean actor shutdown failed ({type(exc).__name__}: {exc}); "
-                  "ending the Ray processes", file=sys.stderr)
+            print(
+                f"rafka: warning: clean actor shutdown failed ({type(exc).__name__}: {exc}); ending the Ray processes",
+                file=sys.stderr,
+            )
         finally:
             if ray.is_initialized():
                 ray.shutdown()

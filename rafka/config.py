@@ -15,6 +15,7 @@ Producer rules copied from ``KafkaProducer``/``ProducerConfig``:
 
 Defaults are Kafka 4.x's (``linger.ms`` is 5 since KIP-1030).
 """
+
 from __future__ import annotations
 
 import difflib
@@ -37,6 +38,7 @@ def _int(lo: int = 0, hi: int | None = None) -> Callable[[str, Any], int]:
             rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
             raise ValueError(f"invalid value {v} for config '{key}': must be {rng}")
         return v
+
     return check
 
 
@@ -45,6 +47,7 @@ def _opt_int(lo: int = 0) -> Callable[[str, Any], int | None]:
 
     def check(key: str, v: Any) -> int | None:
         return None if v is None else inner(key, v)
+
     return check
 
 
@@ -61,6 +64,7 @@ def _choice(*options: str) -> Callable[[str, Any], str]:
         if not isinstance(v, str) or v.lower() not in options:
             raise ValueError(f"invalid value {v!r} for config '{key}': expected one of {', '.join(options)}")
         return v.lower()
+
     return check
 
 
@@ -79,6 +83,7 @@ def _callable_or_none(key: str, v: Any) -> Callable | None:
 def _strategies(key: str, v: Any) -> list[str]:
     """``partition_assignment_strategy``: assignor names (a list or a comma-separated string), in preference order."""
     from rafka.assignors import ASSIGNORS
+
     names = [n.strip() for n in v.split(",")] if isinstance(v, str) else list(v or ())
     if not names or any(n not in ASSIGNORS for n in names):
         raise ValueError(f"invalid value {v!r} for config '{key}': expected names from {sorted(ASSIGNORS)}")
@@ -87,8 +92,11 @@ def _strategies(key: str, v: Any) -> list[str]:
 
 def _acks(key: str, v: Any) -> int:
     norm = {"all": -1, "-1": -1, "0": 0, "1": 1, -1: -1, 0: 0, 1: 1}
-    if isinstance(v, bool) or (isinstance(v, str) and v.lower() not in norm) or \
-            (not isinstance(v, str) and v not in norm):
+    if (
+        isinstance(v, bool)
+        or (isinstance(v, str) and v.lower() not in norm)
+        or (not isinstance(v, str) and v not in norm)
+    ):
         raise ValueError(f"invalid value {v!r} for config '{key}': expected all, -1, 0 or 1")
     return norm[v.lower() if isinstance(v, str) else v]
 
@@ -156,20 +164,22 @@ class ProducerConfig(_Config):
         if self.acks != -1:
             conflicts.append(f"acks must be 'all' (got {self.acks})")
         if self.max_in_flight_requests_per_connection > 5:
-            conflicts.append("max_in_flight_requests_per_connection must be <= 5 "
-                             f"(got {self.max_in_flight_requests_per_connection})")
+            conflicts.append(
+                f"max_in_flight_requests_per_connection must be <= 5 (got {self.max_in_flight_requests_per_connection})"
+            )
         if self.retries == 0:
             conflicts.append("retries must be > 0")
         if self.enable_idempotence and conflicts:
             if "enable_idempotence" in self.explicit:
-                raise ValueError("invalid config 'enable_idempotence': idempotence requires "
-                                 + "; ".join(conflicts))
+                raise ValueError("invalid config 'enable_idempotence': idempotence requires " + "; ".join(conflicts))
             self.enable_idempotence = False
         floor = self.linger_ms + self.request_timeout_ms
         if self.delivery_timeout_ms < floor:
             if "delivery_timeout_ms" in self.explicit:
-                raise ValueError(f"invalid value {self.delivery_timeout_ms} for config 'delivery_timeout_ms': "
-                                 f"must be >= linger_ms + request_timeout_ms ({floor})")
+                raise ValueError(
+                    f"invalid value {self.delivery_timeout_ms} for config 'delivery_timeout_ms': "
+                    f"must be >= linger_ms + request_timeout_ms ({floor})"
+                )
             self.delivery_timeout_ms = floor
         if self.retry_backoff_max_ms < self.retry_backoff_ms:
             self.retry_backoff_max_ms = self.retry_backoff_ms
@@ -211,8 +221,10 @@ class ConsumerConfig(_Config):
 
     def _validate(self) -> None:
         if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError(f"invalid value {self.heartbeat_interval_ms} for config 'heartbeat_interval_ms': "
-                             f"must be lower than session_timeout_ms ({self.session_timeout_ms})")
+            raise ValueError(
+                f"invalid value {self.heartbeat_interval_ms} for config 'heartbeat_interval_ms': "
+                f"must be lower than session_timeout_ms ({self.session_timeout_ms})"
+            )
         if self.group_id is not None and not self.group_id:
             raise ValueError("invalid value '' for config 'group_id': must be non-empty or None")
 

@@ -14,6 +14,7 @@ position (``OffsetOutOfRangeError``/``NoOffsetForPartitionError`` with none). Of
 
 Not thread-safe (one thread per consumer, as in Kafka).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -51,7 +52,7 @@ class Consumer:
         # Kafka's SubscriptionState: the fetcher and the group coordinator share it; records handed to the
         # iterator but not yet consumed count for commits, and a new assignment drops that buffer
         self.subscriptions = SubscriptionState()
-        self.subscriptions.pending = lambda: self._iter_buffer[self._iter_pos:]
+        self.subscriptions.pending = lambda: self._iter_buffer[self._iter_pos :]
         self.subscriptions.on_assignment_change(self._clear_iter_buffer)
         self._fetcher = Fetcher(self.metadata, self.config, subscriptions=self.subscriptions)
         self._closed = False
@@ -63,8 +64,10 @@ class Consumer:
 
     def _new_coordinator(self) -> "ConsumerCoordinator":
         from rafka.group import ConsumerCoordinator
-        return ConsumerCoordinator(self.subscriptions, self.metadata, self.config, self.cluster_name, self.client_id,
-                                   self.config.group_id)
+
+        return ConsumerCoordinator(
+            self.subscriptions, self.metadata, self.config, self.cluster_name, self.client_id, self.config.group_id
+        )
 
     def _clear_iter_buffer(self, _assignment=None) -> None:
         self._iter_buffer, self._iter_pos = [], 0
@@ -124,8 +127,11 @@ class Consumer:
         """Commit ``offsets`` (``{tp: offset | OffsetAndMetadata}``, the next offsets to read), or every
         assigned partition's current position; blocks until the coordinator stored them."""
         g = self._need_group()
-        g.commit({TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None
-                 else self.subscriptions.all_consumed())
+        g.commit(
+            {TopicPartition(*tp): o for tp, o in offsets.items()}
+            if offsets is not None
+            else self.subscriptions.all_consumed()
+        )
 
     def commit_async(self, offsets: dict | None = None, callback=None):
         """Commit without blocking; ``callback(offsets, exception_or_None)`` when done. Returns a
@@ -133,10 +139,14 @@ class Consumer:
         order they were made (as Kafka's do), so an older commit never lands after a newer one; ``close()``
         waits for the pending ones."""
         g = self._need_group()
-        offs = {TopicPartition(*tp): o for tp, o in offsets.items()} if offsets is not None \
+        offs = (
+            {TopicPartition(*tp): o for tp, o in offsets.items()}
+            if offsets is not None
             else self.subscriptions.all_consumed()
+        )
         if self._async_commits is None:
             from concurrent.futures import ThreadPoolExecutor
+
             self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="rafka-commit-async")
 
         def run():
@@ -149,6 +159,7 @@ class Consumer:
                 callback(offs, err)
             if err is not None:
                 raise err
+
         return self._async_commits.submit(run)
 
     def committed(self, partition, timeout_ms: int | None = None) -> OffsetAndMetadata | None:
@@ -184,7 +195,7 @@ class Consumer:
 
     def _drop_iter_buffer(self, tp) -> None:
         tp = TopicPartition(*tp)
-        rest = self._iter_buffer[self._iter_pos:]
+        rest = self._iter_buffer[self._iter_pos :]
         self._iter_buffer = [r for r in rest if (r.topic, r.partition) != tp]
         self._iter_pos = 0
 
@@ -193,7 +204,7 @@ class Consumer:
         st = self._fetcher.state(TopicPartition(*partition))
         if st.position is None or st.reset is not None:
             self._fetcher.resolve_positions(self._timeout(timeout_ms))
-        pending = [r for r in self._iter_buffer[self._iter_pos:] if (r.topic, r.partition) == st.tp]
+        pending = [r for r in self._iter_buffer[self._iter_pos :] if (r.topic, r.partition) == st.tp]
         return pending[0].offset if pending else st.position
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -210,8 +221,9 @@ class Consumer:
         t = self._timeout(timeout_ms)
         return {tp: self._fetcher.list_offset(tp, LATEST, t)[0] for tp in _tps(partitions)}
 
-    def offsets_for_times(self, timestamps: dict, timeout_ms: int | None = None
-                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(
+        self, timestamps: dict, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """Per partition, the earliest offset whose timestamp is >= the given one (None if there is none)."""
         t = self._timeout(timeout_ms)
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
@@ -282,8 +294,7 @@ class Consumer:
             got = self.poll(timeout_ms=wait)
             for recs in got.values():
                 self._iter_buffer.extend(recs)
-            if not self._iter_buffer and idle_limit is not None and \
-                    (time.monotonic() - start) * 1000 >= idle_limit:
+            if not self._iter_buffer and idle_limit is not None and (time.monotonic() - start) * 1000 >= idle_limit:
                 raise StopIteration
         rec = self._iter_buffer[self._iter_pos]
         self._iter_pos += 1

@@ -4,25 +4,33 @@ calls it, finding it again on COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAI
 coordinator name not (yet) registered, or a dead coordinator actor; ``_Call`` is one request in flight,
 advanced without blocking past the caller's timeout. Used by the ConsumerCoordinator (rafka/group.py) and
 the group admin calls (rafka/group_admin.py)."""
+
 from __future__ import annotations
 
 import time
 from typing import Any
 
 from protocol.names import broker_name
-from rafka.errors import (CoordinatorLoadInProgressError, CoordinatorNotAvailableError, KafkaTimeoutError,
-                          NotCoordinatorError, for_code)
+from rafka.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    KafkaTimeoutError,
+    NotCoordinatorError,
+    for_code,
+)
 from rafka.transport import RAY, Transport
 
-RETRIABLE_COORDINATOR = (CoordinatorLoadInProgressError.code, CoordinatorNotAvailableError.code,
-                         NotCoordinatorError.code)
+RETRIABLE_COORDINATOR = (
+    CoordinatorLoadInProgressError.code,
+    CoordinatorNotAvailableError.code,
+    NotCoordinatorError.code,
+)
 
 
 class GroupCoordinatorClient:
     """Calls on the coordinator of one group, re-finding it on retriable coordinator errors."""
 
-    def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100,
-                 transport: Transport = RAY):
+    def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100, transport: Transport = RAY):
         self.cluster = cluster
         self.metadata = metadata
         self.transport = transport
@@ -32,12 +40,14 @@ class GroupCoordinatorClient:
 
     def _find(self, timeout_s: float):
         from ray.exceptions import GetTimeoutError, RayActorError
+
         ids = sorted(self.metadata.brokers())
         for bid in ids:
             try:
                 broker = self.transport.get_actor(broker_name(self.cluster, bid))
-                ans = self.transport.get(self.transport.call(broker, "find_coordinator", self.group_id),
-                                         timeout=timeout_s)
+                ans = self.transport.get(
+                    self.transport.call(broker, "find_coordinator", self.group_id), timeout=timeout_s
+                )
             except (ValueError, RayActorError, GetTimeoutError):
                 continue
             if ans["error_code"] in RETRIABLE_COORDINATOR:
@@ -80,6 +90,7 @@ class _Call:
     def poll(self, timeout_s: float) -> dict | None:
         """The answer, or None if it did not arrive within ``timeout_s``."""
         from ray.exceptions import RayActorError
+
         cl = self.client
         deadline = time.monotonic() + timeout_s
         while True:

@@ -15,6 +15,7 @@ under an older epoch are discarded, so a seek is never followed by stale records
 
 Not thread-safe: one thread drives a consumer, as in Kafka.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,14 @@ import time
 
 from protocol.errors import refresh_metadata
 from protocol.ray_errors import kafka_error_for
-from rafka.errors import (KafkaError, KafkaTimeoutError, NoOffsetForPartitionError, NotLeaderOrFollowerError,
-                          OffsetOutOfRangeError, for_code)
+from rafka.errors import (
+    KafkaError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    for_code,
+)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
 from rafka.subscription import SubscriptionState, TopicPartitionState
@@ -61,16 +68,22 @@ class CompletedFetch:
                     plain = False
             if plain:
                 epoch = headers[0][1].partition_leader_epoch if headers else -1
-                out = [_new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
-                       for r in decode_records(self.raw, validate=False) if r[0] >= start]
+                out = [
+                    _new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
+                    for r in decode_records(self.raw, validate=False)
+                    if r[0] >= start
+                ]
             else:
                 for pos, h in headers:
                     if h.is_control or h.next_offset <= start:
                         continue
                     end = pos + h.size_in_bytes
                     tst, epoch = h.timestamp_type, h.partition_leader_epoch
-                    out.extend(_new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
-                               for r in decode_records(self.raw[pos:end], validate=False) if r[0] >= start)
+                    out.extend(
+                        _new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
+                        for r in decode_records(self.raw[pos:end], validate=False)
+                        if r[0] >= start
+                    )
             self.records = out
             self.raw = b""
         return self.records
@@ -80,8 +93,13 @@ class CompletedFetch:
 
 
 class Fetcher:
-    def __init__(self, metadata: ClusterMetadata, config, transport: Transport = RAY,
-                 subscriptions: SubscriptionState | None = None):
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        config,
+        transport: Transport = RAY,
+        subscriptions: SubscriptionState | None = None,
+    ):
         self.metadata = metadata
         self.cfg = config
         self.transport = transport
@@ -159,8 +177,17 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
-            ref = self.transport.call(handle, "fetch", st.fetch_position, cfg.max_partition_fetch_bytes,
-                                      cfg.fetch_max_wait_ms, cfg.fetch_min_bytes, -1, epoch, cfg.isolation_id)
+            ref = self.transport.call(
+                handle,
+                "fetch",
+                st.fetch_position,
+                cfg.max_partition_fetch_bytes,
+                cfg.fetch_max_wait_ms,
+                cfg.fetch_min_bytes,
+                -1,
+                epoch,
+                cfg.isolation_id,
+            )
             st.in_flight = (ref, st.epoch, leader_id)
 
     def wait(self, timeout_s: float) -> bool:
@@ -205,10 +232,12 @@ class Fetcher:
         if isinstance(err, OffsetOutOfRangeError):
             if self.cfg.auto_offset_reset == "none":
                 st.retry_at = float("inf")
-                raise OffsetOutOfRangeError(f"fetch offset {st.fetch_position} is out of range for {st.tp} "
-                                            f"and auto_offset_reset is 'none'")
-            log.info("offset %s out of range for %s: resetting (%s)", st.fetch_position, st.tp,
-                     self.cfg.auto_offset_reset)
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {st.fetch_position} is out of range for {st.tp} and auto_offset_reset is 'none'"
+                )
+            log.info(
+                "offset %s out of range for %s: resetting (%s)", st.fetch_position, st.tp, self.cfg.auto_offset_reset
+            )
             st.reset = EARLIEST if self.cfg.auto_offset_reset == "earliest" else LATEST
             return
         st.retry_at = time.monotonic() + self.cfg.retry_backoff_ms / 1000.0
@@ -233,16 +262,20 @@ class Fetcher:
             while st.buffer and left > 0:
                 cf = st.buffer[0]
                 recs = cf.decode(st, check)
-                take = recs[cf.index:cf.index + left]
+                take = recs[cf.index : cf.index + left]
                 cf.index += len(take)
                 if cf.index >= len(recs):
                     st.buffer.pop(0)
                     st.position = max(st.position, cf.next_offset)
                 if take:
                     if kd is not None or vd is not None:
-                        take = [r._replace(key=kd(r.key) if kd and r.key is not None else r.key,
-                                           value=vd(r.value) if vd and r.value is not None else r.value)
-                                for r in take]
+                        take = [
+                            r._replace(
+                                key=kd(r.key) if kd and r.key is not None else r.key,
+                                value=vd(r.value) if vd and r.value is not None else r.value,
+                            )
+                            for r in take
+                        ]
                     out.setdefault(st.tp, []).extend(take)
                     st.position = max(st.position, take[-1].offset + 1)
                     left -= len(take)

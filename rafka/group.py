@@ -22,6 +22,7 @@ same thread enforces ``max_poll_interval_ms``: a member whose application stops 
 Offsets: newly assigned partitions start from the group's committed offset (OffsetFetch), else
 ``auto_offset_reset``; ``commit`` sends OffsetCommit with the member id and generation.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,14 +32,26 @@ import time
 from typing import Any, Callable, Iterable
 
 from rafka.assignors import (
-    COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
+    COOPERATIVE,
+    Subscription,
+    decode_assignment,
+    encode_subscription,
+    get_assignor,
+    perform_assignment,
 )
-from rafka.errors import (FencedInstanceIdError,
-                          IllegalGenerationError, KafkaError, MemberIdRequiredError, NoError,
-                          RebalanceInProgressError, UnknownMemberIdError, for_code)
+from rafka.coordinator_client import GroupCoordinatorClient, _Call, _first_code
+from rafka.errors import (
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    KafkaError,
+    MemberIdRequiredError,
+    NoError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    for_code,
+)
 from rafka.structs import OffsetAndMetadata, TopicPartition
 from rafka.subscription import SubscriptionState
-from rafka.coordinator_client import GroupCoordinatorClient, _Call, _first_code
 from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.group")
@@ -70,8 +83,16 @@ class ConsumerCoordinator:
     works on the consumer's ``SubscriptionState``: sets the assignment the group gives, seeks new partitions
     to their committed offsets, commits ``all_consumed()``."""
 
-    def __init__(self, subscriptions: SubscriptionState, metadata, config, cluster_name: str, client_id: str,
-                 group_id: str, transport: Transport = RAY):
+    def __init__(
+        self,
+        subscriptions: SubscriptionState,
+        metadata,
+        config,
+        cluster_name: str,
+        client_id: str,
+        group_id: str,
+        transport: Transport = RAY,
+    ):
         self.subscriptions = subscriptions
         self.metadata = metadata
         self.client_id = client_id
@@ -80,8 +101,7 @@ class ConsumerCoordinator:
         self.group_id = group_id
         self.coordinator = GroupCoordinatorClient(cluster_name, metadata, group_id, cfg.retry_backoff_ms, transport)
         self.assignors = [get_assignor(n) for n in cfg.partition_assignment_strategy]
-        self.protocol = COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in self.assignors) \
-            else "EAGER"
+        self.protocol = COOPERATIVE if all(COOPERATIVE in a.supported_protocols for a in self.assignors) else "EAGER"
         self.member_id = ""
         self.generation = -1
         self.protocol_name: str | None = None
@@ -157,8 +177,9 @@ class ConsumerCoordinator:
             self.subscriptions.assign([])
             self._listen("on_partitions_lost", gone)
         if self._hb_thread is None:
-            self._hb_thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
-                                               name=f"rafka-heartbeat-{self.group_id}")
+            self._hb_thread = threading.Thread(
+                target=self._heartbeat_loop, daemon=True, name=f"rafka-heartbeat-{self.group_id}"
+            )
             self._hb_thread.start()
         while True:
             if self._phase is None:
@@ -190,13 +211,23 @@ class ConsumerCoordinator:
             self._listen("on_partitions_revoked", revoked)
         protocols = []
         for a in self.assignors:
-            sub = Subscription(sorted(self._subscribed_snapshot), a.subscription_user_data(self._subscribed_snapshot),
-                               sorted(self.owned), self.generation)
+            sub = Subscription(
+                sorted(self._subscribed_snapshot),
+                a.subscription_user_data(self._subscribed_snapshot),
+                sorted(self.owned),
+                self.generation,
+            )
             protocols.append((a.name, encode_subscription(sub, 1)))
         self._call = self.coordinator.start(
-            "join_group", self.member_id, PROTOCOL_TYPE, protocols, self.cfg.session_timeout_ms,
-            rebalance_timeout_ms=self.cfg.max_poll_interval_ms, group_instance_id=self.instance_id,
-            client_id=self.client_id)
+            "join_group",
+            self.member_id,
+            PROTOCOL_TYPE,
+            protocols,
+            self.cfg.session_timeout_ms,
+            rebalance_timeout_ms=self.cfg.max_poll_interval_ms,
+            group_instance_id=self.instance_id,
+            client_id=self.client_id,
+        )
         self._phase = "join"
 
     def _joined(self, res: dict) -> bool:
@@ -218,8 +249,14 @@ class ConsumerCoordinator:
         if self.leader == self.member_id and not res.get("skip_assignment"):
             assignments = self._lead(res["members"])
         self._call = self.coordinator.start(
-            "sync_group", self.member_id, self.generation, assignments, group_instance_id=self.instance_id,
-            protocol_type=PROTOCOL_TYPE, protocol_name=self.protocol_name)
+            "sync_group",
+            self.member_id,
+            self.generation,
+            assignments,
+            group_instance_id=self.instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=self.protocol_name,
+        )
         return True
 
     def _synced(self, res: dict) -> None:
@@ -249,6 +286,7 @@ class ConsumerCoordinator:
     def _lead(self, members: list[dict]) -> dict[str, bytes]:
         """The leader's step: the assignment of every member's subscribed topics, from fresh metadata."""
         from rafka.assignors import decode_subscription
+
         topics = set()
         for m in members:
             topics.update(decode_subscription(m["metadata"]).topics)
@@ -312,16 +350,21 @@ class ConsumerCoordinator:
             with self._lock:
                 stable, gen, mid = self._stable, self.generation, self.member_id
             if (time.monotonic() - self._last_poll) * 1000 > self.cfg.max_poll_interval_ms and gen >= 0:
-                log.warning("group %s: member %s did not poll within max_poll_interval_ms (%d); leaving",
-                            self.group_id, mid, self.cfg.max_poll_interval_ms)
+                log.warning(
+                    "group %s: member %s did not poll within max_poll_interval_ms (%d); leaving",
+                    self.group_id,
+                    mid,
+                    self.cfg.max_poll_interval_ms,
+                )
                 self.leave(reason="poll timeout")
                 self._reset_generation(lost=True)
                 continue
             if not stable or gen < 0:
                 continue
             try:
-                res = self.coordinator.call("heartbeat", mid, gen, group_instance_id=self.instance_id,
-                                            timeout_ms=self.cfg.session_timeout_ms)
+                res = self.coordinator.call(
+                    "heartbeat", mid, gen, group_instance_id=self.instance_id, timeout_ms=self.cfg.session_timeout_ms
+                )
             except KafkaError as e:
                 log.warning("group %s: heartbeat failed: %s", self.group_id, e)
                 continue
@@ -339,9 +382,11 @@ class ConsumerCoordinator:
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
-        res = self.coordinator.call("offset_fetch", [{"name": t, "partition_indexes": sorted(ps)}
-                                                     for t, ps in by_topic.items()],
-                                    timeout_ms=self.cfg.default_api_timeout_ms)
+        res = self.coordinator.call(
+            "offset_fetch",
+            [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()],
+            timeout_ms=self.cfg.default_api_timeout_ms,
+        )
         if res.get("error_code"):
             raise for_code(res["error_code"])(f"OffsetFetch for {self.group_id!r} failed")
         out: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -350,8 +395,11 @@ class ConsumerCoordinator:
                 if p.get("error_code"):
                     raise for_code(p["error_code"])(f"OffsetFetch {t['name']}-{p['partition_index']} failed")
                 off = p["committed_offset"]
-                out[TopicPartition(t["name"], p["partition_index"])] = None if off < 0 else \
-                    OffsetAndMetadata(off, p.get("metadata") or "", p.get("committed_leader_epoch", -1))
+                out[TopicPartition(t["name"], p["partition_index"])] = (
+                    None
+                    if off < 0
+                    else OffsetAndMetadata(off, p.get("metadata") or "", p.get("committed_leader_epoch", -1))
+                )
         return out
 
     def commit(self, offsets: dict[TopicPartition, Any]) -> None:
@@ -362,22 +410,31 @@ class ConsumerCoordinator:
         for tp, o in offsets.items():
             off, meta = (o.offset, o.metadata) if isinstance(o, OffsetAndMetadata) else (int(o), "")
             by_topic.setdefault(tp.topic, []).append(
-                {"partition_index": tp.partition, "committed_offset": off, "committed_metadata": meta})
+                {"partition_index": tp.partition, "committed_offset": off, "committed_metadata": meta}
+            )
         with self._lock:
             mid, gen = self.member_id, self.generation
-        res = self.coordinator.call("offset_commit", [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-                                    member_id=mid, generation_id=gen, group_instance_id=self.instance_id,
-                                    timeout_ms=self.cfg.default_api_timeout_ms)
+        res = self.coordinator.call(
+            "offset_commit",
+            [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            member_id=mid,
+            generation_id=gen,
+            group_instance_id=self.instance_id,
+            timeout_ms=self.cfg.default_api_timeout_ms,
+        )
         code = _first_code(res)
         if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
             self._reset_generation(lost=code == UNKNOWN_MEMBER_ID)
             from rafka.errors import CommitFailedError
-            raise CommitFailedError("the group rebalanced and assigned the partitions to another member; "
-                                    "the commit cannot be completed")
+
+            raise CommitFailedError(
+                "the group rebalanced and assigned the partitions to another member; the commit cannot be completed"
+            )
         if code == REBALANCE_IN_PROGRESS:
             with self._lock:
                 self._rejoin = True
             from rafka.errors import RebalanceInProgressError
+
             raise RebalanceInProgressError("commit refused during a rebalance: poll, then commit again")
         if code:
             raise for_code(code)(f"OffsetCommit for {self.group_id!r} failed")
@@ -399,8 +456,9 @@ class ConsumerCoordinator:
         if not mid or self.instance_id is not None:
             return
         try:
-            self.coordinator.call("leave_group", [{"member_id": mid, "group_instance_id": None}],
-                                  timeout_ms=self.cfg.request_timeout_ms)
+            self.coordinator.call(
+                "leave_group", [{"member_id": mid, "group_instance_id": None}], timeout_ms=self.cfg.request_timeout_ms
+            )
         except KafkaError as e:
             log.warning("group %s: LeaveGroup (%s) failed: %s", self.group_id, reason, e)
 
@@ -417,10 +475,15 @@ class ConsumerCoordinator:
 
     def group_metadata(self) -> dict:
         with self._lock:
-            return {"group_id": self.group_id, "generation_id": self.generation, "member_id": self.member_id,
-                    "group_instance_id": self.instance_id}
+            return {
+                "group_id": self.group_id,
+                "generation_id": self.generation,
+                "member_id": self.member_id,
+                "group_instance_id": self.instance_id,
+            }
 
 
 def _empty_assignment():
     from rafka.assignors import Assignment
+
     return Assignment([])

@@ -6,15 +6,17 @@ broker's coordinator (each answers for its own groups). Offsets are changed with
 member id / generation, which the coordinator accepts only while the group has no members (Kafka's rule
 for admin offset changes).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
 
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.assignors import decode_assignment
-from rafka.errors import UnknownTopicOrPartitionError, for_code
 from rafka.coordinator_client import GroupCoordinatorClient, _first_code
+from rafka.errors import UnknownTopicOrPartitionError, for_code
 from rafka.structs import TopicPartition
+
 
 def _client(admin, group_id: str) -> GroupCoordinatorClient:
     return GroupCoordinatorClient(admin.cluster_name, admin.metadata, group_id, admin.config.retry_backoff_ms)
@@ -24,19 +26,22 @@ def list_groups(admin) -> list[dict]:
     """``[{group_id, protocol_type, group_state}]`` from every live broker's coordinator."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
+
     seen: dict[str, dict] = {}
     for bid in sorted(admin.metadata.brokers()):
         try:
-            gc = ray.get_actor(group_coordinator_name(admin.cluster_name, bid),
-                               namespace=RAY_NAMESPACE)
+            gc = ray.get_actor(group_coordinator_name(admin.cluster_name, bid), namespace=RAY_NAMESPACE)
             res = ray.get(gc.list_groups.remote(), timeout=admin.config.request_timeout_ms / 1000.0)
         except (ValueError, RayActorError, GetTimeoutError):
             continue  # no coordinator on that broker (yet), or it is gone: it serves no group
         if res.get("error_code"):
             continue  # still loading: its groups show up once it has loaded
         for g in res["groups"]:
-            seen[g["group_id"]] = {"group_id": g["group_id"], "protocol_type": g["protocol_type"],
-                                   "group_state": g["group_state"]}
+            seen[g["group_id"]] = {
+                "group_id": g["group_id"],
+                "protocol_type": g["protocol_type"],
+                "group_state": g["group_state"],
+            }
     return sorted(seen.values(), key=lambda g: g["group_id"])
 
 
@@ -44,15 +49,21 @@ def committed_offsets(admin, group_id: str) -> dict[TopicPartition, int]:
     res = _client(admin, group_id).call("offset_fetch", None, timeout_ms=admin.config.default_api_timeout_ms)
     if res.get("error_code"):
         raise for_code(res["error_code"])(f"OffsetFetch for group {group_id!r} failed")
-    return {TopicPartition(t["name"], p["partition_index"]): p["committed_offset"]
-            for t in res["topics"] for p in t["partitions"] if p["committed_offset"] >= 0}
+    return {
+        TopicPartition(t["name"], p["partition_index"]): p["committed_offset"]
+        for t in res["topics"]
+        for p in t["partitions"]
+        if p["committed_offset"] >= 0
+    }
 
 
 def describe_group(admin, group_id: str) -> dict:
     """``{group_id, state, protocol_type, protocol, members: [{member_id, group_instance_id, client_id,
     client_host, assignment: [TopicPartition]}], offsets: [{topic, partition, committed, log_end, lag,
     member_id}]}``."""
-    res = _client(admin, group_id).call("describe_groups", group_list=True, timeout_ms=admin.config.default_api_timeout_ms)
+    res = _client(admin, group_id).call(
+        "describe_groups", group_list=True, timeout_ms=admin.config.default_api_timeout_ms
+    )
     g = res["groups"][0]
     if g["error_code"]:
         raise for_code(g["error_code"])(f"describe group {group_id!r} failed")
@@ -64,19 +75,39 @@ def describe_group(admin, group_id: str) -> dict:
             parts = sorted(TopicPartition(*tp) for tp in decode_assignment(m["member_assignment"]).partitions)
         for tp in parts:
             owner[tp] = m["member_id"]
-        members.append({"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
-                        "client_id": m.get("client_id"), "client_host": m.get("client_host"),
-                        "assignment": parts})
+        members.append(
+            {
+                "member_id": m["member_id"],
+                "group_instance_id": m.get("group_instance_id"),
+                "client_id": m.get("client_id"),
+                "client_host": m.get("client_host"),
+                "assignment": parts,
+            }
+        )
     committed = committed_offsets(admin, group_id)
     tps = sorted(set(committed) | set(owner))
     ends = {tp: o.offset for tp, o in admin.list_offsets({tp: "latest" for tp in tps}).items()} if tps else {}
     offsets = []
     for tp in tps:
         c = committed.get(tp)
-        offsets.append({"topic": tp.topic, "partition": tp.partition, "committed": c, "log_end": ends[tp],
-                        "lag": None if c is None else max(0, ends[tp] - c), "member_id": owner.get(tp)})
-    return {"group_id": group_id, "state": g["group_state"], "protocol_type": g["protocol_type"],
-            "protocol": g.get("protocol_data"), "members": members, "offsets": offsets}
+        offsets.append(
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "committed": c,
+                "log_end": ends[tp],
+                "lag": None if c is None else max(0, ends[tp] - c),
+                "member_id": owner.get(tp),
+            }
+        )
+    return {
+        "group_id": group_id,
+        "state": g["group_state"],
+        "protocol_type": g["protocol_type"],
+        "protocol": g.get("protocol_data"),
+        "members": members,
+        "offsets": offsets,
+    }
 
 
 def delete_groups(admin, group_ids: Iterable[str]) -> None:
@@ -96,12 +127,17 @@ def alter_offsets(admin, group_id: str, offsets: dict[Any, int]) -> None:
         if int(off) < 0:
             raise ValueError(f"offset for {tp} must be >= 0, got {off}")
         by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "committed_offset": int(off)})
-    res = _client(admin, group_id).call("offset_commit", [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-                                        timeout_ms=admin.config.default_api_timeout_ms)
+    res = _client(admin, group_id).call(
+        "offset_commit",
+        [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        timeout_ms=admin.config.default_api_timeout_ms,
+    )
     code = _first_code(res)
     if code:
-        raise for_code(code)(f"altering offsets of group {group_id!r} failed (a group with active members "
-                             "cannot have its offsets changed)")
+        raise for_code(code)(
+            f"altering offsets of group {group_id!r} failed (a group with active members "
+            "cannot have its offsets changed)"
+        )
 
 
 def reset_offsets(admin, group_id: str, to: Any, topics: Iterable[str] | None = None) -> dict[TopicPartition, int]:

@@ -9,6 +9,7 @@ topics only when it moved. Produce and fetch go straight to the leader's replica
 Thread safety: shared by a client's user thread and its background thread; one lock guards the caches.
 Ray calls (KV reads, ``get_actor``) happen outside the lock.
 """
+
 from __future__ import annotations
 
 import threading
@@ -35,9 +36,14 @@ class TopicMetadata:
         for p, st in (raw.get("partitions") or {}).items():
             p = int(p)
             leader = st.get("leader")
-            parts[p] = PartitionInfo(self.name, p, -1 if leader is None else int(leader),
-                                     tuple(st.get("replicas") or ()), tuple(st.get("isr") or ()),
-                                     int(st.get("leader_epoch", -1)))
+            parts[p] = PartitionInfo(
+                self.name,
+                p,
+                -1 if leader is None else int(leader),
+                tuple(st.get("replicas") or ()),
+                tuple(st.get("isr") or ()),
+                int(st.get("leader_epoch", -1)),
+            )
         self.partitions = parts
         self.partition_ids = sorted(parts)
         self.available = [p for p in self.partition_ids if parts[p].leader >= 0]
@@ -45,8 +51,9 @@ class TopicMetadata:
 
 
 class ClusterMetadata:
-    def __init__(self, cluster: str, max_age_ms: int = 300000, refresh_backoff_ms: int = 50,
-                 transport: Transport = RAY):
+    def __init__(
+        self, cluster: str, max_age_ms: int = 300000, refresh_backoff_ms: int = 50, transport: Transport = RAY
+    ):
         self.cluster = cluster
         self.transport = transport  # replica actors are looked up through it
         self.max_age_ms = max_age_ms
@@ -68,8 +75,7 @@ class ClusterMetadata:
     # -- reads -------------------------------------------------------------------------------------
     def topic(self, name: str) -> TopicMetadata | None:
         tm = self._topics.get(name)  # a dict read is atomic: no lock on the hot path
-        if tm is not None and not self._stale and \
-                (time.monotonic() - self._last_refresh) * 1000 < self.max_age_ms:
+        if tm is not None and not self._stale and (time.monotonic() - self._last_refresh) * 1000 < self.max_age_ms:
             return tm
         self.refresh([name], force=tm is None)
         with self._lock:
@@ -92,8 +98,9 @@ class ClusterMetadata:
             return
         version = self._kv.get(K.METADATA_VERSION)
         with self._lock:
-            unchanged = version is not None and version == self._version and not force and \
-                all(n in self._topics for n in names)
+            unchanged = (
+                version is not None and version == self._version and not force and all(n in self._topics for n in names)
+            )
         if unchanged:
             with self._lock:
                 self._last_refresh = time.monotonic()
@@ -168,7 +175,10 @@ class ClusterMetadata:
 
     def forget_handle(self, tp: TopicPartition, broker_id: int | None = None) -> None:
         with self._lock:
-            for key in [k for k in self._handles if k[0] == tp.topic and k[1] == tp.partition
-                        and (broker_id is None or k[2] == broker_id)]:
+            for key in [
+                k
+                for k in self._handles
+                if k[0] == tp.topic and k[1] == tp.partition and (broker_id is None or k[2] == broker_id)
+            ]:
                 del self._handles[key]
             self._stale = True

@@ -19,6 +19,7 @@ Kinds (``KINDS``):
 ``Nemesis.inject(kind)`` returns a ``Fault`` with what was hit; ``Nemesis.heal(fault)`` ends what the
 fault left behind (SIGCONT; starting killed brokers again). Only the driver thread calls a Nemesis.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,9 +51,13 @@ def actor_processes(prefix: str) -> dict[str, tuple[int, str]]:
     """``{actor name: (pid, node id)}`` of the alive actors whose name starts with ``prefix`` (GCS's actor
     table: no dashboard needed)."""
     import ray
+
     table = ray._private.state.state.actor_table(None, actor_state_name="ALIVE")
-    return {v["Name"]: (int(v["Pid"]), v["Address"]["NodeID"]) for v in table.values()
-            if v.get("Name", "").startswith(prefix) and v.get("Pid")}
+    return {
+        v["Name"]: (int(v["Pid"]), v["Address"]["NodeID"])
+        for v in table.values()
+        if v.get("Name", "").startswith(prefix) and v.get("Pid")
+    }
 
 
 def _remote_kill(pid: int, sig: int) -> bool:
@@ -67,10 +72,12 @@ def send_signal(pid: int, node_id: str, sig: int) -> bool:
     """Signal ``pid`` on ``node_id`` (locally, or through a task pinned to that node)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     if node_id == ray.get_runtime_context().get_node_id():
         return _remote_kill(pid, sig)
     task = ray.remote(num_cpus=0, max_retries=0)(_remote_kill).options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False))
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    )
     return bool(ray.get(task.remote(pid, sig), timeout=30))
 
 
@@ -78,8 +85,16 @@ class Nemesis:
     """Faults against cluster ``name``; ``server`` is its ``actors.bootstrap.ServerHandle`` (it starts
     killed brokers again), ``admin`` a ``rafka.Admin`` (leaders and replicas of ``topic``)."""
 
-    def __init__(self, name: str, server: Any, admin: Any, topic: str, rng: random.Random,
-                 down_s: float = 3.0, pause_s: float = 8.0):
+    def __init__(
+        self,
+        name: str,
+        server: Any,
+        admin: Any,
+        topic: str,
+        rng: random.Random,
+        down_s: float = 3.0,
+        pause_s: float = 8.0,
+    ):
         self.name, self.server, self.admin, self.topic = name, server, admin, topic
         self.rng, self.down_s, self.pause_s = rng, down_s, pause_s
 
@@ -116,6 +131,7 @@ class Nemesis:
 
     def _kill_brokers(self, ids: list[int], procs) -> list[int]:
         import ray
+
         brokers, pids = self._brokers(procs), []
         for i in ids:
             if i in brokers:
@@ -141,20 +157,20 @@ class Nemesis:
             name = self._replica(procs, leader=self.rng.random() < 2 / 3) or self._replica(procs, leader=True)
             if name is None:
                 raise RuntimeError(f"no live replica of {self.topic}")
-            f = Fault(kind, name[len(self.name) + 1:], now())
+            f = Fault(kind, name[len(self.name) + 1 :], now())
             f.pids = [self._kill(procs, name)]
         elif kind == "controller-kill":
             name = self._controller(procs)
             if name is None:
                 raise RuntimeError("no live controller")
-            f = Fault(kind, name[len(self.name) + 1:], now())
+            f = Fault(kind, name[len(self.name) + 1 :], now())
             f.pids = [self._kill(procs, name)]
         elif kind == "pause":
             options = [n for n in (self._controller(procs), self._replica(procs, True)) if n]
             options += list(self._brokers(procs).values())
             name = self.rng.choice(options)
             pid, node = procs[name]
-            f = Fault(kind, name[len(self.name) + 1:], now(), [pid], detail={"node": node, "pause_s": self.pause_s})
+            f = Fault(kind, name[len(self.name) + 1 :], now(), [pid], detail={"node": node, "pause_s": self.pause_s})
             send_signal(pid, node, signal.SIGSTOP)
         elif kind == "restart":
             ids = sorted(self.server.brokers)

@@ -5,6 +5,7 @@ processes have been started ...", on ``sys.stdout``, even with ``log_to_driver=F
 is parsed (``--json``, ``rafka topic consume ... | tool``, the benchmarks) calls :func:`claim_stdout` first and
 writes its output to the stream it returns; everything else that prints to ``sys.stdout`` goes to stderr.
 """
+
 from __future__ import annotations
 
 import sys

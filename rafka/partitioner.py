@@ -15,6 +15,7 @@ every record sent without an explicit ``partition=``.
 Thread safety: ``StickyPartitionCache`` is used from ``Producer.send`` on any thread; it guards its map
 with a lock.
 """
+
 from __future__ import annotations
 
 import random
@@ -80,8 +81,9 @@ class StickyPartitionCache:
                 return part
         return self.next_partition(topic, all_partitions, available, part)
 
-    def next_partition(self, topic: str, all_partitions: Sequence[int], available: Sequence[int],
-                       prev: int | None) -> int:
+    def next_partition(
+        self, topic: str, all_partitions: Sequence[int], available: Sequence[int], prev: int | None
+    ) -> int:
         """Move the topic off ``prev`` (its batch is full or sent) to a random other partition."""
         with self._lock:
             cur = self._current.get(topic)
@@ -106,12 +108,10 @@ class DefaultPartitioner:
     def __init__(self, rng: random.Random | None = None):
         self.sticky = StickyPartitionCache(rng)
 
-    def __call__(self, topic: str, key: bytes | None, all_partitions: Sequence[int],
-                 available: Sequence[int]) -> int:
+    def __call__(self, topic: str, key: bytes | None, all_partitions: Sequence[int], available: Sequence[int]) -> int:
         if key is not None:
             return all_partitions[partition_for_key(key, len(all_partitions))]
         return self.sticky.partition(topic, all_partitions, available)
 
-    def on_new_batch(self, topic: str, all_partitions: Sequence[int], available: Sequence[int],
-                     prev: int) -> int:
+    def on_new_batch(self, topic: str, all_partitions: Sequence[int], available: Sequence[int], prev: int) -> int:
         return self.sticky.next_partition(topic, all_partitions, available, prev)

@@ -6,6 +6,7 @@ acknowledgement; ``consume_perf`` reads ``records`` records from the beginning o
 Both return a dict of figures (records/s, MB/s, latency percentiles in ms) and can drive a progress
 callback ``progress(done)``.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,18 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[i]
 
 
-def produce_perf(cluster: Any, topic: str, records: int, record_size: int, throughput: int = -1,
-                 progress: Callable[[int], None] | None = None, key_count: int = 0,
-                 **producer_config: Any) -> dict:
+def produce_perf(
+    cluster: Any,
+    topic: str,
+    records: int,
+    record_size: int,
+    throughput: int = -1,
+    progress: Callable[[int], None] | None = None,
+    key_count: int = 0,
+    **producer_config: Any,
+) -> dict:
     from rafka.producer import Producer
+
     payloads = [os.urandom(record_size) for _ in range(64)]
     latencies: list[float] = []
     errors: list[BaseException] = []
@@ -39,6 +48,7 @@ def produce_perf(cluster: Any, topic: str, records: int, record_size: int, throu
                 errors.append(exc)
             else:
                 latencies.append((now() - sent_at) * 1000.0)
+
         return cb
 
     def err_cb(md, exc):
@@ -69,7 +79,9 @@ def produce_perf(cluster: Any, topic: str, records: int, record_size: int, throu
         progress(records)
     latencies.sort()
     return {
-        "records": records, "record_size": record_size, "errors": len(errors),
+        "records": records,
+        "record_size": record_size,
+        "errors": len(errors),
         "first_error": str(errors[0]) if errors else None,
         "elapsed_s": round(elapsed, 3),
         "records_per_s": round(records / elapsed, 1),
@@ -83,9 +95,16 @@ def produce_perf(cluster: Any, topic: str, records: int, record_size: int, throu
     }
 
 
-def consume_perf(cluster: Any, topic: str, records: int, timeout_s: float = 60.0,
-                 progress: Callable[[int], None] | None = None, **consumer_config: Any) -> dict:
+def consume_perf(
+    cluster: Any,
+    topic: str,
+    records: int,
+    timeout_s: float = 60.0,
+    progress: Callable[[int], None] | None = None,
+    **consumer_config: Any,
+) -> dict:
     from rafka.consumer import Consumer
+
     consumer = Consumer(cluster, auto_offset_reset="earliest", **consumer_config)
     try:
         parts = sorted(consumer.partitions_for_topic(topic) or ())
@@ -114,10 +133,15 @@ def consume_perf(cluster: Any, topic: str, records: int, timeout_s: float = 60.0
         consumer.close()
     if progress is not None:
         progress(got)
-    return {"records": got, "requested": records, "bytes": nbytes, "elapsed_s": round(elapsed, 3),
-            "records_per_s": round(got / elapsed, 1) if elapsed else 0.0,
-            "mb_per_s": round(nbytes / elapsed / 1e6, 2) if elapsed else 0.0,
-            "timed_out": got < records}
+    return {
+        "records": got,
+        "requested": records,
+        "bytes": nbytes,
+        "elapsed_s": round(elapsed, 3),
+        "records_per_s": round(got / elapsed, 1) if elapsed else 0.0,
+        "mb_per_s": round(nbytes / elapsed / 1e6, 2) if elapsed else 0.0,
+        "timed_out": got < records,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     acks=1 to RF 1, acks=all (idempotent) to RF 3 with min.insync.replicas 2, and consume."""
     import argparse
     import json
+
     from rafka.admin import Admin
     from rafka.cluster import LocalCluster
+
     ap = argparse.ArgumentParser(prog="python -m rafka.perf")
     ap.add_argument("--records", type=int, default=300000)
     ap.add_argument("--record-size", type=int, default=100)
@@ -135,19 +161,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-rate", type=int, default=5000, help="records/s of the moderate-load latency run")
     args = ap.parse_args(argv)
     from rafka.output import claim_stdout
+
     stdout, out = claim_stdout(), {}
     with LocalCluster(brokers=3) as cluster:
         admin = Admin(cluster)
         admin.create_topic("perf-rf1", args.partitions, 1)
         admin.create_topic("perf-rf3", args.partitions, 3, {"min.insync.replicas": "2"})
-        out["produce_acks1_rf1"] = produce_perf(cluster, "perf-rf1", args.records, args.record_size, acks=1,
-                                                batch_size=args.batch_size)
-        out["produce_acksall_rf3"] = produce_perf(cluster, "perf-rf3", args.records, args.record_size,
-                                                  acks="all", batch_size=args.batch_size)
+        out["produce_acks1_rf1"] = produce_perf(
+            cluster, "perf-rf1", args.records, args.record_size, acks=1, batch_size=args.batch_size
+        )
+        out["produce_acksall_rf3"] = produce_perf(
+            cluster, "perf-rf3", args.records, args.record_size, acks="all", batch_size=args.batch_size
+        )
         out["consume_rf1"] = consume_perf(cluster, "perf-rf1", args.records)
         out["latency_acksall_rf3_moderate"] = produce_perf(
-            cluster, "perf-rf3", args.latency_rate * 5, args.record_size, throughput=args.latency_rate,
-            acks="all", linger_ms=1)
+            cluster,
+            "perf-rf3",
+            args.latency_rate * 5,
+            args.record_size,
+            throughput=args.latency_rate,
+            acks="all",
+            linger_ms=1,
+        )
     print(json.dumps(out, indent=2), file=stdout)
     return 0
 

@@ -13,6 +13,7 @@ ships batches to partition leaders. See ``rafka.config.ProducerConfig`` for ever
 
 Thread safety: ``send``/``flush`` may be called from many threads; ``close`` once.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,8 +45,9 @@ def to_bytes(data: Any, what: str, serializer: Callable | None) -> bytes | None:
         return bytes(data)
     if isinstance(data, str):
         return data.encode("utf-8")
-    raise TypeError(f"{what} of type {type(data).__name__} needs a {what}_serializer "
-                    f"(bytes and str are sent as they are)")
+    raise TypeError(
+        f"{what} of type {type(data).__name__} needs a {what}_serializer (bytes and str are sent as they are)"
+    )
 
 
 def _headers(headers) -> tuple:
@@ -69,8 +71,14 @@ class Producer:
         self._default_partitioner = DefaultPartitioner()
         self._user_partitioner = self.config.partitioner
         self.accumulator = RecordAccumulator(
-            self.config.batch_size, self.config.buffer_memory, self.config.linger_ms, self.config.compression_id,
-            self.config.retry_backoff_ms, self.config.retry_backoff_max_ms, self.config.delivery_timeout_ms)
+            self.config.batch_size,
+            self.config.buffer_memory,
+            self.config.linger_ms,
+            self.config.compression_id,
+            self.config.retry_backoff_ms,
+            self.config.retry_backoff_max_ms,
+            self.config.delivery_timeout_ms,
+        )
         self.sender = Sender(self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id)
         self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
         self._legal_topics: set[str] = set()  # names already checked by validate_topic_name
@@ -79,8 +87,16 @@ class Producer:
         self.sender.start()
 
     # -- sending -----------------------------------------------------------------------------------
-    def send(self, topic: str, value: Any = None, key: Any = None, headers=None, partition: int | None = None,
-             timestamp_ms: int | None = None, callback: Callable | None = None) -> FutureRecordMetadata:
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers=None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        callback: Callable | None = None,
+    ) -> FutureRecordMetadata:
         """Queue one record; returns a future of its ``RecordMetadata``.
 
         ``callback(metadata, exception)`` runs on the sender thread when the record is acknowledged or
@@ -95,18 +111,25 @@ class Producer:
         if self.sender.fatal_error is not None:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
         cfg = self.config
-        kb = key if (key is None or type(key) is bytes) and cfg.key_serializer is None else \
-            to_bytes(key, "key", cfg.key_serializer)
-        vb = value if (value is None or type(value) is bytes) and cfg.value_serializer is None else \
-            to_bytes(value, "value", cfg.value_serializer)
+        kb = (
+            key
+            if (key is None or type(key) is bytes) and cfg.key_serializer is None
+            else to_bytes(key, "key", cfg.key_serializer)
+        )
+        vb = (
+            value
+            if (value is None or type(value) is bytes) and cfg.value_serializer is None
+            else to_bytes(value, "value", cfg.value_serializer)
+        )
         hdrs = _headers(headers) if headers else ()
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61
         if hdrs:
             size += sum(len(k) + len(v or b"") for k, v in hdrs)
         if size > self._max_record_size:
             limit = "max_request_size" if size > cfg.max_request_size else "buffer_memory"
-            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
-                                      f"{limit} ({getattr(cfg, limit)})")
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, which is larger than {limit} ({getattr(cfg, limit)})"
+            )
         start = time.monotonic()
         tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
         sticky = False
@@ -115,8 +138,10 @@ class Producer:
                 self.metadata.refresh([topic], force=True)
                 tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
             if partition not in tm.partitions:
-                raise ValueError(f"invalid partition {partition} for topic {topic!r}: it has partitions "
-                                 f"0..{len(tm.partition_ids) - 1}")
+                raise ValueError(
+                    f"invalid partition {partition} for topic {topic!r}: it has partitions "
+                    f"0..{len(tm.partition_ids) - 1}"
+                )
             part = partition
         elif self._user_partitioner is not None:
             part = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
@@ -129,8 +154,7 @@ class Producer:
             sticky = True
         ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
         left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-        fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, left_ms if left_ms > 0 else 0.0,
-                                      sticky)
+        fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, left_ms if left_ms > 0 else 0.0, sticky)
         if fut is None:  # KIP-480: the sticky partition's batch is full or sent: move on
             part = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, part)
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
@@ -172,8 +196,13 @@ class Producer:
             n = len(r)
             kb, vb = r[0], r[1]
             hdrs = r[3] if n > 3 else None
-            if plain and not hdrs and (kb is None or type(kb) is bytes) and (vb is None or type(vb) is bytes) \
-                    and (size := (len(kb) if kb else 0) + (len(vb) if vb else 0)) <= limit:
+            if (
+                plain
+                and not hdrs
+                and (kb is None or type(kb) is bytes)
+                and (vb is None or type(vb) is bytes)
+                and (size := (len(kb) if kb else 0) + (len(vb) if vb else 0)) <= limit
+            ):
                 hdrs = ()  # the common case, inline: bytes in, nothing to convert or check
             else:
                 kb, vb, hdrs = self._serialize(kb, vb, hdrs)
@@ -224,18 +253,25 @@ class Producer:
     def _serialize(self, key: Any, value: Any, headers) -> tuple[bytes | None, bytes | None, tuple]:
         """Key, value and headers as bytes, size-checked (``send_batch``'s per-record work)."""
         cfg = self.config
-        kb = key if (key is None or type(key) is bytes) and cfg.key_serializer is None else \
-            to_bytes(key, "key", cfg.key_serializer)
-        vb = value if (value is None or type(value) is bytes) and cfg.value_serializer is None else \
-            to_bytes(value, "value", cfg.value_serializer)
+        kb = (
+            key
+            if (key is None or type(key) is bytes) and cfg.key_serializer is None
+            else to_bytes(key, "key", cfg.key_serializer)
+        )
+        vb = (
+            value
+            if (value is None or type(value) is bytes) and cfg.value_serializer is None
+            else to_bytes(value, "value", cfg.value_serializer)
+        )
         hdrs = _headers(headers) if headers else ()
         size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61
         if hdrs:
             size += sum(len(k) + len(v or b"") for k, v in hdrs)
         if size > self._max_record_size:
             limit = "max_request_size" if size > cfg.max_request_size else "buffer_memory"
-            raise RecordTooLargeError(f"the record is {size} bytes when serialized, which is larger than "
-                                      f"{limit} ({getattr(cfg, limit)})")
+            raise RecordTooLargeError(
+                f"the record is {size} bytes when serialized, which is larger than {limit} ({getattr(cfg, limit)})"
+            )
         return kb, vb, hdrs
 
     def _check_partition(self, topic: str, tm, partition: int):
@@ -245,8 +281,9 @@ class Producer:
         self.metadata.refresh([topic], force=True)
         tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)
         if partition not in tm.partitions:
-            raise ValueError(f"invalid partition {partition} for topic {topic!r}: it has partitions "
-                             f"0..{len(tm.partition_ids) - 1}")
+            raise ValueError(
+                f"invalid partition {partition} for topic {topic!r}: it has partitions 0..{len(tm.partition_ids) - 1}"
+            )
         return tm
 
     def flush(self, timeout: float | None = None) -> None:
@@ -295,8 +332,12 @@ class Producer:
 
     def metrics(self) -> dict:
         acc = self.accumulator
-        return {"buffer_available_bytes": acc.pool.available, "buffer_total_bytes": acc.pool.total,
-                "incomplete_batches": len(acc.incomplete_snapshot()), "producer_id": self.sender.producer_id}
+        return {
+            "buffer_available_bytes": acc.pool.available,
+            "buffer_total_bytes": acc.pool.total,
+            "incomplete_batches": len(acc.incomplete_snapshot()),
+            "producer_id": self.sender.producer_id,
+        }
 
     def __enter__(self) -> "Producer":
         return self

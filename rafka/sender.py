@@ -23,6 +23,7 @@ timeouts are retried after ``retry_backoff_ms`` (exponential up to ``retry_backo
 ``retries`` and ``delivery_timeout_ms`` allow, with a metadata refresh for leadership errors; anything
 else fails the batch's futures.
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,9 +36,17 @@ from protocol.errors import refresh_metadata
 from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
-from rafka.errors import (DuplicateSequenceNumberError, InvalidProducerEpochError, KafkaError, KafkaTimeoutError,
-                          NotLeaderOrFollowerError, OutOfOrderSequenceNumberError, RequestTimedOutError,
-                          UnknownProducerIdError, for_code)
+from rafka.errors import (
+    DuplicateSequenceNumberError,
+    InvalidProducerEpochError,
+    KafkaError,
+    KafkaTimeoutError,
+    NotLeaderOrFollowerError,
+    OutOfOrderSequenceNumberError,
+    RequestTimedOutError,
+    UnknownProducerIdError,
+    for_code,
+)
 from rafka.metadata import ClusterMetadata
 from rafka.structs import TopicPartition
 from rafka.transport import RAY, Transport
@@ -58,8 +67,15 @@ class InFlight:
 
 
 class Sender(threading.Thread):
-    def __init__(self, cluster: str, config, accumulator: RecordAccumulator, metadata: ClusterMetadata,
-                 client_id: str, transport: Transport = RAY):
+    def __init__(
+        self,
+        cluster: str,
+        config,
+        accumulator: RecordAccumulator,
+        metadata: ClusterMetadata,
+        client_id: str,
+        transport: Transport = RAY,
+    ):
         super().__init__(name=f"rafka-sender-{client_id}", daemon=True)
         self.cluster = cluster
         self.transport = transport
@@ -107,9 +123,13 @@ class Sender(threading.Thread):
         while self._responses:
             self._handle(self._responses.popleft(), now)
         for batch in self.acc.expired(now):
-            self._fail(batch, KafkaTimeoutError(
-                f"expiring {batch.record_count} record(s) for {batch.tp}: "
-                f"{now - batch.created_ms:.0f} ms has passed since batch creation"))
+            self._fail(
+                batch,
+                KafkaTimeoutError(
+                    f"expiring {batch.record_count} record(s) for {batch.tp}: "
+                    f"{now - batch.created_ms:.0f} ms has passed since batch creation"
+                ),
+            )
         self._check_request_timeouts(now)
         wait_ms = 50.0
         if self.idempotent and self.producer_id < 0:
@@ -156,8 +176,9 @@ class Sender(threading.Thread):
                 continue
             try:
                 broker = self.transport.get_actor(broker_name(self.cluster, broker_id))
-                resp = self.transport.get(self.transport.call(broker, "init_producer_id"),
-                                          timeout=self.cfg.request_timeout_ms / 1000)
+                resp = self.transport.get(
+                    self.transport.call(broker, "init_producer_id"), timeout=self.cfg.request_timeout_ms / 1000
+                )
             except Exception as exc:  # noqa: BLE001 - try the next broker
                 last = exc
                 continue
@@ -172,7 +193,8 @@ class Sender(threading.Thread):
             self._last_acked.clear()
             return True
         (log.warning if self._pid_warnings == 0 else log.debug)(
-            "could not get a producer id yet: %s", last or "no live broker")
+            "could not get a producer id yet: %s", last or "no live broker"
+        )
         self._pid_warnings += 1
         self._pid_retry_at = now + self.cfg.retry_backoff_ms
         return False
@@ -261,8 +283,9 @@ class Sender(threading.Thread):
             lat = int(resp.get("log_append_time", -1) or -1)
             for batch in inf.batches:
                 if self.idempotent and batch.producer_id == self.producer_id:
-                    self._last_acked[inf.tp] = max(self._last_acked[inf.tp],
-                                                   batch.base_sequence + batch.record_count - 1)
+                    self._last_acked[inf.tp] = max(
+                        self._last_acked[inf.tp], batch.base_sequence + batch.record_count - 1
+                    )
                 batch.complete(base if self.cfg.acks != 0 else -1, lat)
                 self.acc.finish(batch)
                 base += batch.record_count
@@ -282,22 +305,34 @@ class Sender(threading.Thread):
             return
         retriable = getattr(err, "retriable", False)
         overtaken = False
-        if isinstance(err, OutOfOrderSequenceNumberError) and self.idempotent and \
-                batch.producer_id == self.producer_id and \
-                batch.base_sequence != (self._last_acked[batch.tp] + 1) & 0x7FFFFFFF:
+        if (
+            isinstance(err, OutOfOrderSequenceNumberError)
+            and self.idempotent
+            and batch.producer_id == self.producer_id
+            and batch.base_sequence != (self._last_acked[batch.tp] + 1) & 0x7FFFFFFF
+        ):
             # it overtook an earlier batch of its partition (still in flight, or failed and coming
             # back): resend it, without backoff, once nothing of the partition is in flight
             retriable = overtaken = True
         batch.last_error = err
         expired = now - batch.created_ms >= self.cfg.delivery_timeout_ms
         if retriable and batch.attempts < self.cfg.retries and not expired and not self.force_close:
-            log.debug("retrying %d record(s) of %s (pid %d seq %d, attempt %d): %s", batch.record_count,
-                      batch.tp, batch.producer_id, batch.base_sequence, batch.attempts + 1, err)
+            log.debug(
+                "retrying %d record(s) of %s (pid %d seq %d, attempt %d): %s",
+                batch.record_count,
+                batch.tp,
+                batch.producer_id,
+                batch.base_sequence,
+                batch.attempts + 1,
+                err,
+            )
             self.acc.reenqueue(batch, now, backoff=not overtaken)
             return
         if expired and retriable:
-            err = KafkaTimeoutError(f"expiring {batch.record_count} record(s) for {batch.tp}: delivery_timeout_ms "
-                                    f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}")
+            err = KafkaTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.tp}: delivery_timeout_ms "
+                f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}"
+            )
         self._fail(batch, err)
         if self.idempotent and code in _RESET_PID_ERRORS and batch.producer_id == self.producer_id:
             log.warning("resetting the producer id after %s on %s", err, batch.tp)

@@ -1,4 +1,5 @@
 """Plain value types shared by the clients (kafka-python / Java client shapes)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -14,6 +15,7 @@ class TopicPartition(NamedTuple):
 
 class RecordMetadata(NamedTuple):
     """What a successful send resolves to: where the record landed."""
+
     topic: str
     partition: int
     offset: int
@@ -55,6 +57,7 @@ class PartitionInfo(NamedTuple):
 
 class OffsetAndMetadata(NamedTuple):
     """A committed offset: the next offset to consume, with optional metadata (Kafka's OffsetAndMetadata)."""
+
     offset: int
     metadata: str = ""
     leader_epoch: int = -1

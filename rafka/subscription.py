@@ -9,6 +9,7 @@ reported by the ``pending`` hook, so a commit never skips them.
 
 Not thread-safe: the consumer's thread drives it, as in Kafka.
 """
+
 from __future__ import annotations
 
 import re
@@ -24,20 +25,32 @@ class TopicPartitionState:
     bookkeeping). ``epoch`` is bumped by every seek/reset/reassign: replies to fetches sent under an older
     epoch are discarded."""
 
-    __slots__ = ("tp", "position", "fetch_position", "epoch", "paused", "reset", "high_watermark",
-                 "log_start_offset", "last_stable_offset", "buffer", "in_flight", "retry_at")
+    __slots__ = (
+        "tp",
+        "position",
+        "fetch_position",
+        "epoch",
+        "paused",
+        "reset",
+        "high_watermark",
+        "log_start_offset",
+        "last_stable_offset",
+        "buffer",
+        "in_flight",
+        "retry_at",
+    )
 
     def __init__(self, tp: TopicPartition):
         self.tp = tp
-        self.position: int | None = None       # next offset the application gets
+        self.position: int | None = None  # next offset the application gets
         self.fetch_position: int | None = None  # next offset to fetch (ahead of position when buffered)
         self.epoch = 0
         self.paused = False
-        self.reset: int | None = None            # EARLIEST/LATEST pending (seek_to_beginning/end)
+        self.reset: int | None = None  # EARLIEST/LATEST pending (seek_to_beginning/end)
         self.high_watermark = -1
         self.log_start_offset = -1
         self.last_stable_offset = -1
-        self.buffer: list = []                   # CompletedFetch replies not yet handed out
+        self.buffer: list = []  # CompletedFetch replies not yet handed out
         self.in_flight: tuple[Any, int, int] | None = None  # (ref, epoch, leader)
         self.retry_at = 0.0
 
@@ -54,10 +67,10 @@ class SubscriptionState:
 
     def __init__(self) -> None:
         self.assignment: dict[TopicPartition, TopicPartitionState] = {}
-        self.topics: list[str] = []              # subscribe(topics)
-        self.pattern: re.Pattern | None = None   # subscribe(pattern=...)
-        self.listener: Any = None                # ConsumerRebalanceListener
-        self.user_assigned = False               # assign() was used (manual assignment)
+        self.topics: list[str] = []  # subscribe(topics)
+        self.pattern: re.Pattern | None = None  # subscribe(pattern=...)
+        self.listener: Any = None  # ConsumerRebalanceListener
+        self.user_assigned = False  # assign() was used (manual assignment)
         self.pending: Callable[[], Iterable] = lambda: ()  # records handed out, not yet consumed
         self._on_assignment: list[Callable[[set[TopicPartition]], None]] = []
 

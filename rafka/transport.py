@@ -17,6 +17,7 @@ it that return at once with a *call* handle, and later waits for calls or takes 
 same namespace, same timeouts). Unit tests pass an in-process fake (``tests/unit/fake_transport.py``).
 Ray is imported inside the methods: this module imports without it.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -45,6 +46,7 @@ class RayTransport:
         import ray
 
         from protocol.names import RAY_NAMESPACE
+
         return ray.get_actor(name, namespace=RAY_NAMESPACE)
 
     def call(self, endpoint: Any, method: str, *args: Any, **kw: Any) -> Any:
@@ -55,14 +57,17 @@ class RayTransport:
 
     def wait(self, calls: list, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         import ray
+
         return ray.wait(calls, num_returns=num_returns, timeout=timeout)
 
     def get(self, call: Any, timeout: float | None = None) -> Any:
         import ray
+
         return ray.get(call, timeout=timeout)
 
     def available(self) -> bool:
         import ray
+
         return ray.is_initialized()
 
 

@@ -22,6 +22,7 @@ longest wait from the fault to the first acknowledgement of a record sent after 
 
 Exit status: 0 when nothing was violated, 1 otherwise (2 usage, 3 no cluster).
 """
+
 from __future__ import annotations
 
 import random
@@ -61,15 +62,18 @@ class VerifyConfig:
 
 # ------------------------------------------------------------------------------------------- workload
 
+
 class Workload:
     """The producer side: keyed, numbered records at ``rate``/s on a thread; every acknowledgement (or
     failure) is recorded by the producer's callback."""
 
     def __init__(self, cluster: Any, topic: str, run_id: str, keys: int, rate: int):
         from rafka.producer import Producer
+
         self.topic, self.run_id, self.keys, self.rate = topic, run_id, keys, rate
-        self.producer = Producer(cluster, acks="all", enable_idempotence=True, linger_ms=5,
-                                 delivery_timeout_ms=300000, max_block_ms=300000)
+        self.producer = Producer(
+            cluster, acks="all", enable_idempotence=True, linger_ms=5, delivery_timeout_ms=300000, max_block_ms=300000
+        )
         self.lock = threading.Lock()
         self.acked: dict[tuple[int, int], tuple[int, int]] = {}  # (key, seq) -> (partition, offset)
         self.failed: dict[tuple[int, int], str] = {}
@@ -93,6 +97,7 @@ class Workload:
                 self.acked[(key, seq)] = (md.partition, md.offset)
                 self.sent_at.setdefault(md.partition, array("d")).append(sent)
                 self.acked_at.setdefault(md.partition, array("d")).append(time.monotonic())
+
         return cb
 
     def _run(self) -> None:
@@ -106,8 +111,12 @@ class Workload:
                 k = i % self.keys
                 seq = seqs[k]
                 seqs[k] += 1
-                self.producer.send(self.topic, f"{self.run_id}:{k}:{seq}".encode(), key=f"key-{k}".encode(),
-                                   callback=self._callback(k, seq, time.monotonic()))
+                self.producer.send(
+                    self.topic,
+                    f"{self.run_id}:{k}:{seq}".encode(),
+                    key=f"key-{k}".encode(),
+                    callback=self._callback(k, seq, time.monotonic()),
+                )
                 i += 1
                 self.sent = i
         except BaseException as e:  # noqa: BLE001 - reported, and the run fails
@@ -136,8 +145,10 @@ class Workload:
 
 # ------------------------------------------------------------------------------------------- checker
 
-def check_history(acked: dict[tuple[int, int], tuple[int, int]], failed: dict,
-                  log: dict[int, list[tuple[int, int, int]]]) -> dict[str, Any]:
+
+def check_history(
+    acked: dict[tuple[int, int], tuple[int, int]], failed: dict, log: dict[int, list[tuple[int, int, int]]]
+) -> dict[str, Any]:
     """Compare what the producer was told with what the log holds. ``log``: per partition, ``(offset,
     key, seq)`` of this run's records in offset order. Pure: unit-tested without a cluster."""
     where: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -152,25 +163,35 @@ def check_history(acked: dict[tuple[int, int], tuple[int, int]], failed: dict,
             if k in last_seq and s <= last_seq[k]:
                 reordered.append({"key": k, "seq": s, "after": last_seq[k], "partition": p, "offset": off})
             last_seq[k] = max(s, last_seq.get(k, -1))
-    lost = [{"key": k, "seq": s, "partition": p, "offset": o} for (k, s), (p, o) in acked.items()
-            if (k, s) not in where]
-    moved = [{"key": k, "seq": s, "acked_at": [p, o], "found_at": where[(k, s)]}
-             for (k, s), (p, o) in acked.items() if (k, s) in where and (p, o) not in where[(k, s)]]
+    lost = [
+        {"key": k, "seq": s, "partition": p, "offset": o} for (k, s), (p, o) in acked.items() if (k, s) not in where
+    ]
+    moved = [
+        {"key": k, "seq": s, "acked_at": [p, o], "found_at": where[(k, s)]}
+        for (k, s), (p, o) in acked.items()
+        if (k, s) in where and (p, o) not in where[(k, s)]
+    ]
     dups = [{"key": k, "seq": s, "at": locs} for (k, s), locs in where.items() if len(locs) > 1]
     return {
-        "acknowledged": len(acked), "failed_sends": len(failed),
+        "acknowledged": len(acked),
+        "failed_sends": len(failed),
         "read": sum(len(v) for v in log.values()),
         "unacked_present": sum(1 for ks in where if ks not in acked),
-        "lost": len(lost), "moved": len(moved), "duplicated": len(dups), "reordered": len(reordered),
+        "lost": len(lost),
+        "moved": len(moved),
+        "duplicated": len(dups),
+        "reordered": len(reordered),
         "offset_gaps": gaps,
         "examples": {"lost": lost[:5], "moved": moved[:5], "duplicated": dups[:5], "reordered": reordered[:5]},
     }
 
 
-def read_back(cluster: Any, topic: str, run_id: str, partitions: int, timeout_s: float = 300.0
-              ) -> dict[int, list[tuple[int, int, int]]]:
+def read_back(
+    cluster: Any, topic: str, run_id: str, partitions: int, timeout_s: float = 300.0
+) -> dict[int, list[tuple[int, int, int]]]:
     """Every record of this run, per partition, from the log start to the high watermark."""
     from rafka.consumer import Consumer
+
     prefix = f"{run_id}:".encode()
     consumer = Consumer(cluster, auto_offset_reset="earliest", enable_auto_commit=False)
     try:
@@ -194,6 +215,7 @@ def read_back(cluster: Any, topic: str, run_id: str, partitions: int, timeout_s:
 
 
 # ------------------------------------------------------------------------------------------- the run
+
 
 @dataclass
 class FaultReport:
@@ -248,6 +270,7 @@ def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> d
     ``server`` is its ``actors.bootstrap.ServerHandle``. Returns the report (``ok`` False on any
     violation)."""
     from rafka.admin import Admin
+
     say = progress or (lambda msg: None)
     rng = random.Random(cfg.seed)
     run_id = uuid.uuid4().hex[:8]
@@ -255,8 +278,9 @@ def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> d
     admin = Admin(cluster)
     name = admin.cluster_name
     if topic not in admin.list_topics():
-        admin.create_topic(topic, cfg.partitions, cfg.replication_factor,
-                           {"min.insync.replicas": str(cfg.min_insync_replicas)})
+        admin.create_topic(
+            topic, cfg.partitions, cfg.replication_factor, {"min.insync.replicas": str(cfg.min_insync_replicas)}
+        )
     nemesis = Nemesis(name, server, admin, topic, rng, cfg.down_s, cfg.pause_s)
     workload = Workload(cluster, topic, run_id, cfg.keys, cfg.rate)
     kinds = [cfg.kinds[i % len(cfg.kinds)] for i in range(cfg.faults)]
@@ -281,10 +305,17 @@ def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> d
         if kind in ("controller-kill", "restart"):
             ctl_s = _controller_back(admin, epoch, fault.at, cfg.max_recovery_s)
         writable = _recovery(workload, fault, cfg.partitions, cfg.max_recovery_s)
-        reports.append(FaultReport(kind, fault.target, round(fault.at - t_start, 2),
-                                   None if writable is None else round(writable, 3),
-                                   None if ctl_s is None else round(ctl_s, 3),
-                                   round(fault.healed_at - fault.at, 2), fault.pids))
+        reports.append(
+            FaultReport(
+                kind,
+                fault.target,
+                round(fault.at - t_start, 2),
+                None if writable is None else round(writable, 3),
+                None if ctl_s is None else round(ctl_s, 3),
+                round(fault.healed_at - fault.at, 2),
+                fault.pids,
+            )
+        )
         say(f"  writable again after {writable if writable is None else round(writable, 2)} s")
         if writable is not None and cfg.max_recovery_s:  # let the cluster heal fully before the next fault
             _wait_whole(admin, topic, cfg.replication_factor, cfg.max_recovery_s)
@@ -299,9 +330,14 @@ def run_verify(cluster: Any, server: Any, cfg: VerifyConfig, progress=None) -> d
     if workload.error is not None:
         violations["workload_error"] = f"{type(workload.error).__name__}: {workload.error}"
     out = {
-        "ok": not violations, "violations": violations, "cluster": name, "topic": topic, "run": run_id,
+        "ok": not violations,
+        "violations": violations,
+        "cluster": name,
+        "topic": topic,
+        "run": run_id,
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
-        "duration_s": round(time.monotonic() - t_start, 1), "sent": workload.sent,
+        "duration_s": round(time.monotonic() - t_start, 1),
+        "sent": workload.sent,
         **{k: v for k, v in result.items()},
         "whole_after_s": None if whole_s is None else round(whole_s, 2),
         "faults": [asdict(r) for r in reports],
@@ -332,12 +368,15 @@ def _recovery_summary(reports: list[FaultReport]) -> dict[str, dict]:
 
 
 def format_report(rep: dict) -> str:
-    lines = [f"rafka verify: {'OK' if rep['ok'] else 'VIOLATIONS ' + str(rep['violations'])}",
-             f"  topic {rep['topic']}  run {rep['run']}  {rep['duration_s']} s  sent {rep['sent']}  "
-             f"acknowledged {rep['acknowledged']}  failed sends {rep['failed_sends']}  read {rep['read']}",
-             f"  lost {rep['lost']}  moved {rep['moved']}  duplicated {rep['duplicated']}  reordered "
-             f"{rep['reordered']}  offset gaps {rep['offset_gaps']}  unacked present {rep['unacked_present']}",
-             "", f"  {'#':>3}  {'fault':<16} {'target':<34} {'at s':>7} {'writable s':>11} {'controller s':>13}"]
+    lines = [
+        f"rafka verify: {'OK' if rep['ok'] else 'VIOLATIONS ' + str(rep['violations'])}",
+        f"  topic {rep['topic']}  run {rep['run']}  {rep['duration_s']} s  sent {rep['sent']}  "
+        f"acknowledged {rep['acknowledged']}  failed sends {rep['failed_sends']}  read {rep['read']}",
+        f"  lost {rep['lost']}  moved {rep['moved']}  duplicated {rep['duplicated']}  reordered "
+        f"{rep['reordered']}  offset gaps {rep['offset_gaps']}  unacked present {rep['unacked_present']}",
+        "",
+        f"  {'#':>3}  {'fault':<16} {'target':<34} {'at s':>7} {'writable s':>11} {'controller s':>13}",
+    ]
     for i, f in enumerate(rep["faults"], 1):
         w = "NEVER" if f["writable_s"] is None else f"{f['writable_s']:.2f}"
         c = "" if f["controller_s"] is None else f"{f['controller_s']:.2f}"
@@ -350,13 +389,21 @@ def format_report(rep: dict) -> str:
 
 # ------------------------------------------------------------------------------------------- CLI
 
+
 def register(groups, common) -> None:
     """Add ``rafka verify`` to the CLI's parser."""
-    s = groups.add_parser("verify", parents=[common], help="produce while a nemesis injects faults; check nothing "
-                          "acknowledged is lost, duplicated, reordered or moved",
-                          description=__doc__.split("\n\n")[0])
-    s.add_argument("--local", action="store_true",
-                   help="run against a fresh embedded cluster (LocalCluster) instead of the running one")
+    s = groups.add_parser(
+        "verify",
+        parents=[common],
+        help="produce while a nemesis injects faults; check nothing "
+        "acknowledged is lost, duplicated, reordered or moved",
+        description=__doc__.split("\n\n")[0],
+    )
+    s.add_argument(
+        "--local",
+        action="store_true",
+        help="run against a fresh embedded cluster (LocalCluster) instead of the running one",
+    )
     s.add_argument("--brokers", type=_positive, default=3, help="brokers of the --local cluster (default 3)")
     s.add_argument("--topic", default=None, help="topic to write (default: a fresh rafka-verify-<run>)")
     s.add_argument("-p", "--partitions", type=_positive, default=6)
@@ -365,13 +412,20 @@ def register(groups, common) -> None:
     s.add_argument("--keys", type=_positive, default=60)
     s.add_argument("--rate", type=_positive, default=2000, help="records/s offered (default 2000)")
     s.add_argument("--faults", type=_nonneg, default=5, help="faults to inject (default 5)")
-    s.add_argument("--nemesis", default=",".join(KINDS),
-                   help=f"comma-separated fault kinds, mixed evenly (default {','.join(KINDS)})")
+    s.add_argument(
+        "--nemesis",
+        default=",".join(KINDS),
+        help=f"comma-separated fault kinds, mixed evenly (default {','.join(KINDS)})",
+    )
     s.add_argument("--interval", type=float, default=4.0, help="seconds of calm between faults")
     s.add_argument("--down", type=float, default=3.0, help="seconds a killed broker stays down")
     s.add_argument("--pause", type=float, default=8.0, help="seconds of each SIGSTOP pause")
-    s.add_argument("--max-recovery", type=float, default=60.0,
-                   help="a partition not writable this long after a fault is a violation")
+    s.add_argument(
+        "--max-recovery",
+        type=float,
+        default=60.0,
+        help="a partition not writable this long after a fault is a violation",
+    )
     s.add_argument("--seed", type=int, default=None)
     s.add_argument("--keep-topic", action="store_true")
     s.add_argument("-c", "--config", action="append", help="broker config key=value for --local (repeatable)")
@@ -380,6 +434,7 @@ def register(groups, common) -> None:
 
 def _positive(v: str) -> int:
     import argparse
+
     try:
         n = int(v)
     except ValueError:
@@ -395,25 +450,45 @@ def _nonneg(v: str) -> int:
 
 def cmd_verify(args) -> int:
     import sys
+
     from rafka import cli_support
+
     kinds = tuple(k.strip() for k in args.nemesis.split(",") if k.strip())
     bad = [k for k in kinds if k not in KINDS]
     if bad or not kinds:
-        raise cli_support.UsageError(f"--nemesis: unknown fault kind(s) {bad or args.nemesis!r}; expected {', '.join(KINDS)}")
-    cfg = VerifyConfig(topic=args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
-                       min_insync_replicas=args.min_insync_replicas, keys=args.keys, rate=args.rate,
-                       faults=args.faults, kinds=kinds, interval_s=args.interval, down_s=args.down,
-                       pause_s=args.pause, max_recovery_s=args.max_recovery, seed=args.seed,
-                       keep_topic=args.keep_topic)
+        raise cli_support.UsageError(
+            f"--nemesis: unknown fault kind(s) {bad or args.nemesis!r}; expected {', '.join(KINDS)}"
+        )
+    cfg = VerifyConfig(
+        topic=args.topic,
+        partitions=args.partitions,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+        keys=args.keys,
+        rate=args.rate,
+        faults=args.faults,
+        kinds=kinds,
+        interval_s=args.interval,
+        down_s=args.down,
+        pause_s=args.pause,
+        max_recovery_s=args.max_recovery,
+        seed=args.seed,
+        keep_topic=args.keep_topic,
+    )
     quiet = getattr(args, "json", False)
 
     def say(msg):
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
+
     if args.local:
         from rafka.cluster import LocalCluster
-        with LocalCluster(brokers=args.brokers, name="verify-" + uuid.uuid4().hex[:6],
-                          broker_config=cli_support.kv_pairs(args.config, "--config") or None) as cluster:
+
+        with LocalCluster(
+            brokers=args.brokers,
+            name="verify-" + uuid.uuid4().hex[:6],
+            broker_config=cli_support.kv_pairs(args.config, "--config") or None,
+        ) as cluster:
             rep = run_verify(cluster, cluster.server, cfg, say)
     else:
         handle = cli_support.connect(args)
@@ -426,13 +501,17 @@ def _server_handle(name: str):
     """An ``actors.bootstrap.ServerHandle`` for a running cluster (to start killed brokers again): its
     brokers found by name, their directory and configs from the state file `rafka cluster start` wrote."""
     import ray
+
     from actors.bootstrap import ServerHandle
-    from rafka.cluster import read_state
     from protocol.names import RAY_NAMESPACE, broker_name
+    from rafka.cluster import read_state
+
     state = read_state() or {}
     if state.get("cluster") != name:
-        raise ValueError(f"cluster {name!r} was not started by `rafka cluster start` here: its broker "
-                         "directories are unknown (use --local, or run on the machine that started it)")
+        raise ValueError(
+            f"cluster {name!r} was not started by `rafka cluster start` here: its broker "
+            "directories are unknown (use --local, or run on the machine that started it)"
+        )
     server = ServerHandle(name, state["brokers"], state["data_dir"], state.get("config"), None)
     for i in range(state["brokers"]):
         try:

@@ -9,6 +9,7 @@
 
 Every failure is a ``GatewayError`` (serve/errors.py). Called on the ingress replica's event loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,9 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
 def _too_large(size: int, limit: int, how: str) -> GatewayError:
-    return GatewayError(413, TOO_LARGE, f"the request body {how} {size} bytes, more than the gateway's limit "
-                        f"({limit})", 10)
+    return GatewayError(
+        413, TOO_LARGE, f"the request body {how} {size} bytes, more than the gateway's limit ({limit})", 10
+    )
 
 
 def declared_length(request: Request) -> int | None:
@@ -60,8 +62,12 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
         except StopAsyncIteration:
             break
         except asyncio.TimeoutError:
-            raise GatewayError(408, REQUEST_TIMEOUT, f"the request body did not arrive within {timeout_s:g} s "
-                               f"({size} bytes of {'?' if declared is None else declared} received)") from None
+            raise GatewayError(
+                408,
+                REQUEST_TIMEOUT,
+                f"the request body did not arrive within {timeout_s:g} s "
+                f"({size} bytes of {'?' if declared is None else declared} received)",
+            ) from None
         except ClientDisconnect:
             raise GatewayError(400, MALFORMED, f"the client went away after {size} bytes of the body") from None
         size += len(chunk)
@@ -84,5 +90,8 @@ async def next_chunk(chunks: AsyncIterator[bytes], timeout_s: float) -> bytes:
     try:
         return await asyncio.wait_for(chunks.__anext__(), timeout_s)
     except asyncio.TimeoutError:
-        raise GatewayError(408, REQUEST_TIMEOUT, f"the streamed request body paused for more than {timeout_s:g} s; "
-                           f"the stream is closed") from None
+        raise GatewayError(
+            408,
+            REQUEST_TIMEOUT,
+            f"the streamed request body paused for more than {timeout_s:g} s; the stream is closed",
+        ) from None

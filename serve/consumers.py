@@ -10,6 +10,7 @@ handle; gateway replicas themselves stay stateless and can scale. Instances idle
 ``rafka.Consumer`` is not thread-safe: each instance has a lock, and its blocking calls run on a worker
 thread so one instance's long poll never stalls another's request.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,14 +25,30 @@ from typing import Any, Callable
 
 from rafka.consumer import Consumer
 from rafka.structs import ConsumerRecord, TopicPartition
-from serve.errors import (BAD_CONSUMER_CONFIG, BAD_RECORD, INSTANCE_EXISTS, INSTANCE_NOT_FOUND, MALFORMED,
-                          PARTITION_NOT_FOUND, TOPIC_NOT_FOUND, GatewayError, from_exception)
+from serve.errors import (
+    BAD_CONSUMER_CONFIG,
+    BAD_RECORD,
+    INSTANCE_EXISTS,
+    INSTANCE_NOT_FOUND,
+    MALFORMED,
+    PARTITION_NOT_FOUND,
+    TOPIC_NOT_FOUND,
+    GatewayError,
+    from_exception,
+)
 
 DEFAULT_INSTANCE_TIMEOUT_MS = 300000
-DEFAULT_REQUEST_TIMEOUT_MS = 1000          # consumer.request.timeout.ms: how long GET records waits
+DEFAULT_REQUEST_TIMEOUT_MS = 1000  # consumer.request.timeout.ms: how long GET records waits
 FORMATS = ("binary", "json")
-_CONFIG_KEYS = {"name", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
-                "consumer.request.timeout.ms", "consumer.instance.timeout.ms"}
+_CONFIG_KEYS = {
+    "name",
+    "format",
+    "auto.offset.reset",
+    "auto.commit.enable",
+    "fetch.min.bytes",
+    "consumer.request.timeout.ms",
+    "consumer.instance.timeout.ms",
+}
 
 
 def _bool(v: Any, key: str) -> bool:
@@ -58,8 +75,9 @@ def parse_instance_config(body: dict) -> dict:
         raise GatewayError(400, MALFORMED, "the body must be a JSON object")
     unknown = sorted(set(body) - _CONFIG_KEYS)
     if unknown:
-        raise GatewayError(422, BAD_CONSUMER_CONFIG, f"unknown consumer config(s) {unknown}; accepted: "
-                           f"{sorted(_CONFIG_KEYS)}")
+        raise GatewayError(
+            422, BAD_CONSUMER_CONFIG, f"unknown consumer config(s) {unknown}; accepted: {sorted(_CONFIG_KEYS)}"
+        )
     name = body.get("name") or f"rest-consumer-{uuid.uuid4().hex[:12]}"
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name):
         raise GatewayError(422, BAD_CONSUMER_CONFIG, f"name must match [A-Za-z0-9._-]{{1,200}}, not {name!r}")
@@ -69,14 +87,22 @@ def parse_instance_config(body: dict) -> dict:
     reset = str(body.get("auto.offset.reset", "latest")).lower()
     reset = {"smallest": "earliest", "largest": "latest"}.get(reset, reset)
     if reset not in ("earliest", "latest", "none"):
-        raise GatewayError(422, BAD_CONSUMER_CONFIG, f"auto.offset.reset must be earliest, latest or none, "
-                           f"not {body.get('auto.offset.reset')!r}")
-    return {"name": name, "format": fmt, "auto_offset_reset": reset,
-            "enable_auto_commit": _bool(body.get("auto.commit.enable", True), "auto.commit.enable"),
-            "fetch_min_bytes": _int(body.get("fetch.min.bytes", 1), "fetch.min.bytes"),
-            "request_timeout_ms": _int(body.get("consumer.request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS),
-                                       "consumer.request.timeout.ms"),
-            "instance_timeout_ms": body.get("consumer.instance.timeout.ms")}
+        raise GatewayError(
+            422,
+            BAD_CONSUMER_CONFIG,
+            f"auto.offset.reset must be earliest, latest or none, not {body.get('auto.offset.reset')!r}",
+        )
+    return {
+        "name": name,
+        "format": fmt,
+        "auto_offset_reset": reset,
+        "enable_auto_commit": _bool(body.get("auto.commit.enable", True), "auto.commit.enable"),
+        "fetch_min_bytes": _int(body.get("fetch.min.bytes", 1), "fetch.min.bytes"),
+        "request_timeout_ms": _int(
+            body.get("consumer.request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS), "consumer.request.timeout.ms"
+        ),
+        "instance_timeout_ms": body.get("consumer.instance.timeout.ms"),
+    }
 
 
 def _tp(d: Any, what: str) -> TopicPartition:
@@ -153,8 +179,9 @@ class Instance:
         self.consumer.assign(tps)
 
     def assignments(self) -> dict:
-        return {"partitions": [{"topic": tp.topic, "partition": tp.partition}
-                               for tp in sorted(self.consumer.assignment())]}
+        return {
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(self.consumer.assignment())]
+        }
 
     def records(self, timeout_ms: int | None, max_bytes: int | None, fmt: str) -> list[dict]:
         """Poll once (waiting up to ``timeout``, capped by consumer.request.timeout.ms) and return at most
@@ -176,8 +203,13 @@ class Instance:
                     out.append(encode_record(r, fmt))
                 except ValueError:
                     rewind[tp] = r.offset
-                    error = error or GatewayError(422, BAD_RECORD, f"the record at {tp.topic}-{tp.partition} offset "
-                                                  f"{r.offset} is not JSON: read it in the binary format", 87)
+                    error = error or GatewayError(
+                        422,
+                        BAD_RECORD,
+                        f"the record at {tp.topic}-{tp.partition} offset "
+                        f"{r.offset} is not JSON: read it in the binary format",
+                        87,
+                    )
                     break
                 size += n
         for tp, off in rewind.items():
@@ -199,13 +231,22 @@ class Instance:
         self.consumer.commit(offsets)
 
     def committed(self, body: Any) -> dict:
-        tps = sorted(self.consumer.assignment()) if body is None else [_tp(d, "partition")
-                                                                       for d in _list(body, "partitions")]
+        tps = (
+            sorted(self.consumer.assignment())
+            if body is None
+            else [_tp(d, "partition") for d in _list(body, "partitions")]
+        )
         out = []
         for tp in tps:
             c = self.consumer.committed(tp)
-            out.append({"topic": tp.topic, "partition": tp.partition, "offset": -1 if c is None else c.offset,
-                        "metadata": "" if c is None else c.metadata})
+            out.append(
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "offset": -1 if c is None else c.offset,
+                    "metadata": "" if c is None else c.metadata,
+                }
+            )
         return {"offsets": out}
 
     def seek(self, body: Any) -> None:
@@ -225,8 +266,9 @@ class Instance:
             if parts is None:
                 raise GatewayError(404, TOPIC_NOT_FOUND, f"topic {tp.topic!r} does not exist", 3)
             if tp.partition not in parts:
-                raise GatewayError(404, PARTITION_NOT_FOUND, f"partition {tp.partition} does not exist in topic "
-                                   f"{tp.topic!r}", 3)
+                raise GatewayError(
+                    404, PARTITION_NOT_FOUND, f"partition {tp.partition} does not exist in topic {tp.topic!r}", 3
+                )
 
     def _check_assigned(self, tps: list[TopicPartition]) -> None:
         self._check_exist(tps)
@@ -279,8 +321,12 @@ class ConsumerInstances:
     def _get(self, group: str, name: str) -> Instance:
         inst = self.instances.get((group, name))
         if inst is None:
-            raise GatewayError(404, INSTANCE_NOT_FOUND, f"consumer instance {name!r} of group {group!r} not found "
-                               "(it never existed, was deleted, or expired after consumer.instance.timeout.ms)")
+            raise GatewayError(
+                404,
+                INSTANCE_NOT_FOUND,
+                f"consumer instance {name!r} of group {group!r} not found "
+                "(it never existed, was deleted, or expired after consumer.instance.timeout.ms)",
+            )
         inst.last_used = time.monotonic()
         return inst
 
@@ -293,6 +339,7 @@ class ConsumerInstances:
                     return getattr(inst, op)(*args)
                 finally:
                     inst.last_used = time.monotonic()
+
         return await self._run(run)
 
     # -- the API --------------------------------------------------------------------------------------
@@ -300,22 +347,34 @@ class ConsumerInstances:
         cfg = parse_instance_config(body)
         key = (group, cfg["name"])
         if key in self.instances:
-            raise GatewayError(409, INSTANCE_EXISTS, f"consumer instance {cfg['name']!r} already exists in group "
-                               f"{group!r}")
-        timeout = self.instance_timeout_ms if cfg["instance_timeout_ms"] is None else \
-            _int(cfg["instance_timeout_ms"], "consumer.instance.timeout.ms", 1)
+            raise GatewayError(
+                409, INSTANCE_EXISTS, f"consumer instance {cfg['name']!r} already exists in group {group!r}"
+            )
+        timeout = (
+            self.instance_timeout_ms
+            if cfg["instance_timeout_ms"] is None
+            else _int(cfg["instance_timeout_ms"], "consumer.instance.timeout.ms", 1)
+        )
 
         def make() -> Consumer:
-            return Consumer(self.cluster, group_id=group, client_id=cfg["name"],
-                            auto_offset_reset=cfg["auto_offset_reset"], enable_auto_commit=cfg["enable_auto_commit"],
-                            fetch_min_bytes=cfg["fetch_min_bytes"])
+            return Consumer(
+                self.cluster,
+                group_id=group,
+                client_id=cfg["name"],
+                auto_offset_reset=cfg["auto_offset_reset"],
+                enable_auto_commit=cfg["enable_auto_commit"],
+                fetch_min_bytes=cfg["fetch_min_bytes"],
+            )
+
         consumer = await self._run(make)
         if key in self.instances:  # created concurrently while this one was being built
             await self._run(consumer.close)
             raise GatewayError(409, INSTANCE_EXISTS, f"consumer instance {cfg['name']!r} already exists")
         self.instances[key] = Instance(group, cfg, consumer, timeout)
-        return {"instance_id": cfg["name"], "base_uri": f"{base_url.rstrip('/')}/consumers/{group}/instances/"
-                                                       f"{cfg['name']}"}
+        return {
+            "instance_id": cfg["name"],
+            "base_uri": f"{base_url.rstrip('/')}/consumers/{group}/instances/{cfg['name']}",
+        }
 
     async def delete(self, group: str, name: str) -> None:
         inst = self._get(group, name)

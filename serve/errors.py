@@ -8,30 +8,31 @@ Every failure leaves the gateway as JSON (never a traceback)::
 client's checks keep working); ``kafka_error_code`` is Kafka's protocol error code (``protocol/errors.py``)
 when a Kafka error caused the failure, else null. ``from_exception`` maps any exception onto that shape.
 """
+
 from __future__ import annotations
 
 from protocol import errors as E
 from rafka.errors import ClusterNotFoundError, CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError
 
 # Confluent's codes where it has one; the rest follow its "HTTP status + sequence" scheme.
-MALFORMED = 40001            # body is not valid JSON/msgpack, or misses required fields
-BAD_PARAMETER = 42202        # a query parameter has a bad value
+MALFORMED = 40001  # body is not valid JSON/msgpack, or misses required fields
+BAD_PARAMETER = 42202  # a query parameter has a bad value
 TOPIC_NOT_FOUND = 40401
 PARTITION_NOT_FOUND = 40402
 INSTANCE_NOT_FOUND = 40403
-NOT_FOUND = 40404            # cluster id, consumer group, route
+NOT_FOUND = 40404  # cluster id, consumer group, route
 METHOD_NOT_ALLOWED = 40501
 NOT_ACCEPTABLE = 40601
-REQUEST_TIMEOUT = 40801      # the request body did not arrive in time
+REQUEST_TIMEOUT = 40801  # the request body did not arrive in time
 INSTANCE_EXISTS = 40902
-ILLEGAL_STATE = 40903        # e.g. assign() on a subscribed instance, commit after a rebalance
+ILLEGAL_STATE = 40903  # e.g. assign() on a subscribed instance, commit after a rebalance
 TOO_LARGE = 41301
 UNSUPPORTED_MEDIA = 41501
-BAD_RECORD = 42201           # invalid base64, a key/value of the wrong type, bad JSON value
+BAD_RECORD = 42201  # invalid base64, a key/value of the wrong type, bad JSON value
 BAD_CONSUMER_CONFIG = 42204
-KAFKA_ERROR = 50002          # a non-retriable Kafka error without a better HTTP status
+KAFKA_ERROR = 50002  # a non-retriable Kafka error without a better HTTP status
 INTERNAL = 50001
-UNAVAILABLE = 50301          # not enough replicas, no leader, timeouts: try again
+UNAVAILABLE = 50301  # not enough replicas, no leader, timeouts: try again
 NO_CLUSTER = 50302
 
 
@@ -53,8 +54,13 @@ class GatewayError(Exception):
 _TOO_LARGE = {E.MessageTooLargeError.code, E.RecordListTooLargeError.code}
 _BAD_RECORD = {E.CorruptMessageError.code, E.InvalidTimestampError.code, E.InvalidRecordError.code}
 _NOT_FOUND = {E.UnknownTopicOrPartitionError.code, E.GroupIdNotFoundError.code, E.UnknownTopicIdError.code}
-_CONFLICT = {E.IllegalGenerationError.code, E.UnknownMemberIdError.code, E.RebalanceInProgressError.code,
-             E.NonEmptyGroupError.code, E.FencedInstanceIdError.code}
+_CONFLICT = {
+    E.IllegalGenerationError.code,
+    E.UnknownMemberIdError.code,
+    E.RebalanceInProgressError.code,
+    E.NonEmptyGroupError.code,
+    E.FencedInstanceIdError.code,
+}
 
 
 def from_kafka(exc: KafkaError) -> GatewayError:
@@ -66,7 +72,12 @@ def from_kafka(exc: KafkaError) -> GatewayError:
     if isinstance(exc, (IllegalStateError, CommitFailedError)) or code in _CONFLICT:
         return GatewayError(409, ILLEGAL_STATE, f"{exc.name}: {exc.message}", code)
     if code in _NOT_FOUND:
-        return GatewayError(404, TOPIC_NOT_FOUND if code != E.GroupIdNotFoundError.code else NOT_FOUND, f"{exc.name}: {exc.message}", code)
+        return GatewayError(
+            404,
+            TOPIC_NOT_FOUND if code != E.GroupIdNotFoundError.code else NOT_FOUND,
+            f"{exc.name}: {exc.message}",
+            code,
+        )
     if code in _TOO_LARGE:
         return GatewayError(413, TOO_LARGE, f"{exc.name}: {exc.message}", code)
     if code in _BAD_RECORD:

@@ -16,6 +16,7 @@ one wait, run on a worker thread so the event loop keeps many requests in flight
 Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP status of their class
 (serve/errors.py); no route answers with a traceback.
 """
+
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
@@ -30,8 +31,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rafka.errors import KafkaError
 from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
-from serve.errors import (BAD_PARAMETER, MALFORMED, METHOD_NOT_ALLOWED, NOT_ACCEPTABLE, NOT_FOUND,
-                          UNSUPPORTED_MEDIA, GatewayError, from_exception)
+from serve.errors import (
+    BAD_PARAMETER,
+    MALFORMED,
+    METHOD_NOT_ALLOWED,
+    NOT_ACCEPTABLE,
+    NOT_FOUND,
+    UNSUPPORTED_MEDIA,
+    GatewayError,
+    from_exception,
+)
 from serve.produce import BINARY_V2, JSON_V2, MSGPACK, V2_JSON, JsonValueStream, ProduceService, parse_v2, parse_v3
 from serve.v3_stream import RequestStreamingResponse, v3_report, v3_stream
 
@@ -40,12 +49,16 @@ __all__ = ["APP_NAME", "DEFAULT_MAX_REQUEST_BYTES", "build_app"]
 APP_NAME = "rafka-gateway"
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
+
 def _fastapi() -> FastAPI:
     """A fresh FastAPI app with the gateway's exception handlers: every failure is a JSON error body."""
-    api = FastAPI(title="rafka HTTP gateway", version="1.0",
-                  description="Confluent REST Proxy-shaped HTTP API (v2 + v3) over a rafka cluster. Errors: "
-                              '{"error_code": <HTTP status + sequence>, "kafka_error_code": <Kafka code|null>, '
-                              '"message": ...}.')
+    api = FastAPI(
+        title="rafka HTTP gateway",
+        version="1.0",
+        description="Confluent REST Proxy-shaped HTTP API (v2 + v3) over a rafka cluster. Errors: "
+        '{"error_code": <HTTP status + sequence>, "kafka_error_code": <Kafka code|null>, '
+        '"message": ...}.',
+    )
 
     @api.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -59,18 +72,25 @@ def _fastapi() -> FastAPI:
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         in_path = any(e.get("loc", ("",))[0] == "path" for e in exc.errors())
         where = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors())
-        return error_response(GatewayError(404 if in_path else 422, NOT_FOUND if in_path else BAD_PARAMETER,
-                                           f"invalid request parameter(s): {where}"))
+        return error_response(
+            GatewayError(
+                404 if in_path else 422,
+                NOT_FOUND if in_path else BAD_PARAMETER,
+                f"invalid request parameter(s): {where}",
+            )
+        )
 
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED}.get(exc.status_code, exc.status_code * 100 + 1)
-        return error_response(GatewayError(exc.status_code, code,
-                                           f"{exc.detail} ({request.method} {request.url.path})"))
+        return error_response(
+            GatewayError(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})")
+        )
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         return error_response(from_exception(exc))
+
     return api
 
 
@@ -87,8 +107,11 @@ def _produce_format(request: Request) -> str:
     media = _media(request.headers.get("content-type"))
     fmt = {BINARY_V2: "binary", JSON_V2: "json", MSGPACK: "msgpack"}.get(media)
     if fmt is None:
-        raise GatewayError(415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media or '(none)'!r} for produce; "
-                           f"use {BINARY_V2}, {JSON_V2} or {MSGPACK}")
+        raise GatewayError(
+            415,
+            UNSUPPORTED_MEDIA,
+            f"unsupported Content-Type {media or '(none)'!r} for produce; use {BINARY_V2}, {JSON_V2} or {MSGPACK}",
+        )
     return fmt
 
 
@@ -103,6 +126,7 @@ def _json(data: Any, status: int = 200, media: str = V2_JSON) -> Response:
 def _reply(request: Request, data: Any, msgpack_ok: bool) -> Response:
     if msgpack_ok and (_accepts_msgpack(request) or _media(request.headers.get("content-type")) == MSGPACK):
         import msgpack
+
         return Response(msgpack.packb(data, use_bin_type=True), media_type=MSGPACK)
     return _json(data)
 
@@ -110,8 +134,11 @@ def _reply(request: Request, data: Any, msgpack_ok: bool) -> Response:
 # -- shapes -----------------------------------------------------------------------------------------------
 def _v2_partition(p: dict) -> dict:
     isr = set(p.get("isr") or ())
-    return {"partition": p["partition"], "leader": p["leader"],
-            "replicas": [{"broker": b, "leader": b == p["leader"], "in_sync": b in isr} for b in p["replicas"]]}
+    return {
+        "partition": p["partition"],
+        "leader": p["leader"],
+        "replicas": [{"broker": b, "leader": b == p["leader"], "in_sync": b in isr} for b in p["replicas"]],
+    }
 
 
 def _offset_entry(res: BaseException) -> dict:
@@ -122,9 +149,17 @@ def _offset_entry(res: BaseException) -> dict:
 class Gateway:
     """The ingress: stateless apart from its producer, so it can run as several replicas."""
 
-    def __init__(self, cluster: str, acks: str | int, instances: Any, producer_config: dict | None = None,
-                 max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
+    def __init__(
+        self,
+        cluster: str,
+        acks: str | int,
+        instances: Any,
+        producer_config: dict | None = None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    ):
         from rafka.admin import Admin
+
         self.cluster = cluster
         self.producer = ProduceService(cluster, acks, producer_config)
         self.admin = Admin(cluster, default_api_timeout_ms=15000, request_timeout_ms=10000)
@@ -139,8 +174,9 @@ class Gateway:
 
     def _cluster_id(self, cluster_id: str) -> None:
         if cluster_id != self.cluster:
-            raise GatewayError(404, NOT_FOUND, f"cluster {cluster_id!r} not found (this gateway serves "
-                               f"{self.cluster!r})")
+            raise GatewayError(
+                404, NOT_FOUND, f"cluster {cluster_id!r} not found (this gateway serves {self.cluster!r})"
+            )
 
     async def _body(self, request: Request) -> bytes:
         """The whole request body within the size limit and the body timeout (serve/body.py)."""
@@ -161,8 +197,11 @@ class Gateway:
 
 def _describe_topic(gw: Gateway, topic: str) -> dict:
     (d,) = gw.admin.describe_topics([topic])
-    return {"name": d["name"], "configs": gw.admin.describe_configs(topic),
-            "partitions": [_v2_partition(p) for p in sorted(d["partitions"], key=lambda p: p["partition"])]}
+    return {
+        "name": d["name"],
+        "configs": gw.admin.describe_configs(topic),
+        "partitions": [_v2_partition(p) for p in sorted(d["partitions"], key=lambda p: p["partition"])],
+    }
 
 
 def _partition_of(gw: Gateway, topic: str, partition: int) -> dict:
@@ -181,27 +220,46 @@ def _health(gw: Gateway) -> tuple[int, dict]:
         return 503, {"status": "unavailable", "cluster": gw.cluster, "message": err.message}
     alive = [b["id"] for b in desc["brokers"] if b.get("alive")]
     ok = bool(alive) and desc["controller_id"] is not None and desc["controller_id"] >= 0
-    return (200 if ok else 503), {"status": "ok" if ok else "degraded", "cluster": gw.cluster,
-                                  "controller_id": desc["controller_id"], "controller_epoch": desc["controller_epoch"],
-                                  "brokers": len(desc["brokers"]), "brokers_alive": alive, "topics": desc["topics"]}
+    return (200 if ok else 503), {
+        "status": "ok" if ok else "degraded",
+        "cluster": gw.cluster,
+        "controller_id": desc["controller_id"],
+        "controller_epoch": desc["controller_epoch"],
+        "brokers": len(desc["brokers"]),
+        "brokers_alive": alive,
+        "topics": desc["topics"],
+    }
 
 
 def _v3_topic(base: str, cluster: str, d: dict) -> dict:
     url = f"{base}/v3/clusters/{cluster}/topics/{d['name']}"
     parts = d["partitions"]
-    return {"kind": "KafkaTopic", "metadata": {"self": url}, "cluster_id": cluster, "topic_name": d["name"],
-            "is_internal": d["name"].startswith("__"),
-            "replication_factor": len(parts[0]["replicas"]) if parts else 0, "partitions_count": len(parts),
-            "partitions": {"related": f"{url}/partitions"}, "configs": {"related": f"{url}/configs"}}
+    return {
+        "kind": "KafkaTopic",
+        "metadata": {"self": url},
+        "cluster_id": cluster,
+        "topic_name": d["name"],
+        "is_internal": d["name"].startswith("__"),
+        "replication_factor": len(parts[0]["replicas"]) if parts else 0,
+        "partitions_count": len(parts),
+        "partitions": {"related": f"{url}/partitions"},
+        "configs": {"related": f"{url}/configs"},
+    }
 
 
 def _v3_partition(base: str, cluster: str, topic: str, p: dict) -> dict:
     url = f"{base}/v3/clusters/{cluster}/topics/{topic}/partitions/{p['partition']}"
     isr = set(p.get("isr") or ())
-    return {"kind": "KafkaPartition", "metadata": {"self": url}, "cluster_id": cluster, "topic_name": topic,
-            "partition_id": p["partition"], "leader": {"related": f"{base}/v3/clusters/{cluster}/brokers/{p['leader']}"},
-            "leader_id": p["leader"], "replicas": [{"broker_id": b, "is_leader": b == p["leader"], "is_in_sync": b in isr}
-                                                   for b in p["replicas"]]}
+    return {
+        "kind": "KafkaPartition",
+        "metadata": {"self": url},
+        "cluster_id": cluster,
+        "topic_name": topic,
+        "partition_id": p["partition"],
+        "leader": {"related": f"{base}/v3/clusters/{cluster}/brokers/{p['leader']}"},
+        "leader_id": p["leader"],
+        "replicas": [{"broker_id": b, "is_leader": b == p["leader"], "is_in_sync": b in isr} for b in p["replicas"]],
+    }
 
 
 def _group(gw: Gateway, group: str) -> dict:
@@ -213,14 +271,25 @@ def _group(gw: Gateway, group: str) -> dict:
 
 def _v3_group(base: str, cluster: str, d: dict) -> dict:
     url = f"{base}/v3/clusters/{cluster}/consumer-groups/{d['group_id']}"
-    return {"kind": "KafkaConsumerGroup", "metadata": {"self": url}, "cluster_id": cluster,
-            "consumer_group_id": d["group_id"], "is_simple": d.get("protocol_type") != "consumer",
-            "partition_assignor": d.get("protocol"), "state": str(d["state"]).upper(),
-            "consumers": [{"consumer_id": m["member_id"], "instance_id": m.get("group_instance_id"),
-                           "client_id": m.get("client_id"),
-                           "assignments": [{"topic_name": tp[0], "partition_id": tp[1]} for tp in m["assignment"]]}
-                          for m in d.get("members", [])],
-            "lag_summary": {"related": f"{url}/lags"}}
+    return {
+        "kind": "KafkaConsumerGroup",
+        "metadata": {"self": url},
+        "cluster_id": cluster,
+        "consumer_group_id": d["group_id"],
+        "is_simple": d.get("protocol_type") != "consumer",
+        "partition_assignor": d.get("protocol"),
+        "state": str(d["state"]).upper(),
+        "consumers": [
+            {
+                "consumer_id": m["member_id"],
+                "instance_id": m.get("group_instance_id"),
+                "client_id": m.get("client_id"),
+                "assignments": [{"topic_name": tp[0], "partition_id": tp[1]} for tp in m["assignment"]],
+            }
+            for m in d.get("members", [])
+        ],
+        "lag_summary": {"related": f"{url}/lags"},
+    }
 
 
 def _base(request: Request) -> str:
@@ -231,6 +300,7 @@ def build_app():
     """The Serve ingress class over a fresh FastAPI app (built per deployment, so deploying twice in one
     process never registers a route twice)."""
     from ray import serve as ray_serve
+
     app = _fastapi()
 
     @ray_serve.ingress(app)
@@ -243,8 +313,14 @@ def build_app():
 
         @app.get("/v3/clusters", summary="The cluster this gateway serves (v3)")
         async def clusters(self, request: Request) -> Response:
-            return _json({"kind": "KafkaClusterList", "metadata": {"self": f"{_base(request)}/v3/clusters"},
-                          "data": [await self.run(self._v3_cluster, _base(request))]}, media="application/json")
+            return _json(
+                {
+                    "kind": "KafkaClusterList",
+                    "metadata": {"self": f"{_base(request)}/v3/clusters"},
+                    "data": [await self.run(self._v3_cluster, _base(request))],
+                },
+                media="application/json",
+            )
 
         @app.get("/v3/clusters/{cluster_id}", summary="One cluster (v3)")
         async def cluster(self, cluster_id: str, request: Request) -> Response:
@@ -254,11 +330,17 @@ def build_app():
         def _v3_cluster(self, base: str) -> dict:
             desc = self.admin.describe_cluster()
             url = f"{base}/v3/clusters/{self.cluster}"
-            return {"kind": "KafkaCluster", "metadata": {"self": url}, "cluster_id": self.cluster,
-                    "controller": {"related": f"{url}/brokers/{desc['controller_id']}"},
-                    "controller_id": desc["controller_id"], "controller_epoch": desc["controller_epoch"],
-                    "brokers": {"related": f"{url}/brokers"}, "topics": {"related": f"{url}/topics"},
-                    "consumer_groups": {"related": f"{url}/consumer-groups"}}
+            return {
+                "kind": "KafkaCluster",
+                "metadata": {"self": url},
+                "cluster_id": self.cluster,
+                "controller": {"related": f"{url}/brokers/{desc['controller_id']}"},
+                "controller_id": desc["controller_id"],
+                "controller_epoch": desc["controller_epoch"],
+                "brokers": {"related": f"{url}/brokers"},
+                "topics": {"related": f"{url}/topics"},
+                "consumer_groups": {"related": f"{url}/consumer-groups"},
+            }
 
         # -- v2 topics ----------------------------------------------------------------------------------
         @app.get("/topics", summary="Topic names (v2)")
@@ -292,9 +374,16 @@ def build_app():
             fmt = _produce_format(request)
             records = parse_v2(await self._body(request), fmt)
             results = await self.run(self.producer.produce, topic, records, partition, True)
-            body = {"key_schema_id": None, "value_schema_id": None,
-                    "offsets": [{"partition": r[0], "offset": r[1], "error_code": None, "error": None}
-                                if type(r) is tuple else _offset_entry(r) for r in results]}
+            body = {
+                "key_schema_id": None,
+                "value_schema_id": None,
+                "offsets": [
+                    {"partition": r[0], "offset": r[1], "error_code": None, "error": None}
+                    if type(r) is tuple
+                    else _offset_entry(r)
+                    for r in results
+                ],
+            }
             return _reply(request, body, msgpack_ok=True)
 
         # -- v3 topics and produce ----------------------------------------------------------------------
@@ -304,12 +393,20 @@ def build_app():
 
             def run():
                 names = self.admin.list_topics()
-                return [_v3_topic(_base(request), self.cluster, d)
-                        for d in (self.admin.describe_topics(names) if names else [])]
+                return [
+                    _v3_topic(_base(request), self.cluster, d)
+                    for d in (self.admin.describe_topics(names) if names else [])
+                ]
+
             data = sorted(await self.run(run), key=lambda t: t["topic_name"])
-            return _json({"kind": "KafkaTopicList", "metadata": {"self": f"{_base(request)}/v3/clusters/"
-                                                                         f"{self.cluster}/topics"},
-                          "data": data}, media="application/json")
+            return _json(
+                {
+                    "kind": "KafkaTopicList",
+                    "metadata": {"self": f"{_base(request)}/v3/clusters/{self.cluster}/topics"},
+                    "data": data,
+                },
+                media="application/json",
+            )
 
         @app.get("/v3/clusters/{cluster_id}/topics/{topic}", summary="One topic (v3)")
         async def v3_topic(self, cluster_id: str, topic: str, request: Request) -> Response:
@@ -321,11 +418,18 @@ def build_app():
         async def v3_partitions(self, cluster_id: str, topic: str, request: Request) -> Response:
             self._cluster_id(cluster_id)
             (d,) = await self.run(self.admin.describe_topics, [topic])
-            data = [_v3_partition(_base(request), self.cluster, topic, p)
-                    for p in sorted(d["partitions"], key=lambda p: p["partition"])]
-            return _json({"kind": "KafkaPartitionList", "metadata": {"self": f"{_base(request)}/v3/clusters/"
-                                                                             f"{self.cluster}/topics/{topic}/partitions"},
-                          "data": data}, media="application/json")
+            data = [
+                _v3_partition(_base(request), self.cluster, topic, p)
+                for p in sorted(d["partitions"], key=lambda p: p["partition"])
+            ]
+            return _json(
+                {
+                    "kind": "KafkaPartitionList",
+                    "metadata": {"self": f"{_base(request)}/v3/clusters/{self.cluster}/topics/{topic}/partitions"},
+                    "data": data,
+                },
+                media="application/json",
+            )
 
         @app.get("/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="One partition (v3)")
         async def v3_partition(self, cluster_id: str, topic: str, partition: int, request: Request) -> Response:
@@ -333,19 +437,24 @@ def build_app():
             p = await self.run(_partition_of, self, topic, partition)
             return _json(_v3_partition(_base(request), self.cluster, topic, p), media="application/json")
 
-        @app.post("/v3/clusters/{cluster_id}/topics/{topic}/records",
-                  summary="Produce one record, or a stream of concatenated records with one report each (v3)")
+        @app.post(
+            "/v3/clusters/{cluster_id}/topics/{topic}/records",
+            summary="Produce one record, or a stream of concatenated records with one report each (v3)",
+        )
         async def v3_produce(self, cluster_id: str, topic: str, request: Request) -> Response:
             self._cluster_id(cluster_id)
             media = _media(request.headers.get("content-type"))
             if media not in ("application/json", ""):
-                raise GatewayError(415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media!r} for v3 produce; "
-                                   "use application/json")
+                raise GatewayError(
+                    415, UNSUPPORTED_MEDIA, f"unsupported Content-Type {media!r} for v3 produce; use application/json"
+                )
             stream = JsonValueStream(self.max_request_bytes)
             if "content-length" not in request.headers:  # a chunked body: streaming mode from the first record
                 self.producer.require_topic(topic)
-                return RequestStreamingResponse(v3_stream(self, topic, [], stream, request.stream().__aiter__(),
-                                                          self.body_timeout_s), media_type="application/json")
+                return RequestStreamingResponse(
+                    v3_stream(self, topic, [], stream, request.stream().__aiter__(), self.body_timeout_s),
+                    media_type="application/json",
+                )
             values = stream.feed(await self._body(request)) + stream.finish()
             if stream.failed is not None:  # a whole body that cannot be parsed: nothing of it is produced
                 raise stream.failed
@@ -353,14 +462,16 @@ def build_app():
                 raise GatewayError(400, MALFORMED, "the body holds no record")
             if len(values) > 1:  # several records in a whole body: one report line each
                 self.producer.require_topic(topic)
-                return RequestStreamingResponse(v3_stream(self, topic, values, stream, None, self.body_timeout_s),
-                                                media_type="application/json")
+                return RequestStreamingResponse(
+                    v3_stream(self, topic, values, stream, None, self.body_timeout_s), media_type="application/json"
+                )
             parsed = parse_v3(values)
             (res,) = await self.run(self.producer.produce, topic, [parsed[0][0]], None)
             if isinstance(res, BaseException):
                 raise from_exception(res)
-            return _json(v3_report(self.cluster, topic, res, parsed[0][1], parsed[0][2], parsed[0][0]),
-                         media="application/json")
+            return _json(
+                v3_report(self.cluster, topic, res, parsed[0][1], parsed[0][2], parsed[0][0]), media="application/json"
+            )
 
         # -- v3 consumer groups -------------------------------------------------------------------------
         @app.get("/v3/clusters/{cluster_id}/consumer-groups", summary="Consumer groups (v3)")
@@ -369,9 +480,14 @@ def build_app():
 
             def run():
                 ids = [g["group_id"] for g in self.admin.list_groups()]
-                return [_v3_group(_base(request), self.cluster, d) for d in (self.admin.describe_groups(ids) if ids else [])]
-            return _json({"kind": "KafkaConsumerGroupList", "metadata": {}, "data": await self.run(run)},
-                         media="application/json")
+                return [
+                    _v3_group(_base(request), self.cluster, d) for d in (self.admin.describe_groups(ids) if ids else [])
+                ]
+
+            return _json(
+                {"kind": "KafkaConsumerGroupList", "metadata": {}, "data": await self.run(run)},
+                media="application/json",
+            )
 
         @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}", summary="One consumer group and its members (v3)")
         async def v3_group(self, cluster_id: str, group: str, request: Request) -> Response:
@@ -384,12 +500,22 @@ def build_app():
             self._cluster_id(cluster_id)
             d = await self.run(_group, self, group)
             clients = {m["member_id"]: m for m in d["members"]}
-            data = [{"kind": "KafkaConsumerLag", "cluster_id": self.cluster, "consumer_group_id": group,
-                     "topic_name": o["topic"], "partition_id": o["partition"],
-                     "current_offset": o["committed"], "log_end_offset": o["log_end"], "lag": o["lag"],
-                     "consumer_id": o["member_id"],
-                     "instance_id": (clients.get(o["member_id"]) or {}).get("group_instance_id"),
-                     "client_id": (clients.get(o["member_id"]) or {}).get("client_id")} for o in d["offsets"]]
+            data = [
+                {
+                    "kind": "KafkaConsumerLag",
+                    "cluster_id": self.cluster,
+                    "consumer_group_id": group,
+                    "topic_name": o["topic"],
+                    "partition_id": o["partition"],
+                    "current_offset": o["committed"],
+                    "log_end_offset": o["log_end"],
+                    "lag": o["lag"],
+                    "consumer_id": o["member_id"],
+                    "instance_id": (clients.get(o["member_id"]) or {}).get("group_instance_id"),
+                    "client_id": (clients.get(o["member_id"]) or {}).get("client_id"),
+                }
+                for o in d["offsets"]
+            ]
             return _json({"kind": "KafkaConsumerLagList", "metadata": {}, "data": data}, media="application/json")
 
         # -- v2 consumer instances ----------------------------------------------------------------------
@@ -426,16 +552,20 @@ def build_app():
         async def assignments(self, group: str, name: str) -> Response:
             return _json(await self._consumer(group, name, "assignments"))
 
-        @app.get("/consumers/{group}/instances/{name}/records",
-                 summary="Fetch records (Accept: binary/json v2 embedded format, or msgpack)")
-        async def records(self, group: str, name: str, request: Request, timeout: int | None = None,
-                          max_bytes: int | None = None) -> Response:
+        @app.get(
+            "/consumers/{group}/instances/{name}/records",
+            summary="Fetch records (Accept: binary/json v2 embedded format, or msgpack)",
+        )
+        async def records(
+            self, group: str, name: str, request: Request, timeout: int | None = None, max_bytes: int | None = None
+        ) -> Response:
             if (timeout is not None and timeout < 0) or (max_bytes is not None and max_bytes <= 0):
                 raise GatewayError(422, BAD_PARAMETER, "timeout must be >= 0 and max_bytes > 0")
             fmt = await self._records_format(group, name, request.headers.get("accept"))
             recs = await self._consumer(group, name, "records", timeout, max_bytes, fmt)
             if fmt == "msgpack":
                 import msgpack
+
                 return Response(msgpack.packb(recs, use_bin_type=True), media_type=MSGPACK)
             return _json(recs, media=BINARY_V2 if fmt == "binary" else JSON_V2)
 
@@ -449,11 +579,14 @@ def build_app():
                 return "json"
             if not accept or "*/*" in accept or V2_JSON in accept or "application/json" in accept:
                 return await self.instances.instance_format.remote(group, name)
-            raise GatewayError(406, NOT_ACCEPTABLE, f"cannot answer in {accept!r}: accept {BINARY_V2}, {JSON_V2} "
-                               f"or {MSGPACK}")
+            raise GatewayError(
+                406, NOT_ACCEPTABLE, f"cannot answer in {accept!r}: accept {BINARY_V2}, {JSON_V2} or {MSGPACK}"
+            )
 
-        @app.post("/consumers/{group}/instances/{name}/offsets",
-                  summary="Commit the given offsets (last processed record), or everything consumed (no body)")
+        @app.post(
+            "/consumers/{group}/instances/{name}/offsets",
+            summary="Commit the given offsets (last processed record), or everything consumed (no body)",
+        )
         async def commit(self, group: str, name: str, request: Request) -> Response:
             await self._consumer(group, name, "commit", await self._json_body(request))
             return Response(status_code=204)

@@ -9,6 +9,7 @@ Parsing never raises anything but ``GatewayError`` (400 malformed body, 422 bad 
 owns the replica's long-lived ``rafka.Producer`` and turns one request into one ``send_batch`` (one append per
 partition) plus one wait; it runs on a worker thread so the event loop keeps serving other requests.
 """
+
 from __future__ import annotations
 
 import binascii
@@ -59,8 +60,9 @@ def _b64(data: Any, i: int, field: str) -> bytes | None:
 
 
 def _too_deep(what: str) -> GatewayError:
-    return GatewayError(400, MALFORMED, f"{what} is nested too deeply (JSON arrays/objects nest at most a few "
-                                        f"hundred levels here)")
+    return GatewayError(
+        400, MALFORMED, f"{what} is nested too deeply (JSON arrays/objects nest at most a few hundred levels here)"
+    )
 
 
 def _json_bytes(data: Any) -> bytes | None:
@@ -115,6 +117,7 @@ def load_json(raw: bytes, exact: bool = True) -> Any:
 
 def load_msgpack(raw: bytes) -> Any:
     import msgpack
+
     try:
         return msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except (ValueError, msgpack.exceptions.ExtraData, msgpack.exceptions.UnpackException) as exc:
@@ -145,7 +148,8 @@ def parse_v2(raw: bytes, fmt: str) -> list[Record]:
             hdrs = r.get("headers")
             if hdrs:
                 if not isinstance(hdrs, (list, tuple)) or not all(
-                        isinstance(h, (list, tuple)) and len(h) == 2 and isinstance(h[0], str) for h in hdrs):
+                    isinstance(h, (list, tuple)) and len(h) == 2 and isinstance(h[0], str) for h in hdrs
+                ):
                     raise _bad(i, "headers must be a list of [name, value] pairs")
                 hdrs = tuple((h[0], _raw(h[1], i, "header value")) for h in hdrs)
             else:
@@ -192,8 +196,13 @@ class JsonValueStream:
         if self.failed is not None and not out:
             raise self.failed
         if len(self._buf) > self._limit:
-            raise GatewayError(413, TOO_LARGE, f"record {self.count} is still incomplete after {len(self._buf)} "
-                               f"bytes, more than the gateway's limit ({self._limit})", 10)
+            raise GatewayError(
+                413,
+                TOO_LARGE,
+                f"record {self.count} is still incomplete after {len(self._buf)} "
+                f"bytes, more than the gateway's limit ({self._limit})",
+                10,
+            )
         return out
 
     def finish(self) -> list:
@@ -285,14 +294,20 @@ def parse_v3(values: list, first: int = 0) -> list[tuple[Record, str | None, str
         if not isinstance(hdrs, list) or not all(isinstance(h, dict) and isinstance(h.get("name"), str) for h in hdrs):
             raise _bad(i, 'headers must be a list of {"name": str, "value": base64}')
         headers = tuple((h["name"], _b64(h.get("value"), i, "header value")) for h in hdrs)
-        out.append((Record(key, value, _partition(r.get("partition_id"), i), headers,
-                           _v3_timestamp(r.get("timestamp"), i)), ktype, vtype))
+        out.append(
+            (
+                Record(key, value, _partition(r.get("partition_id"), i), headers, _v3_timestamp(r.get("timestamp"), i)),
+                ktype,
+                vtype,
+            )
+        )
     return out
 
 
 def iso_ms(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 # -- producing ------------------------------------------------------------------------------------------
@@ -317,22 +332,35 @@ class ProduceService:
         partition the topic lacks (404), a record larger than max.request.size (413)."""
         parts = self.require_topic(topic).partitions
         if partition is not None and partition not in parts:
-            raise GatewayError(404, PARTITION_NOT_FOUND, f"partition {partition} does not exist in topic "
-                               f"{topic!r} (it has {len(parts)})", 3)
+            raise GatewayError(
+                404,
+                PARTITION_NOT_FOUND,
+                f"partition {partition} does not exist in topic {topic!r} (it has {len(parts)})",
+                3,
+            )
         limit = self._max_record - 85
         for i, (key, value, p, headers, _) in enumerate(records):
             if p is not None and partition is None and p not in parts:
-                raise GatewayError(404, PARTITION_NOT_FOUND, f"record {i}: partition {p} does not exist "
-                                   f"in topic {topic!r} (it has {len(parts)})", 3)
+                raise GatewayError(
+                    404,
+                    PARTITION_NOT_FOUND,
+                    f"record {i}: partition {p} does not exist in topic {topic!r} (it has {len(parts)})",
+                    3,
+                )
             size = (len(key) if key else 0) + (len(value) if value else 0)
             if headers:
                 size += sum(len(k) + len(v or b"") for k, v in headers)
             if size > limit:
-                raise GatewayError(413, TOO_LARGE, f"record {i} is {size} bytes, larger than the gateway's "
-                                   f"max.request.size ({self._max_record})", 10)
+                raise GatewayError(
+                    413,
+                    TOO_LARGE,
+                    f"record {i} is {size} bytes, larger than the gateway's max.request.size ({self._max_record})",
+                    10,
+                )
 
-    def produce(self, topic: str, records: list[Record], partition: int | None = None, offsets_only: bool = False
-                ) -> list[RecordMetadata | tuple[int, int] | KafkaError]:
+    def produce(
+        self, topic: str, records: list[Record], partition: int | None = None, offsets_only: bool = False
+    ) -> list[RecordMetadata | tuple[int, int] | KafkaError]:
         """Send every record (to ``partition`` when the path names one) and wait for all of them; returns
         each record's metadata (``(partition, offset)`` with ``offsets_only``) or its error in order. Checks
         everything first, so a request that cannot succeed writes nothing."""

@@ -8,6 +8,7 @@ A bad record gets an error line and the stream goes on; a malformed or too deepl
 that pauses longer than the gateway's body timeout, ends it with an error line (the response itself always
 ends cleanly). A client that disconnects ends it silently: what it sent is produced, unreported.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,10 +32,16 @@ def v3_report(cluster: str, topic: str, res: Any, ktype: str | None, vtype: str 
     if isinstance(res, BaseException):
         err = from_exception(res)
         return {"error_code": err.status, "kafka_error_code": err.kafka_error_code, "message": err.message}
-    return {"error_code": 200, "cluster_id": cluster, "topic_name": topic, "partition_id": res.partition,
-            "offset": res.offset, "timestamp": iso_ms(res.timestamp),
-            "key": None if rec.key is None else {"type": ktype, "size": len(rec.key)},
-            "value": None if rec.value is None else {"type": vtype, "size": len(rec.value)}}
+    return {
+        "error_code": 200,
+        "cluster_id": cluster,
+        "topic_name": topic,
+        "partition_id": res.partition,
+        "offset": res.offset,
+        "timestamp": iso_ms(res.timestamp),
+        "key": None if rec.key is None else {"type": ktype, "size": len(rec.key)},
+        "value": None if rec.value is None else {"type": vtype, "size": len(rec.value)},
+    }
 
 
 class RequestStreamingResponse(StreamingResponse):
@@ -69,9 +76,16 @@ async def v3_stream(gw: Any, topic: str, values: list, stream: JsonValueStream, 
         return entries, [e if isinstance(e, GatewayError) else next(sent) for e in entries]
 
     def lines(entries: list, results: list) -> str:
-        return "".join(json.dumps(v3_report(gw.cluster, topic, res, *(
-            (None, None, None) if isinstance(e, GatewayError) else (e[1], e[2], e[0]))),
-            separators=(",", ":")) + "\n" for e, res in zip(entries, results))
+        return "".join(
+            json.dumps(
+                v3_report(
+                    gw.cluster, topic, res, *((None, None, None) if isinstance(e, GatewayError) else (e[1], e[2], e[0]))
+                ),
+                separators=(",", ":"),
+            )
+            + "\n"
+            for e, res in zip(entries, results)
+        )
 
     try:
         while True:

@@ -3,24 +3,52 @@
 Built by ``pip install -e .``; storage/records.py and storage/log_validator.py fall back to their pure-Python
 twins when it is missing. Argument and result meanings: the C docstrings and those twins.
 """
-from typing_extensions import Buffer
+
 from typing import Any
+
+from typing_extensions import Buffer
 
 def set_record_type(cls: type, /) -> None:
     """The Record NamedTuple ``decode_into`` builds (storage.records.Record)."""
 
-def decode_into(data: Buffer, start: int, end: int, count: int, base_offset: int, base_timestamp: int,
-                append_timestamp: int | None, out: list[Any], /) -> bool:
+def decode_into(
+    data: Buffer,
+    start: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    append_timestamp: int | None,
+    out: list[Any],
+    /,
+) -> bool:
     """Append the Records of the uncompressed region ``data[start:end]`` to ``out``; False (nothing
     appended) when a timestamp or offset exceeds 64 bits; ValueError for a malformed record."""
 
-def encode_many(items: list[tuple[int, bytes | None, bytes | None, Any]], start: int, base_ts: int | None,
-                last_delta: int, size: int, batch_size: int, count: int, /
-                ) -> tuple[bytes, int, int | None, int, int]:
+def encode_many(
+    items: list[tuple[int, bytes | None, bytes | None, Any]],
+    start: int,
+    base_ts: int | None,
+    last_delta: int,
+    size: int,
+    batch_size: int,
+    count: int,
+    /,
+) -> tuple[bytes, int, int | None, int, int]:
     """``(blob, next, base_ts, size, max_ts)``: encode ``(timestamp, key, value, headers)`` items from
     ``start`` while they fit the batch and take the fast path."""
 
-def validate_records(data: Buffer, start: int, end: int, count: int, base_timestamp: int, log_append_time: bool,
-                     compacted: bool, ts_low: int, ts_high: int, /) -> tuple[int, int, Any]:
+def validate_records(
+    data: Buffer,
+    start: int,
+    end: int,
+    count: int,
+    base_timestamp: int,
+    log_append_time: bool,
+    compacted: bool,
+    ts_low: int,
+    ts_high: int,
+    /,
+) -> tuple[int, int, Any]:
     """``(status, index, detail)``: ``(0, count, max_timestamp)`` or the first failure ``(1, i, message)``,
     ``(2, i, None)`` null key on a compacted topic, ``(3, i, timestamp)`` out of ``[ts_low, ts_high]``."""

@@ -31,6 +31,7 @@ reads and rewrites. Every malformed frame raises ``CorruptMessageError``.
 
 Thread safety: everything here is a pure function of its arguments.
 """
+
 from __future__ import annotations
 
 import struct
@@ -41,17 +42,50 @@ from crc32c import crc32c as _crc32c
 from protocol.errors import CorruptMessageError
 
 __all__ = [
-    "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC", "MIN_BATCH_LENGTH", "MAX_BATCH_LENGTH",
-    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
-    "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-    "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH", "NO_SEQUENCE", "NO_TIMESTAMP",
-    "CONTROL_ABORT", "CONTROL_COMMIT",
-    "BatchHeader", "parse_header", "crc_ok", "validate_batch", "iter_batch_headers",
-    "set_base_offset", "set_partition_leader_epoch", "set_log_append_time",
-    "COMPRESSION_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK", "CONTROL_MASK", "DELETE_HORIZON_MASK",
-    "BASE_OFFSET_POS", "LENGTH_POS", "PARTITION_LEADER_EPOCH_POS", "MAGIC_POS", "CRC_POS", "ATTRIBUTES_POS",
-    "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
-    "RECORDS_COUNT_POS", "RECORDS_POS",
+    "BATCH_HEADER",
+    "BATCH_OVERHEAD",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MIN_BATCH_LENGTH",
+    "MAX_BATCH_LENGTH",
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "BatchHeader",
+    "parse_header",
+    "crc_ok",
+    "validate_batch",
+    "iter_batch_headers",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+    "set_log_append_time",
+    "COMPRESSION_MASK",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
+    "CONTROL_MASK",
+    "DELETE_HORIZON_MASK",
+    "BASE_OFFSET_POS",
+    "LENGTH_POS",
+    "PARTITION_LEADER_EPOCH_POS",
+    "MAGIC_POS",
+    "CRC_POS",
+    "ATTRIBUTES_POS",
+    "LAST_OFFSET_DELTA_POS",
+    "BASE_TIMESTAMP_POS",
+    "MAX_TIMESTAMP_POS",
+    "PRODUCER_ID_POS",
+    "RECORDS_COUNT_POS",
+    "RECORDS_POS",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -179,15 +213,17 @@ def parse_header(buf, pos: int = 0) -> BatchHeader:
     except struct.error:
         raise CorruptMessageError(
             f"record batch header at position {pos} is truncated: {max(len(buf) - pos, 0)} bytes "
-            f"available, {BATCH_OVERHEAD} needed") from None
+            f"available, {BATCH_OVERHEAD} needed"
+        ) from None
     if h.batch_length < MIN_BATCH_LENGTH or h.batch_length > MAX_BATCH_LENGTH:
         raise CorruptMessageError(
-            f"record batch at position {pos} has impossible length {h.batch_length} "
-            f"(at least {MIN_BATCH_LENGTH})")
+            f"record batch at position {pos} has impossible length {h.batch_length} (at least {MIN_BATCH_LENGTH})"
+        )
     if h.magic != MAGIC:
         raise CorruptMessageError(
             f"record batch at position {pos} has unsupported magic {h.magic} (only RecordBatch v2, "
-            f"magic 2, is supported)")
+            f"magic 2, is supported)"
+        )
     return h
 
 
@@ -196,7 +232,7 @@ def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
     end = pos + header.size_in_bytes
     if end > len(buf):
         return False
-    return _crc32c(memoryview(buf)[pos + ATTRIBUTES_POS:end]) == header.crc
+    return _crc32c(memoryview(buf)[pos + ATTRIBUTES_POS : end]) == header.crc
 
 
 def validate_batch(buf, pos: int = 0) -> BatchHeader:
@@ -206,17 +242,20 @@ def validate_batch(buf, pos: int = 0) -> BatchHeader:
     if end > len(buf):
         raise CorruptMessageError(
             f"record batch at position {pos} is truncated: length field says {h.size_in_bytes} "
-            f"bytes, {len(buf) - pos} available")
+            f"bytes, {len(buf) - pos} available"
+        )
     with memoryview(buf) as mv:
-        crc = _crc32c(mv[pos + ATTRIBUTES_POS:end])
+        crc = _crc32c(mv[pos + ATTRIBUTES_POS : end])
     if crc != h.crc:
         raise CorruptMessageError(
             f"record batch at position {pos} (base offset {h.base_offset}) is corrupt: stored CRC {h.crc:#010x}, "
-            f"computed {crc:#010x}")
+            f"computed {crc:#010x}"
+        )
     if h.last_offset_delta < 0 or h.records_count < 0:
         raise CorruptMessageError(
             f"record batch at position {pos} has negative last offset delta {h.last_offset_delta} or "
-            f"records count {h.records_count}")
+            f"records count {h.records_count}"
+        )
     return h
 
 
@@ -240,7 +279,8 @@ def iter_batch_headers(buf, validate: bool = True) -> Iterator[tuple[int, BatchH
             if end > n:
                 raise CorruptMessageError(
                     f"record batch at position {pos} is truncated: length field says "
-                    f"{h.size_in_bytes} bytes, {n - pos} available")
+                    f"{h.size_in_bytes} bytes, {n - pos} available"
+                )
             yield pos, h
             pos = end
 
@@ -263,5 +303,5 @@ def set_log_append_time(buf: bytearray, pos: int, timestamp_ms: int) -> None:
     _pack_h(buf, pos + ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_MASK)
     _pack_q(buf, pos + MAX_TIMESTAMP_POS, timestamp_ms)
     with memoryview(buf) as mv:
-        crc = _crc32c(mv[pos + ATTRIBUTES_POS:pos + LOG_OVERHEAD + length])
+        crc = _crc32c(mv[pos + ATTRIBUTES_POS : pos + LOG_OVERHEAD + length])
     _pack_I(buf, pos + CRC_POS, crc)

@@ -16,6 +16,7 @@ anything else happens (``take_marker``).
 
 Concurrency: plain functions; each file has one writer (the owning Log, broker or controller).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,15 @@ import os
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TMP_SUFFIX", "fsync_dir", "write_atomically", "create_marker", "take_marker",
-           "read_offset_checkpoint", "write_offset_checkpoint"]
+__all__ = [
+    "TMP_SUFFIX",
+    "fsync_dir",
+    "write_atomically",
+    "create_marker",
+    "take_marker",
+    "read_offset_checkpoint",
+    "write_offset_checkpoint",
+]
 
 TMP_SUFFIX = ".tmp"  # the name an atomic rewrite writes before its rename
 

@@ -41,6 +41,7 @@ segment of the group past that range contributed no batch, so keeping it is cons
 
 Concurrency: not thread-safe. Only the owning Log calls it, from its single owner (the replica actor).
 """
+
 from __future__ import annotations
 
 import os
@@ -79,6 +80,7 @@ SEGMENT_EXTENSIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 INT32_MAX = 0x7FFFFFFF
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
+
 
 @dataclass
 class CleanerStats:
@@ -154,7 +156,7 @@ def _scan_keys(h: BatchHeader, data: bytes | bytearray, m: dict) -> None:
                 p += 2
             else:
                 n, p = decode_varint(data, p)
-            m[data[p:p + n] if n >= 0 else None] = base + off
+            m[data[p : p + n] if n >= 0 else None] = base + off
             p = rend
     except (IndexError, ValueError) as e:
         raise InvalidRecordError(f"record batch at offset {base} holds a malformed record: {e}") from None
@@ -168,10 +170,23 @@ def _control_type(h: BatchHeader, data: bytes) -> int:
 def _empty_batch(h: BatchHeader) -> bytes:
     """Kafka's ``writeEmptyHeader``: no records, same offsets, sequence and producer fields."""
     attributes = h.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
-    buf = bytearray(BATCH_HEADER.pack(
-        h.base_offset, BATCH_OVERHEAD - LOG_OVERHEAD, h.partition_leader_epoch, MAGIC, 0, attributes,
-        h.last_offset_delta, h.max_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
-        h.base_sequence, 0))
+    buf = bytearray(
+        BATCH_HEADER.pack(
+            h.base_offset,
+            BATCH_OVERHEAD - LOG_OVERHEAD,
+            h.partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            h.last_offset_delta,
+            h.max_timestamp,
+            h.max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            0,
+        )
+    )
     _U32.pack_into(buf, CRC_POS, crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
     return bytes(buf)
 
@@ -179,11 +194,18 @@ def _empty_batch(h: BatchHeader) -> bytes:
 def _rebuild(h: BatchHeader, records, delete_horizon_ms: int | None) -> bytes:
     """A batch of ``records`` (a subset of ``h``'s) keeping every batch-level field and the offset range."""
     b = RecordBatchBuilder(
-        compression_type=h.compression_type, timestamp_type=h.timestamp_type, base_offset=h.base_offset,
-        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-        is_transactional=h.is_transactional, is_control=h.is_control,
-        partition_leader_epoch=h.partition_leader_epoch, batch_size=INT32_MAX,
-        delete_horizon_ms=delete_horizon_ms)
+        compression_type=h.compression_type,
+        timestamp_type=h.timestamp_type,
+        base_offset=h.base_offset,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
+        partition_leader_epoch=h.partition_leader_epoch,
+        batch_size=INT32_MAX,
+        delete_horizon_ms=delete_horizon_ms,
+    )
     for r in records:
         b.append(r.timestamp, r.key, r.value, r.headers, offset=r.offset)
     out = bytearray(b.build())
@@ -212,8 +234,19 @@ class _SourceOutput:
 
 
 class _Compaction:
-    def __init__(self, segments, last_stable_offset, now_ms, delete_retention_ms, min_compaction_lag_ms,
-                 segment_bytes, active_producers, replace_segments, index_interval_bytes, max_index_size):
+    def __init__(
+        self,
+        segments,
+        last_stable_offset,
+        now_ms,
+        delete_retention_ms,
+        min_compaction_lag_ms,
+        segment_bytes,
+        active_producers,
+        replace_segments,
+        index_interval_bytes,
+        max_index_size,
+    ):
         self.segments = list(segments)
         self.lso = last_stable_offset
         self.now = now_ms
@@ -247,8 +280,10 @@ class _Compaction:
         for seg in cleanable:
             for pos, h, data in seg.iter_batches():
                 if not crc_ok(data, 0, h):
-                    raise CorruptMessageError(f"segment {seg.log_path}: batch at position {pos} (offset "
-                                              f"{h.base_offset}) fails its CRC; not compacting")
+                    raise CorruptMessageError(
+                        f"segment {seg.log_path}: batch at position {pos} (offset "
+                        f"{h.base_offset}) fails its CRC; not compacting"
+                    )
                 stats.batches_read += 1
                 stats.records_read += h.records_count
                 stats.bytes_read += len(data)
@@ -264,7 +299,7 @@ class _Compaction:
                 else:
                     _scan_keys(h, data, m)
         if open_txn:  # find the markers of transactions still open at the end of the range
-            for seg in self.segments[len(cleanable):]:
+            for seg in self.segments[len(cleanable) :]:
                 for pos, h in seg.iter_headers():
                     if h.is_control and h.records_count and h.producer_id in open_txn:
                         data = seg.read_bytes(pos, LOG_OVERHEAD + h.batch_length)
@@ -373,8 +408,13 @@ class _Compaction:
             if result is not data:
                 out.changed = True
             self.stats.batches_kept += 1
-            out.add(result, last, h.max_timestamp if result is data else BatchHeader._make(
-                BATCH_HEADER.unpack_from(result, 0)).max_timestamp)
+            out.add(
+                result,
+                last,
+                h.max_timestamp
+                if result is data
+                else BatchHeader._make(BATCH_HEADER.unpack_from(result, 0)).max_timestamp,
+            )
         return out
 
     # ---------------------------------------------------------------- groups and swaps
@@ -383,8 +423,14 @@ class _Compaction:
             path = os.path.join(self.segments[0].dir, name)
             if os.path.exists(path):
                 os.remove(path)
-        return LogSegment(self.segments[0].dir, base_offset, self.index_interval_bytes, self.max_index_size,
-                          created_ms=self.now, suffix=CLEANED_SUFFIX)
+        return LogSegment(
+            self.segments[0].dir,
+            base_offset,
+            self.index_interval_bytes,
+            self.max_index_size,
+            created_ms=self.now,
+            suffix=CLEANED_SUFFIX,
+        )
 
     @staticmethod
     def _append(seg: LogSegment, out: _SourceOutput) -> None:
@@ -408,8 +454,9 @@ class _Compaction:
         for seg in cleanable:
             out = self.clean_segment(seg, txn, kept_offsets)
             stats.bytes_after += out.size
-            if group and (group_size + out.size > self.segment_bytes
-                          or out.last_offset - group[0].segment.base_offset > INT32_MAX):
+            if group and (
+                group_size + out.size > self.segment_bytes or out.last_offset - group[0].segment.base_offset > INT32_MAX
+            ):
                 self._finish_group(group, cleaned)
                 group, cleaned, group_size = [], None, 0
             if group and cleaned is None:  # a second source: the group is rewritten after all
@@ -439,11 +486,19 @@ class _Compaction:
         self.stats.replacements.append((cleaned, olds))
 
 
-def compact_log(segments: Sequence[LogSegment], *, last_stable_offset: int, now_ms: int,
-                replace_segments: Callable[[LogSegment, list[LogSegment]], None],
-                delete_retention_ms: int = 86_400_000, min_compaction_lag_ms: int = 0,
-                segment_bytes: int = 1 << 30, active_producers: Mapping | None = None,
-                index_interval_bytes: int = 4096, max_index_size: int = 10 * 1024 * 1024) -> CleanerStats:
+def compact_log(
+    segments: Sequence[LogSegment],
+    *,
+    last_stable_offset: int,
+    now_ms: int,
+    replace_segments: Callable[[LogSegment, list[LogSegment]], None],
+    delete_retention_ms: int = 86_400_000,
+    min_compaction_lag_ms: int = 0,
+    segment_bytes: int = 1 << 30,
+    active_producers: Mapping | None = None,
+    index_interval_bytes: int = 4096,
+    max_index_size: int = 10 * 1024 * 1024,
+) -> CleanerStats:
     """One compaction pass over ``segments`` (the log's segments in offset order, the active one last).
 
     ``last_stable_offset``: nothing at or above it is cleaned (Log: ``min(HW, first unstable offset)``).
@@ -454,9 +509,18 @@ def compact_log(segments: Sequence[LogSegment], *, last_stable_offset: int, now_
     """
     if not segments:
         return CleanerStats()
-    return _Compaction(segments, last_stable_offset, now_ms, delete_retention_ms, min_compaction_lag_ms,
-                       segment_bytes, active_producers, replace_segments, index_interval_bytes,
-                       max_index_size).run()
+    return _Compaction(
+        segments,
+        last_stable_offset,
+        now_ms,
+        delete_retention_ms,
+        min_compaction_lag_ms,
+        segment_bytes,
+        active_producers,
+        replace_segments,
+        index_interval_bytes,
+        max_index_size,
+    ).run()
 
 
 def clean_log(log, now_ms: int) -> CleanerStats:
@@ -467,8 +531,14 @@ def clean_log(log, now_ms: int) -> CleanerStats:
     if not c.compact:
         return CleanerStats()
     return compact_log(
-        log.segments, last_stable_offset=log.last_stable_offset, now_ms=now_ms,
-        replace_segments=log.replace_segments, delete_retention_ms=c.delete_retention_ms,
-        min_compaction_lag_ms=c.min_compaction_lag_ms, segment_bytes=c.segment_bytes,
-        active_producers=log.producer_state.producers, index_interval_bytes=c.index_interval_bytes,
-        max_index_size=c.segment_index_bytes)
+        log.segments,
+        last_stable_offset=log.last_stable_offset,
+        now_ms=now_ms,
+        replace_segments=log.replace_segments,
+        delete_retention_ms=c.delete_retention_ms,
+        min_compaction_lag_ms=c.min_compaction_lag_ms,
+        segment_bytes=c.segment_bytes,
+        active_producers=log.producer_state.producers,
+        index_interval_bytes=c.index_interval_bytes,
+        max_index_size=c.segment_index_bytes,
+    )

@@ -20,6 +20,7 @@ id  name   bytes of the compressed ``Records`` block
 Every decoder caps its output at ``max_size`` bytes (a small compressed batch must not be able to
 blow up a replica's memory) and turns any codec failure into ``CorruptMessageError``.
 """
+
 from __future__ import annotations
 
 import struct
@@ -58,10 +59,12 @@ def codec_name(compression_type: int) -> str:
 
 def _unsupported(compression_type: int) -> UnsupportedCompressionTypeError:
     return UnsupportedCompressionTypeError(
-        f"unknown compression type {compression_type} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
+        f"unknown compression type {compression_type} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)"
+    )
 
 
 # --- writers ------------------------------------------------------------------------------------
+
 
 def gzip_compress(data) -> bytes:
     c = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16+15: gzip header and trailer
@@ -72,7 +75,7 @@ def snappy_compress(data) -> bytes:
     mv = memoryview(data)
     out = [_XERIAL_PREFIX]
     for i in range(0, len(mv), XERIAL_BLOCK_SIZE):
-        block = bytes(_compress_raw(mv[i:i + XERIAL_BLOCK_SIZE]))
+        block = bytes(_compress_raw(mv[i : i + XERIAL_BLOCK_SIZE]))
         out.append(_pack_block_length(len(block)))
         out.append(block)
     return b"".join(out)
@@ -80,8 +83,8 @@ def snappy_compress(data) -> bytes:
 
 def lz4_compress(data) -> bytes:
     return _lz4f.compress(
-        data, block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False,
-        store_size=False)
+        data, block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False, store_size=False
+    )
 
 
 def zstd_compress(data) -> bytes:
@@ -102,6 +105,7 @@ def compress(compression_type: int, data) -> bytes:
 
 
 # --- readers ------------------------------------------------------------------------------------
+
 
 def _too_big(name: str, max_size: int) -> CorruptMessageError:
     return CorruptMessageError(f"{name} records block decompresses to more than {max_size} bytes")
@@ -157,7 +161,7 @@ def snappy_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
             pos += 4
             if size < 0 or pos + size > n:
                 raise CorruptMessageError(f"xerial snappy block length {size} exceeds the stream")
-            block = _snappy_raw(mv[pos:pos + size], max_size - total)
+            block = _snappy_raw(mv[pos : pos + size], max_size - total)
             total += len(block)
             blocks.append(block)
             pos += size
@@ -206,7 +210,7 @@ def zstd_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     dobj = _ZSTD_DECOMPRESSOR.decompressobj()
     fed = False
     while pos < n:
-        chunk = mv[pos:pos + 1024]
+        chunk = mv[pos : pos + 1024]
         pos += len(chunk)
         fed = True
         piece = dobj.decompress(chunk)
@@ -223,8 +227,7 @@ def zstd_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     return b"".join(out)
 
 
-_DECOMPRESSORS = {GZIP: gzip_decompress, SNAPPY: snappy_decompress, LZ4: lz4_decompress,
-                  ZSTD: zstd_decompress}
+_DECOMPRESSORS = {GZIP: gzip_decompress, SNAPPY: snappy_decompress, LZ4: lz4_decompress, ZSTD: zstd_decompress}
 
 
 def decompress(compression_type: int, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
@@ -243,5 +246,5 @@ def decompress(compression_type: int, data, max_size: int = MAX_DECOMPRESSED_SIZ
         raise
     except Exception as e:  # zlib.error, lz4/zstd/cramjam errors, EOFError, ValueError, ...
         raise CorruptMessageError(
-            f"{codec_name(compression_type)} records block cannot be decompressed: "
-            f"{type(e).__name__}: {e}") from None
+            f"{codec_name(compression_type)} records block cannot be decompressed: {type(e).__name__}: {e}"
+        ) from None

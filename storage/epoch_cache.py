@@ -27,6 +27,7 @@ start, and a cache rebuilt from batch headers is computed in memory and installe
 
 Concurrency: not thread-safe. Only the owning Log (itself driven by its single replica actor) calls it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -116,8 +117,12 @@ class LeaderEpochCache:
 
     def _reject(self, why: str) -> None:
         self.load_error = why
-        log.warning("leader epoch checkpoint %s is corrupt (%s); starting with an empty cache, "
-                    "the log rebuilds it from its batches", self.path, why)
+        log.warning(
+            "leader epoch checkpoint %s is corrupt (%s); starting with an empty cache, "
+            "the log rebuilds it from its batches",
+            self.path,
+            why,
+        )
 
     def flush(self) -> None:
         """Write the checkpoint atomically (no-op for a memory-only cache)."""
@@ -185,8 +190,13 @@ class LeaderEpochCache:
         while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
             removed.append((self._epochs.pop(), self._offsets.pop()))
         if len(removed) > 1 or (removed and removed[0][1] != start_offset):
-            log.warning("%s: new epoch entry (%d, %d) removed conflicting entries %s",
-                        self.path, epoch, start_offset, removed[::-1])
+            log.warning(
+                "%s: new epoch entry (%d, %d) removed conflicting entries %s",
+                self.path,
+                epoch,
+                start_offset,
+                removed[::-1],
+            )
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
         self.flush()

@@ -30,6 +30,7 @@ entry's position ends at the entry's offset, and rebuilds on a mismatch.
 
 Concurrency: none. A segment's single owner (the Log, driven by one replica actor) calls these.
 """
+
 from __future__ import annotations
 
 import os

@@ -35,6 +35,7 @@ are reached; the owner may call ``maybe_flush(now_ms)`` periodically (also flush
 Concurrency: single-threaded. One owner (the replica actor) calls a Log; nothing inside is thread-safe.
 The cleaner works on a Log only when that owner calls ``compact``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,35 +45,64 @@ import time
 from bisect import bisect_right
 
 from protocol.errors import (
+    KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceNumberError,
-    KafkaStorageError, RecordListTooLargeError, UnexpectedAppendOffsetError,
+    RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
 )
 from storage import cleaner, log_validator
 from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
 from storage.log_config import LogConfig
 from storage.log_loader import (
-    CLEAN_SHUTDOWN_FILE, EPOCH_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, load_log,
+    CLEAN_SHUTDOWN_FILE,
+    EPOCH_FILE,
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    load_log,
     replay_producer_state,
 )
 from storage.log_offsets import (
-    EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, offset_by_timestamp,
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    offset_by_timestamp,
 )
+from storage.log_results import FetchDataInfo, LogAppendInfo, LogOffsetSnapshot
 from storage.log_retention import LogRetention
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
-    CONTROL_MASK, BatchHeader, parse_header,
-    set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
+    CONTROL_MASK,
+    BatchHeader,
+    parse_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
 )
-from storage.log_results import FetchDataInfo, LogAppendInfo, LogOffsetSnapshot
 from storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LogConfig", "Log", "LogAppendInfo", "FetchDataInfo", "LogOffsetSnapshot", "EARLIEST_TIMESTAMP",
-           "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "EARLIEST_LOCAL_TIMESTAMP", "RECOVERY_POINT_FILE", "HIGH_WATERMARK_FILE",
-           "LOG_START_OFFSET_FILE", "EPOCH_FILE", "CLEAN_SHUTDOWN_FILE"]
+__all__ = [
+    "LogConfig",
+    "Log",
+    "LogAppendInfo",
+    "FetchDataInfo",
+    "LogOffsetSnapshot",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "RECOVERY_POINT_FILE",
+    "HIGH_WATERMARK_FILE",
+    "LOG_START_OFFSET_FILE",
+    "EPOCH_FILE",
+    "CLEAN_SHUTDOWN_FILE",
+]
 
 CHECKPOINT_INTERVAL_MS = 1000  # flushes triggered by flush.messages/flush.ms checkpoint at most this often
 
@@ -82,6 +112,7 @@ def _now(now_ms: int | None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- log
+
 
 class Log(LogRetention):
     """A partition's segmented log in ``dir``; opening it recovers it. DeleteRecords and retention
@@ -188,8 +219,11 @@ class Log(LogRetention):
     # ------------------------------------------------------------------ checkpoints and flushing
     def _write_checkpoints(self) -> None:
         """Persist the recovery point, high watermark and log start offset that changed (each atomically)."""
-        for name, value in ((RECOVERY_POINT_FILE, self._rp), (HIGH_WATERMARK_FILE, self._hw),
-                            (LOG_START_OFFSET_FILE, self._lso)):
+        for name, value in (
+            (RECOVERY_POINT_FILE, self._rp),
+            (HIGH_WATERMARK_FILE, self._hw),
+            (LOG_START_OFFSET_FILE, self._lso),
+        ):
             if self._written.get(name) != value:
                 write_offset_checkpoint(os.path.join(self.dir, name), value)
                 self._written[name] = value
@@ -200,7 +234,7 @@ class Log(LogRetention):
         self._check_open()
         now = _now(now_ms)
         if self._leo > self._rp or self._unflushed:
-            for seg in self._segments[max(bisect_right(self._bases, self._rp) - 1, 0):]:
+            for seg in self._segments[max(bisect_right(self._bases, self._rp) - 1, 0) :]:
                 seg.flush()
             self._rp = self._leo
         self._unflushed = 0
@@ -213,15 +247,19 @@ class Log(LogRetention):
         """Apply the flush policy (``flush.messages``, ``flush.ms``, rolled-but-unflushed segments);
         returns whether it flushed. The owner may call this on a timer."""
         c = self.config
-        if (self._unflushed >= c.flush_messages or (now_ms - self._last_flush_ms >= c.flush_ms and
-                                                     self._leo > self._rp) or self._rp < self._bases[-1]):
+        if (
+            self._unflushed >= c.flush_messages
+            or (now_ms - self._last_flush_ms >= c.flush_ms and self._leo > self._rp)
+            or self._rp < self._bases[-1]
+        ):
             self.flush(now_ms, checkpoint=now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS)
             return True
         return False
 
     # ------------------------------------------------------------------ append
-    def append_as_leader(self, batches: bytes, leader_epoch: int, now_ms: int,
-                         origin: str = log_validator.CLIENT) -> LogAppendInfo:
+    def append_as_leader(
+        self, batches: bytes, leader_epoch: int, now_ms: int, origin: str = log_validator.CLIENT
+    ) -> LogAppendInfo:
         """Validate (storage/log_validator.py, Kafka's LogValidator: every record of every batch; one bad
         batch refuses the whole append), assign offsets (rewriting each batch's base offset in place) and
         the partition leader epoch, check producer sequences, and append. A duplicate batch writes nothing
@@ -283,12 +321,16 @@ class Log(LogRetention):
                 dup = self.producer_state.check(h, buf, pos)
                 if dup is not None:
                     return dup
-            elif (h.producer_epoch != prev.producer_epoch or h.attributes & CONTROL_MASK
-                  or not in_sequence(prev.last_sequence, h.base_sequence)):
+            elif (
+                h.producer_epoch != prev.producer_epoch
+                or h.attributes & CONTROL_MASK
+                or not in_sequence(prev.last_sequence, h.base_sequence)
+            ):
                 raise OutOfOrderSequenceNumberError(
                     f"batches of producer {pid} in one append do not continue each other: sequence "
                     f"{h.base_sequence} epoch {h.producer_epoch} after {prev.last_sequence} "
-                    f"epoch {prev.producer_epoch}")
+                    f"epoch {prev.producer_epoch}"
+                )
             seen[pid] = h
         return None
 
@@ -311,7 +353,8 @@ class Log(LogRetention):
             if base != expected and not (gaps_ok and base > expected):
                 raise UnexpectedAppendOffsetError(
                     f"follower append: batch at position {pos} starts at offset {base}, expected {expected} "
-                    f"(log end offset {self._leo})")
+                    f"(log end offset {self._leo})"
+                )
             if first is None:
                 first = base
             size, last = h.size_in_bytes, base + h.last_offset_delta
@@ -385,8 +428,9 @@ class Log(LogRetention):
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
 
-    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchDataInfo:
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
+    ) -> FetchDataInfo:
         """Whole batches from the one holding ``start_offset``, stopping before the batch holding
         ``max_offset`` (exclusive, e.g. the high watermark) and within ``max_bytes`` (at least one batch
         when ``min_one_message``). ``OffsetOutOfRangeError`` outside ``[log_start, log_end]``."""
@@ -485,7 +529,7 @@ class Log(LogRetention):
         i = self._segments.index(old_segments[0])
         for seg in old_segments:
             seg.delete()
-        del self._segments[i:i + len(old_segments)], self._bases[i:i + len(old_segments)]
+        del self._segments[i : i + len(old_segments)], self._bases[i : i + len(old_segments)]
         new_segment.change_suffix("")
         fsync_dir(self.dir)
         self._segments.insert(i, new_segment)
@@ -521,5 +565,4 @@ class Log(LogRetention):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:
-        return (f"Log({self.dir!r}, start={self._lso}, end={self._leo}, hw={self._hw}, "
-                f"segments={len(self._segments)})")
+        return f"Log({self.dir!r}, start={self._lso}, end={self._leo}, hw={self._hw}, segments={len(self._segments)})"

@@ -19,6 +19,7 @@ clock (INVALID_TIMESTAMP, storage/log_validator.py). The deprecated ``message.ti
 Values may be given as strings (as they travel in Kafka requests) or Python values; anything unknown or
 out of range raises ``InvalidConfigError``. Immutable (frozen dataclass): safe to share between threads.
 """
+
 from __future__ import annotations
 
 import dataclasses

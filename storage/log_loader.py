@@ -26,6 +26,7 @@ The order of its writes (a kill at any of them is repaired by the next open, its
 
 Concurrency: called by ``Log.__init__`` only, before the log is shared.
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,8 +59,14 @@ class LoadedLog(NamedTuple):
     checkpoints: dict[str, int]  # offset checkpoint file -> the valid value it holds
 
 
-def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_state: ProducerStateManager,
-             new_segment: Callable[..., LogSegment], now: int) -> LoadedLog:
+def load_log(
+    d: str,
+    config: LogConfig,
+    epoch_cache: LeaderEpochCache,
+    producer_state: ProducerStateManager,
+    new_segment: Callable[..., LogSegment],
+    now: int,
+) -> LoadedLog:
     """Recover the directory ``d`` (see the module docstring for the order of writes)."""
     clean = _take_clean_shutdown_marker(d)
     _remove_temp_files_and_complete_swaps(d, new_segment, now)
@@ -69,13 +76,19 @@ def load_log(d: str, config: LogConfig, epoch_cache: LeaderEpochCache, producer_
         b = parse_base_offset(n)
         if b is not None and b not in bases and n.endswith((".index", ".timeindex")):
             os.remove(os.path.join(d, n))
-    stored = {name: v for name in (LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE)
-              if (v := read_offset_checkpoint(os.path.join(d, name))) is not None}
+    stored = {
+        name: v
+        for name in (LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE)
+        if (v := read_offset_checkpoint(os.path.join(d, name))) is not None
+    }
     lso = stored.get(LOG_START_OFFSET_FILE)
     rp, hw = stored.get(RECOVERY_POINT_FILE, 0), stored.get(HIGH_WATERMARK_FILE, 0)
     segments = [new_segment(b, now) for b in bases] or [new_segment(lso or 0, now)]
     rebuild_epochs = epoch_cache.load_error is not None or (
-        epoch_cache.path is not None and not os.path.exists(epoch_cache.path) and segments[-1].size + segments[0].size > 0)
+        epoch_cache.path is not None
+        and not os.path.exists(epoch_cache.path)
+        and segments[-1].size + segments[0].size > 0
+    )
     strict = config.cleanup_policy == "delete"
     first = len(segments) if clean else max(bisect_right(bases, rp) - 1, 0)
     for seg in segments[:first]:
@@ -168,18 +181,25 @@ def _check_continuity(d: str, segments: list[LogSegment], first: int, strict: bo
         try:
             end = prev.next_offset
         except CorruptMessageError as e:
-            log.warning("log %s: segment %d is damaged below the recovery point (%s); scanning it",
-                        d, prev.base_offset, e)
+            log.warning(
+                "log %s: segment %d is damaged below the recovery point (%s); scanning it", d, prev.base_offset, e
+            )
             return i - 1
         if not _continues(end, segments[i].base_offset, strict):
-            _delete_from(d, segments, i, f"it does not continue segment {prev.base_offset}, which ends at {end}: "
-                                         f"the rest of an interrupted truncation")
+            _delete_from(
+                d,
+                segments,
+                i,
+                f"it does not continue segment {prev.base_offset}, which ends at {end}: "
+                f"the rest of an interrupted truncation",
+            )
             return min(first, len(segments))
     return first
 
 
-def _recover_segments(d: str, segments: list[LogSegment], first: int, strict: bool,
-                      epochs: LeaderEpochCache | None) -> None:
+def _recover_segments(
+    d: str, segments: list[LogSegment], first: int, strict: bool, epochs: LeaderEpochCache | None
+) -> None:
     """Validate segments ``first..``; truncate at the first bad batch; epochs met go into ``epochs``."""
     latest, last = [epochs.latest_epoch if epochs is not None else -1], [-1]
 
@@ -194,8 +214,13 @@ def _recover_segments(d: str, segments: list[LogSegment], first: int, strict: bo
     while i < len(segments):
         seg = segments[i]
         if i > first and not _continues(segments[i - 1].next_offset, seg.base_offset, strict):
-            _delete_from(d, segments, i, f"it does not continue segment {segments[i - 1].base_offset}, which "
-                                         f"ends at {segments[i - 1].next_offset}")
+            _delete_from(
+                d,
+                segments,
+                i,
+                f"it does not continue segment {segments[i - 1].base_offset}, which "
+                f"ends at {segments[i - 1].next_offset}",
+            )
             break
         truncated = seg.recover(strict_offsets=strict, on_batch=on_batch, min_epoch=last[0])
         seg.flush()
@@ -215,11 +240,12 @@ def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
     return entries
 
 
-def replay_producer_state(segments: list[LogSegment], bases: list[int], ps: ProducerStateManager, start: int,
-                          end: int) -> None:
+def replay_producer_state(
+    segments: list[LogSegment], bases: list[int], ps: ProducerStateManager, start: int, end: int
+) -> None:
     """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``)."""
     if start < end:
-        for seg in segments[max(bisect_right(bases, start) - 1, 0):]:
+        for seg in segments[max(bisect_right(bases, start) - 1, 0) :]:
             found = seg.translate_offset(start)
             if found is None:
                 continue

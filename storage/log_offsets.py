@@ -6,6 +6,7 @@ read until the first record whose timestamp is at or above the target.
 
 Concurrency: called by the owning Log only (single-threaded).
 """
+
 from __future__ import annotations
 
 from storage.records import TIMESTAMP_LOG_APPEND_TIME, RecordBatch
@@ -14,8 +15,9 @@ from storage.segment import LogSegment
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP = -2, -1, -3, -4
 
 
-def offset_by_timestamp(segments: list[LogSegment], log_start: int, log_end: int, epoch_cache,
-                        timestamp: int) -> tuple[int, int, int] | None:
+def offset_by_timestamp(
+    segments: list[LogSegment], log_start: int, log_end: int, epoch_cache, timestamp: int
+) -> tuple[int, int, int] | None:
     """``(offset, timestamp, leader_epoch)`` of the first record at or after ``log_start`` with a timestamp
     >= ``timestamp``; -2/-4 earliest (log start), -1 latest (log end), -3 the record with the largest
     timestamp. None when no record qualifies (or for other negative timestamps)."""

@@ -1,5 +1,6 @@
 """What ``storage.log.Log`` answers with: ``LogAppendInfo`` (an append), ``FetchDataInfo`` (a read) and
 ``LogOffsetSnapshot`` (Kafka's name: the log's offsets read together). Plain value types, no I/O."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

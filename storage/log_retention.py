@@ -13,6 +13,7 @@ A crash never leaves the epoch cache starting above the log start (open cuts a c
 
 Concurrency: single-threaded, like Log.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -52,8 +53,9 @@ class LogRetention:
         else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
         self._check_open()
         if offset > self._hw:
-            raise OffsetOutOfRangeError(f"cannot move the log start offset of {self.dir} to {offset}: "
-                                        f"above the high watermark {self._hw}")
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.dir} to {offset}: above the high watermark {self._hw}"
+            )
         if offset > self._lso:
             self._advance_log_start(offset)
             self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
@@ -74,8 +76,9 @@ class LogRetention:
         self._check_open()
         c, deleted = self.config, 0
         if c.delete and c.retention_ms >= 0:
-            deleted += self._delete_segments(self._deletable(
-                lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms)
+            deleted += self._delete_segments(
+                self._deletable(lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms
+            )
         if c.delete and c.retention_bytes >= 0:
             excess = [self.size_in_bytes - c.retention_bytes]
 
@@ -84,9 +87,9 @@ class LogRetention:
                     excess[0] -= seg.size
                     return True
                 return False
+
             deleted += self._delete_segments(self._deletable(over), now_ms)
-        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso),
-                                         now_ms)
+        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), now_ms)
         return deleted
 
     def _deletable(self, predicate) -> list[LogSegment]:

@@ -43,6 +43,7 @@ identical answers (tests/unit/test_log_validator_diff.py).
 
 Pure functions; ``buf`` (a bytearray) is mutated only to correct a MaxTimestamp. Any thread may call them.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,13 +51,29 @@ from typing import Callable
 
 from crc32c import crc32c
 
-from protocol.errors import (CorruptMessageError, InvalidRecordError, InvalidTimestampError, KafkaError,
-                            MessageTooLargeError, UnsupportedCompressionTypeError)
+from protocol.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 from storage.codecs import decompress
 from storage.log_config import LogConfig
-from storage.records import (ATTRIBUTES_POS, COMPRESSION_MASK, CONTROL_MASK, CRC_POS, MAX_TIMESTAMP_POS,
-                             NO_TIMESTAMP, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
-                             BatchHeader, validate_batch)
+from storage.records import (
+    ATTRIBUTES_POS,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    CRC_POS,
+    MAX_TIMESTAMP_POS,
+    NO_TIMESTAMP,
+    RECORDS_POS,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    BatchHeader,
+    validate_batch,
+)
 
 __all__ = ["CLIENT", "COORDINATOR", "ORIGINS", "validate_leader_append", "walk_records", "ACCELERATED"]
 
@@ -110,15 +127,19 @@ def _varint(data, p: int, lim: int) -> tuple[int, int, int]:
     return (_V_OVERFLOW if overflow else _V_OK), (z >> 1) ^ -(z & 1), p
 
 
-def _walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool,
-                  ts_low: int, ts_high: int) -> tuple:
+def _walk_records(
+    data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool, ts_low: int, ts_high: int
+) -> tuple:
     """The pure-Python twin of ``_crecords.validate_records`` (same arguments, same answers)."""
     max_ts = NO_TIMESTAMP
     for i in range(count):
         st, n, p = _varint(data, p, end)
         if st != _V_OK:
-            return (WALK_MALFORMED, i, "the record length is not a valid varint (truncated, over 10 bytes or "
-                                       "past 64 bits)")
+            return (
+                WALK_MALFORMED,
+                i,
+                "the record length is not a valid varint (truncated, over 10 bytes or past 64 bits)",
+            )
         if n < 6 or n > end - p:
             return WALK_MALFORMED, i, f"record length {n} does not fit the batch ({end - p} bytes left)"
         rend = p + n
@@ -162,7 +183,7 @@ def _walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_t
             if hk < 0 or hk > rend - p:
                 return WALK_MALFORMED, i, f"header {h} has key length {hk}, which does not fit the record"
             try:
-                bytes(data[p:p + hk]).decode("utf-8")
+                bytes(data[p : p + hk]).decode("utf-8")
             except UnicodeDecodeError:
                 return WALK_MALFORMED, i, f"header {h}'s key is not valid UTF-8"
             p += hk
@@ -187,8 +208,9 @@ def _walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_t
     return WALK_OK, count, max_ts
 
 
-def walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool,
-                 ts_low: int, ts_high: int) -> tuple:
+def walk_records(
+    data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool, ts_low: int, ts_high: int
+) -> tuple:
     """``(status, index, detail)`` of the records in ``data[p:end]`` (see the C docstring), through C when
     built."""
     c = _c_walk
@@ -199,6 +221,7 @@ def walk_records(data, p: int, end: int, count: int, base_ts: int, log_append_ti
 
 # ---------------------------------------------------------------------------------------------- batches
 
+
 def _where(index: int, pos: int) -> str:
     return f"batch {index} (at byte {pos})"
 
@@ -207,13 +230,15 @@ def _fail(cls: type[KafkaError], index: int, pos: int, what: str) -> KafkaError:
     return cls(f"{_where(index, pos)}: {what}")
 
 
-def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origin: str = CLIENT
-                           ) -> list[tuple[int, int, BatchHeader]]:
+def validate_leader_append(
+    buf: bytearray, config: LogConfig, now_ms: int, origin: str = CLIENT
+) -> list[tuple[int, int, BatchHeader]]:
     """Check every batch of one leader append (see the module docstring); ``(position, size, header)`` of
     each, headers as corrected. Raises the first failure's Kafka error; ``buf`` is then unchanged."""
     if origin not in ORIGINS:
-        raise ValueError(f"append origin must be one of {ORIGINS}, not {origin!r} (followers append with "
-                         f"append_as_follower)")
+        raise ValueError(
+            f"append origin must be one of {ORIGINS}, not {origin!r} (followers append with append_as_follower)"
+        )
     client = origin == CLIENT
     lat_topic = config.message_timestamp_type == "LogAppendTime"
     compacted = config.compact
@@ -234,26 +259,43 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
             raise _fail(MessageTooLargeError, index, pos, f"{size} bytes exceed max.message.bytes {max_msg}")
         attributes, count = h.attributes, h.records_count
         if count != h.last_offset_delta + 1:
-            raise _fail(InvalidRecordError, index, pos, f"records count {count} does not match last offset "
-                                                        f"delta {h.last_offset_delta} (count must be delta + 1)")
+            raise _fail(
+                InvalidRecordError,
+                index,
+                pos,
+                f"records count {count} does not match last offset "
+                f"delta {h.last_offset_delta} (count must be delta + 1)",
+            )
         if client and attributes & CONTROL_MASK:
-            raise _fail(InvalidRecordError, index, pos, "clients are not allowed to write control records "
-                                                        "(transaction markers)")
+            raise _fail(
+                InvalidRecordError, index, pos, "clients are not allowed to write control records (transaction markers)"
+            )
         if h.producer_id >= 0:
             if client and h.base_sequence < 0:
-                raise _fail(InvalidRecordError, index, pos, f"invalid sequence number {h.base_sequence} in a "
-                                                            f"batch with producer id {h.producer_id}")
+                raise _fail(
+                    InvalidRecordError,
+                    index,
+                    pos,
+                    f"invalid sequence number {h.base_sequence} in a batch with producer id {h.producer_id}",
+                )
         elif attributes & TRANSACTIONAL_MASK:
             raise _fail(InvalidRecordError, index, pos, "transactional batch without a producer id")
         lat_batch = bool(attributes & TIMESTAMP_TYPE_MASK)
         if lat_batch and lat_topic:
-            raise _fail(InvalidTimestampError, index, pos, "invalid timestamp type: a producer should not set "
-                                                           "the timestamp type to LogAppendTime")
+            raise _fail(
+                InvalidTimestampError,
+                index,
+                pos,
+                "invalid timestamp type: a producer should not set the timestamp type to LogAppendTime",
+            )
         codec = attributes & COMPRESSION_MASK
         if codec not in _KNOWN_CODECS:
-            raise _fail(UnsupportedCompressionTypeError, index, pos, f"unknown compression type {codec} "
-                                                                     f"(known: 0 none, 1 gzip, 2 snappy, 3 lz4, "
-                                                                     f"4 zstd)")
+            raise _fail(
+                UnsupportedCompressionTypeError,
+                index,
+                pos,
+                f"unknown compression type {codec} (known: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)",
+            )
         start, end = pos + RECORDS_POS, pos + size
         data: bytes | bytearray = buf
         if codec:
@@ -263,8 +305,9 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
             except CorruptMessageError as e:
                 raise _fail(CorruptMessageError, index, pos, e.message) from None
             start, end = 0, len(data)
-        status, rec, detail = walk_records(data, start, end, count, h.base_timestamp, lat_batch or lat_topic,
-                                           compacted, ts_low, ts_high)
+        status, rec, detail = walk_records(
+            data, start, end, count, h.base_timestamp, lat_batch or lat_topic, compacted, ts_low, ts_high
+        )
         if status != WALK_OK:
             where = f"{_where(index, pos)}, record {rec}: "
             if status == WALK_NULL_KEY:
@@ -272,13 +315,18 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
             if status == WALK_TIMESTAMP:
                 raise InvalidTimestampError(
                     where + f"Timestamp {detail} of the record is out of range. The timestamp should be within "
-                    f"[{ts_low}, {ts_high}] (message.timestamp.before.max.ms / after.max.ms)")
+                    f"[{ts_low}, {ts_high}] (message.timestamp.before.max.ms / after.max.ms)"
+                )
             raise InvalidRecordError(where + detail)
         batch_max_ts = h.max_timestamp
         if lat_batch and not lat_topic and batch_max_ts != NO_TIMESTAMP and not ts_low <= batch_max_ts <= ts_high:
-            raise _fail(InvalidTimestampError, index, pos,
-                        f"Timestamp {batch_max_ts} (LogAppendTime batch: every record carries it) is out of "
-                        f"range. The timestamp should be within [{ts_low}, {ts_high}]")
+            raise _fail(
+                InvalidTimestampError,
+                index,
+                pos,
+                f"Timestamp {batch_max_ts} (LogAppendTime batch: every record carries it) is out of "
+                f"range. The timestamp should be within [{ts_low}, {ts_high}]",
+            )
         if not lat_batch and not lat_topic and detail != batch_max_ts:
             fixes.append((len(out), detail))
         out.append((pos, size, h))
@@ -292,8 +340,8 @@ def validate_leader_append(buf: bytearray, config: LogConfig, now_ms: int, origi
 
 def _set_max_timestamp(buf: bytearray, pos: int, size: int, h: BatchHeader, max_ts: int) -> BatchHeader:
     """Kafka's ``setMaxTimestamp`` for a CreateTime batch: the field and the CRC rewritten in place."""
-    buf[pos + MAX_TIMESTAMP_POS:pos + MAX_TIMESTAMP_POS + 8] = max_ts.to_bytes(8, "big", signed=True)
+    buf[pos + MAX_TIMESTAMP_POS : pos + MAX_TIMESTAMP_POS + 8] = max_ts.to_bytes(8, "big", signed=True)
     with memoryview(buf) as mv:
-        crc = crc32c(mv[pos + ATTRIBUTES_POS:pos + size])
-    buf[pos + CRC_POS:pos + CRC_POS + 4] = crc.to_bytes(4, "big")
+        crc = crc32c(mv[pos + ATTRIBUTES_POS : pos + size])
+    buf[pos + CRC_POS : pos + CRC_POS + 4] = crc.to_bytes(4, "big")
     return h._replace(max_timestamp=max_ts, crc=crc)

@@ -8,6 +8,7 @@ deleted and re-created under the same name while this broker was away: it is wip
 
 Concurrency: plain functions; the owning broker prepares each directory before its replica opens it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,9 @@ def read_topic_id(d: str) -> str | None:
 
 
 def write_topic_id(d: str, topic_id: str) -> None:
-    write_atomically(os.path.join(d, PARTITION_METADATA_FILE),
-                     f"version: {VERSION}\ntopic_id: {topic_id}\n".encode("utf-8"))
+    write_atomically(
+        os.path.join(d, PARTITION_METADATA_FILE), f"version: {VERSION}\ntopic_id: {topic_id}\n".encode("utf-8")
+    )
 
 
 def prepare_partition_dir(d: str, topic_id: str) -> bool:

@@ -53,6 +53,7 @@ its length or CRC check is logged, deleted and the next older one is tried.
 
 Concurrency: not thread-safe. Only the owning Log (driven by its single replica actor) calls it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,10 +90,10 @@ SNAPSHOT_VERSION = 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (1 day)
 _SNAPSHOT_RE = re.compile(r"^(\d{20})\.snapshot$")
 
-SNAP_HEADER = struct.Struct(">hIi")       # version, crc, count
-SNAP_ENTRY = struct.Struct(">qhiqqb")     # pid, epoch, coordinator epoch, last ts, txn first offset, n
-SNAP_BATCH = struct.Struct(">iiqqq")      # first seq, last seq, first offset, last offset, timestamp
-_CRC_FROM = 6                             # bytes after version (2) + crc (4)
+SNAP_HEADER = struct.Struct(">hIi")  # version, crc, count
+SNAP_ENTRY = struct.Struct(">qhiqqb")  # pid, epoch, coordinator epoch, last ts, txn first offset, n
+SNAP_BATCH = struct.Struct(">iiqqq")  # first seq, last seq, first offset, last offset, timestamp
+_CRC_FROM = 6  # bytes after version (2) + crc (4)
 
 
 class CorruptSnapshotError(ValueError):
@@ -109,6 +110,7 @@ class BatchMetadata(NamedTuple):
 
 class CompletedTxn(NamedTuple):
     """A transaction closed by a marker at ``last_offset`` (the marker's offset), for the txn index."""
+
     producer_id: int
     first_offset: int
     last_offset: int
@@ -116,12 +118,25 @@ class CompletedTxn(NamedTuple):
 
 
 class ProducerStateEntry:
-    __slots__ = ("producer_id", "producer_epoch", "batches", "coordinator_epoch", "last_timestamp",
-                 "current_txn_first_offset")
+    __slots__ = (
+        "producer_id",
+        "producer_epoch",
+        "batches",
+        "coordinator_epoch",
+        "last_timestamp",
+        "current_txn_first_offset",
+    )
 
-    def __init__(self, producer_id: int, producer_epoch: int = NO_PRODUCER_EPOCH, coordinator_epoch: int = -1,
-                 last_timestamp: int = -1, current_txn_first_offset: int | None = None, batches=(),
-                 max_batches: int = 5):
+    def __init__(
+        self,
+        producer_id: int,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        coordinator_epoch: int = -1,
+        last_timestamp: int = -1,
+        current_txn_first_offset: int | None = None,
+        batches=(),
+        max_batches: int = 5,
+    ):
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.batches: deque[BatchMetadata] = deque(batches, maxlen=max_batches)
@@ -158,13 +173,21 @@ class ProducerStateEntry:
         return isinstance(other, ProducerStateEntry) and self._key() == other._key()
 
     def _key(self):
-        return (self.producer_id, self.producer_epoch, list(self.batches), self.coordinator_epoch,
-                self.last_timestamp, self.current_txn_first_offset)
+        return (
+            self.producer_id,
+            self.producer_epoch,
+            list(self.batches),
+            self.coordinator_epoch,
+            self.last_timestamp,
+            self.current_txn_first_offset,
+        )
 
     def __repr__(self) -> str:
-        return (f"ProducerStateEntry(pid={self.producer_id}, epoch={self.producer_epoch}, "
-                f"batches={list(self.batches)}, coordinator_epoch={self.coordinator_epoch}, "
-                f"last_ts={self.last_timestamp}, txn_first_offset={self.current_txn_first_offset})")
+        return (
+            f"ProducerStateEntry(pid={self.producer_id}, epoch={self.producer_epoch}, "
+            f"batches={list(self.batches)}, coordinator_epoch={self.coordinator_epoch}, "
+            f"last_ts={self.last_timestamp}, txn_first_offset={self.current_txn_first_offset})"
+        )
 
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -192,8 +215,9 @@ def encode_snapshot(entries) -> bytes:
     n = 0
     for e in entries:
         txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
-        parts.append(SNAP_ENTRY.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.last_timestamp,
-                                     txn, len(e.batches)))
+        parts.append(
+            SNAP_ENTRY.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch, e.last_timestamp, txn, len(e.batches))
+        )
         parts.extend(SNAP_BATCH.pack(*b) for b in e.batches)
         n += 1
     body = struct.pack(">i", n) + b"".join(parts)
@@ -222,8 +246,9 @@ def decode_snapshot(data: bytes, max_batches: int = 5) -> list[ProducerStateEntr
             for _ in range(nb):
                 batches.append(BatchMetadata(*SNAP_BATCH.unpack_from(data, pos)))
                 pos += SNAP_BATCH.size
-            out.append(ProducerStateEntry(pid, epoch, coord, ts, None if txn < 0 else txn,
-                                          batches[-max_batches:], max_batches))
+            out.append(
+                ProducerStateEntry(pid, epoch, coord, ts, None if txn < 0 else txn, batches[-max_batches:], max_batches)
+            )
     except struct.error:
         raise CorruptSnapshotError("truncated entry") from None
     if pos != len(data):
@@ -234,8 +259,12 @@ def decode_snapshot(data: bytes, max_batches: int = 5) -> list[ProducerStateEntr
 class ProducerStateManager:
     """Producer id -> ProducerStateEntry for one partition log in ``log_dir``."""
 
-    def __init__(self, log_dir: str, max_batches_per_producer: int = 5,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+    def __init__(
+        self,
+        log_dir: str,
+        max_batches_per_producer: int = 5,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ):
         if max_batches_per_producer < 1:
             raise ValueError("max_batches_per_producer must be >= 1")
         self.log_dir = log_dir
@@ -252,15 +281,17 @@ class ProducerStateManager:
     @property
     def ongoing_transactions(self) -> dict[int, int]:
         """``{producer_id: first_offset}`` of open transactions, by first offset."""
-        open_ = [(e.current_txn_first_offset, pid) for pid, e in self.producers.items()
-                 if e.current_txn_first_offset is not None]
+        open_ = [
+            (e.current_txn_first_offset, pid)
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset is not None
+        ]
         return {pid: first for first, pid in sorted(open_)}
 
     @property
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of an open or not-yet-replicated transaction, None when all is stable."""
-        firsts = [e.current_txn_first_offset for e in self.producers.values()
-                  if e.current_txn_first_offset is not None]
+        firsts = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset is not None]
         firsts.extend(t.first_offset for t in self._unreplicated.values())
         return min(firsts) if firsts else None
 
@@ -281,13 +312,15 @@ class ProducerStateManager:
         if epoch < entry.producer_epoch:
             raise InvalidProducerEpochError(
                 f"epoch {epoch} of producer {pid} at offset {header.base_offset} is smaller than the last "
-                f"seen epoch {entry.producer_epoch}")
+                f"seen epoch {entry.producer_epoch}"
+            )
         if header.is_control:
             control = _control_of(header, buf, pos) if buf is not None else None
             if control is not None and control[1] < entry.coordinator_epoch:
                 raise TransactionCoordinatorFencedError(
                     f"coordinator epoch {control[1]} of marker for producer {pid} is older than "
-                    f"{entry.coordinator_epoch}")
+                    f"{entry.coordinator_epoch}"
+                )
             return None
         first_seq, last_seq = header.base_sequence, header.last_sequence
         dup = entry.find_duplicate(epoch, first_seq, last_seq)
@@ -297,15 +330,18 @@ class ProducerStateManager:
             if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceNumberError(
                     f"invalid sequence {first_seq} for the new epoch {epoch} of producer {pid} "
-                    f"(current epoch {entry.producer_epoch}): a new epoch starts at 0")
+                    f"(current epoch {entry.producer_epoch}): a new epoch starts at 0"
+                )
         elif not in_sequence(entry.last_seq, first_seq):
             raise OutOfOrderSequenceNumberError(
                 f"out of order sequence for producer {pid}: {first_seq} (incoming), {entry.last_seq} "
-                f"(current end sequence), epoch {epoch}")
+                f"(current end sequence), epoch {epoch}"
+            )
         if entry.current_txn_first_offset is not None and not header.is_transactional:
             raise InvalidTxnStateError(
                 f"non-transactional write from producer {pid} while its transaction from offset "
-                f"{entry.current_txn_first_offset} is open")
+                f"{entry.current_txn_first_offset} is open"
+            )
         return None
 
     def update(self, header: BatchHeader, append_time_ms: int, buf=None, pos: int = 0) -> CompletedTxn | None:
@@ -328,8 +364,9 @@ class ProducerStateManager:
             control_type, coordinator_epoch = control
             completed = None
             if entry.current_txn_first_offset is not None:
-                completed = CompletedTxn(pid, entry.current_txn_first_offset, header.base_offset,
-                                         control_type == CONTROL_ABORT)
+                completed = CompletedTxn(
+                    pid, entry.current_txn_first_offset, header.base_offset, control_type == CONTROL_ABORT
+                )
                 self._unreplicated[header.base_offset] = completed
             entry._set_epoch(header.producer_epoch)
             entry.coordinator_epoch = coordinator_epoch
@@ -339,8 +376,11 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
         entry._set_epoch(header.producer_epoch)
-        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
-                                           header.last_offset, header.max_timestamp))
+        entry.batches.append(
+            BatchMetadata(
+                header.base_sequence, header.last_sequence, header.base_offset, header.last_offset, header.max_timestamp
+            )
+        )
         entry.last_timestamp = ts
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = header.base_offset
@@ -384,8 +424,12 @@ class ProducerStateManager:
         if offset is None:
             offset = self.map_end_offset
         if offset != self.map_end_offset:
-            log.warning("%s: producer snapshot at %d but the state covers batches below %d",
-                        self.log_dir, offset, self.map_end_offset)
+            log.warning(
+                "%s: producer snapshot at %d but the state covers batches below %d",
+                self.log_dir,
+                offset,
+                self.map_end_offset,
+            )
         data = encode_snapshot(self.producers[pid] for pid in sorted(self.producers))
         path = self._snapshot_path(offset)
         write_atomically(path, data)
@@ -430,8 +474,9 @@ class ProducerStateManager:
             try:
                 entries = self.read_snapshot(o)
             except (CorruptSnapshotError, OSError) as e:
-                log.warning("%s: producer snapshot %s is unusable (%s); deleting it",
-                            self.log_dir, snapshot_file_name(o), e)
+                log.warning(
+                    "%s: producer snapshot %s is unusable (%s); deleting it", self.log_dir, snapshot_file_name(o), e
+                )
                 self._delete_snapshot(o)
                 continue
             self._reset(max(o, log_start_offset))

@@ -59,6 +59,7 @@ the environment (read at import) forces the pure path.
 
 Thread safety: everything here is a pure function of its arguments; the builder is single-owner.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,35 +69,112 @@ from crc32c import crc32c as _crc32c
 
 from protocol.errors import InvalidRecordError, InvalidTimestampError, UnsupportedCompressionTypeError
 from storage.batch_header import (  # noqa: F401 (re-exported: the header half of this format)
-    ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_TIMESTAMP_POS, BATCH_HEADER, BATCH_OVERHEAD, COMPRESSION_MASK,
-    CONTROL_ABORT, CONTROL_COMMIT, CONTROL_MASK, CRC_POS, DELETE_HORIZON_MASK, GZIP, LAST_OFFSET_DELTA_POS,
-    LENGTH_POS, LOG_OVERHEAD, LZ4, MAGIC, MAGIC_POS, MAX_BATCH_LENGTH, MAX_TIMESTAMP_POS, MIN_BATCH_LENGTH,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, NONE, PARTITION_LEADER_EPOCH_POS,
-    PRODUCER_ID_POS, RECORDS_COUNT_POS, RECORDS_POS, SNAPPY, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, ZSTD, BatchHeader, _pack_I, crc_ok, iter_batch_headers,
-    parse_header, set_base_offset, set_log_append_time, set_partition_leader_epoch, validate_batch,
+    ATTRIBUTES_POS,
+    BASE_OFFSET_POS,
+    BASE_TIMESTAMP_POS,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    COMPRESSION_MASK,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_MASK,
+    CRC_POS,
+    DELETE_HORIZON_MASK,
+    GZIP,
+    LAST_OFFSET_DELTA_POS,
+    LENGTH_POS,
+    LOG_OVERHEAD,
+    LZ4,
+    MAGIC,
+    MAGIC_POS,
+    MAX_BATCH_LENGTH,
+    MAX_TIMESTAMP_POS,
+    MIN_BATCH_LENGTH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    NONE,
+    PARTITION_LEADER_EPOCH_POS,
+    PRODUCER_ID_POS,
+    RECORDS_COUNT_POS,
+    RECORDS_POS,
+    SNAPPY,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    ZSTD,
+    BatchHeader,
+    _pack_I,
+    crc_ok,
+    iter_batch_headers,
+    parse_header,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+    validate_batch,
 )
 from storage.codecs import compress, decompress
 from storage.varint import _UVARINT, _ZZ1, _ZZ2, _slow_varint, decode_varint, encode_varint  # noqa: F401 (re-exported)
 
 __all__ = [
-    "BATCH_HEADER", "BATCH_OVERHEAD", "LOG_OVERHEAD", "MAGIC",
-    "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD",
-    "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-    "NO_PRODUCER_ID", "NO_PRODUCER_EPOCH", "NO_SEQUENCE", "NO_TIMESTAMP",
-    "CONTROL_ABORT", "CONTROL_COMMIT",
-    "BatchHeader", "Record", "parse_header", "crc_ok", "validate_batch", "iter_batch_headers",
-    "set_base_offset", "set_partition_leader_epoch", "set_log_append_time",
-    "RecordBatchBuilder", "RecordBatch", "iter_batches", "iter_records", "decode_records",
-    "encode_varint", "decode_varint",
-    "COMPRESSION_MASK", "TIMESTAMP_TYPE_MASK", "TRANSACTIONAL_MASK", "CONTROL_MASK", "DELETE_HORIZON_MASK",
-    "BASE_OFFSET_POS", "LENGTH_POS", "PARTITION_LEADER_EPOCH_POS", "MAGIC_POS", "CRC_POS", "ATTRIBUTES_POS",
-    "LAST_OFFSET_DELTA_POS", "BASE_TIMESTAMP_POS", "MAX_TIMESTAMP_POS", "PRODUCER_ID_POS",
-    "RECORDS_COUNT_POS", "RECORDS_POS", "ACCELERATED",
+    "BATCH_HEADER",
+    "BATCH_OVERHEAD",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "NONE",
+    "GZIP",
+    "SNAPPY",
+    "LZ4",
+    "ZSTD",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "NO_PRODUCER_ID",
+    "NO_PRODUCER_EPOCH",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "BatchHeader",
+    "Record",
+    "parse_header",
+    "crc_ok",
+    "validate_batch",
+    "iter_batch_headers",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+    "set_log_append_time",
+    "RecordBatchBuilder",
+    "RecordBatch",
+    "iter_batches",
+    "iter_records",
+    "decode_records",
+    "encode_varint",
+    "decode_varint",
+    "COMPRESSION_MASK",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_MASK",
+    "CONTROL_MASK",
+    "DELETE_HORIZON_MASK",
+    "BASE_OFFSET_POS",
+    "LENGTH_POS",
+    "PARTITION_LEADER_EPOCH_POS",
+    "MAGIC_POS",
+    "CRC_POS",
+    "ATTRIBUTES_POS",
+    "LAST_OFFSET_DELTA_POS",
+    "BASE_TIMESTAMP_POS",
+    "MAX_TIMESTAMP_POS",
+    "PRODUCER_ID_POS",
+    "RECORDS_COUNT_POS",
+    "RECORDS_POS",
+    "ACCELERATED",
 ]
 
 # ---------------------------------------------------------------------------------------------
 # Records
+
 
 class Record(NamedTuple):
     offset: int
@@ -129,17 +207,40 @@ class RecordBatchBuilder:
     ``delete_horizon_ms`` stamps the cleaner's delete horizon (attributes bit 6, in BaseTimestamp).
     """
 
-    __slots__ = ("compression_type", "timestamp_type", "base_offset", "producer_id", "producer_epoch",
-                 "base_sequence", "is_transactional", "is_control", "partition_leader_epoch",
-                 "batch_size", "delete_horizon_ms", "_parts", "_size", "_count", "_base_ts", "_max_ts",
-                 "_last_delta")
+    __slots__ = (
+        "compression_type",
+        "timestamp_type",
+        "base_offset",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "is_transactional",
+        "is_control",
+        "partition_leader_epoch",
+        "batch_size",
+        "delete_horizon_ms",
+        "_parts",
+        "_size",
+        "_count",
+        "_base_ts",
+        "_max_ts",
+        "_last_delta",
+    )
 
-    def __init__(self, compression_type: int = NONE, timestamp_type: int = TIMESTAMP_CREATE_TIME,
-                 base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
-                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
-                 is_transactional: bool = False, is_control: bool = False,
-                 partition_leader_epoch: int = -1, batch_size: int = 16384,
-                 delete_horizon_ms: int | None = None):
+    def __init__(
+        self,
+        compression_type: int = NONE,
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+        base_offset: int = 0,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        base_sequence: int = NO_SEQUENCE,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        partition_leader_epoch: int = -1,
+        batch_size: int = 16384,
+        delete_horizon_ms: int | None = None,
+    ):
         if compression_type not in (NONE, GZIP, SNAPPY, LZ4, ZSTD):
             raise UnsupportedCompressionTypeError(f"unknown compression type {compression_type}")
         if timestamp_type not in (TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME):
@@ -194,8 +295,10 @@ class RecordBatchBuilder:
         else:
             delta = offset - self.base_offset
             if delta <= self._last_delta or delta > 0x7FFFFFFF:
-                raise ValueError(f"record offset {offset} does not follow offset delta {self._last_delta} "
-                                 f"of base offset {self.base_offset}")
+                raise ValueError(
+                    f"record offset {offset} does not follow offset delta {self._last_delta} "
+                    f"of base offset {self.base_offset}"
+                )
         od_b = pos[delta] if delta < 8192 else encode_varint(delta)
         if key is None:
             rec = [b"\x00", ts_b, od_b, b"\x01"]
@@ -232,8 +335,9 @@ class RecordBatchBuilder:
         n, i, enc = len(items), start, _c_encode
         while i < n:
             if enc is not None:
-                blob, j, base_ts, size, max_ts = enc(items, i, self._base_ts, self._last_delta, self._size,
-                                                     self.batch_size, self._count)
+                blob, j, base_ts, size, max_ts = enc(
+                    items, i, self._base_ts, self._last_delta, self._size, self.batch_size, self._count
+                )
                 if j > i:
                     self._parts.append(blob)
                     self._size = size
@@ -266,10 +370,23 @@ class RecordBatchBuilder:
         if self.delete_horizon_ms is not None:
             attributes |= DELETE_HORIZON_MASK
         base_ts = NO_TIMESTAMP if self._base_ts is None else self._base_ts
-        header = bytearray(BATCH_HEADER.pack(
-            self.base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(records), self.partition_leader_epoch,
-            MAGIC, 0, attributes, max(self._last_delta, 0), base_ts, self._max_ts, self.producer_id,
-            self.producer_epoch, self.base_sequence, self._count))
+        header = bytearray(
+            BATCH_HEADER.pack(
+                self.base_offset,
+                BATCH_OVERHEAD - LOG_OVERHEAD + len(records),
+                self.partition_leader_epoch,
+                MAGIC,
+                0,
+                attributes,
+                max(self._last_delta, 0),
+                base_ts,
+                self._max_ts,
+                self.producer_id,
+                self.producer_epoch,
+                self.base_sequence,
+                self._count,
+            )
+        )
         crc = _crc32c(records, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))
         _pack_I(header, CRC_POS, crc)
         header += records
@@ -298,6 +415,7 @@ def _encode_headers(headers) -> bytes:
 
 # ---------------------------------------------------------------------------------------------
 # Reading
+
 
 def _load_accelerator() -> tuple:
     """``(decode_into, encode_many)`` of ``storage._crecords`` (the decoder bound to ``Record``), or
@@ -381,7 +499,7 @@ def _decode_records(data, p: int, end: int, count: int, base_offset: int, base_t
                 raise ValueError(f"record at offset {offset} has negative key length {n}")
             key = None
         else:
-            key = data[p:p + n]
+            key = data[p : p + n]
             p += n
         z = data[p]  # ValueLength, Value
         if z < 128:
@@ -399,7 +517,7 @@ def _decode_records(data, p: int, end: int, count: int, base_offset: int, base_t
                 raise ValueError(f"record at offset {offset} has negative value length {n}")
             value = None
         else:
-            value = data[p:p + n]
+            value = data[p : p + n]
             p += n
             if p > rend:
                 raise ValueError(f"record at offset {offset} overruns its declared length")
@@ -424,7 +542,7 @@ def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
         klen, p = decode_varint(data, p)
         if klen < 0 or p + klen > rend:
             raise ValueError(f"impossible record header key length {klen}")
-        hkey = data[p:p + klen].decode("utf-8")
+        hkey = data[p : p + klen].decode("utf-8")
         p += klen
         vlen, p = decode_varint(data, p)
         if vlen == -1:
@@ -432,7 +550,7 @@ def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
         elif vlen < 0 or p + vlen > rend:
             raise ValueError(f"impossible record header value length {vlen}")
         else:
-            hval = data[p:p + vlen]
+            hval = data[p : p + vlen]
             p += vlen
         headers.append((hkey, hval))
     return tuple(headers), p
@@ -458,25 +576,30 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
         p, stop = 0, end - start
     count = h.records_count
     if count > stop - p:  # every record takes at least 7 bytes: reject absurd counts cheaply
-        raise InvalidRecordError(
-            f"record batch at offset {h.base_offset} claims {count} records in {stop - p} bytes")
+        raise InvalidRecordError(f"record batch at offset {h.base_offset} claims {count} records in {stop - p} bytes")
     c_decode = _c_decode
     if c_decode is not None:
         try:
-            if c_decode(data, p, stop, count, h.base_offset, h.base_timestamp,
-                        h.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None, out):
+            if c_decode(
+                data,
+                p,
+                stop,
+                count,
+                h.base_offset,
+                h.base_timestamp,
+                h.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None,
+                out,
+            ):
                 return
         except ValueError as e:  # UnicodeDecodeError is a ValueError
-            raise InvalidRecordError(
-                f"record batch at offset {h.base_offset} holds a malformed record: {e}") from None
+            raise InvalidRecordError(f"record batch at offset {h.base_offset} holds a malformed record: {e}") from None
         # False: a timestamp or offset past 64 bits (hostile input); the reference decoder below is exact
     try:
         first = len(out)
         _decode_records(data, p, stop, count, h.base_offset, h.base_timestamp, out)
     except (IndexError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         detail = str(e) if not isinstance(e, IndexError) else "a record runs past the end of the batch"
-        raise InvalidRecordError(
-            f"record batch at offset {h.base_offset} holds a malformed record: {detail}") from None
+        raise InvalidRecordError(f"record batch at offset {h.base_offset} holds a malformed record: {detail}") from None
     if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record carries the batch's MaxTimestamp
         append_ts = h.max_timestamp
         out[first:] = [_new_record(Record, (r[0], append_ts, r[2], r[3], r[4])) for r in out[first:]]
@@ -511,12 +634,14 @@ class RecordBatch:
 
     def raw(self) -> bytes:
         """This batch's bytes."""
-        return bytes(self.buf[self.pos:self.pos + self.header.size_in_bytes])
+        return bytes(self.buf[self.pos : self.pos + self.header.size_in_bytes])
 
     def __repr__(self) -> str:
         h = self.header
-        return (f"RecordBatch(base_offset={h.base_offset}, last_offset={h.last_offset}, "
-                f"count={h.records_count}, compression={h.compression_type}, control={h.is_control})")
+        return (
+            f"RecordBatch(base_offset={h.base_offset}, last_offset={h.last_offset}, "
+            f"count={h.records_count}, compression={h.compression_type}, control={h.is_control})"
+        )
 
 
 def iter_batches(buf, validate: bool = True) -> Iterator[RecordBatch]:

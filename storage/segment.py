@@ -23,6 +23,7 @@ appends its final maximum when it becomes inactive or is closed).
 Concurrency: none. Only the owning Log (itself driven by one replica actor) or, for a ``.cleaned``
 segment it is building, the cleaner working on behalf of that Log, calls a segment.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,7 +34,12 @@ from typing import Callable, Iterator
 from protocol.errors import CorruptMessageError, KafkaStorageError
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.records import (
-    BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, parse_header, validate_batch,
+    BATCH_OVERHEAD,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    parse_header,
+    validate_batch,
 )
 
 log = logging.getLogger(__name__)
@@ -68,8 +74,15 @@ def parse_base_offset(file_name: str) -> int | None:
 class LogSegment:
     """A segment of the log starting at ``base_offset`` in ``dir`` (created if the files do not exist)."""
 
-    def __init__(self, dir: str, base_offset: int, index_interval_bytes: int = 4096,
-                 max_index_size: int = 10 * 1024 * 1024, created_ms: int = 0, suffix: str = ""):
+    def __init__(
+        self,
+        dir: str,
+        base_offset: int,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = 10 * 1024 * 1024,
+        created_ms: int = 0,
+        suffix: str = "",
+    ):
         self.dir = dir
         self.base_offset = base_offset
         self.suffix = suffix
@@ -187,8 +200,9 @@ class LogSegment:
             return None
         return parse_header(os.pread(self._fd, BATCH_OVERHEAD, pos))
 
-    def iter_headers(self, start_position: int = 0, end_position: int | None = None
-                     ) -> Iterator[tuple[int, BatchHeader]]:
+    def iter_headers(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each batch from ``start_position`` (a batch boundary) to
         ``end_position``; reads headers only (no CRC). CorruptMessageError on a torn batch."""
         end = self._size if end_position is None else min(end_position, self._size)
@@ -203,8 +217,10 @@ class LogSegment:
             h = parse_header(buf, off)
             last_size = h.size_in_bytes
             if pos + last_size > self._size:
-                raise CorruptMessageError(f"segment {self.log_path}: batch at {pos} of {last_size} bytes "
-                                          f"runs past the end of the file ({self._size})")
+                raise CorruptMessageError(
+                    f"segment {self.log_path}: batch at {pos} of {last_size} bytes "
+                    f"runs past the end of the file ({self._size})"
+                )
             yield pos, h
             pos += last_size
 
@@ -226,7 +242,7 @@ class LogSegment:
                 n = h.size_in_bytes
                 if off + n > len(chunk):
                     break
-                yield pos + off, h, chunk[off:off + n]
+                yield pos + off, h, chunk[off : off + n]
                 off += n
             if off == 0:  # a batch larger than the chunk
                 h = parse_header(chunk, 0)
@@ -283,8 +299,10 @@ class LogSegment:
             try:
                 for p, h in self.iter_headers(pos):
                     if p == entry_pos and entry_pos and h.last_offset != entry_offset:
-                        raise CorruptIndexError(f"{self.index_path}: entry ({entry_offset}, {entry_pos}) "
-                                                f"names a batch ending at {h.last_offset}")
+                        raise CorruptIndexError(
+                            f"{self.index_path}: entry ({entry_offset}, {entry_pos}) "
+                            f"names a batch ending at {h.last_offset}"
+                        )
                     if h.last_offset >= offset:
                         return p, h
                 return None
@@ -305,8 +323,16 @@ class LogSegment:
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def should_roll(self, messages_size: int, max_timestamp: int, max_offset: int, now_ms: int,
-                    segment_bytes: int, segment_ms: int, jitter_ms: int = 0) -> bool:
+    def should_roll(
+        self,
+        messages_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+        jitter_ms: int = 0,
+    ) -> bool:
         """Kafka's ``shouldRoll``: full by bytes, old by ``segment.ms`` (measured from the first batch's
         timestamp, or the creation time without one), an index full, or an offset not relative-able."""
         if self._size == 0:
@@ -328,8 +354,9 @@ class LogSegment:
             return
         last_offset = batches[-1][2]
         if not self.can_convert_to_relative_offset(last_offset):
-            raise KafkaStorageError(f"segment {self.log_path}: offset {last_offset} is not relative to "
-                                    f"base offset {self.base_offset}")
+            raise KafkaStorageError(
+                f"segment {self.log_path}: offset {last_offset} is not relative to base offset {self.base_offset}"
+            )
         physical = self._size
         view, n, written = memoryview(buf), len(buf), 0
         try:
@@ -365,8 +392,9 @@ class LogSegment:
         self._bytes_since_last_index_entry = since
 
     # ------------------------------------------------------------------ read
-    def read(self, start_offset: int, max_size: int, max_position: int | None = None,
-             min_one_message: bool = False) -> tuple[bytes, int, int] | None:
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> tuple[bytes, int, int] | None:
         """Whole batches from the one holding ``start_offset``: ``(data, first_offset, next_offset)``;
         stops before ``max_position`` and within ``max_size`` bytes (the first batch alone may exceed
         it when ``min_one_message``). None when no batch here ends at or after ``start_offset``;
@@ -398,9 +426,13 @@ class LogSegment:
         return data, first.base_offset, next_offset
 
     # ------------------------------------------------------------------ recovery and truncation
-    def recover(self, strict_offsets: bool = False,
-                on_batch: Callable[[int, BatchHeader], None] | None = None, min_epoch: int = -1,
-                truncate: bool = True) -> int:
+    def recover(
+        self,
+        strict_offsets: bool = False,
+        on_batch: Callable[[int, BatchHeader], None] | None = None,
+        min_epoch: int = -1,
+        truncate: bool = True,
+    ) -> int:
         """Validate every batch (length, magic, CRC, offsets increasing, inside the segment -- with
         ``strict_offsets`` each batch must start exactly where the previous ended -- and partition
         leader epochs never decreasing, starting from ``min_epoch``), rebuild both indexes from scratch,
@@ -438,11 +470,23 @@ class LogSegment:
                 break
             last = base + h.last_offset_delta
             epoch = h.partition_leader_epoch
-            if (base < expected or (strict_offsets and base != expected) or last - self.base_offset >
-                    MAX_RELATIVE_OFFSET or (epoch < prev_epoch and prev_epoch >= 0)):
-                log.warning("segment %s: batch at position %d has offsets %d..%d (expected from %d) "
-                            "or leader epoch %d after %d", self.log_path, pos, base, last, expected,
-                            epoch, prev_epoch)
+            if (
+                base < expected
+                or (strict_offsets and base != expected)
+                or last - self.base_offset > MAX_RELATIVE_OFFSET
+                or (epoch < prev_epoch and prev_epoch >= 0)
+            ):
+                log.warning(
+                    "segment %s: batch at position %d has offsets %d..%d (expected from %d) "
+                    "or leader epoch %d after %d",
+                    self.log_path,
+                    pos,
+                    base,
+                    last,
+                    expected,
+                    epoch,
+                    prev_epoch,
+                )
                 break
             if on_batch is not None:
                 on_batch(pos, h)
@@ -483,8 +527,11 @@ class LogSegment:
         if last is None and start > 0:
             last = self._last_header(self.offset_index.lookup(1 << 62)[1])
         self._max_ts, self._offset_of_max_ts = ts, ts_off
-        self._next_offset = self.base_offset if pos == 0 else (
-            last.base_offset + last.last_offset_delta + 1 if last is not None else None)
+        self._next_offset = (
+            self.base_offset
+            if pos == 0
+            else (last.base_offset + last.last_offset_delta + 1 if last is not None else None)
+        )
         return removed
 
     # ------------------------------------------------------------------ lifecycle

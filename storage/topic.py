@@ -6,6 +6,7 @@ before it creates a topic (actors/placement.py re-exports it).
 
 Pure; any thread may call it.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,17 +23,21 @@ def validate_topic_name(name) -> None:
     """Raise ``InvalidTopicError`` (INVALID_TOPIC_EXCEPTION, 17) with Kafka's wording unless ``name`` is a
     legal topic name."""
     if not isinstance(name, str):
-        raise InvalidTopicError(f"Topic name must be a string, not {type(name).__name__}"
-                                if name is not None else "Topic name is illegal, it can't be null")
+        raise InvalidTopicError(
+            f"Topic name must be a string, not {type(name).__name__}"
+            if name is not None
+            else "Topic name is illegal, it can't be null"
+        )
     if not name:
         raise InvalidTopicError("Topic name is illegal, it can't be empty")
     if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\"")
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
-            f"topic name: {name}")
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+        )
     if not _LEGAL_TOPIC.fullmatch(name):
         raise InvalidTopicError(
-            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
-            f"'.', '_' and '-'")
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+            f"'.', '_' and '-'"
+        )

@@ -7,6 +7,7 @@ Writers take a table for the small values (``encode_varint``); the hot decode lo
 storage/cleaner.py read 1- and 2-byte varints through ``_ZZ1`` / ``_ZZ2`` inline and call ``_slow_varint``
 for the rest. Pure, no state: safe from any thread.
 """
+
 from __future__ import annotations
 
 from protocol.errors import InvalidRecordError
@@ -70,5 +71,6 @@ def _slow_varint(data, p: int) -> tuple[int, int]:
 # Zigzag-decoded values of 1-byte varints (_ZZ1[b0]) and of 2-byte varints (_ZZ2[b0][b1], b0 >= 128):
 # list indexing is specialised by the interpreter, shifts and xors are not.
 _ZZ1 = [(z >> 1) ^ -(z & 1) for z in range(128)]
-_ZZ2: list = [None] * 128 + [[((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)]
-                       for b0 in range(128, 256)]
+_ZZ2: list = [None] * 128 + [
+    [((b0 & 127 | b1 << 7) >> 1) ^ -((b0 & 127 | b1 << 7) & 1) for b1 in range(128)] for b0 in range(128, 256)
+]

@@ -1,4 +1,5 @@
 """Shared fixtures. Unit tests need nothing from here; cluster tests share one Ray instance per session."""
+
 from __future__ import annotations
 
 import os

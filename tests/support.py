@@ -1,6 +1,7 @@
 """What the cluster suites share: record batches, waiting for a condition, reading a partition back, the
 replica's state, and started clusters that are shut down after the test (``import support``; tests/ is on
 sys.path through its conftest). Pure helpers; each suite keeps only what is particular to it."""
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,14 @@ from actors.bootstrap import start_cluster
 from storage.records import RecordBatchBuilder, decode_records
 
 
-def batch(values: Iterable[bytes], pid: int = -1, epoch: int = -1, seq: int = -1, ts: int | None = None,
-          key: bytes | None = None) -> bytes:
+def batch(
+    values: Iterable[bytes],
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+    ts: int | None = None,
+    key: bytes | None = None,
+) -> bytes:
     """One RecordBatch v2 of ``values`` (non-idempotent unless ``pid`` is given), timestamped now or ``ts``."""
     b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, batch_size=1 << 22)
     now = int(time.time() * 1000) if ts is None else ts
@@ -67,10 +74,12 @@ def leader_of(ch, topic: str, p: int = 0):
 
 def full_isr(ch, topic: str, n: int = 3, timeout: float = 30.0, p: int = 0):
     """Wait until the leader replica itself has ``n`` replicas in its ISR; returns (leader id, handle)."""
+
     def ok():
         b, h = leader_of(ch, topic, p)
         st = rstate(h)
         return (b, h) if st["role"] == "leader" and len(st["isr"]) == n else None
+
     return wait_until(ok, timeout, f"{topic}-{p}: ISR of {n}")
 
 
@@ -98,12 +107,23 @@ def clusters(default_name: str, default_dir: str, defaults: dict | None = None):
     started is shut down on exit."""
     started = []
 
-    def start(num_brokers: int = 3, config: dict | None = None, node_ids=None, data_dir: str | None = None,
-              name: str | None = None):
-        ch = start_cluster(name or default_name, num_brokers, str(data_dir or default_dir),
-                           {**(defaults or {}), **(config or {})}, node_ids=node_ids)
+    def start(
+        num_brokers: int = 3,
+        config: dict | None = None,
+        node_ids=None,
+        data_dir: str | None = None,
+        name: str | None = None,
+    ):
+        ch = start_cluster(
+            name or default_name,
+            num_brokers,
+            str(data_dir or default_dir),
+            {**(defaults or {}), **(config or {})},
+            node_ids=node_ids,
+        )
         started.append(ch)
         return ch
+
     try:
         yield start
     finally:

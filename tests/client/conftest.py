@@ -1,4 +1,5 @@
 """Client tests run against real rafka clusters on the session's Ray (tests/conftest.py)."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,8 +15,9 @@ _names = itertools.count()
 @pytest.fixture(scope="package")
 def rafka_cluster(ray_cluster, tmp_path_factory):
     """One 3-broker rafka cluster shared by the non-destructive client tests."""
-    cluster = rafka.LocalCluster(brokers=3, name="c" + uuid.uuid4().hex[:8],
-                                 data_dir=tmp_path_factory.mktemp("rafka-data"))
+    cluster = rafka.LocalCluster(
+        brokers=3, name="c" + uuid.uuid4().hex[:8], data_dir=tmp_path_factory.mktemp("rafka-data")
+    )
     yield cluster
     cluster.stop()
 
@@ -36,6 +38,7 @@ def new_topic(admin):
         admin.create_topic(name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()})
         made.append(name)
         return name
+
     yield make
     existing = set(admin.list_topics())
     if [t for t in made if t in existing]:

@@ -1,4 +1,5 @@
 """Admin operations through the controller, checked against what clients then see."""
+
 from __future__ import annotations
 
 import time
@@ -8,8 +9,12 @@ import pytest
 
 import rafka
 from rafka import TopicPartition
-from rafka.errors import InvalidConfigError, InvalidPartitionsError, TopicAlreadyExistsError, \
-    UnknownTopicOrPartitionError
+from rafka.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -93,7 +98,8 @@ def test_partition_reassignment_moves_data(rafka_cluster, admin, new_topic):
         time.sleep(0.2)
     assert now["replicas"] == [target] and now["leader"] == target
     assert admin.list_partition_reassignments() == [] or all(
-        r["topic"] != topic for r in admin.list_partition_reassignments())
+        r["topic"] != topic for r in admin.list_partition_reassignments()
+    )
     c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
     c.assign([TopicPartition(topic, 0)])
     got = []

@@ -1,4 +1,5 @@
 """The `rafka` CLI end to end, through subprocesses, against a cluster it starts itself (its own Ray head)."""
+
 from __future__ import annotations
 
 import json
@@ -29,17 +30,18 @@ def cli(tmp_path_factory):
     env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "RAFKA_HOME": str(home), "LANG": "C.UTF-8"}
 
     def run(*args, stdin: str | None = None, timeout: float = 120, check: bool = True):
-        proc = subprocess.run([RAFKA, *args], input=stdin, capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        proc = subprocess.run([RAFKA, *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"rafka {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
+
     out = run("cluster", "start", "--brokers", "1", "--data-dir", str(home / "data"), "--num-cpus", "1", "--json")
     run.info = js(out)
     run.env = env
     yield run
     stopped = run("cluster", "stop", "--json", check=False)
     from rafka.clusterctl import ray_processes
+
     assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
 
@@ -47,8 +49,10 @@ def cli(tmp_path_factory):
 def test_start_attach_from_a_fresh_process(cli):
     info = cli.info
     assert info["brokers"] == 1 and Path(info["temp_dir"]).is_dir()
-    code = ("import rafka, json; h = rafka.connect(%r); print(json.dumps(rafka.Admin(h).describe_cluster()))"
-            % info["address"])
+    code = (
+        "import rafka, json; h = rafka.connect(%r); print(json.dumps(rafka.Admin(h).describe_cluster()))"
+        % info["address"]
+    )
     env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}  # no RAFKA_HOME: only the address
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -105,16 +109,19 @@ def test_bad_partitions_counts_and_topic_names_fail_at_once(cli):
     cli("topic", "create", "three", "-p", "3", "-r", "1")
     missing = cli("topic", "consume", "three", "-p", "1", "-p", "99", timeout=60, check=False)
     assert missing.returncode == 1 and missing.stdout == "" and missing.stderr.count("\n") == 1, missing.stderr
-    assert missing.stderr == ("rafka: UnknownTopicOrPartitionError: topic 'three' has no partition 99 (its "
-                              "partitions are 0..2)\n")
-    for args, says in [(("topic", "consume", "three", "-p", "-5"), "-5 is not a valid index"),
-                       (("topic", "consume", "three", "-p", "1", "-g", "g"), "with --group"),
-                       (("topic", "consume", "three", "-n", "0"), "0 is not a positive number"),
-                       (("perf", "produce", "--topic", "three", "--records", "-5"), "-5 is not a positive number"),
-                       (("perf", "produce", "--topic", "three", "--records", "0"), "0 is not a positive number"),
-                       (("perf", "produce", "--topic", "three", "--records", "many"), "'many' is not an integer"),
-                       (("perf", "consume", "--topic", "three", "--records", "-1"), "-1 is not a positive number"),
-                       (("topic", "produce", "three", "-p", "-1"), "-1 is not a valid index")]:
+    assert missing.stderr == (
+        "rafka: UnknownTopicOrPartitionError: topic 'three' has no partition 99 (its partitions are 0..2)\n"
+    )
+    for args, says in [
+        (("topic", "consume", "three", "-p", "-5"), "-5 is not a valid index"),
+        (("topic", "consume", "three", "-p", "1", "-g", "g"), "with --group"),
+        (("topic", "consume", "three", "-n", "0"), "0 is not a positive number"),
+        (("perf", "produce", "--topic", "three", "--records", "-5"), "-5 is not a positive number"),
+        (("perf", "produce", "--topic", "three", "--records", "0"), "0 is not a positive number"),
+        (("perf", "produce", "--topic", "three", "--records", "many"), "'many' is not an integer"),
+        (("perf", "consume", "--topic", "three", "--records", "-1"), "-1 is not a positive number"),
+        (("topic", "produce", "three", "-p", "-1"), "-1 is not a valid index"),
+    ]:
         proc = cli(*args, timeout=60, check=False, stdin="")
         assert proc.returncode == 2 and says in proc.stderr and proc.stdout == "", (args, proc.stderr)
     for name in ("bad name", "..", "x" * 250):
@@ -124,8 +131,21 @@ def test_bad_partitions_counts_and_topic_names_fail_at_once(cli):
 
 def test_perf_json(cli):
     cli("topic", "create", "perf", "-p", "2", "-r", "1")
-    res = js(cli("perf", "produce", "--topic", "perf", "--records", "20000", "--record-size", "100",
-                 "--acks", "all", "--json"))
+    res = js(
+        cli(
+            "perf",
+            "produce",
+            "--topic",
+            "perf",
+            "--records",
+            "20000",
+            "--record-size",
+            "100",
+            "--acks",
+            "all",
+            "--json",
+        )
+    )
     assert res["records"] == 20000 and res["errors"] == 0
     assert res["records_per_s"] > 0 and res["mb_per_s"] > 0
     assert 0 < res["latency_p50_ms"] <= res["latency_p99_ms"] <= res["latency_max_ms"]
@@ -148,10 +168,19 @@ def test_stdout_carries_only_the_commands_output(cli):
     processes have been started") on sys.stdout even with log_to_driver=False. A consumer that is attached
     while such warnings arrive still prints only its records on stdout; the warnings go to stderr."""
     cli("topic", "create", "quiet", "-p", "1", "-r", "1")
-    consumer = subprocess.Popen([RAFKA, "topic", "consume", "quiet", "-n", "3", "--json"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=cli.env)
-    publisher = subprocess.Popen([sys.executable, "-c", PUBLISH_WARNINGS, cli.info["address"]],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli.env)
+    consumer = subprocess.Popen(
+        [RAFKA, "topic", "consume", "quiet", "-n", "3", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+    )
+    publisher = subprocess.Popen(
+        [sys.executable, "-c", PUBLISH_WARNINGS, cli.info["address"]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=cli.env,
+    )
     err_lines: list[str] = []
     warned = threading.Event()
 
@@ -160,6 +189,7 @@ def test_stdout_carries_only_the_commands_output(cli):
             err_lines.append(line)
             if "rafka-test: a cluster-wide warning" in line:
                 warned.set()
+
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     try:

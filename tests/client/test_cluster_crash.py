@@ -1,6 +1,7 @@
 """`rafka cluster start` after the head it recorded crashed: the dead head's leftover processes (its raylet
 and the broker workers still holding the log directories) are ended before a new head starts, so two
 broker sets never open one log directory."""
+
 from __future__ import annotations
 
 import json
@@ -20,15 +21,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 RAFKA = str(Path(sys.executable).with_name("rafka"))
 
 
-
 def test_start_after_a_crashed_head_ends_its_leftovers_first(tmp_path):
     home = tmp_path / "home"
     data = tmp_path / "data"
     env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "RAFKA_HOME": str(home), "LANG": "C.UTF-8"}
 
     def run(*args, stdin=None, check=True, timeout=180):
-        proc = subprocess.run([RAFKA, *args], input=stdin, capture_output=True, text=True, env=env,
-                              timeout=timeout)
+        proc = subprocess.run([RAFKA, *args], input=stdin, capture_output=True, text=True, env=env, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"rafka {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc

@@ -1,4 +1,5 @@
 """Faults injected into real clusters (one per test): leader loss mid-stream, and a stalled partition."""
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 @pytest.fixture
 def fresh_cluster(ray_cluster, tmp_path):
-    cluster = rafka.LocalCluster(brokers=3, name="f" + uuid.uuid4().hex[:8], data_dir=tmp_path,
-                                 broker_config={"replica.lag.time.max.ms": 2000})
+    cluster = rafka.LocalCluster(
+        brokers=3, name="f" + uuid.uuid4().hex[:8], data_dir=tmp_path, broker_config={"replica.lag.time.max.ms": 2000}
+    )
     yield cluster
     cluster.stop()
 
@@ -39,8 +41,11 @@ def test_leader_failover_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
         for i in range(n):
             if i == kill_at:  # batches are in flight to the victim at this point
                 fresh_cluster.kill_broker(victim)
-            futs.append(p.send("clicks", b"%d" % i, key=b"user-%d" % (i % 25),
-                               callback=lambda md, exc: exc and errors.append(exc)))
+            futs.append(
+                p.send(
+                    "clicks", b"%d" % i, key=b"user-%d" % (i % 25), callback=lambda md, exc: exc and errors.append(exc)
+                )
+            )
             if i % 500 == 0:
                 time.sleep(0.01)
         p.flush()
@@ -75,8 +80,15 @@ def test_stalled_partition_blocks_send_then_times_out(fresh_cluster):
     follower = next(b for b in range(3) if b != leader)
     fresh_cluster.kill_broker(follower)  # acks=all can no longer be satisfied
     errs = []
-    p = rafka.Producer(fresh_cluster, batch_size=16384, buffer_memory=2 * 16384 + 100, max_block_ms=500,
-                       linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2500)
+    p = rafka.Producer(
+        fresh_cluster,
+        batch_size=16384,
+        buffer_memory=2 * 16384 + 100,
+        max_block_ms=500,
+        linger_ms=0,
+        request_timeout_ms=1000,
+        delivery_timeout_ms=2500,
+    )
     f1 = p.send("stuck", b"a" * 15000, callback=lambda md, exc: errs.append(exc))
     f2 = p.send("stuck", b"b" * 15000)
     t0 = time.monotonic()

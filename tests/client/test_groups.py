@@ -1,5 +1,6 @@
 """Consumer groups from the client (real Ray, one 3-broker cluster for the module): subscribe, rebalances
 on join/leave/poll-timeout, committed offsets, at-least-once, regex subscription, static membership."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,29 @@ from rafka import TopicPartition
 pytestmark = pytest.mark.cluster
 
 # short group timings so rebalances take well under a second or two
-BROKER_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 100,
-                 "offsets.topic.num.partitions": 2, "replica.lag.time.max.ms": 10000}
-FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=200, max_poll_interval_ms=8000,
-            auto_offset_reset="earliest", fetch_max_wait_ms=100)
+BROKER_CONFIG = {
+    "group.min.session.timeout.ms": 500,
+    "group.initial.rebalance.delay.ms": 100,
+    "offsets.topic.num.partitions": 2,
+    "replica.lag.time.max.ms": 10000,
+}
+FAST = dict(
+    session_timeout_ms=3000,
+    heartbeat_interval_ms=200,
+    max_poll_interval_ms=8000,
+    auto_offset_reset="earliest",
+    fetch_max_wait_ms=100,
+)
 
 
 @pytest.fixture(scope="module")
 def gcluster(ray_cluster, tmp_path_factory):
-    cluster = rafka.LocalCluster(brokers=3, name="grp" + uuid.uuid4().hex[:8],
-                                 data_dir=tmp_path_factory.mktemp("groups"), broker_config=BROKER_CONFIG)
+    cluster = rafka.LocalCluster(
+        brokers=3,
+        name="grp" + uuid.uuid4().hex[:8],
+        data_dir=tmp_path_factory.mktemp("groups"),
+        broker_config=BROKER_CONFIG,
+    )
     yield cluster
     cluster.stop()
 
@@ -66,8 +80,12 @@ def owners_disjoint_and_complete(consumers, name: str, partitions: int) -> bool:
     gens = {c.group_metadata()["generation_id"] for c in consumers}
     owned = [c.assignment() for c in consumers]
     everything = set().union(*owned)
-    return len(gens) == 1 and -1 not in gens and sum(len(o) for o in owned) == len(everything) and \
-        everything == {TopicPartition(name, p) for p in range(partitions)}
+    return (
+        len(gens) == 1
+        and -1 not in gens
+        and sum(len(o) for o in owned) == len(everything)
+        and everything == {TopicPartition(name, p) for p in range(partitions)}
+    )
 
 
 class Recorder(rafka.ConsumerRebalanceListener):
@@ -98,8 +116,10 @@ def test_members_split_partitions_and_take_over_on_close(gcluster, gadmin):
         cs[2].close()
         assert listeners[2].events[-1][0] == "revoked"
         rest = cs[:2]
-        poll_until(rest, lambda: owners_disjoint_and_complete(rest, name, 6)
-                   and rest[0].group_metadata()["generation_id"] > gen)
+        poll_until(
+            rest,
+            lambda: owners_disjoint_and_complete(rest, name, 6) and rest[0].group_metadata()["generation_id"] > gen,
+        )
         assert sorted(len(c.assignment()) for c in rest) == [3, 3]
     finally:
         for c in cs:
@@ -117,8 +137,12 @@ def test_cooperative_sticky_keeps_unmoved_partitions(gcluster, gadmin):
         poll_until([a], lambda: len(a.assignment()) == 4)
         before = a.assignment()
         b.subscribe([name], listener=b_listener)
-        poll_until([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2
-                   and owners_disjoint_and_complete([a, b], name, 4))
+        poll_until(
+            [a, b],
+            lambda: (
+                len(a.assignment()) == 2 and len(b.assignment()) == 2 and owners_disjoint_and_complete([a, b], name, 4)
+            ),
+        )
         revoked = set().union(*(tps for kind, tps in a_listener.events if kind == "revoked"))
         assert revoked == before - a.assignment() and len(revoked) == 2  # only the moved ones stopped
         assert a.assignment() <= before
@@ -157,8 +181,10 @@ def test_committed_offsets_survive_and_new_member_resumes(gcluster, gadmin):
         # async commits land in the order they were made: the last one made is the one that stays
         tp0 = tps[0]
         order = []
-        futures = [c2.commit_async({tp0: off}, callback=lambda offs, err: order.append((offs[tp0], err)))
-                   for off in range(1, 31)]
+        futures = [
+            c2.commit_async({tp0: off}, callback=lambda offs, err: order.append((offs[tp0], err)))
+            for off in range(1, 31)
+        ]
         assert futures[-1].result(timeout=30) is None
         assert order == [(off, None) for off in range(1, 31)]
         assert c2.committed(tp0).offset == 30
@@ -277,8 +303,10 @@ def test_admin_lists_describes_resets_and_deletes_groups(gcluster, gadmin):
     assert sorted(d["members"][0]["assignment"]) == tps
     ends = c.end_offsets(tps)
     lag = {(o["topic"], o["partition"]): (o["committed"], o["log_end"], o["lag"]) for o in d["offsets"]}
-    assert lag == {(tps[0].topic, 0): (10, ends[tps[0]], ends[tps[0]] - 10),
-                   (tps[1].topic, 1): (5, ends[tps[1]], ends[tps[1]] - 5)}
+    assert lag == {
+        (tps[0].topic, 0): (10, ends[tps[0]], ends[tps[0]] - 10),
+        (tps[1].topic, 1): (5, ends[tps[1]], ends[tps[1]] - 5),
+    }
     with pytest.raises(rafka.errors.KafkaError):  # active members: offsets cannot be altered, nor deleted
         gadmin.delete_groups([g])
     c.close()
@@ -300,6 +328,7 @@ def test_admin_lists_describes_resets_and_deletes_groups(gcluster, gadmin):
 
 def test_cli_group_commands_and_group_consume(gcluster, gadmin, capsys):
     from rafka.cli import main
+
     name, g = topic(gadmin, 2), group()
     produce(gcluster, name, 12)
     base = ["--address", gcluster.address, "--cluster", gcluster.name]
@@ -356,13 +385,18 @@ def test_crashed_member_is_expired_by_session_timeout_and_its_records_reprocesse
     import signal
     import subprocess
     import sys
+
     name, g = topic(gadmin, 2), group()
     produce(gcluster, name, 100)
     script = tmp_path / "member.py"
     script.write_text(CRASHING_MEMBER)
     out = open(tmp_path / "member.out", "w+")
-    proc = subprocess.Popen([sys.executable, str(script), gcluster.address, gcluster.name, g, name],
-                            stdout=out, stderr=subprocess.DEVNULL, cwd=os.getcwd())
+    proc = subprocess.Popen(
+        [sys.executable, str(script), gcluster.address, gcluster.name, g, name],
+        stdout=out,
+        stderr=subprocess.DEVNULL,
+        cwd=os.getcwd(),
+    )
     survivor = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
     mine = []
     try:

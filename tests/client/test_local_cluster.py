@@ -1,4 +1,5 @@
 """LocalCluster restarts from its data dir; connect() finds clusters by name or says clearly it can't."""
+
 from __future__ import annotations
 
 import time

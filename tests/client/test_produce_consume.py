@@ -1,4 +1,5 @@
 """Producer and consumer against a real 3-broker cluster: placement, ordering, positions, offsets."""
+
 from __future__ import annotations
 
 import time
@@ -57,8 +58,14 @@ def test_values_headers_nulls_timestamps_and_callbacks(rafka_cluster, new_topic)
     topic = new_topic(1, 1)
     seen = []
     with rafka.Producer(rafka_cluster, value_serializer=lambda v: v.encode(), key_serializer=str.encode) as p:
-        f1 = p.send(topic, "hello", key="k", headers=[("h", b"1"), ("n", None)], timestamp_ms=1234,
-                    callback=lambda md, exc: seen.append((md, exc)))
+        f1 = p.send(
+            topic,
+            "hello",
+            key="k",
+            headers=[("h", b"1"), ("n", None)],
+            timestamp_ms=1234,
+            callback=lambda md, exc: seen.append((md, exc)),
+        )
         f2 = p.send(topic, None, key=None, headers={"only": b"x"})
         md1, md2 = f1.get(10), f2.get(10)
     assert (md1.offset, md1.timestamp, md1.serialized_key_size, md1.serialized_value_size) == (0, 1234, 1, 5)
@@ -69,8 +76,12 @@ def test_values_headers_nulls_timestamps_and_callbacks(rafka_cluster, new_topic)
     recs = []
     while len(recs) < 2:
         recs += c.poll(2000).get(TopicPartition(topic, 0), [])
-    assert (recs[0].key, recs[0].value, recs[0].timestamp, recs[0].headers) == \
-        (b"k", "hello", 1234, (("h", b"1"), ("n", None)))
+    assert (recs[0].key, recs[0].value, recs[0].timestamp, recs[0].headers) == (
+        b"k",
+        "hello",
+        1234,
+        (("h", b"1"), ("n", None)),
+    )
     assert (recs[1].key, recs[1].value, recs[1].headers) == (None, None, (("only", b"x"),))
 
 
@@ -92,6 +103,7 @@ def test_explicit_and_custom_partitioners(rafka_cluster, new_topic):
     def last_partition(topic_, key, all_parts, available):
         calls.append((topic_, key, list(all_parts)))
         return all_parts[-1]
+
     with rafka.Producer(rafka_cluster, partitioner=last_partition) as p:
         assert p.send(topic, b"a", key=b"k").get(10).partition == 2
         assert p.send(topic, b"b", partition=0).get(10).partition == 0  # explicit wins
@@ -122,8 +134,11 @@ def test_invalid_topic_names_raise_at_once(rafka_cluster, name):
     """Kafka's Topic.validate on the client: before, each waited max_block_ms (60 s by default) for
     metadata that could never come, then timed out."""
     with rafka.Producer(rafka_cluster) as p:
-        for call in (lambda: p.send(name, b"x"), lambda: p.send_batch(name, [(None, b"x")]),
-                     lambda: p.partitions_for(name)):
+        for call in (
+            lambda: p.send(name, b"x"),
+            lambda: p.send_batch(name, [(None, b"x")]),
+            lambda: p.partitions_for(name),
+        ):
             t0 = time.monotonic()
             with pytest.raises(rafka.errors.InvalidTopicError) as info:
                 call()
@@ -135,13 +150,14 @@ def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic
     lands where ``send`` would put it, futures come back in input order, keyless records spread over the
     partitions in runs of ``batch_size`` (KIP-480), and ``wait_all`` reports the same offsets as ``get``."""
     from rafka.accumulator import wait_all
+
     topic = new_topic(3, 1)
     records = []
     for i in range(900):
         if i % 3 == 0:
-            records.append((b"user-%d" % (i % 17), b"keyed-%d" % i))                  # murmur2 of the key
+            records.append((b"user-%d" % (i % 17), b"keyed-%d" % i))  # murmur2 of the key
         elif i % 3 == 1:
-            records.append((None, b"x" * 200 + b"%d" % i))                            # sticky, keyless
+            records.append((None, b"x" * 200 + b"%d" % i))  # sticky, keyless
         else:
             records.append((None, b"pinned-%d" % i, i % 3, [("i", b"%d" % i)], 5_000 + i))  # explicit
     with rafka.Producer(rafka_cluster, batch_size=4096, linger_ms=5) as p:
@@ -164,8 +180,9 @@ def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic
     for part in range(3):  # dense offsets, and each partition holds its records in input order
         recs = got.get(part, [])
         assert [r.offset for r in recs] == list(range(len(recs)))
-        want = [r[1] for r, (pp, _) in zip(records, pairs) if pp == part] + ([b"after"] if part == single.partition
-                                                                           else [])
+        want = [r[1] for r, (pp, _) in zip(records, pairs) if pp == part] + (
+            [b"after"] if part == single.partition else []
+        )
         assert [r.value for r in recs] == want
     by_value = {r.value: r for recs in got.values() for r in recs}
     pinned = by_value[b"pinned-2"]

@@ -2,6 +2,7 @@
 replica SIGKILL, controller SIGKILL, SIGSTOP pause, whole-cluster restart) against a real 3-broker
 cluster under an idempotent acks=all workload; nothing acknowledged may be lost, duplicated, reordered or
 moved, and every partition must take writes again within the recovery bound."""
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,23 @@ RAFKA = str(Path(sys.executable).with_name("rafka"))
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_verify_short_nemesis_run(ray_cluster, tmp_path):
-    cluster = rafka.LocalCluster(brokers=3, name="v" + uuid.uuid4().hex[:8], data_dir=tmp_path,
-                                 broker_config={"replica.lag.time.max.ms": 3000})
+    cluster = rafka.LocalCluster(
+        brokers=3, name="v" + uuid.uuid4().hex[:8], data_dir=tmp_path, broker_config={"replica.lag.time.max.ms": 3000}
+    )
     try:
-        cfg = VerifyConfig(partitions=3, keys=30, rate=400, faults=len(KINDS), kinds=KINDS, interval_s=1.5,
-                           down_s=2.0, pause_s=4.0, max_recovery_s=30.0, settle_s=60.0, seed=7)
+        cfg = VerifyConfig(
+            partitions=3,
+            keys=30,
+            rate=400,
+            faults=len(KINDS),
+            kinds=KINDS,
+            interval_s=1.5,
+            down_s=2.0,
+            pause_s=4.0,
+            max_recovery_s=30.0,
+            settle_s=60.0,
+            seed=7,
+        )
         rep = run_verify(cluster, cluster.server, cfg)
     finally:
         cluster.stop()

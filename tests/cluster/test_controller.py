@@ -1,19 +1,24 @@
 """Controller, brokers and bootstrap on a real Ray cluster (faults injected with ray.kill / node removal)."""
+
 from __future__ import annotations
 
 import time
 
 import pytest
 import ray
+from support import batch, clusters, part
 
 from storage.records import decode_records
-from support import batch, clusters, part
 
 pytestmark = pytest.mark.cluster
 
-FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 6000,
-        "replica.lag.time.max.ms": 10000, "replica.fetch.wait.max.ms": 100,
-        "leader.imbalance.check.interval.seconds": 3600}
+FAST = {
+    "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 6000,
+    "replica.lag.time.max.ms": 10000,
+    "replica.fetch.wait.max.ms": 100,
+    "leader.imbalance.check.interval.seconds": 3600,
+}
 
 
 @pytest.fixture
@@ -35,8 +40,13 @@ def read_all(replica) -> list[bytes]:
 
 
 def wait_part(ch, topic, p, pred, what, timeout_s=30):
-    return ch.wait_for(lambda md: pred(next(x for x in next(t for t in md["topics"] if t["name"] == topic)
-                                            ["partitions"] if x["partition"] == p)), timeout_s, what=what)
+    return ch.wait_for(
+        lambda md: pred(
+            next(x for x in next(t for t in md["topics"] if t["name"] == topic)["partitions"] if x["partition"] == p)
+        ),
+        timeout_s,
+        what=what,
+    )
 
 
 def test_create_describe_spread_and_controller_failover(cluster):
@@ -72,11 +82,15 @@ def test_create_describe_spread_and_controller_failover(cluster):
             time.sleep(0.02)
         res = ray.get(ch.broker(i).leader_and_isr.remote(old["controller_epoch"], []))
         assert res["error_code"] == 11  # STALE_CONTROLLER_EPOCH
-        assert ray.get(ch.broker(i).stop_replica.remote(old["controller_epoch"], [["orders", 0]], True))[
-            "error_code"] == 11
+        assert (
+            ray.get(ch.broker(i).stop_replica.remote(old["controller_epoch"], [["orders", 0]], True))["error_code"]
+            == 11
+        )
+
     # the metadata survived the failover and the brokers are still registered, nothing moved
     def moved(parts):
         return [(p["replicas"], p["leader"], p["leader_epoch"]) for p in parts]
+
     assert moved(ch.describe("orders")["partitions"]) == moved(d["partitions"])
     md = ch.metadata()
     assert all(b["alive"] for b in md["brokers"])
@@ -103,6 +117,7 @@ def test_producer_ids_and_zombie_controller_fencing(cluster):
     # of epoch 2 learns it is stale (its long-poll on broker 0 answers STALE_CONTROLLER_EPOCH), resigns
     # and leaves, and the brokers elect a controller of epoch 4
     from actors.metadata_store import ClusterKV
+
     rival = ClusterKV(ch.cluster).claim_controller_epoch({"host_broker_id": -1})
     assert rival == 3
     assert ray.get(ch.broker(0).update_metadata.remote(rival, 0))["error_code"] == 0
@@ -116,8 +131,11 @@ def test_producer_ids_and_zombie_controller_fencing(cluster):
             pass
         assert time.monotonic() < deadline, "no controller of epoch 4"
         time.sleep(0.05)
-    ch.wait_for(lambda md: md["controller_epoch"] == 4 and all(b["alive"] for b in md["brokers"]), 10,
-                what="brokers kept by the new controller")
+    ch.wait_for(
+        lambda md: md["controller_epoch"] == 4 and all(b["alive"] for b in md["brokers"]),
+        10,
+        what="brokers kept by the new controller",
+    )
     first, _ = ray.get(ch.controller().allocate_producer_ids.remote(1))
     assert first == 3000
 
@@ -125,15 +143,24 @@ def test_producer_ids_and_zombie_controller_fencing(cluster):
 def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
     ch = cluster()
     ctl = ch.controller()
-    bad = ray.get(ctl.create_topics.remote([
-        {"name": "bad name", "num_partitions": 1, "replication_factor": 1},
-        {"name": "x", "num_partitions": 0, "replication_factor": 1},
-        {"name": "y", "num_partitions": 1, "replication_factor": 4},
-        {"name": "z", "num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "soon"}}]))
+    bad = ray.get(
+        ctl.create_topics.remote(
+            [
+                {"name": "bad name", "num_partitions": 1, "replication_factor": 1},
+                {"name": "x", "num_partitions": 0, "replication_factor": 1},
+                {"name": "y", "num_partitions": 1, "replication_factor": 4},
+                {"name": "z", "num_partitions": 1, "replication_factor": 1, "configs": {"retention.ms": "soon"}},
+            ]
+        )
+    )
     assert [r["error_code"] for r in bad] == [17, 37, 38, 40]
     ch.create_topic("t", partitions=2, rf=2, configs={"retention.ms": 60000})
-    assert ray.get(ctl.create_topics.remote([{"name": "t", "num_partitions": 1, "replication_factor": 1}]))[0][
-        "error_code"] == 36
+    assert (
+        ray.get(ctl.create_topics.remote([{"name": "t", "num_partitions": 1, "replication_factor": 1}]))[0][
+            "error_code"
+        ]
+        == 36
+    )
 
     # add partitions: leaders running for the new ones too
     res = ray.get(ctl.create_partitions.remote("t", 3))
@@ -177,8 +204,11 @@ def test_broker_loss_return_and_preferred_election(cluster):
     # settled: preferred leaders, full ISRs (a loaded machine may have fenced someone during the start)
     ch.wait_for(lambda md: all(len(p["isr"]) == 3 for p in md["topics"][0]["partitions"]), 60, what="full ISRs")
     ray.get(ch.controller().elect_leaders.remote(None, 0))
-    ch.wait_for(lambda md: all(p["leader"] == p["replicas"][0] for p in md["topics"][0]["partitions"]), 10,
-                what="preferred leaders")
+    ch.wait_for(
+        lambda md: all(p["leader"] == p["replicas"][0] for p in md["topics"][0]["partitions"]),
+        10,
+        what="preferred leaders",
+    )
     before = {p["partition"]: p for p in ch.describe("p")["partitions"]}
     # the hardest case: the broker that hosts the controller dies (the controller dies with it)
     host = ray.get(ch.controller().describe_controller.remote())["host_broker_id"]
@@ -188,9 +218,13 @@ def test_broker_loss_return_and_preferred_election(cluster):
     t0 = time.monotonic()
     ch.kill_broker(victim)
     # (the dying controller may itself fence the victim in the ~50 ms before it follows its host)
-    md = ch.wait_for(lambda md: md["controller_epoch"] == 2
-                     and not next(b for b in md["brokers"] if b["id"] == victim)["alive"] and md,
-                     10, what="new controller, broker fenced")
+    md = ch.wait_for(
+        lambda md: (
+            md["controller_epoch"] == 2 and not next(b for b in md["brokers"] if b["id"] == victim)["alive"] and md
+        ),
+        10,
+        what="new controller, broker fenced",
+    )
     print(f"broker loss detected in {time.monotonic() - t0:.2f}s (controller host {host}, victim {victim})")
     for p in md["topics"][0]["partitions"]:
         old = before[p["partition"]]
@@ -199,11 +233,21 @@ def test_broker_loss_return_and_preferred_election(cluster):
         assert p["partition_epoch"] > old["partition_epoch"]
         assert p["offline_replicas"] == [victim]
     q = led[0]
-    wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
-              "new leader running")
+    wait_part(
+        ch,
+        "p",
+        q,
+        lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
+        "new leader running",
+    )
     # a new leader's HW catches up only once its followers fetch again: wait for it, then compare
-    wait_part(ch, "p", q, lambda p: read_all(ch.leader_replica("p", q)) == [b"before-%d" % q],
-              "the new leader serves the acknowledged record")
+    wait_part(
+        ch,
+        "p",
+        q,
+        lambda p: read_all(ch.leader_replica("p", q)) == [b"before-%d" % q],
+        "the new leader serves the acknowledged record",
+    )
     assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q]
     produce(ch, "p", q, b"after")
 
@@ -223,8 +267,13 @@ def test_broker_loss_return_and_preferred_election(cluster):
     d = ch.describe("p")
     assert all(p["leader"] == p["replicas"][0] for p in d["partitions"])
     assert part(ch, "p", q)["leader"] == victim
-    wait_part(ch, "p", q, lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
-              "preferred leader running")
+    wait_part(
+        ch,
+        "p",
+        q,
+        lambda p: ray.get(ch.leader_replica("p", q).state.remote())["role"] == "leader",
+        "preferred leader running",
+    )
     assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q, b"after"]
 
 
@@ -232,8 +281,9 @@ def test_hung_broker_session_timeout_and_auto_rebalance(cluster):
     ch = cluster(config={"broker.session.timeout.ms": 2000, "leader.imbalance.check.interval.seconds": 1})
     ch.create_topic("h", partitions=3, rf=3)
     # settled: preferred leader, full ISR (a loaded machine may have fenced someone during the start)
-    before = wait_part(ch, "h", 0, lambda p: p["leader"] == p["replicas"][0] and len(p["isr"]) == 3 and p,
-                       "partition settled", 60)
+    before = wait_part(
+        ch, "h", 0, lambda p: p["leader"] == p["replicas"][0] and len(p["isr"]) == 3 and p, "partition settled", 60
+    )
     hung = before["leader"]
     epoch = ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"]
     ray.get(ch.broker(hung).suspend_heartbeats.remote(4000))
@@ -267,12 +317,18 @@ def test_unclean_election_off_then_on(cluster):
     assert (p["leader"], p["isr"]) == (-1, [0])  # unclean election off: stays offline
     assert ray.get(ch.controller().elect_leaders.remote([("u", 0)], 0))[0]["error_code"] == 80
     # turning unclean election on for the topic elects the live, out-of-sync replica (losing "b")
-    assert ray.get(ch.controller().alter_configs.remote("u", {"unclean.leader.election.enable": True}))[
-        "error_code"] == 0
+    assert (
+        ray.get(ch.controller().alter_configs.remote("u", {"unclean.leader.election.enable": True}))["error_code"] == 0
+    )
     p = wait_part(ch, "u", 0, lambda p: p["leader"] == 1 and p, "unclean leader")
     assert p["isr"] == [1]
-    wait_part(ch, "u", 0, lambda p: ray.get(ch.leader_replica("u", 0).state.remote())["role"] == "leader",
-              "unclean leader running")
+    wait_part(
+        ch,
+        "u",
+        0,
+        lambda p: ray.get(ch.leader_replica("u", 0).state.remote())["role"] == "leader",
+        "unclean leader running",
+    )
     assert read_all(ch.leader_replica("u", 0)) == [b"a"]
 
 
@@ -281,8 +337,11 @@ def test_reassignment(cluster, tmp_path):
     ctl = ch.controller()
     assert ray.get(ctl.create_topics.remote([{"name": "r", "replica_assignment": [[0, 1]]}]))[0]["error_code"] == 0
     produce(ch, "r", 0, b"one", b"two")
-    res = ray.get(ctl.alter_partition_reassignments.remote([{"topic": "r", "partition": 0, "replicas": [2, 1]},
-                                                             {"topic": "r", "partition": 5, "replicas": [2]}]))
+    res = ray.get(
+        ctl.alter_partition_reassignments.remote(
+            [{"topic": "r", "partition": 0, "replicas": [2, 1]}, {"topic": "r", "partition": 5, "replicas": [2]}]
+        )
+    )
     assert [r["error_code"] for r in res] == [0, 3]
     p = wait_part(ch, "r", 0, lambda p: not p["adding"] and not p["removing"] and p, "reassignment done")
     assert p["replicas"] == [2, 1] and sorted(p["isr"]) == [1, 2] and p["leader"] in (1, 2)
@@ -295,8 +354,9 @@ def test_reassignment(cluster, tmp_path):
     res = ray.get(ctl.elect_leaders.remote([("r", 0)], 0))[0]
     assert res["error_code"] in (0, 84)
     wait_part(ch, "r", 0, lambda p: p["leader"] == 2, "leader on the preferred replica 2")
-    wait_part(ch, "r", 0, lambda p: ray.get(ch.leader_replica("r", 0).state.remote())["role"] == "leader",
-              "leader running")
+    wait_part(
+        ch, "r", 0, lambda p: ray.get(ch.leader_replica("r", 0).state.remote())["role"] == "leader", "leader running"
+    )
     assert read_all(ch.leader_replica("r", 0)) == [b"one", b"two"]
 
 
@@ -327,8 +387,7 @@ def test_broker_on_removed_node_is_detected(ray_cluster, cluster):
     ch.create_topic("n", partitions=1, rf=3)
     t0 = time.monotonic()
     ray_cluster.remove_node(node)
-    ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == 2)["alive"], 30,
-                what="broker 2 fenced")
+    ch.wait_for(lambda md: not next(b for b in md["brokers"] if b["id"] == 2)["alive"], 30, what="broker 2 fenced")
     print(f"node loss detected in {time.monotonic() - t0:.2f}s")
     p = part(ch, "n")
     assert 2 not in p["isr"] and p["leader"] in (0, 1)

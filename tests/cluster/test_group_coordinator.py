@@ -5,6 +5,7 @@ OffsetCommit / OffsetFetch, List/Describe/DeleteGroups, and the coordinator's br
 the ``__consumer_offsets`` partition gets a new leader, the group moves, and its offsets and metadata
 survive.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,16 +16,21 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors.bootstrap import start_cluster
-from actors.group_service import OFFSETS_TOPIC, is_retriable_coordinator_error
 from actors.group_records import partition_for
+from actors.group_service import OFFSETS_TOPIC, is_retriable_coordinator_error
 
 pytestmark = pytest.mark.cluster
 
-CONFIG = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 6000,
-          "replica.lag.time.max.ms": 10000, "replica.fetch.wait.max.ms": 100,
-          "leader.imbalance.check.interval.seconds": 3600,
-          "offsets.topic.num.partitions": 2, "group.min.session.timeout.ms": 500,
-          "group.initial.rebalance.delay.ms": 200}
+CONFIG = {
+    "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 6000,
+    "replica.lag.time.max.ms": 10000,
+    "replica.fetch.wait.max.ms": 100,
+    "leader.imbalance.check.interval.seconds": 3600,
+    "offsets.topic.num.partitions": 2,
+    "group.min.session.timeout.ms": 500,
+    "group.initial.rebalance.delay.ms": 200,
+}
 
 MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID = 79, 27, 25
 NOT_COORDINATOR, GROUP_ID_NOT_FOUND, INVALID_REQUEST, INVALID_GROUP_ID = 16, 69, 42, 24
@@ -68,8 +74,7 @@ def call(ch, group: str, method: str, *args, timeout_s: float = 30.0, **kw) -> d
 
 def join_new(ch, group: str, session_timeout_ms: int = 6000) -> str:
     """A new member's first JoinGroup: MEMBER_ID_REQUIRED hands out its member id."""
-    res = call(ch, group, "join_group", group, "", "consumer", PROTOCOLS, session_timeout_ms, 5000,
-               client_id="c-test")
+    res = call(ch, group, "join_group", group, "", "consumer", PROTOCOLS, session_timeout_ms, 5000, client_id="c-test")
     assert res["error_code"] == MEMBER_ID_REQUIRED and res["member_id"], res
     return res["member_id"]
 
@@ -77,8 +82,10 @@ def join_new(ch, group: str, session_timeout_ms: int = 6000) -> str:
 def join_all(ch, group: str, members: list[str], session_timeout_ms: int = 6000) -> list[dict]:
     """Concurrent JoinGroups (each parks until the rebalance completes)."""
     h, _ = ch.group_coordinator(group)
-    refs = [h.join_group.remote(group, m, "consumer", PROTOCOLS, session_timeout_ms, 5000, client_id="c-test")
-            for m in members]
+    refs = [
+        h.join_group.remote(group, m, "consumer", PROTOCOLS, session_timeout_ms, 5000, client_id="c-test")
+        for m in members
+    ]
     out = ray.get(refs, timeout=30)
     for r in out:
         assert r["error_code"] == 0, r
@@ -179,18 +186,30 @@ def test_silent_member_expires_after_session_timeout(shared):
 def test_offsets_list_describe_delete_and_bad_input(shared):
     ch = shared
     group = "g-offsets"
-    commit = [{"name": "orders", "partitions": [
-        {"partition_index": 0, "committed_offset": 42, "committed_metadata": "m0"},
-        {"partition_index": 1, "committed_offset": 7, "committed_leader_epoch": 3}]}]
+    commit = [
+        {
+            "name": "orders",
+            "partitions": [
+                {"partition_index": 0, "committed_offset": 42, "committed_metadata": "m0"},
+                {"partition_index": 1, "committed_offset": 7, "committed_leader_epoch": 3},
+            ],
+        }
+    ]
     t0 = time.monotonic()
     res = call(ch, group, "offset_commit", group, commit)  # a simple consumer (generation -1)
     print(f"offset commit (acks=all append) {time.monotonic() - t0:.3f}s")
     assert [p["error_code"] for p in res["topics"][0]["partitions"]] == [0, 0], res
     res = call(ch, group, "offset_fetch", group, [{"name": "orders", "partition_indexes": [0, 1, 2]}])
-    assert [(p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
-            for p in res["topics"][0]["partitions"]] == [(42, -1, "m0"), (7, 3, ""), (-1, -1, "")]
-    res = call(ch, group, "offset_commit", group, [{"name": "orders", "partitions": [
-        {"partition_index": 0, "committed_offset": 50}]}])
+    assert [
+        (p["committed_offset"], p["committed_leader_epoch"], p["metadata"]) for p in res["topics"][0]["partitions"]
+    ] == [(42, -1, "m0"), (7, 3, ""), (-1, -1, "")]
+    res = call(
+        ch,
+        group,
+        "offset_commit",
+        group,
+        [{"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 50}]}],
+    )
     assert _code(res) == 0
     res = call(ch, group, "offset_fetch", group)  # everything committed
     assert {p["partition_index"]: p["committed_offset"] for p in res["topics"][0]["partitions"]} == {0: 50, 1: 7}
@@ -210,8 +229,12 @@ def test_offsets_list_describe_delete_and_bad_input(shared):
 
     # Bad input answers an error code and the actor keeps serving.
     assert ray.get(h.offset_commit.remote(group, "not-a-list"))["error_code"] == INVALID_REQUEST
-    assert ray.get(h.offset_commit.remote(group, [{"name": "orders", "partitions": [
-        {"partition_index": 0}]}]))["topics"][0]["partitions"][0]["error_code"] == INVALID_REQUEST
+    assert (
+        ray.get(h.offset_commit.remote(group, [{"name": "orders", "partitions": [{"partition_index": 0}]}]))["topics"][
+            0
+        ]["partitions"][0]["error_code"]
+        == INVALID_REQUEST
+    )
     assert ray.get(h.join_group.remote(None, "", "consumer", PROTOCOLS, 6000))["error_code"] == INVALID_GROUP_ID
     assert ray.get(h.join_group.remote(group, "", "consumer", PROTOCOLS, 10))["error_code"] == 26  # session
     assert ray.get(h.describe_groups.remote("not-a-list"))["error_code"] == INVALID_REQUEST
@@ -239,8 +262,9 @@ def test_coordinator_broker_killed_group_moves_offsets_survive(ray_cluster, clus
         m = join_new(ch, group)
         (j,) = join_all(ch, group, [m])
         sync_all(ch, group, [j])
-        commit = [{"name": "orders", "partitions": [{"partition_index": p, "committed_offset": 100 + p}
-                                                    for p in range(3)]}]
+        commit = [
+            {"name": "orders", "partitions": [{"partition_index": p, "committed_offset": 100 + p} for p in range(3)]}
+        ]
         res = call(ch, group, "offset_commit", group, commit, member_id=m, generation_id=j["generation_id"])
         assert _code(res) == 0, res
         old = ch.find_coordinator(group)
@@ -254,15 +278,26 @@ def test_coordinator_broker_killed_group_moves_offsets_survive(ray_cluster, clus
             time.sleep(0.05)
             new = ch.find_coordinator(group)
         res = call(ch, group, "offset_fetch", group)
-        print(f"coordinator moved b{old['broker_id']} -> b{new['broker_id']} and loaded in "
-              f"{time.monotonic() - t0:.2f}s")
-        assert {p["partition_index"]: p["committed_offset"] for p in res["topics"][0]["partitions"]} == \
-            {0: 100, 1: 101, 2: 102}
+        print(
+            f"coordinator moved b{old['broker_id']} -> b{new['broker_id']} and loaded in {time.monotonic() - t0:.2f}s"
+        )
+        assert {p["partition_index"]: p["committed_offset"] for p in res["topics"][0]["partitions"]} == {
+            0: 100,
+            1: 101,
+            2: 102,
+        }
         g = describe(ch, group)  # the group itself was loaded from its GroupMetadata record
         assert g["group_state"] == "Stable" and [x["member_id"] for x in g["members"]] == [m]
         assert heartbeat(ch, group, m, j["generation_id"]) == 0
-        res = call(ch, group, "offset_commit", group, [{"name": "orders", "partitions": [
-            {"partition_index": 0, "committed_offset": 200}]}], member_id=m, generation_id=j["generation_id"])
+        res = call(
+            ch,
+            group,
+            "offset_commit",
+            group,
+            [{"name": "orders", "partitions": [{"partition_index": 0, "committed_offset": 200}]}],
+            member_id=m,
+            generation_id=j["generation_id"],
+        )
         assert _code(res) == 0
         st = ray.get(ch.group_coordinator(group)[0].describe_coordinator.remote())
         assert st["partitions"][0]["state"] == "active" and st["partitions"][0]["loaded_records"] >= 4
@@ -276,8 +311,18 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
     once the config is back commits work again."""
     ch = shared
     group = "g-append-fail"
-    assert _code(call(ch, group, "offset_commit", group, [{"name": "t", "partitions": [
-        {"partition_index": 0, "committed_offset": 5}]}])) == 0
+    assert (
+        _code(
+            call(
+                ch,
+                group,
+                "offset_commit",
+                group,
+                [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}],
+            )
+        )
+        == 0
+    )
     ctl = ch.controller()
     res = ray.get(ctl.alter_configs.remote(OFFSETS_TOPIC, set={"min.insync.replicas": "3"}))
     assert res["error_code"] == 0, res
@@ -288,8 +333,11 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
             assert time.monotonic() - t0 < 15, "min.insync.replicas never applied"
             i += 1
             h, _ = ch.group_coordinator(group)
-            res = ray.get(h.offset_commit.remote(group, [{"name": "t", "partitions": [
-                {"partition_index": 0, "committed_offset": 100 + i}]}]))
+            res = ray.get(
+                h.offset_commit.remote(
+                    group, [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 100 + i}]}]
+                )
+            )
             code = _code(res)
             if code == 0:
                 last_ok = 100 + i
@@ -299,7 +347,13 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
         assert res["error_code"] == 0 and res["topics"][0]["partitions"][0]["committed_offset"] == last_ok
     finally:
         assert ray.get(ctl.alter_configs.remote(OFFSETS_TOPIC, delete=["min.insync.replicas"]))["error_code"] == 0
-    res = call(ch, group, "offset_commit", group, [{"name": "t", "partitions": [
-        {"partition_index": 0, "committed_offset": 7}]}], timeout_s=15)
+    res = call(
+        ch,
+        group,
+        "offset_commit",
+        group,
+        [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 7}]}],
+        timeout_s=15,
+    )
     assert _code(res) == 0, res
     assert call(ch, group, "offset_fetch", group)["topics"][0]["partitions"][0]["committed_offset"] == 7

@@ -6,6 +6,7 @@ prints the time to recovery it measured; the bounds asserted are generous (a loa
 well under what the bugs cost (a controller after ~61 s, partitions never), and the goals (controller
 < 3 s, partition writable < 5 s) are measured by ``benchmarks/liveness_bench.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,10 +29,14 @@ from rafka.clusterctl import pid_alive
 
 pytestmark = pytest.mark.cluster
 
-FAST = {"broker.heartbeat.interval.ms": 200, "broker.session.timeout.ms": 3000,
-        "controller.quorum.fetch.timeout.ms": 1500, "replica.lag.time.max.ms": 5000,
-        "replica.fetch.wait.max.ms": 100, "leader.imbalance.check.interval.seconds": 3600}
-
+FAST = {
+    "broker.heartbeat.interval.ms": 200,
+    "broker.session.timeout.ms": 3000,
+    "controller.quorum.fetch.timeout.ms": 1500,
+    "replica.lag.time.max.ms": 5000,
+    "replica.fetch.wait.max.ms": 100,
+    "leader.imbalance.check.interval.seconds": 3600,
+}
 
 
 def _signal(pid: int, sig) -> None:
@@ -71,8 +76,9 @@ def partition(ch, topic: str, p: int = 0) -> dict:
 
 
 def producer(ch, **kw):
-    return rafka.Producer(ch.cluster, linger_ms=0, request_timeout_ms=1000, retry_backoff_ms=20,
-                          delivery_timeout_ms=60000, **kw)
+    return rafka.Producer(
+        ch.cluster, linger_ms=0, request_timeout_ms=1000, retry_backoff_ms=20, delivery_timeout_ms=60000, **kw
+    )
 
 
 def send_until_acked(prod, topic: str, p: int, value: bytes, t_fault: float, timeout_s: float) -> float:
@@ -100,8 +106,9 @@ def wait_isr(ch, topic: str, p: int, want: set[int], timeout_s: float) -> float:
         if set(partition(ch, topic, p)["isr"]) == want:
             return time.monotonic() - t0
         time.sleep(0.05)
-    raise AssertionError(f"{topic}-{p} ISR {partition(ch, topic, p)['isr']} did not return to {want} "
-                         f"within {timeout_s}s")
+    raise AssertionError(
+        f"{topic}-{p} ISR {partition(ch, topic, p)['isr']} did not return to {want} within {timeout_s}s"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +126,10 @@ def test_controller_sigkill_fails_over_fast(shared):
     del old  # the test holds no handle of its own
     _signal(info["pid"], signal.SIGKILL)
     new, took = wait_new_controller(ch.cluster, info["controller_epoch"], 20)
-    print(f"\ncontroller SIGKILL -> new controller serving in {took:.2f}s "
-          f"(epoch {info['controller_epoch']} -> {new['controller_epoch']})")
+    print(
+        f"\ncontroller SIGKILL -> new controller serving in {took:.2f}s "
+        f"(epoch {info['controller_epoch']} -> {new['controller_epoch']})"
+    )
     assert new["pid"] != info["pid"]
     # the new controller works: a topic is created (leaders running) and written
     ch.create_topic("after-ctl-kill", partitions=2, rf=3)
@@ -149,8 +158,10 @@ def test_replica_sigkill_heals(shared, role):
         acked.append(b"50")
         print(f"\n{role} replica SIGKILL -> partition writable (acks=all) in {took:.2f}s")
         rejoin = wait_isr(ch, topic, 0, {0, 1, 2}, 30)
-        print(f"{role} replica SIGKILL -> back in the ISR after {time.monotonic() - t0:.2f}s "
-              f"({rejoin:.2f}s after writable)")
+        print(
+            f"{role} replica SIGKILL -> back in the ISR after {time.monotonic() - t0:.2f}s "
+            f"({rejoin:.2f}s after writable)"
+        )
         for i in range(51, 60):
             prod.send(topic, b"%d" % i, partition=0)
         prod.flush()
@@ -233,8 +244,9 @@ def test_stale_controller_cannot_commit(shared):
     assert rival == info["controller_epoch"] + 1
     ctl = ray.get_actor(controller_name(ch.cluster), namespace=RAY_NAMESPACE)
     with pytest.raises(NotControllerError):
-        res = ray.get(ctl.create_topics.remote([{"name": "zombie-topic", "num_partitions": 1,
-                                                  "replication_factor": 1}], 5000))
+        res = ray.get(
+            ctl.create_topics.remote([{"name": "zombie-topic", "num_partitions": 1, "replication_factor": 1}], 5000)
+        )
         raise AssertionError(f"a fenced controller created a topic: {res}")
     del ctl
     assert kv.get("topics/zombie-topic") is None
@@ -304,8 +316,9 @@ def test_log_dir_lock_refuses_a_second_broker_and_frees_on_sigkill(ray_cluster, 
         mlog = os.path.join(str(tmp_path), "controller", "metadata.log")
         with open(mlog, "rb") as f:
             before = f.read()
-        rival = RemoteController.options(name=controller_name(cluster_name + "c"), namespace=RAY_NAMESPACE,
-                                         num_cpus=0).remote(cluster_name + "c", str(tmp_path), FAST, -1)
+        rival = RemoteController.options(
+            name=controller_name(cluster_name + "c"), namespace=RAY_NAMESPACE, num_cpus=0
+        ).remote(cluster_name + "c", str(tmp_path), FAST, -1)
         with pytest.raises(RayActorError) as e:
             ray.get(rival.ping.remote(), timeout=60)
         assert "KAFKA_STORAGE_ERROR" in str(e.value) and "controller" in str(e.value)
@@ -321,8 +334,11 @@ def test_log_dir_lock_refuses_a_second_broker_and_frees_on_sigkill(ray_cluster, 
         t0 = time.monotonic()
         ch.restart_broker(0, timeout_s=60)
         print(f"broker SIGKILL -> restarted on its directory in {time.monotonic() - t0:.2f}s")
-        ch.wait_for(lambda md: any(t["name"] == "locked" and t["partitions"][0]["leader"] == 0
-                                   for t in md["topics"]), 30, what="the partition led again")
+        ch.wait_for(
+            lambda md: any(t["name"] == "locked" and t["partitions"][0]["leader"] == 0 for t in md["topics"]),
+            30,
+            what="the partition led again",
+        )
         with producer(ch) as prod:
             prod.send("locked", b"again", partition=0).get(timeout=30)
         assert read_values(ch, "locked", 0, 2) == [b"kept", b"again"]

@@ -4,6 +4,7 @@ and a message naming the batch, the record and the problem; the replica actor st
 what was written before is still readable and the partition still takes writes; a ``rafka.Consumer``
 reads the partition to the end afterwards. Also through ``rafka.Producer``: a null key on a compacted topic
 and a timestamp past ``message.timestamp.after.max.ms`` fail the send's future with Kafka's error."""
+
 from __future__ import annotations
 
 import time
@@ -11,9 +12,9 @@ import uuid
 
 import pytest
 import ray
+from batch_forge import HOUR, MALFORMED, build
 
 from actors.bootstrap import start_cluster
-from batch_forge import HOUR, MALFORMED, build
 from storage.records import decode_records
 
 pytestmark = pytest.mark.cluster
@@ -28,8 +29,12 @@ def vcluster(ray_cluster, tmp_path_factory):
     """One broker; a topic per config the cases need, each holding two records written before."""
     ch = start_cluster("v" + uuid.uuid4().hex[:8], 1, str(tmp_path_factory.mktemp("rafka-validate")))
     topics = {}
-    for props in ({}, {"cleanup.policy": "compact"}, {"message.timestamp.before.max.ms": HOUR},
-                  {"message.timestamp.type": "LogAppendTime"}):
+    for props in (
+        {},
+        {"cleanup.policy": "compact"},
+        {"message.timestamp.before.max.ms": HOUR},
+        {"message.timestamp.type": "LogAppendTime"},
+    ):
         name = _topic_of(props)
         ch.create_topic(name, 1, 1, {k: str(v) for k, v in props.items()})
         h = ch.wait_for(lambda md, n=name: ch.leader_replica(n, 0), what=f"{name} leader")
@@ -75,6 +80,7 @@ def test_consumers_read_every_partition_to_the_end(vcluster):
     (before the fix, the first accepted malformed batch stopped it for good)."""
     import rafka
     from rafka.structs import TopicPartition
+
     ch, topics = vcluster
     c = rafka.Consumer(ch.cluster, auto_offset_reset="earliest")
     tps = [TopicPartition(t, 0) for t in topics]
@@ -93,6 +99,7 @@ def test_consumers_read_every_partition_to_the_end(vcluster):
 
 def test_producer_sees_kafka_errors(vcluster):
     import rafka
+
     ch, topics = vcluster
     with rafka.Producer(ch.cluster, acks=1, retries=0) as p:
         fut = p.send(_topic_of({"cleanup.policy": "compact"}), b"no key")

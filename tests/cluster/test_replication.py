@@ -1,5 +1,6 @@
 """Replication through real brokers, controller and replica actors on Ray; faults are real (ray.kill,
 StopReplica, broker kills and restarts)."""
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,10 @@ import time
 import pytest
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
+from support import batch, clusters, full_isr, leader_of, part, read_values, rstate, wait_until
 
 from protocol import errors as E
 from storage.records import decode_records
-from support import batch, clusters, full_isr, leader_of, part, read_values, rstate, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -52,8 +53,9 @@ def test_produce_acks_and_fetch_round_trip(steady_cluster):
     r0 = ray.get(h.produce.remote(batch([b"d"], ts=t0 + 20), 0, 5000))
     assert r0["error_code"] == 0
     # acks=0 is answered before followers have it: the consumer sees it once the HW passes it
-    assert wait_until(lambda: (lambda v: v if len(v) == 4 else None)(read_values(h)), 10,
-                      "acks=0 record replicated") == [b"a", b"b", b"c", b"d"]
+    assert wait_until(
+        lambda: (lambda v: v if len(v) == 4 else None)(read_values(h)), 10, "acks=0 record replicated"
+    ) == [b"a", b"b", b"c", b"d"]
     # list offsets: earliest, latest (= HW), by timestamp; offsets for leader epoch
     lo = lambda ts: ray.get(h.list_offsets.remote(ts))  # noqa: E731
     assert lo(-2)["offset"] == 0 and lo(-1)["offset"] == 4
@@ -77,13 +79,19 @@ def test_produce_acks_and_fetch_round_trip(steady_cluster):
     assert code(ray.get(fh.produce.remote(batch([b"x"]), 1, 5000))) == E.NotLeaderOrFollowerError.code
     assert code(ray.get(fh.fetch.remote(0, 1000))) == E.NotLeaderOrFollowerError.code
     # a stale LeaderAndIsr (older leader epoch) is ignored
-    stale = {**{k: st[k] for k in ("topic", "partition", "topic_id", "isr", "replicas")},
-             "leader": follower, "leader_epoch": epoch - 1, "partition_epoch": 0, "controller_epoch": 1}
+    stale = {
+        **{k: st[k] for k in ("topic", "partition", "topic_id", "isr", "replicas")},
+        "leader": follower,
+        "leader_epoch": epoch - 1,
+        "partition_epoch": 0,
+        "controller_epoch": 1,
+    }
     assert ray.get(h.become_follower.remote(stale))["ignored"] is True
     assert rstate(h)["role"] == "leader"
     # followers hold the same log
-    wait_until(lambda: rstate(fh)["log_end_offset"] == 4 and rstate(fh)["high_watermark"] == 4,
-               10, "follower caught up")
+    wait_until(
+        lambda: rstate(fh)["log_end_offset"] == 4 and rstate(fh)["high_watermark"] == 4, 10, "follower caught up"
+    )
 
 
 def test_idempotent_retry_is_written_once(steady_cluster):
@@ -133,11 +141,15 @@ def _min_isr_with_a_frozen_follower(ch, h):
     assert ray.get(h.produce.remote(batch([b"acks=1 is fine"]), 1, 5000))["error_code"] == 0
     # acks=1 answers after the leader's append; the HW covers the record once the one remaining ISR follower
     # has fetched it, and reads stop at the HW. The refused record must never appear.
-    wait_until(lambda: read_values(h) == [b"ok", b"in flight", b"acks=1 is fine"], 10,
-               "the acks=1 record under the HW, the refused one never written")
+    wait_until(
+        lambda: read_values(h) == [b"ok", b"in flight", b"acks=1 is fine"],
+        10,
+        "the acks=1 record under the HW, the refused one never written",
+    )
     assert read_values(h) == [b"ok", b"in flight", b"acks=1 is fine"]
-    wait_until(lambda: sorted(part(ch, "mir")["isr"]) == sorted(rstate(h)["isr"]), 10,
-               "controller metadata has the shrunk ISR")
+    wait_until(
+        lambda: sorted(part(ch, "mir")["isr"]) == sorted(rstate(h)["isr"]), 10, "controller metadata has the shrunk ISR"
+    )
 
 
 def test_isr_shrink_and_expand(cluster):
@@ -172,8 +184,11 @@ def test_isr_shrink_and_expand(cluster):
     ch.restart_broker(victim)
     wait_until(lambda: victim in rstate(h)["isr"], 30, "restarted follower back in the ISR")
     wait_until(lambda: victim in part(ch, "isr")["isr"], 10, "controller metadata has it")
-    fst = wait_until(lambda: (lambda s: s if s["log_end_offset"] == 6 else None)(
-        rstate(ch.replica("isr", 0, victim))), 10, "follower LEO")
+    fst = wait_until(
+        lambda: (lambda s: s if s["log_end_offset"] == 6 else None)(rstate(ch.replica("isr", 0, victim))),
+        10,
+        "follower LEO",
+    )
     assert fst["role"] == "follower" and fst["leader"] == b
 
 
@@ -195,26 +210,35 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(make_cluster):
         assert ray.get(ha.produce.remote(batch([v]), 1, 5000))["error_code"] == 0
     st = rstate(ha)
     assert (st["log_end_offset"], st["high_watermark"]) == (5, 2)
-    assert read_values(ha) == [b"r0", b"r1"]                   # nothing above the HW
+    assert read_values(ha) == [b"r0", b"r1"]  # nothing above the HW
     assert ray.get(ha.list_offsets.remote(-1))["offset"] == 2
-    waiting = ha.fetch.remote(2, 1 << 20, 300, 1)               # a consumer at the HW gets nothing
+    waiting = ha.fetch.remote(2, 1 << 20, 300, 1)  # a consumer at the HW gets nothing
     assert ray.get(waiting)["records"] == b""
     old_epoch = st["leader_epoch"]
     ch.kill_broker(a)
-    new = wait_until(lambda: (lambda p: p["leader"] if p["leader"] in others else None)(part(ch, "trunc")),
-                     30, "a new leader from the ISR")
+    new = wait_until(
+        lambda: (lambda p: p["leader"] if p["leader"] in others else None)(part(ch, "trunc")),
+        30,
+        "a new leader from the ISR",
+    )
     hn = wait_until(lambda: ch.replica("trunc", 0, new), 30, "new leader replica created")
     wait_until(lambda: rstate(hn)["role"] == "leader", 30, "new leader running")
     assert rstate(hn)["leader_epoch"] > old_epoch
     fenced = ray.get(hn.fetch.remote(0, 1000, 0, 1, -1, old_epoch))  # a client with the old epoch
     assert fenced["error_code"] == E.FencedLeaderEpochError.code
-    r = wait_until(lambda: (lambda r: r if r["error_code"] == 0 else None)(
-        ray.get(hn.produce.remote(batch([b"n0"]), 1, 5000))), 30, "produce to the new leader")
-    assert r["base_offset"] == 2                                # offsets 2.. are reused: u* never committed
+    r = wait_until(
+        lambda: (lambda r: r if r["error_code"] == 0 else None)(ray.get(hn.produce.remote(batch([b"n0"]), 1, 5000))),
+        30,
+        "produce to the new leader",
+    )
+    assert r["base_offset"] == 2  # offsets 2.. are reused: u* never committed
     ch.restart_broker(a)
     ha2 = wait_until(lambda: ch.replica("trunc", 0, a), 30, "old leader's replica back")
-    wait_until(lambda: rstate(ha2)["role"] == "follower" and rstate(ha2)["log_end_offset"] == 3,
-               30, "old leader truncated and caught up")
+    wait_until(
+        lambda: rstate(ha2)["role"] == "follower" and rstate(ha2)["log_end_offset"] == 3,
+        30,
+        "old leader truncated and caught up",
+    )
     assert rstate(ha2)["leader"] == new
     wait_until(lambda: a in rstate(hn)["isr"], 30, "old leader rejoins the ISR")
     assert read_values(hn) == [b"r0", b"r1", b"n0"]
@@ -223,8 +247,9 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(make_cluster):
     assert part(ch, "trunc")["replicas"][0] == a
     res = ray.get(ch.controller().elect_leaders.remote([("trunc", 0)], 0))
     wait_until(lambda: part(ch, "trunc")["leader"] == a, 30, f"preferred election {res}")
-    wait_until(lambda: rstate(ha2)["role"] == "leader" and rstate(ha2)["high_watermark"] == 3, 30,
-               "old leader leads again")
+    wait_until(
+        lambda: rstate(ha2)["role"] == "leader" and rstate(ha2)["high_watermark"] == 3, 30, "old leader leads again"
+    )
     assert read_values(ha2) == [b"r0", b"r1", b"n0"]
 
 
@@ -335,8 +360,9 @@ def test_leader_failover_keeps_every_acknowledged_record(cluster):
     assert not d.failures, d.failures
     new_leader, h = leader_of(ch, "fo")
     assert new_leader != leader
-    st = wait_until(lambda: (lambda s: s if s["high_watermark"] == s["log_end_offset"] else None)(
-        rstate(h)), 30, "HW at LEO")
+    st = wait_until(
+        lambda: (lambda s: s if s["high_watermark"] == s["log_end_offset"] else None)(rstate(h)), 30, "HW at LEO"
+    )
     values = read_values(h)
     assert values == d.acked, (len(values), len(d.acked), d.retries)  # all, once, in order
     assert len(set(values)) == len(values)

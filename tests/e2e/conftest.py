@@ -1,5 +1,6 @@
 """End-to-end tests: the Serve HTTP gateway and the Spark jobs (RayDP) against a real rafka cluster on the
 session's Ray (tests/conftest.py). Fixtures private to one suite live in that suite's module."""
+
 from __future__ import annotations
 
 import itertools
@@ -15,8 +16,9 @@ _names = itertools.count()
 @pytest.fixture(scope="package")
 def e2e_cluster(ray_cluster, tmp_path_factory):
     """One 3-broker rafka cluster (stopped when the package is done) shared by the gateway and Spark suites (they only create their own topics)."""
-    cluster = rafka.LocalCluster(brokers=3, name="e" + uuid.uuid4().hex[:8],
-                                 data_dir=tmp_path_factory.mktemp("rafka-e2e"))
+    cluster = rafka.LocalCluster(
+        brokers=3, name="e" + uuid.uuid4().hex[:8], data_dir=tmp_path_factory.mktemp("rafka-e2e")
+    )
     yield cluster
     cluster.stop()
 
@@ -37,6 +39,7 @@ def e2e_topic(e2e_admin):
         e2e_admin.create_topic(name, partitions, rf, {k.replace("_", "."): v for k, v in configs.items()})
         made.append(name)
         return name
+
     yield make
     existing = set(e2e_admin.list_topics())
     if [t for t in made if t in existing]:

@@ -3,6 +3,7 @@ every error class, large batches, v3 streaming, msgpack, consumer instances, the
 
 Produced records are read back with ``rafka.Consumer`` and checked exactly (keys, values, partitions,
 offsets)."""
+
 from __future__ import annotations
 
 import base64
@@ -49,8 +50,14 @@ def gw(e2e_cluster):
     seconds rather than after Kafka's two minutes of retries; an 8 MiB body limit and a 5 s body timeout,
     so the edge tests stay short."""
     from serve.gateway import start_gateway, stop_gateway
-    url = start_gateway(e2e_cluster, port=free_port(), max_request_bytes=BODY_LIMIT, body_timeout_s=BODY_TIMEOUT_S,
-                        producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5})
+
+    url = start_gateway(
+        e2e_cluster,
+        port=free_port(),
+        max_request_bytes=BODY_LIMIT,
+        body_timeout_s=BODY_TIMEOUT_S,
+        producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5},
+    )
     yield url
     assert stop_gateway() is True
     with pytest.raises(requests.ConnectionError):
@@ -92,16 +99,31 @@ def test_openapi_lists_every_route(gw):
     paths = {p: set(ops) for p, ops in spec["paths"].items()}
     c, t, g, i = "{cluster_id}", "{topic}", "{group}", "/consumers/{group}/instances/{name}"
     expected = {
-        "/health": {"get"}, "/v3/clusters": {"get"}, f"/v3/clusters/{c}": {"get"},
-        "/topics": {"get"}, f"/topics/{t}": {"get", "post"}, f"/topics/{t}/partitions": {"get"},
-        f"/topics/{t}/partitions/{{partition}}": {"get", "post"}, f"/v3/clusters/{c}/topics": {"get"},
-        f"/v3/clusters/{c}/topics/{t}": {"get"}, f"/v3/clusters/{c}/topics/{t}/partitions": {"get"},
+        "/health": {"get"},
+        "/v3/clusters": {"get"},
+        f"/v3/clusters/{c}": {"get"},
+        "/topics": {"get"},
+        f"/topics/{t}": {"get", "post"},
+        f"/topics/{t}/partitions": {"get"},
+        f"/topics/{t}/partitions/{{partition}}": {"get", "post"},
+        f"/v3/clusters/{c}/topics": {"get"},
+        f"/v3/clusters/{c}/topics/{t}": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/partitions": {"get"},
         f"/v3/clusters/{c}/topics/{t}/partitions/{{partition}}": {"get"},
-        f"/v3/clusters/{c}/topics/{t}/records": {"post"}, f"/v3/clusters/{c}/consumer-groups": {"get"},
-        f"/v3/clusters/{c}/consumer-groups/{g}": {"get"}, f"/v3/clusters/{c}/consumer-groups/{g}/lags": {"get"},
-        f"/consumers/{g}": {"post"}, i: {"delete"}, f"{i}/subscription": {"post", "get", "delete"},
-        f"{i}/assignments": {"post", "get"}, f"{i}/records": {"get"}, f"{i}/offsets": {"post", "get"},
-        f"{i}/positions": {"post"}, f"{i}/positions/beginning": {"post"}, f"{i}/positions/end": {"post"}}
+        f"/v3/clusters/{c}/topics/{t}/records": {"post"},
+        f"/v3/clusters/{c}/consumer-groups": {"get"},
+        f"/v3/clusters/{c}/consumer-groups/{g}": {"get"},
+        f"/v3/clusters/{c}/consumer-groups/{g}/lags": {"get"},
+        f"/consumers/{g}": {"post"},
+        i: {"delete"},
+        f"{i}/subscription": {"post", "get", "delete"},
+        f"{i}/assignments": {"post", "get"},
+        f"{i}/records": {"get"},
+        f"{i}/offsets": {"post", "get"},
+        f"{i}/positions": {"post"},
+        f"{i}/positions/beginning": {"post"},
+        f"{i}/positions/end": {"post"},
+    }
     assert paths == expected
     docs = requests.get(f"{gw}/docs", timeout=30)
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
@@ -175,8 +197,11 @@ def test_produce_v2_binary_round_trip(gw, e2e_cluster, e2e_topic):
 def test_produce_v2_json_format_and_partition_path(gw, e2e_cluster, e2e_topic):
     t = e2e_topic(2, 1)
     values = [{"n": 1, "s": "é"}, [1, 2], "text", 7, None]
-    r = post(f"{gw}/topics/{t}/partitions/1", {"records": [{"key": {"id": i}, "value": v} for i, v in enumerate(values)]},
-             JSONV2)
+    r = post(
+        f"{gw}/topics/{t}/partitions/1",
+        {"records": [{"key": {"id": i}, "value": v} for i, v in enumerate(values)]},
+        JSONV2,
+    )
     offs = r.json()["offsets"]
     assert [(o["partition"], o["offset"]) for o in offs] == [(1, i) for i in range(5)]
     got = read_back(e2e_cluster, t, 5)
@@ -199,9 +224,15 @@ def test_large_batch_in_one_request(gw, e2e_cluster, e2e_topic):
 def test_msgpack_produce(gw, e2e_cluster, e2e_topic):
     t = e2e_topic(3, 1)
     recs = [{"key": b"k\x00%d" % i, "value": os.urandom(50), "partition": i % 3} for i in range(30)]
-    recs.append({"key": None, "value": b"with headers", "partition": 0, "headers": [["trace", b"\x01\x02"], ["n", None]]})
-    r = requests.post(f"{gw}/topics/{t}", data=msgpack.packb({"records": recs}, use_bin_type=True),
-                      headers={"Content-Type": MSGPACK}, timeout=60)
+    recs.append(
+        {"key": None, "value": b"with headers", "partition": 0, "headers": [["trace", b"\x01\x02"], ["n", None]]}
+    )
+    r = requests.post(
+        f"{gw}/topics/{t}",
+        data=msgpack.packb({"records": recs}, use_bin_type=True),
+        headers={"Content-Type": MSGPACK},
+        timeout=60,
+    )
     assert r.status_code == 200 and r.headers["content-type"] == MSGPACK
     offs = msgpack.unpackb(r.content)["offsets"]
     assert [o["partition"] for o in offs] == [i % 3 for i in range(30)] + [0]
@@ -215,16 +246,22 @@ def test_msgpack_produce(gw, e2e_cluster, e2e_topic):
 def test_v3_single_and_streaming(gw, e2e_cluster, e2e_topic):
     t = e2e_topic(2, 3)
     url = f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records"
-    one = {"partition_id": 1, "key": {"type": "STRING", "data": "user-1"}, "value": {"type": "JSON", "data": {"a": 1}},
-           "headers": [{"name": "h", "value": b64(b"hv")}], "timestamp": "2026-01-02T03:04:05.678Z"}
+    one = {
+        "partition_id": 1,
+        "key": {"type": "STRING", "data": "user-1"},
+        "value": {"type": "JSON", "data": {"a": 1}},
+        "headers": [{"name": "h", "value": b64(b"hv")}],
+        "timestamp": "2026-01-02T03:04:05.678Z",
+    }
     r = post(url, one, "application/json")
     rep = r.json()
     assert r.status_code == 200 and rep["error_code"] == 200 and rep["topic_name"] == t
     assert (rep["partition_id"], rep["offset"], rep["cluster_id"]) == (1, 0, e2e_cluster.name)
     assert rep["key"] == {"type": "STRING", "size": 6} and rep["value"] == {"type": "JSON", "size": 7}
     assert rep["timestamp"] == "2026-01-02T03:04:05.678Z"
-    stream = "".join(json.dumps({"value": {"type": "BINARY", "data": b64(b"s%d" % i)}, "partition_id": 0}) + "\n"
-                     for i in range(3)) + json.dumps({"key": {"type": "BINARY", "data": b64(b"kk")}, "value": None})
+    stream = "".join(
+        json.dumps({"value": {"type": "BINARY", "data": b64(b"s%d" % i)}, "partition_id": 0}) + "\n" for i in range(3)
+    ) + json.dumps({"key": {"type": "BINARY", "data": b64(b"kk")}, "value": None})
     r = post(url, stream, "application/json")
     reports = [json.loads(line) for line in r.text.splitlines() if line.strip()]
     assert r.status_code == 200 and len(reports) == 4 and all(x["error_code"] == 200 for x in reports)
@@ -248,6 +285,7 @@ def test_v3_streaming_reports_each_record_while_the_body_is_still_open(gw, e2e_c
     the stream goes on; a malformed tail ends it with an error line."""
     import http.client
     from urllib.parse import urlparse
+
     t = e2e_topic(1, 1)
     where = urlparse(gw)
     conn = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
@@ -266,6 +304,7 @@ def test_v3_streaming_reports_each_record_while_the_body_is_still_open(gw, e2e_c
         line = resp.readline()
         assert line.endswith(b"\n"), line
         return json.loads(line)
+
     send(rec(0))
     resp = conn.getresponse()  # the answer starts while the request body is still open
     assert resp.status == 200 and resp.getheader("content-type").startswith("application/json")
@@ -328,11 +367,16 @@ def test_produce_error_classes(gw, e2e_cluster, e2e_topic):
 
 def test_not_enough_replicas_is_503(gw, e2e_cluster, e2e_topic):
     from concurrent.futures import ThreadPoolExecutor
+
     t = e2e_topic(1, 2, min_insync_replicas="3")
     with ThreadPoolExecutor(2) as pool:  # both wait out the delivery timeout: in parallel
         v2 = pool.submit(post, f"{gw}/topics/{t}", {"records": [{"value": b64(b"x")}]})
-        v3 = pool.submit(post, f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records",
-                         {"value": {"type": "STRING", "data": "x"}}, "application/json")
+        v3 = pool.submit(
+            post,
+            f"{gw}/v3/clusters/{e2e_cluster.name}/topics/{t}/records",
+            {"value": {"type": "STRING", "data": "x"}},
+            "application/json",
+        )
         r, v3 = v2.result(), v3.result()
     (o,) = r.json()["offsets"]  # v2: per-record errors in that record's entry, HTTP 200
     assert r.status_code == 200 and o["offset"] is None and o["error_code"] in (7, 19) and o["error"]
@@ -361,8 +405,9 @@ def test_consumer_group_commit_and_resume(gw, e2e_cluster, e2e_topic):
     group = f"g-{t}"
     values = [b"v%02d" % i for i in range(20)]
     post(f"{gw}/topics/{t}", {"records": [{"value": b64(v), "partition": i % 2} for i, v in enumerate(values)]})
-    base = _create(gw, group, name="first", format="binary", **{"auto.offset.reset": "earliest",
-                                                                 "auto.commit.enable": "false"})
+    base = _create(
+        gw, group, name="first", format="binary", **{"auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    )
     assert base.endswith(f"/consumers/{group}/instances/first")
     error(post(f"{gw}/consumers/{group}", {"name": "first"}, V2), 409, 40902)
     assert requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30).status_code == 204
@@ -372,11 +417,15 @@ def test_consumer_group_commit_and_resume(gw, e2e_cluster, e2e_topic):
     assert sorted(base64.b64decode(r["value"]) for r in recs) == values
     assert sorted((r["partition"], r["offset"]) for r in recs) == sorted((i % 2, i // 2) for i in range(20))
     # commit: partition 0 processed up to offset 5, partition 1 up to offset 2 (Confluent: the last processed)
-    r = requests.post(f"{base}/offsets", json={"offsets": [{"topic": t, "partition": 0, "offset": 5},
-                                                           {"topic": t, "partition": 1, "offset": 2}]}, timeout=30)
+    r = requests.post(
+        f"{base}/offsets",
+        json={"offsets": [{"topic": t, "partition": 0, "offset": 5}, {"topic": t, "partition": 1, "offset": 2}]},
+        timeout=30,
+    )
     assert r.status_code == 204
-    got = requests.get(f"{base}/offsets", json={"partitions": [{"topic": t, "partition": 0},
-                                                              {"topic": t, "partition": 1}]}, timeout=30).json()
+    got = requests.get(
+        f"{base}/offsets", json={"partitions": [{"topic": t, "partition": 0}, {"topic": t, "partition": 1}]}, timeout=30
+    ).json()
     assert [(o["partition"], o["offset"]) for o in got["offsets"]] == [(0, 6), (1, 3)]
     cid = e2e_cluster.name
     groups = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups", timeout=30).json()["data"]
@@ -385,16 +434,19 @@ def test_consumer_group_commit_and_resume(gw, e2e_cluster, e2e_topic):
     assert g["state"] == "STABLE" and [c["client_id"] for c in g["consumers"]] == ["first"]
     assert sorted(a["partition_id"] for a in g["consumers"][0]["assignments"]) == [0, 1]
     lags = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/{group}/lags", timeout=30).json()["data"]
-    assert sorted((x["partition_id"], x["current_offset"], x["log_end_offset"], x["lag"]) for x in lags) == \
-        [(0, 6, 10, 4), (1, 3, 10, 7)]
+    assert sorted((x["partition_id"], x["current_offset"], x["log_end_offset"], x["lag"]) for x in lags) == [
+        (0, 6, 10, 4),
+        (1, 3, 10, 7),
+    ]
     assert requests.delete(base, timeout=60).status_code == 204
     error(requests.get(f"{base}/subscription", timeout=30), 404, 40403)
     # a second instance of the group resumes from the commit
     second = _create(gw, group, name="second", **{"auto.offset.reset": "earliest"})
     requests.post(f"{second}/subscription", json={"topic_pattern": t.replace("-", "[-]")}, timeout=30)
     rest = _poll(second, 11)
-    assert sorted((r["partition"], r["offset"]) for r in rest) == [(0, o) for o in range(6, 10)] + \
-        [(1, o) for o in range(3, 10)]
+    assert sorted((r["partition"], r["offset"]) for r in rest) == [(0, o) for o in range(6, 10)] + [
+        (1, o) for o in range(3, 10)
+    ]
     assert requests.post(f"{second}/offsets", timeout=30).status_code == 204  # everything consumed
     lags = requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/{group}/lags", timeout=30).json()["data"]
     assert sorted((x["partition_id"], x["lag"]) for x in lags) == [(0, 0), (1, 0)]
@@ -412,8 +464,12 @@ def test_consumer_assign_seek_formats_and_max_bytes(gw, e2e_cluster, e2e_topic):
     r = requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 0}]}, timeout=30)
     assert r.status_code == 204
     assert requests.get(f"{base}/assignments", timeout=30).json() == {"partitions": [{"topic": t, "partition": 0}]}
-    assert requests.post(f"{base}/positions/beginning", json={"partitions": [{"topic": t, "partition": 0}]},
-                         timeout=30).status_code == 204
+    assert (
+        requests.post(
+            f"{base}/positions/beginning", json={"partitions": [{"topic": t, "partition": 0}]}, timeout=30
+        ).status_code
+        == 204
+    )
     first = _poll(base, 1, JSONV2, max_bytes=1)  # max_bytes: at least one record, the rest stays for later
     assert [(r["key"], r["value"], r["offset"]) for r in first] == [({"k": 0}, {"i": 0}, 0)]
     rest = _poll(base, 5, JSONV2)
@@ -437,14 +493,28 @@ def test_consumer_assign_seek_formats_and_max_bytes(gw, e2e_cluster, e2e_topic):
     assert base64.b64decode(raw["value"]) == b"\xff\xfe" and raw["offset"] == 0
     error(requests.get(f"{base}/records", headers={"Accept": "text/html"}, timeout=30), 406, 40601)
     error(requests.get(f"{base}/records", params={"max_bytes": 0}, timeout=30), 422, 42202)
-    error(requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 0, "offset": 1}]},
-                        timeout=30), 409, 40903)
-    error(requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 1, "offset": -1}]},
-                        timeout=30), 422, 42201)
-    error(requests.post(f"{base}/assignments", json={"partitions": [{"topic": "nope", "partition": 0}]},
-                        timeout=30), 404, 40401, 3)
-    error(requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 7}]},
-                        timeout=30), 404, 40402, 3)
+    error(
+        requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 0, "offset": 1}]}, timeout=30),
+        409,
+        40903,
+    )
+    error(
+        requests.post(f"{base}/positions", json={"offsets": [{"topic": t, "partition": 1, "offset": -1}]}, timeout=30),
+        422,
+        42201,
+    )
+    error(
+        requests.post(f"{base}/assignments", json={"partitions": [{"topic": "nope", "partition": 0}]}, timeout=30),
+        404,
+        40401,
+        3,
+    )
+    error(
+        requests.post(f"{base}/assignments", json={"partitions": [{"topic": t, "partition": 7}]}, timeout=30),
+        404,
+        40402,
+        3,
+    )
     error(requests.post(f"{base}/assignments", data="[", timeout=30), 400, 40001)
     error(requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30), 409, 40903)
     assert requests.delete(base, timeout=60).status_code == 204
@@ -470,6 +540,7 @@ def open_request(gw: str, path: str, headers: dict, timeout: float = 30):
     """A request whose head is sent and whose body the test writes (or withholds) by hand."""
     import http.client
     from urllib.parse import urlparse
+
     where = urlparse(gw)
     conn = http.client.HTTPConnection(where.hostname, where.port, timeout=timeout)
     conn.putrequest("POST", path)
@@ -502,8 +573,10 @@ def test_json_nested_thousands_deep_is_400(gw, e2e_cluster, e2e_topic):
     for fmt in (JSONV2, BINARY):
         body = error(post(f"{gw}/topics/{t}", '{"records": [{"value": %s}]}' % deep, fmt), 400, 40001)
         assert "nested too deeply" in body["message"], body
-    assert "nested too deeply" in error(post(v3, '{"value": {"type": "JSON", "data": %s}}' % deep,
-                                             "application/json"), 400, 40001)["message"]
+    assert (
+        "nested too deeply"
+        in error(post(v3, '{"value": {"type": "JSON", "data": %s}}' % deep, "application/json"), 400, 40001)["message"]
+    )
     two = '{"value": {"type": "STRING", "data": "x"}} {"value": {"type": "JSON", "data": %s}}' % deep
     error(post(v3, two, "application/json"), 400, 40001)  # a whole body: nothing of it is produced
     error(post(f"{gw}/consumers/g-deep", deep, V2), 400, 40001)
@@ -575,6 +648,7 @@ def test_cli_serve_verbs(tmp_path):
         proc = subprocess.run([RAFKA, *args], capture_output=True, text=True, env=env, timeout=240)
         assert not check or proc.returncode == 0, f"{args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
+
     cli("cluster", "start", "--brokers", "1", "--data-dir", str(tmp_path / "data"), "--num-cpus", "1")
     try:
         port = free_port()

@@ -1,6 +1,7 @@
 """Ray Data datasource/datasink over topics, the Spark (RayDP) bridges and the clickstream job, against the
 session's 3-broker cluster (tests/e2e/conftest.py). One Spark session serves the module (it takes ~15 s
 to start); the CLI test runs first, before that session exists, since it starts Spark in its own process."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ import ray
 import rafka
 from jobs import clickstream
 from jobs.datasource import SCHEMA, TopicDatasink, TopicDatasource, read_topic, write_topic
-from rafka import TopicPartition
 from jobs.demo import ClickStream
+from rafka import TopicPartition
 from rafka.errors import UnknownTopicOrPartitionError
 from rafka.partitioner import partition_for_key
 
@@ -34,9 +35,16 @@ GAP_MS = 40  # ClickStream events are 1 ms apart: a small gap gives users many s
 def produce(cluster, topic: str, pairs, timestamps=None, headers=None) -> list[tuple[int, int, bytes | None, bytes]]:
     """Send ``(key, value)`` pairs; ``[(partition, offset, key, value)]`` in send order."""
     with rafka.Producer(cluster, linger_ms=10, batch_size=65536) as p:
-        futs = [p.send(topic, v, key=k, timestamp_ms=None if timestamps is None else timestamps[i],
-                       headers=None if headers is None else headers[i])
-                for i, (k, v) in enumerate(pairs)]
+        futs = [
+            p.send(
+                topic,
+                v,
+                key=k,
+                timestamp_ms=None if timestamps is None else timestamps[i],
+                headers=None if headers is None else headers[i],
+            )
+            for i, (k, v) in enumerate(pairs)
+        ]
         p.flush()
         mds = [f.get(timeout=60) for f in futs]
     return [(md.partition, md.offset, k, v) for md, (k, v) in zip(mds, pairs)]
@@ -56,17 +64,31 @@ def test_cli_job_run_clickstream(ray_cluster, e2e_cluster, e2e_topic, tmp_path):
     env = {**os.environ, "RAFKA_HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled"}
     listed = subprocess.run([RAFKA, "job", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
     assert listed.returncode == 0 and [j["name"] for j in json.loads(listed.stdout)] == ["clickstream"]
-    base = [RAFKA, "--address", ray_cluster.address, "--cluster", e2e_cluster.name, "job", "run", "clickstream",
-            "--topic", topic, "--group", f"{topic}-g", "--results-topic", f"{topic}-results",
-            "--parquet", str(tmp_path / "out")]
+    base = [
+        RAFKA,
+        "--address",
+        ray_cluster.address,
+        "--cluster",
+        e2e_cluster.name,
+        "job",
+        "run",
+        "clickstream",
+        "--topic",
+        topic,
+        "--group",
+        f"{topic}-g",
+        "--results-topic",
+        f"{topic}-results",
+        "--parquet",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "records" in proc.stdout and "300" in proc.stdout and "TOP PAGE" in proc.stdout
-    assert "reading" in proc.stderr and "committing offsets" in proc.stderr   # the step lines
+    assert "reading" in proc.stderr and "committing offsets" in proc.stderr  # the step lines
     committed = rafka.Admin(e2e_cluster).list_consumer_group_offsets(f"{topic}-g")
     assert sum(committed.values()) == 300
-    bad = subprocess.run([*base[:-8], "--topic", "no-such-topic"], capture_output=True, text=True, env=env,
-                         timeout=300)
+    bad = subprocess.run([*base[:-8], "--topic", "no-such-topic"], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
 
 
@@ -79,8 +101,7 @@ def loaded_topic(e2e_cluster, e2e_admin):
     pairs = [(f"k{i % 37}".encode(), f"v{i}".encode()) for i in range(900)]
     headers = [[("n", str(i).encode()), ("empty", None)] if i % 100 == 0 else None for i in range(900)]
     sent = produce(e2e_cluster, topic, pairs, timestamps=[1_000 + i for i in range(900)], headers=headers)
-    return topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h]
-                         for (p, o, _, _), h in zip(sent, headers) if h}
+    return topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h] for (p, o, _, _), h in zip(sent, headers) if h}
 
 
 def test_read_everything_with_schema_and_ranges(e2e_cluster, loaded_topic):
@@ -157,7 +178,7 @@ def test_write_failures_surface(e2e_cluster, e2e_topic):
     with pytest.raises(UnknownTopicOrPartitionError):
         TopicDatasink(e2e_cluster, "no-such-topic")
     ds = ray.data.from_items([{"key": "a", "value": {"x": 1}}])
-    with pytest.raises(Exception, match="json_values=True"):   # dict values without json_values: the write fails
+    with pytest.raises(Exception, match="json_values=True"):  # dict values without json_values: the write fails
         write_topic(ds, e2e_cluster, topic)
     with pytest.raises(ValueError, match="no column"):
         write_topic(ray.data.from_items([{"k": "a", "v": "b"}]), e2e_cluster, topic)
@@ -168,6 +189,7 @@ def test_write_failures_surface(e2e_cluster, e2e_topic):
 @pytest.fixture(scope="module")
 def spark(ray_cluster, e2e_cluster):
     from jobs.spark import init_spark, stop_spark
+
     session = init_spark("rafka-tests", configs=EXECUTOR_CPU)
     yield session
     stop_spark()
@@ -175,10 +197,13 @@ def spark(ray_cluster, e2e_cluster):
 
 def test_topic_to_spark_and_back(e2e_cluster, e2e_topic, loaded_topic, spark):
     from jobs.spark import spark_to_topic, topic_to_spark
+
     topic, sent, _ = loaded_topic
     df = topic_to_spark(spark, e2e_cluster, topic, **READ)
     assert df.columns == SCHEMA.names
-    assert sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in df.collect()) == sorted(sent)
+    assert sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in df.collect()) == sorted(
+        sent
+    )
     out = e2e_topic(3, 1)
     shouted = df.selectExpr("CAST(key AS STRING) AS key", "upper(CAST(value AS STRING)) AS value")
     assert spark_to_topic(shouted, e2e_cluster, out)["records"] == 900
@@ -209,15 +234,24 @@ def expected(events: list[dict], gap_ms: int) -> tuple[dict[str, int], list[dict
     return dict(pages), sorted(sessions, key=lambda s: (s["user"], s["start"]))
 
 
-MALFORMED = [(b"user-x", b"not json"), (b"user-x", b'{"user": "user-x"}'), (b"user-x", b"[1, 2]"),
-             (None, b'{"user": 7, "page": "/", "ts": "soon"}')]
+MALFORMED = [
+    (b"user-x", b"not json"),
+    (b"user-x", b'{"user": "user-x"}'),
+    (b"user-x", b"[1, 2]"),
+    (None, b'{"user": 7, "page": "/", "ts": "soon"}'),
+]
 
 
 @pytest.fixture
 def click_topic(e2e_cluster, e2e_topic, tmp_path):
     topic = e2e_topic(3, 3)
-    return {"topic": topic, "group": f"{topic}-job", "results_topic": f"{topic}-results",
-            "parquet_dir": str(tmp_path / "parquet"), "session_gap_ms": GAP_MS}
+    return {
+        "topic": topic,
+        "group": f"{topic}-job",
+        "results_topic": f"{topic}-results",
+        "parquet_dir": str(tmp_path / "parquet"),
+        "session_gap_ms": GAP_MS,
+    }
 
 
 def run_job(e2e_cluster, spark, job: dict, **kw) -> dict:
@@ -237,19 +271,20 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert first["sessions"] == len(sessions)
     assert pq.read_table(first["parquet"]["page_counts"]).num_rows == len(pages)
     parquet_sessions = pq.read_table(first["parquet"]["sessions"]).to_pylist()
-    assert sorted((s["user"], s["start"], s["clicks"]) for s in parquet_sessions) == \
-        [(s["user"], s["start"], s["clicks"]) for s in sessions]
+    assert sorted((s["user"], s["start"], s["clicks"]) for s in parquet_sessions) == [
+        (s["user"], s["start"], s["clicks"]) for s in sessions
+    ]
     committed = {tp.partition: o for tp, o in e2e_admin.list_consumer_group_offsets(job["group"]).items()}
     assert committed == {p: r[1] for p, r in first["ranges"].items()}
 
     # run 2 writes its outputs, then crashes before committing; more records arrive after the crash
-    produce(e2e_cluster, job["topic"], stream.take(1500))   # sessions continue across the run boundary
+    produce(e2e_cluster, job["topic"], stream.take(1500))  # sessions continue across the run boundary
     with pytest.raises(clickstream.JobCrashed):
         run_job(e2e_cluster, spark, job, crash_after_output=True)
     assert clickstream.read_results(e2e_cluster, job["results_topic"])["plans"][job["group"]]["run"] == 2
     assert {tp.partition: o for tp, o in e2e_admin.list_consumer_group_offsets(job["group"]).items()} == committed
     produce(e2e_cluster, job["topic"], stream.take(300))
-    redo = run_job(e2e_cluster, spark, job)   # exactly run 2's ranges again: not counted twice
+    redo = run_job(e2e_cluster, spark, job)  # exactly run 2's ranges again: not counted twice
     assert redo["redo"] and redo["run"] == 2 and redo["records"] == 1500 and redo["skipped"] == 0
     assert {p: r[0] for p, r in redo["ranges"].items()} == committed
     pages, sessions = expected(stream.events[:4000], GAP_MS)
@@ -264,7 +299,7 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert results["pages"] == pages and third["pages"] == pages and results["sessions"] == sessions
     assert sum(e2e_admin.list_consumer_group_offsets(job["group"]).values()) == 4304
 
-    idle = run_job(e2e_cluster, spark, job)   # nothing new: no run, no output, same results
+    idle = run_job(e2e_cluster, spark, job)  # nothing new: no run, no output, same results
     assert idle["records"] == 0 and idle["run"] == 3 and idle["parquet"] == {} and idle["pages"] == pages
     assert clickstream.read_results(e2e_cluster, job["results_topic"])["sessions"] == sessions
     assert sorted(os.listdir(Path(job["parquet_dir"]) / "sessions")) == ["run=1", "run=2", "run=3"]

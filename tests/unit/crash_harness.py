@@ -24,6 +24,7 @@ reads returning the batches, the leader epoch cache equal to what the batch head
 state that detects a retried batch; plus the scenario's own rule relating the result to the states
 before and after the operation.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -47,8 +48,24 @@ WRITE_KINDS = ("pwrite", "write", "filewrite")
 
 # ---------------------------------------------------------------------------------------------- interception
 
-_OS = {n: getattr(os, n) for n in ("pwrite", "write", "ftruncate", "truncate", "fsync", "fdatasync", "replace",
-                                   "rename", "remove", "unlink", "rmdir", "mkdir", "open")}
+_OS = {
+    n: getattr(os, n)
+    for n in (
+        "pwrite",
+        "write",
+        "ftruncate",
+        "truncate",
+        "fsync",
+        "fdatasync",
+        "replace",
+        "rename",
+        "remove",
+        "unlink",
+        "rmdir",
+        "mkdir",
+        "open",
+    )
+}
 _OPEN = builtins.open
 
 
@@ -92,17 +109,18 @@ class _Killer:
 
 def _install(k: _Killer) -> None:
     def pwrite(fd, data, offset):
-        k.hit("pwrite", _fd_name(fd), lambda: _OS["pwrite"](fd, bytes(data[:len(data) // 2]), offset))
+        k.hit("pwrite", _fd_name(fd), lambda: _OS["pwrite"](fd, bytes(data[: len(data) // 2]), offset))
         return _OS["pwrite"](fd, data, offset)
 
     def write(fd, data):
-        k.hit("write", _fd_name(fd), lambda: _OS["write"](fd, bytes(data[:len(data) // 2])))
+        k.hit("write", _fd_name(fd), lambda: _OS["write"](fd, bytes(data[: len(data) // 2])))
         return _OS["write"](fd, data)
 
     def on_fd(kind):
         def f(fd, *a, **kw):
             k.hit(kind, _fd_name(fd))
             return _OS[kind](fd, *a, **kw)
+
         return f
 
     def on_path(kind, only_if_absent=False):
@@ -110,12 +128,14 @@ def _install(k: _Killer) -> None:
             if not only_if_absent or not os.path.lexists(path):
                 k.hit(kind, _name(path))
             return _OS[kind](path, *a, **kw)
+
         return f
 
     def rename(kind):
         def f(src, dst, *a, **kw):
             k.hit(kind, f"{_name(src)}>{_name(dst)}")
             return _OS[kind](src, dst, *a, **kw)
+
         return f
 
     def os_open(path, flags, mode=0o777, **kw):
@@ -125,15 +145,16 @@ def _install(k: _Killer) -> None:
 
     class CountingFileIO(io.FileIO):
         def write(self, b):
-            k.hit("filewrite", _name(self.name), lambda: io.FileIO.write(self, bytes(memoryview(b)[:len(b) // 2])))
+            k.hit("filewrite", _name(self.name), lambda: io.FileIO.write(self, bytes(memoryview(b)[: len(b) // 2])))
             return io.FileIO.write(self, b)
 
         def truncate(self, size=None):
             k.hit("ftruncate", _name(self.name))
             return io.FileIO.truncate(self, size)
 
-    def counting_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True,
-                      opener=None):
+    def counting_open(
+        file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None
+    ):
         if isinstance(file, int) or not any(c in mode for c in "wax+"):
             return _OPEN(file, mode, buffering, encoding, errors, newline, closefd, opener)
         if "w" in mode or not os.path.exists(file):
@@ -150,8 +171,12 @@ def _install(k: _Killer) -> None:
     os.pwrite, os.write = pwrite, write
     for kind in ("ftruncate", "fsync", "fdatasync"):
         setattr(os, kind, on_fd(kind))
-    os.truncate, os.remove, os.unlink, os.rmdir = (on_path("truncate"), on_path("remove"), on_path("unlink"),
-                                                   on_path("rmdir"))
+    os.truncate, os.remove, os.unlink, os.rmdir = (
+        on_path("truncate"),
+        on_path("remove"),
+        on_path("unlink"),
+        on_path("rmdir"),
+    )
     os.mkdir = on_path("mkdir", only_if_absent=True)
     os.replace, os.rename = rename("replace"), rename("rename")
     os.open = os_open
@@ -160,8 +185,10 @@ def _install(k: _Killer) -> None:
 
 # ---------------------------------------------------------------------------------------------- server
 
+
 def _child(req: dict, report_fd: int) -> None:
     from crash_scenarios import SCENARIOS
+
     devnull = _OS["open"](os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     sc = SCENARIOS[req["scenario"]]
@@ -175,6 +202,7 @@ def _child(req: dict, report_fd: int) -> None:
 def serve() -> None:
     """The fork server: one JSON request per stdin line, one JSON answer per stdout line."""
     import crash_scenarios  # noqa: F401  (import once, before forking)
+
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         req = json.loads(line)
@@ -231,8 +259,9 @@ class CrashServer:
     def __init__(self, log_path: str):
         self._err = open(log_path, "wb")
         code = f"import sys; sys.path[:0] = [{ROOT_DIR!r}, {UNIT_DIR!r}]; import crash_harness; crash_harness.serve()"
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._err, cwd=ROOT_DIR)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, cwd=ROOT_DIR
+        )
         self.log_path = log_path
         self.runs = 0
 
@@ -256,6 +285,7 @@ class CrashServer:
 
 # ---------------------------------------------------------------------------------------------- views and checks
 
+
 @dataclass
 class SegView:
     base: int
@@ -270,6 +300,7 @@ class SegView:
 @dataclass
 class View:
     """A log directory as recovery left it: its segments, batches and offsets."""
+
     segments: list
     lso: int
     leo: int
@@ -285,8 +316,11 @@ class View:
 
     def records(self, from_offset=None):
         lo = self.lso if from_offset is None else from_offset
-        return [(r.offset, r.timestamp, r.key, r.value, r.headers)
-                for r in decode_records(b"".join(self.batches), include_control=True) if r.offset >= lo]
+        return [
+            (r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in decode_records(b"".join(self.batches), include_control=True)
+            if r.offset >= lo
+        ]
 
 
 def scan_dir(d: str, strict: bool = True) -> list[SegView]:
@@ -298,7 +332,7 @@ def scan_dir(d: str, strict: bool = True) -> list[SegView]:
         batches = []
         try:
             for pos, h in iter_batch_headers(data):
-                batches.append((pos, h, data[pos:pos + h.size_in_bytes]))
+                batches.append((pos, h, data[pos : pos + h.size_in_bytes]))
         except Exception:
             if strict:
                 raise
@@ -319,7 +353,7 @@ def header_epochs(headers, lso: int) -> list[tuple[int, int]]:
             entries.append((e, h.base_offset))
     below = [i for i, (_, o) in enumerate(entries) if o <= lso]
     if below:
-        entries = [(entries[below[-1]][0], lso)] + entries[below[-1] + 1:]
+        entries = [(entries[below[-1]][0], lso)] + entries[below[-1] + 1 :]
     return entries
 
 
@@ -331,14 +365,16 @@ def _check_indexes(seg, sv: SegView, oi_entries, ti_entries, where: str) -> None
         max_at[h.last_offset] = running
     prev = None
     for off, pos in oi_entries:
-        assert pos in by_pos and by_pos[pos].last_offset == off, f"{where}: offset index entry ({off}, {pos}) " \
-            f"names no batch ending at {off}"
+        assert pos in by_pos and by_pos[pos].last_offset == off, (
+            f"{where}: offset index entry ({off}, {pos}) names no batch ending at {off}"
+        )
         assert prev is None or off > prev, f"{where}: offset index not increasing at {off}"
         prev = off
     prev = None
     for ts, off in ti_entries:
-        assert max_at.get(off) == ts, f"{where}: time index entry ({ts}, {off}) but the max timestamp there is " \
-            f"{max_at.get(off)}"
+        assert max_at.get(off) == ts, (
+            f"{where}: time index entry ({ts}, {off}) but the max timestamp there is {max_at.get(off)}"
+        )
         assert prev is None or ts > prev, f"{where}: time index not increasing at {ts}"
         prev = ts
 
@@ -363,8 +399,9 @@ def check_log(lg: Log, where: str = "") -> View:
     leftovers = [n for n in names if n.endswith((".swap", ".cleaned", ".deleted", ".tmp"))]
     assert not leftovers, f"{where}: leftover files {leftovers}"
     v = view_of(lg)
-    assert [s.name for s in v.segments] == [os.path.basename(s.log_path) for s in lg.segments], \
+    assert [s.name for s in v.segments] == [os.path.basename(s.log_path) for s in lg.segments], (
         f"{where}: segment files {[s.name for s in v.segments]} are not the log's segments"
+    )
     bases = {s.base for s in v.segments}
     orphans = [n for n in names if n.endswith((".index", ".timeindex")) and int(n[:20]) not in bases]
     assert not orphans, f"{where}: index files without a segment: {orphans}"
@@ -378,17 +415,24 @@ def check_log(lg: Log, where: str = "") -> View:
     for s in v.segments:
         for _, h, _ in s.batches:
             assert h.base_offset >= s.base, f"{where}: batch {h.base_offset} below its segment {s.base}"
-    assert lg.log_end_offset == v.segments[-1].next_offset, f"{where}: LEO {lg.log_end_offset} but the last " \
-        f"batch ends at {v.segments[-1].next_offset}"
+    assert lg.log_end_offset == v.segments[-1].next_offset, (
+        f"{where}: LEO {lg.log_end_offset} but the last batch ends at {v.segments[-1].next_offset}"
+    )
     assert v.segments[0].base <= lg.log_start_offset <= lg.log_end_offset
     assert lg.high_watermark <= lg.log_end_offset and lg.recovery_point <= lg.log_end_offset
     for seg, sv in zip(lg.segments, v.segments):
         oi, ti = seg.offset_index, seg.time_index
-        _check_indexes(seg, sv, [oi.entry(i) for i in range(oi.entries)], [ti.entry(i) for i in range(ti.entries)],
-                       f"{where}: segment {sv.base}")
+        _check_indexes(
+            seg,
+            sv,
+            [oi.entry(i) for i in range(oi.entries)],
+            [ti.entry(i) for i in range(ti.entries)],
+            f"{where}: segment {sv.base}",
+        )
         top = max((h.max_timestamp for _, h, _ in sv.batches), default=-1)
-        assert seg.max_timestamp_so_far == top, f"{where}: segment {sv.base} max timestamp " \
-            f"{seg.max_timestamp_so_far}, batches say {top}"
+        assert seg.max_timestamp_so_far == top, (
+            f"{where}: segment {sv.base} max timestamp {seg.max_timestamp_so_far}, batches say {top}"
+        )
         assert seg.next_offset == sv.next_offset
     lso, leo = lg.log_start_offset, lg.log_end_offset
     got, off = b"", lso
@@ -439,16 +483,18 @@ def check_epochs(lg: Log, v: View, where: str) -> None:
 def check_producer_retry(lg: Log, v: View, where: str) -> None:
     """Re-append the last idempotent batch still in the log: it must come back a duplicate with its offsets."""
     lso = lg.log_start_offset
-    cands = [(h, b) for h, b in zip(v.headers, v.batches) if h.producer_id >= 0 and not h.is_control
-             and h.last_offset >= lso]
+    cands = [
+        (h, b) for h, b in zip(v.headers, v.batches) if h.producer_id >= 0 and not h.is_control and h.last_offset >= lso
+    ]
     if not cands:
         return
     h, b = cands[-1]
     if h.records_count != h.last_offset_delta + 1:
         return  # emptied by the cleaner (kept for its sequence numbers): not a batch a producer would resend
     info = lg.append_as_leader(b, max(lg.latest_epoch, 0), now_ms=NOW)
-    assert info.duplicate and (info.first_offset, info.last_offset) == (h.base_offset, h.last_offset), \
+    assert info.duplicate and (info.first_offset, info.last_offset) == (h.base_offset, h.last_offset), (
         f"{where}: retried batch (seq {h.base_sequence}) at {h.base_offset}..{h.last_offset} came back {info}"
+    )
 
 
 NOW = 1_700_000_000_000

@@ -6,6 +6,7 @@ a copy of it to the operation's start (in the child, not counted); ``op(dir, sta
 (counted); ``expect(before, after, final)`` relates what recovery made of a crash to the log before and
 after the operation (batches compared byte for byte).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from crash_harness import NOW, WRITE_KINDS, View, copy_dir, read_index_files, scan_dir, verify, view_of
-from crash_harness import _check_indexes
+from crash_harness import NOW, WRITE_KINDS, View, _check_indexes, copy_dir, read_index_files, scan_dir, verify, view_of
+
 from storage.log import CLEAN_SHUTDOWN_FILE, EPOCH_FILE, Log, LogConfig
 from storage.records import RecordBatchBuilder
 
@@ -75,10 +76,11 @@ class Scenario:
 
 # ---------------------------------------------------------------------------------------------- expectations
 
+
 def grows(before: View, after: View, final: View) -> None:
     """Nothing written before is lost; what the op wrote is there or not, in order."""
     b, a, f = before.batches, after.batches, final.batches
-    assert f == a[:len(f)] and len(f) >= len(b), f"batches: {len(f)}, expected between {len(b)} and {len(a)}"
+    assert f == a[: len(f)] and len(f) >= len(b), f"batches: {len(f)}, expected between {len(b)} and {len(a)}"
     assert final.lso == before.lso
 
 
@@ -90,8 +92,9 @@ def same_as_after(before: View, after: View, final: View) -> None:
 def prefix_of_before(before: View, after: View, final: View) -> None:
     """A truncation: what stays is a prefix of the old log, never shorter than the truncated one, no hole."""
     b, a, f = before.batches, after.batches, final.batches
-    assert f == b[:len(f)] and len(f) >= len(a), f"batches: {len(f)}, expected a prefix of the old " \
-        f"{len(b)} at least {len(a)} long"
+    assert f == b[: len(f)] and len(f) >= len(a), (
+        f"batches: {len(f)}, expected a prefix of the old {len(b)} at least {len(a)} long"
+    )
     if not f and final.leo != after.leo:  # every segment gone before the new one existed: empty at the old start
         assert final.leo == before.lso, f"empty log at {final.leo}"
     assert final.lso == min(before.lso, final.leo) or (not f and final.lso == final.leo)
@@ -100,8 +103,9 @@ def prefix_of_before(before: View, after: View, final: View) -> None:
 def suffix_of_before(before: View, after: View, final: View) -> None:
     """Deletion from the start: the old log minus whole segments from the bottom; log start in between."""
     b, a, f = before.batches, after.batches, final.batches
-    assert f == b[len(b) - len(f):] and len(a) <= len(f), f"batches: {len(f)}, expected a suffix of the old " \
-        f"{len(b)} at least {len(a)} long"
+    assert f == b[len(b) - len(f) :] and len(a) <= len(f), (
+        f"batches: {len(f)}, expected a suffix of the old {len(b)} at least {len(a)} long"
+    )
     assert before.lso <= final.lso <= after.lso, f"log start {final.lso} outside [{before.lso}, {after.lso}]"
 
 
@@ -116,6 +120,7 @@ def compacted(before: View, after: View, final: View) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- scenarios
+
 
 def _open(cfg):
     return lambda d, _state=None: Log(d, cfg, now_ms=NOW)
@@ -151,6 +156,7 @@ def _crashed(tpl):
 def _clean_torn(batches_in_active: int, garbage_index: bool):
     """A cleanly closed log whose active segment (``batches_in_active`` batches) got a torn batch after the
     shutdown; with ``garbage_index`` its offset index is garbage too."""
+
     def prepare(tpl):
         lg = build(tpl, DELETE, 12, close=False)
         lg.roll(NOW)
@@ -163,12 +169,14 @@ def _clean_torn(batches_in_active: int, garbage_index: bool):
         if garbage_index:
             with open(os.path.join(tpl, active.replace(".log", ".index")), "wb") as f:
                 f.write(bytes(range(7, 7 + 24)))
+
     return prepare
 
 
 def _hole(clean: bool):
     """A log whose third segment is gone, what a truncation deleting segments lowest first left when killed
     (cleanly closed, or crashed: without the marker)."""
+
     def prepare(tpl):
         build(tpl, DELETE, 16)
         gone = sorted(n for n in os.listdir(tpl) if n.endswith(".log"))[2]
@@ -176,6 +184,7 @@ def _hole(clean: bool):
             os.remove(os.path.join(tpl, gone.replace(".log", ext)))
         if not clean:
             os.remove(os.path.join(tpl, CLEAN_SHUTDOWN_FILE))
+
     return prepare
 
 
@@ -205,6 +214,7 @@ def _follower_op(d, lg):
 def _setup_append(lo, hi, cfg=DELETE):
     def setup(d):
         return append(Log(d, cfg, now_ms=NOW), lo, hi)
+
     return setup
 
 
@@ -212,6 +222,7 @@ def _op(fn):
     def op(d, lg):
         fn(lg)
         return lg
+
     return op
 
 
@@ -229,49 +240,119 @@ RETENTION_SOME, RETENTION_ALL = _retention((200 - 9) * 60_000), _retention(1)
 
 def _scenarios() -> list[Scenario]:
     s = [
-        Scenario("append", DELETE, _tpl(DELETE, 10), _setup_append(10, 12),
-                 _op(lambda lg: append(lg, 12, 16)), grows),
+        Scenario("append", DELETE, _tpl(DELETE, 10), _setup_append(10, 12), _op(lambda lg: append(lg, 12, 16)), grows),
         Scenario("append_follower", DELETE, _tpl(DELETE, 10), _setup_append(10, 10), _follower_op, grows),
         Scenario("roll", DELETE, _tpl(DELETE, 10), _setup_append(10, 11), _op(lambda lg: lg.roll(NOW)), grows),
         Scenario("flush", DELETE, _tpl(DELETE, 10), _setup_append(10, 18), _op(lambda lg: lg.flush(NOW)), grows),
-        Scenario("truncate_to", DELETE, _tpl(DELETE, 24), _setup_append(24, 26),
-                 _op(lambda lg: lg.truncate_to(lg.segments[1].base_offset + 3, NOW)), prefix_of_before),
-        Scenario("truncate_to_segment_base", DELETE, _tpl(DELETE, 24), _setup_append(24, 24),
-                 _op(lambda lg: lg.truncate_to(lg.segments[2].base_offset, NOW)), prefix_of_before),
-        Scenario("truncate_fully", DELETE, _tpl(DELETE, 20), _setup_append(20, 21),
-                 _op(lambda lg: lg.truncate_fully_and_start_at(lg.log_end_offset + 100, NOW)), prefix_of_before),
-        Scenario("delete_records", DELETE, _tpl(DELETE, 24), _setup_append(24, 24),
-                 _op(lambda lg: lg.delete_records(lg.segments[2].base_offset + 3)), suffix_of_before),
-        Scenario("retention", RETENTION_SOME, _tpl(RETENTION_SOME, 24), _setup_append(24, 24, RETENTION_SOME),
-                 _op(lambda lg: lg.delete_old_segments(NOW)), suffix_of_before),
-        Scenario("retention_all", RETENTION_ALL, _tpl(RETENTION_ALL, 16), _setup_append(16, 16, RETENTION_ALL),
-                 _op(lambda lg: lg.delete_old_segments(NOW)), suffix_of_before),
-        Scenario("compaction", COMPACT, _tpl(COMPACT, 24), _setup_append(24, 24, COMPACT),
-                 _op(lambda lg: lg.compact(NOW)), compacted),
+        Scenario(
+            "truncate_to",
+            DELETE,
+            _tpl(DELETE, 24),
+            _setup_append(24, 26),
+            _op(lambda lg: lg.truncate_to(lg.segments[1].base_offset + 3, NOW)),
+            prefix_of_before,
+        ),
+        Scenario(
+            "truncate_to_segment_base",
+            DELETE,
+            _tpl(DELETE, 24),
+            _setup_append(24, 24),
+            _op(lambda lg: lg.truncate_to(lg.segments[2].base_offset, NOW)),
+            prefix_of_before,
+        ),
+        Scenario(
+            "truncate_fully",
+            DELETE,
+            _tpl(DELETE, 20),
+            _setup_append(20, 21),
+            _op(lambda lg: lg.truncate_fully_and_start_at(lg.log_end_offset + 100, NOW)),
+            prefix_of_before,
+        ),
+        Scenario(
+            "delete_records",
+            DELETE,
+            _tpl(DELETE, 24),
+            _setup_append(24, 24),
+            _op(lambda lg: lg.delete_records(lg.segments[2].base_offset + 3)),
+            suffix_of_before,
+        ),
+        Scenario(
+            "retention",
+            RETENTION_SOME,
+            _tpl(RETENTION_SOME, 24),
+            _setup_append(24, 24, RETENTION_SOME),
+            _op(lambda lg: lg.delete_old_segments(NOW)),
+            suffix_of_before,
+        ),
+        Scenario(
+            "retention_all",
+            RETENTION_ALL,
+            _tpl(RETENTION_ALL, 16),
+            _setup_append(16, 16, RETENTION_ALL),
+            _op(lambda lg: lg.delete_old_segments(NOW)),
+            suffix_of_before,
+        ),
+        Scenario(
+            "compaction",
+            COMPACT,
+            _tpl(COMPACT, 24),
+            _setup_append(24, 24, COMPACT),
+            _op(lambda lg: lg.compact(NOW)),
+            compacted,
+        ),
         Scenario("epoch_rebuild_corrupt", DELETE, _corrupt_epochs, lambda d: None, _open(DELETE), same_as_after),
         Scenario("epoch_rebuild_missing", DELETE, _missing_epochs, lambda d: None, _open(DELETE), same_as_after),
-        Scenario("producer_snapshot", DELETE, _tpl(DELETE, 10), _setup_append(10, 13),
-                 _op(lambda lg: lg.producer_state.take_snapshot(lg.log_end_offset)), grows),
+        Scenario(
+            "producer_snapshot",
+            DELETE,
+            _tpl(DELETE, 10),
+            _setup_append(10, 13),
+            _op(lambda lg: lg.producer_state.take_snapshot(lg.log_end_offset)),
+            grows,
+        ),
         Scenario("close", DELETE, _tpl(DELETE, 10), _setup_append(10, 14), _close, grows),
-        Scenario("open_after_crash", DELETE, _crashed, lambda d: None, _open(DELETE), same_as_after,
-                 reopen_sweep=True),
-        Scenario("open_clean_torn_tail", DELETE, _clean_torn(1, False), lambda d: None, _open(DELETE),
-                 same_as_after, reopen_sweep=True),
-        Scenario("open_clean_torn_tail_bad_index", DELETE, _clean_torn(4, True), lambda d: None, _open(DELETE),
-                 same_as_after, reopen_sweep=True),
-        Scenario("open_with_hole_clean", DELETE, _hole(True), lambda d: None, _open(DELETE), same_as_after,
-                 reopen_sweep=True),
-        Scenario("open_with_hole", DELETE, _hole(False), lambda d: None, _open(DELETE), same_as_after,
-                 reopen_sweep=True),
-        Scenario("open_interrupted_swap", COMPACT, _interrupted_swap, lambda d: None, _open(COMPACT),
-                 same_as_after, reopen_sweep=True),
+        Scenario("open_after_crash", DELETE, _crashed, lambda d: None, _open(DELETE), same_as_after, reopen_sweep=True),
+        Scenario(
+            "open_clean_torn_tail",
+            DELETE,
+            _clean_torn(1, False),
+            lambda d: None,
+            _open(DELETE),
+            same_as_after,
+            reopen_sweep=True,
+        ),
+        Scenario(
+            "open_clean_torn_tail_bad_index",
+            DELETE,
+            _clean_torn(4, True),
+            lambda d: None,
+            _open(DELETE),
+            same_as_after,
+            reopen_sweep=True,
+        ),
+        Scenario(
+            "open_with_hole_clean", DELETE, _hole(True), lambda d: None, _open(DELETE), same_as_after, reopen_sweep=True
+        ),
+        Scenario(
+            "open_with_hole", DELETE, _hole(False), lambda d: None, _open(DELETE), same_as_after, reopen_sweep=True
+        ),
+        Scenario(
+            "open_interrupted_swap",
+            COMPACT,
+            _interrupted_swap,
+            lambda d: None,
+            _open(COMPACT),
+            same_as_after,
+            reopen_sweep=True,
+        ),
     ]
     out = {}
     for sc in s:
         out[sc.name] = sc
         if sc.reopen_sweep:  # its recovery, crashed again: reopening must reach the same log
-            out[sc.name + "/reopen"] = Scenario(sc.name + "/reopen", sc.config, sc.prepare, lambda d: None,
-                                                _open(sc.config), same_as_after)
+            out[sc.name + "/reopen"] = Scenario(
+                sc.name + "/reopen", sc.config, sc.prepare, lambda d: None, _open(sc.config), same_as_after
+            )
     return out
 
 
@@ -280,6 +361,7 @@ OPERATIONS = [n for n in SCENARIOS if not n.endswith("/reopen")]
 
 
 # ---------------------------------------------------------------------------------------------- the sweep
+
 
 def dir_digest(d: str) -> str:
     h = hashlib.sha1()
@@ -293,10 +375,12 @@ def dir_digest(d: str) -> str:
 def check_files(d: str, where: str) -> None:
     """The index files on disk agree with the segment files (after a clean close)."""
     for sv in scan_dir(d):
+
         class _Seg:
             base_offset = sv.base
             index_path = os.path.join(d, sv.name.replace(".log", ".index"))
             time_index_path = os.path.join(d, sv.name.replace(".log", ".timeindex"))
+
         oi, ti = read_index_files(_Seg)
         _check_indexes(_Seg, sv, oi, ti, f"{where}: index files of {sv.name}")
 
@@ -310,8 +394,9 @@ def reference(sc: Scenario, root: str) -> tuple[str, View, View]:
     if state is None:
         before = View(scan_dir(ref, strict=False), -1, -1)
     else:
-        before = View(scan_dir(ref, strict=False), state.log_start_offset, state.log_end_offset,
-                      state.epoch_cache.entries())
+        before = View(
+            scan_dir(ref, strict=False), state.log_start_offset, state.log_end_offset, state.epoch_cache.entries()
+        )
     lg = sc.op(ref, state)
     after = view_of(lg)
     lg.close()
@@ -332,17 +417,24 @@ def sweep(server, sc: Scenario, root: str) -> SweepResult:
     tpl, before, after = reference(sc, root)
     full = server.run(sc.name, copy_dir(tpl, os.path.join(root, "full")))
     assert full.status == "completed", f"{sc.name}: the operation failed in the child: {full.error}"
-    verify(os.path.join(root, "full"), sc.config, lambda b, a, f: (sc.expect(b, a, f), same_as_after(b, a, f)),
-           before, after, f"{sc.name}: completed")
+    verify(
+        os.path.join(root, "full"),
+        sc.config,
+        lambda b, a, f: (sc.expect(b, a, f), same_as_after(b, a, f)),
+        before,
+        after,
+        f"{sc.name}: completed",
+    )
     points = [tuple(p[1:]) for p in full.points]
     res, seen, verified = SweepResult(points, 0), set(), set()
     for n, (kind, name) in enumerate(points, 1):
-        for torn in ((False, True) if kind in WRITE_KINDS else (False,)):
+        for torn in (False, True) if kind in WRITE_KINDS else (False,):
             d = copy_dir(tpl, os.path.join(root, "crash"))
             run = server.run(sc.name, d, crash_at=n, torn=torn)
             where = f"{sc.name}: killed at crash point {n}/{len(points)} ({kind} {name}{', torn' if torn else ''})"
-            assert run.status == "killed" and run.last == (kind, name), \
+            assert run.status == "killed" and run.last == (kind, name), (
                 f"{where}: not deterministic: {run.status} at {run.last} ({run.error})"
+            )
             res.kills += 1
             if sc.reopen_sweep:
                 digest = dir_digest(d)

@@ -29,6 +29,7 @@ the shard's timers fire whenever a client waits (``FakeTransport.wait``). Durabl
 
 Ray's exception classes are imported from ``ray.exceptions`` only; nothing here starts or talks to Ray.
 """
+
 from __future__ import annotations
 
 import concurrent.futures as cf
@@ -139,16 +140,29 @@ class FakeReplica(Endpoint):
             info = self.log.append_as_leader(bytes(batches), self.leader_epoch, now_ms())
             if not self.hw_held:
                 self.log.update_high_watermark(self.log.log_end_offset)
-            resp = {"error_code": 0, "error_message": None, "base_offset": info.first_offset,
-                    "log_append_time": info.log_append_time, "log_start_offset": self.log.log_start_offset}
+            resp = {
+                "error_code": 0,
+                "error_message": None,
+                "base_offset": info.first_offset,
+                "log_append_time": info.log_append_time,
+                "log_start_offset": self.log.log_start_offset,
+            }
             if info.duplicate:
                 resp["duplicate"] = True
             return resp
         except Exception as exc:  # noqa: BLE001 - answered as the actor does
             return self._answer(exc, base_offset=-1, log_append_time=-1, log_start_offset=-1)
 
-    def fetch(self, fetch_offset: int, max_bytes: int = 1048576, max_wait_ms: int = 0, min_bytes: int = 1,
-              replica_id: int = -1, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
+    def fetch(
+        self,
+        fetch_offset: int,
+        max_bytes: int = 1048576,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+        replica_id: int = -1,
+        current_leader_epoch: int = -1,
+        isolation_level: int = 0,
+    ) -> dict:
         lg = self.log
         try:
             err = self._check_leader(current_leader_epoch)
@@ -157,19 +171,30 @@ class FakeReplica(Endpoint):
             snap = lg.fetch_offset_snapshot()
             if fetch_offset > snap.log_end_offset or fetch_offset < snap.log_start_offset:
                 raise OffsetOutOfRangeError(
-                    f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]")
+                    f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]"
+                )
             end = snap.high_watermark
             if fetch_offset >= end:
                 records, next_offset = b"", fetch_offset
             else:
                 info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
                 records, next_offset = info.records, info.next_offset
-            return FetchResponse(high_watermark=snap.high_watermark, log_start_offset=snap.log_start_offset,
-                                 last_stable_offset=snap.last_stable_offset, records=bytes(records),
-                                 next_offset=next_offset).to_dict()
+            return FetchResponse(
+                high_watermark=snap.high_watermark,
+                log_start_offset=snap.log_start_offset,
+                last_stable_offset=snap.last_stable_offset,
+                records=bytes(records),
+                next_offset=next_offset,
+            ).to_dict()
         except Exception as exc:  # noqa: BLE001
-            return self._answer(exc, high_watermark=-1, log_start_offset=lg.log_start_offset,
-                                last_stable_offset=-1, records=b"", next_offset=-1)
+            return self._answer(
+                exc,
+                high_watermark=-1,
+                log_start_offset=lg.log_start_offset,
+                last_stable_offset=-1,
+                records=b"",
+                next_offset=-1,
+            )
 
     def list_offsets(self, timestamp: int, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
         try:
@@ -183,8 +208,13 @@ class FakeReplica(Endpoint):
             else:
                 found = self.log.fetch_offset_by_timestamp(timestamp)
                 offset = -1 if found is None else found[0]
-            return {"error_code": 0, "error_message": None, "offset": offset, "timestamp": -1,
-                    "leader_epoch": self.leader_epoch}
+            return {
+                "error_code": 0,
+                "error_message": None,
+                "offset": offset,
+                "timestamp": -1,
+                "leader_epoch": self.leader_epoch,
+            }
         except Exception as exc:  # noqa: BLE001
             return self._answer(exc, offset=-1, timestamp=-1, leader_epoch=-1)
 
@@ -242,11 +272,15 @@ class FakeGroupCoordinator(Endpoint):
         if d is not None and d <= now_ms():
             self._apply(self.shard.poll_expirations(now_ms()))
 
-    def join_group(self, group_id, member_id, protocol_type, protocols, session_timeout_ms,
-                   rebalance_timeout_ms=-1, **kw):
+    def join_group(
+        self, group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms=-1, **kw
+    ):
         rebalance = rebalance_timeout_ms if rebalance_timeout_ms >= 0 else session_timeout_ms
-        return self._apply(self.shard.join_group(group_id, member_id, protocol_type, protocols, session_timeout_ms,
-                                                 rebalance, now_ms(), **kw))
+        return self._apply(
+            self.shard.join_group(
+                group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance, now_ms(), **kw
+            )
+        )
 
     def sync_group(self, group_id, member_id, generation_id, assignments=None, **kw):
         return self._apply(self.shard.sync_group(group_id, member_id, generation_id, assignments, now_ms(), **kw))
@@ -258,9 +292,16 @@ class FakeGroupCoordinator(Endpoint):
         return self._apply(self.shard.leave_group(group_id, list(members), now_ms()))
 
     def offset_commit(self, group_id, topics, member_id="", generation_id=-1, group_instance_id=None):
-        return self._apply(self.shard.offset_commit(group_id, topics, now_ms(), member_id=member_id,
-                                                    generation_id=generation_id,
-                                                    group_instance_id=group_instance_id))
+        return self._apply(
+            self.shard.offset_commit(
+                group_id,
+                topics,
+                now_ms(),
+                member_id=member_id,
+                generation_id=generation_id,
+                group_instance_id=group_instance_id,
+            )
+        )
 
     def offset_fetch(self, group_id, topics=None):
         return self.shard.offset_fetch(group_id, topics)
@@ -341,10 +382,20 @@ class FakeCluster:
             parts = self.topics.get(topic)
             if parts is None:
                 return None
-            return {"name": topic, "topic_id": f"id-{topic}", "configs": {},
-                    "partitions": {p: {"replicas": list(st["replicas"]), "leader": st["leader"],
-                                       "leader_epoch": st["epoch"], "isr": list(st["replicas"])}
-                                   for p, st in parts.items()}}
+            return {
+                "name": topic,
+                "topic_id": f"id-{topic}",
+                "configs": {},
+                "partitions": {
+                    p: {
+                        "replicas": list(st["replicas"]),
+                        "leader": st["leader"],
+                        "leader_epoch": st["epoch"],
+                        "isr": list(st["replicas"]),
+                    }
+                    for p, st in parts.items()
+                },
+            }
 
     def append(self, tp: TopicPartition, values, keys=None) -> int:
         """Records written to the leader directly (a producer elsewhere); returns the first offset."""

@@ -1,5 +1,6 @@
 """Test driver for the group coordinator shard: applies results like the actor shell will, keeps the
 record log, collects completions, and checks invariants plus replay/load equivalence."""
+
 from __future__ import annotations
 
 import itertools
@@ -39,11 +40,33 @@ class Harness:
     def take(self, kind: str, member_id: str, group: str = G) -> dict:
         return self.completions.pop((kind, group, member_id))
 
-    def join(self, member_id="", protocols=(("range", b"sub"),), instance=None, client="c", group=G,
-             session=SESSION, rebalance=REBALANCE, ptype="consumer", **kw):
-        return self.apply(self.shard.join_group(group, member_id, ptype, protocols, session, rebalance, self.now,
-                                                group_instance_id=instance, client_id=client, client_host="/10.0.0.1",
-                                                **kw))
+    def join(
+        self,
+        member_id="",
+        protocols=(("range", b"sub"),),
+        instance=None,
+        client="c",
+        group=G,
+        session=SESSION,
+        rebalance=REBALANCE,
+        ptype="consumer",
+        **kw,
+    ):
+        return self.apply(
+            self.shard.join_group(
+                group,
+                member_id,
+                ptype,
+                protocols,
+                session,
+                rebalance,
+                self.now,
+                group_instance_id=instance,
+                client_id=client,
+                client_host="/10.0.0.1",
+                **kw,
+            )
+        )
 
     def new_member(self, client="c", **kw) -> str:
         """A dynamic member's two-step join (MEMBER_ID_REQUIRED, then the real join); returns its id."""
@@ -96,10 +119,24 @@ class Harness:
     def commit(self, offsets: dict, member_id="", generation=-1, group=G, **kw) -> dict:
         topics: dict[str, list] = {}
         for (t, p), o in offsets.items():
-            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": o,
-                                             "committed_leader_epoch": 3, "committed_metadata": f"m{o}"})
-        resp = self.apply(self.shard.offset_commit(group, [{"name": t, "partitions": ps} for t, ps in topics.items()],
-                                                   self.now, member_id=member_id, generation_id=generation, **kw))
+            topics.setdefault(t, []).append(
+                {
+                    "partition_index": p,
+                    "committed_offset": o,
+                    "committed_leader_epoch": 3,
+                    "committed_metadata": f"m{o}",
+                }
+            )
+        resp = self.apply(
+            self.shard.offset_commit(
+                group,
+                [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                self.now,
+                member_id=member_id,
+                generation_id=generation,
+                **kw,
+            )
+        )
         return {(t["name"], p["partition_index"]): p["error_code"] for t in resp["topics"] for p in t["partitions"]}
 
     def group(self, group=G):

@@ -1,4 +1,5 @@
 """Client-side assignors (Kafka's javadoc examples, balance, stickiness, KIP-429) and ConsumerProtocol bytes."""
+
 from __future__ import annotations
 
 import struct
@@ -8,9 +9,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rafka.assignors import (
-    Assignment, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor, StickyAssignor, Subscription,
-    TopicPartition, decode_assignment, decode_sticky_user_data, decode_subscription, encode_assignment,
-    encode_sticky_user_data, encode_subscription, get_assignor, perform_assignment, validate_cooperative_assignment,
+    Assignment,
+    CooperativeStickyAssignor,
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    Subscription,
+    TopicPartition,
+    decode_assignment,
+    decode_sticky_user_data,
+    decode_subscription,
+    encode_assignment,
+    encode_sticky_user_data,
+    encode_subscription,
+    get_assignor,
+    perform_assignment,
+    validate_cooperative_assignment,
 )
 
 TP = TopicPartition
@@ -35,15 +49,37 @@ def sub(*topics, **kw) -> Subscription:
 
 # ------------------------------------------------------------------------------ ConsumerProtocol bytes
 
-def i16(n): return struct.pack(">h", n)
-def i32(n): return struct.pack(">i", n)
-def s(x): return i16(len(x)) + x.encode()
+
+def i16(n):
+    return struct.pack(">h", n)
+
+
+def i32(n):
+    return struct.pack(">i", n)
+
+
+def s(x):
+    return i16(len(x)) + x.encode()
 
 
 def test_subscription_v1_golden_bytes():
     data = encode_subscription(Subscription(["a", "bc"], b"UD", [TP("a", 0), TP("a", 2), TP("bc", 1)]))
-    assert data == (i16(1) + i32(2) + s("a") + s("bc") + i32(2) + b"UD"
-                    + i32(2) + s("a") + i32(2) + i32(0) + i32(2) + s("bc") + i32(1) + i32(1))
+    assert data == (
+        i16(1)
+        + i32(2)
+        + s("a")
+        + s("bc")
+        + i32(2)
+        + b"UD"
+        + i32(2)
+        + s("a")
+        + i32(2)
+        + i32(0)
+        + i32(2)
+        + s("bc")
+        + i32(1)
+        + i32(1)
+    )
     assert encode_subscription(Subscription(["a"]), version=0) == i16(0) + i32(1) + s("a") + i32(-1)
     v3 = encode_subscription(Subscription(["a"], None, [], 7, "rack-1"), version=3)
     assert v3 == i16(3) + i32(1) + s("a") + i32(-1) + i32(0) + i32(7) + s("rack-1")
@@ -61,10 +97,16 @@ def test_assignment_golden_bytes_and_empty():
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_subscription_bytes_match_kafka_python(version):
     from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
     ours = Subscription(["t1", "t2"], b"\x00\x01", [TP("t1", 0), TP("t1", 3), TP("t2", 1)], 5, "r")
     theirs = ConsumerProtocolSubscription(
-        version, topics=["t1", "t2"], user_data=b"\x00\x01",
-        owned_partitions=[("t1", [0, 3]), ("t2", [1])], generation_id=5, rack_id="r")
+        version,
+        topics=["t1", "t2"],
+        user_data=b"\x00\x01",
+        owned_partitions=[("t1", [0, 3]), ("t2", [1])],
+        generation_id=5,
+        rack_id="r",
+    )
     assert encode_subscription(ours, version) == theirs.encode(version=version)
     decoded = decode_subscription(theirs.encode(version=version))
     assert decoded.topics == ours.topics and decoded.user_data == ours.user_data
@@ -75,6 +117,7 @@ def test_subscription_bytes_match_kafka_python(version):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_assignment_bytes_match_kafka_python():
     from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+
     theirs = ConsumerProtocolAssignment(1, assigned_partitions=[("a", [0, 1]), ("b", [2])], user_data=b"x")
     ours = Assignment([TP("a", 0), TP("a", 1), TP("b", 2)], b"x")
     assert encode_assignment(ours) == theirs.encode(version=1)
@@ -100,13 +143,18 @@ def test_sticky_user_data_v1_and_v0():
 
 # ------------------------------------------------------------------------------ Kafka javadoc examples
 
+
 def test_range_javadoc_example():
     r = RangeAssignor().assign({"t0": 3, "t1": 3}, {"C0": sub("t0", "t1"), "C1": sub("t0", "t1")})
     assert as_sets(r) == {"C0": tps("t0p0 t0p1 t1p0 t1p1"), "C1": tps("t0p2 t1p2")}
 
 
 def test_range_orders_static_members_first_by_instance_id():
-    subs = {"a-dyn": sub("t"), "z-static": sub("t", group_instance_id="i1"), "b-static": sub("t", group_instance_id="i2")}
+    subs = {
+        "a-dyn": sub("t"),
+        "z-static": sub("t", group_instance_id="i1"),
+        "b-static": sub("t", group_instance_id="i2"),
+    }
     r = RangeAssignor().assign({"t": 5}, subs)
     assert as_sets(r) == {"z-static": tps("tp0 tp1"), "b-static": tps("tp2 tp3"), "a-dyn": tps("tp4")}
 
@@ -114,8 +162,9 @@ def test_range_orders_static_members_first_by_instance_id():
 def test_roundrobin_javadoc_examples():
     r = RoundRobinAssignor().assign({"t0": 3, "t1": 3}, {"C0": sub("t0", "t1"), "C1": sub("t0", "t1")})
     assert as_sets(r) == {"C0": tps("t0p0 t0p2 t1p1"), "C1": tps("t0p1 t1p0 t1p2")}
-    r = RoundRobinAssignor().assign({"t0": 1, "t1": 2, "t2": 3},
-                                    {"C0": sub("t0"), "C1": sub("t0", "t1"), "C2": sub("t0", "t1", "t2")})
+    r = RoundRobinAssignor().assign(
+        {"t0": 1, "t1": 2, "t2": 3}, {"C0": sub("t0"), "C1": sub("t0", "t1"), "C2": sub("t0", "t1", "t2")}
+    )
     assert as_sets(r) == {"C0": tps("t0p0"), "C1": tps("t1p0"), "C2": tps("t1p1 t2p0 t2p1 t2p2")}
 
 
@@ -140,7 +189,8 @@ def test_sticky_javadoc_example_1():
     # C1 left: C0 and C2 keep everything they had and split C1's three partitions 1/2 (balanced 4/4).
     assert first["C0"] <= second["C0"] and first["C2"] <= second["C2"]
     assert len(second["C0"]) == len(second["C2"]) == 4 and second["C0"] | second["C2"] == tps(
-        "t0p0 t0p1 t1p0 t1p1 t2p0 t2p1 t3p0 t3p1")
+        "t0p0 t0p1 t1p0 t1p1 t2p0 t2p1 t3p0 t3p1"
+    )
 
 
 def test_sticky_javadoc_example_2_different_subscriptions():
@@ -183,6 +233,7 @@ def test_sticky_ownership_resolution_by_generation():
 
 # ------------------------------------------------------------------------------ cooperative (KIP-429)
 
+
 def test_cooperative_two_phase_rebalance():
     parts = {"t": 6}
     first = sticky_round(CooperativeStickyAssignor, parts, {"A": ["t"], "B": ["t"]})
@@ -212,12 +263,15 @@ def test_perform_assignment_from_join_members():
     ]
     out = perform_assignment(get_assignor("range"), members, {"t": 3})
     assert {m: decode_assignment(b).partitions for m, b in out.items()} == {
-        "m1": [TP("t", 0), TP("t", 1)], "m2": [TP("t", 2)]}
+        "m1": [TP("t", 0), TP("t", 1)],
+        "m2": [TP("t", 2)],
+    }
     with pytest.raises(ValueError):
         get_assignor("nope")
 
 
 # ------------------------------------------------------------------------------ properties
+
 
 @st.composite
 def scenario(draw, same_subscriptions=False):

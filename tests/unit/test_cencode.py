@@ -5,6 +5,7 @@ timestamps before the base, far from it, past 64 bits or invalid, wrong types, t
 fill mid-run, builders that already hold records) must leave the builder exactly as ``append`` called item by
 item does: the same index where it stopped, the same batch bytes, the same exception type on bad input.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,20 +20,33 @@ from storage.records import RecordBatchBuilder, decode_records
 DIFF = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 BASE = 1_700_000_000_000
-TS = st.one_of(st.integers(BASE - 100, BASE + 20_000), st.integers(-1, 2**63 - 1),
-               st.sampled_from([-1, -2, 2**63, 2**64 + 5, BASE - 2**40]))
-BLOB = st.one_of(st.none(), st.binary(max_size=30), st.integers(0, 20_000).map(lambda n: b"x" * n),
-                 st.binary(max_size=8).map(bytearray), st.sampled_from([7, "text"]))
+TS = st.one_of(
+    st.integers(BASE - 100, BASE + 20_000),
+    st.integers(-1, 2**63 - 1),
+    st.sampled_from([-1, -2, 2**63, 2**64 + 5, BASE - 2**40]),
+)
+BLOB = st.one_of(
+    st.none(),
+    st.binary(max_size=30),
+    st.integers(0, 20_000).map(lambda n: b"x" * n),
+    st.binary(max_size=8).map(bytearray),
+    st.sampled_from([7, "text"]),
+)
 HNAME = st.one_of(st.text(max_size=8), st.binary(max_size=8), st.sampled_from(["\ud800", 5]))
 HVAL = st.one_of(st.none(), st.binary(max_size=20), st.binary(max_size=4).map(bytearray))
-HEADERS = st.one_of(st.just(()), st.none(),
-                    st.lists(st.tuples(HNAME, HVAL), max_size=3).map(tuple),
-                    st.lists(st.tuples(HNAME, HVAL), min_size=1, max_size=3))
+HEADERS = st.one_of(
+    st.just(()),
+    st.none(),
+    st.lists(st.tuples(HNAME, HVAL), max_size=3).map(tuple),
+    st.lists(st.tuples(HNAME, HVAL), min_size=1, max_size=3),
+)
 ITEM = st.tuples(TS, BLOB, BLOB, HEADERS)
-CLEAN_ITEM = st.tuples(st.integers(BASE, BASE + 5000), st.one_of(st.none(), st.binary(max_size=20)),
-                       st.one_of(st.none(), st.binary(max_size=300)),
-                       st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9))),
-                                max_size=2).map(tuple))
+CLEAN_ITEM = st.tuples(
+    st.integers(BASE, BASE + 5000),
+    st.one_of(st.none(), st.binary(max_size=20)),
+    st.one_of(st.none(), st.binary(max_size=300)),
+    st.lists(st.tuples(st.text(max_size=6), st.one_of(st.none(), st.binary(max_size=9))), max_size=2).map(tuple),
+)
 
 
 def one_by_one(b: RecordBatchBuilder, items: list, start: int) -> int:
@@ -60,8 +74,12 @@ def run(path: str, items: list, batch_size: int, prefix: list, start: int):
 
 
 @DIFF
-@given(items=st.lists(ITEM, max_size=25), batch_size=st.sampled_from([100, 400, 5000, 1 << 20]),
-       prefix=st.lists(CLEAN_ITEM, max_size=3), start=st.integers(0, 3))
+@given(
+    items=st.lists(ITEM, max_size=25),
+    batch_size=st.sampled_from([100, 400, 5000, 1 << 20]),
+    prefix=st.lists(CLEAN_ITEM, max_size=3),
+    start=st.integers(0, 3),
+)
 def test_append_many_matches_append(items, batch_size, prefix, start):
     start = min(start, len(items))
     single = run("single", items, batch_size, prefix, start)
@@ -81,8 +99,7 @@ def test_append_many_fills_batches_and_round_trips(items, batch_size):
         assert b.estimated_size <= batch_size or b.record_count == 1
         out += decode_records(b.build())
         i, batches = j, batches + 1
-    assert [(r.timestamp, r.key, r.value, r.headers) for r in out] == \
-        [(ts, k, v, tuple(h)) for ts, k, v, h in items]
+    assert [(r.timestamp, r.key, r.value, r.headers) for r in out] == [(ts, k, v, tuple(h)) for ts, k, v, h in items]
 
 
 def test_append_many_takes_the_fast_path_for_plain_records(monkeypatch):

@@ -1,5 +1,6 @@
 """Log compaction (storage/cleaner.py) through the real Log: correctness against a dict model, offsets,
 producer and transaction rules, tombstone horizons, grouping, and crashes in the middle of a swap."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,14 @@ def config(**props):
 
 
 def batch(records, pid=-1, epoch=-1, seq=-1, txn=False, compression=NONE, ts=T0, headers=()):
-    b = RecordBatchBuilder(compression_type=compression, producer_id=pid, producer_epoch=epoch,
-                           base_sequence=seq, is_transactional=txn, batch_size=1 << 30)
+    b = RecordBatchBuilder(
+        compression_type=compression,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        is_transactional=txn,
+        batch_size=1 << 30,
+    )
     for key, value in records:
         assert b.append(ts, key, value, headers)
     return b.build()
@@ -46,8 +53,9 @@ def put(log, records, now=T0, **kw):
 
 
 def marker(log, kind, pid, epoch=0, now=T0):
-    return log.append_as_leader(build_control_batch(kind, pid, epoch, 0, now), leader_epoch=0, now_ms=now,
-                                origin="coordinator")
+    return log.append_as_leader(
+        build_control_batch(kind, pid, epoch, 0, now), leader_epoch=0, now_ms=now, origin="coordinator"
+    )
 
 
 def batches(log):
@@ -84,14 +92,14 @@ def test_delete_policy_is_a_noop(logdir):
 
 def test_latest_per_key_with_offsets_preserved(logdir):
     log = Log(logdir, config(), now_ms=T0)
-    put(log, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])          # 0 1 2
+    put(log, [(b"a", b"1"), (b"b", b"1"), (b"c", b"1")])  # 0 1 2
     log.roll()
-    put(log, [(b"a", b"2"), (b"b", b"2")])                        # 3 4
-    put(log, [(b"d", b"1")])                                      # 5
+    put(log, [(b"a", b"2"), (b"b", b"2")])  # 3 4
+    put(log, [(b"d", b"1")])  # 5
     log.roll()
-    put(log, [(b"a", b"3")])                                      # 6 (active after ready? no: rolled)
+    put(log, [(b"a", b"3")])  # 6 (active after ready? no: rolled)
     ready(log)
-    put(log, [(b"b", b"3")])                                      # 7, active segment: never cleaned
+    put(log, [(b"b", b"3")])  # 7, active segment: never cleaned
     stats = log.compact(T0)
     got = [(r.offset, r.key, r.value) for r in records(log)]
     assert got == [(2, b"c", b"1"), (4, b"b", b"2"), (5, b"d", b"1"), (6, b"a", b"3"), (7, b"b", b"3")]
@@ -173,12 +181,24 @@ def test_rebuilt_batches_keep_every_batch_field(logdir, compression):
     log.compact(T0)
     after, data = batches(log)[0]
     assert after.records_count == 2
-    for f in ("base_offset", "last_offset_delta", "partition_leader_epoch", "producer_id", "producer_epoch",
-              "base_sequence", "compression_type", "timestamp_type", "is_transactional", "is_control"):
+    for f in (
+        "base_offset",
+        "last_offset_delta",
+        "partition_leader_epoch",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "compression_type",
+        "timestamp_type",
+        "is_transactional",
+        "is_control",
+    ):
         assert getattr(after, f) == getattr(before, f), f
     recs = RecordBatch(data, 0).records()  # validates the CRC
     assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in recs] == [
-        (0, b"a", b"1", hdrs, T0 + 5), (2, b"c", b"1", hdrs, T0 + 5)]
+        (0, b"a", b"1", hdrs, T0 + 5),
+        (2, b"c", b"1", hdrs, T0 + 5),
+    ]
     log.close()
 
 
@@ -196,15 +216,18 @@ def test_log_append_time_survives(logdir):
 
 def test_last_batch_of_a_producer_is_kept_empty(logdir):
     log = Log(logdir, config(), now_ms=T0)
-    put(log, [(b"a", b"1"), (b"b", b"1")], pid=5, epoch=0, seq=0)   # 0-1, producer 5 seq 0-1
-    put(log, [(b"a", b"2"), (b"b", b"2")])                          # 2-3 supersede both
-    put(log, [(b"c", b"1")], pid=6, epoch=0, seq=0)                 # 4
-    put(log, [(b"c", b"2")], pid=6, epoch=0, seq=1)                 # 5: producer 6's last batch
+    put(log, [(b"a", b"1"), (b"b", b"1")], pid=5, epoch=0, seq=0)  # 0-1, producer 5 seq 0-1
+    put(log, [(b"a", b"2"), (b"b", b"2")])  # 2-3 supersede both
+    put(log, [(b"c", b"1")], pid=6, epoch=0, seq=0)  # 4
+    put(log, [(b"c", b"2")], pid=6, epoch=0, seq=1)  # 5: producer 6's last batch
     ready(log)
     log.compact(T0)
     hs = [h for h, _ in batches(log)]
     assert [(h.base_offset, h.last_offset, h.records_count, h.producer_id) for h in hs] == [
-        (0, 1, 0, 5), (2, 3, 2, -1), (5, 5, 1, 6)]
+        (0, 1, 0, 5),
+        (2, 3, 2, -1),
+        (5, 5, 1, 6),
+    ]
     assert (hs[0].base_sequence, hs[0].last_sequence, hs[0].producer_epoch) == (0, 1, 0)
     # idempotence survives: a retry of producer 5's batch is still a duplicate
     dup = put(log, [(b"a", b"1"), (b"b", b"1")], pid=5, epoch=0, seq=0)
@@ -221,14 +244,14 @@ def test_last_batch_of_a_producer_is_kept_empty(logdir):
 
 def test_transactions(logdir):
     log = Log(logdir, config(delete_retention_ms=1000), now_ms=T0)
-    put(log, [(b"a", b"0"), (b"x", b"0")])                           # 0-1
+    put(log, [(b"a", b"0"), (b"x", b"0")])  # 0-1
     put(log, [(b"a", b"aborted")], pid=7, epoch=0, seq=0, txn=True)  # 2
     put(log, [(b"b", b"committed")], pid=8, epoch=0, seq=0, txn=True)  # 3
-    marker(log, CONTROL_ABORT, 7)                                    # 4
-    put(log, [(b"x", b"1")])                                         # 5
+    marker(log, CONTROL_ABORT, 7)  # 4
+    put(log, [(b"x", b"1")])  # 5
     ready(log)
-    put(log, [(b"c", b"1")])                                         # 6 (active)
-    marker(log, CONTROL_COMMIT, 8)                                   # 7: in the active segment
+    put(log, [(b"c", b"1")])  # 6 (active)
+    marker(log, CONTROL_COMMIT, 8)  # 7: in the active segment
     log.update_high_watermark(log.log_end_offset)
     stats = log.compact(T0)
     assert stats.aborted_records_removed == 1
@@ -337,8 +360,14 @@ def test_crash_mid_swap_recovers(logdir, stage):
     before = [(r.offset, r.key, r.value) for r in records(log)]
     replace, Crash = _crashing_replace(log, stage)
     with pytest.raises(Crash):
-        cleaner.compact_log(log.segments, last_stable_offset=log.last_stable_offset, now_ms=T0,
-                            replace_segments=replace, active_producers={}, segment_bytes=1 << 20)
+        cleaner.compact_log(
+            log.segments,
+            last_stable_offset=log.last_stable_offset,
+            now_ms=T0,
+            replace_segments=replace,
+            active_producers={},
+            segment_bytes=1 << 20,
+        )
     # the process dies here: no close; the next open recovers
     log2 = Log(logdir, config(), now_ms=T0)
     got = [(r.offset, r.key, r.value) for r in records(log2)]
@@ -356,20 +385,25 @@ def test_crash_mid_swap_recovers(logdir, stage):
     assert log2.log_end_offset == 60
     log2.update_high_watermark(60)  # the HW checkpoint was not written: the crash came first
     log2.compact(T0)
-    assert sorted((o, k, v) for k, (o, v) in model.items()) == [
-        (r.offset, r.key, r.value) for r in records(log2)]
+    assert sorted((o, k, v) for k, (o, v) in model.items()) == [(r.offset, r.key, r.value) for r in records(log2)]
     log2.close()
 
 
 # ---------------------------------------------------------------------------- model-based
 _put = st.tuples(st.just("put"), st.integers(0, 5), st.integers(1, 3))
-ops = st.lists(st.one_of(
-    _put, _put, _put,
-    st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
-    st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
-    st.tuples(st.just("roll"), st.just(0), st.just(0)),
-    st.tuples(st.just("compact"), st.integers(0, 2500), st.just(0)),
-), min_size=5, max_size=50)
+ops = st.lists(
+    st.one_of(
+        _put,
+        _put,
+        _put,
+        st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
+        st.tuples(st.just("del"), st.integers(0, 5), st.just(1)),
+        st.tuples(st.just("roll"), st.just(0), st.just(0)),
+        st.tuples(st.just("compact"), st.integers(0, 2500), st.just(0)),
+    ),
+    min_size=5,
+    max_size=50,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -383,8 +417,7 @@ def test_matches_dict_model(tmp_path_factory, ops):
     now = T0
     for op, a, b in ops:
         if op in ("put", "del"):
-            recs = [(b"k%d" % ((a + j) % 6), None if op == "del" else b"v%d" % len(written))
-                    for j in range(b)]
+            recs = [(b"k%d" % ((a + j) % 6), None if op == "del" else b"v%d" % len(written)) for j in range(b)]
             info = put(log, recs, now=now)
             for j, (k, v) in enumerate(recs):
                 written[info.first_offset + j] = (k, v)
@@ -429,14 +462,16 @@ def test_matches_dict_model(tmp_path_factory, ops):
 def test_commit_marker_lifecycle_after_its_data_is_gone(logdir):
     log = Log(logdir, config(delete_retention_ms=1000), now_ms=T0)
     put(log, [(b"a", b"txn")], pid=8, epoch=0, seq=0, txn=True)  # 0
-    marker(log, CONTROL_COMMIT, 8)                                # 1
-    put(log, [(b"a", b"plain")])                                  # 2 supersedes the txn's record
+    marker(log, CONTROL_COMMIT, 8)  # 1
+    put(log, [(b"a", b"plain")])  # 2 supersedes the txn's record
     ready(log)
     log.producer_state.producer_id_expiration_ms = 0
     assert log.producer_state.remove_expired_producers(T0) == [8]  # no longer an active producer
     log.compact(T0)  # the txn's batch goes; its marker stays this pass (a batch of it was seen)
     assert [(h.base_offset, h.is_control, h.has_delete_horizon) for h, _ in batches(log)] == [
-        (1, True, False), (2, False, False)]
+        (1, True, False),
+        (2, False, False),
+    ]
     log.compact(T0 + 10)  # no data of the txn left: the marker gets its delete horizon
     hs = [h for h, _ in batches(log)]
     assert hs[0].is_control and hs[0].delete_horizon_ms == T0 + 1010
@@ -451,11 +486,16 @@ def test_commit_marker_lifecycle_after_its_data_is_gone(logdir):
 
 def test_key_scanner_matches_the_record_decoder():
     from storage.records import decode_records, parse_header
+
     big_key = b"K" * 200  # 2-byte key length
     b = RecordBatchBuilder(base_offset=0, batch_size=1 << 30)
     for i in range(9000):  # offset deltas up to 3 bytes; timestamps deltas of several bytes
-        assert b.append(T0 + i * 1_000_003, big_key + b"%d" % (i % 50) if i % 3 else b"k%d" % i,
-                        None if i % 7 == 0 else b"v", (("h", b"x"),) if i % 5 == 0 else ())
+        assert b.append(
+            T0 + i * 1_000_003,
+            big_key + b"%d" % (i % 50) if i % 3 else b"k%d" % i,
+            None if i % 7 == 0 else b"v",
+            (("h", b"x"),) if i % 5 == 0 else (),
+        )
     for compression in (NONE, ZSTD):
         b.compression_type = compression
         data = b.build()

@@ -1,4 +1,5 @@
 """The producer's accumulator without Ray: batching, memory backpressure, futures, drain/retry order."""
+
 import threading
 import time
 
@@ -28,7 +29,7 @@ def test_records_fill_a_batch_up_to_batch_size_then_a_new_one():
     total = 0
     for _i, b in enumerate(batches):
         raw = b.seal(42, 0, total)
-        (_, h), = list(iter_batch_headers(raw))
+        ((_, h),) = list(iter_batch_headers(raw))
         assert (h.producer_id, h.base_sequence, h.records_count) == (42, total, b.record_count)
         total += b.record_count
     assert total == 30
@@ -39,8 +40,7 @@ def test_records_fill_a_batch_up_to_batch_size_then_a_new_one():
 def test_futures_resolve_with_offsets_and_callbacks_fire_once():
     acc = make()
     seen = []
-    futs = [acc.append(TP, 5, None, b"x", (), lambda md, exc: seen.append((md, exc)), 1000)
-            for _ in range(3)]
+    futs = [acc.append(TP, 5, None, b"x", (), lambda md, exc: seen.append((md, exc)), 1000) for _ in range(3)]
     late = []
     futs[2].add_callback(late.append)
     (batch,) = acc.drain(TP, 1 << 20, 10)
@@ -90,8 +90,7 @@ def test_blocked_append_resumes_when_a_batch_completes():
     acc.append(TP1, 1, None, b"x", (), None, 1000)
     (batch,) = acc.drain(TP, 1 << 20, 10)
     done = []
-    th = threading.Thread(target=lambda: done.append(
-        acc.append(TopicPartition("t", 2), 1, None, b"z", (), None, 5000)))
+    th = threading.Thread(target=lambda: done.append(acc.append(TopicPartition("t", 2), 1, None, b"z", (), None, 5000)))
     th.start()
     time.sleep(0.2)
     assert not done and acc.pool.waiters == 1

@@ -1,4 +1,5 @@
 """Client configs: Kafka's names and defaults, clear errors for unknown keys and bad values."""
+
 import pytest
 
 from rafka.config import AdminConfig, ConsumerConfig, ProducerConfig
@@ -8,8 +9,12 @@ def test_producer_defaults_are_kafkas():
     c = ProducerConfig()
     assert c.acks == -1 and c.enable_idempotence is True
     assert (c.batch_size, c.linger_ms, c.buffer_memory, c.max_block_ms) == (16384, 5, 33554432, 60000)
-    assert (c.retries, c.retry_backoff_ms, c.delivery_timeout_ms, c.request_timeout_ms) == \
-        (2147483647, 100, 120000, 30000)
+    assert (c.retries, c.retry_backoff_ms, c.delivery_timeout_ms, c.request_timeout_ms) == (
+        2147483647,
+        100,
+        120000,
+        30000,
+    )
     assert c.max_in_flight_requests_per_connection == 5
     assert c.max_request_size == 1048576 and c.compression_type == "none" and c.compression_id == 0
 

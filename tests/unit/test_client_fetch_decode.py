@@ -1,14 +1,15 @@
 """The consumer's decoding of fetched bytes (no Ray): positions, control batches, LogAppendTime, metadata."""
+
 import pytest
 
 from rafka.cli_data import format_record
 from rafka.cli_support import UsageError, kv_pairs
 from rafka.fetcher import CompletedFetch
-from rafka.subscription import TopicPartitionState
 from rafka.metadata import TopicMetadata
 from rafka.structs import ConsumerRecord, TopicPartition
-from storage.records import CONTROL_COMMIT, RecordBatchBuilder, set_log_append_time
+from rafka.subscription import TopicPartitionState
 from storage.control import build_control_batch
+from storage.records import CONTROL_COMMIT, RecordBatchBuilder, set_log_append_time
 
 TP = TopicPartition("t", 3)
 
@@ -50,14 +51,23 @@ def test_corrupt_bytes_raise_a_kafka_error():
     raw = bytearray(batch(0, [b"a"]))
     raw[-1] ^= 0xFF
     from protocol.errors import CorruptMessageError
+
     with pytest.raises(CorruptMessageError):
         CompletedFetch(bytes(raw), 1).decode(state(0), True)
 
 
 def test_topic_metadata_parses_the_kv_shape():
-    tm = TopicMetadata({"name": "t", "topic_id": "id", "configs": {"retention.ms": "1"},
-                        "partitions": {"1": {"leader": -1, "replicas": [1, 2], "isr": [], "leader_epoch": 3},
-                                       0: {"leader": 2, "replicas": [2, 1], "isr": [2, 1], "leader_epoch": 0}}})
+    tm = TopicMetadata(
+        {
+            "name": "t",
+            "topic_id": "id",
+            "configs": {"retention.ms": "1"},
+            "partitions": {
+                "1": {"leader": -1, "replicas": [1, 2], "isr": [], "leader_epoch": 3},
+                0: {"leader": 2, "replicas": [2, 1], "isr": [2, 1], "leader_epoch": 0},
+            },
+        }
+    )
     assert tm.partition_ids == [0, 1] and tm.available == [0]
     assert tm.partitions[1].leader == -1 and tm.partitions[0].isr == (2, 1)
     assert tm.tps[1] == TopicPartition("t", 1)

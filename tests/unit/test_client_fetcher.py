@@ -1,4 +1,5 @@
 """The consumer's Fetcher without Ray: over the fake transport, against real logs on temp dirs."""
+
 from __future__ import annotations
 
 import time
@@ -49,8 +50,12 @@ def test_records_are_decoded_and_positions_advance(cluster):
     f = fetcher(cluster, auto_offset_reset="earliest")
     recs = poll(f, 5)
     assert [(r.topic, r.partition, r.offset, r.key, r.value) for r in recs] == [
-        ("t", 0, 0, b"k0", b"a"), ("t", 0, 1, b"k1", b"b"), ("t", 0, 2, None, b"c"),
-        ("t", 0, 3, None, b"d"), ("t", 0, 4, None, b"e")]
+        ("t", 0, 0, b"k0", b"a"),
+        ("t", 0, 1, b"k1", b"b"),
+        ("t", 0, 2, None, b"c"),
+        ("t", 0, 3, None, b"d"),
+        ("t", 0, 4, None, b"e"),
+    ]
     assert all(r.leader_epoch == 0 and r.timestamp > 0 for r in recs)
     st = f.state(T0)
     assert st.position == 5 and st.high_watermark == 5 and st.log_start_offset == 0
@@ -150,7 +155,7 @@ def test_leader_change_is_followed_without_gaps_or_duplicates(cluster):
     assert [(r.offset, r.value, r.leader_epoch) for r in recs] == [(3 + i, b"e1-%d" % i, 1) for i in range(3)]
     assert f.state(T0).position == 6
     labels = [label for _, label, _ in cluster.methods_called(method="fetch")]
-    assert "t-0-b1" in labels and labels[labels.index("t-0-b1"):].count("t-0-b0") == 0
+    assert "t-0-b1" in labels and labels[labels.index("t-0-b1") :].count("t-0-b0") == 0
     assert f.metadata.refreshes > refreshes
 
 

@@ -1,5 +1,6 @@
 """The consumer's group client (ConsumerCoordinator: rafka/group.py) without Ray: JoinGroup, SyncGroup,
 heartbeats and commits over the fake transport, against the real pure GroupCoordinatorShard."""
+
 from __future__ import annotations
 
 import time
@@ -37,8 +38,9 @@ class Member:
         self.subscriptions = SubscriptionState()
         self._fetcher = Fetcher(self.metadata, self.config, self.transport, subscriptions=self.subscriptions)
         self.events: list[tuple[str, set]] = []
-        self.group = ConsumerCoordinator(self.subscriptions, self.metadata, self.config, self.cluster_name,
-                                         client_id, "g", self.transport)
+        self.group = ConsumerCoordinator(
+            self.subscriptions, self.metadata, self.config, self.cluster_name, client_id, "g", self.transport
+        )
 
     # the rebalance listener
     def on_partitions_revoked(self, tps):
@@ -85,6 +87,7 @@ def members(cluster):
         m = Member(cluster, client_id, **config)
         made.append(m)
         return m
+
     yield make
     for m in made:
         m.group._stop.set()
@@ -141,8 +144,11 @@ def test_commit_and_committed_round_trip_and_seed_positions(cluster, members):
     assert a.group.committed({T0, T1}) == {T0: None, T1: None}
     a.group.commit({T0: OffsetAndMetadata(5, "five"), T1: 0})
     assert a.group.committed({T0, T1}) == {T0: OffsetAndMetadata(5, "five", -1), T1: OffsetAndMetadata(0, "", -1)}
-    commits = {(r.key.topic, r.key.partition): (r.value.offset, r.value.metadata)
-               for r in cluster.coordinator.records if isinstance(r.key, OffsetCommitKey)}
+    commits = {
+        (r.key.topic, r.key.partition): (r.value.offset, r.value.metadata)
+        for r in cluster.coordinator.records
+        if isinstance(r.key, OffsetCommitKey)
+    }
     assert commits == {("t", 0): (5, "five"), ("t", 1): (0, "")}  # what __consumer_offsets would get
     a.group.close()
     # a new member of the group starts from the committed offsets

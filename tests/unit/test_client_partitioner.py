@@ -1,7 +1,9 @@
 """Kafka's default partitioner: murmur2 vectors from Kafka's own tests, keyed placement, KIP-480 sticky."""
+
 import random
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from rafka.partitioner import DefaultPartitioner, StickyPartitionCache, murmur2, partition_for_key, to_positive
@@ -39,7 +41,7 @@ def test_to_positive_is_a_mask_not_abs():
 @given(st.binary(max_size=80))
 def test_murmur2_agrees_with_an_independent_implementation(data):
     assert murmur2(data) & 0xFFFFFFFF == kafka_python_murmur2(data)
-    assert -(2 ** 31) <= murmur2(data) < 2 ** 31
+    assert -(2**31) <= murmur2(data) < 2**31
 
 
 def test_keyed_records_always_land_on_the_same_partition():

@@ -1,4 +1,5 @@
 """The producer's Sender thread without Ray: over the fake transport, against real logs on temp dirs."""
+
 from __future__ import annotations
 
 import time
@@ -21,8 +22,15 @@ class Client:
     def __init__(self, cluster: FakeCluster, **config):
         config.setdefault("linger_ms", 0)
         cfg = self.cfg = ProducerConfig(**config)
-        self.acc = RecordAccumulator(cfg.batch_size, cfg.buffer_memory, cfg.linger_ms, cfg.compression_id,
-                                     cfg.retry_backoff_ms, cfg.retry_backoff_max_ms, cfg.delivery_timeout_ms)
+        self.acc = RecordAccumulator(
+            cfg.batch_size,
+            cfg.buffer_memory,
+            cfg.linger_ms,
+            cfg.compression_id,
+            cfg.retry_backoff_ms,
+            cfg.retry_backoff_max_ms,
+            cfg.delivery_timeout_ms,
+        )
         self.transport = FakeTransport(cluster)
         self.metadata = FakeMetadata(cluster, transport=self.transport)
         self.sender = Sender(cluster.name, cfg, self.acc, self.metadata, "test", transport=self.transport)
@@ -60,6 +68,7 @@ def client_factory(cluster):
         cl = Client(cluster, **config)
         made.append(cl)
         return cl
+
     yield make
     for cl in made:
         cl.close()
@@ -73,8 +82,10 @@ def values(cluster: FakeCluster, tp: TopicPartition, broker: int | None = None) 
 def test_batches_drained_and_acknowledged_with_their_offsets(cluster, client_factory, idempotent):
     cl = client_factory(enable_idempotence=idempotent, acks="all" if idempotent else 1)
     cluster.append(T1, [b"already", b"there"])
-    futs = {tp: [cl.send(tp, b"%s-%d" % (tp.topic.encode() + bytes([48 + tp.partition]), i)) for i in range(20)]
-            for tp in (T0, T1)}
+    futs = {
+        tp: [cl.send(tp, b"%s-%d" % (tp.topic.encode() + bytes([48 + tp.partition]), i)) for i in range(20)]
+        for tp in (T0, T1)
+    }
     got = {tp: [f.get(timeout=10) for f in fs] for tp, fs in futs.items()}
     assert [md.offset for md in got[T0]] == list(range(20))
     assert [md.offset for md in got[T1]] == list(range(2, 22))

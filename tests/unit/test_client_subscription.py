@@ -1,5 +1,6 @@
 """SubscriptionState: the assignment keeps the state of partitions it keeps, tells its listeners, and
 all_consumed() commits what the application has consumed (not records handed out and still pending)."""
+
 from __future__ import annotations
 
 import re
@@ -35,7 +36,7 @@ def test_assign_keeps_state_of_kept_partitions_and_notifies():
 def test_all_consumed_counts_pending_records_and_skips_resets():
     s = SubscriptionState()
     s.assign([A, B, C])
-    s.seek(A, 10)   # poll handed out 5..9 of A, the iterator consumed 5 and 6: 7 is next
+    s.seek(A, 10)  # poll handed out 5..9 of A, the iterator consumed 5 and 6: 7 is next
     s.seek(B, 3)
     s.state(C).reset = -2  # seek_to_beginning pending: no valid position to commit
     pending = [rec(A, 7), rec(A, 8), rec(A, 9)]

@@ -1,4 +1,5 @@
 """The controller's pure state machine: placement, elections, AlterPartition, reassignment, records."""
+
 from __future__ import annotations
 
 import random
@@ -44,6 +45,7 @@ def part(logic, topic="t", p=0) -> PartitionRegistration:
 
 
 # ---- placement ------------------------------------------------------------------------------------
+
 
 def test_round_robin_spreads_leaders_and_followers():
     out = assign_replicas({b: None for b in range(3)}, 6, 3, random.Random(1))
@@ -92,6 +94,7 @@ def test_legal_topic_names():
 
 # ---- topics ---------------------------------------------------------------------------------------
 
+
 def test_create_topic_records_and_leaders():
     logic = make()
     res = create(logic, n=3, rf=3)
@@ -128,10 +131,17 @@ def test_create_topic_errors():
 
 def test_create_many_in_one_request_and_duplicate_in_request():
     logic = make()
-    recs, res = logic.create_topics([{"name": "x", "num_partitions": 2, "replication_factor": 2},
-                                     {"name": "x", "num_partitions": 1, "replication_factor": 1},
-                                     {"name": "y", "replica_assignment": {0: [2, 1], 1: [1, 2]},
-                                      "configs": {"retention.ms": 1000, "unclean.leader.election.enable": True}}])
+    recs, res = logic.create_topics(
+        [
+            {"name": "x", "num_partitions": 2, "replication_factor": 2},
+            {"name": "x", "num_partitions": 1, "replication_factor": 1},
+            {
+                "name": "y",
+                "replica_assignment": {0: [2, 1], 1: [1, 2]},
+                "configs": {"retention.ms": 1000, "unclean.leader.election.enable": True},
+            },
+        ]
+    )
     assert [r["error_code"] for r in res] == [0, 36, 0]
     apply(logic, recs)
     assert part(logic, "y", 0).replicas == [2, 1] and part(logic, "y", 0).leader == 2
@@ -182,6 +192,7 @@ def test_alter_configs():
 
 
 # ---- brokers: loss, return, unclean election -------------------------------------------------------
+
 
 def test_broker_loss_moves_leadership_within_isr():
     logic = make()
@@ -265,6 +276,7 @@ def test_reregistration_of_alive_broker_fences_old_incarnation():
 
 # ---- AlterPartition -------------------------------------------------------------------------------
 
+
 def test_alter_partition_validation_and_success():
     logic = make()
     apply(logic, logic.create_topics([{"name": "t", "replica_assignment": [[0, 1, 2]]}])[0])
@@ -283,12 +295,14 @@ def test_alter_partition_validation_and_success():
     recs, resp = logic.alter_partition("t", 0, 0, 0, [0, 1, 2], 1)
     assert resp["error_code"] == 107  # 1 is fenced
     # no-op change: same ISR, no record
-    assert logic.alter_partition("t", 0, 0, 0, [0, 2], 1) == ([], {
-        "error_code": 0, "error_message": None, "leader": 0, "leader_epoch": 0, "isr": [0, 2],
-        "partition_epoch": 1})
+    assert logic.alter_partition("t", 0, 0, 0, [0, 2], 1) == (
+        [],
+        {"error_code": 0, "error_message": None, "leader": 0, "leader_epoch": 0, "isr": [0, 2], "partition_epoch": 1},
+    )
 
 
 # ---- preferred election and imbalance --------------------------------------------------------------
+
 
 def test_preferred_election_and_imbalance():
     logic = make(imbalance_percentage=10)
@@ -311,6 +325,7 @@ def test_preferred_election_and_imbalance():
 
 # ---- reassignment ---------------------------------------------------------------------------------
 
+
 def test_reassignment_add_catch_up_switch_drop():
     logic = make(n_brokers=4)
     apply(logic, logic.create_topics([{"name": "t", "replica_assignment": [[0, 1]]}])[0])
@@ -320,7 +335,8 @@ def test_reassignment_add_catch_up_switch_drop():
     s = part(logic)
     assert (s.replicas, s.adding, s.removing, s.leader) == ([2, 3, 0, 1], [2, 3], [0, 1], 0)
     assert logic.list_partition_reassignments() == [
-        {"topic": "t", "partition": 0, "replicas": [2, 3, 0, 1], "adding": [2, 3], "removing": [0, 1]}]
+        {"topic": "t", "partition": 0, "replicas": [2, 3, 0, 1], "adding": [2, 3], "removing": [0, 1]}
+    ]
     recs, resp = logic.alter_partition("t", 0, 0, s.leader_epoch, [0, 1, 2], s.partition_epoch)
     apply(logic, recs)
     assert part(logic).reassigning
@@ -336,8 +352,13 @@ def test_reassignment_add_catch_up_switch_drop():
 def test_reassignment_errors_and_cancel():
     logic = make(n_brokers=4)
     apply(logic, logic.create_topics([{"name": "t", "replica_assignment": [[0, 1]]}])[0])
-    bad = [{"topic": "t", "partition": 0, "replicas": [0, 0]}, {"topic": "t", "partition": 0, "replicas": [9]},
-           {"topic": "t", "partition": 7, "replicas": [1]}, {"topic": "t", "partition": 0, "replicas": None}, 3]
+    bad = [
+        {"topic": "t", "partition": 0, "replicas": [0, 0]},
+        {"topic": "t", "partition": 0, "replicas": [9]},
+        {"topic": "t", "partition": 7, "replicas": [1]},
+        {"topic": "t", "partition": 0, "replicas": None},
+        3,
+    ]
     _, res = logic.alter_partition_reassignments(bad)
     assert [r["error_code"] for r in res] == [39, 39, 3, 85, 42]
     apply(logic, logic.alter_partition_reassignments([{"topic": "t", "partition": 0, "replicas": [0, 3]}])[0])
@@ -357,6 +378,7 @@ def test_shrinking_reassignment_completes_at_once():
 
 
 # ---- producer ids, records, snapshots --------------------------------------------------------------
+
 
 def test_producer_id_blocks_never_reused():
     logic = make()
@@ -380,14 +402,17 @@ def test_snapshot_and_kv_roundtrip():
     create(logic, n=2, rf=2, configs={"retention.ms": 10})
     apply(logic, logic.fence_broker(2))
     snap = MetadataImage.from_records(logic.image.snapshot_records())
-    kv = MetadataImage.from_kv([b.to_dict() for b in logic.image.brokers.values()],
-                               [msgpack.unpackb(msgpack.packb(t.to_dict()), strict_map_key=False)
-                                for t in logic.image.topics.values()],
-                               logic.image.version, logic.image.next_producer_id)
+    kv = MetadataImage.from_kv(
+        [b.to_dict() for b in logic.image.brokers.values()],
+        [msgpack.unpackb(msgpack.packb(t.to_dict()), strict_map_key=False) for t in logic.image.topics.values()],
+        logic.image.version,
+        logic.image.next_producer_id,
+    )
     for img in (snap, kv):
         assert img.version == logic.image.version
-        assert {k: v.to_dict() for k, v in img.brokers.items()} == \
-            {k: v.to_dict() for k, v in logic.image.brokers.items()}
+        assert {k: v.to_dict() for k, v in img.brokers.items()} == {
+            k: v.to_dict() for k, v in logic.image.brokers.items()
+        }
         assert img.topics["t"].to_dict() == logic.image.topics["t"].to_dict()
 
 
@@ -398,10 +423,10 @@ def test_replay_asserts_transitions():
     base = {"type": "PartitionChange", "topic": "t", "partition": 0}
     o1, o2 = [r for r in s["replicas"] if r != s["leader"]]
     bad = [
-        {**s, "partition_epoch": 0},                                  # epoch not bumped
-        {**s, "partition_epoch": 1, "leader": o1},                    # leader change without epoch bump
+        {**s, "partition_epoch": 0},  # epoch not bumped
+        {**s, "partition_epoch": 1, "leader": o1},  # leader change without epoch bump
         {**s, "partition_epoch": 1, "leader": o1, "leader_epoch": 1, "isr": [s["leader"], o2]},  # outside ISR
-        {**s, "partition_epoch": 1, "isr": [s["leader"], 7]},         # ISR outside replicas
+        {**s, "partition_epoch": 1, "isr": [s["leader"], 7]},  # ISR outside replicas
         {**s, "partition_epoch": 1, "leader_epoch": -1},
     ]
     for b in bad:
@@ -416,6 +441,7 @@ def test_replay_asserts_transitions():
 
 def test_metadata_log_torn_tail_and_snapshot(tmp_path):
     from actors.metadata_store import MetadataLog
+
     path = str(tmp_path / "controller" / "metadata.log")
     logic = make()
     create(logic, n=2, rf=2)
@@ -449,6 +475,7 @@ def test_topic_rule_lives_in_one_place():
     newline no longer slips through (``$`` matched before it)."""
     import storage.topic
     from actors import placement
+
     assert placement.validate_topic_name is storage.topic.validate_topic_name
     for name in ("ok\n", "a\tb", "x" * 250, None, b"bytes", ["t"]):
         with pytest.raises(InvalidTopicError):

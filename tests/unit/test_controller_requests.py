@@ -1,5 +1,6 @@
 """The controller's metadata delta -> per-broker requests (actors/controller_requests.py), its broker
 heartbeat bookkeeping and read handlers: pure, no Ray."""
+
 from __future__ import annotations
 
 import random
@@ -87,8 +88,7 @@ def test_reassignment_stops_the_dropped_replica():
     batch = commit(logic, recs)
     assert sorted(batch.leader_and_isr) == [0, 1, 2] and batch.stop_replica == {}
     s = logic.image.partition("t", 0)
-    recs, _ = logic.alter_partition("t", 0, s.leader, s.leader_epoch, sorted({s.leader, *s.isr, 2}),
-                                    s.partition_epoch)
+    recs, _ = logic.alter_partition("t", 0, s.leader, s.leader_epoch, sorted({s.leader, *s.isr, 2}), s.partition_epoch)
     batch = commit(logic, recs)
     assert batch.stop_replica == {0: [["t", 0]]}
     assert logic.image.partition("t", 0).replicas == [1, 2]
@@ -111,8 +111,9 @@ def test_partition_created_and_removed_in_one_commit_is_not_sent():
     recs, _ = logic.create_topics([{"name": "t", "num_partitions": 1, "replication_factor": 1}])
     topic_id = next(r["topic_id"] for r in recs if r["type"] == "Topic")
     recs.append({"type": "RemoveTopic", "name": "t", "topic_id": topic_id})
-    batch = derive_requests(MetadataImage.from_records(logic.image.snapshot_records() + recs), recs,
-                            {"t": {"partitions": {}}}, EPOCH)
+    batch = derive_requests(
+        MetadataImage.from_records(logic.image.snapshot_records() + recs), recs, {"t": {"partitions": {}}}, EPOCH
+    )
     assert batch.leader_and_isr == {}
 
 
@@ -151,10 +152,12 @@ def test_leader_acks():
     assert not acks.ready(logic.image, [("t", 0)])
     le = logic.image.partition("t", 0).leader_epoch
     # a follower's answer, or an error, does not count
-    assert not acks.on_response(1, {"partitions": [{"topic": "t", "partition": 0, "error_code": 0, "leader": 0,
-                                                    "leader_epoch": le}]})
-    assert not acks.on_response(0, {"partitions": [{"topic": "t", "partition": 0, "error_code": 6, "leader": 0,
-                                                    "leader_epoch": le}]})
+    assert not acks.on_response(
+        1, {"partitions": [{"topic": "t", "partition": 0, "error_code": 0, "leader": 0, "leader_epoch": le}]}
+    )
+    assert not acks.on_response(
+        0, {"partitions": [{"topic": "t", "partition": 0, "error_code": 6, "leader": 0, "leader_epoch": le}]}
+    )
     assert not acks.on_response(0, None)
     ok = {"partitions": [{"topic": "t", "partition": 0, "error_code": 0, "leader": 0, "leader_epoch": le}]}
     assert acks.on_response(0, ok) and not acks.on_response(0, ok)
@@ -190,8 +193,14 @@ def test_read_handlers():
     assert logic.describe_configs("nope")["error_code"] == UnknownTopicOrPartitionError.code
     topics = logic.describe_topics(["t", "nope"])
     assert topics[0]["name"] == "t" and topics[0]["error_code"] == 0
-    assert topics[1] == {"name": "nope", "topic_id": None, "error_code": UnknownTopicOrPartitionError.code,
-                         "error_message": "Topic 'nope' does not exist.", "configs": {}, "partitions": []}
+    assert topics[1] == {
+        "name": "nope",
+        "topic_id": None,
+        "error_code": UnknownTopicOrPartitionError.code,
+        "error_message": "Topic 'nope' does not exist.",
+        "configs": {},
+        "partitions": [],
+    }
     md = logic.cluster_metadata()
     assert md["version"] == logic.image.version and [b["id"] for b in md["brokers"]] == [0, 1]
     assert [t["name"] for t in md["topics"]] == ["t"]

@@ -1,6 +1,7 @@
 """Crash-safe log mutations (issue 13, part 1): every Log operation killed at each of its mutating system
 calls in turn (crash_harness.py, crash_scenarios.py), and one test per crash-ordering bug found that way,
 each killing a child at the exact step that exposed it."""
+
 from __future__ import annotations
 
 import os
@@ -9,9 +10,9 @@ import shutil
 import tempfile
 
 import pytest
-
 from crash_harness import CrashServer, copy_dir, read_index_files, verify
 from crash_scenarios import OPERATIONS, SCENARIOS, make_batch, reference, sweep
+
 from storage.segment import LogSegment
 
 pytestmark = pytest.mark.slow
@@ -48,6 +49,7 @@ def kill_at(server, root, scenario: str, select: list):
 
 
 # ---------------------------------------------------------------------------------------------- the bugs
+
 
 def test_kill_inside_truncate_to_leaves_no_hole(server, root):
     """Killed as truncate_to deletes its second segment file: the log must be a prefix of the old one (it

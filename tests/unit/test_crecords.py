@@ -6,6 +6,7 @@ batches fail with the same error types (thousands of them: a crash here takes th
 Also: the extension is built and is what ``decode_records`` uses (so CI catches a broken build), the
 RAFKA_PURE_PYTHON switch, the defer-to-Python contract for values past 64 bits, and no leaked references.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,21 @@ from hypothesis import strategies as st
 import storage.records as records
 from protocol.errors import KafkaError
 from storage import codecs
-from storage.records import (BATCH_HEADER, BATCH_OVERHEAD, GZIP, LOG_OVERHEAD, LZ4, NONE, SNAPPY, ZSTD, Record,
-                             RecordBatch, RecordBatchBuilder, decode_records, encode_varint)
+from storage.records import (
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    GZIP,
+    LOG_OVERHEAD,
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZSTD,
+    Record,
+    RecordBatch,
+    RecordBatchBuilder,
+    decode_records,
+    encode_varint,
+)
 
 ALL_CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
 FORCED_PURE = os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0")
@@ -40,9 +54,9 @@ if FORCED_PURE:
     _crecords.set_record_type(Record)
 C_DECODE = _crecords.decode_into
 
-INT64 = st.integers(-2**63, 2**63 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
 SMALL = st.integers(-200, 200)
-DELTA = st.one_of(SMALL, st.integers(-2**40, 2**40), INT64)
+DELTA = st.one_of(SMALL, st.integers(-(2**40), 2**40), INT64)
 BLOB = st.one_of(st.none(), st.binary(max_size=40), st.integers(0, 70_000).map(lambda n: b"v" * n))
 HEADERS = st.lists(st.tuples(st.text(max_size=12), st.one_of(st.none(), st.binary(max_size=30))), max_size=4)
 
@@ -69,14 +83,35 @@ def raw_record(body: bytes) -> bytes:
     return encode_varint(len(body)) + body
 
 
-def wrap(body: bytes, count: int, codec: int = NONE, log_append: bool = False, base_offset: int = 0,
-         base_ts: int = 1000, max_ts: int = 2000) -> bytes:
+def wrap(
+    body: bytes,
+    count: int,
+    codec: int = NONE,
+    log_append: bool = False,
+    base_offset: int = 0,
+    base_ts: int = 1000,
+    max_ts: int = 2000,
+) -> bytes:
     """A batch with a correct CRC around a records body (compressed here when ``codec``)."""
     if codec:
         body = codecs.compress(codec, body)
-    head = bytearray(BATCH_HEADER.pack(base_offset, BATCH_OVERHEAD - LOG_OVERHEAD + len(body), -1, 2, 0,
-                                       codec | (8 if log_append else 0), max(count - 1, 0), base_ts, max_ts,
-                                       -1, -1, -1, count))
+    head = bytearray(
+        BATCH_HEADER.pack(
+            base_offset,
+            BATCH_OVERHEAD - LOG_OVERHEAD + len(body),
+            -1,
+            2,
+            0,
+            codec | (8 if log_append else 0),
+            max(count - 1, 0),
+            base_ts,
+            max_ts,
+            -1,
+            -1,
+            -1,
+            count,
+        )
+    )
     head += body
     struct.pack_into(">I", head, 17, crc32c(memoryview(head)[21:]))
     return bytes(head)
@@ -117,7 +152,8 @@ def test_extension_is_built_and_used(monkeypatch):
     source = ROOT / "storage" / "_crecords.c"
     if source.exists():  # a source tree (editable install): the built module must not be stale
         assert os.path.getmtime(_crecords.__file__) >= os.path.getmtime(source), (
-            f"{_crecords.__file__} is older than {source}: rebuild with `pip install -e .`")
+            f"{_crecords.__file__} is older than {source}: rebuild with `pip install -e .`"
+        )
     calls = []
 
     def spy(*args):
@@ -136,12 +172,13 @@ def test_extension_is_built_and_used(monkeypatch):
 
 @pytest.mark.parametrize("value, accelerated", [("1", False), ("0", True), ("", True)])
 def test_pure_python_switch(value, accelerated):
-    code = ("import storage.records as r; b = r.RecordBatchBuilder(); b.append(1, b'k', b'v', [('h', None)]);"
-            "assert r.decode_records(b.build()) == [r.Record(0, 1, b'k', b'v', (('h', None),))];"
-            "print(r.ACCELERATED)")
+    code = (
+        "import storage.records as r; b = r.RecordBatchBuilder(); b.append(1, b'k', b'v', [('h', None)]);"
+        "assert r.decode_records(b.build()) == [r.Record(0, 1, b'k', b'v', (('h', None),))];"
+        "print(r.ACCELERATED)"
+    )
     env = dict(os.environ, RAFKA_PURE_PYTHON=value)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(accelerated)
 
@@ -162,23 +199,31 @@ def test_decode_into_appends_and_reports_done():
     assert [r.timestamp for r in out] == [5555, 5555]  # LogAppendTime
 
 
-@pytest.mark.parametrize("body, start, end, count, match", [
-    (enc_record(0, 0, b"k", b"v"), 0, 10**6, 1, "past the end"),
-    (enc_record(0, 0, b"k", b"v"), 3, 2, 1, "past the end"),
-    (enc_record(0, 0, b"k", b"v")[:-1], 0, None, 1, "fit"),
-    (enc_record(0, 0, b"k", b"v") + b"\x00", 0, None, 1, "remain"),
-    (enc_record(0, 0, b"k", b"v"), 0, None, 2, "past the end"),
-    (bytes([0x0C, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00]), 0, None, 1, "negative key length -2"),
-    (bytes([0x0C, 0x00, 0x00, 0x00, 0x01, 0x05, 0x00]), 0, None, 1, "negative value length -3"),
-    (bytes([0x0C, 0x00, 0x00, 0x00, 0x01, 0x01, 0x01]), 0, None, 1, "header count -1"),
-    (bytes([0x0E, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x01, 0x01]), 0, None, 1, "header key length -1"),
-    (bytes([0x12, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x02]) + b"h" + bytes([0x03]), 0, None, 1,
-     "header value length -2"),
-    (bytes([0x12, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x02]) + b"\xff" + bytes([0x01]), 0, None, 1, "utf-8"),
-    (bytes([0x0C, 0x00] + [0xFF] * 11), 0, None, 1, "fit"),
-    (bytes([0x20, 0x00] + [0xFF] * 10 + [0x01, 0x00, 0x01, 0x01, 0x00]), 0, None, 1, "longer than 10 bytes"),
-    (bytes([0xFF] * 9 + [0x7F]), 0, None, 1, "record length varint does not fit 64 bits"),
-])
+@pytest.mark.parametrize(
+    "body, start, end, count, match",
+    [
+        (enc_record(0, 0, b"k", b"v"), 0, 10**6, 1, "past the end"),
+        (enc_record(0, 0, b"k", b"v"), 3, 2, 1, "past the end"),
+        (enc_record(0, 0, b"k", b"v")[:-1], 0, None, 1, "fit"),
+        (enc_record(0, 0, b"k", b"v") + b"\x00", 0, None, 1, "remain"),
+        (enc_record(0, 0, b"k", b"v"), 0, None, 2, "past the end"),
+        (bytes([0x0C, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00]), 0, None, 1, "negative key length -2"),
+        (bytes([0x0C, 0x00, 0x00, 0x00, 0x01, 0x05, 0x00]), 0, None, 1, "negative value length -3"),
+        (bytes([0x0C, 0x00, 0x00, 0x00, 0x01, 0x01, 0x01]), 0, None, 1, "header count -1"),
+        (bytes([0x0E, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x01, 0x01]), 0, None, 1, "header key length -1"),
+        (
+            bytes([0x12, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x02]) + b"h" + bytes([0x03]),
+            0,
+            None,
+            1,
+            "header value length -2",
+        ),
+        (bytes([0x12, 0x00, 0x00, 0x00, 0x01, 0x01, 0x02, 0x02]) + b"\xff" + bytes([0x01]), 0, None, 1, "utf-8"),
+        (bytes([0x0C, 0x00] + [0xFF] * 11), 0, None, 1, "fit"),
+        (bytes([0x20, 0x00] + [0xFF] * 10 + [0x01, 0x00, 0x01, 0x01, 0x00]), 0, None, 1, "longer than 10 bytes"),
+        (bytes([0xFF] * 9 + [0x7F]), 0, None, 1, "record length varint does not fit 64 bits"),
+    ],
+)
 def test_decode_into_errors_leave_out_untouched(body, start, end, count, match):
     end = len(body) if end is None else end
     good = enc_record(0, 0, b"k", b"v")
@@ -195,7 +240,7 @@ def test_values_past_64_bits_defer_to_the_reference_decoder():
     overflowing = [  # (records body, base offset, base timestamp)
         (enc_record(1, 0, b"k", b"v"), 0, top),  # base timestamp + delta
         (enc_record(0, 5, b"k", b"v"), top - 1, 0),  # base offset + delta
-        (enc_record(-1, 0, b"k", b"v"), 0, -2**63),
+        (enc_record(-1, 0, b"k", b"v"), 0, -(2**63)),
         (raw_record(b"\x00" + ten_byte + b"\x00\x02k\x02v\x00"), 0, 0),  # timestamp delta of 65 bits
         (raw_record(b"\x00\x00" + ten_byte + b"\x02k\x02v\x00"), 0, 0),  # offset delta of 65 bits
     ]
@@ -205,7 +250,7 @@ def test_values_past_64_bits_defer_to_the_reference_decoder():
         assert out == [1]
         data = wrap(body, 1, base_offset=base_offset, base_ts=base_ts)
         _, _, (r,) = same(lambda: decode_records(data))
-        assert r.key == b"k" and not (-2**63 <= r.offset <= top and -2**63 <= r.timestamp <= top)
+        assert r.key == b"k" and not (-(2**63) <= r.offset <= top and -(2**63) <= r.timestamp <= top)
     # under LogAppendTime the timestamp delta is read but unused: no overflow to defer
     body, _, base_ts = overflowing[0]
     out = []
@@ -252,8 +297,14 @@ def test_no_leaked_references(leak):
     bad = wrap(enc_record(0, 0, b"k", b"v", [("h", b"x")]) * 9 + bytes([0x12, 0, 0, 0, 1, 1, 2, 2, 0xFF, 1]), 10)
     deferred = wrap(enc_record(0, 0, b"k", b"v") + enc_record(1, 1, b"k", b"v"), 2, base_ts=2**63 - 1)
     env = {k: v for k, v in os.environ.items() if k != "RAFKA_PURE_PYTHON"}
-    out = subprocess.run([sys.executable, "-c", LEAK_PROBE.replace("{keep}", str(leak))], cwd=ROOT, env=env,
-                         input=pickle.dumps([good, lat, bad, deferred]), capture_output=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", LEAK_PROBE.replace("{keep}", str(leak))],
+        cwd=ROOT,
+        env=env,
+        input=pickle.dumps([good, lat, bad, deferred]),
+        capture_output=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr.decode()
     refs, blocks = map(int, out.stdout.split())
     if leak:  # 300 rounds x 102 kept records: each holds its type and several blocks
@@ -268,9 +319,14 @@ def test_no_leaked_references(leak):
 
 
 @DIFF
-@given(recs=st.lists(st.tuples(DELTA, DELTA, BLOB, BLOB, HEADERS, st.integers(0, 255)), max_size=12),
-       base_offset=st.one_of(st.integers(0, 2**40), INT64), base_ts=st.one_of(st.integers(-1, 2**41), INT64),
-       codec=st.sampled_from(ALL_CODECS), log_append=st.booleans(), max_ts=INT64)
+@given(
+    recs=st.lists(st.tuples(DELTA, DELTA, BLOB, BLOB, HEADERS, st.integers(0, 255)), max_size=12),
+    base_offset=st.one_of(st.integers(0, 2**40), INT64),
+    base_ts=st.one_of(st.integers(-1, 2**41), INT64),
+    codec=st.sampled_from(ALL_CODECS),
+    log_append=st.booleans(),
+    max_ts=INT64,
+)
 def test_differential_any_records(recs, base_offset, base_ts, codec, log_append, max_ts):
     body = b"".join(enc_record(tsd, od, k, v, h, attrs) for tsd, od, k, v, h, attrs in recs)
     data = wrap(body, len(recs), codec, log_append, base_offset, base_ts, max_ts)
@@ -281,15 +337,21 @@ def test_differential_any_records(recs, base_offset, base_ts, codec, log_append,
 
 
 @DIFF
-@given(recs=st.lists(st.tuples(st.integers(-1, 2**45), BLOB, BLOB, HEADERS, st.integers(1, 1000)),
-                     min_size=1, max_size=30),
-       base_offset=st.integers(0, 2**62), codec=st.sampled_from(ALL_CODECS), log_append=st.booleans(),
-       batch_size=st.sampled_from([200, 5000, 1 << 20]))
+@given(
+    recs=st.lists(
+        st.tuples(st.integers(-1, 2**45), BLOB, BLOB, HEADERS, st.integers(1, 1000)), min_size=1, max_size=30
+    ),
+    base_offset=st.integers(0, 2**62),
+    codec=st.sampled_from(ALL_CODECS),
+    log_append=st.booleans(),
+    batch_size=st.sampled_from([200, 5000, 1 << 20]),
+)
 def test_differential_builder_batches(recs, base_offset, codec, log_append, batch_size):
     parts, i = [], 0
     while i < len(recs):
-        b = RecordBatchBuilder(compression_type=codec, base_offset=base_offset, batch_size=batch_size,
-                               timestamp_type=int(log_append))
+        b = RecordBatchBuilder(
+            compression_type=codec, base_offset=base_offset, batch_size=batch_size, timestamp_type=int(log_append)
+        )
         while i < len(recs):
             ts, k, v, h, gap = recs[i]
             base_offset += gap
@@ -320,8 +382,9 @@ def test_differential_big_batches():
 
 
 @DIFF
-@given(body=st.binary(max_size=300), count=st.integers(-3, 20), codec=st.sampled_from(ALL_CODECS),
-       log_append=st.booleans())
+@given(
+    body=st.binary(max_size=300), count=st.integers(-3, 20), codec=st.sampled_from(ALL_CODECS), log_append=st.booleans()
+)
 def test_fuzz_random_records_region(body, count, codec, log_append):
     data = wrap(body, count, codec, log_append)
     same(lambda: decode_records(data))
@@ -338,19 +401,25 @@ def _mutate(rng: random.Random, blob: bytes) -> bytes:
             b[i:i] = rng.randbytes(rng.randint(1, 12))
         elif op < 0.9 and b:
             i = rng.randrange(len(b))
-            del b[i:i + rng.randint(1, 12)]
+            del b[i : i + rng.randint(1, 12)]
         else:
-            del b[rng.randint(0, len(b)):]
+            del b[rng.randint(0, len(b)) :]
     return bytes(b)
 
 
 def _seed_batch(rng: random.Random) -> tuple[bytes, int]:
     n = rng.randint(1, 8)
     body = b"".join(
-        enc_record(rng.choice([0, 1, -1, 300, -70_000, 2**40, rng.randint(-2**63, 2**63 - 1)]), i,
-                   rng.choice([None, b"", b"key", rng.randbytes(200)]), rng.choice([None, b"", b"value" * 40]),
-                   [("h", b"x"), ("é", None)][:rng.randint(0, 2)], rng.randrange(256))
-        for i in range(n))
+        enc_record(
+            rng.choice([0, 1, -1, 300, -70_000, 2**40, rng.randint(-(2**63), 2**63 - 1)]),
+            i,
+            rng.choice([None, b"", b"key", rng.randbytes(200)]),
+            rng.choice([None, b"", b"value" * 40]),
+            [("h", b"x"), ("é", None)][: rng.randint(0, 2)],
+            rng.randrange(256),
+        )
+        for i in range(n)
+    )
     return body, n
 
 
@@ -362,7 +431,7 @@ def fuzz_mutated_batches(seed: int, rounds: int) -> tuple[int, int]:
         body, n = _seed_batch(rng)
         codec = ALL_CODECS[i % 5]
         log_append = rng.random() < 0.3
-        base_ts = rng.choice([1000, 2**63 - 10, -2**63 + 10])
+        base_ts = rng.choice([1000, 2**63 - 10, -(2**63) + 10])
         if i % 4 == 3:  # mutate the whole (compressed) batch, header included: read with validate=False
             data = _mutate(rng, wrap(body, n, codec, log_append, base_ts=base_ts))
             fn = (lambda d=data: decode_records(d, validate=False)) if len(data) >= BATCH_OVERHEAD else None

@@ -1,4 +1,5 @@
 """LeaderEpochCache: Kafka's LeaderEpochFileCache semantics, checkpoint format, and a model-based check."""
+
 from __future__ import annotations
 
 import logging
@@ -159,17 +160,20 @@ def test_stale_tmp_file_is_ignored(path):
     assert LeaderEpochCache(path).entries() == [(4, 40)]
 
 
-@pytest.mark.parametrize("text", [
-    "1\n0\n",                 # unknown version
-    "0\n2\n1 0\n",            # count mismatch
-    "0\n1\n1 0 3\n",          # malformed line
-    "0\n1\nx 0\n",            # not a number
-    "0\n2\n2 10\n1 20\n",     # epochs not increasing
-    "0\n2\n1 10\n2 10\n",     # offsets not increasing
-    "0\n1\n-1 0\n",           # negative
-    "0\n",                    # truncated header
-    "",                       # empty file
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1\n0\n",  # unknown version
+        "0\n2\n1 0\n",  # count mismatch
+        "0\n1\n1 0 3\n",  # malformed line
+        "0\n1\nx 0\n",  # not a number
+        "0\n2\n2 10\n1 20\n",  # epochs not increasing
+        "0\n2\n1 10\n2 10\n",  # offsets not increasing
+        "0\n1\n-1 0\n",  # negative
+        "0\n",  # truncated header
+        "",  # empty file
+    ],
+)
 def test_corrupt_checkpoint_is_treated_as_empty_with_log(path, text, caplog):
     with open(path, "w") as f:
         f.write(text)
@@ -237,12 +241,15 @@ class Model:
         return (lower[-1][0], higher[0][1])
 
 
-ops = st.lists(st.one_of(
-    st.tuples(st.just("assign"), st.integers(0, 12), st.integers(0, 60)),
-    st.tuples(st.just("end"), st.integers(-1, 70), st.just(0)),
-    st.tuples(st.just("start"), st.integers(-1, 70), st.just(0)),
-    st.tuples(st.just("clear"), st.just(0), st.just(0)),
-), max_size=30)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("assign"), st.integers(0, 12), st.integers(0, 60)),
+        st.tuples(st.just("end"), st.integers(-1, 70), st.just(0)),
+        st.tuples(st.just("start"), st.integers(-1, 70), st.just(0)),
+        st.tuples(st.just("clear"), st.just(0), st.just(0)),
+    ),
+    max_size=30,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

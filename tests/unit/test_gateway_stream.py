@@ -1,5 +1,6 @@
 """The v3 streaming body parser (``serve.produce.JsonValueStream``): concatenated JSON values parsed as the
 body arrives, in whatever chunks the network cuts it into. Pure: no Ray, no Serve."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,11 @@ from hypothesis import strategies as st
 from serve.errors import MALFORMED, TOO_LARGE, GatewayError
 from serve.produce import JsonValueStream
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.text(max_size=12),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                    max_leaves=8)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
 SPACE = st.text(alphabet=" \t\r\n", max_size=3)
 
 
@@ -26,8 +29,11 @@ def feed_all(body: bytes, cuts: list[int], limit: int = 1 << 20) -> list:
 
 
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(JSON, min_size=1, max_size=8), seps=st.lists(SPACE, min_size=9, max_size=9),
-       cuts=st.lists(st.integers(0, 400), max_size=8))
+@given(
+    values=st.lists(JSON, min_size=1, max_size=8),
+    seps=st.lists(SPACE, min_size=9, max_size=9),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
 def test_any_chunking_gives_the_values_in_order(values, seps, cuts):
     # numbers and literals need a separator from what follows; objects, arrays and strings do not
     text = seps[0] + "".join(json.dumps(v, ensure_ascii=False) + (sep or " ") for v, sep in zip(values, seps[1:]))
@@ -38,7 +44,7 @@ def test_any_chunking_gives_the_values_in_order(values, seps, cuts):
 def test_values_arrive_as_soon_as_they_are_complete():
     s = JsonValueStream(1000)
     assert s.feed(b'{"a": 1}{"b"') == [{"a": 1}]
-    assert s.feed(b': 2}\n 12') == [{"b": 2}]      # 12 may go on in the next chunk: held back
+    assert s.feed(b": 2}\n 12") == [{"b": 2}]  # 12 may go on in the next chunk: held back
     assert s.feed(b"3 ") == [123]
     assert s.feed('"caf'.encode() + "é".encode()[:1]) == []  # a UTF-8 sequence cut in two
     assert s.feed("é".encode()[1:] + b'"') == ["café"]
@@ -83,6 +89,7 @@ def test_json_nested_thousands_deep_is_400_not_a_recursion_error():
     connection in the streaming form). Whole bodies, streams (values before the deep one still come out,
     the next call raises) and re-encoding a deep value all answer 400."""
     from serve.produce import load_json, parse_v2, parse_v3
+
     for exact in (True, False):
         with pytest.raises(GatewayError) as info:
             load_json(b'{"records": [{"value": ' + DEEP + b"}]}", exact=exact)
@@ -105,5 +112,5 @@ def test_json_nested_thousands_deep_is_400_not_a_recursion_error():
     deep_value = {"type": "JSON", "data": None}
     for _ in range(600):  # parses (below the recursion limit), but orjson re-encodes only 255 levels
         deep_value["data"] = [deep_value["data"]]
-    (rec, _, _), = parse_v3([{"value": deep_value}])
+    ((rec, _, _),) = parse_v3([{"value": deep_value}])
     assert rec.value.startswith(b"[[[")

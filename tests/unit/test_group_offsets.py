@@ -1,10 +1,12 @@
 """Committed offsets, DeleteGroups, offsets retention, and rebuilding a shard from __consumer_offsets."""
+
 from __future__ import annotations
+
+from group_harness import SESSION, Harness, config
+from test_group_state import stable_group
 
 from actors.group_records import GroupMetadataKey, OffsetCommitKey, OffsetCommitValue
 from actors.group_state import GroupCoordinatorShard, GroupState, Pending
-from group_harness import SESSION, Harness, config
-from test_group_state import stable_group
 
 S = GroupState
 DAY = 24 * 3600 * 1000
@@ -13,19 +15,27 @@ DAY = 24 * 3600 * 1000
 def fetch(h: Harness, group="g", topics=None) -> dict:
     resp = h.shard.offset_fetch(group, topics)
     assert resp["error_code"] == 0
-    return {(t["name"], p["partition_index"]): (p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
-            for t in resp["topics"] for p in t["partitions"]}
+    return {
+        (t["name"], p["partition_index"]): (p["committed_offset"], p["committed_leader_epoch"], p["metadata"])
+        for t in resp["topics"]
+        for p in t["partitions"]
+    }
 
 
 def test_member_commits_and_fetches():
     h = Harness()
     a, b = stable_group(h, "a", "b")
     h.now = 777
-    assert h.commit({("t", 0): 10, ("t", 1): 20, ("u", 0): 5}, member_id=a, generation=1) == \
-        {("t", 0): 0, ("t", 1): 0, ("u", 0): 0}
+    assert h.commit({("t", 0): 10, ("t", 1): 20, ("u", 0): 5}, member_id=a, generation=1) == {
+        ("t", 0): 0,
+        ("t", 1): 0,
+        ("u", 0): 0,
+    }
     assert fetch(h) == {("t", 0): (10, 3, "m10"), ("t", 1): (20, 3, "m20"), ("u", 0): (5, 3, "m5")}
-    assert fetch(h, topics=[{"name": "t", "partition_indexes": [1, 7]}]) == {("t", 1): (20, 3, "m20"),
-                                                                            ("t", 7): (-1, -1, "")}
+    assert fetch(h, topics=[{"name": "t", "partition_indexes": [1, 7]}]) == {
+        ("t", 1): (20, 3, "m20"),
+        ("t", 7): (-1, -1, ""),
+    }
     assert fetch(h, "unknown-group", [{"name": "t", "partition_indexes": [0]}]) == {("t", 0): (-1, -1, "")}
     assert h.shard.committed_offsets("g")[("t", 0)] == OffsetCommitValue(10, 3, "m10", 777)
     # Records are keyed per (group, topic, partition): the latest commit wins, as compaction keeps it.
@@ -50,9 +60,21 @@ def test_commit_validation_follows_kafka():
     assert h.group().state is S.COMPLETING_REBALANCE
     assert h.commit({("t", 0): 3}, member_id=b, generation=2) == {("t", 0): 27}
     big = Harness(offset_metadata_max_bytes=3)
-    resp = big.apply(big.shard.offset_commit("g", [{"name": "t", "partitions": [
-        {"partition_index": 0, "committed_offset": 1, "committed_metadata": "four"},
-        {"partition_index": 1, "committed_offset": 1, "committed_metadata": "ok"}]}], 0))
+    resp = big.apply(
+        big.shard.offset_commit(
+            "g",
+            [
+                {
+                    "name": "t",
+                    "partitions": [
+                        {"partition_index": 0, "committed_offset": 1, "committed_metadata": "four"},
+                        {"partition_index": 1, "committed_offset": 1, "committed_metadata": "ok"},
+                    ],
+                }
+            ],
+            0,
+        )
+    )
     assert [p["error_code"] for p in resp["topics"][0]["partitions"]] == [12, 0]
     assert fetch(big) == {("t", 1): (1, -1, "ok")}
 
@@ -100,10 +122,17 @@ def test_delete_groups():
     h.commit({("t", 0): 1, ("t", 1): 2}, member_id=a, generation=1)
     h.commit({("x", 0): 9}, group="simple")
     r = h.shard.delete_groups(["g", "nope", "simple", "simple"], h.now)
-    assert r.response == {"results": [{"group_id": "g", "error_code": 68}, {"group_id": "nope", "error_code": 69},
-                                      {"group_id": "simple", "error_code": 0}]}
+    assert r.response == {
+        "results": [
+            {"group_id": "g", "error_code": 68},
+            {"group_id": "nope", "error_code": 69},
+            {"group_id": "simple", "error_code": 0},
+        ]
+    }
     assert [(x.key, x.value) for x in r.records] == [
-        (OffsetCommitKey("simple", "x", 0), None), (GroupMetadataKey("simple"), None)]
+        (OffsetCommitKey("simple", "x", 0), None),
+        (GroupMetadataKey("simple"), None),
+    ]
     h.apply(r)
     assert h.shard.group("simple") is None and fetch(h, "simple") == {}
     h.leave((a, None), (b, None))
@@ -122,8 +151,10 @@ def test_offsets_of_an_active_group_never_expire_and_of_an_empty_group_expire_af
     h.leave((a, None), (b, None))  # Empty from here: the retention clock starts now
     assert h.shard.cleanup_expired_offsets(3 * DAY).records == []
     r = h.shard.cleanup_expired_offsets(3 * DAY + 1)
-    assert [(x.key, x.value) for x in r.records] == [(OffsetCommitKey("g", "t", 0), None),
-                                                     (GroupMetadataKey("g"), None)]
+    assert [(x.key, x.value) for x in r.records] == [
+        (OffsetCommitKey("g", "t", 0), None),
+        (GroupMetadataKey("g"), None),
+    ]
     h.apply(r)
     assert h.shard.group_ids() == []
     h.check_replay_equivalence()
@@ -144,6 +175,7 @@ def test_simple_group_offsets_expire_by_commit_time():
 
 def test_stable_consumer_group_expires_offsets_of_topics_it_no_longer_subscribes():
     from rafka.assignors import Subscription, encode_subscription
+
     h = Harness(offsets_retention_minutes=1)
     meta = encode_subscription(Subscription(["t"]))
     a = h.new_member(client="a", protocols=(("range", meta),), session=600_000)

@@ -1,5 +1,6 @@
 """The group coordinator's request-level rules (actors/group_service.py) and its per-partition context
 (actors/coordinator_runtime.py), without Ray."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,12 @@ from storage.records import decode_records
 
 def test_offsets_topic_spec_and_config():
     spec = svc.offsets_topic_spec({"offsets.topic.num.partitions": 7, "offsets.topic.replication.factor": 3}, 2)
-    assert spec == {"name": "__consumer_offsets", "num_partitions": 7, "replication_factor": 2,
-                    "configs": {"cleanup.policy": "compact", "segment.bytes": 104857600}}
+    assert spec == {
+        "name": "__consumer_offsets",
+        "num_partitions": 7,
+        "replication_factor": 2,
+        "configs": {"cleanup.policy": "compact", "segment.bytes": 104857600},
+    }
     assert svc.offsets_topic_spec(None, 0)["replication_factor"] == 1
     assert svc.offsets_partitions(None) == 5
     cfg = svc.coordinator_config({"group.max.size": "3", "unrelated": 1})
@@ -53,8 +58,15 @@ def test_error_answers():
     assert svc.join_error(None, 16, "m")["member_id"] == "" and svc.join_error("m1", 16, "m")["error_code"] == 16
     assert svc.sync_error(27, "r")["error_message"] == "r"
     topics = [{"name": "t", "partitions": [{"partition_index": 0}, {"partition_index": 2}]}]
-    assert svc.offset_commit_error(topics, 16, None) == {"topics": [{"name": "t", "partitions": [
-        {"partition_index": 0, "error_code": 16}, {"partition_index": 2, "error_code": 16}]}], "error_message": None}
+    assert svc.offset_commit_error(topics, 16, None) == {
+        "topics": [
+            {
+                "name": "t",
+                "partitions": [{"partition_index": 0, "error_code": 16}, {"partition_index": 2, "error_code": 16}],
+            }
+        ],
+        "error_message": None,
+    }
     assert svc.offset_commit_error("junk", 42, "bad") == {"error_code": 42, "error_message": "bad", "topics": []}
     assert svc.describe_group_error("g", 16, None)["group_id"] == "g"
 
@@ -88,4 +100,5 @@ def test_records_batch_and_context():
         other = CoordinatorContext(1, 0, None, GroupCoordinatorConfig())
         other.state = svc.ACTIVE
         assert list_groups({1: other, 0: ctx}) == ([], svc.COORDINATOR_LOAD_IN_PROGRESS, [])
+
     asyncio.run(run())

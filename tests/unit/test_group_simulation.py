@@ -2,16 +2,22 @@
 clock jumps (hypothesis). Checks: one owner per partition per generation (and at every instant among live
 consumers), the group settles balanced with every partition owned, commits succeed for current members,
 and the shard rebuilt from its records (all of them, or only the durable bytes) matches."""
+
 from __future__ import annotations
 
 import pytest
+from group_harness import G, Harness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.group_state import GroupState, Pending
-from group_harness import G, Harness
 from rafka.assignors import (
-    COOPERATIVE, Subscription, decode_assignment, encode_subscription, get_assignor, perform_assignment,
+    COOPERATIVE,
+    Subscription,
+    decode_assignment,
+    encode_subscription,
+    get_assignor,
+    perform_assignment,
 )
 
 PARTITIONS = {"a": 4, "b": 3}
@@ -34,10 +40,19 @@ class Consumer:
         if not self.cooperative:
             self.owned = set()  # eager: revoke everything before rejoining
         self.stable = False
-        sub = Subscription(self.topics, self.assignor.subscription_user_data(self.topics),
-                           sorted(self.owned) if self.cooperative else [])
-        resp = self.sim.h.join(self.member_id, protocols=((self.assignor.name, encode_subscription(sub)),),
-                               instance=self.instance, client=self.name, session=SESSION, rebalance=REBALANCE)
+        sub = Subscription(
+            self.topics,
+            self.assignor.subscription_user_data(self.topics),
+            sorted(self.owned) if self.cooperative else [],
+        )
+        resp = self.sim.h.join(
+            self.member_id,
+            protocols=((self.assignor.name, encode_subscription(sub)),),
+            instance=self.instance,
+            client=self.name,
+            session=SESSION,
+            rebalance=REBALANCE,
+        )
         self.on_join(resp)
 
     def on_join(self, resp):
@@ -100,8 +115,9 @@ class Consumer:
         offsets = {tp: 10 for tp in sorted(self.owned)}
         if not offsets:
             return
-        codes = self.sim.h.commit(offsets, member_id=self.member_id, generation=self.generation,
-                                  group_instance_id=self.instance)
+        codes = self.sim.h.commit(
+            offsets, member_id=self.member_id, generation=self.generation, group_instance_id=self.instance
+        )
         assert set(codes.values()) <= {0}, codes  # a synced member of the current generation may commit
         committed = self.sim.h.shard.committed_offsets(G)
         assert all(committed[tp].offset == 10 for tp in offsets)
@@ -241,8 +257,11 @@ class Sim:
             live = self.live()
             if g is None or (g.state is GroupState.EMPTY and not live):
                 return
-            if g.state is GroupState.STABLE and all(c.stable and c.generation == g.generation_id for c in live) \
-                    and set(g.members) == {c.member_id for c in live}:
+            if (
+                g.state is GroupState.STABLE
+                and all(c.stable and c.generation == g.generation_id for c in live)
+                and set(g.members) == {c.member_id for c in live}
+            ):
                 owned = [c.owned for c in live]
                 if set().union(*owned) == set().union(*(self.eligible(c) for c in live)):
                     return
@@ -251,25 +270,35 @@ class Sim:
     @staticmethod
     def eligible(c: Consumer) -> set:
         from rafka.assignors import TopicPartition
+
         return {TopicPartition(t, p) for t in c.topics for p in range(PARTITIONS[t])}
 
 
 topic_choices = st.sampled_from([["a"], ["a", "b"], ["b"]])
 add_op = st.tuples(st.just("add"), st.tuples(st.booleans(), topic_choices))
-ops = st.lists(st.one_of(
-    add_op, add_op,
-    st.tuples(st.just("restart"), st.integers(0, 9)),
-    st.tuples(st.just("leave"), st.integers(0, 9)),
-    st.tuples(st.just("crash"), st.integers(0, 9)),
-    st.tuples(st.just("commit"), st.integers(0, 9)),
-    st.tuples(st.just("tick"), st.integers(1, 8)),
-), min_size=3, max_size=16)
+ops = st.lists(
+    st.one_of(
+        add_op,
+        add_op,
+        st.tuples(st.just("restart"), st.integers(0, 9)),
+        st.tuples(st.just("leave"), st.integers(0, 9)),
+        st.tuples(st.just("crash"), st.integers(0, 9)),
+        st.tuples(st.just("commit"), st.integers(0, 9)),
+        st.tuples(st.just("tick"), st.integers(1, 8)),
+    ),
+    min_size=3,
+    max_size=16,
+)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky", "cooperative-sticky"])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(initial=st.lists(add_op, min_size=1, max_size=4), script=ops, same_topics=st.booleans(),
-       rng=st.randoms(use_true_random=False))
+@given(
+    initial=st.lists(add_op, min_size=1, max_size=4),
+    script=ops,
+    same_topics=st.booleans(),
+    rng=st.randoms(use_true_random=False),
+)
 def test_group_never_double_assigns_and_settles(strategy, initial, script, same_topics, rng):
     sim = Sim(strategy, rng)
     for phase in (initial, script):  # a settled group first, so the script's changes move owned partitions

@@ -1,21 +1,28 @@
 """Classic group coordinator state machine: transitions, JoinGroup/SyncGroup/Heartbeat/LeaveGroup flows,
 session and rebalance timeouts, static membership (KIP-345). Explicit ``now_ms`` everywhere."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
+from group_harness import REBALANCE, SESSION, Harness
 
 from actors.group_records import GroupMetadataKey
 from actors.group_state import (
-    VALID_PREVIOUS_STATES, ClassicGroup, GroupState, GroupSnapshotRecord, InvalidGroupTransition, Pending,
+    VALID_PREVIOUS_STATES,
+    ClassicGroup,
+    GroupSnapshotRecord,
+    GroupState,
+    InvalidGroupTransition,
+    Pending,
 )
-from group_harness import REBALANCE, SESSION, Harness
 
 S = GroupState
 
 
 # ------------------------------------------------------------------------------ transitions
+
 
 def test_valid_previous_states_are_kafkas():
     assert VALID_PREVIOUS_STATES == {
@@ -55,6 +62,7 @@ def test_installed_groups_are_sealed_and_clones_are_not():
 
 
 # ------------------------------------------------------------------------------ join / sync
+
 
 def test_first_join_requires_member_id_then_initial_delay_then_generation_1():
     h = Harness(group_initial_rebalance_delay_ms=3000)
@@ -97,8 +105,11 @@ def test_sync_relays_the_leaders_assignment_to_every_member():
     assert len(durable) == 1 and durable[0].key == GroupMetadataKey("g")
     value = durable[0].value
     assert (value.generation, value.protocol, value.leader, value.protocol_type) == (1, "range", a, "consumer")
-    assert [(m.member_id, m.assignment, m.subscription) for m in value.members] == \
-        [(a, b"A", b"sub"), (b, b"B", b"sub"), (c, b"", b"sub")]
+    assert [(m.member_id, m.assignment, m.subscription) for m in value.members] == [
+        (a, b"A", b"sub"),
+        (b, b"B", b"sub"),
+        (c, b"", b"sub"),
+    ]
     assert h.sync(c, 1) == {"error_code": 0, "protocol_type": "consumer", "protocol_name": "range", "assignment": b""}
     h.check_replay_equivalence()
 
@@ -312,8 +323,11 @@ def test_new_member_join_times_out():
 def test_leave_group_batch():
     h = Harness()
     a, b, c = stable_group(h, "a", "b", "c")
-    resp = h.leave({"member_id": b, "group_instance_id": None}, {"member_id": "ghost", "group_instance_id": None},
-                   {"member_id": "", "group_instance_id": "nope"})
+    resp = h.leave(
+        {"member_id": b, "group_instance_id": None},
+        {"member_id": "ghost", "group_instance_id": None},
+        {"member_id": "", "group_instance_id": "nope"},
+    )
     assert resp["error_code"] == 0
     assert [m["error_code"] for m in resp["members"]] == [0, 25, 25]
     g = h.group()
@@ -373,6 +387,7 @@ def test_removed_member_parked_requests_are_answered():
 
 # ------------------------------------------------------------------------------ static membership
 
+
 def test_static_member_restart_does_not_rebalance():
     h = Harness()
     a, b = stable_group(h, "a", "b", instances=["ia", "ib"])
@@ -402,8 +417,11 @@ def test_static_leader_restart_gets_skip_assignment():
     assert resp["skip_assignment"] is True and resp["leader"] == resp["member_id"]
     assert [m["member_id"] for m in resp["members"]] == [b, resp["member_id"]]
     old_client = h.join("", client="a", instance="ia", supports_skip_assignment=False)
-    assert old_client["skip_assignment"] is False and old_client["leader"] == resp["member_id"] != \
-        old_client["member_id"] and old_client["members"] == []
+    assert (
+        old_client["skip_assignment"] is False
+        and old_client["leader"] == resp["member_id"] != old_client["member_id"]
+        and old_client["members"] == []
+    )
     assert h.group().state is S.STABLE
 
 
@@ -449,17 +467,25 @@ def test_describe_and_list_groups():
     a, b = stable_group(h, "a", "b")
     d = h.shard.describe_groups(["g", "nope"])["groups"]
     assert d[0]["group_state"] == "Stable" and d[0]["protocol_data"] == "range"
-    assert [(m["member_id"], m["member_assignment"], m["member_metadata"], m["client_host"]) for m in d[0]["members"]] \
-        == [(a, a.encode(), b"sub", "/10.0.0.1"), (b, b.encode(), b"sub", "/10.0.0.1")]
-    assert d[1] == {"error_code": 0, "group_id": "nope", "group_state": "Dead", "protocol_type": "",
-                    "protocol_data": "", "members": []}
+    assert [
+        (m["member_id"], m["member_assignment"], m["member_metadata"], m["client_host"]) for m in d[0]["members"]
+    ] == [(a, a.encode(), b"sub", "/10.0.0.1"), (b, b.encode(), b"sub", "/10.0.0.1")]
+    assert d[1] == {
+        "error_code": 0,
+        "group_id": "nope",
+        "group_state": "Dead",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+    }
     h.join(a, protocols=(("range", b"v2"),))
     d = h.shard.describe_groups(["g"])["groups"][0]
     assert d["group_state"] == "PreparingRebalance" and d["members"][0]["member_assignment"] == b""
     h.commit({("t", 0): 5}, group="simple")
     listed = h.shard.list_groups()["groups"]
-    assert listed == [{"group_id": "g", "protocol_type": "consumer", "group_state": "PreparingRebalance",
-                       "group_type": "classic"},
-                      {"group_id": "simple", "protocol_type": "", "group_state": "Empty", "group_type": "classic"}]
+    assert listed == [
+        {"group_id": "g", "protocol_type": "consumer", "group_state": "PreparingRebalance", "group_type": "classic"},
+        {"group_id": "simple", "protocol_type": "", "group_state": "Empty", "group_type": "classic"},
+    ]
     assert [x["group_id"] for x in h.shard.list_groups(states_filter=["empty"])["groups"]] == ["simple"]
     assert h.shard.list_groups(types_filter=["consumer"])["groups"] == []

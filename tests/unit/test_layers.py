@@ -1,6 +1,7 @@
 """The import graph of the packages: every import (module level or inside a function) runs downward
 through the layers protocol < storage < actors < rafka < serve < jobs; storage never imports Ray and
 protocol only inside functions (its Ray helpers import it when called). A violation names the file and line."""
+
 from __future__ import annotations
 
 import ast
@@ -59,10 +60,12 @@ def test_imports_run_downward_only():
 
 
 def test_storage_never_imports_ray_and_protocol_not_at_import_time():
-    found = [f"{path}:{line} imports {name}" for path, line, name in _imports("storage")
-             if name.split(".")[0] == "ray"]
-    found += [f"{path}:{line} imports {name} at module level" for path, line, name in _imports("protocol", True)
-              if name.split(".")[0] == "ray"]
+    found = [f"{path}:{line} imports {name}" for path, line, name in _imports("storage") if name.split(".")[0] == "ray"]
+    found += [
+        f"{path}:{line} imports {name} at module level"
+        for path, line, name in _imports("protocol", True)
+        if name.split(".")[0] == "ray"
+    ]
     assert not found, "\n".join(found)
 
 
@@ -71,9 +74,12 @@ def test_cli_verbs_of_upper_layers_arrive_through_entry_points():
     the parser imports neither Ray Serve nor RayDP (the verbs import them when they run)."""
     import subprocess
     import sys
-    code = ("import sys; from rafka.cli import build_parser; p = build_parser(); "
-            "sub = next(a for a in p._actions if a.dest == 'group'); print(sorted(sub.choices)); "
-            "print(sorted(m for m in ('ray.serve', 'raydp', 'serve.http', 'jobs.spark') if m in sys.modules))")
+
+    code = (
+        "import sys; from rafka.cli import build_parser; p = build_parser(); "
+        "sub = next(a for a in p._actions if a.dest == 'group'); print(sorted(sub.choices)); "
+        "print(sorted(m for m in ('ray.serve', 'raydp', 'serve.http', 'jobs.spark') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     verbs, heavy = out.stdout.strip().splitlines()

@@ -1,4 +1,5 @@
 """The broker's pure LeaderAndIsr decisions (actors/leader_and_isr.py) and its FindCoordinator answer."""
+
 from __future__ import annotations
 
 from actors import leader_and_isr as lai
@@ -7,9 +8,21 @@ from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError
 
 
 def state(leader=1, replicas=(1, 2, 3), topic_id="id-a", **kw) -> dict:
-    return {"topic": "t", "partition": 0, "topic_id": topic_id, "leader": leader, "leader_epoch": 4,
-            "isr": list(replicas), "replicas": list(replicas), "partition_epoch": 9, "controller_epoch": 2,
-            "adding": [], "removing": [], "configs": {"retention.ms": "5"}, **kw}
+    return {
+        "topic": "t",
+        "partition": 0,
+        "topic_id": topic_id,
+        "leader": leader,
+        "leader_epoch": 4,
+        "isr": list(replicas),
+        "replicas": list(replicas),
+        "partition_epoch": 9,
+        "controller_epoch": 2,
+        "adding": [],
+        "removing": [],
+        "configs": {"retention.ms": "5"},
+        **kw,
+    }
 
 
 def test_stale_controller_epoch_is_refused_current_and_newer_are_not():
@@ -31,8 +44,17 @@ def test_replica_action_create_recreate_update_not_a_replica():
 
 def test_replica_action_state_is_what_the_replica_is_given():
     act = lai.replica_action(2, state(), "id-a")
-    assert act.state == {"topic": "t", "partition": 0, "topic_id": "id-a", "leader": 1, "leader_epoch": 4,
-                         "isr": [1, 2, 3], "replicas": [1, 2, 3], "partition_epoch": 9, "controller_epoch": 2}
+    assert act.state == {
+        "topic": "t",
+        "partition": 0,
+        "topic_id": "id-a",
+        "leader": 1,
+        "leader_epoch": 4,
+        "isr": [1, 2, 3],
+        "replicas": [1, 2, 3],
+        "partition_epoch": 9,
+        "controller_epoch": 2,
+    }
 
 
 def test_partition_result():
@@ -40,7 +62,11 @@ def test_partition_result():
     head = {"topic": "t", "partition": 0, "leader": 1, "leader_epoch": 4}
     assert lai.partition_result(s, {"error_code": 0}) == {**head, "error_code": 0, "error_message": None}
     assert lai.partition_result(s, {"ignored": True, "error_message": "stale leader epoch"}) == {
-        **head, "error_code": 0, "error_message": "stale leader epoch", "ignored": True}
+        **head,
+        "error_code": 0,
+        "error_message": "stale leader epoch",
+        "ignored": True,
+    }
     assert lai.partition_result(s, {"error_code": 6, "error_message": "x"})["error_code"] == 6
     err = lai.partition_result(s, error=lai.not_a_replica_error())
     assert err == {**head, "error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
@@ -61,18 +87,32 @@ def test_partition_dir_names_round_trip():
 
 
 def test_replica_props_broker_defaults_replica_settings_then_topic_overrides():
-    broker = {"log.retention.ms": 100, "log.segment.bytes": 1024, "replica.lag.time.max.ms": 500,
-              "broker.session.timeout.ms": 9000, "min.insync.replicas": 2}
+    broker = {
+        "log.retention.ms": 100,
+        "log.segment.bytes": 1024,
+        "replica.lag.time.max.ms": 500,
+        "broker.session.timeout.ms": 9000,
+        "min.insync.replicas": 2,
+    }
     props = lai.replica_props(broker, {"retention.ms": "7"})
-    assert props == {"retention.ms": "7", "segment.bytes": 1024, "replica.lag.time.max.ms": 500,
-                     "min.insync.replicas": 2}
+    assert props == {
+        "retention.ms": "7",
+        "segment.bytes": 1024,
+        "replica.lag.time.max.ms": 500,
+        "min.insync.replicas": 2,
+    }
     assert lai.replica_props({}, None) == {}
 
 
 def test_find_coordinator_answer_and_partition_lookup():
     ok = coordinator_answer("c", 0, None, 2, 7)
-    assert ok == {"error_code": 0, "error_message": None, "broker_id": 2, "partition": 7,
-                  "coordinator": "c:group-coordinator-2"}
+    assert ok == {
+        "error_code": 0,
+        "error_message": None,
+        "broker_id": 2,
+        "partition": 7,
+        "coordinator": "c:group-coordinator-2",
+    }
     assert coordinator_answer("c", 15, "no leader")["coordinator"] is None
     topic = {"partitions": {0: {"leader": 1}, "1": {"leader": -1}}}
     assert offsets_partition_state(topic, 0) == {"leader": 1}

@@ -1,5 +1,6 @@
 """Log, LogSegment, OffsetIndex/TimeIndex and LogConfig: every public method, rolling by each condition,
 index and timestamp lookups, truncation, DeleteRecords, flushing, follower continuity, idempotence."""
+
 from __future__ import annotations
 
 import os
@@ -7,17 +8,32 @@ import os
 import pytest
 
 from protocol.errors import (
-    CorruptMessageError, InvalidConfigError, InvalidRecordError, MessageTooLargeError, OffsetOutOfRangeError,
-    OutOfOrderSequenceNumberError, RecordListTooLargeError, UnexpectedAppendOffsetError,
+    CorruptMessageError,
+    InvalidConfigError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    RecordListTooLargeError,
+    UnexpectedAppendOffsetError,
 )
 from storage.control import build_control_batch
 from storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 from storage.log import (
-    CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, Log, LogConfig,
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    Log,
+    LogConfig,
     LogOffsetSnapshot,
 )
 from storage.records import (
-    CONTROL_COMMIT, RecordBatchBuilder, decode_records, iter_batch_headers, validate_batch,
+    CONTROL_COMMIT,
+    RecordBatchBuilder,
+    decode_records,
+    iter_batch_headers,
+    validate_batch,
 )
 from storage.segment import KafkaStorageError, LogSegment, log_file_name
 
@@ -49,6 +65,7 @@ def ckpt(d, name):
 
 # ---------------------------------------------------------------------------------------------- config
 
+
 def test_config_defaults_and_props_round_trip():
     c = LogConfig()
     assert (c.segment_bytes, c.segment_ms, c.retention_ms, c.retention_bytes) == (1 << 30, 604800000, 604800000, -1)
@@ -57,21 +74,40 @@ def test_config_defaults_and_props_round_trip():
     props = c.to_props()
     assert props["unclean.leader.election.enable"] == "false" and props["segment.bytes"] == "1073741824"
     assert LogConfig.from_props(props) == c
-    c2 = LogConfig.from_props({"segment.bytes": "1024", "cleanup.policy": "compact,delete",
-                               "unclean.leader.election.enable": "TRUE", "min.cleanable.dirty.ratio": "0.2",
-                               "retention.ms": -1, "message.timestamp.type": "LogAppendTime"})
+    c2 = LogConfig.from_props(
+        {
+            "segment.bytes": "1024",
+            "cleanup.policy": "compact,delete",
+            "unclean.leader.election.enable": "TRUE",
+            "min.cleanable.dirty.ratio": "0.2",
+            "retention.ms": -1,
+            "message.timestamp.type": "LogAppendTime",
+        }
+    )
     assert c2.segment_bytes == 1024 and c2.compact and c2.delete and c2.unclean_leader_election_enable
     assert c2.min_cleanable_dirty_ratio == 0.2 and c2.retention_ms == -1
     assert LogConfig.from_props({"retention.ms": "5"}, defaults=c2).segment_bytes == 1024
 
 
-@pytest.mark.parametrize("props", [
-    {"no.such.key": "1"}, {"segment.bytes": "13"}, {"segment.bytes": "abc"}, {"segment.bytes": 2 ** 31},
-    {"segment.ms": 0}, {"retention.ms": -2}, {"cleanup.policy": "remove"}, {"cleanup.policy": ""},
-    {"unclean.leader.election.enable": "yes"}, {"min.cleanable.dirty.ratio": "1.5"},
-    {"message.timestamp.type": "Now"}, {"min.insync.replicas": 0}, {"flush.messages": True},
-    {"segment.index.bytes": 3},
-])
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"no.such.key": "1"},
+        {"segment.bytes": "13"},
+        {"segment.bytes": "abc"},
+        {"segment.bytes": 2**31},
+        {"segment.ms": 0},
+        {"retention.ms": -2},
+        {"cleanup.policy": "remove"},
+        {"cleanup.policy": ""},
+        {"unclean.leader.election.enable": "yes"},
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"message.timestamp.type": "Now"},
+        {"min.insync.replicas": 0},
+        {"flush.messages": True},
+        {"segment.index.bytes": 3},
+    ],
+)
 def test_config_rejects_bad_values(props):
     with pytest.raises(InvalidConfigError):
         LogConfig.from_props(props)
@@ -84,6 +120,7 @@ def test_config_validates_direct_construction():
 
 # ---------------------------------------------------------------------------------------------- indexes
 
+
 def test_offset_index_append_lookup_truncate_reload(tmp_path):
     p = str(tmp_path / "0.index")
     idx = OffsetIndex(p, 100, 8 * 4)
@@ -93,7 +130,7 @@ def test_offset_index_append_lookup_truncate_reload(tmp_path):
     with pytest.raises(ValueError):
         idx.append(120, 40)  # not increasing
     assert idx.lookup(99) == (100, 0) and idx.lookup(104) == (100, 0)
-    assert idx.lookup(105) == (105, 10) and idx.lookup(119) == (110, 20) and idx.lookup(10 ** 12) == (120, 30)
+    assert idx.lookup(105) == (105, 10) and idx.lookup(119) == (110, 20) and idx.lookup(10**12) == (120, 30)
     assert idx.lookup_position(25) == 20 and idx.lookup_position(5) == 0
     idx.append(130, 40)
     assert idx.is_full
@@ -111,7 +148,7 @@ def test_offset_index_append_lookup_truncate_reload(tmp_path):
     with open(p, "ab") as f:
         f.write(b"\x00\x01\x02")
     with pytest.raises(CorruptIndexError):
-        OffsetIndex(p, 100, 64).sanity_check(10 ** 6)
+        OffsetIndex(p, 100, 64).sanity_check(10**6)
 
 
 def test_offset_index_rejects_unordered_file(tmp_path):
@@ -119,7 +156,7 @@ def test_offset_index_rejects_unordered_file(tmp_path):
     with open(p, "wb") as f:
         f.write(bytes.fromhex("00000005 00000010 00000003 00000020".replace(" ", "")))
     with pytest.raises(CorruptIndexError):
-        OffsetIndex(p, 0, 1024).sanity_check(10 ** 6)
+        OffsetIndex(p, 0, 1024).sanity_check(10**6)
 
 
 def test_time_index_maybe_append_lookup_truncate(tmp_path):
@@ -148,6 +185,7 @@ def test_time_index_maybe_append_lookup_truncate(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- segment
 
+
 def seg_batches(seg_base, specs):
     """Concatenated batches with offsets from seg_base, and the (pos, size, last, ts) list for append."""
     out, meta, off = b"", [], seg_base
@@ -172,32 +210,32 @@ def test_segment_append_read_translate_and_index_interval(tmp_path):
         pos, h = seg.translate_offset(target)
         assert h.base_offset <= target <= h.last_offset and pos == meta[(target - 50) // 2][0]
     assert seg.translate_offset(90) is None
-    got, first, nxt = seg.read(61, 10 ** 6)
-    assert first == 60 and nxt == 90 and got == data[meta[5][0]:]
+    got, first, nxt = seg.read(61, 10**6)
+    assert first == 60 and nxt == 90 and got == data[meta[5][0] :]
     size = meta[0][1]
     got, first, nxt = seg.read(50, size * 3 + 10)
     assert (first, nxt, len(got)) == (50, 56, size * 3)
     got, first, nxt = seg.read(50, 10, min_one_message=True)
     assert (first, nxt, len(got)) == (50, 52, size)
     assert seg.read(50, 10, min_one_message=False) == (b"", 50, 50)
-    got, _, nxt = seg.read(50, 10 ** 6, max_position=meta[3][0])
+    got, _, nxt = seg.read(50, 10**6, max_position=meta[3][0])
     assert nxt == 56 and len(got) == meta[3][0]
 
 
 def test_segment_should_roll_conditions(tmp_path):
     seg = LogSegment(str(tmp_path), 0, index_interval_bytes=0, max_index_size=8 * 3, created_ms=1000)
-    assert not seg.should_roll(10 ** 9, 0, 0, 10 ** 12, 100, 1)  # empty: never
+    assert not seg.should_roll(10**9, 0, 0, 10**12, 100, 1)  # empty: never
     data, meta = seg_batches(0, [(1, 5000)])
     seg.append(data, meta)
     size = len(data)
-    args = dict(segment_bytes=10 ** 6, segment_ms=10 ** 6)
+    args = dict(segment_bytes=10**6, segment_ms=10**6)
     assert not seg.should_roll(size, 5000, 1, 0, **args)
-    assert seg.should_roll(10, 5000, 1, 0, segment_bytes=size + 9, segment_ms=10 ** 6)  # bytes
-    assert not seg.should_roll(9, 5000, 1, 0, segment_bytes=size + 9, segment_ms=10 ** 6)
-    assert seg.should_roll(10, 5000 + 101, 1, 0, segment_bytes=10 ** 6, segment_ms=100)  # time, by timestamps
-    assert not seg.should_roll(10, 5000 + 100, 1, 0, segment_bytes=10 ** 6, segment_ms=100)
-    assert seg.should_roll(10, 5000 + 60, 1, 0, segment_bytes=10 ** 6, segment_ms=100, jitter_ms=50)
-    assert seg.should_roll(10, 5000, 2 ** 31, 0, **args)  # relative offset overflow
+    assert seg.should_roll(10, 5000, 1, 0, segment_bytes=size + 9, segment_ms=10**6)  # bytes
+    assert not seg.should_roll(9, 5000, 1, 0, segment_bytes=size + 9, segment_ms=10**6)
+    assert seg.should_roll(10, 5000 + 101, 1, 0, segment_bytes=10**6, segment_ms=100)  # time, by timestamps
+    assert not seg.should_roll(10, 5000 + 100, 1, 0, segment_bytes=10**6, segment_ms=100)
+    assert seg.should_roll(10, 5000 + 60, 1, 0, segment_bytes=10**6, segment_ms=100, jitter_ms=50)
+    assert seg.should_roll(10, 5000, 2**31, 0, **args)  # relative offset overflow
     for i in range(1, 4):  # index interval 0: every batch after the first is indexed
         data, meta = seg_batches(i, [(1, 5000)])
         seg.append(data, meta)
@@ -205,8 +243,8 @@ def test_segment_should_roll_conditions(tmp_path):
     notime = LogSegment(str(tmp_path / "x"), 0, created_ms=1000) if os.makedirs(tmp_path / "x") is None else None
     data, meta = seg_batches(0, [(1, -1)])
     notime.append(data, meta)
-    assert notime.should_roll(10, -1, 1, 1000 + 101, segment_bytes=10 ** 6, segment_ms=100)  # by creation time
-    assert not notime.should_roll(10, -1, 1, 1000 + 100, segment_bytes=10 ** 6, segment_ms=100)
+    assert notime.should_roll(10, -1, 1, 1000 + 101, segment_bytes=10**6, segment_ms=100)  # by creation time
+    assert not notime.should_roll(10, -1, 1, 1000 + 100, segment_bytes=10**6, segment_ms=100)
 
 
 def test_segment_truncate_and_recover(tmp_path):
@@ -230,6 +268,7 @@ def test_segment_truncate_and_recover(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- log: append
 
+
 def test_leader_append_assigns_offsets_epoch_and_keeps_crc(d):
     lg = Log(d, now_ms=0)
     assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark, lg.latest_epoch) == (0, 0, 0, -1)
@@ -238,10 +277,10 @@ def test_leader_append_assigns_offsets_epoch_and_keeps_crc(d):
     assert info == (0, 4, 2001, -1, 0, 5, len(two), False)
     assert lg.log_end_offset == 5 and lg.latest_epoch == 4 and lg.epoch_cache.entries() == [(4, 0)]
     lg.update_high_watermark(5)
-    data = lg.read(0, 10 ** 6).records
+    data = lg.read(0, 10**6).records
     hs = headers(data)  # iter_batch_headers validates every CRC
     assert [(h.base_offset, h.partition_leader_epoch) for h in hs] == [(0, 4), (3, 4)]
-    assert data[21:len(batch(3))] == two[21:len(batch(3))]  # everything from attributes on is untouched
+    assert data[21 : len(batch(3))] == two[21 : len(batch(3))]  # everything from attributes on is untouched
     assert offsets(data) == [0, 1, 2, 3, 4]
     lg.append_as_leader(batch(1), 6, now_ms=9)
     assert lg.epoch_cache.entries() == [(4, 0), (6, 5)] and lg.end_offset_for_epoch(4) == (4, 5)
@@ -341,14 +380,15 @@ def test_follower_append_keeps_offsets_and_checks_continuity(d):
         lg.append_as_follower(batch(1, base_offset=5) + batch(1, base_offset=9))
     assert lg.log_end_offset == 5
     lg.update_high_watermark(5)
-    assert lg.read(0, 10 ** 6).records == b  # byte for byte
+    assert lg.read(0, 10**6).records == b  # byte for byte
     compact = Log(d + "c", LogConfig(cleanup_policy="compact"), now_ms=0)
     compact.append_as_follower(batch(1, base_offset=0) + batch(1, base_offset=4))  # a cleaned leader's gap
-    compact.append_as_follower(batch(1, base_offset=2 ** 31 + 10), now_ms=0)  # rolls: not relative-able
-    assert compact.log_end_offset == 2 ** 31 + 11 and [s.base_offset for s in compact.segments] == [0, 2 ** 31 + 10]
+    compact.append_as_follower(batch(1, base_offset=2**31 + 10), now_ms=0)  # rolls: not relative-able
+    assert compact.log_end_offset == 2**31 + 11 and [s.base_offset for s in compact.segments] == [0, 2**31 + 10]
 
 
 # ---------------------------------------------------------------------------------------------- rolling
+
 
 def test_roll_by_segment_bytes_and_snapshots(d):
     size = len(batch(2))
@@ -377,6 +417,7 @@ def test_roll_by_segment_ms_and_index_full_and_explicit(d):
 
 # ---------------------------------------------------------------------------------------------- read
 
+
 def test_read_limits_and_ranges(d):
     size = len(batch(2))
     lg = Log(d, LogConfig(segment_bytes=size * 4, index_interval_bytes=size), now_ms=0)
@@ -389,16 +430,18 @@ def test_read_limits_and_ranges(d):
         lg.read(-1, 100)
     assert lg.read(40, 100) == (b"", 40, 40)
     r = lg.read(3, size * 3 + 5)
-    assert (r.first_offset, r.next_offset, len(r.records)) == (2, 8, size * 3) and offsets(r.records) == list(range(2, 8))
-    r = lg.read(7, 10 ** 6)  # stays in one segment
+    assert (r.first_offset, r.next_offset, len(r.records)) == (2, 8, size * 3) and offsets(r.records) == list(
+        range(2, 8)
+    )
+    r = lg.read(7, 10**6)  # stays in one segment
     assert (r.first_offset, r.next_offset) == (6, 8)
     r = lg.read(8, 1)
     assert (r.first_offset, r.next_offset, len(r.records)) == (8, 10, size)
     assert lg.read(8, 1, min_one_message=False) == (b"", 8, 8)
-    assert lg.read(8, 10 ** 6, max_offset=8) == (b"", 8, 8)
-    r = lg.read(8, 10 ** 6, max_offset=13)  # batch 12..13 holds the bound: excluded
+    assert lg.read(8, 10**6, max_offset=8) == (b"", 8, 8)
+    r = lg.read(8, 10**6, max_offset=13)  # batch 12..13 holds the bound: excluded
     assert (r.first_offset, r.next_offset) == (8, 12)
-    r = lg.read(8, 10 ** 6, max_offset=16)  # bound at a segment boundary
+    r = lg.read(8, 10**6, max_offset=16)  # bound at a segment boundary
     assert (r.first_offset, r.next_offset) == (8, 16)
     got, off = [], 0
     while off < lg.log_end_offset:
@@ -409,6 +452,7 @@ def test_read_limits_and_ranges(d):
 
 
 # ---------------------------------------------------------------------------------------------- timestamps
+
 
 def test_fetch_offset_by_timestamp(d):
     size = len(batch(3))
@@ -435,6 +479,7 @@ def test_fetch_offset_by_timestamp(d):
 
 # ---------------------------------------------------------------------------------------------- truncation
 
+
 def test_truncate_to(d):
     size = len(batch(2))
     lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
@@ -455,7 +500,7 @@ def test_truncate_to(d):
     assert ckpt(d, RECOVERY_POINT_FILE) <= 4
     lg.close()
     lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
-    assert lg.log_end_offset == 4 and offsets(lg.read(0, 10 ** 6).records) == [0, 1, 2, 3]
+    assert lg.log_end_offset == 4 and offsets(lg.read(0, 10**6).records) == [0, 1, 2, 3]
 
 
 def test_truncate_fully_and_start_at(d):
@@ -474,6 +519,7 @@ def test_truncate_fully_and_start_at(d):
 
 # ---------------------------------------------------------------------------------------------- deletion and retention
 
+
 def test_delete_records(d):
     size = len(batch(2))
     lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
@@ -487,7 +533,7 @@ def test_delete_records(d):
     assert lg.delete_records(2) == 5  # never backwards
     with pytest.raises(OffsetOutOfRangeError):
         lg.read(4, 100)
-    assert lg.read(5, 10 ** 6).first_offset == 4  # the batch holding 5, whole
+    assert lg.read(5, 10**6).first_offset == 4  # the batch holding 5, whole
     assert lg.delete_records(12) == 12 and [s.base_offset for s in lg.segments] == [8]  # never the active one
     lg.close()
     lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
@@ -506,19 +552,20 @@ def test_retention_by_time_bytes_and_high_watermark(d):
     assert lg.delete_old_segments(now_ms=14_500) == 2 and lg.log_start_offset == 8  # 11_001, 13_001
     lg.update_high_watermark(16)
     assert lg.delete_old_segments(now_ms=14_500) == 0
-    assert lg.delete_old_segments(now_ms=10 ** 9) == 2  # all old: the active one too, after a roll
+    assert lg.delete_old_segments(now_ms=10**9) == 2  # all old: the active one too, after a roll
     assert [s.base_offset for s in lg.segments] == [16] and lg.log_start_offset == 16 and lg.log_end_offset == 16
     lg.update_config(LogConfig(segment_bytes=size * 2, retention_bytes=size * 3, retention_ms=-1))
     for _ in range(7):
         lg.append_as_leader(batch(2, ts=0), 0, 0)
     lg.update_high_watermark(30)
-    assert lg.delete_old_segments(now_ms=10 ** 9) == 2  # 7 batches, keep <= 3: whole segments, not the active
+    assert lg.delete_old_segments(now_ms=10**9) == 2  # 7 batches, keep <= 3: whole segments, not the active
     assert lg.size_in_bytes == size * 3 and [s.base_offset for s in lg.segments] == [24, 28]
     lg.update_config(LogConfig(segment_bytes=size * 2, retention_bytes=0, retention_ms=-1, cleanup_policy="compact"))
-    assert lg.delete_old_segments(now_ms=10 ** 9) == 0  # compact only: no size/time retention
+    assert lg.delete_old_segments(now_ms=10**9) == 0  # compact only: no size/time retention
 
 
 # ---------------------------------------------------------------------------------------------- flushing, checkpoints, reopen
+
 
 def test_flush_recovery_point_and_checkpoints(d):
     lg = Log(d, LogConfig(flush_messages=4), now_ms=0)
@@ -548,7 +595,7 @@ def test_close_and_reopen_is_clean(d):
     for i in range(10):
         lg.append_as_leader(batch(2, ts=100 * i), i // 4, 0)
     lg.update_high_watermark(15)
-    before = lg.read(0, 10 ** 6, max_offset=20).records + lg.read(6, 10 ** 6).records
+    before = lg.read(0, 10**6, max_offset=20).records + lg.read(6, 10**6).records
     maxes = [s.max_timestamp_so_far for s in lg.segments]
     lg.close()
     assert os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
@@ -557,7 +604,7 @@ def test_close_and_reopen_is_clean(d):
     lg = Log(d, cfg, now_ms=0)
     assert not os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE))
     assert (lg.log_end_offset, lg.high_watermark, lg.recovery_point, lg.latest_epoch) == (20, 15, 20, 2)
-    assert lg.read(0, 10 ** 6, max_offset=20).records + lg.read(6, 10 ** 6).records == before
+    assert lg.read(0, 10**6, max_offset=20).records + lg.read(6, 10**6).records == before
     assert [s.max_timestamp_so_far for s in lg.segments] == maxes  # from the time indexes' last entries
     lg.append_as_leader(batch(2), 2, 0)
     assert lg.log_end_offset == 22
@@ -575,7 +622,7 @@ def test_compaction_through_replace_segments(d):
     before = lg.size_in_bytes
     lg.compact(now_ms=100)
     assert lg.size_in_bytes < before
-    live = decode_records(b"".join(lg.read(s.base_offset, 10 ** 6).records for s in lg.segments))
+    live = decode_records(b"".join(lg.read(s.base_offset, 10**6).records for s in lg.segments))
     latest = {}
     for r in live:
         latest[r.key] = r.value
@@ -591,7 +638,7 @@ def test_validate_batch_of_read_data_after_offset_rewrite(d):
     for _ in range(3):
         lg.append_as_leader(batch(2, base_offset=123456), 1, 0)
     lg.update_high_watermark(6)
-    data = lg.read(0, 10 ** 6).records
+    data = lg.read(0, 10**6).records
     pos = 0
     for expected in (0, 2, 4):
         h = validate_batch(data, pos)

@@ -1,4 +1,5 @@
 """Kafka's log directory ``.lock``: one holder at a time, released by the kernel when the holder dies."""
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,10 @@ def test_a_second_holder_is_refused_with_a_storage_error(tmp_path):
 
 def test_a_killed_holder_releases_the_lock(tmp_path):
     d = str(tmp_path / "broker-1")
-    code = ("import sys, time; sys.path.insert(0, %r); from actors.log_dir_lock import LogDirLock; "
-            "LogDirLock(%r).acquire(5); print('locked', flush=True); time.sleep(60)"
-            % (os.getcwd(), d))
+    code = (
+        "import sys, time; sys.path.insert(0, %r); from actors.log_dir_lock import LogDirLock; "
+        "LogDirLock(%r).acquire(5); print('locked', flush=True); time.sleep(60)" % (os.getcwd(), d)
+    )
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "locked"

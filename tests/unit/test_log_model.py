@@ -1,6 +1,7 @@
 """Model-based test: random appends (leader and follower), rolls, truncations, high watermark moves,
 DeleteRecords, retention, flushes and reopens (clean and after a crash) against an in-memory model of
 offset -> record, checking reads, offsets and timestamp lookups after every step."""
+
 from __future__ import annotations
 
 import os
@@ -108,8 +109,9 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(retention_bytes=st.integers(-1, 3000), retention_ms=st.integers(-1, 1500), now=st.integers(0, 2000))
     def retention(self, retention_bytes, retention_ms, now):
-        self.config = LogConfig(segment_bytes=700, index_interval_bytes=150, retention_bytes=retention_bytes,
-                                retention_ms=retention_ms)
+        self.config = LogConfig(
+            segment_bytes=700, index_interval_bytes=150, retention_bytes=retention_bytes, retention_ms=retention_ms
+        )
         self.lg.update_config(self.config)
         before_segments = [(s.base_offset, s.size) for s in self.lg.segments]
         deleted = self.lg.delete_old_segments(now_ms=now)
@@ -181,7 +183,7 @@ class LogMachine(RuleBasedStateMachine):
         assert got == self.records(self.lso)
         visible, off = [], self.lso
         while off < self.hw:  # a consumer below the high watermark: whole batches, up to the one holding it
-            r = self.lg.read(off, 10 ** 6, max_offset=self.hw)
+            r = self.lg.read(off, 10**6, max_offset=self.hw)
             if not r.records:
                 break
             visible += [x.offset for x in decode_records(r.records) if x.offset >= self.lso]
@@ -197,5 +199,7 @@ class LogMachine(RuleBasedStateMachine):
                 raise AssertionError("read below the log start offset")
 
 
-LogMachine.TestCase.settings = settings(max_examples=int(os.environ.get("LOG_MODEL_EXAMPLES", 40)), stateful_step_count=30, deadline=None)
+LogMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("LOG_MODEL_EXAMPLES", 40)), stateful_step_count=30, deadline=None
+)
 TestLogModel = LogMachine.TestCase

@@ -2,6 +2,7 @@
 random byte positions, random bytes flipped, index and checkpoint files deleted or corrupted -- must
 reopen without raising, hold exactly the valid prefix of its batches (every flushed batch included), with
 indexes consistent with a full scan, and keep working."""
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,7 @@ def stored_batches(d):
         with open(os.path.join(d, name), "rb") as f:
             data = f.read()
         for pos, h in iter_batch_headers(data):
-            out.append((name, pos, data[pos:pos + h.size_in_bytes]))
+            out.append((name, pos, data[pos : pos + h.size_in_bytes]))
     return out
 
 
@@ -119,7 +120,7 @@ def check_consistent(lg: Log, expected: list[bytes]):
     info = lg.append_as_leader(batch(999), 100, now_ms=0)
     assert info.first_offset == leo
     lg.update_high_watermark(lg.log_end_offset)
-    assert decode_records(lg.read(leo, 10 ** 6).records)[0].value == batch_value(999)
+    assert decode_records(lg.read(leo, 10**6).records)[0].value == batch_value(999)
 
 
 def batch_value(i):
@@ -136,7 +137,7 @@ def original(tmp_path_factory):
     lg.close()
 
 
-_counter = iter(range(10 ** 9))
+_counter = iter(range(10**9))
 
 
 def fresh_copy(lg, tmp_root):
@@ -248,7 +249,7 @@ def test_garbage_appended_and_empty_files(original, tmp_path):
     last = os.path.join(d, segment_files(d)[-1])
     with open(last, "ab") as f:
         f.write(os.urandom(100))
-    with open(os.path.join(d, log_file_name(10 ** 6)), "wb"):
+    with open(os.path.join(d, log_file_name(10**6)), "wb"):
         pass  # an empty segment file past a torn one
     lg = Log(d, CFG, now_ms=0)
     check_consistent(lg, batches)
@@ -276,6 +277,7 @@ def test_tail_damaged_after_clean_shutdown(tmp_path, seed, drop_index):
 
 
 # ---------------------------------------------------------------------------------------------- indexes
+
 
 @pytest.mark.parametrize("how", ["delete", "odd-size", "garbage", "flip", "empty", "stale-entries"])
 @pytest.mark.parametrize("clean", [True, False])
@@ -313,7 +315,7 @@ def test_damaged_indexes_are_rebuilt(tmp_path, how, clean):
             open(path, "wb").close()
         elif how == "stale-entries" and name.endswith(".index"):
             with open(path, "ab") as f:
-                f.write(struct.pack(">ii", 10 ** 6, 10 ** 6))
+                f.write(struct.pack(">ii", 10**6, 10**6))
     lg = Log(d, CFG, now_ms=0)
     check_consistent(lg, expected)
     for seg in lg.segments[:-1]:
@@ -322,6 +324,7 @@ def test_damaged_indexes_are_rebuilt(tmp_path, how, clean):
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints, state
+
 
 def test_corrupt_or_missing_checkpoints(tmp_path):
     d = str(tmp_path / "t-0")
@@ -371,8 +374,9 @@ def test_interrupted_swap_is_completed(tmp_path):
         f.write(merged)  # a cleaned segment replacing the first two, renamed .swap, then a crash
     with open(os.path.join(d, files[2] + ".cleaned"), "wb") as f:
         f.write(b"half-written")
-    os.rename(os.path.join(d, files[0].replace(".log", ".index")),
-              os.path.join(d, files[0].replace(".log", ".index.swap")))
+    os.rename(
+        os.path.join(d, files[0].replace(".log", ".index")), os.path.join(d, files[0].replace(".log", ".index.swap"))
+    )
     lg = Log(d, CFG, now_ms=0)
     assert segment_files(d) == [files[0]] + files[2:]
     assert not [n for n in os.listdir(d) if n.endswith((".swap", ".cleaned"))]

@@ -8,15 +8,27 @@ readable. Then: what a client may not send (control batches, LogAppendTime batch
 an idempotent batch without a sequence), compacted topics without keys, timestamp bounds, the header's
 MaxTimestamp corrected in place (as Kafka's ``setMaxTimestamp``), and the coordinator origin.
 """
+
 from __future__ import annotations
 
 import pytest
-
 from batch_forge import COMPACT, HOUR, MALFORMED, NOW, build, enc_record, records_body, set_header, wrap
+
 from protocol.errors import InvalidConfigError, InvalidRecordError, InvalidTimestampError
 from storage.control import build_control_batch
 from storage.log import Log, LogConfig
-from storage.records import CONTROL_COMMIT, GZIP, LZ4, NONE, SNAPPY, ZSTD, decode_records, iter_batch_headers, validate_batch
+from storage.records import (
+    CONTROL_COMMIT,
+    GZIP,
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZSTD,
+    decode_records,
+    iter_batch_headers,
+    validate_batch,
+)
+
 
 @pytest.fixture
 def d(tmp_path):
@@ -50,8 +62,12 @@ def test_malformed_batch_refuses_the_whole_request(d, name, make, props, error, 
 def test_well_formed_batches_of_every_codec_are_accepted(d, codec):
     lg = Log(d, LogConfig.from_props(COMPACT), now_ms=NOW)
     hdrs = [("trace", b"\x00\x01"), ("é", None)]
-    b = wrap(b"".join(enc_record(i - 1, i, b"k%d" % i, None if i == 2 else b"v" * i, hdrs[:i % 3])
-                      for i in range(40)), 40, codec, max_ts=NOW - 1000 + 38)
+    b = wrap(
+        b"".join(enc_record(i - 1, i, b"k%d" % i, None if i == 2 else b"v" * i, hdrs[: i % 3]) for i in range(40)),
+        40,
+        codec,
+        max_ts=NOW - 1000 + 38,
+    )
     info = lg.append_as_leader(b, 0, NOW)
     assert (info.first_offset, info.last_offset, info.max_timestamp) == (0, 39, NOW - 1000 + 38)
     lg.update_high_watermark(40)
@@ -73,14 +89,18 @@ def test_wrong_max_timestamp_is_corrected_in_place(d):
 
 
 def test_timestamp_bounds_follow_the_config(d):
-    lg = Log(d, LogConfig.from_props({"message.timestamp.before.max.ms": 1000,
-                                      "message.timestamp.after.max.ms": 0}), now_ms=NOW)
+    lg = Log(
+        d,
+        LogConfig.from_props({"message.timestamp.before.max.ms": 1000, "message.timestamp.after.max.ms": 0}),
+        now_ms=NOW,
+    )
     lg.append_as_leader(build(1, ts=NOW - 1000), 0, NOW)  # exactly at the bounds: accepted
     lg.append_as_leader(build(1, ts=NOW), 0, NOW)
     lg.append_as_leader(build(1, ts=-1), 0, NOW)  # NO_TIMESTAMP is not checked (Kafka)
     with pytest.raises(InvalidTimestampError, match=rf"record 1: Timestamp {NOW - 1001} .*\[{NOW - 1000}, {NOW}\]"):
-        lg.append_as_leader(wrap(enc_record(0, 0, b"a", b"v") + enc_record(-1001, 1, b"b", b"v"), 2, base_ts=NOW),
-                            0, NOW)
+        lg.append_as_leader(
+            wrap(enc_record(0, 0, b"a", b"v") + enc_record(-1001, 1, b"b", b"v"), 2, base_ts=NOW), 0, NOW
+        )
     with pytest.raises(InvalidTimestampError, match="record 0"):
         lg.append_as_leader(build(1, ts=NOW + 1), 0, NOW)
     # a LogAppendTime batch in a CreateTime topic: its records carry MaxTimestamp, which is checked
@@ -88,7 +108,7 @@ def test_timestamp_bounds_follow_the_config(d):
         lg.append_as_leader(set_header(build(1, ts=NOW, timestamp_type=1), max_timestamp=NOW + 5), 0, NOW)
     lg.append_as_leader(build(1, ts=NOW, timestamp_type=1), 0, NOW)
     assert lg.log_end_offset == 4
-    assert LogConfig().message_timestamp_before_max_ms == 2 ** 63 - 1
+    assert LogConfig().message_timestamp_before_max_ms == 2**63 - 1
     assert LogConfig().message_timestamp_after_max_ms == HOUR
     assert LogConfig().to_props()["message.timestamp.after.max.ms"] == "3600000"
     with pytest.raises(InvalidConfigError):
@@ -96,8 +116,11 @@ def test_timestamp_bounds_follow_the_config(d):
 
 
 def test_log_append_time_topic_ignores_the_bounds_and_stamps(d):
-    lg = Log(d, LogConfig.from_props({"message.timestamp.type": "LogAppendTime",
-                                      "message.timestamp.after.max.ms": 0}), now_ms=NOW)
+    lg = Log(
+        d,
+        LogConfig.from_props({"message.timestamp.type": "LogAppendTime", "message.timestamp.after.max.ms": 0}),
+        now_ms=NOW,
+    )
     info = lg.append_as_leader(build(2, ts=NOW + 10 * HOUR), 0, NOW)
     assert info.log_append_time == NOW and info.max_timestamp == NOW
 

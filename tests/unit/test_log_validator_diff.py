@@ -7,15 +7,16 @@ under a recomputed CRC get the same verdict from both; and whatever the walk acc
 (the consumers' path) decode, with offsets base..base+count-1: the leader can no longer write a batch a
 consumer cannot read.
 """
+
 from __future__ import annotations
 
 import random
 
+from batch_forge import NOW, enc_record, wrap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import storage.records as records
-from batch_forge import NOW, enc_record, wrap
 from protocol.errors import KafkaError
 from storage import _crecords, codecs, log_validator
 from storage.log_config import LogConfig
@@ -56,8 +57,12 @@ def decodes(batch: bytes) -> list | None:
 
 
 @DIFF
-@given(recs=st.lists(st.tuples(st.integers(-1, 2 ** 45), BLOB, BLOB, HEADERS), min_size=1, max_size=25),
-       codec=st.sampled_from(ALL_CODECS), lat=st.booleans(), compacted=st.booleans())
+@given(
+    recs=st.lists(st.tuples(st.integers(-1, 2**45), BLOB, BLOB, HEADERS), min_size=1, max_size=25),
+    codec=st.sampled_from(ALL_CODECS),
+    lat=st.booleans(),
+    compacted=st.booleans(),
+)
 def test_valid_batches_pass_both(recs, codec, lat, compacted):
     b = RecordBatchBuilder(compression_type=codec, timestamp_type=int(lat), batch_size=1 << 22)
     for ts, k, v, h in recs:
@@ -68,14 +73,20 @@ def test_valid_batches_pass_both(recs, codec, lat, compacted):
     start = 0 if codec else RECORDS_POS
     got = both(data, start, len(data), len(recs), recs[0][0], lat, compacted, *INT64)
     assert got == (0, len(recs), -1 if lat else max([-1] + [r[0] for r in recs]))
-    infos = log_validator.validate_leader_append(bytearray(batch), LogConfig(message_timestamp_after_max_ms=2 ** 62),
-                                                 NOW)
+    infos = log_validator.validate_leader_append(bytearray(batch), LogConfig(message_timestamp_after_max_ms=2**62), NOW)
     assert len(infos) == 1
 
 
 @DIFF
-@given(body=st.binary(max_size=200), count=st.integers(0, 12), base_ts=st.integers(*INT64), lat=st.booleans(),
-       compacted=st.booleans(), lo=st.integers(*INT64), hi=st.integers(*INT64))
+@given(
+    body=st.binary(max_size=200),
+    count=st.integers(0, 12),
+    base_ts=st.integers(*INT64),
+    lat=st.booleans(),
+    compacted=st.booleans(),
+    lo=st.integers(*INT64),
+    hi=st.integers(*INT64),
+)
 def test_random_regions_same_verdict(body, count, base_ts, lat, compacted, lo, hi):
     both(body, 0, len(body), count, base_ts, lat, compacted, lo, hi)
 
@@ -91,9 +102,9 @@ def _mutate(rng: random.Random, blob: bytes) -> bytes:
             b[i:i] = rng.randbytes(rng.randint(1, 8))
         elif op < 0.9 and b:
             i = rng.randrange(len(b))
-            del b[i:i + rng.randint(1, 8)]
+            del b[i : i + rng.randint(1, 8)]
         else:
-            del b[rng.randint(0, len(b)):]
+            del b[rng.randint(0, len(b)) :]
     return bytes(b)
 
 
@@ -102,19 +113,30 @@ def test_thousands_of_mutated_batches_same_verdict_and_decodable_when_accepted()
     verdicts = {0: 0, 1: 0, 2: 0, 3: 0}
     for i in range(6000):
         n = rng.randint(1, 6)
-        recs = [enc_record(rng.choice([0, 1, -1, 200, -70_000, 2 ** 40]), j,
-                           rng.choice([None, b"", b"key", rng.randbytes(150)]), rng.choice([None, b"", b"v" * 30]),
-                           [("h", b"x"), ("é", None), ("k", b"")][:rng.randint(0, 3)], rng.randrange(256))
-                for j in range(n)]
+        recs = [
+            enc_record(
+                rng.choice([0, 1, -1, 200, -70_000, 2**40]),
+                j,
+                rng.choice([None, b"", b"key", rng.randbytes(150)]),
+                rng.choice([None, b"", b"v" * 30]),
+                [("h", b"x"), ("é", None), ("k", b"")][: rng.randint(0, 3)],
+                rng.randrange(256),
+            )
+            for j in range(n)
+        ]
         body = _mutate(rng, b"".join(recs)) if i % 10 else b"".join(recs)
         count = n if rng.random() < 0.85 else rng.randint(1, n + 2)
         codec = ALL_CODECS[i % 5]
         lat = rng.random() < 0.2
         compacted = rng.random() < 0.3
-        base_ts = rng.choice([NOW, NOW - 10 ** 9, 2 ** 63 - 100, -2 ** 63 + 100])
-        lo, hi = (NOW - 10 ** 6, NOW + 10 ** 6) if rng.random() < 0.5 else INT64
-        batch = wrap(codecs.compress(codec, body) if codec else body, count, attributes=codec | (8 if lat else 0),
-                     base_ts=base_ts)
+        base_ts = rng.choice([NOW, NOW - 10**9, 2**63 - 100, -(2**63) + 100])
+        lo, hi = (NOW - 10**6, NOW + 10**6) if rng.random() < 0.5 else INT64
+        batch = wrap(
+            codecs.compress(codec, body) if codec else body,
+            count,
+            attributes=codec | (8 if lat else 0),
+            base_ts=base_ts,
+        )
         data = codecs.decompress(codec, batch[RECORDS_POS:]) if codec else batch
         start = 0 if codec else RECORDS_POS
         verdict = both(data, start, len(data), count, base_ts, lat, compacted, lo, hi)
@@ -166,9 +188,16 @@ def test_validate_records_leaks_nothing():
     import subprocess
     import sys
     from pathlib import Path
+
     env = {k: v for k, v in os.environ.items() if k != "RAFKA_PURE_PYTHON"}
-    out = subprocess.run([sys.executable, "-c", LEAK_PROBE], cwd=Path(__file__).resolve().parents[2], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", LEAK_PROBE],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     *statuses, blocks = out.stdout.split()
     assert statuses == ["0", "3", "1", "2"]

@@ -1,10 +1,20 @@
 """Pure replication logic: follower progress, HW, ISR decisions, epoch truncation, byte marks."""
+
 from __future__ import annotations
 
 import pytest
 
-from actors.partition import (FOLLOWER, LEADER, NEW, STOPPED, ByteMarks, FollowerProgress, LeaderState,
-                              check_transition, truncation_offset)
+from actors.partition import (
+    FOLLOWER,
+    LEADER,
+    NEW,
+    STOPPED,
+    ByteMarks,
+    FollowerProgress,
+    LeaderState,
+    check_transition,
+    truncation_offset,
+)
 
 
 def leader(isr=(1, 2, 3), replicas=(1, 2, 3), leo=0, now=1000, epoch=5):
@@ -55,8 +65,8 @@ def test_shrink_after_lag_time_and_caught_up_rules():
     # no new data: an idle follower equal to the LEO is in sync forever
     assert ls.out_of_sync_replicas(10, 100000, 500) == []
     # data arrives; b2 keeps fetching, b3 stops
-    ls.on_follower_fetch(2, 10, 20, 1100)   # asked for 10, leader had 20: not caught up now
-    ls.on_follower_fetch(2, 20, 20, 1200)   # caught up
+    ls.on_follower_fetch(2, 10, 20, 1100)  # asked for 10, leader had 20: not caught up now
+    ls.on_follower_fetch(2, 20, 20, 1200)  # caught up
     assert ls.out_of_sync_replicas(20, 1400, 500) == []
     assert ls.out_of_sync_replicas(20, 1600, 500) == [3]
     # Kafka's rule: reaching the LEO the leader had at the previous fetch counts as caught up then
@@ -75,14 +85,14 @@ def test_expand_requires_hw_and_epoch_start():
     ls = leader(isr=(1, 2), replicas=(1, 2, 3), leo=50)
     assert ls.leader_epoch_start_offset == 50
     ls.on_follower_fetch(3, 40, 60, 1001)
-    assert not ls.can_join_isr(3, 40)      # below the epoch start offset
+    assert not ls.can_join_isr(3, 40)  # below the epoch start offset
     ls.on_follower_fetch(3, 55, 60, 1002)
-    assert not ls.can_join_isr(3, 58)      # below the HW
+    assert not ls.can_join_isr(3, 58)  # below the HW
     assert ls.can_join_isr(3, 55)
-    assert not ls.can_join_isr(2, 0)       # already in the ISR
-    assert not ls.can_join_isr(4, 0)       # not assigned
+    assert not ls.can_join_isr(2, 0)  # already in the ISR
+    assert not ls.can_join_isr(4, 0)  # not assigned
     ls.propose((1, 2, 3))
-    assert not ls.can_join_isr(3, 55)      # already being added
+    assert not ls.can_join_isr(3, 55)  # already being added
     with pytest.raises(AssertionError):
         ls.propose((1, 2))
 
@@ -170,8 +180,8 @@ def test_byte_marks():
 
 
 # ---- Partition: the replication core over a real Log on a temp dir, no Ray ----------------------------
-from protocol import errors as E  # noqa: E402
 from actors.partition import AlterPartitionProposal, LeaderHwChange, Partition  # noqa: E402
+from protocol import errors as E  # noqa: E402
 from storage.log import Log, LogConfig  # noqa: E402
 from storage.records import RecordBatchBuilder  # noqa: E402
 
@@ -184,8 +194,15 @@ def batch(n=1, pid=-1, seq=-1, epoch=-1):
 
 
 def state(leader_id=1, epoch=1, isr=(1, 2, 3), replicas=(1, 2, 3), pe=1):
-    return {"leader": leader_id, "leader_epoch": epoch, "isr": list(isr), "replicas": list(replicas),
-            "partition_epoch": pe, "controller_epoch": 1, "topic_id": "tid"}
+    return {
+        "leader": leader_id,
+        "leader_epoch": epoch,
+        "isr": list(isr),
+        "replicas": list(replicas),
+        "partition_epoch": pe,
+        "controller_epoch": 1,
+        "topic_id": "tid",
+    }
 
 
 @pytest.fixture
@@ -193,8 +210,7 @@ def part(tmp_path):
     made = []
 
     def make(broker_id=1, min_isr=1, name=None):
-        lg = Log(str(tmp_path / (name or f"b{broker_id}") / "t-0"), LogConfig(min_insync_replicas=min_isr),
-                 now_ms=0)
+        lg = Log(str(tmp_path / (name or f"b{broker_id}") / "t-0"), LogConfig(min_insync_replicas=min_isr), now_ms=0)
         p = Partition(broker_id, lg, "t", 0)
         made.append(lg)
         return p

@@ -1,4 +1,5 @@
 """storage/partition_metadata.py: Kafka's partition.metadata (the topic id of a partition directory)."""
+
 import os
 
 from storage.partition_metadata import PARTITION_METADATA_FILE, prepare_partition_dir, read_topic_id, write_topic_id

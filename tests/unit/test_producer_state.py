@@ -1,4 +1,5 @@
 """ProducerStateManager: Kafka's idempotence/transaction rules, snapshots, truncation, expiry."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ INT32_MAX = 0x7FFFFFFF
 
 
 def hdr(pid, epoch, seq, count=1, offset=0, txn=False, ts=1000):
-    return BatchHeader(offset, 100, 0, 2, 0, TRANSACTIONAL_MASK if txn else 0, count - 1, ts, ts,
-                       pid, epoch, seq, count)
+    return BatchHeader(
+        offset, 100, 0, 2, 0, TRANSACTIONAL_MASK if txn else 0, count - 1, ts, ts, pid, epoch, seq, count
+    )
 
 
 def marker(kind, pid, epoch, offset, coordinator_epoch=0, ts=1000):
@@ -123,6 +125,7 @@ def test_old_epoch_is_fenced_and_new_epoch_starts_at_zero(psm):
     assert e.producer_epoch == 4 and len(e.batches) == 1  # the cache restarts with the epoch
     with pytest.raises(InvalidProducerEpochError):
         a.append(1, 3, 0, 5)  # the previous epoch is fenced now
+
 
 def test_old_epoch_duplicate_is_fenced_not_answered(psm):
     a = Appender(psm)
@@ -251,12 +254,18 @@ def test_snapshot_round_trip(psm, tmp_path):
 
 def test_snapshot_codec_golden_and_corruption():
     from storage.producer_state import CorruptSnapshotError, ProducerStateEntry
+
     entry = ProducerStateEntry(5, 1, 2, 3, None, [BatchMetadata(0, 0, 10, 10, 99)])
     data = encode_snapshot([entry])
     assert data[:2] == b"\x00\x01" and len(data) == 2 + 4 + 4 + 31 + 32
     assert decode_snapshot(data) == [entry]
-    for bad in (data[:-1], data + b"\x00", data[:5], data[:10] + bytes([data[10] ^ 1]) + data[11:],
-                b"\x00\x02" + data[2:]):
+    for bad in (
+        data[:-1],
+        data + b"\x00",
+        data[:5],
+        data[:10] + bytes([data[10] ^ 1]) + data[11:],
+        b"\x00\x02" + data[2:],
+    ):
         with pytest.raises(CorruptSnapshotError):
             decode_snapshot(bad)
 
@@ -323,7 +332,12 @@ def test_truncate_reloads_and_drops_snapshots_above(psm, tmp_path):
     a = Appender(psm)
     a.append(1, 0, 0, 2)
     psm.take_snapshot(2)
-    a.append(1, 0, 2, 2, )
+    a.append(
+        1,
+        0,
+        2,
+        2,
+    )
     a.append(2, 0, 0, 1, txn=True)
     psm.take_snapshot(5)
     a.append(1, 0, 4, 1)
@@ -362,8 +376,8 @@ def test_delete_snapshots_below_and_truncate_fully(psm):
 # ---------------------------------------------------------------------------- property-based
 attempt = st.tuples(
     st.sampled_from(["next", "retry", "gap", "overlap", "bump", "old"]),
-    st.integers(0, 8),   # which past batch to retry / gap size
-    st.integers(1, 4),   # record count
+    st.integers(0, 8),  # which past batch to retry / gap size
+    st.integers(1, 4),  # record count
 )
 
 

@@ -1,4 +1,5 @@
 """protocol.kv: the GCS-KV layout and encoding (pure parts; the Ray reader runs in the cluster tests)."""
+
 from protocol import kv as K
 
 

@@ -1,4 +1,5 @@
 """protocol.messages: typed fetch messages, frozen and slotted, that travel as the dicts they replace."""
+
 import dataclasses
 
 import pytest
@@ -16,8 +17,7 @@ def test_fetch_request_defaults_and_frozen():
 
 
 def test_fetch_response_dict_round_trip():
-    consumer = FetchResponse(high_watermark=10, log_start_offset=0, last_stable_offset=10, records=b"x",
-                             next_offset=7)
+    consumer = FetchResponse(high_watermark=10, log_start_offset=0, last_stable_offset=10, records=b"x", next_offset=7)
     d = consumer.to_dict()
     assert "log_end_offset" not in d and "leader_epoch" not in d  # follower-only fields
     assert d["next_offset"] == 7 and d["error_code"] == 0 and d["records"] == b"x"

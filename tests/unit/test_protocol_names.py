@@ -1,4 +1,5 @@
 """protocol.names: the one place actor names are built (and it imports no Ray)."""
+
 import subprocess
 import sys
 
@@ -25,8 +26,10 @@ def test_broker_id_of():
 
 def test_protocol_is_a_leaf():
     """Importing every protocol module loads neither Ray nor an upper package."""
-    code = ("import sys, pkgutil, importlib, protocol\n"
-            "for m in pkgutil.iter_modules(protocol.__path__): importlib.import_module('protocol.' + m.name)\n"
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('ray', 'actors', 'rafka', 'serve', 'jobs')]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys, pkgutil, importlib, protocol\n"
+        "for m in pkgutil.iter_modules(protocol.__path__): importlib.import_module('protocol.' + m.name)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('ray', 'actors', 'rafka', 'serve', 'jobs')]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

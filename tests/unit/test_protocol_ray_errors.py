@@ -1,4 +1,5 @@
 """protocol.ray_errors: the one mapping from a failed Ray call to the Kafka error a client acts on."""
+
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
 from protocol import errors as E

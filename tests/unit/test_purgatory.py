@@ -1,4 +1,5 @@
 """DelayedOperationPurgatory on plain asyncio (no Ray)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -55,6 +56,7 @@ def test_completes_immediately_without_watching():
         assert p.try_complete_else_watch(op, ["k"]) is True
         assert p.delayed() == 0 and p.watched() == 0
         assert await op.wait() == ("ok", 5)
+
     run(main())
 
 
@@ -74,6 +76,7 @@ def test_check_and_complete_wakes_the_waiter():
         assert p.delayed() == 0 and p.watched() == 0 and p.num_keys() == 0
         assert p.check_and_complete("k") == 0  # nothing left under the key
         assert op.completions == 1 and op.expirations == 0
+
     run(main())
 
 
@@ -93,6 +96,7 @@ def test_expires_after_delay_once():
         assert p.check_and_complete("a") == 0
         assert p.check_and_complete("b") == 0
         assert p.watched() == 0
+
     run(main())
 
 
@@ -109,6 +113,7 @@ def test_completes_exactly_once_across_keys_and_timer():
         await asyncio.sleep(0.06)  # the timer was cancelled: no expiration
         assert op.completions == 1 and op.expirations == 0
         assert await op.wait() == ("ok", 1)
+
     run(main())
 
 
@@ -125,6 +130,7 @@ def test_many_waiters_only_satisfied_complete():
         assert p.check_all() == 60
         results = await asyncio.gather(*(op.wait() for op in ops))
         assert [r[0] for r in results] == ["ok"] * 100
+
     run(main())
 
 
@@ -147,6 +153,7 @@ def test_shutdown_cancels_pending_and_refuses_new():
         assert p.try_complete_else_watch(late, ["k"]) is True
         assert await late.wait() == ("cancelled", 0)
         assert p.delayed() == 0 and p.watched() == 0
+
     run(main())
 
 
@@ -161,6 +168,7 @@ def test_cancel_for_key():
         assert not b.completed and p.delayed() == 1
         s.value = 5
         assert p.check_and_complete("y") == 1
+
     run(main())
 
 
@@ -177,6 +185,7 @@ def test_on_complete_exception_reaches_waiter_not_completer():
         assert p.check_and_complete("k") == 1
         with pytest.raises(ValueError, match="boom"):
             await op.wait()
+
     run(main())
 
 
@@ -196,6 +205,7 @@ def test_try_complete_exception_completes_with_error():
         with pytest.raises(RuntimeError, match="bad check"):
             await op.wait()
         assert p.delayed() == 0
+
     run(main())
 
 
@@ -212,6 +222,7 @@ def test_purge_sweeps_completed_entries():
         assert p.watched() <= 10
         p.check_and_complete("b")
         assert p.watched() == 0 and p.num_keys() == 0
+
     run(main())
 
 
@@ -221,6 +232,7 @@ def test_zero_delay_expires_on_next_loop_turn():
         op = WaitFor(s, 1, 0)
         assert p.try_complete_else_watch(op, ["k"]) is False
         assert await asyncio.wait_for(op.wait(), 1.0) == ("timeout", 0)
+
     run(main())
 
 
@@ -229,4 +241,5 @@ def test_needs_a_key():
         p = DelayedOperationPurgatory()
         with pytest.raises(ValueError):
             p.try_complete_else_watch(WaitFor(Counter(), 1, 10), [])
+
     run(main())

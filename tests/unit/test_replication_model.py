@@ -10,6 +10,7 @@ Invariants: the leader's HW <= the LEO of every alive ISR member; an acks=all re
 is in the leader's log unless an unclean election happened since; after its truncation a follower's log is a
 prefix of the leader's; a leader's HW never goes backwards while it stays leader.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ CFG = LogConfig(segment_bytes=600, index_interval_bytes=150, retention_ms=-1, mi
 def contents(lg: Log) -> list[tuple[int, bytes]]:
     out, off = [], lg.log_start_offset
     while off < lg.log_end_offset:
-        r = lg.read(off, 10 ** 6)
+        r = lg.read(off, 10**6)
         if not r.records:
             break
         out += [(x.offset, x.value) for x in decode_records(r.records)]
@@ -82,8 +83,14 @@ class ReplicationMachine(RuleBasedStateMachine):
     def _broadcast(self):
         """The controller's LeaderAndIsr to every alive replica (bumping the partition epoch)."""
         self.pe += 1
-        state = {"leader": self.leader, "leader_epoch": self.epoch, "isr": list(self.isr),
-                 "replicas": list(BROKERS), "partition_epoch": self.pe, "controller_epoch": 1}
+        state = {
+            "leader": self.leader,
+            "leader_epoch": self.epoch,
+            "isr": list(self.isr),
+            "replicas": list(BROKERS),
+            "partition_epoch": self.pe,
+            "controller_epoch": 1,
+        }
         for b in self.alive():
             p = self.parts[b]
             if p.stale_reason(state) is not None:
@@ -207,16 +214,22 @@ class ReplicationMachine(RuleBasedStateMachine):
         if p is None or p.role != LEADER or p.leader_epoch != proposal.leader_epoch:
             return  # the actor's task was cancelled by the role change
         added = set(proposal.new_isr) - set(self.isr)
-        ok = (b == self.leader and proposal.leader_epoch == self.epoch
-              and proposal.partition_epoch == self.pe and all(self.parts[r] is not None for r in added))
+        ok = (
+            b == self.leader
+            and proposal.leader_epoch == self.epoch
+            and proposal.partition_epoch == self.pe
+            and all(self.parts[r] is not None for r in added)
+        )
         if ok:
             event("ISR expanded" if added else "ISR shrunk")
             self.pe += 1
             self.isr = proposal.new_isr
             p.apply_isr(self.isr, self.pe, self.now)
         else:
-            p.alter_partition_refused({"error_code": 1, "isr": list(self.isr), "leader_epoch": self.epoch,
-                                       "partition_epoch": self.pe}, self.now)
+            p.alter_partition_refused(
+                {"error_code": 1, "isr": list(self.isr), "leader_epoch": self.epoch, "partition_epoch": self.pe},
+                self.now,
+            )
         self._settle()
 
     @rule(b=st.sampled_from(BROKERS))
@@ -272,7 +285,7 @@ class ReplicationMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
     def _check_prefix(self, f: Partition, lp: Partition) -> None:
         mine, theirs = contents(f.log), contents(lp.log)
-        assert mine == theirs[:len(mine)], (mine, theirs)
+        assert mine == theirs[: len(mine)], (mine, theirs)
 
     @invariant()
     def hw_at_most_min_leo_over_isr(self):
@@ -305,5 +318,6 @@ class ReplicationMachine(RuleBasedStateMachine):
 
 
 ReplicationMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("REPLICATION_MODEL_EXAMPLES", 150)), stateful_step_count=50, deadline=None)
+    max_examples=int(os.environ.get("REPLICATION_MODEL_EXAMPLES", 150)), stateful_step_count=50, deadline=None
+)
 TestReplicationModel = ReplicationMachine.TestCase

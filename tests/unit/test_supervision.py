@@ -1,5 +1,6 @@
 """Pure liveness logic: session timers, replica supervision states and restart backoff, and the
 controller's OfflineReplica / OnlineReplica decisions."""
+
 from __future__ import annotations
 
 import random
@@ -24,6 +25,7 @@ from actors.supervision import (
 from protocol.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, UnknownTopicOrPartitionError
 
 # ---- SessionTimer ---------------------------------------------------------------------------------
+
 
 def test_session_expires_only_after_the_timeout_of_silence():
     t = SessionTimer(1000, now_ms=0, stall_ms=300)
@@ -139,6 +141,7 @@ def test_restart_backoff_grows_and_resets_after_a_stable_run():
 
 # ---- OfflineReplica / OnlineReplica ---------------------------------------------------------------
 
+
 def make(n=3, **cfg) -> ControllerLogic:
     logic = ControllerLogic(MetadataImage(), ControllerConfig(**cfg), random.Random(7))
     for b in range(n):
@@ -152,9 +155,17 @@ def apply(logic, records):
 
 
 def topic(logic, name, replicas_list, configs=None):
-    recs, res = logic.create_topics([{"name": name, "num_partitions": len(replicas_list),
-                                      "replication_factor": len(replicas_list[0]),
-                                      "replica_assignment": replicas_list, "configs": configs or {}}])
+    recs, res = logic.create_topics(
+        [
+            {
+                "name": name,
+                "num_partitions": len(replicas_list),
+                "replication_factor": len(replicas_list[0]),
+                "replica_assignment": replicas_list,
+                "configs": configs or {},
+            }
+        ]
+    )
     assert res[0]["error_code"] == 0, res
     apply(logic, recs)
 

@@ -1,5 +1,6 @@
 """The checker of `rafka verify` (rafka.verify.check_history): each violation class is seen, and a clean
 history has none. Pure: no cluster."""
+
 from __future__ import annotations
 
 from rafka.verify import check_history

@@ -1,4 +1,5 @@
 """The OS process behind an actor: /proc state, and killing a frozen worker only by its Ray title."""
+
 from __future__ import annotations
 
 import os
@@ -34,5 +35,5 @@ def test_stopped_and_killed_only_by_its_worker_title():
 
 
 def test_no_process_no_kill():
-    assert process_state(None) is None and process_state(2 ** 22 + 12345) is None
+    assert process_state(None) is None and process_state(2**22 + 12345) is None
     assert not kill_worker(None, "FakeActor") and not kill_worker(os.getpid(), "FakeActor")
