@@ -44,6 +44,7 @@ import ray
 
 from actors.alter_partition import AlterPartitionManager
 from actors.partition import FOLLOWER, LEADER, STOPPED, LeaderHwChange, Partition
+from actors.replica_config import split_config
 from actors.replica_fetcher import ReplicaFetcher
 from actors.replica_manager import (
     _EPOCH_ERR,
@@ -60,30 +61,6 @@ from protocol import errors as E
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
-
-REPLICA_DEFAULTS = {
-    "replica.lag.time.max.ms": 30000,
-    "replica.fetch.max.bytes": 4 * 1024 * 1024,
-    "replica.fetch.wait.max.ms": 500,
-    "replica.fetch.backoff.ms": 50,
-    "log.retention.check.interval.ms": 300000,
-    "log.flush.scheduler.interval.ms": 1000,
-    "log.cleaner.backoff.ms": 15000,
-}
-
-
-def split_config(config_props: dict | None) -> tuple[dict, dict]:
-    """(replica-level settings with defaults, topic configs for LogConfig)."""
-    replica, topic = dict(REPLICA_DEFAULTS), {}
-    for k, v in (config_props or {}).items():
-        if k in REPLICA_DEFAULTS:
-            try:
-                replica[k] = int(v)
-            except (TypeError, ValueError):
-                raise E.InvalidConfigError(f"{k}={v!r} is not an integer") from None
-        else:
-            topic[k] = v
-    return replica, topic
 
 
 def now_ms() -> int:

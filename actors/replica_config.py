@@ -1,0 +1,30 @@
+"""A replica's broker-level settings (``replica.*``, ``log.*`` intervals, with Kafka's defaults) split from
+the topic configs its Log takes. Pure: no Ray."""
+
+from __future__ import annotations
+
+from protocol import errors as E
+
+REPLICA_DEFAULTS = {
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.max.bytes": 4 * 1024 * 1024,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.backoff.ms": 50,
+    "log.retention.check.interval.ms": 300000,
+    "log.flush.scheduler.interval.ms": 1000,
+    "log.cleaner.backoff.ms": 15000,
+}
+
+
+def split_config(config_props: dict | None) -> tuple[dict, dict]:
+    """(replica-level settings with defaults, topic configs for LogConfig)."""
+    replica, topic = dict(REPLICA_DEFAULTS), {}
+    for k, v in (config_props or {}).items():
+        if k in REPLICA_DEFAULTS:
+            try:
+                replica[k] = int(v)
+            except (TypeError, ValueError):
+                raise E.InvalidConfigError(f"{k}={v!r} is not an integer") from None
+        else:
+            topic[k] = v
+    return replica, topic
