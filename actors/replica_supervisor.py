@@ -41,7 +41,7 @@ from protocol.errors import RequestTimedOutError
 
 from .controller_link import ControllerUnavailable
 from .supervision import ReplicaSupervision
-from .worker_process import kill_worker, stopped
+from .worker_process import actor_pid, kill_worker, stopped
 
 log = logging.getLogger("rafka.broker")
 
@@ -99,6 +99,8 @@ class ReplicaSupervisor:
         try:
             return await asyncio.wait_for(handle.stop.remote(delete), self.session_s)
         except asyncio.TimeoutError:
+            if pid is None:  # frozen before its first probe answered: GCS knows its process
+                pid = await asyncio.to_thread(actor_pid, handle)
             if kill_worker(pid, "ReplicaActor"):
                 log.warning("broker %s: replica %s-%s did not stop: killed its process %s", self.b.broker_id, *key, pid)
             raise RequestTimedOutError(

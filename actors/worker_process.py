@@ -10,6 +10,9 @@ it never wakes up to write into files its successor owns.
 worker title (``ray::<Class>...``), never a pid that was reused by something else. Returns whether it
 sent the signal.
 
+``actor_pid(handle)`` reads an actor's worker pid from GCS's actor table, for a supervisor that has not heard
+the actor's own answer yet (a replica frozen right after it started).
+
 ``process_state(pid)`` is the kernel's one-letter state (``/proc/<pid>/stat``: R running, S sleeping, D
 disk wait, T stopped by a signal, t stopped by a tracer, Z zombie) or None when there is no such process.
 A supervisor on the same node uses it to tell a *frozen* process (``stopped``) from one that is only slow
@@ -21,6 +24,19 @@ from __future__ import annotations
 
 import os
 import signal
+
+
+def actor_pid(handle) -> int | None:
+    """The OS pid of ``handle``'s worker process as GCS records it, or None (unknown, or GCS unreachable).
+    Blocking: call it off the event loop."""
+    try:
+        import ray
+
+        info = ray._private.state.state.actor_table(handle._actor_id.hex())
+    except Exception:  # noqa: BLE001 - no answer means unknown, never a crash of the caller
+        return None
+    pid = (info or {}).get("Pid")
+    return int(pid) if pid else None
 
 
 def worker_title(pid: int) -> str | None:
