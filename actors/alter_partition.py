@@ -20,7 +20,8 @@ from typing import Callable
 import ray
 from ray.exceptions import RayActorError
 
-from actors.partition import LEADER, AlterPartitionProposal, LeaderHwChange, Partition
+from actors.partition import Partition
+from actors.partition_state import LEADER, AlterPartitionProposal, LeaderHwChange
 from protocol import errors as E
 from protocol.names import RAY_NAMESPACE, controller_name
 

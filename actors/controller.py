@@ -42,11 +42,13 @@ from protocol.names import RAY_NAMESPACE, broker_name
 
 from . import controller_requests as cr
 from .broker_channel import ControllerChannelManager
-from .controller_logic import ELECT_PREFERRED, BrokerHeartbeats, ControllerConfig, ControllerLogic
+from .controller_config import ControllerConfig
+from .controller_logic import ELECT_PREFERRED, ControllerLogic
 from .log_dir_lock import LogDirLock
 from .metadata_image import MetadataImage
 from .metadata_store import ClusterKV, MetadataLog, load_image
 from .replica_state_machine import offline_replicas, online_replicas
+from .supervision import BrokerHeartbeats
 
 log = logging.getLogger("rafka.controller")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import base64
 import random
-from dataclasses import dataclass
 
+from actors.controller_config import ControllerConfig
 from protocol.errors import (
     BrokerIdNotRegisteredError,
     ElectionNotNeededError,
@@ -59,37 +59,6 @@ __all__ = [
 ]
 
 PRODUCER_ID_BLOCK_SIZE = 1000
-
-
-@dataclass
-class ControllerConfig:
-    """The broker configs the controller acts on (Kafka's names and defaults)."""
-
-    unclean_leader_election: bool = False  # unclean.leader.election.enable
-    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
-    imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
-    imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
-    num_partitions: int = 1  # num.partitions
-    default_replication_factor: int = 1  # default.replication.factor
-    session_timeout_ms: int = 9000  # broker.session.timeout.ms
-    heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
-
-    @classmethod
-    def from_props(cls, props: dict | None) -> "ControllerConfig":
-        props = props or {}
-        c = cls()
-        try:
-            c.unclean_leader_election = truthy(props.get("unclean.leader.election.enable", False))
-            c.auto_leader_rebalance = truthy(props.get("auto.leader.rebalance.enable", True))
-            c.imbalance_percentage = int(props.get("leader.imbalance.per.broker.percentage", 10))
-            c.imbalance_check_interval_s = float(props.get("leader.imbalance.check.interval.seconds", 300))
-            c.num_partitions = int(props.get("num.partitions", 1))
-            c.default_replication_factor = int(props.get("default.replication.factor", 1))
-            c.session_timeout_ms = int(props.get("broker.session.timeout.ms", 9000))
-            c.heartbeat_interval_ms = int(props.get("broker.heartbeat.interval.ms", 2000))
-        except (TypeError, ValueError) as e:
-            raise InvalidConfigError(f"Invalid broker config: {e}") from None
-        return c
 
 
 def _err(exc: KafkaError) -> dict:
@@ -591,28 +560,3 @@ class ControllerLogic:
                         }
                     )
         return out
-
-
-class BrokerHeartbeats:
-    """When each live broker was last heard from (Kafka's BrokerHeartbeatManager). Times are seconds of a
-    monotonic clock, passed in. A stall of the controller's own loop is not the brokers' fault: ``extend``
-    gives every session a fresh start."""
-
-    def __init__(self, session_timeout_s: float):
-        self.session_timeout_s = session_timeout_s
-        self.last_seen: dict[int, float] = {}
-
-    def seen(self, broker_id: int, now: float) -> None:
-        self.last_seen[broker_id] = now
-
-    def extend(self, now: float) -> None:
-        for b in self.last_seen:
-            self.last_seen[b] = now
-
-    def deadline(self, now: float) -> float:
-        """A broker last heard from before this is timed out."""
-        return now - self.session_timeout_s
-
-    def expired(self, broker_id: int, deadline: float) -> bool:
-        seen = self.last_seen.get(broker_id)
-        return seen is not None and seen < deadline

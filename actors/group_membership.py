@@ -17,7 +17,6 @@ FENCED_INSTANCE_ID when a static member replaced it), so no parked request is ev
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from actors.group_model import (
@@ -25,7 +24,6 @@ from actors.group_model import (
     ClassicGroupMember,
     CoordinatorResult,
     GroupCoordinatorConfig,
-    GroupSnapshotRecord,
     GroupState,
     InvalidGroupTransition,
     Pending,
@@ -33,6 +31,13 @@ from actors.group_model import (
     sync_response,
 )
 from actors.group_records import group_metadata_record
+from actors.group_requests import (
+    JoinRequest,
+    _Ctx,
+    _normalize_assignments,
+    _normalize_protocols,
+    _protocol_inconsistent,
+)
 from protocol import errors as E
 
 __all__ = ["GroupMetadataManager", "JoinRequest"]
@@ -50,75 +55,6 @@ GROUP_MAX_SIZE_REACHED = E.for_name("GROUP_MAX_SIZE_REACHED").code
 FENCED_INSTANCE_ID = E.for_name("FENCED_INSTANCE_ID").code
 
 GS = GroupState
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    require_known_member_id: bool
-    supports_skip_assignment: bool
-
-
-class _Ctx:
-    """Scratch for one handler run: the clock, durable records, and completions of parked requests."""
-
-    def __init__(self, now_ms: int):
-        self.now = now_ms
-        self.records: list = []
-        self.completions: list = []
-
-    def complete_join(self, g: ClassicGroup, member_id: str, response: dict) -> bool:
-        m = g.members.get(member_id)
-        if m is None or not m.awaiting_join:
-            return False
-        g.update_member(member_id, awaiting_join=False)
-        self.completions.append((("join", g.group_id, member_id), response))
-        return True
-
-    def complete_sync(self, g: ClassicGroup, member_id: str, response: dict) -> bool:
-        m = g.members.get(member_id)
-        if m is None or not m.awaiting_sync:
-            return False
-        g.update_member(member_id, awaiting_sync=False)
-        self.completions.append((("sync", g.group_id, member_id), response))
-        return True
-
-    def result(self, g: ClassicGroup | None, response, installed: ClassicGroup | None = None) -> CoordinatorResult:
-        """Seal ``g`` and append its snapshot (unless it equals the ``installed`` group it was cloned from),
-        and answer a parked request of this very call directly."""
-        records = list(self.records)
-        if g is not None and (installed is None or g != installed):
-            records.append(GroupSnapshotRecord(g.group_id, g.seal()))
-        if isinstance(response, Pending):
-            for i, (key, resp) in enumerate(self.completions):
-                if key == response.key:
-                    response = resp
-                    del self.completions[i]
-                    break
-        return CoordinatorResult(records, response, self.completions)
-
-
-def _normalize_protocols(protocols: Iterable) -> tuple[tuple[str, bytes], ...]:
-    out = []
-    for p in protocols:
-        if isinstance(p, dict):
-            out.append((str(p["name"]), bytes(p.get("metadata") or b"")))
-        else:
-            name, meta = p
-            out.append((str(name), bytes(meta or b"")))
-    return tuple(out)
-
-
-def _protocol_inconsistent(requested: str | None, current: str | None) -> bool:
-    return requested is not None and current is not None and requested != current
 
 
 class GroupMetadataManager:
@@ -649,17 +585,3 @@ class GroupMetadataManager:
                 for mid in list(g.pending_sync_members):
                     self._remove_member(g, mid, ctx)
                 self._prepare_rebalance(g, ctx)
-
-
-def _normalize_assignments(assignments) -> dict[str, bytes]:
-    if not assignments:
-        return {}
-    if isinstance(assignments, dict):
-        return {str(k): bytes(v or b"") for k, v in assignments.items()}
-    out = {}
-    for a in assignments:
-        if isinstance(a, dict):
-            out[a["member_id"]] = bytes(a.get("assignment") or b"")
-        else:
-            out[a[0]] = bytes(a[1] or b"")
-    return out

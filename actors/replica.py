@@ -43,7 +43,8 @@ import time
 import ray
 
 from actors.alter_partition import AlterPartitionManager
-from actors.partition import FOLLOWER, LEADER, STOPPED, LeaderHwChange, Partition
+from actors.partition import Partition
+from actors.partition_state import FOLLOWER, LEADER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
 from actors.replica_fetcher import ReplicaFetcher
 from actors.replica_manager import (

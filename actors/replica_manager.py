@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from actors.partition import LEADER, LeaderHwChange, Partition
+from actors.partition import Partition
+from actors.partition_state import LEADER, LeaderHwChange
 from actors.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol import errors as E
 

@@ -166,3 +166,28 @@ class ReplicaSupervision:
         if deaths <= 1:
             return 0
         return min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS * (1 << min(deaths - 2, 16)))
+
+
+class BrokerHeartbeats:
+    """When each live broker was last heard from (Kafka's BrokerHeartbeatManager). Times are seconds of a
+    monotonic clock, passed in. A stall of the controller's own loop is not the brokers' fault: ``extend``
+    gives every session a fresh start."""
+
+    def __init__(self, session_timeout_s: float):
+        self.session_timeout_s = session_timeout_s
+        self.last_seen: dict[int, float] = {}
+
+    def seen(self, broker_id: int, now: float) -> None:
+        self.last_seen[broker_id] = now
+
+    def extend(self, now: float) -> None:
+        for b in self.last_seen:
+            self.last_seen[b] = now
+
+    def deadline(self, now: float) -> float:
+        """A broker last heard from before this is timed out."""
+        return now - self.session_timeout_s
+
+    def expired(self, broker_id: int, deadline: float) -> bool:
+        seen = self.last_seen.get(broker_id)
+        return seen is not None and seen < deadline

@@ -8,7 +8,8 @@ from collections import Counter
 import msgpack
 import pytest
 
-from actors.controller_logic import ControllerConfig, ControllerLogic
+from actors.controller_config import ControllerConfig
+from actors.controller_logic import ControllerLogic
 from actors.metadata_image import MetadataImage
 from actors.partition_change import (
     ELECT_PREFERRED,

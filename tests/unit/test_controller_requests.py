@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from actors.controller_logic import BrokerHeartbeats, ControllerConfig, ControllerLogic
+from actors.controller_config import ControllerConfig
+from actors.controller_logic import ControllerLogic
 from actors.controller_requests import (
     FENCE,
     REGISTER,
@@ -17,6 +18,7 @@ from actors.controller_requests import (
     prior_state,
 )
 from actors.metadata_image import MetadataImage
+from actors.supervision import BrokerHeartbeats
 from protocol.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, UnknownTopicOrPartitionError
 
 EPOCH = 7

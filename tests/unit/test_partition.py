@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.partition import (
+from actors.partition_state import (
     FOLLOWER,
     LEADER,
     NEW,
@@ -180,7 +180,8 @@ def test_byte_marks():
 
 
 # ---- Partition: the replication core over a real Log on a temp dir, no Ray ----------------------------
-from actors.partition import AlterPartitionProposal, LeaderHwChange, Partition  # noqa: E402
+from actors.partition import Partition  # noqa: E402
+from actors.partition_state import AlterPartitionProposal, LeaderHwChange  # noqa: E402
 from protocol import errors as E  # noqa: E402
 from storage.log import Log, LogConfig  # noqa: E402
 from storage.records import RecordBatchBuilder  # noqa: E402

@@ -21,7 +21,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from actors.partition import LEADER, Partition
+from actors.partition import Partition
+from actors.partition_state import LEADER
 from protocol import errors as E
 from storage.log import Log, LogConfig
 from storage.records import RecordBatchBuilder, decode_records

@@ -8,7 +8,8 @@ import random
 import msgpack
 import pytest
 
-from actors.controller_logic import ControllerConfig, ControllerLogic
+from actors.controller_config import ControllerConfig
+from actors.controller_logic import ControllerLogic
 from actors.metadata_image import MetadataImage
 from actors.replica_state_machine import offline_replicas, online_replicas
 from actors.supervision import (
