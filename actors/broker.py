@@ -233,7 +233,7 @@ class BrokerActor:
                 h = self.replicas[key]
                 self.topic_configs[key[0]] = dict(s.get("configs") or {})
                 become = h.become_leader if act.make_leader else h.become_follower
-                res = await become.remote(act.state)
+                res = await self.supervisor.call(key, h, become.remote(act.state))
             except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
                 log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
                 return lai.partition_result(s, error=_err_dict(e))  # its supervisor reports and recreates it

@@ -92,6 +92,28 @@ class ReplicaSupervisor:
             t.cancel()
         return pid
 
+    async def call(self, key: tuple, handle, ref):
+        """A broker -> replica call (LeaderAndIsr's become_leader/become_follower), bounded like StopReplica:
+        while no answer comes, every session timeout the replica's process is checked; a stopped (frozen)
+        one is killed -- its death is then handled like any other: reported, the replica recreated -- and
+        the call fails with REQUEST_TIMED_OUT instead of holding the partition's lock forever. A process
+        that still runs is only slow (a long log recovery on a loaded machine) and is waited for."""
+        fut = asyncio.wrap_future(ref.future())
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), self.session_s)
+            except asyncio.TimeoutError:
+                inc = self.state.current.get(key)
+                pid = inc.pid if inc is not None and inc.pid else await asyncio.to_thread(actor_pid, handle)
+                if stopped(pid) and kill_worker(pid, "ReplicaActor"):
+                    log.warning(
+                        "broker %s: replica %s-%s frozen in a call: killed its process %s", self.b.broker_id, *key, pid
+                    )
+                    raise RequestTimedOutError(
+                        f"replica {key[0]}-{key[1]} did not answer within {self.session_s * 1000:.0f} ms and its "
+                        "process is stopped: killed"
+                    ) from None
+
     async def stop(self, key: tuple, handle, delete: bool, pid: int | None) -> dict:
         """StopReplica of an unwatched replica, bounded: one that does not answer within the session
         timeout (frozen) has its process killed, so it never wakes to write into a log being deleted or
