@@ -277,6 +277,7 @@ class ControllerLogic:
                 if not isinstance(req, dict):
                     raise InvalidTopicError("Each topic must be a mapping")
                 validate_topic_name(name)
+                assert isinstance(name, str)  # validate_topic_name raised otherwise
                 if name in self.image.topics or name in pending:
                     raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
                 if unify_collision_chars(name) in unified:
@@ -383,7 +384,7 @@ class ControllerLogic:
         except KafkaError as e:
             res.update(_err(e))
             return [], res
-        records = [
+        records: list[dict] = [
             {"type": "ConfigRecord", "resource_type": "topic", "resource": name, "name": k, "value": v}
             for k, v in sorted(new.items())
             if t.configs.get(k) != v
@@ -461,8 +462,8 @@ class ControllerLogic:
             try:
                 if election_type not in (ELECT_PREFERRED, ELECT_UNCLEAN):
                     raise InvalidRequestError(f"Unknown election type {election_type}")
-                s = self.image.partition(topic, p) if isinstance(topic, str) else None
-                if s is None:
+                s = self.image.partition(topic, p) if isinstance(topic, str) and isinstance(p, int) else None
+                if s is None or topic is None or p is None:
                     raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
                 if election_type == ELECT_PREFERRED:
                     pref = s.replicas[0]
@@ -518,8 +519,8 @@ class ControllerLogic:
             try:
                 if not isinstance(a, dict):
                     raise InvalidRequestError("Each reassignment must be a mapping")
-                s = self.image.partition(topic, p) if isinstance(topic, str) else None
-                if s is None:
+                s = self.image.partition(topic, p) if isinstance(topic, str) and isinstance(p, int) else None
+                if s is None or not isinstance(topic, str) or not isinstance(p, int):
                     raise UnknownTopicOrPartitionError(f"{topic}-{p} does not exist")
                 target = a.get("replicas")
                 original = s.original_replicas

@@ -20,6 +20,7 @@ import logging
 import os
 import struct
 import zlib
+from typing import BinaryIO
 
 from protocol import kv as K
 from protocol.kv import GcsKV
@@ -38,7 +39,7 @@ class MetadataLog:
     def __init__(self, path: str):
         self.path = path
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._f = None
+        self._f: BinaryIO | None = None
         self.records_since_snapshot = 0
 
     def read_all(self) -> list[dict]:
@@ -69,7 +70,7 @@ class MetadataLog:
         self.records_since_snapshot = len(out)
         return out
 
-    def _file(self):
+    def _file(self) -> BinaryIO:
         if self._f is None:
             self._f = open(self.path, "ab")
         return self._f

@@ -27,7 +27,7 @@ def topic_config_keys() -> frozenset:
     return frozenset(LogConfig().to_props())
 
 
-def validate_topic_configs(configs: dict) -> dict[str, str]:
+def validate_topic_configs(configs: object) -> dict[str, str]:
     """Normalize topic config overrides to strings; INVALID_CONFIG on an unknown key or a bad value
     (``storage.log.LogConfig.from_props`` decides)."""
     if configs is None:
