@@ -1,0 +1,122 @@
+"""Typed messages of the transaction calls (KIP-98, Kafka's InitProducerId / AddPartitionsToTxn /
+AddOffsetsToTxn / EndTxn / WriteTxnMarkers / TxnOffsetCommit / DescribeTransactions / ListTransactions
+request data): frozen, slotted dataclasses. A request travels as the object itself (one positional
+argument of the actor call); a response travels as the dict of its typed class (``to_dict``), so callers
+index ``resp["error_code"]`` as with every other call.
+
+Who calls whom:
+
+- client -> transaction coordinator: InitProducerId, AddPartitionsToTxn (``verify_only`` = KIP-890's
+  verification, sent by a partition leader), AddOffsetsToTxn, EndTxn, DescribeTransactions,
+  ListTransactions;
+- transaction coordinator -> partition leader replica: WriteTxnMarkers (one partition per call: a replica
+  actor is one partition);
+- client -> group coordinator: TxnOffsetCommit (offsets pending until the transaction's marker).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    transactional_id: str | None
+    transaction_timeout_ms: int = 60000
+    producer_id: int = -1  # KIP-360: the caller's current id/epoch when it recovers, else -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartitionKey, ...]
+    verify_only: bool = False  # KIP-890: only check that they are in the ongoing transaction
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersRequest:
+    """A COMMIT (``committed``) or ABORT marker for one producer on the receiving partition."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+    transactional_id: str = ""  # for logs and errors only
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: tuple[tuple[str, int, int, str], ...]  # (topic, partition, offset, metadata)
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTransactionsRequest:
+    transactional_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListTransactionsRequest:
+    state_filters: tuple[str, ...] = ()
+    producer_id_filters: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResponse:
+    """The answer of EndTxn, AddOffsetsToTxn and WriteTxnMarkers."""
+
+    error_code: int = 0
+    error_message: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnResponse:
+    """``results``: ``[(topic, partition, error_code)]``; ``error_code`` is the first failure (0 if none)."""
+
+    error_code: int = 0
+    error_message: str | None = None
+    results: tuple[tuple[str, int, int], ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict:
+        return {"error_code": self.error_code, "error_message": self.error_message, "results": list(self.results)}
