@@ -6,6 +6,7 @@ A cluster ``{cluster}`` is a set of named actors in Ray namespace ``rafka``::
     {cluster}:broker-{broker_id}                          one broker per id, detached
     {cluster}:replica-{topic}-{partition}-b{broker_id}    one partition replica, a child of its broker
     {cluster}:group-coordinator-{broker_id}               a broker's group coordinator, a child of it
+    {cluster}:txn-coordinator-{broker_id}                 a broker's transaction coordinator, a child of it
 
 Every module that names an actor builds the name here; nothing else writes these strings.
 """
@@ -34,6 +35,10 @@ def replica_name(cluster: str, topic: str, partition: int, broker_id: int) -> st
 
 def group_coordinator_name(cluster: str, broker_id: int) -> str:
     return f"{cluster}:group-coordinator-{broker_id}"
+
+
+def txn_coordinator_name(cluster: str, broker_id: int) -> str:
+    return f"{cluster}:txn-coordinator-{broker_id}"
 
 
 def broker_id_of(cluster: str, name: str) -> int | None:

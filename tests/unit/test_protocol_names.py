@@ -12,6 +12,7 @@ def test_names():
     assert names.broker_name("c", 2) == "c:broker-2"
     assert names.replica_name("c", "t-1", 3, 0) == "c:replica-t-1-3-b0"
     assert names.group_coordinator_name("c", 1) == "c:group-coordinator-1"
+    assert names.txn_coordinator_name("c", 1) == "c:txn-coordinator-1"
     for n in (names.controller_name("c"), names.broker_name("c", 1), names.replica_name("c", "t", 0, 1)):
         assert n.startswith(names.cluster_prefix("c"))
 

@@ -1,0 +1,395 @@
+"""The transaction coordinator: one async actor per broker, a thin shell over ``TxnCoordinatorShard``.
+
+Named ``txn_coordinator_name(cluster, broker_id)`` (protocol/names.py), created by its broker as a
+non-detached child pinned to the broker's node (it dies with the broker). It serves the transactional ids
+whose ``__transaction_state`` partition (``partition_for(transactional_id, n)``) this broker's replica
+leads; the broker tells it ``on_elected`` / ``on_resigned`` in LeaderAndIsr order, exactly as for the
+group coordinator (actors/coordinator_host.py).
+
+Load (Kafka's TransactionStateManager.loadTransactionsForTxnTopicPartition): wait until the replica leads
+at our epoch with its HW over its takeover LEO, read the partition to the HW through ``fetch``, replay every
+record (latest value per id), then resume the markers of every transaction found in a Prepare state.
+Meanwhile requests answer COORDINATOR_LOAD_IN_PROGRESS; ids of partitions not led here NOT_COORDINATOR.
+
+Per request: the shard's handler (pure, actors/txn_state.py) returns records and a response; the records
+go to the replica as one RecordBatch with acks=all at our leader epoch; once acknowledged they are replayed
+and the response goes out (a failed append releases the id's pending mark and answers Kafka's mapped error).
+A replayed Prepare record starts its :class:`MarkerJob`: WriteTxnMarkers to the leader replica of every
+partition, retried (with a metadata refresh) until each took it, then CompleteCommit/CompleteAbort.
+Timers abort transactions past their timeout and remove expired transactional ids.
+Every method answers a plain dict with Kafka error codes, never an exception out of the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from actors import txn_service as svc
+from actors.coordinator_runtime import records_batch
+from actors.group_records import partition_for as group_partition_for
+from actors.group_service import OFFSETS_TOPIC, offsets_partitions
+from actors.txn_markers import TxnMarkerChannel
+from actors.txn_records import TxnRecord, decode_key, decode_value
+from actors.txn_service import ACTIVE, FAILED, LOADING, TxnPartition
+from actors.txn_state import MarkerJob, TxnCoordinatorShard, TxnResult
+from protocol import errors as E
+from protocol.kv import GcsKV
+from protocol.messages import FetchRequest, ProduceRequest
+from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.txn_messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    TxnResponse,
+)
+from storage.records import decode_records
+
+log = logging.getLogger("rafka.txn_coordinator")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _error(exc: E.KafkaError) -> dict:
+    return {"error_code": exc.code, "error_message": str(exc)}
+
+
+class TxnCoordinatorActor:
+    def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
+        self.cluster, self.broker_id = cluster, int(broker_id)
+        self.props = dict(config or {})
+        self.config = svc.txn_config(self.props)
+        self.num_partitions = svc.txn_partitions(self.props)
+        self.append_timeout_ms = int(
+            self.props.get("transaction.state.log.append.timeout.ms", svc.DEFAULT_APPEND_TIMEOUT_MS)
+        )
+        self.abort_check_s = (
+            int(
+                self.props.get(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms", svc.DEFAULT_ABORT_CHECK_MS
+                )
+            )
+            / 1000
+        )
+        self.expire_check_s = (
+            int(
+                self.props.get(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms", svc.DEFAULT_EXPIRE_CHECK_MS
+                )
+            )
+            / 1000
+        )
+        self.parts: dict[int, TxnPartition] = {}
+        self.epochs: dict[int, int] = {}
+        self._kv = GcsKV(cluster)
+        self._spare_pid: int | None = None
+        self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
+        self.stats = {"appends": 0, "aborted_timeouts": 0}
+
+    # ================================================================== leadership
+    async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
+        p, epoch = int(partition), int(leader_epoch)
+        cur = self.parts.get(p)
+        if epoch < self.epochs.get(p, -1) or (cur is not None and cur.epoch == epoch and cur.state != FAILED):
+            return {"error_code": 0, "ignored": True}
+        self.epochs[p] = epoch
+        if cur is not None:
+            self._unload(cur)
+        part = self.parts[p] = TxnPartition(p, epoch, replica, TxnCoordinatorShard(epoch, self.config))
+        part.tasks.append(asyncio.get_running_loop().create_task(self._load(part, part.gen)))
+        return {"error_code": 0}
+
+    async def on_resigned(self, partition: int, leader_epoch: int | None = None) -> dict:
+        p = int(partition)
+        if leader_epoch is not None:
+            if int(leader_epoch) < self.epochs.get(p, -1):
+                return {"error_code": 0, "ignored": True}
+            self.epochs[p] = int(leader_epoch)
+        cur = self.parts.get(p)
+        if cur is not None and (leader_epoch is None or cur.epoch <= int(leader_epoch)):
+            self._unload(cur)
+        return {"error_code": 0}
+
+    def _unload(self, part: TxnPartition) -> None:
+        part.gen += 1
+        part.state = FAILED
+        part.stop_tasks()
+        if self.parts.get(part.partition) is part:
+            del self.parts[part.partition]
+        log.info("b%d: unloaded %s-%d (epoch %d)", self.broker_id, svc.TXN_TOPIC, part.partition, part.epoch)
+
+    def _current(self, part: TxnPartition, gen: int) -> bool:
+        return self.parts.get(part.partition) is part and part.gen == gen
+
+    async def _load(self, part: TxnPartition, gen: int) -> None:
+        target = None
+        while self._current(part, gen):
+            try:
+                st = await part.replica.state.remote()
+                if st.get("leader_epoch", -1) > part.epoch and st.get("role") != "leader":
+                    self._unload(part)
+                    return
+                if st.get("role") == "leader" and st.get("leader_epoch") == part.epoch:
+                    target = st["log_end_offset"] if target is None else target
+                    if st["high_watermark"] >= target:
+                        records = await self._read_partition(part, st["log_start_offset"], st["high_watermark"])
+                        if not self._current(part, gen):
+                            return
+                        for rec in records:
+                            part.shard.replay(rec, loading=True)
+                        part.loaded_records, part.state = len(records), ACTIVE
+                        for job in part.shard.pending_jobs():
+                            self._start_markers(part, job)
+                        part.tasks.append(asyncio.get_running_loop().create_task(self._timers(part, gen)))
+                        log.info(
+                            "b%d: loaded %s-%d epoch %d: %d records, %d transactional ids",
+                            self.broker_id,
+                            svc.TXN_TOPIC,
+                            part.partition,
+                            part.epoch,
+                            len(records),
+                            len(part.shard.txns),
+                        )
+                        return
+            except (RayActorError, RayTaskError, E.KafkaError) as e:
+                if isinstance(e, E.CorruptMessageError):
+                    log.error(
+                        "b%d: %s-%d is corrupt, not loading it: %s", self.broker_id, svc.TXN_TOPIC, part.partition, e
+                    )
+                    part.state = FAILED
+                    return
+                log.info("b%d: loading %s-%d: retrying (%s)", self.broker_id, svc.TXN_TOPIC, part.partition, e)
+            await asyncio.sleep(0.05)
+
+    async def _read_partition(self, part: TxnPartition, start: int, hw: int) -> list[TxnRecord]:
+        out: list[TxnRecord] = []
+        offset = start
+        while offset < hw:
+            res = await part.replica.fetch.remote(FetchRequest(offset, 1 << 20, current_leader_epoch=part.epoch))
+            if res["error_code"]:
+                E.raise_for_code(res["error_code"], res.get("error_message"))
+            if res["next_offset"] <= offset:
+                raise E.CoordinatorLoadInProgressError(f"fetch at {offset} below HW {hw} returned no batches")
+            for r in decode_records(res["records"]):  # control batches are skipped: none are written here
+                if offset <= r.offset < hw and r.key is not None:
+                    out.append(TxnRecord(decode_key(r.key), decode_value(r.value)))
+            offset = res["next_offset"]
+        return out
+
+    # ================================================================== the request pipeline
+    def _route(self, transactional_id) -> tuple[TxnPartition | None, dict | None]:
+        if not isinstance(transactional_id, str) or not transactional_id:
+            return None, _error(E.InvalidRequestError("a non-empty transactional id is required"))
+        part = self.parts.get(svc.txn_partition_for(transactional_id, self.props))
+        code = svc.route_code(None if part is None else part.state)
+        if code:
+            return None, {"error_code": code, "error_message": E.for_code(code).default_message}
+        return part, None
+
+    async def _apply(self, part: TxnPartition, res: TxnResult, tid: str) -> dict:
+        """Append ``res``'s records (acks=all), replay them, start the marker jobs they begin."""
+        if not res.records:
+            return res.response
+        gen = part.gen
+        self.stats["appends"] += 1
+        try:
+            ans = await part.replica.produce.remote(
+                ProduceRequest(
+                    records_batch(res.records, now_ms()), -1, self.append_timeout_ms, current_leader_epoch=part.epoch
+                )
+            )
+            code = ans["error_code"]
+        except (RayActorError, RayTaskError):
+            code = E.NotCoordinatorError.code
+        if not self._current(part, gen):
+            return _error(E.NotCoordinatorError(f"{svc.TXN_TOPIC}-{part.partition} moved while appending"))
+        if code:
+            part.shard.append_failed(tid)
+            mapped = svc.append_error(code)
+            return {"error_code": mapped, "error_message": f"{svc.TXN_TOPIC} append failed with error {code}"}
+        for rec in res.records:
+            job = part.shard.replay(rec)
+            if job is not None:
+                self._start_markers(part, job)
+        return res.response
+
+    async def _spare(self) -> None:
+        """A fresh producer id from this broker, held for the next handler that needs one."""
+        if self._spare_pid is None:
+            broker = ray.get_actor(broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+            ans = await broker.init_producer_id.remote()
+            if ans["error_code"]:
+                E.raise_for_code(ans["error_code"], ans.get("error_message"))
+            self._spare_pid = ans["producer_id"]
+
+    def _take_pid(self) -> int:
+        pid, self._spare_pid = self._spare_pid, None
+        assert pid is not None, "a producer id is fetched before the handler runs"
+        return pid
+
+    async def init_producer_id(self, req: InitProducerIdRequest) -> dict:
+        if not isinstance(req, InitProducerIdRequest):
+            return InitProducerIdResponse(
+                **_error(E.InvalidRequestError("InitProducerId takes an InitProducerIdRequest"))
+            ).to_dict()
+        part, err = self._route(req.transactional_id)
+        if err is not None:
+            return InitProducerIdResponse(**err).to_dict()
+        try:
+            await self._spare()
+        except (E.KafkaError, RayActorError, RayTaskError, ValueError) as e:
+            return InitProducerIdResponse(E.CoordinatorNotAvailableError.code, f"no producer id: {e}").to_dict()
+        assert part is not None and req.transactional_id is not None
+        res = part.shard.init_producer_id(
+            req.transactional_id,
+            req.transaction_timeout_ms,
+            now_ms(),
+            self._take_pid,
+            req.producer_id,
+            req.producer_epoch,
+        )
+        ans = await self._apply(part, res, req.transactional_id)
+        return InitProducerIdResponse(
+            ans["error_code"], ans.get("error_message"), ans.get("producer_id", -1), ans.get("producer_epoch", -1)
+        ).to_dict()
+
+    async def add_partitions_to_txn(self, req: AddPartitionsToTxnRequest) -> dict:
+        if not isinstance(req, AddPartitionsToTxnRequest):
+            return AddPartitionsToTxnResponse(
+                **_error(E.InvalidRequestError("expected an AddPartitionsToTxnRequest"))
+            ).to_dict()
+        part, err = self._route(req.transactional_id)
+        if err is not None:
+            return AddPartitionsToTxnResponse(err["error_code"], err["error_message"]).to_dict()
+        assert part is not None
+        if req.verify_only:
+            try:
+                codes = part.shard.verify(req.transactional_id, req.producer_id, req.producer_epoch, req.partitions)
+            except (TypeError, ValueError, IndexError) as e:
+                return AddPartitionsToTxnResponse(E.InvalidRequestError.code, f"malformed partitions: {e}").to_dict()
+            first = next((c for c in codes.values() if c), 0)
+            results = tuple((t, p, c) for (t, p), c in sorted(codes.items()))
+            msg = "partition not in the ongoing transaction" if first else None
+            return AddPartitionsToTxnResponse(first, msg, results).to_dict()
+        res = part.shard.add_partitions(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.partitions, now_ms()
+        )
+        ans = await self._apply(part, res, req.transactional_id)
+        try:
+            results = tuple((t, int(p), ans["error_code"]) for t, p in req.partitions)
+        except (TypeError, ValueError):
+            results = ()
+        return AddPartitionsToTxnResponse(ans["error_code"], ans.get("error_message"), results).to_dict()
+
+    async def add_offsets_to_txn(self, req: AddOffsetsToTxnRequest) -> dict:
+        """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
+        if not isinstance(req, AddOffsetsToTxnRequest) or not isinstance(req.group_id, str) or not req.group_id:
+            return TxnResponse(
+                **_error(E.InvalidRequestError("expected an AddOffsetsToTxnRequest with a group id"))
+            ).to_dict()
+        part, err = self._route(req.transactional_id)
+        if err is not None:
+            return TxnResponse(err["error_code"], err["error_message"]).to_dict()
+        assert part is not None
+        tp = (OFFSETS_TOPIC, group_partition_for(req.group_id, offsets_partitions(self.props)))
+        res = part.shard.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp], now_ms())
+        ans = await self._apply(part, res, req.transactional_id)
+        return TxnResponse(ans["error_code"], ans.get("error_message")).to_dict()
+
+    async def end_txn(self, req: EndTxnRequest) -> dict:
+        if not isinstance(req, EndTxnRequest):
+            return TxnResponse(**_error(E.InvalidRequestError("EndTxn takes an EndTxnRequest"))).to_dict()
+        part, err = self._route(req.transactional_id)
+        if err is not None:
+            return TxnResponse(err["error_code"], err["error_message"]).to_dict()
+        assert part is not None
+        res = part.shard.end_txn(
+            req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed), now_ms()
+        )
+        ans = await self._apply(part, res, req.transactional_id)
+        return TxnResponse(ans["error_code"], ans.get("error_message")).to_dict()
+
+    async def describe_transactions(self, req: DescribeTransactionsRequest) -> dict:
+        out = []
+        for tid in req.transactional_ids:
+            part, err = self._route(tid)
+            out.append({"transactional_id": tid, **err} if err is not None else part.shard.describe(tid))  # type: ignore[union-attr]
+        return {"error_code": 0, "error_message": None, "transaction_states": out}
+
+    async def list_transactions(self, req: ListTransactionsRequest) -> dict:
+        out, code = [], 0
+        for p in sorted(self.parts):
+            part = self.parts[p]
+            if part.state == LOADING:
+                code = E.CoordinatorLoadInProgressError.code
+            elif part.state == ACTIVE:
+                out += part.shard.list(req.state_filters, req.producer_id_filters)
+        return {"error_code": code, "error_message": None, "transaction_states": out}
+
+    # ================================================================== markers (WriteTxnMarkers)
+    def _start_markers(self, part: TxnPartition, job: MarkerJob) -> None:
+        part.tasks.append(asyncio.get_running_loop().create_task(self._markers(part, part.gen, job)))
+
+    async def _markers(self, part: TxnPartition, gen: int, job: MarkerJob) -> None:
+        """Markers to every partition (TxnMarkerChannel), then CompleteCommit/CompleteAbort (retried)."""
+        if not await self.markers.write(job, lambda: self._current(part, gen)):
+            return
+        delay = 0.02
+        while self._current(part, gen):
+            res = part.shard.markers_written(job, now_ms())
+            ans = await self._apply(part, res, job.transactional_id)
+            if not ans.get("error_code"):
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # ================================================================== timers
+    async def _timers(self, part: TxnPartition, gen: int) -> None:
+        next_expire = time.monotonic() + self.expire_check_s
+        while True:
+            await asyncio.sleep(self.abort_check_s)
+            if not self._current(part, gen):
+                return
+            try:
+                for res in part.shard.abort_expired(now_ms()):
+                    self.stats["aborted_timeouts"] += 1
+                    await self._apply(part, res, res.records[0].transactional_id)
+                if time.monotonic() >= next_expire:
+                    next_expire = time.monotonic() + self.expire_check_s
+                    for res in part.shard.expire_ids(now_ms()):
+                        await self._apply(part, res, res.records[0].transactional_id)
+            except Exception:  # noqa: BLE001 - a coordinator bug must not stop the timers
+                log.exception("b%d: transaction timers of %s-%d", self.broker_id, svc.TXN_TOPIC, part.partition)
+
+    # ================================================================== introspection
+    async def describe(self) -> dict:
+        return {
+            "broker_id": self.broker_id,
+            "partitions": {
+                p: {
+                    "state": x.state,
+                    "leader_epoch": x.epoch,
+                    "transactional_ids": len(x.shard.txns),
+                    "loaded_records": x.loaded_records,
+                }
+                for p, x in sorted(self.parts.items())
+            },
+            "stats": {**self.stats, **self.markers.stats},
+        }
+
+    def ping(self) -> int:
+        return self.broker_id
+
+
+RemoteTxnCoordinator = ray.remote(TxnCoordinatorActor)

@@ -1,0 +1,92 @@
+"""The transaction coordinator's marker writer (Kafka's TransactionMarkerChannelManager): WriteTxnMarkers to
+the leader replica of every partition of a transaction, retried until each took its marker.
+
+A partition's leader comes from the cluster metadata in GCS KV (re-read after any failure); the call goes to
+its replica actor (``replica_name``), which appends the COMMIT/ABORT control batch with acks=all. A deleted
+partition (UNKNOWN_TOPIC_OR_PARTITION, or gone from the metadata) needs no marker. A marker the partition
+refuses because a newer coordinator epoch or producer epoch already wrote there
+(TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH) means this coordinator is stale for the
+transaction: the job is abandoned (the current coordinator completes it). Ray is used only here and in the
+actor; the retry policy is plain asyncio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from actors.txn_state import MarkerJob
+from protocol import errors as E
+from protocol.kv import GcsKV, read_cluster
+from protocol.names import RAY_NAMESPACE, replica_name
+from protocol.txn_messages import WriteTxnMarkersRequest
+
+log = logging.getLogger("rafka.txn_coordinator")
+ABANDON = {E.TransactionCoordinatorFencedError.code, E.InvalidProducerEpochError.code}
+MAX_BACKOFF_S = 1.0
+
+
+def partition_leader(md: dict, topic: str, p: int) -> int | None:
+    """The leader id of ``topic-p`` in a metadata view (-1: none now), None when the partition is gone."""
+    t = md["topics"].get(topic)
+    parts = (t or {}).get("partitions", {})
+    state = parts.get(p, parts.get(str(p)))
+    return None if state is None else int(state.get("leader", -1))
+
+
+class TxnMarkerChannel:
+    def __init__(self, cluster: str, broker_id: int, kv: GcsKV):
+        self.cluster, self.broker_id, self.kv = cluster, broker_id, kv
+        self.stats = {"markers_written": 0, "marker_retries": 0, "markers_abandoned": 0}
+
+    async def write(self, job: MarkerJob, current: Callable[[], bool]) -> bool:
+        """True once every partition took ``job``'s marker; False if abandoned or ``current()`` turned False."""
+        req = WriteTxnMarkersRequest(
+            job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, job.transactional_id
+        )
+        remaining, delay = set(job.partitions), 0.02
+        while remaining:
+            if not current():
+                return False
+            md = await asyncio.to_thread(read_cluster, self.kv)
+            calls: dict[tuple[str, int], ray.ObjectRef] = {}
+            for topic, p in sorted(remaining):
+                leader = partition_leader(md, topic, p)
+                if leader is None:  # deleted: nothing left to mark (Kafka drops such markers)
+                    remaining.discard((topic, p))
+                    continue
+                if leader < 0:
+                    continue
+                try:
+                    h = ray.get_actor(replica_name(self.cluster, topic, p, leader), namespace=RAY_NAMESPACE)
+                except ValueError:
+                    continue
+                calls[(topic, p)] = h.write_txn_markers.remote(req)
+            for tp, ref in calls.items():
+                try:
+                    ans = await ref
+                except (RayActorError, RayTaskError):
+                    continue
+                code = ans["error_code"]
+                if code in (0, E.UnknownTopicOrPartitionError.code):
+                    remaining.discard(tp)
+                    self.stats["markers_written"] += 1
+                elif code in ABANDON:
+                    self.stats["markers_abandoned"] += 1
+                    log.warning(
+                        "b%d: markers of %r abandoned at %s: %s",
+                        self.broker_id,
+                        job.transactional_id,
+                        tp,
+                        ans.get("error_message"),
+                    )
+                    return False
+            if remaining:
+                self.stats["marker_retries"] += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        return True

@@ -1,0 +1,117 @@
+"""The transaction coordinator's request-level rules, pure (Kafka's TransactionStateManager configs and the
+``__transaction_state`` topic): no Ray, no I/O. actors/txn_coordinator.py is the actor over them and the
+shard (actors/txn_state.py).
+
+Broker configs (Kafka's names; rafka's defaults where they differ are noted):
+
+- ``transaction.state.log.num.partitions`` (Kafka 50; rafka 5: each partition replica is an actor),
+  ``transaction.state.log.replication.factor`` (3, capped by the live brokers),
+  ``transaction.state.log.min.isr`` (2, capped by the replication factor),
+  ``transaction.state.log.segment.bytes`` (100 MiB); the topic is compacted;
+- ``transaction.max.timeout.ms`` (15 min), ``transactional.id.expiration.ms`` (7 days),
+- ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s),
+  ``transaction.remove.expired.transaction.cleanup.interval.ms`` (1 h).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.txn_records import partition_for
+from actors.txn_state import TxnConfig, TxnCoordinatorShard
+from protocol import errors as E
+
+TXN_TOPIC = "__transaction_state"
+DEFAULT_TXN_PARTITIONS = 5
+DEFAULT_TXN_REPLICATION = 3
+DEFAULT_TXN_MIN_ISR = 2
+DEFAULT_TXN_SEGMENT_BYTES = 104857600
+DEFAULT_ABORT_CHECK_MS = 10000
+DEFAULT_EXPIRE_CHECK_MS = 3600000
+DEFAULT_APPEND_TIMEOUT_MS = 5000
+
+LOADING, ACTIVE, FAILED = "loading", "active", "failed"
+NOT_COORDINATOR = E.NotCoordinatorError.code
+COORDINATOR_NOT_AVAILABLE = E.CoordinatorNotAvailableError.code
+COORDINATOR_LOAD_IN_PROGRESS = E.CoordinatorLoadInProgressError.code
+# Kafka's TransactionStateManager.appendTransactionToLog error mapping.
+APPEND_ERRORS = {
+    **{
+        c.code: COORDINATOR_NOT_AVAILABLE
+        for c in (
+            E.UnknownTopicOrPartitionError,
+            E.NotEnoughReplicasError,
+            E.NotEnoughReplicasAfterAppendError,
+            E.RequestTimedOutError,
+        )
+    },
+    **{
+        c.code: NOT_COORDINATOR
+        for c in (E.NotLeaderOrFollowerError, E.KafkaStorageError, E.FencedLeaderEpochError, E.UnknownLeaderEpochError)
+    },
+}
+
+
+def txn_config(props: dict | None) -> TxnConfig:
+    props, default = props or {}, TxnConfig()
+    return TxnConfig(
+        max_timeout_ms=int(props.get("transaction.max.timeout.ms", default.max_timeout_ms)),
+        id_expiration_ms=int(props.get("transactional.id.expiration.ms", default.id_expiration_ms)),
+    )
+
+
+def txn_partitions(props: dict | None) -> int:
+    return int((props or {}).get("transaction.state.log.num.partitions", DEFAULT_TXN_PARTITIONS))
+
+
+def txn_partition_for(transactional_id: str, props: dict | None) -> int:
+    return partition_for(transactional_id, txn_partitions(props))
+
+
+def txn_topic_spec(props: dict | None, alive_brokers: int) -> dict:
+    """The CreateTopics request for ``__transaction_state`` (Kafka's auto-creation of the internal topic)."""
+    props = props or {}
+    rf = max(1, min(int(props.get("transaction.state.log.replication.factor", DEFAULT_TXN_REPLICATION)), alive_brokers))
+    min_isr = max(1, min(int(props.get("transaction.state.log.min.isr", DEFAULT_TXN_MIN_ISR)), rf))
+    return {
+        "name": TXN_TOPIC,
+        "num_partitions": txn_partitions(props),
+        "replication_factor": rf,
+        "configs": {
+            "cleanup.policy": "compact",
+            "min.insync.replicas": min_isr,
+            "segment.bytes": int(props.get("transaction.state.log.segment.bytes", DEFAULT_TXN_SEGMENT_BYTES)),
+        },
+    }
+
+
+def append_error(code: int) -> int:
+    """The error a transaction request answers when its record was not appended (replica's ``code``)."""
+    return APPEND_ERRORS.get(code, code) if code else 0
+
+
+def route_code(state: str | None) -> int:
+    """The error of a request whose ``__transaction_state`` partition is in ``state`` (None: not led here)."""
+    if state is None:
+        return NOT_COORDINATOR
+    if state == LOADING:
+        return COORDINATOR_LOAD_IN_PROGRESS
+    if state != ACTIVE:
+        return COORDINATOR_NOT_AVAILABLE
+    return 0
+
+
+class TxnPartition:
+    """One ``__transaction_state`` partition led (or being loaded) here: its shard, load state, the
+    generation that stale tasks check (bumped on unload) and its tasks (load, markers, timers)."""
+
+    def __init__(self, partition: int, epoch: int, replica, shard: TxnCoordinatorShard):
+        self.partition, self.epoch, self.replica, self.shard = partition, epoch, replica, shard
+        self.state, self.gen = LOADING, 0
+        self.tasks: list[asyncio.Task] = []
+        self.loaded_records = 0
+
+    def stop_tasks(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        self.tasks = []
