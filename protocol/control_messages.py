@@ -53,7 +53,7 @@ class LeaderAndIsrPartitionState:
     removing_replicas: tuple[int, ...] = ()
     is_new: bool = False
     topic_id: str | None = None
-    configs: dict[str, str] = field(default_factory=dict)  # the topic's overrides
+    configs: dict[str, str] = field(default_factory=dict, hash=False)  # the topic's overrides (not hashed)
 
     def __post_init__(self) -> None:
         for name in ("isr", "replicas", "adding_replicas", "removing_replicas"):

@@ -31,6 +31,7 @@ def test_partition_state_normalises_lists_to_int_tuples_and_is_frozen_and_slotte
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.leader = 2
     assert not hasattr(s, "__dict__")
+    assert hash(state(configs={"a": "1"})) == hash(state())  # hashable despite its configs dict
     newer = dataclasses.replace(s, leader_epoch=5, isr=[1])
     assert newer.leader_epoch == 5 and newer.isr == (1,) and s.leader_epoch == 4
 
