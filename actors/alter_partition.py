@@ -2,7 +2,7 @@
 
 The :class:`~actors.partition.Partition` decides an ISR change and marks it in flight
 (:class:`~actors.partition.AlterPartitionProposal`); this sends it to the controller's
-``alter_partition``, retrying while the controller is unavailable or answers a retriable error, and hands
+``alter_partition`` (an ``AlterPartitionRequest``, answered by an ``AlterPartitionResponse``), retrying while the controller is unavailable or answers a retriable error, and hands
 the answer back to the Partition (``apply_isr`` / ``alter_partition_refused``). What that changed goes
 to ``on_isr_applied`` (the replica actor dispatches it to the purgatories).
 
@@ -23,6 +23,7 @@ from ray.exceptions import RayActorError
 from actors.partition import Partition
 from actors.partition_state import LEADER, AlterPartitionProposal, LeaderHwChange
 from protocol import errors as E
+from protocol.control_messages import AlterPartitionRequest, AlterPartitionResponse
 from protocol.names import RAY_NAMESPACE, controller_name
 
 log = logging.getLogger("actors.replica")
@@ -72,9 +73,10 @@ class AlterPartitionManager:
         while p.generation == gen and p.role == LEADER:
             try:
                 ctrl = await self._controller_handle()
-                resp = await ctrl.alter_partition.remote(
-                    p.topic, p.partition, p.broker_id, p.leader_epoch, list(new_isr), p.partition_epoch
+                req = AlterPartitionRequest(
+                    p.topic, p.partition, p.broker_id, p.leader_epoch, tuple(new_isr), p.partition_epoch
                 )
+                resp: AlterPartitionResponse = await ctrl.alter_partition.remote(req)
             except (RayActorError, ValueError) as exc:  # dead, restarting or not yet named
                 self._controller = None
                 log.info("alter_partition: controller unavailable (%s), retrying", type(exc).__name__)
@@ -83,9 +85,9 @@ class AlterPartitionManager:
                 continue
             if p.generation != gen:
                 return
-            code = resp.get("error_code", 0)
+            code = resp.error_code
             if code == 0:
-                self._applied(p.apply_isr(resp["isr"], resp["partition_epoch"], _now_ms()))
+                self._applied(p.apply_isr(resp.isr, resp.partition_epoch, _now_ms()))
                 return
             if E.for_code(code).retriable:
                 await asyncio.sleep(backoff)

@@ -24,7 +24,7 @@ moves leadership and the ISR away at once, and is recreated from its log directo
 catches up and rejoins the ISR.
 
 Partitions are recovered lazily: nothing is opened at start; the controller answers the registration
-with the broker's full partition set (LeaderAndIsr ``full=True``) and the broker creates a replica
+with the broker's full partition set (a FULL ``LeaderAndIsrRequest``) and the broker creates a replica
 actor for each, passing its directory (an existing log reopens and recovers). A full LeaderAndIsr also
 deletes stray partition directories (topics deleted while the broker was away), and a directory whose
 ``partition.metadata`` names another topic id (deleted and re-created under the same name) is wiped
@@ -52,6 +52,12 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from protocol.control_messages import (
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+)
 from protocol.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
@@ -190,9 +196,9 @@ class BrokerActor:
         prepare_partition_dir(d, topic_id)  # a stale log of a re-created topic is wiped (and logged)
         return d
 
-    async def _create_replica(self, s: dict):
-        topic, p = s["topic"], s["partition"]
-        d = await asyncio.to_thread(self._prepare_dir, topic, p, s["topic_id"])
+    async def _create_replica(self, s: LeaderAndIsrPartitionState):
+        topic, p = s.topic, s.partition
+        d = await asyncio.to_thread(self._prepare_dir, topic, p, s.topic_id)
         cls = _REPLICA_CLS
         name = replica_name(self.cluster, topic, p, self.broker_id)
         for _attempt in range(100):
@@ -207,18 +213,19 @@ class BrokerActor:
                     self.cluster,
                     topic,
                     p,
-                    s["topic_id"],
+                    s.topic_id,
                     self.broker_id,
                     d,
-                    lai.replica_props(self.config, s.get("configs")),
+                    lai.replica_props(self.config, s.configs),
                 )
                 return h
             except ValueError:  # the previous incarnation's replica still holds the name for a moment
                 await asyncio.sleep(0.05)
         raise RuntimeError(f"replica name {name} stayed taken")
 
-    async def _apply(self, s: dict) -> dict:
-        key = (s["topic"], s["partition"])
+    async def _apply(self, s: LeaderAndIsrPartitionState):
+        """One partition state of a LeaderAndIsr -> its ``LeaderAndIsrPartitionError``."""
+        key = s.key
         async with self._lock(key):
             act = lai.replica_action(self.broker_id, s, self.topic_ids.get(key) if key in self.replicas else None)
             if act.kind == lai.NOT_A_REPLICA:
@@ -228,32 +235,33 @@ class BrokerActor:
                     await self._stop_one(key, delete=True)
                 if act.kind in (lai.CREATE, lai.RECREATE):
                     self.replicas[key] = h = await self._create_replica(s)
-                    self.topic_ids[key] = s["topic_id"]
+                    self.topic_ids[key] = s.topic_id
                     self.supervisor.watch(key, h)
                 h = self.replicas[key]
-                self.topic_configs[key[0]] = dict(s.get("configs") or {})
+                self.topic_configs[key[0]] = dict(s.configs)
                 become = h.become_leader if act.make_leader else h.become_follower
                 res = await self.supervisor.call(key, h, become.remote(act.state))
             except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
                 log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
                 return lai.partition_result(s, error=_err_dict(e))  # its supervisor reports and recreates it
             if key[0] == OFFSETS_TOPIC:
-                await self._notify_offsets(key[1], act.make_leader, int(s["leader_epoch"]), h)
+                await self._notify_offsets(key[1], act.make_leader, s.leader_epoch, h)
             return lai.partition_result(s, res)
 
-    async def leader_and_isr(self, controller_epoch: int, states: list[dict], full: bool = False) -> dict:
-        stale = self._stale(controller_epoch)
+    async def leader_and_isr(self, request: LeaderAndIsrRequest) -> dict:
+        stale = self._stale(request.controller_epoch)
         if stale:
             return stale
-        results = list(await asyncio.gather(*(self._apply(s) for s in states)))
-        if full:
+        states = request.partition_states
+        results = await asyncio.gather(*(self._apply(s) for s in states))
+        if request.full:
             for key in lai.replicas_to_remove(list(self.replicas), states):
                 async with self._lock(key):
                     await self._stop_one(key, delete=True)
             for name in lai.stray_partition_dirs(os.listdir(self.dir), states):
                 log.info("broker %s: deleting stray log %s", self.broker_id, name)
                 shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
-        return {"error_code": 0, "error_message": None, "partitions": results}
+        return LeaderAndIsrResponse(partitions=tuple(results)).to_dict()
 
     async def replica_gone(self, key) -> None:
         """The supervisor removed a dead replica: its group coordinator loses that partition."""
@@ -277,17 +285,16 @@ class BrokerActor:
             shutil.rmtree(self._partition_dir(*key), ignore_errors=True)
         return res
 
-    async def stop_replica(self, controller_epoch: int, partitions: list, delete: bool = False) -> dict:
-        stale = self._stale(controller_epoch)
+    async def stop_replica(self, request: StopReplicaRequest) -> dict:
+        stale = self._stale(request.controller_epoch)
         if stale:
             return stale
 
-        async def one(tp):
-            key = (tp[0], int(tp[1]))
+        async def one(key):
             async with self._lock(key):
-                return await self._stop_one(key, delete)
+                return await self._stop_one(key, request.delete_partitions)
 
-        results = await asyncio.gather(*(one(tp) for tp in partitions))
+        results = await asyncio.gather(*(one(key) for key in request.partitions))
         return {"error_code": 0, "error_message": None, "partitions": list(results)}
 
     async def update_metadata(self, controller_epoch: int, version: int) -> dict:

@@ -3,7 +3,8 @@ and the controller's long-poll on that broker (its death detector).
 
 ``BrokerChannel(ctl, broker_id, broker_epoch, handle)``: ``send(method, *args)`` queues a request, sent in
 order with the controller's epoch first (``getattr(handle, method).remote(ctl.epoch, *args)``);
-``send_version(v)`` coalesces UpdateMetadata. A broker answering STALE_CONTROLLER_EPOCH makes the
+``send_request(method, request)`` queues a typed request (protocol/control_messages.py: LeaderAndIsr,
+StopReplica), which carries the epoch itself; ``send_version(v)`` coalesces UpdateMetadata. A broker answering STALE_CONTROLLER_EPOCH makes the
 controller resign. ``_watch`` is the pending ``controller_session`` call: it raises within ~20 ms of the
 broker's death and then the controller fences that broker incarnation. Runs on the controller's event
 loop only.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ray.exceptions import RayActorError, RayTaskError
 
+from protocol.control_messages import LeaderAndIsrRequest, StopReplicaRequest
 from protocol.errors import KafkaError, StaleControllerEpochError
 
 if TYPE_CHECKING:
@@ -43,13 +45,21 @@ class BrokerChannel:
         self.task = asyncio.get_running_loop().create_task(self._run())
         self.watch = asyncio.get_running_loop().create_task(self._watch())
 
-    def send(self, method: str, *args, **kwargs) -> asyncio.Future:
+    def send(self, method: str, *args) -> asyncio.Future:
+        """An untyped request: the controller's epoch goes first."""
+        return self._queue(method, (self.ctl.epoch, *args))
+
+    def send_request(self, method: str, request: LeaderAndIsrRequest | StopReplicaRequest) -> asyncio.Future:
+        """A typed request, which carries the controller epoch itself."""
+        return self._queue(method, (request,))
+
+    def _queue(self, method: str, args: tuple) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         fut.add_done_callback(_observe)  # callers may drop the future: a dead broker is not an error
         if self.closed:
             fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
         else:
-            self.queue.put_nowait((method, args, kwargs, fut))
+            self.queue.put_nowait((method, args, fut))
         return fut
 
     def send_version(self, version: int) -> None:
@@ -57,16 +67,16 @@ class BrokerChannel:
         self.want_version = max(self.want_version, version)
         if not self._version_queued and not self.closed:
             self._version_queued = True
-            self.queue.put_nowait(("update_metadata", None, None, None))
+            self.queue.put_nowait(("update_metadata", None, None))
 
     async def _run(self):
         while True:
-            method, args, kwargs, fut = await self.queue.get()
+            method, args, fut = await self.queue.get()
             if method == "update_metadata" and args is None:
                 self._version_queued = False
-                args, kwargs = (self.want_version,), {}
+                args = (self.ctl.epoch, self.want_version)
             try:
-                res = await getattr(self.handle, method).remote(self.ctl.epoch, *args, **kwargs)
+                res = await getattr(self.handle, method).remote(*args)
             except RayActorError as e:
                 self._fail(fut, e)
                 continue
@@ -107,7 +117,7 @@ class BrokerChannel:
             if t is not asyncio.current_task():
                 t.cancel()
         while not self.queue.empty():
-            _, _, _, fut = self.queue.get_nowait()
+            _, _, fut = self.queue.get_nowait()
             if fut is not None and not fut.done():
                 fut.set_exception(RuntimeError(f"broker {self.broker_id} is gone"))
 
@@ -140,15 +150,16 @@ class ControllerChannelManager:
             ch.close()
         self.channels.clear()
 
-    def send_full_state(self, broker_id: int, states: list[dict]) -> None:
-        self.channels[broker_id].send("leader_and_isr", states, full=True)
+    def send_full_state(self, broker_id: int, request: LeaderAndIsrRequest) -> None:
+        """A FULL LeaderAndIsr (the broker's whole partition set)."""
+        self.channels[broker_id].send_request("leader_and_isr", request)
 
     def send_batch(self, batch: "BrokerRequestBatch") -> list[asyncio.Future]:
         """StopReplica, topic configs, LeaderAndIsr to the brokers with a channel, then UpdateMetadata to
         every channel; returns the StopReplica futures."""
         stops = [
-            self.channels[b].send("stop_replica", parts, True)
-            for b, parts in batch.stop_replica.items()
+            self.channels[b].send_request("stop_replica", request)
+            for b, request in batch.stop_replica.items()
             if b in self.channels
         ]
         for b, topic_configs in batch.topic_configs.items():
@@ -156,10 +167,10 @@ class ControllerChannelManager:
             for name, configs in topic_configs:
                 if ch is not None:
                     ch.send("update_topic_config", name, configs)
-        for b, states in batch.leader_and_isr.items():
+        for b, request in batch.leader_and_isr.items():
             ch = self.channels.get(b)
             if ch is not None:
-                ch.send("leader_and_isr", states)
+                ch.send_request("leader_and_isr", request)
         self.publish_version(batch.metadata_version)
         return stops
 

@@ -12,14 +12,15 @@ Fencing. Every request to a broker carries the epoch; STALE_CONTROLLER_EPOCH in 
 (NOT_CONTROLLER). Before each write of its own (metadata log append, GCS KV publish) it checks that
 ``controller_epoch/<N+1>`` does not exist, so a controller replaced while frozen resigns instead of writing.
 
-Commit path (one at a time, under ``_lock``): handler -> records -> metadata log append + fsync -> replay
+Commit path (one at a time, under ``lock``): handler -> records -> metadata log append + fsync -> replay
 -> KV -> ``derive_requests`` -> each broker's ``BrokerChannel`` (actors/broker_channel.py, never under
 the lock): LeaderAndIsr, StopReplica(delete), topic configs, the full partition set to a (re)registered
 broker, UpdateMetadata(version) to every live broker.
 
-Broker liveness. One pending ``broker.controller_session`` long-poll per registered broker (raises ~20 ms
-after its death) plus heartbeats every ``broker.heartbeat.interval.ms``; silent for
-``broker.session.timeout.ms`` = fenced (FenceBroker, new leaders from the ISR, leader epochs bumped).
+Broker liveness (actors/controller_liveness.py). One pending ``broker.controller_session`` long-poll per
+registered broker (raises ~20 ms after its death) plus heartbeats every ``broker.heartbeat.interval.ms``;
+silent for ``broker.session.timeout.ms`` = fenced (FenceBroker, new leaders from the ISR, leader epochs
+bumped).
 Replica deaths are reported as ``replicas_offline`` / ``replicas_online`` (actors/replica_state_machine.py).
 After a failover the new controller probes the brokers the image says are alive (fencing the ones that
 are gone or another incarnation), then sends each live broker its full partition set and UpdateMetadata.
@@ -34,8 +35,8 @@ import random
 import time
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from protocol.control_messages import AlterPartitionRequest, AlterPartitionResponse
 from protocol.errors import KafkaError, NotControllerError, RequestTimedOutError, error_response
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
@@ -43,6 +44,7 @@ from protocol.names import RAY_NAMESPACE, broker_name
 from . import controller_requests as cr
 from .broker_channel import ControllerChannelManager
 from .controller_config import ControllerConfig
+from .controller_liveness import BrokerSessions, probe_broker, rebalancer, session_checker
 from .controller_logic import ELECT_PREFERRED, ControllerLogic
 from .log_dir_lock import LogDirLock
 from .metadata_image import MetadataImage
@@ -73,11 +75,11 @@ class ControllerActor:
         self.leader_acks = cr.LeaderAcks()
         self.resigned: str | None = None
         self.stopping = False
-        self._lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # one commit at a time
         self._started: asyncio.Future | None = None
         self._ack_cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
-        self._sessions: dict[int, asyncio.Future] = {}  # broker id -> its pending broker_session call
+        self.sessions = BrokerSessions()
         self._handles: dict[int, object] = {}  # broker handles passed in by register_broker
         log.info("controller %s epoch %d (image version %d)", cluster, self.epoch, self.logic.image.version)
 
@@ -100,29 +102,20 @@ class ControllerActor:
                 raise
         await asyncio.shield(self._started)
 
-    async def _probe(self, broker_id: int, epoch: int):
-        try:
-            handle = ray.get_actor(broker_name(self.cluster, broker_id), namespace=RAY_NAMESPACE)
-            inc = await asyncio.wait_for(handle.incarnation.remote(), 5.0)
-            return handle if inc.get("broker_epoch") == epoch else None
-        except (ValueError, RayActorError, RayTaskError, asyncio.TimeoutError, GetTimeoutError):
-            return None
-
     async def _startup(self) -> None:
         alive = {b.broker_id: b.broker_epoch for b in self.image.brokers.values() if b.alive}
-        handles = await asyncio.gather(*(self._probe(b, e) for b, e in alive.items()))
-        async with self._lock:
+        handles = await asyncio.gather(*(probe_broker(self.cluster, b, e) for b, e in alive.items()))
+        async with self.lock:
             for (b, e), h in zip(alive.items(), handles):
                 if h is None:  # one broker per commit: each fence sees the previous ones applied
-                    await self._commit(self.logic.fence_broker(b, e))
+                    await self.commit(self.logic.fence_broker(b, e))
                 else:
                     self._open_channel(b, e, h)
             for b in self.channels.broker_ids():
                 self.channels.send_full_state(b, cr.full_state(self.image, b, self.epoch))
             self.channels.publish_version(self.image.version)
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._session_checker()))
-        self._tasks.append(loop.create_task(self._rebalancer()))
+        self._tasks += [loop.create_task(session_checker(self)), loop.create_task(rebalancer(self))]
 
     def resign(self, why: str) -> None:
         if self.resigned:
@@ -141,9 +134,7 @@ class ControllerActor:
         for t in self._tasks:
             t.cancel()
         self.channels.close_all()
-        for f in self._sessions.values():
-            if not f.done():
-                f.set_result({"reason": "resigned" if self.resigned else "shutdown", "controller_epoch": self.epoch})
+        self.sessions.end_all("resigned" if self.resigned else "shutdown", self.epoch)
 
     # ---- commit and effects --------------------------------------------------------------------
     def _check_current(self) -> None:
@@ -155,9 +146,9 @@ class ControllerActor:
         if self.resigned:
             raise NotControllerError(f"controller epoch {self.epoch} resigned: {self.resigned}")
 
-    async def _commit(self, records: list[dict]) -> list[asyncio.Future]:
+    async def commit(self, records: list[dict]) -> list[asyncio.Future]:
         """Write-ahead to the metadata log, replay, publish to KV, then send the effects. Callers hold
-        ``_lock``; the fsync runs off the event loop so heartbeats keep being served meanwhile. Each
+        ``lock``; the fsync runs off the event loop so heartbeats keep being served meanwhile. Each
         write is preceded by the fencing check."""
         if not records:
             return []
@@ -216,48 +207,21 @@ class ControllerActor:
     async def _write(self, decide, *args):
         """A write request: the handler's records committed under the lock -> (records, response)."""
         await self._ensure_started()
-        async with self._lock:
+        async with self.lock:
             records, resp = decide(*args)
-            await self._commit(records)
+            await self.commit(records)
         return records, resp
 
     # ---- broker liveness -----------------------------------------------------------------------
     def schedule_fence(self, broker_id: int, broker_epoch: int) -> None:
         if not self.stopping and not self.resigned:
-            asyncio.get_running_loop().create_task(self._fence(broker_id, broker_epoch))
+            asyncio.get_running_loop().create_task(self.fence(broker_id, broker_epoch))
 
-    async def _fence(self, broker_id: int, broker_epoch: int) -> None:
-        async with self._lock:
+    async def fence(self, broker_id: int, broker_epoch: int) -> None:
+        async with self.lock:
             if self.stopping or self.resigned:
                 return
-            await self._commit(self.logic.fence_broker(broker_id, broker_epoch))
-
-    async def _session_checker(self):
-        period = max(0.05, self.config.heartbeat_interval_ms / 2000)
-        while True:
-            t0 = time.monotonic()
-            await asyncio.sleep(period)
-            stalled = time.monotonic() - t0 - period
-            if stalled > self.config.heartbeat_interval_ms / 1000:
-                # this controller's own loop stalled (a loaded machine): heartbeats may be queued
-                # unread, so the silence is ours, not the brokers'; give every session a fresh start
-                log.warning("controller loop stalled %.2fs: extending broker sessions", stalled)
-                self.heartbeats.extend(time.monotonic())
-                continue
-            deadline = self.heartbeats.deadline(time.monotonic())
-            for b in sorted(self.image.alive_brokers()):
-                if self.heartbeats.expired(b, deadline):
-                    log.warning("broker %s session timed out", b)
-                    await self._fence(b, self.image.brokers[b].broker_epoch)
-
-    async def _rebalancer(self):
-        while self.config.auto_leader_rebalance:
-            await asyncio.sleep(self.config.imbalance_check_interval_s)
-            async with self._lock:
-                tps = self.logic.imbalanced_partitions()
-                if tps:
-                    log.info("auto leader rebalance: %s", tps)
-                    await self._commit(self.logic.elect_leaders(tps, ELECT_PREFERRED)[0])
+            await self.commit(self.logic.fence_broker(broker_id, broker_epoch))
 
     # ---- broker-facing API -----------------------------------------------------------------------
     async def describe_controller(self) -> dict:
@@ -273,7 +237,7 @@ class ControllerActor:
 
     async def register_broker(self, broker_id: int, info: dict, handle=None) -> dict:
         await self._ensure_started()
-        async with self._lock:
+        async with self.lock:
             try:
                 records, resp = self.logic.register_broker(broker_id, dict(info or {}))
             except KafkaError as e:
@@ -281,7 +245,7 @@ class ControllerActor:
                 return {"error_code": code, "error_message": msg, "controller_epoch": self.epoch}
             if handle is not None:
                 self._handles[broker_id] = handle
-            await self._commit(records)
+            await self.commit(records)
         return {"error_code": 0, "controller_epoch": self.epoch, "broker_epoch": resp["broker_epoch"]}
 
     async def heartbeat(self, broker_id: int, broker_epoch: int) -> dict:
@@ -295,19 +259,13 @@ class ControllerActor:
     async def broker_session(self, broker_id: int) -> dict:
         """The brokers' long-poll on the controller: pending while this controller serves."""
         await self._ensure_started()
-        fut = asyncio.get_running_loop().create_future()
-        old = self._sessions.get(broker_id)
-        if old is not None and not old.done():  # that broker's previous watch (its caller is gone)
-            old.set_result({"reason": "replaced", "controller_epoch": self.epoch})
-        self._sessions[broker_id] = fut
-        return await fut
+        return await self.sessions.open(broker_id, self.epoch)
 
-    async def alter_partition(self, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch) -> dict:
-        return (
-            await self._write(
-                self.logic.alter_partition, topic, partition, leader_id, leader_epoch, new_isr, partition_epoch
-            )
-        )[1]
+    async def alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        """AlterPartition from a leader replica (ISR shrink/expand)."""
+        r = request
+        args = (r.topic, r.partition, r.leader_id, r.leader_epoch, list(r.new_isr), r.partition_epoch)
+        return AlterPartitionResponse.from_dict((await self._write(self.logic.alter_partition, *args))[1])
 
     async def replicas_offline(self, broker_id: int, broker_epoch: int, partitions: list) -> dict:
         """A live broker's replica actors died (OfflineReplica): move leadership and the ISR away now."""
@@ -346,9 +304,9 @@ class ControllerActor:
 
     async def delete_topics(self, names: list[str], timeout_ms: int = 30000) -> list[dict]:
         await self._ensure_started()
-        async with self._lock:
+        async with self.lock:
             records, results = self.logic.delete_topics(list(names or []))
-            stops = await self._commit(records)
+            stops = await self.commit(records)
         self.leader_acks.forget_removed(self.image)
         if stops:
             await asyncio.wait(stops, timeout=max(0, timeout_ms) / 1000)
@@ -400,7 +358,7 @@ class ControllerActor:
     async def shutdown(self) -> dict:
         """Cluster shutdown: stop reacting to broker loss, close the metadata log."""
         self.stopping = True
-        async with self._lock:
+        async with self.lock:
             self._stop_background()
             self.mlog.close()
             self.dir_lock.release()  # no commit follows (stopping): the next cluster start may take it

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocol.control_messages import FULL, LeaderAndIsrPartitionState, LeaderAndIsrRequest, StopReplicaRequest
+
 from .metadata_image import MetadataImage
 from .partition_change import NO_LEADER
 
@@ -46,35 +48,39 @@ class BrokerRequestBatch:
     first touched each broker (the order the actor sends them)."""
 
     channel_events: list[tuple[str, int, int]] = field(default_factory=list)
-    stop_replica: dict[int, list[list]] = field(default_factory=dict)  # broker -> [[topic, p]]
+    stop_replica: dict[int, StopReplicaRequest] = field(default_factory=dict)  # (delete_partitions)
     topic_configs: dict[int, list[tuple[str, dict]]] = field(default_factory=dict)  # broker -> [(topic, configs)]
-    leader_and_isr: dict[int, list[dict]] = field(default_factory=dict)  # broker -> [partition_state]
+    leader_and_isr: dict[int, LeaderAndIsrRequest] = field(default_factory=dict)  # INCREMENTAL
     metadata_version: int = 0  # UpdateMetadata to every live broker
 
 
-def partition_state(image: MetadataImage, topic: str, p: int, controller_epoch: int) -> dict:
+def partition_state(
+    image: MetadataImage, topic: str, p: int, controller_epoch: int, is_new: bool = False
+) -> LeaderAndIsrPartitionState:
     """One partition as LeaderAndIsr carries it."""
     t = image.topics[topic]
     s = t.partitions[p]
-    return {
-        "topic": topic,
-        "partition": p,
-        "topic_id": t.topic_id,
-        "leader": s.leader,
-        "leader_epoch": s.leader_epoch,
-        "isr": list(s.isr),
-        "replicas": list(s.replicas),
-        "partition_epoch": s.partition_epoch,
-        "controller_epoch": controller_epoch,
-        "adding": list(s.adding),
-        "removing": list(s.removing),
-        "configs": dict(t.configs),
-    }
+    return LeaderAndIsrPartitionState(
+        topic=topic,
+        partition=p,
+        controller_epoch=controller_epoch,
+        leader=s.leader,
+        leader_epoch=s.leader_epoch,
+        isr=tuple(s.isr),
+        partition_epoch=s.partition_epoch,
+        replicas=tuple(s.replicas),
+        adding_replicas=tuple(s.adding),
+        removing_replicas=tuple(s.removing),
+        is_new=is_new,
+        topic_id=t.topic_id,
+        configs=dict(t.configs),
+    )
 
 
-def full_state(image: MetadataImage, broker_id: int, controller_epoch: int) -> list[dict]:
-    """Every partition the broker hosts (a full LeaderAndIsr: what a (re)registered broker is sent)."""
-    return [partition_state(image, t.name, p, controller_epoch) for t, p, _ in image.partitions_of_broker(broker_id)]
+def full_state(image: MetadataImage, broker_id: int, controller_epoch: int) -> LeaderAndIsrRequest:
+    """Every partition the broker hosts (a FULL LeaderAndIsr: what a (re)registered broker is sent)."""
+    states = [partition_state(image, t.name, p, controller_epoch) for t, p, _ in image.partitions_of_broker(broker_id)]
+    return LeaderAndIsrRequest(controller_epoch, tuple(states), FULL)
 
 
 def prior_state(image: MetadataImage, records: list[dict]) -> dict:
@@ -110,27 +116,27 @@ def derive_requests(
     image: MetadataImage, records: list[dict], prior: dict, controller_epoch: int
 ) -> BrokerRequestBatch:
     """After replay: the requests the records ask of each broker (see the module docstring)."""
-    lai: dict[int, dict[tuple[str, int], None]] = {}
-    stop: dict[int, list] = {}
+    lai: dict[int, dict[tuple[str, int], bool]] = {}  # broker -> {(topic, p): is_new}
+    stop: dict[int, list[tuple[str, int]]] = {}
     configs: dict[int, set[str]] = {}
     events: list[tuple[str, int, int]] = []
     for r in records:
         t = r["type"]
         if t == "Partition" and r["topic"] in image.topics:
             for b in r["replicas"]:
-                lai.setdefault(b, {})[(r["topic"], r["partition"])] = None
+                lai.setdefault(b, {})[(r["topic"], r["partition"])] = True
         elif t == "PartitionChange" and r["topic"] in image.topics:
             old = prior[(r["topic"], r["partition"])]
             if (old["leader_epoch"], old["replicas"]) != (r["leader_epoch"], r["replicas"]):
                 for b in r["replicas"]:
-                    lai.setdefault(b, {})[(r["topic"], r["partition"])] = None
+                    lai.setdefault(b, {}).setdefault((r["topic"], r["partition"]), False)
             for b in old["replicas"]:
                 if b not in r["replicas"]:
-                    stop.setdefault(b, []).append([r["topic"], r["partition"]])
+                    stop.setdefault(b, []).append((r["topic"], r["partition"]))
         elif t == "RemoveTopic":
             for p, s in prior[r["name"]]["partitions"].items():
                 for b in s["replicas"]:
-                    stop.setdefault(b, []).append([r["name"], p])
+                    stop.setdefault(b, []).append((r["name"], p))
         elif t == "ConfigRecord" and r["resource"] in image.topics:
             for s in image.topics[r["resource"]].partitions.values():
                 for b in s.replicas:
@@ -144,10 +150,14 @@ def derive_requests(
         for b, names in configs.items()
     }
     states = {
-        b: [partition_state(image, t, p, controller_epoch) for t, p in keys if t in image.topics]
+        b: tuple(
+            partition_state(image, t, p, controller_epoch, new) for (t, p), new in keys.items() if t in image.topics
+        )
         for b, keys in lai.items()
     }
-    return BrokerRequestBatch(events, stop, topic_configs, {b: s for b, s in states.items() if s}, image.version)
+    requests = {b: LeaderAndIsrRequest(controller_epoch, s) for b, s in states.items() if s}
+    stops = {b: StopReplicaRequest(controller_epoch, tuple(parts), True) for b, parts in stop.items()}
+    return BrokerRequestBatch(events, stops, topic_configs, requests, image.version)
 
 
 class LeaderAcks:

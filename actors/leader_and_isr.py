@@ -3,7 +3,8 @@ and its controller-epoch check): no Ray, no I/O. actors/broker.py carries them o
 
 - Controller-epoch fencing: a request whose controller epoch is older than the newest the broker has seen
   is answered STALE_CONTROLLER_EPOCH and not applied (``stale_controller_epoch``).
-- Per partition state of a LeaderAndIsr (``replica_action``): a broker not in the replica set answers
+- Per partition state of a LeaderAndIsr (``replica_action``; protocol/control_messages.py's
+  ``LeaderAndIsrPartitionState``): a broker not in the replica set answers
   NOT_LEADER_OR_FOLLOWER; no hosted replica -> create one; a hosted replica of another topic id (the topic
   was deleted and re-created under the same name) -> stop and delete it, then create; otherwise update.
   Then the replica becomes leader or follower (``ReplicaAction.state``). Leader-epoch fencing is the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError, error_response
 
 __all__ = [
@@ -69,19 +71,6 @@ REPLICA_KEYS = (
 
 NOT_A_REPLICA, CREATE, RECREATE, UPDATE = "not_a_replica", "create", "recreate", "update"
 
-# the fields of a LeaderAndIsr partition state the replica actor is given
-_REPLICA_STATE_KEYS = (
-    "topic",
-    "partition",
-    "topic_id",
-    "leader",
-    "leader_epoch",
-    "isr",
-    "replicas",
-    "partition_epoch",
-    "controller_epoch",
-)
-
 
 def stale_controller_epoch(request_epoch: int, known_epoch: int) -> dict | None:
     """The STALE_CONTROLLER_EPOCH answer to a request from an older controller, else None."""
@@ -97,42 +86,44 @@ def stale_controller_epoch(request_epoch: int, known_epoch: int) -> dict | None:
 class ReplicaAction:
     kind: str  # NOT_A_REPLICA, CREATE, RECREATE (stop + delete the hosted one first) or UPDATE
     make_leader: bool  # become_leader, else become_follower
-    state: dict  # what the replica actor is given
+    state: LeaderAndIsrPartitionState  # what the replica actor is given
 
 
-def replica_action(broker_id: int, s: dict, hosted_topic_id: str | None) -> ReplicaAction:
+def replica_action(broker_id: int, s: LeaderAndIsrPartitionState, hosted_topic_id: str | None) -> ReplicaAction:
     """What to do with one partition state of a LeaderAndIsr; ``hosted_topic_id`` is the topic id of the
     replica this broker hosts for that partition, None when it hosts none."""
-    if broker_id not in s["replicas"]:
+    if broker_id not in s.replicas:
         kind = NOT_A_REPLICA
     elif hosted_topic_id is None:
         kind = CREATE
-    elif hosted_topic_id != s["topic_id"]:
+    elif hosted_topic_id != s.topic_id:
         kind = RECREATE
     else:
         kind = UPDATE
-    return ReplicaAction(kind, s["leader"] == broker_id, {k: s[k] for k in _REPLICA_STATE_KEYS})
+    return ReplicaAction(kind, s.leader == broker_id, s)
 
 
-def partition_result(s: dict, res: dict | None = None, error: dict | None = None) -> dict:
+def partition_result(
+    s: LeaderAndIsrPartitionState, res: dict | None = None, error: dict | None = None
+) -> LeaderAndIsrPartitionError:
     """One partition's entry of the LeaderAndIsr answer, from the replica's answer ``res`` or an error
     (``{error_code, error_message}``); an ``ignored`` state (the replica runs it or a newer one) is no error."""
-    out = {"topic": s["topic"], "partition": s["partition"], "leader": s["leader"], "leader_epoch": s["leader_epoch"]}
     if error is not None:
-        return {**out, **error}
-    res = res or {}
-    if res.get("ignored"):
-        return {**out, "error_code": 0, "error_message": res.get("error_message"), "ignored": True}
-    return {**out, "error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
+        code, msg, ignored = error["error_code"], error.get("error_message"), False
+    elif (res or {}).get("ignored"):
+        code, msg, ignored = 0, (res or {}).get("error_message"), True
+    else:
+        code, msg, ignored = (res or {}).get("error_code", 0), (res or {}).get("error_message"), False
+    return LeaderAndIsrPartitionError(s.topic, s.partition, s.leader, s.leader_epoch, code, msg, ignored)
 
 
 def not_a_replica_error() -> dict:
     return {"error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
 
 
-def replicas_to_remove(hosted, states: list[dict]) -> list[tuple[str, int]]:
-    """The hosted partitions a full LeaderAndIsr does not name."""
-    keep = {(s["topic"], s["partition"]) for s in states}
+def replicas_to_remove(hosted, states) -> list[tuple[str, int]]:
+    """The hosted partitions a full LeaderAndIsr (its ``LeaderAndIsrPartitionState``s) does not name."""
+    keep = {s.key for s in states}
     return [k for k in hosted if k not in keep]
 
 
@@ -146,9 +137,9 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return (topic, int(p)) if topic and p.isdigit() else None
 
 
-def stray_partition_dirs(names, states: list[dict]) -> list[str]:
+def stray_partition_dirs(names, states) -> list[str]:
     """The partition directories (of a listing of the broker's directory) a full LeaderAndIsr does not name."""
-    keep = {(s["topic"], s["partition"]) for s in states}
+    keep = {s.key for s in states}
     out = []
     for name in names:
         key = parse_partition_dir(name)

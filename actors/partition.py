@@ -36,6 +36,7 @@ from actors.partition_state import (  # the bookkeeping Partition is built from
     truncation_offset,
 )
 from protocol import errors as E
+from protocol.control_messages import AlterPartitionResponse, LeaderAndIsrPartitionState
 from protocol.messages import FetchResponse
 
 if TYPE_CHECKING:
@@ -64,40 +65,40 @@ class Partition:
         self.controller_epoch = -1
         self.isr: tuple[int, ...] = ()
         self.replicas: tuple[int, ...] = ()
-        self.topic_id = None
+        self.topic_id: str | None = None
         self.generation = 0
         self.leader_state: LeaderState | None = None
         self.marks = ByteMarks()
         self.marks.reset(log.log_end_offset)
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
-    def stale_reason(self, state: dict) -> str | None:
+    def stale_reason(self, state: LeaderAndIsrPartitionState) -> str | None:
         """Why a LeaderAndIsr is stale (None when it must be applied)."""
-        epoch = int(state["leader_epoch"])
+        epoch = state.leader_epoch
         if self.role == STOPPED:
             return "replica is stopped"
         if epoch < self.leader_epoch:
             return f"leader epoch {epoch} < current {self.leader_epoch}"
-        if epoch == self.leader_epoch and int(state.get("partition_epoch", -1)) <= self.partition_epoch:
+        if epoch == self.leader_epoch and state.partition_epoch <= self.partition_epoch:
             return f"leader epoch {epoch} is not newer than the current one"
         return None
 
-    def _adopt(self, state: dict) -> None:
-        self.leader_id = int(state["leader"])
-        self.leader_epoch = int(state["leader_epoch"])
-        self.partition_epoch = int(state.get("partition_epoch", self.partition_epoch))
-        self.controller_epoch = int(state.get("controller_epoch", self.controller_epoch))
-        self.isr = tuple(sorted(int(b) for b in state.get("isr", ())))
-        self.replicas = tuple(int(b) for b in state.get("replicas", ()))
-        if state.get("topic_id") is not None:
-            self.topic_id = state["topic_id"]
+    def _adopt(self, state: LeaderAndIsrPartitionState) -> None:
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.partition_epoch = state.partition_epoch
+        self.controller_epoch = state.controller_epoch
+        self.isr = tuple(sorted(state.isr))
+        self.replicas = state.replicas
+        if state.topic_id is not None:
+            self.topic_id = state.topic_id
 
-    def make_leader(self, state: dict, now_ms: int) -> tuple[bool, LeaderHwChange]:
+    def make_leader(self, state: LeaderAndIsrPartitionState, now_ms: int) -> tuple[bool, LeaderHwChange]:
         """Apply a (non-stale) LeaderAndIsr naming this broker leader. Returns ``(new_epoch, change)``:
         ``new_epoch`` False for an ISR/assignment update within the current leader epoch (follower
         progress kept, ``generation`` unchanged)."""
         check_transition(self.role, LEADER)
-        same_epoch = self.role == LEADER and int(state["leader_epoch"]) == self.leader_epoch
+        same_epoch = self.role == LEADER and state.leader_epoch == self.leader_epoch
         self._adopt(state)
         if same_epoch:
             assert self.leader_state is not None
@@ -123,14 +124,11 @@ class Partition:
         )
         return True, self.maybe_increment_leader_hw()
 
-    def make_follower(self, state: dict) -> bool:
+    def make_follower(self, state: LeaderAndIsrPartitionState) -> bool:
         """Apply a (non-stale) LeaderAndIsr naming another leader (or none). False when only the
         partition epoch moved (same leader, same epoch: the fetch loop carries on)."""
         check_transition(self.role, FOLLOWER)
-        new_leader = int(state["leader"])
-        same = (
-            self.role == FOLLOWER and int(state["leader_epoch"]) == self.leader_epoch and new_leader == self.leader_id
-        )
+        same = self.role == FOLLOWER and state.leader_epoch == self.leader_epoch and state.leader == self.leader_id
         self._adopt(state)
         if same:
             return False
@@ -240,17 +238,13 @@ class Partition:
         self.leader_state.commit(self.isr, self.partition_epoch, now_ms)
         return self.maybe_increment_leader_hw()
 
-    def alter_partition_refused(self, resp: dict, now_ms: int) -> LeaderHwChange | None:
+    def alter_partition_refused(self, resp: AlterPartitionResponse, now_ms: int) -> LeaderHwChange | None:
         """A non-retriable AlterPartition error: drop the in-flight change; adopt the controller's ISR
         when the answer carries a newer one for this leader epoch."""
         assert self.leader_state is not None
         self.leader_state.abort()
-        if (
-            resp.get("isr") is not None
-            and resp.get("leader_epoch") == self.leader_epoch
-            and resp.get("partition_epoch", -1) > self.partition_epoch
-        ):
-            return self.apply_isr(resp["isr"], resp["partition_epoch"], now_ms)
+        if resp.isr and resp.leader_epoch == self.leader_epoch and resp.partition_epoch > self.partition_epoch:
+            return self.apply_isr(resp.isr, resp.partition_epoch, now_ms)
         return None
 
     # ---- leader: reads ----------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from actors.replica_manager import (
     fetch_error_extra,
 )
 from protocol import errors as E
+from protocol.control_messages import LeaderAndIsrPartitionState
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class ReplicaActor:
         code = E.StaleControllerEpochError.code if self.partition.role != STOPPED else E.NotLeaderOrFollowerError.code
         return {"error_code": code, "error_message": f"ignored LeaderAndIsr: {stale}", "ignored": True}
 
-    async def become_leader(self, state: dict) -> dict:
+    async def become_leader(self, state: LeaderAndIsrPartitionState) -> dict:
         p = self.partition
         stale = p.stale_reason(state)
         if stale:
@@ -128,7 +129,7 @@ class ReplicaActor:
         )
         return {"error_code": 0, "error_message": None}
 
-    async def become_follower(self, state: dict) -> dict:
+    async def become_follower(self, state: LeaderAndIsrPartitionState) -> dict:
         p = self.partition
         stale = p.stale_reason(state)
         if stale:

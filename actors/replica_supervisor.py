@@ -37,6 +37,7 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from protocol.control_messages import NO_LEADER, LeaderAndIsrPartitionState
 from protocol.errors import RequestTimedOutError
 
 from .controller_link import ControllerUnavailable
@@ -214,14 +215,14 @@ class ReplicaSupervisor:
         if b.stopping:
             return
         res = await b._apply(state)
-        if res.get("error_code"):
-            log.warning("broker %s: recreating %s-%s failed: %s", b.broker_id, *key, res.get("error_message"))
-        if state["leader"] == -1:  # it was the only ISR member: hand the leadership back
+        if res.error_code:
+            log.warning("broker %s: recreating %s-%s failed: %s", b.broker_id, *key, res.error_message)
+        if state.leader == NO_LEADER:  # it was the only ISR member: hand the leadership back
             state = await self._report("replicas_online", key)
             if state is not None:
                 await b._apply(state)
 
-    async def _report(self, method: str, key) -> dict | None:
+    async def _report(self, method: str, key) -> LeaderAndIsrPartitionState | None:
         """Tell the controller; the partition's state after the change, or None (gone, or this broker
         incarnation was fenced: its registration brings the full partition set anyway)."""
         b = self.b

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402  (ray depends on it)
 import ray  # noqa: E402
 
+from protocol.control_messages import LeaderAndIsrPartitionState  # noqa: E402
 from protocol.names import RAY_NAMESPACE, replica_name  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers  # noqa: E402
@@ -196,17 +197,17 @@ class DirectSetup:
             handles[b] = ReplicaActor.options(
                 name=replica_name(self.cluster, name, 0, b), namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000
             ).remote(self.cluster, name, 0, name, b, d, configs)
-        state = {
-            "topic": name,
-            "partition": 0,
-            "topic_id": name,
-            "leader": 0,
-            "leader_epoch": 1,
-            "isr": replicas,
-            "replicas": replicas,
-            "partition_epoch": 1,
-            "controller_epoch": 1,
-        }
+        state = LeaderAndIsrPartitionState(
+            topic=name,
+            partition=0,
+            controller_epoch=1,
+            leader=0,
+            leader_epoch=1,
+            isr=replicas,
+            partition_epoch=1,
+            replicas=replicas,
+            topic_id=name,
+        )
         ray.get(
             [handles[0].become_leader.remote(state)] + [handles[b].become_follower.remote(state) for b in replicas[1:]]
         )

@@ -8,6 +8,7 @@ import pytest
 import ray
 from support import batch, clusters, part
 
+from protocol.control_messages import LeaderAndIsrRequest, StopReplicaRequest
 from storage.records import decode_records
 
 pytestmark = pytest.mark.cluster
@@ -80,12 +81,10 @@ def test_create_describe_spread_and_controller_failover(cluster):
         while ray.get(ch.broker(i).incarnation.remote())["controller_epoch"] < new["controller_epoch"]:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        res = ray.get(ch.broker(i).leader_and_isr.remote(old["controller_epoch"], []))
+        res = ray.get(ch.broker(i).leader_and_isr.remote(LeaderAndIsrRequest(old["controller_epoch"])))
         assert res["error_code"] == 11  # STALE_CONTROLLER_EPOCH
-        assert (
-            ray.get(ch.broker(i).stop_replica.remote(old["controller_epoch"], [["orders", 0]], True))["error_code"]
-            == 11
-        )
+        stop = StopReplicaRequest(old["controller_epoch"], [("orders", 0)], delete_partitions=True)
+        assert ray.get(ch.broker(i).stop_replica.remote(stop))["error_code"] == 11
 
     # the metadata survived the failover and the brokers are still registered, nothing moved
     def moved(parts):

@@ -14,6 +14,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from support import batch, clusters, full_isr, leader_of, part, read_values, rstate, wait_until
 
 from protocol import errors as E
+from protocol.control_messages import LeaderAndIsrPartitionState, StopReplicaRequest
 from storage.records import decode_records
 
 pytestmark = pytest.mark.cluster
@@ -79,13 +80,13 @@ def test_produce_acks_and_fetch_round_trip(steady_cluster):
     assert code(ray.get(fh.produce.remote(batch([b"x"]), 1, 5000))) == E.NotLeaderOrFollowerError.code
     assert code(ray.get(fh.fetch.remote(0, 1000))) == E.NotLeaderOrFollowerError.code
     # a stale LeaderAndIsr (older leader epoch) is ignored
-    stale = {
+    stale = LeaderAndIsrPartitionState(
         **{k: st[k] for k in ("topic", "partition", "topic_id", "isr", "replicas")},
-        "leader": follower,
-        "leader_epoch": epoch - 1,
-        "partition_epoch": 0,
-        "controller_epoch": 1,
-    }
+        leader=follower,
+        leader_epoch=epoch - 1,
+        partition_epoch=0,
+        controller_epoch=1,
+    )
     assert ray.get(h.become_follower.remote(stale))["ignored"] is True
     assert rstate(h)["role"] == "leader"
     # followers hold the same log
@@ -204,7 +205,7 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(make_cluster):
     others = [x for x in part(ch, "trunc")["replicas"] if x != a]
     cepoch = ch.metadata()["controller_epoch"]
     for x in others:
-        res = ray.get(ch.broker(x).stop_replica.remote(cepoch, [("trunc", 0)], False))
+        res = ray.get(ch.broker(x).stop_replica.remote(StopReplicaRequest(cepoch, [("trunc", 0)], False)))
         assert res["error_code"] == 0, res
     for v in (b"u0", b"u1", b"u2"):
         assert ray.get(ha.produce.remote(batch([v]), 1, 5000))["error_code"] == 0

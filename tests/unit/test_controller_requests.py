@@ -19,6 +19,7 @@ from actors.controller_requests import (
 )
 from actors.metadata_image import MetadataImage
 from actors.supervision import BrokerHeartbeats
+from protocol.control_messages import FULL, INCREMENTAL, StopReplicaRequest
 from protocol.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, UnknownTopicOrPartitionError
 
 EPOCH = 7
@@ -58,11 +59,13 @@ def test_new_topic_sends_leader_and_isr_to_every_replica():
     logic = make(3)
     batch = create(logic, assignment=[[0, 1], [1, 2]], **{"retention.ms": 1000})
     assert sorted(batch.leader_and_isr) == [0, 1, 2]
-    assert [s["partition"] for s in batch.leader_and_isr[1]] == [0, 1]
-    s = batch.leader_and_isr[0][0]
-    assert s == partition_state(logic.image, "t", 0, EPOCH)
-    assert (s["leader"], s["isr"], s["replicas"], s["controller_epoch"]) == (0, [0, 1], [0, 1], EPOCH)
-    assert s["configs"] == {"retention.ms": "1000"} and s["topic_id"] == logic.image.topics["t"].topic_id
+    req = batch.leader_and_isr[1]
+    assert (req.controller_epoch, req.type, req.full) == (EPOCH, INCREMENTAL, False)
+    assert [s.partition for s in req.partition_states] == [0, 1]
+    s = batch.leader_and_isr[0].partition_states[0]
+    assert s == partition_state(logic.image, "t", 0, EPOCH, is_new=True) and s.is_new
+    assert (s.leader, s.isr, s.replicas, s.controller_epoch) == (0, (0, 1), (0, 1), EPOCH)
+    assert s.configs == {"retention.ms": "1000"} and s.topic_id == logic.image.topics["t"].topic_id
     # the topic's ConfigRecord reaches the hosting brokers too
     assert batch.topic_configs == {b: [("t", {"retention.ms": "1000"})] for b in (0, 1, 2)}
     assert batch.stop_replica == {} and batch.channel_events == []
@@ -79,7 +82,8 @@ def test_isr_only_change_is_not_sent_but_a_leader_change_is():
     batch = commit(logic, logic.fence_broker(0, epoch))
     assert batch.channel_events == [(FENCE, 0, epoch)]
     assert sorted(batch.leader_and_isr) == [0, 1, 2]
-    assert batch.leader_and_isr[1][0]["leader"] == 1
+    s = batch.leader_and_isr[1].partition_states[0]
+    assert s.leader == 1 and not s.is_new  # an existing partition's new leader
 
 
 def test_reassignment_stops_the_dropped_replica():
@@ -92,7 +96,7 @@ def test_reassignment_stops_the_dropped_replica():
     s = logic.image.partition("t", 0)
     recs, _ = logic.alter_partition("t", 0, s.leader, s.leader_epoch, sorted({s.leader, *s.isr, 2}), s.partition_epoch)
     batch = commit(logic, recs)
-    assert batch.stop_replica == {0: [["t", 0]]}
+    assert batch.stop_replica == {0: StopReplicaRequest(EPOCH, (("t", 0),), delete_partitions=True)}
     assert logic.image.partition("t", 0).replicas == [1, 2]
 
 
@@ -104,7 +108,12 @@ def test_remove_topic_stops_every_replica_and_sends_nothing_else():
     prior = prior_state(logic.image, recs)
     assert set(prior) == {"t"}
     batch = commit(logic, recs)
-    assert batch.stop_replica == {0: [["t", 0], ["t", 1]], 1: [["t", 0]], 2: [["t", 1]]}
+    assert {b: r.partitions for b, r in batch.stop_replica.items()} == {
+        0: (("t", 0), ("t", 1)),
+        1: (("t", 0),),
+        2: (("t", 1),),
+    }
+    assert all(r.delete_partitions and r.controller_epoch == EPOCH for r in batch.stop_replica.values())
     assert batch.leader_and_isr == {} and batch.topic_configs == {}
 
 
@@ -123,8 +132,10 @@ def test_full_state_is_every_partition_the_broker_hosts():
     logic = make(3)
     create(logic, "a", assignment=[[0, 1], [1, 2]])
     create(logic, "b", assignment=[[2, 0]])
-    assert [(s["topic"], s["partition"]) for s in full_state(logic.image, 0, EPOCH)] == [("a", 0), ("b", 0)]
-    assert [(s["topic"], s["partition"]) for s in full_state(logic.image, 1, EPOCH)] == [("a", 0), ("a", 1)]
+    req = full_state(logic.image, 0, EPOCH)
+    assert req.type == FULL and req.full and req.controller_epoch == EPOCH
+    assert [s.key for s in req.partition_states] == [("a", 0), ("b", 0)]
+    assert [s.key for s in full_state(logic.image, 1, EPOCH).partition_states] == [("a", 0), ("a", 1)]
 
 
 def test_dirty_keys():

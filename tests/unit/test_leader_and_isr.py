@@ -4,25 +4,24 @@ from __future__ import annotations
 
 from actors import leader_and_isr as lai
 from actors.group_coordinator_host import coordinator_answer, offsets_partition_state
+from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError
 
 
-def state(leader=1, replicas=(1, 2, 3), topic_id="id-a", **kw) -> dict:
-    return {
+def state(leader=1, replicas=(1, 2, 3), topic_id="id-a", **kw) -> LeaderAndIsrPartitionState:
+    fields = {
         "topic": "t",
         "partition": 0,
-        "topic_id": topic_id,
+        "controller_epoch": 2,
         "leader": leader,
         "leader_epoch": 4,
-        "isr": list(replicas),
-        "replicas": list(replicas),
+        "isr": replicas,
         "partition_epoch": 9,
-        "controller_epoch": 2,
-        "adding": [],
-        "removing": [],
+        "replicas": replicas,
+        "topic_id": topic_id,
         "configs": {"retention.ms": "5"},
-        **kw,
     }
+    return LeaderAndIsrPartitionState(**{**fields, **kw})
 
 
 def test_stale_controller_epoch_is_refused_current_and_newer_are_not():
@@ -43,37 +42,29 @@ def test_replica_action_create_recreate_update_not_a_replica():
 
 
 def test_replica_action_state_is_what_the_replica_is_given():
-    act = lai.replica_action(2, state(), "id-a")
-    assert act.state == {
-        "topic": "t",
-        "partition": 0,
-        "topic_id": "id-a",
-        "leader": 1,
-        "leader_epoch": 4,
-        "isr": [1, 2, 3],
-        "replicas": [1, 2, 3],
-        "partition_epoch": 9,
-        "controller_epoch": 2,
-    }
+    s = state()
+    assert lai.replica_action(2, s, "id-a").state is s
 
 
 def test_partition_result():
     s = state()
     head = {"topic": "t", "partition": 0, "leader": 1, "leader_epoch": 4}
-    assert lai.partition_result(s, {"error_code": 0}) == {**head, "error_code": 0, "error_message": None}
-    assert lai.partition_result(s, {"ignored": True, "error_message": "stale leader epoch"}) == {
+    ok = lai.partition_result(s, {"error_code": 0})
+    assert ok == LeaderAndIsrPartitionError("t", 0, 1, 4, 0, None)
+    assert ok.to_dict() == {**head, "error_code": 0, "error_message": None}
+    assert lai.partition_result(s, {"ignored": True, "error_message": "stale leader epoch"}).to_dict() == {
         **head,
         "error_code": 0,
         "error_message": "stale leader epoch",
         "ignored": True,
     }
-    assert lai.partition_result(s, {"error_code": 6, "error_message": "x"})["error_code"] == 6
-    err = lai.partition_result(s, error=lai.not_a_replica_error())
+    assert lai.partition_result(s, {"error_code": 6, "error_message": "x"}).error_code == 6
+    err = lai.partition_result(s, error=lai.not_a_replica_error()).to_dict()
     assert err == {**head, "error_code": NotLeaderOrFollowerError.code, "error_message": "this broker is not a replica"}
 
 
 def test_full_leader_and_isr_removes_unnamed_replicas_and_stray_dirs():
-    states = [state(), {**state(), "partition": 2}, {**state(), "topic": "a-b"}]
+    states = [state(), state(partition=2), state(topic="a-b")]
     hosted = [("t", 0), ("t", 1), ("gone", 0), ("a-b", 0)]
     assert lai.replicas_to_remove(hosted, states) == [("t", 1), ("gone", 0)]
     listing = ["t-0", "t-1", "t-2", "a-b-0", "gone-0", ".lock", "meta.properties", "x-", "-3", "y-1a"]

@@ -183,6 +183,7 @@ def test_byte_marks():
 from actors.partition import Partition  # noqa: E402
 from actors.partition_state import AlterPartitionProposal, LeaderHwChange  # noqa: E402
 from protocol import errors as E  # noqa: E402
+from protocol.control_messages import AlterPartitionResponse, LeaderAndIsrPartitionState  # noqa: E402
 from storage.log import Log, LogConfig  # noqa: E402
 from storage.records import RecordBatchBuilder  # noqa: E402
 
@@ -195,15 +196,17 @@ def batch(n=1, pid=-1, seq=-1, epoch=-1):
 
 
 def state(leader_id=1, epoch=1, isr=(1, 2, 3), replicas=(1, 2, 3), pe=1):
-    return {
-        "leader": leader_id,
-        "leader_epoch": epoch,
-        "isr": list(isr),
-        "replicas": list(replicas),
-        "partition_epoch": pe,
-        "controller_epoch": 1,
-        "topic_id": "tid",
-    }
+    return LeaderAndIsrPartitionState(
+        topic="t",
+        partition=0,
+        controller_epoch=1,
+        leader=leader_id,
+        leader_epoch=epoch,
+        isr=isr,
+        partition_epoch=pe,
+        replicas=replicas,
+        topic_id="tid",
+    )
 
 
 @pytest.fixture
@@ -310,10 +313,11 @@ def test_partition_shrink_apply_and_refusal(part):
     assert p.apply_isr((1, 2), 2, 900) is LeaderHwChange.INCREASED and p.log.high_watermark == 2
     # a refusal carrying a newer ISR for this epoch is adopted; one without is just dropped
     p.leader_state.propose((1,))
-    assert p.alter_partition_refused({"error_code": 1}, 950) is None
+    assert p.alter_partition_refused(AlterPartitionResponse(error_code=1), 950) is None
     assert p.leader_state.pending_isr is None
     p.leader_state.propose((1,))
-    change = p.alter_partition_refused({"isr": [1, 2, 3], "leader_epoch": 1, "partition_epoch": 5}, 960)
+    refusal = AlterPartitionResponse(error_code=1, leader=1, leader_epoch=1, isr=(1, 2, 3), partition_epoch=5)
+    change = p.alter_partition_refused(refusal, 960)
     assert change is LeaderHwChange.NONE and p.isr == (1, 2, 3) and p.partition_epoch == 5
 
 

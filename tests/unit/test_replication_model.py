@@ -24,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.partition import Partition
 from actors.partition_state import LEADER
 from protocol import errors as E
+from protocol.control_messages import AlterPartitionResponse, LeaderAndIsrPartitionState
 from storage.log import Log, LogConfig
 from storage.records import RecordBatchBuilder, decode_records
 
@@ -84,14 +85,16 @@ class ReplicationMachine(RuleBasedStateMachine):
     def _broadcast(self):
         """The controller's LeaderAndIsr to every alive replica (bumping the partition epoch)."""
         self.pe += 1
-        state = {
-            "leader": self.leader,
-            "leader_epoch": self.epoch,
-            "isr": list(self.isr),
-            "replicas": list(BROKERS),
-            "partition_epoch": self.pe,
-            "controller_epoch": 1,
-        }
+        state = LeaderAndIsrPartitionState(
+            topic="t",
+            partition=0,
+            controller_epoch=1,
+            leader=self.leader,
+            leader_epoch=self.epoch,
+            isr=self.isr,
+            partition_epoch=self.pe,
+            replicas=BROKERS,
+        )
         for b in self.alive():
             p = self.parts[b]
             if p.stale_reason(state) is not None:
@@ -227,10 +230,8 @@ class ReplicationMachine(RuleBasedStateMachine):
             self.isr = proposal.new_isr
             p.apply_isr(self.isr, self.pe, self.now)
         else:
-            p.alter_partition_refused(
-                {"error_code": 1, "isr": list(self.isr), "leader_epoch": self.epoch, "partition_epoch": self.pe},
-                self.now,
-            )
+            refusal = AlterPartitionResponse(1, None, self.leader, self.epoch, self.isr, self.pe)
+            p.alter_partition_refused(refusal, self.now)
         self._settle()
 
     @rule(b=st.sampled_from(BROKERS))
