@@ -9,18 +9,17 @@ lives in the broker process). It serves the consumer groups whose ``__consumer_o
 lazily by the broker on the first FindCoordinator. docs/internals.md ("Group coordinator") has the rules.
 
 Leadership (Kafka's onElection / onResignation). The broker calls ``on_elected(p, leader_epoch, replica)``
-/ ``on_resigned(p, leader_epoch)`` (ordered per partition; older epochs ignored). On election the
-coordinator waits until the replica's HW covers what it held at takeover, reads the partition to the HW
-through the replica's ``fetch`` and loads a fresh shard; meanwhile COORDINATOR_LOAD_IN_PROGRESS.
+/ ``on_resigned(p, leader_epoch)`` (ordered per partition; older epochs ignored). On election the partition
+is loaded (actors/coordinator_loader.py); meanwhile COORDINATOR_LOAD_IN_PROGRESS.
 
 Per request (Kafka's CoordinatorRuntime, one event loop, no lock; per partition a CoordinatorContext,
-actors/coordinator_runtime.py): the shard's handler with ``now_ms``, replay its records, submit the durable
-ones as one RecordBatch to ``produce(acks=-1, current_leader_epoch=epoch)``, all synchronously so appends
-keep handler order. The answer (and parked JoinGroup/SyncGroup completions) goes out once that append and
-every earlier one are acknowledged; a failed append fails the requests in flight, answers parked calls and
-reloads the shard from the partition. Timers: one task per partition sleeps until ``shard.next_deadline()``
-(``poll_expirations``); every ``offsets.retention.check.interval.ms`` ``cleanup_expired_offsets`` runs.
-Every method answers a plain dict with Kafka error codes, never an exception out of the actor.
+actors/coordinator_runtime.py): the shard's handler with ``now_ms``, replay its records, append the durable
+ones (actors/coordinator_writer.py), synchronously so appends keep handler order. The answer (and parked
+JoinGroup/SyncGroup completions) goes out once that append and every earlier one are acknowledged; a failed
+append fails the requests in flight, answers parked calls and reloads the shard from the partition. Timers:
+one task per partition sleeps until ``shard.next_deadline()`` (``poll_expirations``); every
+``offsets.retention.check.interval.ms`` ``cleanup_expired_offsets`` runs. Each API method takes its typed
+request (protocol/group_messages.py) and answers a dict with Kafka error codes, never an exception.
 """
 
 from __future__ import annotations
@@ -31,16 +30,16 @@ import time
 from typing import Any, Callable
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
 
+from actors import coordinator_loader as loader
+from actors import coordinator_writer as writer
 from actors import group_service as svc
-from actors.coordinator_runtime import CoordinatorContext, LoadRetry, list_groups, records_batch
+from actors.coordinator_runtime import CoordinatorContext, list_groups
 from actors.group_model import CoordinatorResult, Pending
 from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
-from protocol import errors as E
-from storage.records import decode_records
+from protocol import group_messages as M
 
 log = logging.getLogger("rafka.group_coordinator")
 
@@ -107,76 +106,18 @@ class GroupCoordinatorActor:
         return self.parts.get(part.partition) is part and part.gen == gen
 
     async def _load(self, part: CoordinatorContext, gen: int) -> None:
-        """Wait until the replica leads at our epoch with its HW over its takeover LEO, read to the HW, load."""
-        t0 = time.monotonic()
-        target = None
-        while self._current(part, gen):
-            try:
-                st = await part.replica.state.remote()
-                if st.get("leader_epoch", -1) > part.epoch and st.get("role") != "leader":
-                    self._unload(part, svc.NOT_COORDINATOR)  # a newer epoch moved leadership away
-                    return
-                if st.get("role") == "leader" and st.get("leader_epoch") == part.epoch:
-                    target = st["log_end_offset"] if target is None else target
-                    if st["high_watermark"] >= target:
-                        pairs = await self._read_partition(part, st["log_start_offset"], st["high_watermark"])
-                        if not self._current(part, gen):
-                            return
-                        shard = GroupCoordinatorShard(self.config)
-                        part.loaded_records = shard.load(pairs, now_ms())
-                        part.shard, part.state = shard, svc.ACTIVE
-                        self._rearm(part)
-                        part.tasks.append(asyncio.get_running_loop().create_task(self._cleanup_loop(part, gen)))
-                        log.info(
-                            "b%d: loaded %s-%d epoch %d: %d records, %d groups in %.0f ms",
-                            self.broker_id,
-                            OFFSETS_TOPIC,
-                            part.partition,
-                            part.epoch,
-                            part.loaded_records,
-                            len(shard.group_ids()),
-                            (time.monotonic() - t0) * 1000,
-                        )
-                        return
-            except (RayActorError, RayTaskError, LoadRetry) as e:
-                log.info(
-                    "b%d: loading %s-%d: retrying (%s: %s)",
-                    self.broker_id,
-                    OFFSETS_TOPIC,
-                    part.partition,
-                    type(e).__name__,
-                    e,
-                )
-            except E.KafkaError as e:
-                if isinstance(e, E.CorruptMessageError):
-                    log.error(
-                        "b%d: %s-%d is corrupt, not loading it: %s", self.broker_id, OFFSETS_TOPIC, part.partition, e
-                    )
-                    part.state = svc.FAILED
-                    return
-                log.info("b%d: loading %s-%d: %s", self.broker_id, OFFSETS_TOPIC, part.partition, e)
-            except Exception:  # noqa: BLE001 - an undecodable partition: serve nothing rather than guess
-                log.exception("b%d: loading %s-%d failed", self.broker_id, OFFSETS_TOPIC, part.partition)
-                part.state = svc.FAILED
-                return
-            await asyncio.sleep(0.05)
-
-    async def _read_partition(self, part: CoordinatorContext, start: int, hw: int) -> list[tuple[bytes, bytes | None]]:
-        pairs: list[tuple[bytes, bytes | None]] = []
-        offset = start
-        while offset < hw:
-            res = await part.replica.fetch.remote(offset, 1 << 20, current_leader_epoch=part.epoch)
-            if res["error_code"]:
-                E.raise_for_code(res["error_code"], res.get("error_message"))
-            buf = res["records"]
-            next_offset = res["next_offset"]  # the offset after the last batch (protocol.messages)
-            if next_offset <= offset:
-                raise LoadRetry(f"fetch at {offset} below HW {hw} returned no batches")
-            for r in decode_records(buf):
-                if offset <= r.offset < hw:
-                    pairs.append((r.key, r.value))
-            offset = next_offset
-        return pairs
+        """Load the partition (actors/coordinator_loader.py) and, if still current, serve the loaded shard."""
+        outcome = await loader.load_shard(part, lambda: self._current(part, gen), now_ms, self.broker_id)
+        if not self._current(part, gen):
+            return
+        if outcome == loader.MOVED:
+            self._unload(part, svc.NOT_COORDINATOR)  # a newer epoch moved leadership away
+        elif outcome == loader.FAILED:
+            part.state = svc.FAILED
+        elif isinstance(outcome, GroupCoordinatorShard):
+            part.shard, part.state = outcome, svc.ACTIVE
+            self._rearm(part)
+            part.tasks.append(asyncio.get_running_loop().create_task(self._cleanup_loop(part, gen)))
 
     # ================================================================== the request pipeline
     def _route(self, group_id) -> tuple[CoordinatorContext | None, int]:
@@ -207,7 +148,7 @@ class GroupCoordinatorActor:
         part.shard.replay_all(result.records)
         waiter = part.park(result.response.key) if isinstance(result.response, Pending) else None
         durable = result.durable_records
-        tail = self._append(part, durable) if durable else part.tail
+        tail = writer.append(part, durable, self.commit_timeout_ms, now_ms()) if durable else part.tail
         self._rearm(part)
         raw = await asyncio.shield(tail) if tail is not None else svc.NONE
         if raw:
@@ -221,28 +162,6 @@ class GroupCoordinatorActor:
             return result.response
         answer = await waiter
         return on_error(answer, svc.message(answer)) if isinstance(answer, int) else answer
-
-    def _append(self, part: CoordinatorContext, records) -> asyncio.Task:
-        ref = part.replica.produce.remote(
-            records_batch(records, now_ms()), -1, self.commit_timeout_ms, current_leader_epoch=part.epoch
-        )
-        part.appends += 1
-        task = asyncio.get_running_loop().create_task(self._acked(ref, part.tail))
-        part.tail = task
-        return task
-
-    @staticmethod
-    async def _acked(ref, previous: asyncio.Task | None) -> int:
-        """The replica's error code for this append (0 = acknowledged), or the first earlier failure."""
-        try:
-            res = await ref
-            code = res["error_code"] or svc.NONE
-        except (RayActorError, RayTaskError):
-            code = svc.NOT_COORDINATOR
-        if previous is not None:  # an append is acknowledged only if every earlier one was
-            prev = await asyncio.shield(previous)
-            code = prev or code
-        return code
 
     def _append_failed(self, part: CoordinatorContext, gen: int, code: int) -> None:
         if not self._current(part, gen) or part.state != svc.ACTIVE:
@@ -271,12 +190,7 @@ class GroupCoordinatorActor:
         if not self._current(part, gen) or part.state != svc.ACTIVE:
             return
         part.timer, part.timer_deadline = None, None  # this run is no longer cancellable by a re-arm
-        try:
-            await self._complete(
-                part, part.shard.poll_expirations(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR
-            )
-        except Exception:  # noqa: BLE001 - a coordinator bug must not stop the timers
-            log.exception("b%d: group timers of %s-%d", self.broker_id, OFFSETS_TOPIC, part.partition)
+        await self._internal(part, part.shard.poll_expirations, "group timers")  # a bug must not stop them
         self._rearm(part)
 
     async def _cleanup_loop(self, part: CoordinatorContext, gen: int) -> None:
@@ -285,12 +199,14 @@ class GroupCoordinatorActor:
             await asyncio.sleep(interval)
             if not self._current(part, gen) or part.state != svc.ACTIVE:
                 return
-            try:
-                await self._complete(
-                    part, part.shard.cleanup_expired_offsets(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR
-                )
-            except Exception:  # noqa: BLE001
-                log.exception("b%d: offsets retention of %s-%d", self.broker_id, OFFSETS_TOPIC, part.partition)
+            await self._internal(part, part.shard.cleanup_expired_offsets, "offsets retention")
+
+    async def _internal(self, part: CoordinatorContext, handler: Callable[[int], CoordinatorResult], what: str):
+        """A write of the coordinator's own (timers, retention): no one to answer, failures logged."""
+        try:
+            await self._complete(part, handler(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR)
+        except Exception:  # noqa: BLE001 - a coordinator bug must not stop the timers
+            log.exception("b%d: %s of %s-%d", self.broker_id, what, OFFSETS_TOPIC, part.partition)
 
     async def _read(self, group_id, reader: Callable[[GroupCoordinatorShard], dict], on_error):
         """A read: answered from the current state once every append it reflects is acknowledged."""
@@ -310,134 +226,119 @@ class GroupCoordinatorActor:
         return response
 
     # ================================================================== the API (JoinGroup & co)
-    async def join_group(
-        self,
-        group_id: str,
-        member_id: str,
-        protocol_type: str,
-        protocols,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int = -1,
-        **kw,
-    ) -> dict:
-        """JoinGroup; answers when the rebalance completes (parked meanwhile). Keywords as the shard's
-        (``group_instance_id``, ``client_id``, ``client_host``, ``require_known_member_id``,
-        ``supports_skip_assignment``). ``rebalance_timeout_ms=-1``: the session timeout (JoinGroup v0)."""
+    # Each takes its typed request (protocol/group_messages.py); another argument: INVALID_REQUEST.
+    async def join_group(self, request: M.JoinGroupRequest) -> dict:
+        """JoinGroup; answers when the rebalance completes (parked meanwhile)."""
+        if bad := M.wrong_type(request, M.JoinGroupRequest):
+            return svc.join_error("", svc.INVALID_REQUEST, bad)
+        r = request
 
         def on_error(code, msg):
-            return svc.join_error(member_id, code, msg)
+            return svc.join_error(r.member_id, code, msg)
 
-        if not svc.valid_group(group_id):
-            return on_error(svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
-        rebalance = (
-            rebalance_timeout_ms
-            if isinstance(rebalance_timeout_ms, int) and rebalance_timeout_ms >= 0
-            else session_timeout_ms
-        )
+        rebalance = r.effective_rebalance_timeout_ms()
         return await self._write(
-            group_id,
+            r.group_id,
             lambda s, now: s.join_group(
-                group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance, now, **kw
+                r.group_id,
+                r.member_id,
+                r.protocol_type,
+                r.protocols,
+                r.session_timeout_ms,
+                rebalance,
+                now,
+                **r.member_options(),
             ),
             on_error,
         )
 
-    async def sync_group(self, group_id: str, member_id: str, generation_id: int, assignments=None, **kw) -> dict:
+    async def sync_group(self, request: M.SyncGroupRequest) -> dict:
         """SyncGroup: the leader passes ``{member_id: assignment bytes}``; everyone gets their own assignment."""
+        if bad := M.wrong_type(request, M.SyncGroupRequest):
+            return svc.sync_error(svc.INVALID_REQUEST, bad)
+        r = request
+        kw = {"group_instance_id": r.group_instance_id, "protocol_type": r.protocol_type}
+        return await self._write(
+            r.group_id,
+            lambda s, now: s.sync_group(
+                r.group_id, r.member_id, r.generation_id, r.assignments, now, protocol_name=r.protocol_name, **kw
+            ),
+            svc.sync_error,
+        )
+
+    async def heartbeat(self, request: M.HeartbeatRequest) -> dict:
+        if bad := M.wrong_type(request, M.HeartbeatRequest):
+            return M.HeartbeatResponse(svc.INVALID_REQUEST, bad).to_dict()
+        r, iid = request, request.group_instance_id
+        return await self._write(
+            r.group_id,
+            lambda s, now: s.heartbeat(r.group_id, r.member_id, r.generation_id, now, group_instance_id=iid),
+            lambda c, m: M.HeartbeatResponse(c, m).to_dict(),
+        )
+
+    async def leave_group(self, request: M.LeaveGroupRequest) -> dict:
+        """LeaveGroup (v3+ batch): ``members=[{"member_id", "group_instance_id"}]``."""
 
         def on_error(code, msg):
-            return svc.sync_error(code, msg)
+            return M.LeaveGroupResponse(code, msg).to_dict()
 
-        if not svc.valid_group(group_id):
-            return on_error(svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
-        return await self._write(
-            group_id, lambda s, now: s.sync_group(group_id, member_id, generation_id, assignments, now, **kw), on_error
-        )
-
-    async def heartbeat(self, group_id: str, member_id: str, generation_id: int, **kw) -> dict:
-        if not svc.valid_group(group_id):
-            return {"error_code": svc.INVALID_GROUP_ID, "error_message": svc.message(svc.INVALID_GROUP_ID)}
-        return await self._write(
-            group_id,
-            lambda s, now: s.heartbeat(group_id, member_id, generation_id, now, **kw),
-            lambda c, m: {"error_code": c, "error_message": m},
-        )
-
-    async def leave_group(self, group_id: str, members) -> dict:
-        """LeaveGroup (v3+ batch): ``members=[{"member_id", "group_instance_id"}]``."""
-        if not svc.valid_group(group_id):
-            return {
-                "error_code": svc.INVALID_GROUP_ID,
-                "error_message": svc.message(svc.INVALID_GROUP_ID),
-                "members": [],
-            }
-        return await self._write(
-            group_id,
-            lambda s, now: s.leave_group(group_id, list(members), now),
-            lambda c, m: {"error_code": c, "error_message": m, "members": []},
-        )
+        if bad := M.wrong_type(request, M.LeaveGroupRequest):
+            return on_error(svc.INVALID_REQUEST, bad)
+        r = request
+        return await self._write(r.group_id, lambda s, now: s.leave_group(r.group_id, list(r.members), now), on_error)
 
     # ================================================================== offsets
-    async def offset_commit(
-        self, group_id: str, topics, member_id: str = "", generation_id: int = -1, group_instance_id: str | None = None
-    ) -> dict:
-        """OffsetCommit: ``topics=[{"name", "partitions": [{"partition_index", "committed_offset",
-        "committed_leader_epoch"?, "committed_metadata"?}]}]`` -> per-partition error codes."""
-        if not svc.valid_group(group_id):
-            return {
-                "error_code": svc.INVALID_GROUP_ID,
-                "error_message": svc.message(svc.INVALID_GROUP_ID),
-                "topics": [],
-            }
-
+    async def offset_commit(self, request: M.OffsetCommitRequest) -> dict:
+        """OffsetCommit -> per-partition error codes."""
+        if bad := M.wrong_type(request, M.OffsetCommitRequest):
+            return M.OffsetCommitResponse([], svc.INVALID_REQUEST, bad).to_dict()
+        r = request
+        if not svc.valid_group(r.group_id):
+            return M.OffsetCommitResponse([], svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID)).to_dict()
         return await self._write(
-            group_id,
+            r.group_id,
             lambda s, now: s.offset_commit(
-                group_id,
-                topics,
+                r.group_id,
+                r.topics,
                 now,
-                member_id=member_id,
-                generation_id=generation_id,
-                group_instance_id=group_instance_id,
+                member_id=r.member_id,
+                generation_id=r.generation_id,
+                group_instance_id=r.group_instance_id,
             ),
-            lambda c, m: svc.offset_commit_error(topics, c, m),
+            lambda c, m: svc.offset_commit_error(r.topics, c, m),
             too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
         )
 
-    async def offset_fetch(self, group_id: str, topics=None) -> dict:
-        """OffsetFetch: ``topics=[{"name", "partition_indexes"}]`` or None for all; -1 = nothing committed."""
-        if not svc.valid_group(group_id):
-            return {
-                "error_code": svc.INVALID_GROUP_ID,
-                "error_message": svc.message(svc.INVALID_GROUP_ID),
-                "topics": [],
-            }
-        return await self._read(
-            group_id,
-            lambda s: s.offset_fetch(group_id, topics),
-            lambda c, m: {"error_code": c, "error_message": m, "topics": []},
-        )
+    async def offset_fetch(self, request: M.OffsetFetchRequest) -> dict:
+        """OffsetFetch: ``topics=None`` for every committed offset; -1 = nothing committed."""
 
-    async def offset_delete(self, group_id: str, topics) -> dict:
-        """OffsetDelete (KIP-496): ``topics=[{"name", "partitions": [{"partition_index"}]}]``."""
-        if not svc.valid_group(group_id):
-            return {
-                "error_code": svc.INVALID_GROUP_ID,
-                "error_message": svc.message(svc.INVALID_GROUP_ID),
-                "topics": [],
-            }
-        return await self._write(
-            group_id,
-            lambda s, now: s.offset_delete(group_id, topics),
-            lambda c, m: {"error_code": c, "error_message": m, "topics": []},
-        )
+        def on_error(code, msg):
+            return M.OffsetFetchResponse(code, msg).to_dict()
+
+        if bad := M.wrong_type(request, M.OffsetFetchRequest):
+            return on_error(svc.INVALID_REQUEST, bad)
+        r = request
+        return await self._read(r.group_id, lambda s: s.offset_fetch(r.group_id, r.topics), on_error)
+
+    async def offset_delete(self, request: M.OffsetDeleteRequest) -> dict:
+        """OffsetDelete (KIP-496)."""
+
+        def on_error(code, msg):
+            return M.OffsetFetchResponse(code, msg).to_dict()  # the same shape: {error_code, topics}
+
+        if bad := M.wrong_type(request, M.OffsetDeleteRequest):
+            return on_error(svc.INVALID_REQUEST, bad)
+        r = request
+        return await self._write(r.group_id, lambda s, now: s.offset_delete(r.group_id, r.topics), on_error)
 
     # ================================================================== admin
-    async def list_groups(self, states_filter=None, types_filter=None) -> dict:
-        """ListGroups over every partition this coordinator leads; svc.COORDINATOR_LOAD_IN_PROGRESS (with the
+    async def list_groups(self, request: M.ListGroupsRequest) -> dict:
+        """ListGroups over every partition this coordinator leads; COORDINATOR_LOAD_IN_PROGRESS (with the
         groups of the loaded partitions) while one is still loading."""
+        if bad := M.wrong_type(request, M.ListGroupsRequest):
+            return {"error_code": svc.INVALID_REQUEST, "error_message": bad, "groups": []}
         try:
-            groups, code, tails = list_groups(self.parts, states_filter, types_filter)
+            groups, code, tails = list_groups(self.parts, request.states_filter, request.types_filter)
         except Exception as exc:  # noqa: BLE001
             c, m = svc.bad_input(exc)
             return {"error_code": c, "error_message": m, "groups": []}
@@ -445,22 +346,23 @@ class GroupCoordinatorActor:
         code = code or next((c for c in codes if c), svc.NONE)
         return {"error_code": code, "error_message": svc.message(code) or None, "groups": groups}
 
-    async def describe_groups(self, group_ids) -> dict:
+    async def describe_groups(self, request: M.DescribeGroupsRequest) -> dict:
         """DescribeGroups: one entry per group (its own error code when this is not its coordinator)."""
-        if isinstance(group_ids, str) or not isinstance(group_ids, (list, tuple)):
-            return {"error_code": svc.INVALID_REQUEST, "error_message": "group_ids must be a list", "groups": []}
+        if bad := M.wrong_type(request, M.DescribeGroupsRequest):
+            return {"error_code": svc.INVALID_REQUEST, "error_message": bad, "groups": []}
 
         async def one(gid):
             return await self._read(
                 gid, lambda s: s.describe_groups([gid])["groups"][0], lambda c, m: svc.describe_group_error(gid, c, m)
             )
 
-        return {"groups": list(await asyncio.gather(*(one(g) for g in group_ids)))}
+        return {"groups": list(await asyncio.gather(*(one(g) for g in request.group_ids)))}
 
-    async def delete_groups(self, group_ids) -> dict:
+    async def delete_groups(self, request: M.DeleteGroupsRequest) -> dict:
         """DeleteGroups: Empty groups only (NON_EMPTY_GROUP otherwise); their offsets are tombstoned too."""
-        if isinstance(group_ids, str) or not isinstance(group_ids, (list, tuple)):
-            return {"error_code": svc.INVALID_REQUEST, "error_message": "group_ids must be a list", "results": []}
+        if bad := M.wrong_type(request, M.DeleteGroupsRequest):
+            return {"error_code": svc.INVALID_REQUEST, "error_message": bad, "results": []}
+        group_ids = request.group_ids
         by_part, results = svc.group_ids_by_partition(group_ids, self.num_partitions)
 
         async def batch(gids):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from actors.group_records import CoordinatorRecord, GroupMetadataValue, MemberMetadata
+from protocol.group_messages import JoinGroupResponse, SyncGroupResponse
 
 __all__ = [
     "GroupState",
@@ -186,27 +187,23 @@ def join_response(
     members: list | None = None,
     skip_assignment: bool = False,
 ) -> dict:
-    return {
-        "error_code": error_code,
-        "generation_id": generation_id,
-        "protocol_type": protocol_type,
-        "protocol_name": protocol_name,
-        "leader": leader,
-        "skip_assignment": skip_assignment,
-        "member_id": member_id,
-        "members": members or [],
-    }
+    return JoinGroupResponse(
+        error_code,
+        None,
+        generation_id,
+        protocol_type,
+        protocol_name,
+        leader,
+        skip_assignment,
+        member_id,
+        members or [],
+    ).to_dict()
 
 
 def sync_response(
     error_code: int = 0, protocol_type: str | None = None, protocol_name: str | None = None, assignment: bytes = b""
 ) -> dict:
-    return {
-        "error_code": error_code,
-        "protocol_type": protocol_type,
-        "protocol_name": protocol_name,
-        "assignment": assignment,
-    }
+    return SyncGroupResponse(error_code, None, protocol_type, protocol_name, assignment).to_dict()
 
 
 def subscription_topics(metadata: bytes) -> frozenset[str] | None:

@@ -13,9 +13,10 @@ configs): no Ray, no I/O. actors/group_coordinator.py is the actor over them and
 
 from __future__ import annotations
 
-from actors.group_model import GroupCoordinatorConfig, join_response, sync_response
+from actors.group_model import GroupCoordinatorConfig
 from actors.group_records import partition_for
 from protocol import errors as E
+from protocol.group_messages import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 5
@@ -144,30 +145,16 @@ def group_ids_by_partition(group_ids, num_partitions: int) -> tuple[dict[int, li
 
 # ---- each API's error answer (code, message) -> response ------------------------------------------------
 def join_error(member_id, code: int, msg: str | None) -> dict:
-    return {**join_response(code, member_id if isinstance(member_id, str) else ""), "error_message": msg}
+    return JoinGroupResponse(code, msg, member_id=member_id if isinstance(member_id, str) else "").to_dict()
 
 
 def sync_error(code: int, msg: str | None) -> dict:
-    return {**sync_response(code), "error_message": msg}
+    return SyncGroupResponse(code, msg).to_dict()
 
 
 def offset_commit_error(topics, code: int, msg: str | None) -> dict:
     """Every partition of the request gets the error (a malformed request: the top-level error)."""
-    try:
-        return {
-            "topics": [
-                {
-                    "name": t["name"],
-                    "partitions": [
-                        {"partition_index": p["partition_index"], "error_code": code} for p in t.get("partitions", [])
-                    ],
-                }
-                for t in topics
-            ],
-            "error_message": msg,
-        }
-    except (TypeError, KeyError, AttributeError):
-        return {"error_code": code, "error_message": msg, "topics": []}
+    return OffsetCommitResponse.for_every_partition(topics, code, msg).to_dict()
 
 
 def describe_group_error(group_id, code: int, msg: str | None) -> dict:

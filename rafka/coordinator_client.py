@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from protocol.group_messages import GroupRequest
 from protocol.names import broker_name
 from rafka.errors import (
     CoordinatorLoadInProgressError,
@@ -60,29 +61,29 @@ class GroupCoordinatorClient:
                 return None
         return None
 
-    def start(self, method: str, *args, group_list: bool = False, **kw) -> "_Call":
-        """``coordinator.method(group_id, *args, **kw)`` (``[group_id]`` with ``group_list``) without
-        blocking: ``_Call.poll(timeout_s)``."""
-        return _Call(self, method, ([self.group_id] if group_list else self.group_id,) + args, kw)
+    def start(self, request: GroupRequest) -> "_Call":
+        """Send ``request`` (a typed request of protocol/group_messages.py, for this client's group) to the
+        coordinator's ``request.METHOD`` without blocking: ``_Call.poll(timeout_s)``."""
+        return _Call(self, request)
 
-    def call(self, method: str, *args, timeout_ms: float = 60000, group_list: bool = False, **kw) -> dict:
-        """``coordinator.method(group_id, *args, **kw)``, waiting; retriable coordinator errors find it again."""
+    def call(self, request: GroupRequest, timeout_ms: float = 60000) -> dict:
+        """Send ``request`` and wait for its answer; retriable coordinator errors find the coordinator again."""
         deadline = time.monotonic() + timeout_ms / 1000.0
-        c = self.start(method, *args, group_list=group_list, **kw)
+        c = self.start(request)
         while True:
             res = c.poll(max(0.0, deadline - time.monotonic()))
             if res is not None:
                 return res
             if time.monotonic() >= deadline:
-                raise KafkaTimeoutError(f"group {self.group_id!r}: {method} did not complete: {c.last}")
+                raise KafkaTimeoutError(f"group {self.group_id!r}: {request.METHOD} did not complete: {c.last}")
 
 
 class _Call:
     """One coordinator request in flight; resent (after finding the coordinator again) on COORDINATOR_
     LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR or a dead coordinator actor."""
 
-    def __init__(self, client: GroupCoordinatorClient, method: str, args, kw):
-        self.client, self.method, self.args, self.kw = client, method, args, kw
+    def __init__(self, client: GroupCoordinatorClient, request: GroupRequest):
+        self.client, self.request = client, request
         self.ref = None
         self.next_try = 0.0
         self.last: Any = None
@@ -107,7 +108,7 @@ class _Call:
                     self.last = "no coordinator"
                     self.next_try = time.monotonic() + cl.backoff
                     continue
-                self.ref = cl.transport.call(cl._handle, self.method, *self.args, **self.kw)
+                self.ref = cl.transport.call(cl._handle, self.request.METHOD, self.request)
             ready, _ = cl.transport.wait([self.ref], timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 return None

@@ -31,6 +31,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from protocol.group_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from rafka.assignors import (
     COOPERATIVE,
     Subscription,
@@ -219,14 +227,16 @@ class ConsumerCoordinator:
             )
             protocols.append((a.name, encode_subscription(sub, 1)))
         self._call = self.coordinator.start(
-            "join_group",
-            self.member_id,
-            PROTOCOL_TYPE,
-            protocols,
-            self.cfg.session_timeout_ms,
-            rebalance_timeout_ms=self.cfg.max_poll_interval_ms,
-            group_instance_id=self.instance_id,
-            client_id=self.client_id,
+            JoinGroupRequest(
+                self.group_id,
+                self.member_id,
+                PROTOCOL_TYPE,
+                protocols,
+                self.cfg.session_timeout_ms,
+                rebalance_timeout_ms=self.cfg.max_poll_interval_ms,
+                group_instance_id=self.instance_id,
+                client_id=self.client_id,
+            )
         )
         self._phase = "join"
 
@@ -249,13 +259,15 @@ class ConsumerCoordinator:
         if self.leader == self.member_id and not res.get("skip_assignment"):
             assignments = self._lead(res["members"])
         self._call = self.coordinator.start(
-            "sync_group",
-            self.member_id,
-            self.generation,
-            assignments,
-            group_instance_id=self.instance_id,
-            protocol_type=PROTOCOL_TYPE,
-            protocol_name=self.protocol_name,
+            SyncGroupRequest(
+                self.group_id,
+                self.member_id,
+                self.generation,
+                assignments,
+                group_instance_id=self.instance_id,
+                protocol_type=PROTOCOL_TYPE,
+                protocol_name=self.protocol_name,
+            )
         )
         return True
 
@@ -363,7 +375,8 @@ class ConsumerCoordinator:
                 continue
             try:
                 res = self.coordinator.call(
-                    "heartbeat", mid, gen, group_instance_id=self.instance_id, timeout_ms=self.cfg.session_timeout_ms
+                    HeartbeatRequest(self.group_id, mid, gen, group_instance_id=self.instance_id),
+                    timeout_ms=self.cfg.session_timeout_ms,
                 )
             except KafkaError as e:
                 log.warning("group %s: heartbeat failed: %s", self.group_id, e)
@@ -383,8 +396,9 @@ class ConsumerCoordinator:
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         res = self.coordinator.call(
-            "offset_fetch",
-            [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()],
+            OffsetFetchRequest(
+                self.group_id, [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()]
+            ),
             timeout_ms=self.cfg.default_api_timeout_ms,
         )
         if res.get("error_code"):
@@ -415,11 +429,13 @@ class ConsumerCoordinator:
         with self._lock:
             mid, gen = self.member_id, self.generation
         res = self.coordinator.call(
-            "offset_commit",
-            [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-            member_id=mid,
-            generation_id=gen,
-            group_instance_id=self.instance_id,
+            OffsetCommitRequest(
+                self.group_id,
+                [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                member_id=mid,
+                generation_id=gen,
+                group_instance_id=self.instance_id,
+            ),
             timeout_ms=self.cfg.default_api_timeout_ms,
         )
         code = _first_code(res)
@@ -457,7 +473,8 @@ class ConsumerCoordinator:
             return
         try:
             self.coordinator.call(
-                "leave_group", [{"member_id": mid, "group_instance_id": None}], timeout_ms=self.cfg.request_timeout_ms
+                LeaveGroupRequest(self.group_id, [{"member_id": mid, "group_instance_id": None}]),
+                timeout_ms=self.cfg.request_timeout_ms,
             )
         except KafkaError as e:
             log.warning("group %s: LeaveGroup (%s) failed: %s", self.group_id, reason, e)

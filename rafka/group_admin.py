@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from protocol.group_messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.assignors import decode_assignment
 from rafka.coordinator_client import GroupCoordinatorClient, _first_code
@@ -31,7 +38,7 @@ def list_groups(admin) -> list[dict]:
     for bid in sorted(admin.metadata.brokers()):
         try:
             gc = ray.get_actor(group_coordinator_name(admin.cluster_name, bid), namespace=RAY_NAMESPACE)
-            res = ray.get(gc.list_groups.remote(), timeout=admin.config.request_timeout_ms / 1000.0)
+            res = ray.get(gc.list_groups.remote(ListGroupsRequest()), timeout=admin.config.request_timeout_ms / 1000.0)
         except (ValueError, RayActorError, GetTimeoutError):
             continue  # no coordinator on that broker (yet), or it is gone: it serves no group
         if res.get("error_code"):
@@ -46,7 +53,7 @@ def list_groups(admin) -> list[dict]:
 
 
 def committed_offsets(admin, group_id: str) -> dict[TopicPartition, int]:
-    res = _client(admin, group_id).call("offset_fetch", None, timeout_ms=admin.config.default_api_timeout_ms)
+    res = _client(admin, group_id).call(OffsetFetchRequest(group_id), timeout_ms=admin.config.default_api_timeout_ms)
     if res.get("error_code"):
         raise for_code(res["error_code"])(f"OffsetFetch for group {group_id!r} failed")
     return {
@@ -62,7 +69,7 @@ def describe_group(admin, group_id: str) -> dict:
     client_host, assignment: [TopicPartition]}], offsets: [{topic, partition, committed, log_end, lag,
     member_id}]}``."""
     res = _client(admin, group_id).call(
-        "describe_groups", group_list=True, timeout_ms=admin.config.default_api_timeout_ms
+        DescribeGroupsRequest([group_id]), timeout_ms=admin.config.default_api_timeout_ms
     )
     g = res["groups"][0]
     if g["error_code"]:
@@ -113,7 +120,7 @@ def describe_group(admin, group_id: str) -> dict:
 def delete_groups(admin, group_ids: Iterable[str]) -> None:
     """Delete empty groups (their committed offsets go too); NON_EMPTY_GROUP / GROUP_ID_NOT_FOUND raise."""
     for gid in group_ids:
-        res = _client(admin, gid).call("delete_groups", group_list=True, timeout_ms=admin.config.default_api_timeout_ms)
+        res = _client(admin, gid).call(DeleteGroupsRequest([gid]), timeout_ms=admin.config.default_api_timeout_ms)
         for r in res["results"]:
             if r["error_code"]:
                 raise for_code(r["error_code"])(f"delete group {r['group_id']!r} failed")
@@ -128,8 +135,7 @@ def alter_offsets(admin, group_id: str, offsets: dict[Any, int]) -> None:
             raise ValueError(f"offset for {tp} must be >= 0, got {off}")
         by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "committed_offset": int(off)})
     res = _client(admin, group_id).call(
-        "offset_commit",
-        [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        OffsetCommitRequest(group_id, [{"name": t, "partitions": ps} for t, ps in by_topic.items()]),
         timeout_ms=admin.config.default_api_timeout_ms,
     )
     code = _first_code(res)

@@ -18,6 +18,7 @@ from ray.exceptions import RayActorError
 from actors.bootstrap import start_cluster
 from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC, is_retriable_coordinator_error
+from protocol import group_messages as M
 
 pytestmark = pytest.mark.cluster
 
@@ -57,14 +58,31 @@ def _code(res: dict) -> int:
     return 0
 
 
+REQUESTS = {
+    cls.METHOD: cls
+    for cls in (
+        M.JoinGroupRequest,
+        M.SyncGroupRequest,
+        M.HeartbeatRequest,
+        M.LeaveGroupRequest,
+        M.OffsetCommitRequest,
+        M.OffsetFetchRequest,
+        M.OffsetDeleteRequest,
+        M.DescribeGroupsRequest,
+        M.DeleteGroupsRequest,
+    )
+}
+
+
 def call(ch, group: str, method: str, *args, timeout_s: float = 30.0, **kw) -> dict:
-    """What a client does: find the coordinator, call it, and on a retriable coordinator error (or a dead
-    coordinator) find it again and retry."""
+    """What a client does: find the coordinator, send it the typed request of ``method`` (built from
+    ``args``/``kw``), and on a retriable coordinator error (or a dead coordinator) find it again and retry."""
+    request = REQUESTS[method](*args, **kw)
     deadline = time.monotonic() + timeout_s
     while True:
         h, _ = ch.group_coordinator(group, timeout_s)
         try:
-            res = ray.get(getattr(h, method).remote(*args, **kw), timeout=timeout_s)
+            res = ray.get(getattr(h, request.METHOD).remote(request), timeout=timeout_s)
         except RayActorError:
             res = {"error_code": NOT_COORDINATOR}
         if not is_retriable_coordinator_error(_code(res)) or time.monotonic() > deadline:
@@ -83,7 +101,9 @@ def join_all(ch, group: str, members: list[str], session_timeout_ms: int = 6000)
     """Concurrent JoinGroups (each parks until the rebalance completes)."""
     h, _ = ch.group_coordinator(group)
     refs = [
-        h.join_group.remote(group, m, "consumer", PROTOCOLS, session_timeout_ms, 5000, client_id="c-test")
+        h.join_group.remote(
+            M.JoinGroupRequest(group, m, "consumer", PROTOCOLS, session_timeout_ms, 5000, client_id="c-test")
+        )
         for m in members
     ]
     out = ray.get(refs, timeout=30)
@@ -99,7 +119,9 @@ def sync_all(ch, group: str, joins: list[dict]) -> dict[str, bytes]:
     refs = {}
     for j in sorted(joins, key=lambda j: j["member_id"] == leader):  # followers first: they park
         assignments = {m["member_id"]: f"parts-of-{m['member_id'][:8]}".encode() for m in j["members"]}
-        refs[j["member_id"]] = h.sync_group.remote(group, j["member_id"], j["generation_id"], assignments)
+        refs[j["member_id"]] = h.sync_group.remote(
+            M.SyncGroupRequest(group, j["member_id"], j["generation_id"], assignments)
+        )
     out = {}
     for mid, ref in refs.items():
         r = ray.get(ref, timeout=30)
@@ -215,29 +237,41 @@ def test_offsets_list_describe_delete_and_bad_input(shared):
     assert {p["partition_index"]: p["committed_offset"] for p in res["topics"][0]["partitions"]} == {0: 50, 1: 7}
 
     h, info = ch.group_coordinator(group)
-    listed = ray.get(h.list_groups.remote())
+    listed = ray.get(h.list_groups.remote(M.ListGroupsRequest()))
     assert listed["error_code"] == 0
     assert {"group_id": group, "protocol_type": "", "group_state": "Empty", "group_type": "classic"} in listed["groups"]
     assert describe(ch, group)["group_state"] == "Empty"
-    stable = ray.get(h.list_groups.remote(states_filter=["Stable"]))["groups"]
+    stable = ray.get(h.list_groups.remote(M.ListGroupsRequest(states_filter=["Stable"])))["groups"]
     assert group not in [g["group_id"] for g in stable]
 
     # A group of the other offsets partition is not this coordinator's.
     other = next(f"g-other-{i}" for i in range(100) if partition_for(f"g-other-{i}", 2) != info["partition"])
     if ch.find_coordinator(other)["broker_id"] != info["broker_id"]:
-        assert ray.get(h.offset_fetch.remote(other))["error_code"] == NOT_COORDINATOR
+        assert ray.get(h.offset_fetch.remote(M.OffsetFetchRequest(other)))["error_code"] == NOT_COORDINATOR
 
     # Bad input answers an error code and the actor keeps serving.
-    assert ray.get(h.offset_commit.remote(group, "not-a-list"))["error_code"] == INVALID_REQUEST
+    assert ray.get(h.offset_commit.remote(M.OffsetCommitRequest(group, "not-a-list")))["error_code"] == INVALID_REQUEST
     assert (
-        ray.get(h.offset_commit.remote(group, [{"name": "orders", "partitions": [{"partition_index": 0}]}]))["topics"][
-            0
-        ]["partitions"][0]["error_code"]
+        ray.get(
+            h.offset_commit.remote(
+                M.OffsetCommitRequest(group, [{"name": "orders", "partitions": [{"partition_index": 0}]}])
+            )
+        )["topics"][0]["partitions"][0]["error_code"]
         == INVALID_REQUEST
     )
-    assert ray.get(h.join_group.remote(None, "", "consumer", PROTOCOLS, 6000))["error_code"] == INVALID_GROUP_ID
-    assert ray.get(h.join_group.remote(group, "", "consumer", PROTOCOLS, 10))["error_code"] == 26  # session
-    assert ray.get(h.describe_groups.remote("not-a-list"))["error_code"] == INVALID_REQUEST
+    assert (
+        ray.get(h.join_group.remote(M.JoinGroupRequest(None, "", "consumer", PROTOCOLS, 6000)))["error_code"]
+        == INVALID_GROUP_ID
+    )
+    assert (
+        ray.get(h.join_group.remote(M.JoinGroupRequest(group, "", "consumer", PROTOCOLS, 10)))["error_code"] == 26
+    )  # session
+    assert ray.get(h.describe_groups.remote(M.DescribeGroupsRequest("not-a-list")))["error_code"] == INVALID_REQUEST
+    # a call whose argument is not the method's typed request: INVALID_REQUEST with a message, no crash
+    for method in ("join_group", "heartbeat", "offset_commit", "offset_fetch", "delete_groups", "list_groups"):
+        res = ray.get(getattr(h, method).remote({"group_id": group}))
+        assert res["error_code"] == INVALID_REQUEST and "not dict" in res["error_message"], (method, res)
+    assert ray.get(h.heartbeat.remote(M.OffsetFetchRequest(group)))["error_code"] == INVALID_REQUEST
     assert ray.get(h.ping.remote()) == info["broker_id"]
 
     res = call(ch, group, "delete_groups", [group])
@@ -245,7 +279,7 @@ def test_offsets_list_describe_delete_and_bad_input(shared):
     res = call(ch, group, "offset_fetch", group, [{"name": "orders", "partition_indexes": [0]}])
     assert res["topics"][0]["partitions"][0]["committed_offset"] == -1
     assert call(ch, group, "delete_groups", [group])["results"][0]["error_code"] == GROUP_ID_NOT_FOUND
-    assert group not in [g["group_id"] for g in ray.get(h.list_groups.remote())["groups"]]
+    assert group not in [g["group_id"] for g in ray.get(h.list_groups.remote(M.ListGroupsRequest()))["groups"]]
 
     # A group with members is not deletable.
     m = join_new(ch, "g-busy")
@@ -335,7 +369,9 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
             h, _ = ch.group_coordinator(group)
             res = ray.get(
                 h.offset_commit.remote(
-                    group, [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 100 + i}]}]
+                    M.OffsetCommitRequest(
+                        group, [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 100 + i}]}]
+                    )
                 )
             )
             code = _code(res)

@@ -42,6 +42,14 @@ from ray.exceptions import ActorDiedError, GetTimeoutError
 
 from actors.group_model import GroupCoordinatorConfig, Pending
 from actors.group_state import GroupCoordinatorShard
+from protocol.group_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from protocol.messages import FetchResponse
 from protocol.names import broker_name as _broker_name
 from protocol.names import replica_name
@@ -272,39 +280,53 @@ class FakeGroupCoordinator(Endpoint):
         if d is not None and d <= now_ms():
             self._apply(self.shard.poll_expirations(now_ms()))
 
-    def join_group(
-        self, group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms=-1, **kw
-    ):
-        rebalance = rebalance_timeout_ms if rebalance_timeout_ms >= 0 else session_timeout_ms
+    def join_group(self, r: JoinGroupRequest):
+        rebalance = r.effective_rebalance_timeout_ms()
         return self._apply(
             self.shard.join_group(
-                group_id, member_id, protocol_type, protocols, session_timeout_ms, rebalance, now_ms(), **kw
+                r.group_id,
+                r.member_id,
+                r.protocol_type,
+                r.protocols,
+                r.session_timeout_ms,
+                rebalance,
+                now_ms(),
+                **r.member_options(),
             )
         )
 
-    def sync_group(self, group_id, member_id, generation_id, assignments=None, **kw):
-        return self._apply(self.shard.sync_group(group_id, member_id, generation_id, assignments, now_ms(), **kw))
+    def sync_group(self, r: SyncGroupRequest):
+        kw = {"group_instance_id": r.group_instance_id, "protocol_type": r.protocol_type}
+        return self._apply(
+            self.shard.sync_group(
+                r.group_id, r.member_id, r.generation_id, r.assignments, now_ms(), protocol_name=r.protocol_name, **kw
+            )
+        )
 
-    def heartbeat(self, group_id, member_id, generation_id, **kw):
-        return self._apply(self.shard.heartbeat(group_id, member_id, generation_id, now_ms(), **kw))
+    def heartbeat(self, r: HeartbeatRequest):
+        return self._apply(
+            self.shard.heartbeat(
+                r.group_id, r.member_id, r.generation_id, now_ms(), group_instance_id=r.group_instance_id
+            )
+        )
 
-    def leave_group(self, group_id, members):
-        return self._apply(self.shard.leave_group(group_id, list(members), now_ms()))
+    def leave_group(self, r: LeaveGroupRequest):
+        return self._apply(self.shard.leave_group(r.group_id, list(r.members), now_ms()))
 
-    def offset_commit(self, group_id, topics, member_id="", generation_id=-1, group_instance_id=None):
+    def offset_commit(self, r: OffsetCommitRequest):
         return self._apply(
             self.shard.offset_commit(
-                group_id,
-                topics,
+                r.group_id,
+                r.topics,
                 now_ms(),
-                member_id=member_id,
-                generation_id=generation_id,
-                group_instance_id=group_instance_id,
+                member_id=r.member_id,
+                generation_id=r.generation_id,
+                group_instance_id=r.group_instance_id,
             )
         )
 
-    def offset_fetch(self, group_id, topics=None):
-        return self.shard.offset_fetch(group_id, topics)
+    def offset_fetch(self, r: OffsetFetchRequest):
+        return self.shard.offset_fetch(r.group_id, r.topics)
 
 
 class FakeCluster:

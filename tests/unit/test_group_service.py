@@ -65,7 +65,7 @@ def test_error_answers():
                 "partitions": [{"partition_index": 0, "error_code": 16}, {"partition_index": 2, "error_code": 16}],
             }
         ],
-        "error_message": None,
+        "error_code": 0,
     }
     assert svc.offset_commit_error("junk", 42, "bad") == {"error_code": 42, "error_message": "bad", "topics": []}
     assert svc.describe_group_error("g", 16, None)["group_id"] == "g"

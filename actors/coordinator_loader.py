@@ -1,0 +1,92 @@
+"""Loading a ``__consumer_offsets`` partition into a fresh shard (Kafka's CoordinatorLoader): wait until
+this broker's replica leads at the coordinator's epoch with its HW over the log end it held at takeover,
+read the partition to the HW through the replica's ``fetch`` and replay it into a new
+``GroupCoordinatorShard``. Transient conditions (a replica call failing, a retriable Kafka error, a fetch
+returning no batch) are retried every 50 ms; a corrupt or undecodable partition is not served.
+
+``load_shard`` is driven by the coordinator actor (actors/group_coordinator.py), which installs the
+outcome: the loaded shard, ``MOVED`` (a newer epoch took leadership away), ``FAILED``, or None when the
+load was abandoned (``is_current()`` went False: the partition was unloaded or reloaded meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Callable
+
+from ray.exceptions import RayActorError, RayTaskError
+
+from actors.coordinator_runtime import CoordinatorContext, LoadRetry
+from actors.group_service import OFFSETS_TOPIC
+from actors.group_state import GroupCoordinatorShard
+from protocol import errors as E
+from storage.records import decode_records
+
+log = logging.getLogger("rafka.group_coordinator")
+
+MOVED, FAILED = "moved", "failed"
+RETRY_S = 0.05
+
+
+async def load_shard(
+    part: CoordinatorContext, is_current: Callable[[], bool], now_ms: Callable[[], int], broker_id: int
+) -> GroupCoordinatorShard | str | None:
+    """The partition's shard once loaded (see the module docstring for the other outcomes)."""
+    t0 = time.monotonic()
+    target = None
+    name = f"b{broker_id}: {OFFSETS_TOPIC}-{part.partition}"
+    while is_current():
+        try:
+            st = await part.replica.state.remote()
+            if st.get("leader_epoch", -1) > part.epoch and st.get("role") != "leader":
+                return MOVED
+            if st.get("role") == "leader" and st.get("leader_epoch") == part.epoch:
+                target = st["log_end_offset"] if target is None else target
+                if st["high_watermark"] >= target:
+                    pairs = await read_partition(part, st["log_start_offset"], st["high_watermark"])
+                    if not is_current():
+                        return None
+                    shard = GroupCoordinatorShard(part.config)
+                    part.loaded_records = shard.load(pairs, now_ms())
+                    log.info(
+                        "%s loaded at epoch %d: %d records, %d groups in %.0f ms",
+                        name,
+                        part.epoch,
+                        part.loaded_records,
+                        len(shard.group_ids()),
+                        (time.monotonic() - t0) * 1000,
+                    )
+                    return shard
+        except (RayActorError, RayTaskError, LoadRetry) as e:
+            log.info("%s: loading, retrying (%s: %s)", name, type(e).__name__, e)
+        except E.KafkaError as e:
+            if isinstance(e, E.CorruptMessageError):
+                log.error("%s is corrupt, not loading it: %s", name, e)
+                return FAILED
+            log.info("%s: loading: %s", name, e)
+        except Exception:  # noqa: BLE001 - an undecodable partition: serve nothing rather than guess
+            log.exception("%s: loading failed", name)
+            return FAILED
+        await asyncio.sleep(RETRY_S)
+    return None
+
+
+async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list[tuple[bytes, bytes | None]]:
+    """Every record's (key, value) in ``[start, hw)`` of the partition, through the replica's fetch."""
+    pairs: list[tuple[bytes, bytes | None]] = []
+    offset = start
+    while offset < hw:
+        res = await part.replica.fetch.remote(offset, 1 << 20, current_leader_epoch=part.epoch)
+        if res["error_code"]:
+            E.raise_for_code(res["error_code"], res.get("error_message"))
+        buf = res["records"]
+        next_offset = res["next_offset"]  # the offset after the last batch (protocol.messages)
+        if next_offset <= offset:
+            raise LoadRetry(f"fetch at {offset} below HW {hw} returned no batches")
+        for r in decode_records(buf):
+            if offset <= r.offset < hw:
+                pairs.append((r.key, r.value))
+        offset = next_offset
+    return pairs
