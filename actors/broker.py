@@ -33,9 +33,9 @@ before use.
 Fencing. Every controller request carries the controller epoch; one older than the newest seen is
 answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
 
-Group coordination. The broker hosts a ``GroupCoordinatorActor``, created on first need and told which
-``__consumer_offsets`` partitions it leads; ``find_coordinator(group_id)`` creates that topic on first use
-(actors/group_coordinator_host.py).
+Coordination. The broker hosts a group coordinator and a transaction coordinator, each created on first
+need and told which ``__consumer_offsets`` / ``__transaction_state`` partitions it leads;
+``find_coordinator(key, key_type)`` creates that topic on first use (actors/coordinator_host.py).
 
 LeaderAndIsr / StopReplica decisions (which replicas to create, recreate, make leader or follower, stop;
 controller-epoch fencing; partition directories) are the pure actors/leader_and_isr.py.
@@ -69,10 +69,9 @@ from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
+from . import coordinator_host as ch
 from . import leader_and_isr as lai
 from .controller_link import ControllerLink, ControllerUnavailable
-from .group_coordinator_host import GroupCoordinatorHost
-from .group_service import OFFSETS_TOPIC
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 from .replica_supervisor import ReplicaSupervisor
@@ -115,7 +114,7 @@ class BrokerActor:
         self._sessions: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
         self._kv = GcsKV(cluster)
-        self.groups = GroupCoordinatorHost(self)
+        self.coordinators = {k: ch.CoordinatorHost(self, kind) for k, kind in ch.KINDS.items()}
 
     # ---- start and controller link -------------------------------------------------------------------
     async def start(self) -> dict:
@@ -244,8 +243,7 @@ class BrokerActor:
             except (RayActorError, RayTaskError, KafkaError, OSError, RuntimeError) as e:
                 log.warning("broker %s: LeaderAndIsr for %s failed: %s", self.broker_id, key, e)
                 return lai.partition_result(s, error=_err_dict(e))  # its supervisor reports and recreates it
-            if key[0] == OFFSETS_TOPIC:
-                await self._notify_offsets(key[1], act.make_leader, s.leader_epoch, h)
+            await self._notify_coordinator(key, act.make_leader, s.leader_epoch, h)
             return lai.partition_result(s, res)
 
     async def leader_and_isr(self, request: LeaderAndIsrRequest) -> dict:
@@ -264,16 +262,14 @@ class BrokerActor:
         return LeaderAndIsrResponse(partitions=tuple(results)).to_dict()
 
     async def replica_gone(self, key) -> None:
-        """The supervisor removed a dead replica: its group coordinator loses that partition."""
-        if key[0] == OFFSETS_TOPIC:
-            await self._notify_offsets(key[1], False, None, None)
+        """The supervisor removed a dead replica: its coordinator (if any) loses that partition."""
+        await self._notify_coordinator(key, False, None, None)
 
     async def _stop_one(self, key, delete: bool) -> dict:
         pid = self.supervisor.unwatch(key, forget=delete)
         h = self.replicas.pop(key, None)
         self.topic_ids.pop(key, None)
-        if key[0] == OFFSETS_TOPIC:
-            await self._notify_offsets(key[1], False, None, None)
+        await self._notify_coordinator(key, False, None, None)
         res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
         if h is not None:
             try:
@@ -349,20 +345,22 @@ class BrokerActor:
             self._pid_next += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
 
-    # ---- group coordination (actors/group_coordinator_host.py) -----------------------------------------
+    # ---- coordination (actors/coordinator_host.py) -------------------------------------------------------
     async def _fresh_metadata(self) -> dict:
         self._cache = await asyncio.to_thread(read_cluster, self._kv)
         self._cache_version = self._cache["version"]
         return await self.metadata()
 
-    async def _notify_offsets(self, p: int, leader: bool, epoch: int | None, replica) -> None:
-        await self.groups.notify(p, leader, epoch, replica)
+    async def _notify_coordinator(self, key, leader: bool, epoch: int | None, replica) -> None:
+        kind = ch.INTERNAL_TOPICS.get(key[0])
+        if kind is not None:
+            await self.coordinators[kind.key_type].notify(key[1], leader, epoch, replica)
 
-    async def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
-        """FindCoordinator for a consumer group -> ``{error_code, error_message, broker_id, coordinator
-        (the coordinator actor's name), partition}``; COORDINATOR_NOT_AVAILABLE (15) while the group's
-        ``__consumer_offsets`` partition has no leader (the caller retries)."""
-        return await self.groups.find_coordinator(group_id, key_type)
+    async def find_coordinator(self, key: str, key_type: int = ch.GROUP_KEY) -> dict:
+        """FindCoordinator of a group (key type 0) or transactional id (1) -> ``{error_code, error_message,
+        broker_id, coordinator (the coordinator actor's name), partition}``; COORDINATOR_NOT_AVAILABLE (15)
+        while the key's internal partition has no leader (the caller retries)."""
+        return await ch.find_coordinator(self.coordinators, key, key_type)
 
     def replica_handles(self) -> dict:
         return dict(self.replicas)

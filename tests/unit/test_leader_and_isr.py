@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from actors import leader_and_isr as lai
-from actors.group_coordinator_host import coordinator_answer, offsets_partition_state
+from actors.coordinator_host import coordinator_answer, offsets_partition_state
 from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError
 
