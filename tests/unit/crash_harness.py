@@ -302,7 +302,7 @@ class View:
     """A log directory as recovery left it: its segments, batches and offsets."""
 
     segments: list
-    lso: int
+    log_start: int
     leo: int
     epochs: list = field(default_factory=list)
 
@@ -315,7 +315,7 @@ class View:
         return [h for s in self.segments for _, h, _ in s.batches]
 
     def records(self, from_offset=None):
-        lo = self.lso if from_offset is None else from_offset
+        lo = self.log_start if from_offset is None else from_offset
         return [
             (r.offset, r.timestamp, r.key, r.value, r.headers)
             for r in decode_records(b"".join(self.batches), include_control=True)
@@ -344,16 +344,16 @@ def view_of(lg: Log, strict: bool = True) -> View:
     return View(scan_dir(lg.dir, strict), lg.log_start_offset, lg.log_end_offset, lg.epoch_cache.entries())
 
 
-def header_epochs(headers, lso: int) -> list[tuple[int, int]]:
+def header_epochs(headers, log_start: int) -> list[tuple[int, int]]:
     """The leader epoch entries the batch headers imply, anchored at the log start offset (Kafka's rule)."""
     entries = []
     for h in headers:
         e = h.partition_leader_epoch
         if e >= 0 and (not entries or e > entries[-1][0]):
             entries.append((e, h.base_offset))
-    below = [i for i, (_, o) in enumerate(entries) if o <= lso]
+    below = [i for i, (_, o) in enumerate(entries) if o <= log_start]
     if below:
-        entries = [(entries[below[-1]][0], lso)] + entries[below[-1] + 1 :]
+        entries = [(entries[below[-1]][0], log_start)] + entries[below[-1] + 1 :]
     return entries
 
 
@@ -434,13 +434,13 @@ def check_log(lg: Log, where: str = "") -> View:
             f"{where}: segment {sv.base} max timestamp {seg.max_timestamp_so_far}, batches say {top}"
         )
         assert seg.next_offset == sv.next_offset
-    lso, leo = lg.log_start_offset, lg.log_end_offset
-    got, off = b"", lso
+    log_start, leo = lg.log_start_offset, lg.log_end_offset
+    got, off = b"", log_start
     while off < leo:
         r = lg.read(off, 1 << 20)
         got, off = got + r.records, r.next_offset
-    live = [b for h, b in zip(hs, v.batches) if h.last_offset >= lso]
-    assert got == b"".join(live), f"{where}: reading {lso}..{leo} does not return the batches"
+    live = [b for h, b in zip(hs, v.batches) if h.last_offset >= log_start]
+    assert got == b"".join(live), f"{where}: reading {log_start}..{leo} does not return the batches"
     check_list_offsets(lg, v, where)
     check_epochs(lg, v, where)
     return v
@@ -464,27 +464,31 @@ def check_list_offsets(lg: Log, v: View, where: str) -> None:
 
 
 def check_epochs(lg: Log, v: View, where: str) -> None:
-    got, lso = lg.epoch_cache.entries(), lg.log_start_offset
-    live = [h for h in v.headers if h.last_offset >= lso]
+    got, log_start = lg.epoch_cache.entries(), lg.log_start_offset
+    live = [h for h in v.headers if h.last_offset >= log_start]
     if not live:
-        assert got == [] or (len(got) == 1 and got[0][1] == lso), f"{where}: epochs {got} for an empty log at {lso}"
+        assert got == [] or (len(got) == 1 and got[0][1] == log_start), (
+            f"{where}: epochs {got} for an empty log at {log_start}"
+        )
         return
     if not lg.config.compact:
-        want = header_epochs(v.headers, lso)
+        want = header_epochs(v.headers, log_start)
         assert got == want, f"{where}: leader epoch cache {got}, the batch headers imply {want}"
         return
     for h in live:  # compaction may remove an epoch's first batches: the cache still covers every batch
         if h.partition_leader_epoch >= 0:
-            e = lg.epoch_cache.epoch_for_offset(max(h.base_offset, lso))
+            e = lg.epoch_cache.epoch_for_offset(max(h.base_offset, log_start))
             assert e == h.partition_leader_epoch, f"{where}: epoch cache says {e} at {h.base_offset}"
-    assert got and got[0][1] >= lso and got[-1][1] < lg.log_end_offset
+    assert got and got[0][1] >= log_start and got[-1][1] < lg.log_end_offset
 
 
 def check_producer_retry(lg: Log, v: View, where: str) -> None:
     """Re-append the last idempotent batch still in the log: it must come back a duplicate with its offsets."""
-    lso = lg.log_start_offset
+    log_start = lg.log_start_offset
     cands = [
-        (h, b) for h, b in zip(v.headers, v.batches) if h.producer_id >= 0 and not h.is_control and h.last_offset >= lso
+        (h, b)
+        for h, b in zip(v.headers, v.batches)
+        if h.producer_id >= 0 and not h.is_control and h.last_offset >= log_start
     ]
     if not cands:
         return

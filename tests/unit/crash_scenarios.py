@@ -81,12 +81,12 @@ def grows(before: View, after: View, final: View) -> None:
     """Nothing written before is lost; what the op wrote is there or not, in order."""
     b, a, f = before.batches, after.batches, final.batches
     assert f == a[: len(f)] and len(f) >= len(b), f"batches: {len(f)}, expected between {len(b)} and {len(a)}"
-    assert final.lso == before.lso
+    assert final.log_start == before.log_start
 
 
 def same_as_after(before: View, after: View, final: View) -> None:
     assert final.batches == after.batches, f"batches: {len(final.batches)}, expected {len(after.batches)}"
-    assert (final.lso, final.leo) == (after.lso, after.leo)
+    assert (final.log_start, final.leo) == (after.log_start, after.leo)
 
 
 def prefix_of_before(before: View, after: View, final: View) -> None:
@@ -96,8 +96,8 @@ def prefix_of_before(before: View, after: View, final: View) -> None:
         f"batches: {len(f)}, expected a prefix of the old {len(b)} at least {len(a)} long"
     )
     if not f and final.leo != after.leo:  # every segment gone before the new one existed: empty at the old start
-        assert final.leo == before.lso, f"empty log at {final.leo}"
-    assert final.lso == min(before.lso, final.leo) or (not f and final.lso == final.leo)
+        assert final.leo == before.log_start, f"empty log at {final.leo}"
+    assert final.log_start == min(before.log_start, final.leo) or (not f and final.log_start == final.leo)
 
 
 def suffix_of_before(before: View, after: View, final: View) -> None:
@@ -106,7 +106,9 @@ def suffix_of_before(before: View, after: View, final: View) -> None:
     assert f == b[len(b) - len(f) :] and len(a) <= len(f), (
         f"batches: {len(f)}, expected a suffix of the old {len(b)} at least {len(a)} long"
     )
-    assert before.lso <= final.lso <= after.lso, f"log start {final.lso} outside [{before.lso}, {after.lso}]"
+    assert before.log_start <= final.log_start <= after.log_start, (
+        f"log start {final.log_start} outside [{before.log_start}, {after.log_start}]"
+    )
 
 
 def compacted(before: View, after: View, final: View) -> None:
@@ -116,7 +118,7 @@ def compacted(before: View, after: View, final: View) -> None:
     assert len(set(f)) == len(f) and set(f) <= b, "records that were not in the log before compaction"
     missing = a - set(f)
     assert not missing, f"records the compaction keeps are gone: {sorted(missing)[:3]}"
-    assert final.leo == before.leo and final.lso == before.lso
+    assert final.leo == before.leo and final.log_start == before.log_start
 
 
 # ---------------------------------------------------------------------------------------------- scenarios

@@ -27,7 +27,7 @@ class LogMachine(RuleBasedStateMachine):
         self.config = CFG
         self.lg = Log(self._dir(), self.config, now_ms=0)
         self.batches: list[tuple[int, list[tuple[int, int, bytes]]]] = []  # (base, [(offset, ts, value)])
-        self.leo = self.lso = self.hw = 0
+        self.leo = self.log_start = self.hw = 0
         self.epoch = 0
         self.counter = 0
 
@@ -81,31 +81,31 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def truncate(self, data):
-        target = data.draw(st.integers(self.lso, self.leo))
+        target = data.draw(st.integers(self.log_start, self.leo))
         assert self.lg.truncate_to(target) == (target < self.leo)
         removed = [b for b, recs in self.batches if recs[-1][0] >= target]  # a batch holding target goes whole
         self.batches = [(b, recs) for b, recs in self.batches if recs[-1][0] < target]
         if removed:
             self.leo = removed[0]
         self.hw = min(self.hw, self.leo)
-        self.lso = min(self.lso, self.leo)
+        self.log_start = min(self.log_start, self.leo)
 
     @rule(gap=st.integers(0, 5))
     def truncate_fully(self, gap):
         start = self.leo + gap
         self.lg.truncate_fully_and_start_at(start, now_ms=0)
-        self.batches, self.leo, self.lso, self.hw = [], start, start, start
+        self.batches, self.leo, self.log_start, self.hw = [], start, start, start
 
     @rule(data=st.data())
     def update_hw(self, data):
-        self.hw = data.draw(st.integers(self.lso, self.leo))
+        self.hw = data.draw(st.integers(self.log_start, self.leo))
         assert self.lg.update_high_watermark(self.hw) == self.hw
 
     @rule(data=st.data())
     def delete_records(self, data):
-        target = data.draw(st.integers(self.lso, self.hw))
-        assert self.lg.delete_records(target) == max(self.lso, target)
-        self.lso = max(self.lso, target)
+        target = data.draw(st.integers(self.log_start, self.hw))
+        assert self.lg.delete_records(target) == max(self.log_start, target)
+        self.log_start = max(self.log_start, target)
 
     @rule(retention_bytes=st.integers(-1, 3000), retention_ms=st.integers(-1, 1500), now=st.integers(0, 2000))
     def retention(self, retention_bytes, retention_ms, now):
@@ -115,12 +115,12 @@ class LogMachine(RuleBasedStateMachine):
         self.lg.update_config(self.config)
         before_segments = [(s.base_offset, s.size) for s in self.lg.segments]
         deleted = self.lg.delete_old_segments(now_ms=now)
-        new_lso = self.lg.log_start_offset
-        assert self.lso <= new_lso <= self.hw
-        assert new_lso == self.lso or new_lso == self.lg.segments[0].base_offset
+        new_log_start = self.lg.log_start_offset
+        assert self.log_start <= new_log_start <= self.hw
+        assert new_log_start == self.log_start or new_log_start == self.lg.segments[0].base_offset
         if deleted and retention_ms < 0:  # only bytes (and the log start) can delete: never the active one
             assert before_segments[-1][0] in [s.base_offset for s in self.lg.segments]
-        self.lso = new_lso
+        self.log_start = new_log_start
 
     @rule()
     def flush(self):
@@ -141,27 +141,29 @@ class LogMachine(RuleBasedStateMachine):
         shutil.copytree(old.dir, self._dir())  # what the OS holds: as after a process crash
         old.close()
         self.lg = Log(self._dir(), self.config, now_ms=0)
-        assert self.lso <= self.lg.high_watermark <= self.hw
+        assert self.log_start <= self.lg.high_watermark <= self.hw
         self.hw = self.lg.high_watermark
 
     @rule(ts=st.integers(-3, 1001))
     def timestamp_lookup(self, ts):
         got = self.lg.fetch_offset_by_timestamp(ts)
-        live = self.records(self.lso)
+        live = self.records(self.log_start)
         if ts == -2:
-            assert got[0] == self.lso
+            assert got[0] == self.log_start
         elif ts == -1:
             assert got[0] == self.leo
         elif ts == -3:
             present = self.records(self.lg.segments[0].base_offset)
-            if not present or self.lso == self.leo:
+            if not present or self.log_start == self.leo:
                 assert got is None
             else:
                 best = max(t for _, t, _ in present)
                 if got is None:  # only when every record with the largest timestamp is below the log start
-                    assert all(o < self.lso for o, t, _ in present if t == best)
+                    assert all(o < self.log_start for o, t, _ in present if t == best)
                 else:
-                    assert got[1] == best and got[0] >= self.lso and (got[0], best) in [(o, t) for o, t, _ in live]
+                    assert (
+                        got[1] == best and got[0] >= self.log_start and (got[0], best) in [(o, t) for o, t, _ in live]
+                    )
         else:
             expected = next(((o, t) for o, t, _ in live if t >= ts), None)
             assert (got[:2] if got else None) == expected
@@ -170,29 +172,29 @@ class LogMachine(RuleBasedStateMachine):
     @invariant()
     def offsets_match(self):
         lg = self.lg
-        assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark) == (self.lso, self.leo, self.hw)
+        assert (lg.log_start_offset, lg.log_end_offset, lg.high_watermark) == (self.log_start, self.leo, self.hw)
 
     @invariant()
     def reads_match(self):
-        got, off = [], self.lso
+        got, off = [], self.log_start
         while off < self.leo:
             r = self.lg.read(off, 500)
             assert r.records, (off, self.leo)
-            got += [(x.offset, x.timestamp, x.value) for x in decode_records(r.records) if x.offset >= self.lso]
+            got += [(x.offset, x.timestamp, x.value) for x in decode_records(r.records) if x.offset >= self.log_start]
             off = r.next_offset
-        assert got == self.records(self.lso)
-        visible, off = [], self.lso
+        assert got == self.records(self.log_start)
+        visible, off = [], self.log_start
         while off < self.hw:  # a consumer below the high watermark: whole batches, up to the one holding it
             r = self.lg.read(off, 10**6, max_offset=self.hw)
             if not r.records:
                 break
-            visible += [x.offset for x in decode_records(r.records) if x.offset >= self.lso]
+            visible += [x.offset for x in decode_records(r.records) if x.offset >= self.log_start]
             off = r.next_offset
-        whole = [o for _, recs in self.batches if recs[-1][0] < self.hw for o, _, _ in recs if o >= self.lso]
+        whole = [o for _, recs in self.batches if recs[-1][0] < self.hw for o, _, _ in recs if o >= self.log_start]
         assert visible == whole
-        if self.lso > 0:
+        if self.log_start > 0:
             try:
-                self.lg.read(self.lso - 1, 100)
+                self.lg.read(self.log_start - 1, 100)
             except OffsetOutOfRangeError:
                 pass
             else:
