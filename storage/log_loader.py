@@ -132,7 +132,6 @@ def load_log(
         if idx.damaged or (last is not None and last >= seg.next_offset):
             log.warning("log %s: aborted transaction index of segment %d is damaged; rebuilding", d, seg.base_offset)
             rebuild_from = min(rebuild_from, seg.base_offset)
-            idx.truncate_to(seg.next_offset)
     replay_from = producer_state.load(log_start, leo, now, upto=rebuild_from)
     replay_producer_state(segments, [s.base_offset for s in segments], producer_state, replay_from, leo)
     producer_state.on_high_watermark_updated(hw)
@@ -152,7 +151,9 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
     swaps = [b for n in names if n.endswith(".log.swap") and (b := parse_base_offset(n)) is not None]
     for n in names:
         path = os.path.join(d, n)
-        if n.endswith((".cleaned", ".deleted")) or (n.endswith(TMP_SUFFIX) and "checkpoint" in n):
+        if n.endswith((".cleaned", ".deleted", ".txnindex" + TMP_SUFFIX)) or (
+            n.endswith(TMP_SUFFIX) and "checkpoint" in n
+        ):
             os.remove(path)
         elif n.endswith(".swap") and not n.endswith(".log.swap"):
             if not (n.endswith(".txnindex.swap") and parse_base_offset(n) in swaps):
@@ -263,25 +264,43 @@ def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
 def replay_producer_state(
     segments: list[LogSegment], bases: list[int], ps: ProducerStateManager, start: int, end: int
 ) -> None:
-    """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``);
-    the aborted transaction indexes are cut to ``start`` and rebuilt from the markers met."""
-    if start < end:
-        for seg in segments[max(bisect_right(bases, start) - 1, 0) :]:
-            seg.txn_index.truncate_to(start)
-            found = seg.translate_offset(start)
-            if found is None:
-                continue
-            for pos, h in seg.iter_headers(found[0]):
-                if h.producer_id >= 0 and h.base_offset >= start:
-                    data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
-                    update_producer_state(ps, seg, h, -1, data, 0)
+    """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``).
+    The aborted transaction indexes of the segments from the one holding ``start`` are rebuilt: entries
+    below ``start`` kept, the rest from the markers met; an index that differs (or is damaged) is
+    rewritten once, atomically."""
+    touched = segments[max(bisect_right(bases, start) - 1, 0) :]
+    aborted: dict[int, list[AbortedTxn]] = {}
+    for seg in touched if start < end else ():
+        found = seg.translate_offset(start)
+        if found is None:
+            continue
+        for pos, h in seg.iter_headers(found[0]):
+            if h.producer_id >= 0 and h.base_offset >= start:
+                data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
+                t = aborted_txn_of_update(ps, h, -1, data, 0)
+                if t is not None:
+                    aborted.setdefault(seg.base_offset, []).append(t)
+    for seg in touched:
+        idx = seg.txn_index
+        old = idx.entries()
+        new = [t for t in old if t.last_offset < start] + aborted.get(seg.base_offset, [])
+        if idx.damaged or new != old:
+            idx.replace(new)
     ps.map_end_offset = end
 
 
-def update_producer_state(ps: ProducerStateManager, seg: LogSegment, h, now_ms: int, buf, pos: int) -> None:
-    """``ps.update`` for a batch appended to ``seg`` (live or replayed); an aborted transaction goes into
-    the segment's txn index with the LSO at its abort (Kafka's ``UnifiedLog`` append / ``LogSegment.recover``)."""
+def aborted_txn_of_update(ps: ProducerStateManager, h, now_ms: int, buf, pos: int) -> AbortedTxn | None:
+    """``ps.update`` for an appended batch (live or replayed); the transaction it aborted, if any, with the
+    LSO at its abort, for the txn index (Kafka's ``UnifiedLog`` append / ``LogSegment.recover``)."""
     completed = ps.update(h, now_ms, buf, pos)
-    if completed is not None and completed.is_aborted:
-        lso = ps.last_stable_offset_of(completed)
-        seg.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso))
+    if completed is None or not completed.is_aborted:
+        return None
+    lso = ps.last_stable_offset_of(completed)
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+
+
+def update_producer_state(ps: ProducerStateManager, seg: LogSegment, h, now_ms: int, buf, pos: int) -> None:
+    """``aborted_txn_of_update`` for a live append to ``seg``: an aborted transaction goes into its index."""
+    t = aborted_txn_of_update(ps, h, now_ms, buf, pos)
+    if t is not None:
+        seg.txn_index.append(t)

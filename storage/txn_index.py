@@ -16,11 +16,13 @@ file is a whole number of entries, appended in marker order)::
                                                   the first offset of the earliest other open
                                                   transaction, else LastOffset + 1)
 
-Loading keeps the longest valid prefix (whole entries, version 0, ``first <= last``, ``last >= base``, last
-offsets increasing, LSO past the first offset or the segment base) and truncates the file to it: a torn
-tail or a damaged entry leaves ``damaged`` set, and the log loader then rebuilds the index by replaying
-the log from a producer snapshot (storage/log_loader.py). Appends are rare (one per aborted transaction):
-each opens the file, writes one entry with ``os.pwrite`` and closes it; ``flush`` fsyncs.
+Loading keeps the longest valid prefix in memory (whole entries, version 0, ``first <= last``, ``last >=
+base``, last offsets increasing, ``0 <= LSO <= last + 1``) and leaves the file alone: a torn tail or a
+damaged entry sets ``damaged``, and the log loader then rebuilds the index by replaying the log from a
+producer snapshot and writing it once with ``replace`` (tmp + fsync + rename), so a crash during the
+repair leaves the damaged file, found damaged again by the next open (storage/log_loader.py). Appends are
+rare (one per aborted transaction): each opens the file, writes one entry with ``os.pwrite`` and closes
+it; ``flush`` fsyncs.
 
 Concurrency: none. Only the owning segment (its Log, driven by one replica actor) calls an index.
 """
@@ -30,6 +32,8 @@ from __future__ import annotations
 import os
 import struct
 from typing import Iterable, NamedTuple
+
+from storage.checkpoint import write_atomically
 
 __all__ = ["AbortedTxn", "TxnIndex", "ABORTED_TXN", "txn_index_file_name", "collect_aborted", "carry_aborted"]
 
@@ -90,9 +94,7 @@ class TxnIndex:
             if version != VERSION or not self._valid(t, out[-1] if out else None):
                 break
             out.append(t)
-        if len(out) * n != len(raw):
-            self.damaged = True
-            os.truncate(self.path, len(out) * n)
+        self.damaged = len(out) * n != len(raw)
         self._entries = out
         return out
 
@@ -126,6 +128,9 @@ class TxnIndex:
         prev = entries[-1] if entries else None
         if not self._valid(t, prev):
             raise ValueError(f"{self.path}: {t} cannot follow {prev} (segment base {self.start_offset})")
+        if self.damaged:
+            self.replace(entries + [t])
+            return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.pwrite(fd, t.encode(), len(entries) * ABORTED_TXN.size)
@@ -138,11 +143,21 @@ class TxnIndex:
         """Drop the entries whose marker is at or above ``offset``."""
         entries = self._load()
         keep = sum(1 for t in entries if t.last_offset < offset)
-        if keep < len(entries):
+        if keep < len(entries) or self.damaged:
             del entries[keep:]
             if os.path.exists(self.path):
                 os.truncate(self.path, keep * ABORTED_TXN.size)
-            self._dirty = True
+            self._dirty, self.damaged = True, False
+
+    def replace(self, entries: list[AbortedTxn]) -> None:
+        """Rewrite the whole index atomically (tmp + fsync + rename + directory fsync)."""
+        prev = None
+        for t in entries:
+            if not self._valid(t, prev):
+                raise ValueError(f"{self.path}: {t} cannot follow {prev} (segment base {self.start_offset})")
+            prev = t
+        write_atomically(self.path, b"".join(t.encode() for t in entries))
+        self._entries, self._dirty, self.damaged = list(entries), False, False
 
     def reset(self) -> None:
         self.truncate_to(-1)

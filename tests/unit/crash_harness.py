@@ -39,8 +39,10 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from storage.control import CONTROL_ABORT, parse_control_record
 from storage.log import Log
 from storage.records import decode_records, iter_batch_headers
+from storage.txn_index import ABORTED_TXN, AbortedTxn
 
 UNIT_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT_DIR = os.path.dirname(os.path.dirname(UNIT_DIR))
@@ -403,7 +405,7 @@ def check_log(lg: Log, where: str = "") -> View:
         f"{where}: segment files {[s.name for s in v.segments]} are not the log's segments"
     )
     bases = {s.base for s in v.segments}
-    orphans = [n for n in names if n.endswith((".index", ".timeindex")) and int(n[:20]) not in bases]
+    orphans = [n for n in names if n.endswith((".index", ".timeindex", ".txnindex")) and int(n[:20]) not in bases]
     assert not orphans, f"{where}: index files without a segment: {orphans}"
     for prev, cur in zip(v.segments, v.segments[1:]):
         ok = cur.base == prev.next_offset if strict else cur.base >= prev.next_offset
@@ -482,6 +484,48 @@ def check_epochs(lg: Log, v: View, where: str) -> None:
     assert got and got[0][1] >= log_start and got[-1][1] < lg.log_end_offset
 
 
+def aborted_txns_of(v: View) -> list[AbortedTxn]:
+    """The aborted transactions the batches of ``v`` imply (a model of producer state): the LSO at each
+    abort is the first offset of the earliest other open transaction, else one past the marker."""
+    open_: dict[int, int] = {}
+    out = []
+    for h, b in zip(v.headers, v.batches):
+        if h.producer_id < 0 or not h.is_transactional:
+            continue
+        if not h.is_control:
+            open_.setdefault(h.producer_id, h.base_offset)
+            continue
+        recs = decode_records(b, include_control=True)
+        first = open_.pop(h.producer_id, None)
+        if recs and first is not None and parse_control_record(recs[0])[0] == CONTROL_ABORT:
+            lso = min(open_.values()) if open_ else h.base_offset + 1
+            out.append(AbortedTxn(h.producer_id, first, h.base_offset, lso))
+    return out
+
+
+def check_txn_indexes(lg: Log, final: View, before: View, after: View, where: str, on_disk: bool = False) -> None:
+    """Each segment's aborted transaction index lists exactly the aborted transactions of the operation's
+    whole history (the longer of before/after) whose marker that segment holds -- in memory, and with
+    ``on_disk`` in the ``.txnindex`` files too."""
+    last = [v.headers[-1].last_offset if v.headers else -1 for v in (before, after)]
+    model = aborted_txns_of(after if last[1] > last[0] else before)
+    for seg, sv in zip(lg.segments, final.segments):
+        markers = {h.base_offset for _, h, _ in sv.batches if h.is_control}
+        want = [t for t in model if t.last_offset in markers]
+        got = seg.txn_index.entries()
+        if on_disk:
+            with _OPEN(seg.txn_index_path, "rb") as f:
+                raw = f.read()
+            assert len(raw) % ABORTED_TXN.size == 0, f"{where}: {seg.txn_index_path}: torn entry on disk"
+            got = [AbortedTxn(*ABORTED_TXN.unpack_from(raw, i)[1:]) for i in range(0, len(raw), ABORTED_TXN.size)]
+        assert got == want, f"{where}: txn index of segment {sv.base} is {got}, the batches imply {want}"
+    start, end = lg.log_start_offset, lg.log_end_offset
+    kept = {h.base_offset for h in final.headers if h.is_control}
+    want = [t for t in model if t.last_offset in kept and t.last_offset >= start]
+    got = lg.collect_aborted_transactions(start, end)
+    assert got == want, f"{where}: collect_aborted_transactions({start}, {end}) = {got}, expected {want}"
+
+
 def check_producer_retry(lg: Log, v: View, where: str) -> None:
     """Re-append the last idempotent batch still in the log: it must come back a duplicate with its offsets."""
     log_start = lg.log_start_offset
@@ -511,6 +555,7 @@ def verify(d: str, config, expect, before: View, after: View, where: str) -> Vie
     try:
         final = check_log(lg, where)
         expect(before, after, final)
+        check_txn_indexes(lg, final, before, after, where)
         check_producer_retry(lg, final, where)
     finally:
         lg.close()
@@ -520,7 +565,7 @@ def verify(d: str, config, expect, before: View, after: View, where: str) -> Vie
             sv = next(s for s in final.segments if s.base == seg.base_offset)
             oi, ti = read_index_files(seg)
             _check_indexes(seg, sv, oi, ti, f"{where} (index files on disk after a clean close)")
-        check_log(lg, f"{where} (clean reopen)")
+        check_txn_indexes(lg, check_log(lg, f"{where} (clean reopen)"), before, after, where, on_disk=True)
     finally:
         lg.close()
     return final
