@@ -64,7 +64,7 @@ class TxnIndex:
         self.start_offset = start_offset
         self._entries: list[AbortedTxn] | None = None  # loaded on first use
         self._dirty = False
-        self.damaged = False
+        self._damaged = False
         if create:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
             self._entries = []
@@ -84,8 +84,10 @@ class TxnIndex:
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
-        except FileNotFoundError:
-            raw = b""
+        except FileNotFoundError:  # every segment creates its (empty) file: a missing one was lost
+            raw, self._damaged = b"", True
+            self._entries = []
+            return self._entries
         out: list[AbortedTxn] = []
         n = ABORTED_TXN.size
         for pos in range(0, len(raw) - n + 1, n):
@@ -94,11 +96,17 @@ class TxnIndex:
             if version != VERSION or not self._valid(t, out[-1] if out else None):
                 break
             out.append(t)
-        self.damaged = len(out) * n != len(raw)
+        self._damaged = len(out) * n != len(raw)
         self._entries = out
         return out
 
     # ------------------------------------------------------------------ queries
+    @property
+    def damaged(self) -> bool:
+        """The file was missing, torn or held an invalid entry when loaded (and was not rewritten since)."""
+        self._load()
+        return self._damaged
+
     def entries(self) -> list[AbortedTxn]:
         return list(self._load())
 
@@ -128,7 +136,7 @@ class TxnIndex:
         prev = entries[-1] if entries else None
         if not self._valid(t, prev):
             raise ValueError(f"{self.path}: {t} cannot follow {prev} (segment base {self.start_offset})")
-        if self.damaged:
+        if self._damaged:
             self.replace(entries + [t])
             return
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -143,11 +151,11 @@ class TxnIndex:
         """Drop the entries whose marker is at or above ``offset``."""
         entries = self._load()
         keep = sum(1 for t in entries if t.last_offset < offset)
-        if keep < len(entries) or self.damaged:
+        if keep < len(entries) or self._damaged:
             del entries[keep:]
             if os.path.exists(self.path):
                 os.truncate(self.path, keep * ABORTED_TXN.size)
-            self._dirty, self.damaged = True, False
+            self._dirty, self._damaged = True, False
 
     def replace(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the whole index atomically (tmp + fsync + rename + directory fsync)."""
@@ -157,7 +165,7 @@ class TxnIndex:
                 raise ValueError(f"{self.path}: {t} cannot follow {prev} (segment base {self.start_offset})")
             prev = t
         write_atomically(self.path, b"".join(t.encode() for t in entries))
-        self._entries, self._dirty, self.damaged = list(entries), False, False
+        self._entries, self._dirty, self._damaged = list(entries), False, False
 
     def reset(self) -> None:
         self.truncate_to(-1)
