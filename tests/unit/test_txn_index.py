@@ -333,3 +333,27 @@ def test_compaction_keeps_the_entries_whose_marker_stays(logdir):
     again = Log(logdir, cfg, now_ms=T0)
     assert again.segments[0].txn_index.entries() == [AbortedTxn(7, f7, m7, f8), AbortedTxn(9, f9, m9, m9 + 1)]
     again.close()
+
+
+def test_compaction_drops_an_entry_with_its_marker(logdir):
+    cfg = LogConfig.from_props({"cleanup.policy": "compact", "delete.retention.ms": 1000, "segment.bytes": 1 << 20})
+    log = Log(logdir, cfg, now_ms=T0)
+    w = Writer(log)
+    f7 = w.data(7, b"a")
+    m7 = w.end(7)
+    w.data(7, b"b")  # producer 7's last batch is now a later one: the aborted batch can go whole
+    m7b = w.end(7, CONTROL_COMMIT)
+    w.plain(b"x")
+    assert index_of(log) == [[AbortedTxn(7, f7, m7, m7 + 1)]]
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    log.compact(T0)  # the aborted record goes; its marker stays this pass (a batch of it was seen)
+    assert log.segments[0].txn_index.entries() == [AbortedTxn(7, f7, m7, m7 + 1)]
+    log.compact(T0 + 10)  # nothing of the transaction left: the marker gets its delete horizon
+    assert log.segments[0].txn_index.entries() == [AbortedTxn(7, f7, m7, m7 + 1)]
+    assert log.compact(T0 + 5000).markers_removed == 1  # past delete.retention.ms: marker and entry go
+    markers = {h.base_offset for seg in log.segments for _, h in seg.iter_headers() if h.is_control}
+    assert m7 not in markers and m7b in markers
+    assert index_of(log)[0] == []
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == []
+    log.close()
