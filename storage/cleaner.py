@@ -248,7 +248,7 @@ class _Compaction:
         max_index_size,
     ):
         self.segments = list(segments)
-        self.lso = last_stable_offset
+        self.last_stable_offset = last_stable_offset
         self.now = now_ms
         self.delete_retention_ms = delete_retention_ms
         self.lag_ms = min_compaction_lag_ms
@@ -265,7 +265,7 @@ class _Compaction:
     def cleanable_segments(self) -> list[LogSegment]:
         out = []
         for seg in self.segments[:-1]:  # the last segment is the active one
-            if seg.next_offset > self.lso:
+            if seg.next_offset > self.last_stable_offset:
                 break
             if self.lag_ms > 0 and seg.size and seg.largest_timestamp() > self.now - self.lag_ms:
                 break

@@ -5,6 +5,7 @@ checkpoints. ``LogConfig`` (Kafka's topic configs) lives in storage/log_config.p
 Directory of one partition (``Log(dir)``)::
 
     00000000000000000000.log / .index / .timeindex    segments, named by base offset
+    00000000000000000000.txnindex                      aborted transactions (storage/txn_index.py)
     00000000000000000000.snapshot                      producer state (at each roll and close)
     leader-epoch-checkpoint                            the epoch cache (its grammar: epoch_cache.py)
     recovery-point-checkpoint                          every batch below it is fsynced
@@ -63,6 +64,7 @@ from storage.log_loader import (
     RECOVERY_POINT_FILE,
     load_log,
     replay_producer_state,
+    update_producer_state,
 )
 from storage.log_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -84,6 +86,7 @@ from storage.records import (
     validate_batch,
 )
 from storage.segment import LogSegment
+from storage.txn_index import AbortedTxn, carry_aborted, collect_aborted
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +139,7 @@ class Log(LogRetention):
     # ------------------------------------------------------------------ state
     @property
     def log_start_offset(self) -> int:
-        return self._lso
+        return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -158,7 +161,7 @@ class Log(LogRetention):
         """Log start, log end, high watermark and last stable offset in one value (Kafka's
         ``UnifiedLog.fetchOffsetSnapshot``)."""
         hw = self._hw
-        return LogOffsetSnapshot(self._lso, self._leo, hw, self.producer_state.last_stable_offset(hw))
+        return LogOffsetSnapshot(self._log_start_offset, self._leo, hw, self.producer_state.last_stable_offset(hw))
 
     @property
     def latest_epoch(self) -> int:
@@ -182,7 +185,7 @@ class Log(LogRetention):
 
     def update_high_watermark(self, hw: int) -> int:
         """Set the high watermark (clamped into ``[log_start_offset, log_end_offset]``); returns it."""
-        self._hw = min(max(hw, self._lso), self._leo)
+        self._hw = min(max(hw, self._log_start_offset), self._leo)
         written = self._written.get(HIGH_WATERMARK_FILE)
         if written is not None and self._hw < written:
             # A lowered HW (truncation, a follower adopting its leader's) is checkpointed at once: a
@@ -208,7 +211,11 @@ class Log(LogRetention):
         loaded = load_log(self.dir, self.config, self.epoch_cache, self.producer_state, self._new_segment, now)
         self._segments = loaded.segments
         self._bases = [seg.base_offset for seg in loaded.segments]
-        self._lso, self._leo, self._hw = loaded.log_start_offset, loaded.log_end_offset, loaded.high_watermark
+        self._log_start_offset, self._leo, self._hw = (
+            loaded.log_start_offset,
+            loaded.log_end_offset,
+            loaded.high_watermark,
+        )
         self._rp = self._leo  # every recovered segment was fsynced; trusted ones were below the old point
         self._written.update(loaded.checkpoints)
         self._write_checkpoints()  # those that changed, or were missing or unreadable
@@ -222,7 +229,7 @@ class Log(LogRetention):
         for name, value in (
             (RECOVERY_POINT_FILE, self._rp),
             (HIGH_WATERMARK_FILE, self._hw),
-            (LOG_START_OFFSET_FILE, self._lso),
+            (LOG_START_OFFSET_FILE, self._log_start_offset),
         ):
             if self._written.get(name) != value:
                 write_offset_checkpoint(os.path.join(self.dir, name), value)
@@ -268,7 +275,7 @@ class Log(LogRetention):
         self._check_open()
         n = len(batches)
         if n == 0:
-            return LogAppendInfo(-1, -1, -1, -1, self._lso, 0, 0, False)
+            return LogAppendInfo(-1, -1, -1, -1, self._log_start_offset, 0, 0, False)
         c = self.config
         if n > c.segment_bytes:
             raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
@@ -279,7 +286,7 @@ class Log(LogRetention):
         if producers:
             dup = self._check_producers(buf, infos)
             if dup is not None:
-                return LogAppendInfo(dup[0], dup[1], -1, -1, self._lso, dup[1] - dup[0] + 1, 0, True)
+                return LogAppendInfo(dup[0], dup[1], -1, -1, self._log_start_offset, dup[1] - dup[0] + 1, 0, True)
         append_time = c.message_timestamp_type == "LogAppendTime"
         first = offset = self._leo
         seg_batches, max_ts = [], -1
@@ -299,14 +306,16 @@ class Log(LogRetention):
             self.epoch_cache.assign(leader_epoch, first)
         self._segments[-1].append(buf, seg_batches)
         self._leo = offset
-        ps = self.producer_state
+        ps, seg = self.producer_state, self._segments[-1]
         if producers:
             for pos, _, h in infos:
                 if h.producer_id >= 0:
-                    ps.update(parse_header(buf, pos), now_ms, buf, pos)
+                    update_producer_state(ps, seg, parse_header(buf, pos), now_ms, buf, pos)
         ps.map_end_offset = offset
         self._after_append(records, now_ms)
-        return LogAppendInfo(first, offset - 1, max_ts, now_ms if append_time else -1, self._lso, records, n, False)
+        return LogAppendInfo(
+            first, offset - 1, max_ts, now_ms if append_time else -1, self._log_start_offset, records, n, False
+        )
 
     def _check_producers(self, buf, infos) -> tuple[int, int] | None:
         """Producer-state check of a leader append; several batches of one producer in one append must
@@ -340,7 +349,7 @@ class Log(LogRetention):
         self._check_open()
         n = len(batches)
         if n == 0:
-            return LogAppendInfo(-1, -1, -1, -1, self._lso, 0, 0, False)
+            return LogAppendInfo(-1, -1, -1, -1, self._log_start_offset, 0, 0, False)
         if n > self.config.segment_bytes:
             raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {self.config.segment_bytes}")
         now = _now(now_ms)
@@ -373,13 +382,13 @@ class Log(LogRetention):
                 latest = h.partition_leader_epoch
         self._segments[-1].append(batches, seg_batches)
         self._leo = expected
-        ps = self.producer_state
+        ps, seg = self.producer_state, self._segments[-1]
         for p, h in headers:
             if h.producer_id >= 0:
-                ps.update(h, -1, batches, p)
+                update_producer_state(ps, seg, h, -1, batches, p)
         ps.map_end_offset = expected
         self._after_append(records, now)
-        return LogAppendInfo(first, expected - 1, max_ts, -1, self._lso, records, n, False)
+        return LogAppendInfo(first, expected - 1, max_ts, -1, self._log_start_offset, records, n, False)
 
     def _after_append(self, records: int, now_ms: int) -> None:
         self._unflushed += records
@@ -436,8 +445,10 @@ class Log(LogRetention):
         when ``min_one_message``). ``OffsetOutOfRangeError`` outside ``[log_start, log_end]``."""
         self._check_open()
         leo = self._leo
-        if start_offset < self._lso or start_offset > leo:
-            raise OffsetOutOfRangeError(f"offset {start_offset} is outside [{self._lso}, {leo}] of {self.dir}")
+        if start_offset < self._log_start_offset or start_offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is outside [{self._log_start_offset}, {leo}] of {self.dir}"
+            )
         empty = FetchDataInfo(b"", start_offset, start_offset)
         if start_offset == leo or (max_offset is not None and start_offset >= max_offset):
             return empty
@@ -452,13 +463,21 @@ class Log(LogRetention):
                 return FetchDataInfo(*r)
         return empty
 
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)`` (marker at or
+        after the start, first offset below the bound), for a read_committed fetch: Kafka's
+        ``LocalLog.collectAbortedTransactions`` over the txn indexes from the segment holding the start."""
+        self._check_open()
+        segs = self._segments[self._segment_index(start_offset) :]
+        return collect_aborted((s.txn_index for s in segs), start_offset, upper_bound_offset)
+
     # ------------------------------------------------------------------ offsets by time
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: ``(offset, timestamp, leader_epoch)`` of the first record with a timestamp >=
         ``timestamp``; -2/-4 earliest (log start), -1 latest (log end), -3 the record with the largest
         timestamp. None when no record qualifies (or for other negative timestamps)."""
         self._check_open()
-        return offset_by_timestamp(self._segments, self._lso, self._leo, self.epoch_cache, timestamp)
+        return offset_by_timestamp(self._segments, self._log_start_offset, self._leo, self.epoch_cache, timestamp)
 
     # ------------------------------------------------------------------ truncation
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
@@ -483,11 +502,11 @@ class Log(LogRetention):
             self._bases.pop()
         self._segments[-1].truncate_to(offset)
         self._leo = self._segments[-1].next_offset
-        self._lso = min(self._lso, self._leo)
+        self._log_start_offset = min(self._log_start_offset, self._leo)
         self._hw = min(self._hw, self._leo)
         self._rp = min(self._rp, self._leo)
         self.epoch_cache.truncate_from_end(self._leo)
-        replay_from = self.producer_state.truncate(self._leo, self._lso, now_ms)
+        replay_from = self.producer_state.truncate(self._leo, self._log_start_offset, now_ms)
         self._replay_producer_state(replay_from)
         self._write_checkpoints()
         return True
@@ -510,7 +529,7 @@ class Log(LogRetention):
         self.epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(offset)
         self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
-        self._leo = self._lso = self._hw = self._rp = offset
+        self._leo = self._log_start_offset = self._hw = self._rp = offset
         self._write_checkpoints()
 
     # ------------------------------------------------------------------ compaction
@@ -523,6 +542,11 @@ class Log(LogRetention):
             raise ValueError("old_segments must be segments of this log")
         if new_segment.base_offset != old_segments[0].base_offset or old_segments[-1] is self._segments[-1]:
             raise ValueError("the cleaned segment must start where the old ones start, before the active one")
+        olds = [s.txn_index for s in old_segments]
+        if any(len(t) for t in olds):  # entries whose marker the cleaned segment still holds
+            carry_aborted(
+                new_segment.txn_index, olds, (h.base_offset for _, h in new_segment.iter_headers() if h.is_control)
+            )
         new_segment.flush()
         new_segment.change_suffix(".swap")
         fsync_dir(self.dir)
@@ -565,4 +589,4 @@ class Log(LogRetention):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:
-        return f"Log({self.dir!r}, start={self._lso}, end={self._leo}, hw={self._hw}, segments={len(self._segments)})"
+        return f"Log({self.dir!r}, start={self._log_start_offset}, end={self._leo}, hw={self._hw}, segments={len(self._segments)})"

@@ -7,7 +7,8 @@ The order of its writes (a kill at any of them is repaired by the next open, its
     1. the clean-shutdown marker, if present, is removed and the directory fsynced before anything else
        changes: from then on a crash makes the next open a recovery, never one that trusts the files
     2. leftovers removed (``.cleaned``, ``.deleted``, checkpoint ``.tmp``); each ``.log.swap`` completes
-       its interrupted swap (the segments it replaces deleted, then the suffix dropped)
+       its interrupted swap (the segments it replaces deleted, then the suffix dropped; its ``.txnindex``
+       is kept: it cannot be rebuilt from cleaned data, and it was renamed before the ``.log``)
     3. index files without a segment removed
     4. continuity of the segments not scanned below (all of them after a clean shutdown): each must start
        where the previous one ends (``cleanup.policy=delete``; with compaction, not below it). A hole or an
@@ -20,7 +21,11 @@ The order of its writes (a kill at any of them is repaired by the next open, its
        corrupt or missing, else the file's entries plus the epochs the scan met -- cut to [log start, log
        end], and written once if it changed (before the recovery point moves: the next open re-scans
        what this one scanned until the checkpoint says otherwise)
-    7. producer state: the latest snapshot at or below the log end, then a replay of later batches
+    7. producer state: the latest snapshot at or below the log end, then a replay of later batches;
+       the aborted transaction indexes (``.txnindex``) are truncated to where the replay starts and
+       rebuilt by it. After a crash, or when a txn index is torn or damaged, or names a marker past its
+       segment's end, the replay starts at the latest snapshot at or below the first segment recovered
+       (or damaged), so every index that may be stale is rebuilt (from the log start without a snapshot)
 
 ``Log`` then writes the recovery point, high watermark and log start checkpoints that changed.
 
@@ -41,6 +46,7 @@ from storage.log_config import LogConfig
 from storage.producer_state import ProducerStateManager
 from storage.records import CONTROL_MASK
 from storage.segment import LogSegment, log_file_name, parse_base_offset
+from storage.txn_index import AbortedTxn, txn_index_file_name
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +80,16 @@ def load_log(
     bases = sorted({b for n in names if n.endswith(".log") and (b := parse_base_offset(n)) is not None})
     for n in names:  # index files whose segment is gone
         b = parse_base_offset(n)
-        if b is not None and b not in bases and n.endswith((".index", ".timeindex")):
+        if b is not None and b not in bases and n.endswith((".index", ".timeindex", ".txnindex")):
             os.remove(os.path.join(d, n))
     stored = {
         name: v
         for name in (LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, HIGH_WATERMARK_FILE)
         if (v := read_offset_checkpoint(os.path.join(d, name))) is not None
     }
-    lso = stored.get(LOG_START_OFFSET_FILE)
+    log_start = stored.get(LOG_START_OFFSET_FILE)
     rp, hw = stored.get(RECOVERY_POINT_FILE, 0), stored.get(HIGH_WATERMARK_FILE, 0)
-    segments = [new_segment(b, now) for b in bases] or [new_segment(lso or 0, now)]
+    segments = [new_segment(b, now) for b in bases] or [new_segment(log_start or 0, now)]
     rebuild_epochs = epoch_cache.load_error is not None or (
         epoch_cache.path is not None
         and not os.path.exists(epoch_cache.path)
@@ -110,19 +116,26 @@ def load_log(
         active.recover(strict_offsets=strict)
         active.flush()
         leo = active.next_offset
-    lso = min(max(lso or 0, segments[0].base_offset), leo)
-    hw = min(max(hw, lso), leo)
+    log_start = min(max(log_start or 0, segments[0].base_offset), leo)
+    hw = min(max(hw, log_start), leo)
     if rebuild_epochs:
         log.warning("log %s: rebuilding the leader epoch cache from batch headers", d)
         epochs.replace(header_epochs(segments))
     epochs.truncate_from_end(leo)
-    epochs.truncate_from_start(lso)
+    epochs.truncate_from_start(log_start)
     if rebuild_epochs or epochs.entries() != epoch_cache.entries():
         epoch_cache.replace(epochs.entries())
-    replay_from = producer_state.load(lso, leo, now)
+    rebuild_from = segments[first].base_offset if first < len(segments) else leo
+    for seg in segments:
+        idx = seg.txn_index
+        last = idx.last_offset  # loads it: a torn or damaged file is cut to its valid prefix
+        if idx.damaged or (last is not None and last >= seg.next_offset):
+            log.warning("log %s: aborted transaction index of segment %d is damaged; rebuilding", d, seg.base_offset)
+            rebuild_from = min(rebuild_from, seg.base_offset)
+    replay_from = producer_state.load(log_start, leo, now, upto=rebuild_from)
     replay_producer_state(segments, [s.base_offset for s in segments], producer_state, replay_from, leo)
     producer_state.on_high_watermark_updated(hw)
-    return LoadedLog(segments, lso, leo, hw, stored)
+    return LoadedLog(segments, log_start, leo, hw, stored)
 
 
 def _take_clean_shutdown_marker(d: str) -> bool:
@@ -134,15 +147,17 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
     """Drop ``.cleaned``/``.deleted``/checkpoint ``.tmp`` leftovers; complete each interrupted swap: a
     ``.log.swap`` (flushed before it got that name) replaces the segments whose base offsets lie in its
     offset range. A ``.swap`` index is dropped (the segment's indexes are rebuilt)."""
-    swaps: list[int] = []
-    for n in sorted(os.listdir(d)):
+    names = sorted(os.listdir(d))
+    swaps = [b for n in names if n.endswith(".log.swap") and (b := parse_base_offset(n)) is not None]
+    for n in names:
         path = os.path.join(d, n)
-        if n.endswith((".cleaned", ".deleted")) or (n.endswith(TMP_SUFFIX) and "checkpoint" in n):
+        if n.endswith((".cleaned", ".deleted", ".txnindex" + TMP_SUFFIX)) or (
+            n.endswith(TMP_SUFFIX) and "checkpoint" in n
+        ):
             os.remove(path)
-        elif n.endswith(".log.swap") and (swap_base := parse_base_offset(n)) is not None:
-            swaps.append(swap_base)
-        elif n.endswith(".swap"):
-            os.remove(path)
+        elif n.endswith(".swap") and not n.endswith(".log.swap"):
+            if not (n.endswith(".txnindex.swap") and parse_base_offset(n) in swaps):
+                os.remove(path)
     for base in sorted(swaps):
         seg = new_segment(base, now, suffix=".swap")
         end = max(seg.next_offset, base + 1)
@@ -151,10 +166,16 @@ def _remove_temp_files_and_complete_swaps(d: str, new_segment, now: int) -> None
         for path in (seg.index_path, seg.time_index_path):  # its indexes are rebuilt once it is in place
             if os.path.exists(path):
                 os.remove(path)
+        txn_swap = os.path.join(d, txn_index_file_name(base, ".swap"))
+        # without a .txnindex.swap, the swap's own .txnindex is in place already (the old one went first)
+        own_txn = txn_index_file_name(base) if not os.path.exists(txn_swap) else None
         for n in sorted(os.listdir(d), reverse=True):  # the segments it replaces, highest first
             b = parse_base_offset(n)
-            if b is not None and base <= b < end and n.endswith((".log", ".index", ".timeindex")):
-                os.remove(os.path.join(d, n))
+            if b is not None and base <= b < end and n.endswith((".log", ".index", ".timeindex", ".txnindex")):
+                if n != own_txn:
+                    os.remove(os.path.join(d, n))
+        if os.path.exists(txn_swap):
+            os.replace(txn_swap, os.path.join(d, txn_index_file_name(base)))
         os.replace(seg.log_path, os.path.join(d, log_file_name(base)))  # the swap's last step
     if swaps:
         fsync_dir(d)
@@ -243,14 +264,43 @@ def header_epochs(segments: list[LogSegment]) -> list[tuple[int, int]]:
 def replay_producer_state(
     segments: list[LogSegment], bases: list[int], ps: ProducerStateManager, start: int, end: int
 ) -> None:
-    """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``)."""
-    if start < end:
-        for seg in segments[max(bisect_right(bases, start) - 1, 0) :]:
-            found = seg.translate_offset(start)
-            if found is None:
-                continue
-            for pos, h in seg.iter_headers(found[0]):
-                if h.producer_id >= 0 and h.base_offset >= start:
-                    data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
-                    ps.update(h, -1, data, 0)
+    """Feed every producer batch in ``[start, end)`` to the producer state (after ``load``/``truncate``).
+    The aborted transaction indexes of the segments from the one holding ``start`` are rebuilt: entries
+    below ``start`` kept, the rest from the markers met; an index that differs (or is damaged) is
+    rewritten once, atomically."""
+    touched = segments[max(bisect_right(bases, start) - 1, 0) :]
+    aborted: dict[int, list[AbortedTxn]] = {}
+    for seg in touched if start < end else ():
+        found = seg.translate_offset(start)
+        if found is None:
+            continue
+        for pos, h in seg.iter_headers(found[0]):
+            if h.producer_id >= 0 and h.base_offset >= start:
+                data = seg.read_bytes(pos, h.size_in_bytes) if h.attributes & CONTROL_MASK else None
+                t = aborted_txn_of_update(ps, h, -1, data, 0)
+                if t is not None:
+                    aborted.setdefault(seg.base_offset, []).append(t)
+    for seg in touched:
+        idx = seg.txn_index
+        old = idx.entries()
+        new = [t for t in old if t.last_offset < start] + aborted.get(seg.base_offset, [])
+        if idx.damaged or new != old:
+            idx.replace(new)
     ps.map_end_offset = end
+
+
+def aborted_txn_of_update(ps: ProducerStateManager, h, now_ms: int, buf, pos: int) -> AbortedTxn | None:
+    """``ps.update`` for an appended batch (live or replayed); the transaction it aborted, if any, with the
+    LSO at its abort, for the txn index (Kafka's ``UnifiedLog`` append / ``LogSegment.recover``)."""
+    completed = ps.update(h, now_ms, buf, pos)
+    if completed is None or not completed.is_aborted:
+        return None
+    lso = ps.last_stable_offset_of(completed)
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, lso)
+
+
+def update_producer_state(ps: ProducerStateManager, seg: LogSegment, h, now_ms: int, buf, pos: int) -> None:
+    """``aborted_txn_of_update`` for a live append to ``seg``: an aborted transaction goes into its index."""
+    t = aborted_txn_of_update(ps, h, now_ms, buf, pos)
+    if t is not None:
+        seg.txn_index.append(t)

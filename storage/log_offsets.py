@@ -42,15 +42,15 @@ def offset_by_timestamp(
     return None
 
 
-def _find_in_segment(seg: LogSegment, lso: int, ts: int, from_offset: int, exact: bool = False):
-    start = seg.offset_index.lookup(max(from_offset, lso))[1]
+def _find_in_segment(seg: LogSegment, log_start: int, ts: int, from_offset: int, exact: bool = False):
+    start = seg.offset_index.lookup(max(from_offset, log_start))[1]
     for pos, h in seg.iter_headers(start):
-        if h.max_timestamp < ts or h.last_offset < lso:
+        if h.max_timestamp < ts or h.last_offset < log_start:
             continue
         epoch = h.partition_leader_epoch if h.partition_leader_epoch >= 0 else -1
         if h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-            return max(h.base_offset, lso), h.max_timestamp, epoch
+            return max(h.base_offset, log_start), h.max_timestamp, epoch
         for r in RecordBatch(seg.read_bytes(pos, h.size_in_bytes), 0, header=h):
-            if r.offset >= lso and (r.timestamp == ts if exact else r.timestamp >= ts):
+            if r.offset >= log_start and (r.timestamp == ts if exact else r.timestamp >= ts):
                 return r.offset, r.timestamp, epoch
     return None

@@ -37,7 +37,7 @@ class LogRetention:
         producer_state: ProducerStateManager
         _segments: list[LogSegment]
         _bases: list[int]
-        _lso: int
+        _log_start_offset: int
         _leo: int
         _hw: int
         _rp: int
@@ -56,15 +56,17 @@ class LogRetention:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start offset of {self.dir} to {offset}: above the high watermark {self._hw}"
             )
-        if offset > self._lso:
+        if offset > self._log_start_offset:
             self._advance_log_start(offset)
-            self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), None)
-        return self._lso
+            self._delete_segments(
+                self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset), None
+            )
+        return self._log_start_offset
 
     def _advance_log_start(self, offset: int) -> None:
         """The log start checkpoint first, then the epoch cache: a crash between them leaves a cache that
         starts below the log start, which open cuts (never one starting above it)."""
-        self._lso = offset
+        self._log_start_offset = offset
         self._write_checkpoints()
         self.epoch_cache.truncate_from_start(offset)
 
@@ -89,7 +91,9 @@ class LogRetention:
                 return False
 
             deleted += self._delete_segments(self._deletable(over), now_ms)
-        deleted += self._delete_segments(self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._lso), now_ms)
+        deleted += self._delete_segments(
+            self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset), now_ms
+        )
         return deleted
 
     def _deletable(self, predicate) -> list[LogSegment]:
@@ -112,7 +116,7 @@ class LogRetention:
             self._bases.pop(0)
             seg.delete()
         self._rp = max(self._rp, self._bases[0])
-        if self._bases[0] > self._lso:
+        if self._bases[0] > self._log_start_offset:
             self._advance_log_start(self._bases[0])
         self.producer_state.delete_snapshots_below(self._bases[0])
         self._write_checkpoints()

@@ -295,6 +295,18 @@ class ProducerStateManager:
         firsts.extend(t.first_offset for t in self._unreplicated.values())
         return min(firsts) if firsts else None
 
+    def last_stable_offset_of(self, completed: CompletedTxn) -> int:
+        """The LSO when ``completed``'s marker was appended (its entry already closed), for the txn index:
+        Kafka's ``lastStableOffset(completedTxn)`` -- the first offset of the earliest other open
+        transaction, else one past the marker."""
+        pid = completed.producer_id
+        firsts = [
+            e.current_txn_first_offset
+            for p, e in self.producers.items()
+            if p != pid and e.current_txn_first_offset is not None
+        ]
+        return min(firsts) if firsts else completed.last_offset + 1
+
     def last_stable_offset(self, high_watermark: int) -> int:
         fuo = self.first_unstable_offset
         return high_watermark if fuo is None else min(fuo, high_watermark)
@@ -460,17 +472,22 @@ class ProducerStateManager:
         self._unreplicated.clear()
         self.map_end_offset = offset
 
-    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None) -> int:
+    def load(
+        self, log_start_offset: int, log_end_offset: int, now_ms: int | None = None, upto: int | None = None
+    ) -> int:
         """Rebuild the state from the latest valid snapshot at or below ``log_end_offset``; returns the
         offset from which the Log must replay its batches through ``update`` up to its end. Snapshots
         above the end are deleted (they describe truncated data), corrupt ones are logged and deleted.
         With ``now_ms``, expired producers are dropped. No usable snapshot: empty state, replay from
-        ``log_start_offset``."""
+        ``log_start_offset``. ``upto``: use no snapshot above it (the log loader replays from there to
+        rebuild the aborted transaction indexes of the segments it recovers)."""
         self._remove_tmp_files()
         for o in self.snapshot_offsets():
             if o > log_end_offset:
                 self._delete_snapshot(o)
         for o in reversed(self.snapshot_offsets()):
+            if upto is not None and o > upto:
+                continue
             try:
                 entries = self.read_snapshot(o)
             except (CorruptSnapshotError, OSError) as e:

@@ -6,8 +6,9 @@ Files are named by the segment's base offset (the first offset it may hold), zer
     00000000000000000000.log          batches, back to back, offsets increasing
     00000000000000000000.index        last offset of a batch -> byte position, every index.interval.bytes
     00000000000000000000.timeindex    running max timestamp -> offset, at the same points
+    00000000000000000000.txnindex     aborted transactions whose ABORT marker is here (storage/txn_index.py)
 
-An optional ``suffix`` (``.cleaned``, ``.swap``) is appended to all three names while the cleaner builds a
+An optional ``suffix`` (``.cleaned``, ``.swap``) is appended to all four names while the cleaner builds a
 replacement segment; ``Log.replace_segments`` renames it into place.
 
 Appends go straight to the OS with ``os.pwrite`` at the end of the file (no user-space buffer, so a read
@@ -41,6 +42,7 @@ from storage.records import (
     parse_header,
     validate_batch,
 )
+from storage.txn_index import TxnIndex, txn_index_file_name
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,7 @@ class LogSegment:
         self._size = os.fstat(self._fd).st_size
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
+        self._txn_index: TxnIndex | None = None
         self._bytes_since_last_index_entry = 0
         self._max_ts: int | None = None  # None: not known yet (from the time index on demand)
         self._offset_of_max_ts = base_offset
@@ -103,6 +106,7 @@ class LogSegment:
         if self._size == 0:  # a new (or emptied) segment: its (empty) index files exist from the start
             self.offset_index.create()  # loads both indexes
             self.time_index.create()
+            self._txn_index = TxnIndex(self.txn_index_path, base_offset, create=True)
 
     # ------------------------------------------------------------------ names and sizes
     @property
@@ -116,6 +120,16 @@ class LogSegment:
     @property
     def time_index_path(self) -> str:
         return os.path.join(self.dir, time_index_file_name(self.base_offset, self.suffix))
+
+    @property
+    def txn_index_path(self) -> str:
+        return os.path.join(self.dir, txn_index_file_name(self.base_offset, self.suffix))
+
+    @property
+    def txn_index(self) -> TxnIndex:
+        if self._txn_index is None:
+            self._txn_index = TxnIndex(self.txn_index_path, self.base_offset)
+        return self._txn_index
 
     @property
     def size(self) -> int:
@@ -354,9 +368,8 @@ class LogSegment:
             return
         last_offset = batches[-1][2]
         if not self.can_convert_to_relative_offset(last_offset):
-            raise KafkaStorageError(
-                f"segment {self.log_path}: offset {last_offset} is not relative to base offset {self.base_offset}"
-            )
+            msg = f"offset {last_offset} is not relative to base offset {self.base_offset}"
+            raise KafkaStorageError(f"segment {self.log_path}: {msg}")
         physical = self._size
         view, n, written = memoryview(buf), len(buf), 0
         try:
@@ -476,17 +489,8 @@ class LogSegment:
                 or last - self.base_offset > MAX_RELATIVE_OFFSET
                 or (epoch < prev_epoch and prev_epoch >= 0)
             ):
-                log.warning(
-                    "segment %s: batch at position %d has offsets %d..%d (expected from %d) "
-                    "or leader epoch %d after %d",
-                    self.log_path,
-                    pos,
-                    base,
-                    last,
-                    expected,
-                    epoch,
-                    prev_epoch,
-                )
+                args = (self.log_path, pos, base, last, expected, epoch, prev_epoch)
+                log.warning("segment %s: batch at %d has offsets %d..%d (from %d) or epoch %d after %d", *args)
                 break
             if on_batch is not None:
                 on_batch(pos, h)
@@ -512,6 +516,7 @@ class LogSegment:
         removed = self._size - pos
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         os.ftruncate(self._fd, pos)
         self._size = pos
         self._reset_bytes_since_index()
@@ -527,11 +532,8 @@ class LogSegment:
         if last is None and start > 0:
             last = self._last_header(self.offset_index.lookup(1 << 62)[1])
         self._max_ts, self._offset_of_max_ts = ts, ts_off
-        self._next_offset = (
-            self.base_offset
-            if pos == 0
-            else (last.base_offset + last.last_offset_delta + 1 if last is not None else None)
-        )
+        end = None if last is None else last.base_offset + last.last_offset_delta + 1
+        self._next_offset = self.base_offset if pos == 0 else end
         return removed
 
     # ------------------------------------------------------------------ lifecycle
@@ -547,15 +549,18 @@ class LogSegment:
             self._time_index.flush(fsync=False)
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and the indexes."""
         os.fsync(self._fd)
+        if self._txn_index is not None:
+            self._txn_index.flush()
         if self._offset_index is not None and self._time_index is not None:
             self._offset_index.flush()
             self._time_index.flush()
 
     def change_suffix(self, new_suffix: str) -> None:
-        """Rename the three files from the current suffix to ``new_suffix`` (log file last)."""
+        """Rename the four files from the current suffix to ``new_suffix`` (log file last)."""
         old_log = self.log_path
+        self.txn_index.rename(os.path.join(self.dir, txn_index_file_name(self.base_offset, new_suffix)))
         for idx, name_of in ((self._offset_index, index_file_name), (self._time_index, time_index_file_name)):
             new_path = os.path.join(self.dir, name_of(self.base_offset, new_suffix))
             if idx is not None:
@@ -574,18 +579,20 @@ class LogSegment:
             self.on_become_inactive()
             self._offset_index.close()
             self._time_index.close()
+        if self._txn_index is not None:
+            self._txn_index.close()
         os.close(self._fd)
         self._closed = True
 
     def delete(self) -> None:
-        """Close and remove the three files."""
+        """Close and remove the four files."""
         if not self._closed:
             if self._offset_index is not None and self._time_index is not None:
                 self._offset_index.close()
                 self._time_index.close()
             os.close(self._fd)
             self._closed = True
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index_path):
             try:
                 os.remove(path)
             except FileNotFoundError:

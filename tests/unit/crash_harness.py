@@ -39,8 +39,10 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 
+from storage.control import CONTROL_ABORT, parse_control_record
 from storage.log import Log
 from storage.records import decode_records, iter_batch_headers
+from storage.txn_index import ABORTED_TXN, AbortedTxn
 
 UNIT_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT_DIR = os.path.dirname(os.path.dirname(UNIT_DIR))
@@ -302,7 +304,7 @@ class View:
     """A log directory as recovery left it: its segments, batches and offsets."""
 
     segments: list
-    lso: int
+    log_start: int
     leo: int
     epochs: list = field(default_factory=list)
 
@@ -315,7 +317,7 @@ class View:
         return [h for s in self.segments for _, h, _ in s.batches]
 
     def records(self, from_offset=None):
-        lo = self.lso if from_offset is None else from_offset
+        lo = self.log_start if from_offset is None else from_offset
         return [
             (r.offset, r.timestamp, r.key, r.value, r.headers)
             for r in decode_records(b"".join(self.batches), include_control=True)
@@ -344,16 +346,16 @@ def view_of(lg: Log, strict: bool = True) -> View:
     return View(scan_dir(lg.dir, strict), lg.log_start_offset, lg.log_end_offset, lg.epoch_cache.entries())
 
 
-def header_epochs(headers, lso: int) -> list[tuple[int, int]]:
+def header_epochs(headers, log_start: int) -> list[tuple[int, int]]:
     """The leader epoch entries the batch headers imply, anchored at the log start offset (Kafka's rule)."""
     entries = []
     for h in headers:
         e = h.partition_leader_epoch
         if e >= 0 and (not entries or e > entries[-1][0]):
             entries.append((e, h.base_offset))
-    below = [i for i, (_, o) in enumerate(entries) if o <= lso]
+    below = [i for i, (_, o) in enumerate(entries) if o <= log_start]
     if below:
-        entries = [(entries[below[-1]][0], lso)] + entries[below[-1] + 1 :]
+        entries = [(entries[below[-1]][0], log_start)] + entries[below[-1] + 1 :]
     return entries
 
 
@@ -403,7 +405,7 @@ def check_log(lg: Log, where: str = "") -> View:
         f"{where}: segment files {[s.name for s in v.segments]} are not the log's segments"
     )
     bases = {s.base for s in v.segments}
-    orphans = [n for n in names if n.endswith((".index", ".timeindex")) and int(n[:20]) not in bases]
+    orphans = [n for n in names if n.endswith((".index", ".timeindex", ".txnindex")) and int(n[:20]) not in bases]
     assert not orphans, f"{where}: index files without a segment: {orphans}"
     for prev, cur in zip(v.segments, v.segments[1:]):
         ok = cur.base == prev.next_offset if strict else cur.base >= prev.next_offset
@@ -434,13 +436,13 @@ def check_log(lg: Log, where: str = "") -> View:
             f"{where}: segment {sv.base} max timestamp {seg.max_timestamp_so_far}, batches say {top}"
         )
         assert seg.next_offset == sv.next_offset
-    lso, leo = lg.log_start_offset, lg.log_end_offset
-    got, off = b"", lso
+    log_start, leo = lg.log_start_offset, lg.log_end_offset
+    got, off = b"", log_start
     while off < leo:
         r = lg.read(off, 1 << 20)
         got, off = got + r.records, r.next_offset
-    live = [b for h, b in zip(hs, v.batches) if h.last_offset >= lso]
-    assert got == b"".join(live), f"{where}: reading {lso}..{leo} does not return the batches"
+    live = [b for h, b in zip(hs, v.batches) if h.last_offset >= log_start]
+    assert got == b"".join(live), f"{where}: reading {log_start}..{leo} does not return the batches"
     check_list_offsets(lg, v, where)
     check_epochs(lg, v, where)
     return v
@@ -464,27 +466,73 @@ def check_list_offsets(lg: Log, v: View, where: str) -> None:
 
 
 def check_epochs(lg: Log, v: View, where: str) -> None:
-    got, lso = lg.epoch_cache.entries(), lg.log_start_offset
-    live = [h for h in v.headers if h.last_offset >= lso]
+    got, log_start = lg.epoch_cache.entries(), lg.log_start_offset
+    live = [h for h in v.headers if h.last_offset >= log_start]
     if not live:
-        assert got == [] or (len(got) == 1 and got[0][1] == lso), f"{where}: epochs {got} for an empty log at {lso}"
+        assert got == [] or (len(got) == 1 and got[0][1] == log_start), (
+            f"{where}: epochs {got} for an empty log at {log_start}"
+        )
         return
     if not lg.config.compact:
-        want = header_epochs(v.headers, lso)
+        want = header_epochs(v.headers, log_start)
         assert got == want, f"{where}: leader epoch cache {got}, the batch headers imply {want}"
         return
     for h in live:  # compaction may remove an epoch's first batches: the cache still covers every batch
         if h.partition_leader_epoch >= 0:
-            e = lg.epoch_cache.epoch_for_offset(max(h.base_offset, lso))
+            e = lg.epoch_cache.epoch_for_offset(max(h.base_offset, log_start))
             assert e == h.partition_leader_epoch, f"{where}: epoch cache says {e} at {h.base_offset}"
-    assert got and got[0][1] >= lso and got[-1][1] < lg.log_end_offset
+    assert got and got[0][1] >= log_start and got[-1][1] < lg.log_end_offset
+
+
+def aborted_txns_of(v: View) -> list[AbortedTxn]:
+    """The aborted transactions the batches of ``v`` imply (a model of producer state): the LSO at each
+    abort is the first offset of the earliest other open transaction, else one past the marker."""
+    open_: dict[int, int] = {}
+    out = []
+    for h, b in zip(v.headers, v.batches):
+        if h.producer_id < 0 or not h.is_transactional:
+            continue
+        if not h.is_control:
+            open_.setdefault(h.producer_id, h.base_offset)
+            continue
+        recs = decode_records(b, include_control=True)
+        first = open_.pop(h.producer_id, None)
+        if recs and first is not None and parse_control_record(recs[0])[0] == CONTROL_ABORT:
+            lso = min(open_.values()) if open_ else h.base_offset + 1
+            out.append(AbortedTxn(h.producer_id, first, h.base_offset, lso))
+    return out
+
+
+def check_txn_indexes(lg: Log, final: View, before: View, after: View, where: str, on_disk: bool = False) -> None:
+    """Each segment's aborted transaction index lists exactly the aborted transactions of the operation's
+    whole history (the longer of before/after) whose marker that segment holds -- in memory, and with
+    ``on_disk`` in the ``.txnindex`` files too."""
+    last = [v.headers[-1].last_offset if v.headers else -1 for v in (before, after)]
+    model = aborted_txns_of(after if last[1] > last[0] else before)
+    for seg, sv in zip(lg.segments, final.segments):
+        markers = {h.base_offset for _, h, _ in sv.batches if h.is_control}
+        want = [t for t in model if t.last_offset in markers]
+        got = seg.txn_index.entries()
+        if on_disk:
+            with _OPEN(seg.txn_index_path, "rb") as f:
+                raw = f.read()
+            assert len(raw) % ABORTED_TXN.size == 0, f"{where}: {seg.txn_index_path}: torn entry on disk"
+            got = [AbortedTxn(*ABORTED_TXN.unpack_from(raw, i)[1:]) for i in range(0, len(raw), ABORTED_TXN.size)]
+        assert got == want, f"{where}: txn index of segment {sv.base} is {got}, the batches imply {want}"
+    start, end = lg.log_start_offset, lg.log_end_offset
+    kept = {h.base_offset for h in final.headers if h.is_control}
+    want = [t for t in model if t.last_offset in kept and t.last_offset >= start]
+    got = lg.collect_aborted_transactions(start, end)
+    assert got == want, f"{where}: collect_aborted_transactions({start}, {end}) = {got}, expected {want}"
 
 
 def check_producer_retry(lg: Log, v: View, where: str) -> None:
     """Re-append the last idempotent batch still in the log: it must come back a duplicate with its offsets."""
-    lso = lg.log_start_offset
+    log_start = lg.log_start_offset
     cands = [
-        (h, b) for h, b in zip(v.headers, v.batches) if h.producer_id >= 0 and not h.is_control and h.last_offset >= lso
+        (h, b)
+        for h, b in zip(v.headers, v.batches)
+        if h.producer_id >= 0 and not h.is_control and h.last_offset >= log_start
     ]
     if not cands:
         return
@@ -507,6 +555,7 @@ def verify(d: str, config, expect, before: View, after: View, where: str) -> Vie
     try:
         final = check_log(lg, where)
         expect(before, after, final)
+        check_txn_indexes(lg, final, before, after, where)
         check_producer_retry(lg, final, where)
     finally:
         lg.close()
@@ -516,7 +565,7 @@ def verify(d: str, config, expect, before: View, after: View, where: str) -> Vie
             sv = next(s for s in final.segments if s.base == seg.base_offset)
             oi, ti = read_index_files(seg)
             _check_indexes(seg, sv, oi, ti, f"{where} (index files on disk after a clean close)")
-        check_log(lg, f"{where} (clean reopen)")
+        check_txn_indexes(lg, check_log(lg, f"{where} (clean reopen)"), before, after, where, on_disk=True)
     finally:
         lg.close()
     return final

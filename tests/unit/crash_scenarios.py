@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 from crash_harness import NOW, WRITE_KINDS, View, _check_indexes, copy_dir, read_index_files, scan_dir, verify, view_of
 
+from storage.control import CONTROL_ABORT, build_control_batch
 from storage.log import CLEAN_SHUTDOWN_FILE, EPOCH_FILE, Log, LogConfig
+from storage.log_validator import CLIENT, COORDINATOR
 from storage.records import RecordBatchBuilder
 
 DELETE = LogConfig(segment_bytes=600, index_interval_bytes=200)
@@ -32,11 +34,21 @@ def epoch(i: int) -> int:
     return i // 6
 
 
+def is_marker(i: int) -> bool:
+    return i % 10 == 9
+
+
 def make_batch(i: int, base_offset: int = 0, leader_epoch: int = -1) -> bytes:
-    """Batch ``i``: two keyed records; idempotent (producer 7) unless ``i % 5 == 4``."""
-    kw = {}
+    """Batch ``i``: two keyed records; idempotent (producer 7) unless ``i % 5 == 4``: then a transactional
+    batch of producer 9 (``i % 10 == 4``, opening a transaction) or its ABORT marker (``i % 10 == 9``), so
+    the logs carry aborted transactions and ``.txnindex`` entries."""
+    kw: dict = {}
     if i % 5 != 4:
         kw = dict(producer_id=7, producer_epoch=0, base_sequence=2 * (i - (i + 1) // 5))
+    elif is_marker(i):
+        return build_control_batch(CONTROL_ABORT, 9, 0, 0, ts(i), base_offset, leader_epoch)
+    else:
+        kw = dict(producer_id=9, producer_epoch=0, base_sequence=2 * (i // 10), is_transactional=True)
     b = RecordBatchBuilder(base_offset=base_offset, partition_leader_epoch=leader_epoch, **kw)
     for j in range(2):
         b.append(ts(i) + j, b"k%d" % ((2 * i + j) % 5), b"value-%d-%d" % (i, j) * (1 + i % 3))
@@ -45,7 +57,7 @@ def make_batch(i: int, base_offset: int = 0, leader_epoch: int = -1) -> bytes:
 
 def append(lg: Log, lo: int, hi: int) -> Log:
     for i in range(lo, hi):
-        lg.append_as_leader(make_batch(i), epoch(i), NOW)
+        lg.append_as_leader(make_batch(i), epoch(i), NOW, COORDINATOR if is_marker(i) else CLIENT)
     return lg
 
 
@@ -81,12 +93,12 @@ def grows(before: View, after: View, final: View) -> None:
     """Nothing written before is lost; what the op wrote is there or not, in order."""
     b, a, f = before.batches, after.batches, final.batches
     assert f == a[: len(f)] and len(f) >= len(b), f"batches: {len(f)}, expected between {len(b)} and {len(a)}"
-    assert final.lso == before.lso
+    assert final.log_start == before.log_start
 
 
 def same_as_after(before: View, after: View, final: View) -> None:
     assert final.batches == after.batches, f"batches: {len(final.batches)}, expected {len(after.batches)}"
-    assert (final.lso, final.leo) == (after.lso, after.leo)
+    assert (final.log_start, final.leo) == (after.log_start, after.leo)
 
 
 def prefix_of_before(before: View, after: View, final: View) -> None:
@@ -96,8 +108,8 @@ def prefix_of_before(before: View, after: View, final: View) -> None:
         f"batches: {len(f)}, expected a prefix of the old {len(b)} at least {len(a)} long"
     )
     if not f and final.leo != after.leo:  # every segment gone before the new one existed: empty at the old start
-        assert final.leo == before.lso, f"empty log at {final.leo}"
-    assert final.lso == min(before.lso, final.leo) or (not f and final.lso == final.leo)
+        assert final.leo == before.log_start, f"empty log at {final.leo}"
+    assert final.log_start == min(before.log_start, final.leo) or (not f and final.log_start == final.leo)
 
 
 def suffix_of_before(before: View, after: View, final: View) -> None:
@@ -106,7 +118,9 @@ def suffix_of_before(before: View, after: View, final: View) -> None:
     assert f == b[len(b) - len(f) :] and len(a) <= len(f), (
         f"batches: {len(f)}, expected a suffix of the old {len(b)} at least {len(a)} long"
     )
-    assert before.lso <= final.lso <= after.lso, f"log start {final.lso} outside [{before.lso}, {after.lso}]"
+    assert before.log_start <= final.log_start <= after.log_start, (
+        f"log start {final.log_start} outside [{before.log_start}, {after.log_start}]"
+    )
 
 
 def compacted(before: View, after: View, final: View) -> None:
@@ -116,7 +130,7 @@ def compacted(before: View, after: View, final: View) -> None:
     assert len(set(f)) == len(f) and set(f) <= b, "records that were not in the log before compaction"
     missing = a - set(f)
     assert not missing, f"records the compaction keeps are gone: {sorted(missing)[:3]}"
-    assert final.leo == before.leo and final.lso == before.lso
+    assert final.leo == before.leo and final.log_start == before.log_start
 
 
 # ---------------------------------------------------------------------------------------------- scenarios
@@ -189,15 +203,41 @@ def _hole(clean: bool):
 
 
 def _interrupted_swap(tpl):
-    """A compacted log killed after a cleaned segment replacing its first two was renamed ``.log.swap``,
-    with a half-written ``.cleaned`` segment of a later group left over."""
+    """A compacted log killed after a cleaned segment replacing its first two was renamed ``.log.swap``
+    (its ``.txnindex.swap``, renamed before it, carrying both segments' entries), with a half-written
+    ``.cleaned`` segment of a later group left over."""
     build(tpl, COMPACT, 16)
     logs = sorted(n for n in os.listdir(tpl) if n.endswith(".log"))
+    for ext in (".log", ".txnindex"):
+        merged = b"".join(open(os.path.join(tpl, n.replace(".log", ext)), "rb").read() for n in logs[:2])
+        with open(os.path.join(tpl, logs[0].replace(".log", ext) + ".swap"), "wb") as f:
+            f.write(merged)
     merged = b"".join(open(os.path.join(tpl, n), "rb").read() for n in logs[:2])
-    with open(os.path.join(tpl, logs[0] + ".swap"), "wb") as f:
-        f.write(merged)
     with open(os.path.join(tpl, logs[2] + ".cleaned"), "wb") as f:
         f.write(merged[:100])
+
+
+def _damaged_txn_indexes(flip: bool):
+    """A cleanly closed log whose ``.txnindex`` files with entries were damaged after the shutdown: cut
+    in the middle of their first entry, or (``flip``) a bit flipped in the version of the first one's entry
+    and in the high byte of the second one's first offset."""
+
+    def prepare(tpl):
+        build(tpl, DELETE, 24)
+        paths = [os.path.join(tpl, n) for n in sorted(os.listdir(tpl)) if n.endswith(".txnindex")]
+        paths = [p for p in paths if os.path.getsize(p)]
+        assert len(paths) >= 2, "the template must hold two aborted transactions in two segments"
+        for k, p in enumerate(paths[:2]):
+            with open(p, "r+b") as f:
+                if flip:
+                    f.seek(1 if k == 0 else 10)
+                    b = f.read(1)[0]
+                    f.seek(-1, os.SEEK_CUR)
+                    f.write(bytes([b ^ 0x40]))
+                else:
+                    f.truncate(17)
+
+    return prepare
 
 
 def _follower_op(d, lg):
@@ -335,6 +375,24 @@ def _scenarios() -> list[Scenario]:
         ),
         Scenario(
             "open_with_hole", DELETE, _hole(False), lambda d: None, _open(DELETE), same_as_after, reopen_sweep=True
+        ),
+        Scenario(
+            "open_torn_txn_index",
+            DELETE,
+            _damaged_txn_indexes(False),
+            lambda d: None,
+            _open(DELETE),
+            same_as_after,
+            reopen_sweep=True,
+        ),
+        Scenario(
+            "open_flipped_txn_index",
+            DELETE,
+            _damaged_txn_indexes(True),
+            lambda d: None,
+            _open(DELETE),
+            same_as_after,
+            reopen_sweep=True,
         ),
         Scenario(
             "open_interrupted_swap",
