@@ -40,6 +40,7 @@ from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
 from protocol import errors as E
+from protocol.messages import FetchRequest, ProduceRequest
 from storage.records import decode_records
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -165,7 +166,7 @@ class GroupCoordinatorActor:
         pairs: list[tuple[bytes, bytes | None]] = []
         offset = start
         while offset < hw:
-            res = await part.replica.fetch.remote(offset, 1 << 20, current_leader_epoch=part.epoch)
+            res = await part.replica.fetch.remote(FetchRequest(offset, 1 << 20, current_leader_epoch=part.epoch))
             if res["error_code"]:
                 E.raise_for_code(res["error_code"], res.get("error_message"))
             buf = res["records"]
@@ -224,7 +225,9 @@ class GroupCoordinatorActor:
 
     def _append(self, part: CoordinatorContext, records) -> asyncio.Task:
         ref = part.replica.produce.remote(
-            records_batch(records, now_ms()), -1, self.commit_timeout_ms, current_leader_epoch=part.epoch
+            ProduceRequest(
+                records_batch(records, now_ms()), -1, self.commit_timeout_ms, current_leader_epoch=part.epoch
+            )
         )
         part.appends += 1
         task = asyncio.get_running_loop().create_task(self._acked(ref, part.tail))

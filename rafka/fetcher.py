@@ -22,6 +22,7 @@ import logging
 import time
 
 from protocol.errors import refresh_metadata
+from protocol.messages import FetchRequest, ListOffsetsRequest
 from protocol.ray_errors import kafka_error_for
 from rafka.errors import (
     KafkaError,
@@ -128,7 +129,8 @@ class Fetcher:
                     raise NotLeaderOrFollowerError(f"{tp} has no leader")
                 handle, leader_id, epoch = leader
                 left = max(0.01, deadline - time.monotonic())
-                resp = self.transport.get(self.transport.call(handle, "list_offsets", timestamp, epoch), timeout=left)
+                req = ListOffsetsRequest(timestamp, current_leader_epoch=epoch)
+                resp = self.transport.get(self.transport.call(handle, "list_offsets", req), timeout=left)
                 code = resp.get("error_code", 0)
                 if code:
                     raise for_code(code)(resp.get("error_message") or None)
@@ -177,17 +179,15 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
-            ref = self.transport.call(
-                handle,
-                "fetch",
+            req = FetchRequest(
                 st.fetch_position,
-                cfg.max_partition_fetch_bytes,
-                cfg.fetch_max_wait_ms,
-                cfg.fetch_min_bytes,
-                -1,
-                epoch,
-                cfg.isolation_id,
+                max_bytes=cfg.max_partition_fetch_bytes,
+                max_wait_ms=cfg.fetch_max_wait_ms,
+                min_bytes=cfg.fetch_min_bytes,
+                current_leader_epoch=epoch,
+                isolation_level=cfg.isolation_id,
             )
+            ref = self.transport.call(handle, "fetch", req)
             st.in_flight = (ref, st.epoch, leader_id)
 
     def wait(self, timeout_s: float) -> bool:

@@ -33,6 +33,7 @@ import threading
 from typing import Any
 
 from protocol.errors import refresh_metadata
+from protocol.messages import ProduceRequest
 from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
@@ -232,7 +233,8 @@ class Sender(threading.Thread):
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        ref = self.transport.call(handle, "produce", payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        ref = self.transport.call(handle, "produce", req)
         inf = InFlight(ref, tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
         self._tp_batches[tp] += len(batches)
