@@ -29,7 +29,7 @@ import ray  # noqa: E402
 from protocol.messages import FetchRequest, ProduceRequest  # noqa: E402
 from protocol.names import RAY_NAMESPACE, replica_name  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
-from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers  # noqa: E402
+from storage.records import RecordBatchBuilder, decode_records  # noqa: E402
 
 VALUE_BYTES = 100
 
@@ -115,10 +115,7 @@ def consume(handle, end_offset: int, max_bytes: int) -> dict:
         decode_s += t3 - t2
         records += len(recs)
         nbytes += len(buf)
-        last = None
-        for _pos, h in iter_batch_headers(buf, validate=False):
-            last = h
-        offset = last.next_offset
+        offset = resp["next_offset"]  # the offset after the last batch (protocol.messages.FetchResponse)
     dt = time.perf_counter() - t0
     return {
         "records": records,
