@@ -22,6 +22,7 @@ from actors.coordinator_runtime import CoordinatorContext, LoadRetry
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
 from protocol import errors as E
+from protocol.messages import FetchRequest
 from storage.records import decode_records
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -78,7 +79,7 @@ async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list[
     pairs: list[tuple[bytes, bytes | None]] = []
     offset = start
     while offset < hw:
-        res = await part.replica.fetch.remote(offset, 1 << 20, current_leader_epoch=part.epoch)
+        res = await part.replica.fetch.remote(FetchRequest(offset, 1 << 20, current_leader_epoch=part.epoch))
         if res["error_code"]:
             E.raise_for_code(res["error_code"], res.get("error_message"))
         buf = res["records"]

@@ -15,12 +15,13 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from actors import group_service as svc
 from actors.coordinator_runtime import CoordinatorContext, records_batch
+from protocol.messages import ProduceRequest
 
 
 def append(part: CoordinatorContext, records, commit_timeout_ms: int, now_ms: int) -> asyncio.Task:
     """Submit ``records`` now (synchronously, so appends keep handler order); the task is the new tail."""
     ref = part.replica.produce.remote(
-        records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch
+        ProduceRequest(records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch)
     )
     part.appends += 1
     task = asyncio.get_running_loop().create_task(acked(ref, part.tail))

@@ -21,6 +21,8 @@ LEO, which advances the HW (min LEO over the ISR); followers that lag more than
 Follower: a background loop truncates by leader epoch (OffsetForLeaderEpoch, KIP-279) after every
 leader change, then long-polls the leader's ``fetch`` and appends as follower.
 
+The data calls (``produce``, ``fetch``, ``list_offsets``, ``offset_for_leader_epoch``) each take one typed
+request of ``protocol.messages`` and answer its response's dict; anything else answers INVALID_REQUEST.
 Errors never escape as exceptions: every method answers ``error_code`` / ``error_message``.
 
 Concurrency: all calls run on the actor's one event loop; the Log has exactly one owner (this actor)
@@ -48,18 +50,26 @@ from actors.partition_state import FOLLOWER, LEADER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
 from actors.replica_fetcher import ReplicaFetcher
 from actors.replica_manager import (
-    _EPOCH_ERR,
-    _LIST_ERR,
-    _PRODUCE_ERR,
     DelayedFetch,
     DelayedProduce,
     ReplicaManager,
     _err,
+    error_answer,
     fetch_answer,
-    fetch_error_extra,
+    fetch_error,
 )
 from protocol import errors as E
 from protocol.control_messages import LeaderAndIsrPartitionState
+from protocol.messages import (
+    FetchRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+    check_request,
+)
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -188,74 +198,56 @@ class ReplicaActor:
             self._follower_task = None
 
     # ---- produce ----------------------------------------------------------------------------------
-    async def produce(
-        self, batches: bytes, acks: int = -1, timeout_ms: int = 30000, current_leader_epoch: int = -1
-    ) -> dict:
+    async def produce(self, req: ProduceRequest) -> dict:
         p = self.partition
         try:
-            if acks not in (0, 1, -1):
-                raise E.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {acks!r}")
-            err = p.check_leader(current_leader_epoch)
+            req = check_request(req, ProduceRequest, "produce")
+            if req.acks not in (0, 1, -1):
+                raise E.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {req.acks!r}")
+            err = p.check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
+            batches = req.records
             if not isinstance(batches, (bytes, bytearray, memoryview)) or len(batches) == 0:
                 raise E.CorruptMessageError("produce needs one or more record batches as bytes")
-            info, change = p.append_records_to_leader(batches, acks, now_ms())
+            info, change = p.append_records_to_leader(batches, req.acks, now_ms())
             self.replica_manager.complete_delayed_requests(change)
-            response = {
-                "error_code": 0,
-                "error_message": None,
-                "base_offset": info.first_offset,
-                "log_append_time": info.log_append_time,
-                "log_start_offset": self.log.log_start_offset,
-            }
-            if info.duplicate:
-                response["duplicate"] = True
-            if acks != -1:
+            response = ProduceResponse(
+                base_offset=info.first_offset,
+                log_append_time=info.log_append_time,
+                log_start_offset=self.log.log_start_offset,
+                duplicate=bool(info.duplicate),
+            ).to_dict()
+            if req.acks != -1:
                 return response
-            op = DelayedProduce(p, timeout_ms, info.last_offset + 1, response)
+            op = DelayedProduce(p, req.timeout_ms, info.last_offset + 1, response)
             t0 = time.perf_counter()
             result = await self.replica_manager.wait_produce(op)
             self._stats["acks_all_produces"] += 1
             self._stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
             return result
         except Exception as exc:
-            return _err(exc, **_PRODUCE_ERR)
+            return error_answer(ProduceResponse, exc)
 
     # ---- fetch ------------------------------------------------------------------------------------
-    async def fetch(
-        self,
-        fetch_offset: int,
-        max_bytes: int = 1048576,
-        max_wait_ms: int = 0,
-        min_bytes: int = 1,
-        replica_id: int = -1,
-        current_leader_epoch: int = -1,
-        isolation_level: int = 0,
-    ) -> dict:
+    async def fetch(self, req: FetchRequest) -> dict:
         p = self.partition
         try:
-            err = p.check_leader(current_leader_epoch)
+            req = check_request(req, FetchRequest, "fetch")
+            err = p.check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
-            if replica_id >= 0:
-                change, proposal = p.update_follower_fetch_state(replica_id, fetch_offset, now_ms())
+            if req.is_follower:
+                change, proposal = p.update_follower_fetch_state(req.replica_id, req.fetch_offset, now_ms())
                 if proposal is not None:
                     self.alter_partition.submit(proposal)
                 self.replica_manager.complete_delayed_requests(change)
-            resp = fetch_answer(p, fetch_offset, max_bytes, replica_id, isolation_level, current_leader_epoch)
-            if resp["error_code"] or max_wait_ms <= 0 or len(resp["records"]) >= max(1, min_bytes):
+            resp = fetch_answer(p, req)
+            if resp["error_code"] or req.max_wait_ms <= 0 or len(resp["records"]) >= max(1, req.min_bytes):
                 return resp
-            op = DelayedFetch(
-                p,
-                max_wait_ms,
-                (fetch_offset, max_bytes, replica_id, isolation_level),
-                max(1, min_bytes),
-                current_leader_epoch,
-            )
-            return await self.replica_manager.wait_fetch(op, follower=replica_id >= 0)
+            return await self.replica_manager.wait_fetch(DelayedFetch(p, req))
         except Exception as exc:
-            return _err(exc, **fetch_error_extra(p, exc))
+            return fetch_error(p, exc)
 
     def _isr_applied(self, change: LeaderHwChange) -> None:
         """An ISR was adopted from an AlterPartition answer: dispatch the HW change, re-check acks=all."""
@@ -263,25 +255,27 @@ class ReplicaActor:
         self.replica_manager.isr_changed()
 
     # ---- offsets ----------------------------------------------------------------------------------
-    async def list_offsets(self, timestamp: int, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
+    async def list_offsets(self, req: ListOffsetsRequest) -> dict:
         try:
-            err = self.partition.check_leader(current_leader_epoch)
+            req = check_request(req, ListOffsetsRequest, "list_offsets")
+            err = self.partition.check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
-            offset, ts, epoch = self.partition.list_offset(timestamp, isolation_level)
-            return {"error_code": 0, "error_message": None, "offset": offset, "timestamp": ts, "leader_epoch": epoch}
+            offset, ts, epoch = self.partition.list_offset(req.timestamp, req.isolation_level)
+            return ListOffsetsResponse(offset=offset, timestamp=ts, leader_epoch=epoch).to_dict()
         except Exception as exc:
-            return _err(exc, **_LIST_ERR)
+            return error_answer(ListOffsetsResponse, exc)
 
-    async def offset_for_leader_epoch(self, epoch: int, current_leader_epoch: int = -1) -> dict:
+    async def offset_for_leader_epoch(self, req: OffsetForLeaderEpochRequest) -> dict:
         try:
-            err = self.partition.check_leader(current_leader_epoch)
+            req = check_request(req, OffsetForLeaderEpochRequest, "offset_for_leader_epoch")
+            err = self.partition.check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
-            e, end = self.log.end_offset_for_epoch(epoch)
-            return {"error_code": 0, "error_message": None, "leader_epoch": e, "end_offset": end}
+            e, end = self.log.end_offset_for_epoch(req.leader_epoch)
+            return OffsetForLeaderEpochResponse(leader_epoch=e, end_offset=end).to_dict()
         except Exception as exc:
-            return _err(exc, **_EPOCH_ERR)
+            return error_answer(OffsetForLeaderEpochResponse, exc)
 
     # ---- housekeeping -----------------------------------------------------------------------------
     def _ensure_housekeeping(self) -> None:

@@ -21,6 +21,7 @@ from ray.exceptions import RayActorError
 
 from actors.partition import Partition
 from protocol import errors as E
+from protocol.messages import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from protocol.names import RAY_NAMESPACE, replica_name
 
 log = logging.getLogger("actors.replica")
@@ -61,15 +62,16 @@ class ReplicaFetcher:
                 # no epoch information: everything above our HW is suspect
                 self._truncate(p.log.high_watermark, "no leader epochs, truncate to HW")
                 return
-            resp = await leader.offset_for_leader_epoch.remote(requested, leader_epoch)
+            req = OffsetForLeaderEpochRequest(requested, current_leader_epoch=leader_epoch)
+            resp = OffsetForLeaderEpochResponse.from_dict(await leader.offset_for_leader_epoch.remote(req))
             if p.generation != gen:
                 raise asyncio.CancelledError()
-            if resp["error_code"]:
-                raise _Retry(f"offset_for_leader_epoch: {E.for_code(resp['error_code']).name}")
-            offset, done = p.truncation_after_epoch(requested, resp["leader_epoch"], resp["end_offset"])
+            if resp.error_code:
+                raise _Retry(f"offset_for_leader_epoch: {E.for_code(resp.error_code).name}")
+            offset, done = p.truncation_after_epoch(requested, resp.leader_epoch, resp.end_offset)
             self._truncate(
                 offset,
-                f"leader epoch {resp['leader_epoch']} ends at {resp['end_offset']}, our latest epoch {requested}",
+                f"leader epoch {resp.leader_epoch} ends at {resp.end_offset}, our latest epoch {requested}",
             )
             if done:
                 return
@@ -89,28 +91,28 @@ class ReplicaFetcher:
                 if not truncated:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True
-                resp = await leader.fetch.remote(
+                req = FetchRequest(
                     p.log.log_end_offset,
-                    conf["replica.fetch.max.bytes"],
-                    conf["replica.fetch.wait.max.ms"],
-                    1,
-                    p.broker_id,
-                    leader_epoch,
-                    0,
+                    max_bytes=conf["replica.fetch.max.bytes"],
+                    max_wait_ms=conf["replica.fetch.wait.max.ms"],
+                    min_bytes=1,
+                    replica_id=p.broker_id,
+                    current_leader_epoch=leader_epoch,
                 )
+                resp = FetchResponse.from_dict(await leader.fetch.remote(req))
                 if p.generation != gen:
                     return
                 self.fetches += 1
-                code = resp["error_code"]
+                code = resp.error_code
                 if code == 0:
-                    p.append_as_follower(resp["records"], resp["high_watermark"], resp.get("log_start_offset", -1))
+                    p.append_as_follower(resp.records, resp.high_watermark, resp.log_start_offset)
                     self.error = None
                     delay = backoff
                     continue
                 if code == E.OffsetOutOfRangeError.code:
                     self._out_of_range(resp)
                     continue
-                raise _Retry(E.for_code(code).name + ": " + str(resp.get("error_message")))
+                raise _Retry(E.for_code(code).name + ": " + str(resp.error_message))
             except asyncio.CancelledError:
                 return
             except RayActorError as exc:  # leader died: wait for the next LeaderAndIsr, probing slowly
@@ -132,9 +134,10 @@ class ReplicaFetcher:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def _out_of_range(self, resp: dict) -> None:
+    def _out_of_range(self, resp: FetchResponse) -> None:
         p = self.partition
-        cut = p.offset_out_of_range_truncation(resp.get("log_end_offset", -1), resp.get("log_start_offset", -1))
+        leo = -1 if resp.log_end_offset is None else resp.log_end_offset
+        cut = p.offset_out_of_range_truncation(leo, resp.log_start_offset)
         if cut is None:
             return
         offset, restart = cut

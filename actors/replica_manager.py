@@ -7,7 +7,7 @@ through ``actors.purgatory``; they read the Partition (role, log, ISR, marks) an
 response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
 ``addCompletePurgatoryAction``: INCREASED -> produce and fetch purgatories, SAME -> fetch purgatory
 (followers waiting for data), NONE -> nothing. ``_err`` turns an exception into
-``{error_code, error_message, **fields}``.
+``{error_code, error_message, **fields}``, :func:`error_answer` into a typed response's dict.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from actors.partition import Partition
 from actors.partition_state import LEADER, LeaderHwChange
 from actors.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol import errors as E
+from protocol.messages import FetchRequest, FetchResponse
 
 log = logging.getLogger("actors.replica")
 
@@ -25,40 +26,45 @@ log = logging.getLogger("actors.replica")
 HW_KEY, FOLLOWER_KEY, CONSUMER_KEY = "hw", "follower", "consumer"
 
 
+def _log_unexpected(exc: BaseException) -> None:
+    if not isinstance(exc, E.KafkaError) and E.error_response(exc)[0] == E.UnknownServerError.code:
+        log.exception("unexpected error")
+
+
 def _err(exc: BaseException, **fields) -> dict:
     code, message = E.error_response(exc)
-    if code == E.UnknownServerError.code and not isinstance(exc, E.KafkaError):
-        log.exception("unexpected error")
+    _log_unexpected(exc)
     return {"error_code": code, "error_message": message, **fields}
 
 
-_PRODUCE_ERR = {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1}
-_FETCH_ERR = {"high_watermark": -1, "log_start_offset": -1, "last_stable_offset": -1, "records": b"", "next_offset": -1}
-_LIST_ERR = {"offset": -1, "timestamp": -1, "leader_epoch": -1}
-_EPOCH_ERR = {"leader_epoch": -1, "end_offset": -1}
+def error_answer(response_cls, exc: BaseException, **fields) -> dict:
+    """The dict of ``response_cls`` (a protocol.messages response) answering ``exc``."""
+    _log_unexpected(exc)
+    return response_cls.error(exc, **fields)
 
 
-def fetch_error_extra(partition: Partition, exc: BaseException) -> dict:
-    """The extra fields of a fetch error answer: an OFFSET_OUT_OF_RANGE one carries the log's offsets."""
-    extra = dict(_FETCH_ERR)
+def fetch_error(partition: Partition, exc: BaseException) -> dict:
+    """A fetch error answer: an OFFSET_OUT_OF_RANGE one carries the log's offsets."""
     if isinstance(exc, E.OffsetOutOfRangeError):
         snap = partition.log.fetch_offset_snapshot()
-        extra.update(
+        return error_answer(
+            FetchResponse,
+            exc,
             log_start_offset=snap.log_start_offset,
             high_watermark=snap.high_watermark,
             log_end_offset=snap.log_end_offset,
         )
-    return extra
+    return error_answer(FetchResponse, exc)
 
 
-def fetch_answer(
-    partition: Partition, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int
-) -> dict:
+def fetch_answer(partition: Partition, req: FetchRequest) -> dict:
     """``Partition.read`` as the replica's fetch answer (errors as error fields)."""
     try:
-        return partition.read(fetch_offset, max_bytes, replica_id, isolation_level, epoch).to_dict()
+        return partition.read(
+            req.fetch_offset, req.max_bytes, req.replica_id, req.isolation_level, req.current_leader_epoch
+        ).to_dict()
     except Exception as exc:
-        return _err(exc, **fetch_error_extra(partition, exc))
+        return fetch_error(partition, exc)
 
 
 class DelayedProduce(DelayedOperation):
@@ -106,17 +112,16 @@ class DelayedFetch(DelayedOperation):
     """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
     followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
 
-    def __init__(self, partition: Partition, max_wait_ms: int, args: tuple, min_bytes: int, epoch: int):
-        super().__init__(max_wait_ms)
-        self.partition, self.args, self.min_bytes, self.epoch = partition, args, min_bytes, epoch
+    def __init__(self, partition: Partition, req: FetchRequest):
+        super().__init__(req.max_wait_ms)
+        self.partition, self.req, self.min_bytes = partition, req, max(1, req.min_bytes)
         self.gen = partition.generation
 
     def try_complete(self) -> bool:
-        p = self.partition
+        p, fetch_offset = self.partition, self.req.fetch_offset
         if p.generation != self.gen or p.role != LEADER:
             return self.force_complete()
-        fetch_offset, _max_bytes, replica_id, isolation = self.args
-        end = p.log.log_end_offset if replica_id >= 0 else p.fetchable_end(isolation)
+        end = p.log.log_end_offset if self.req.is_follower else p.fetchable_end(self.req.isolation_level)
         if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
             return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
         if end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= self.min_bytes:
@@ -124,11 +129,10 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> dict:
-        fetch_offset, max_bytes, replica_id, isolation = self.args
-        return fetch_answer(self.partition, fetch_offset, max_bytes, replica_id, isolation, self.epoch)
+        return fetch_answer(self.partition, self.req)
 
     def on_cancel(self) -> dict:
-        return _err(E.NotLeaderOrFollowerError("replica stopped"), **_FETCH_ERR)
+        return error_answer(FetchResponse, E.NotLeaderOrFollowerError("replica stopped"))
 
 
 class ReplicaManager:
@@ -164,8 +168,8 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, [HW_KEY])
         return await op.wait()
 
-    async def wait_fetch(self, op: DelayedFetch, follower: bool):
-        self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if follower else CONSUMER_KEY])
+    async def wait_fetch(self, op: DelayedFetch):
+        self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY])
         return await op.wait()
 
     def shutdown(self) -> None:

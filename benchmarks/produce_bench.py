@@ -27,9 +27,10 @@ import psutil  # noqa: E402  (ray depends on it)
 import ray  # noqa: E402
 
 from protocol.control_messages import LeaderAndIsrPartitionState  # noqa: E402
+from protocol.messages import FetchRequest, ProduceRequest  # noqa: E402
 from protocol.names import RAY_NAMESPACE, replica_name  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
-from storage.records import RecordBatchBuilder, decode_records, iter_batch_headers  # noqa: E402
+from storage.records import RecordBatchBuilder, decode_records  # noqa: E402
 
 VALUE_BYTES = 100
 
@@ -60,9 +61,11 @@ def pct(values: list[float], q: float) -> float:
 
 def drive(handle, batches: list[bytes], calls: int, acks: int, inflight: int, per_batch: int) -> dict:
     """``calls`` produce calls with ``inflight`` outstanding; per-call latency from submit to reply."""
-    # payloads above Ray's inline limit (100 KiB) are stored once and passed by reference; smaller
-    # ones travel inline with the call (cheaper than an object-store lookup per call)
-    refs = [ray.put(b) if len(b) > 100 * 1024 else b for b in batches]
+    # requests whose payload is above Ray's inline limit (100 KiB) are stored once and passed by reference
+    # (Ray resolves a top-level ObjectRef argument); smaller ones travel inline with the call (cheaper than
+    # an object-store lookup per call)
+    reqs = [ProduceRequest(b, acks, 30000) for b in batches]
+    refs = [ray.put(r) if len(r.records) > 100 * 1024 else r for r in reqs]
     pending: dict = {}
     lat: list[float] = []
     errors: dict[int, int] = {}
@@ -70,7 +73,7 @@ def drive(handle, batches: list[bytes], calls: int, acks: int, inflight: int, pe
     t0 = time.perf_counter()
     while sent < calls or pending:
         while sent < calls and len(pending) < inflight:
-            ref = handle.produce.remote(refs[sent % len(refs)], acks, 30000)
+            ref = handle.produce.remote(refs[sent % len(refs)])
             pending[ref] = time.perf_counter()
             sent += 1
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -103,7 +106,7 @@ def consume(handle, end_offset: int, max_bytes: int) -> dict:
     fetch_s = decode_s = 0.0
     while offset < end_offset:
         t1 = time.perf_counter()
-        resp = ray.get(handle.fetch.remote(offset, max_bytes, 0, 1, -1, -1, 0))
+        resp = ray.get(handle.fetch.remote(FetchRequest(offset, max_bytes)))
         t2 = time.perf_counter()
         assert resp["error_code"] == 0, resp
         buf = resp["records"]
@@ -113,10 +116,7 @@ def consume(handle, end_offset: int, max_bytes: int) -> dict:
         decode_s += t3 - t2
         records += len(recs)
         nbytes += len(buf)
-        last = None
-        for _pos, h in iter_batch_headers(buf, validate=False):
-            last = h
-        offset = last.next_offset
+        offset = resp["next_offset"]  # the offset after the last batch (protocol.messages.FetchResponse)
     dt = time.perf_counter() - t0
     return {
         "records": records,
@@ -133,7 +133,7 @@ def consume(handle, end_offset: int, max_bytes: int) -> dict:
 def _consume_range(handle, start: int, end: int, max_bytes: int) -> int:
     offset, records = start, 0
     while offset < end:
-        resp = ray.get(handle.fetch.remote(offset, max_bytes, 0, 1, -1, -1, 0))
+        resp = ray.get(handle.fetch.remote(FetchRequest(offset, max_bytes)))
         assert resp["error_code"] == 0, resp
         recs = decode_records(resp["records"])
         records += sum(1 for r in recs if offset <= r.offset < end)

@@ -39,6 +39,7 @@ from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from protocol.errors import refresh_metadata
+from protocol.messages import FetchRequest
 from rafka.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -197,7 +198,7 @@ class _PartitionReader:
             leader = self.metadata.leader(self.tp)
             if leader is not None:
                 handle, _, epoch = leader
-                return handle.fetch.remote(offset, self.fetch_max_bytes, 0, 1, -1, epoch, 0)
+                return handle.fetch.remote(FetchRequest(offset, int(self.fetch_max_bytes), current_leader_epoch=epoch))
             if time.monotonic() >= deadline:
                 raise NotLeaderOrFollowerError(f"{self.tp} has no leader after {self.timeout_s:.0f} s")
             time.sleep(0.1)

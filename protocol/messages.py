@@ -1,22 +1,126 @@
 """Typed messages of the actor calls that cross a process, in the style of Kafka's ``FetchParams`` and
-generated ``*RequestData``/``*ResponseData``: frozen, slotted dataclasses. On the Ray call they travel as
-the dicts they always were (``to_dict``/``from_dict``), so callers that index a response keep working.
+generated ``*RequestData``/``*ResponseData``: frozen, slotted dataclasses. A request travels as the
+dataclass itself (the one positional argument of the call); the actor checks it with
+:func:`check_request` (anything else answers INVALID_REQUEST, 42). A response travels as the dict it always
+was (``to_dict``; ``from_dict`` parses it back), so callers that index ``resp["error_code"]`` keep working;
+the actor builds it from the typed class, error answers included (:meth:`_Response.error`).
+
+Produce (``ReplicaActor.produce``): ``records`` is one or more RecordBatch v2 as ``bytes`` (never
+re-encoded); ``acks`` 0, 1 or -1 (all; waits up to ``timeout_ms`` for the high watermark). The answer
+carries the ``base_offset`` assigned, ``log_append_time`` (-1 unless the topic uses LogAppendTime),
+``log_start_offset``, and ``duplicate`` (only when true: an idempotent retry answered from producer state).
 
 Fetch (``ReplicaActor.fetch``): a consumer (``replica_id`` -1) reads up to the high watermark
 (``isolation_level`` 0) or the last stable offset (1); a follower (``replica_id`` = its broker id) reads up
 to the log end and gets the leader's ``log_end_offset`` and ``leader_epoch`` too. A response carries its
 ``next_offset`` (where the next fetch continues: the offset after its last batch, the fetch offset when it
 holds no batch), so no reader walks the batch headers to find it.
+
+ListOffsets (``ReplicaActor.list_offsets``): ``timestamp`` -2 (earliest), -1 (latest: the HW, or the LSO
+under read_committed) or a time in ms (the first offset whose timestamp is at or after it; ``offset`` -1
+when none is). OffsetForLeaderEpoch (``ReplicaActor.offset_for_leader_epoch``, KIP-279): the largest epoch
+at or below ``leader_epoch`` the leader knows, and the end offset of that epoch.
+
+Every request's ``current_leader_epoch`` (-1: unchecked) fences a caller that holds a stale or a future
+leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar, cast
+
+from protocol.errors import InvalidRequestError, error_response
 
 CONSUMER_REPLICA_ID = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+
+R = TypeVar("R")
 
 
+_FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
+_INT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    """(name, default) of a message class's fields, in order (computed once per class)."""
+    got = _FIELDS.get(cls)
+    if got is None:
+        got = _FIELDS[cls] = tuple((f.name, f.default) for f in fields(cls))
+    return got
+
+
+def _int_fields(cls: type) -> tuple[str, ...]:
+    got = _INT_FIELDS.get(cls)
+    if got is None:
+        got = _INT_FIELDS[cls] = tuple(f.name for f in fields(cls) if f.type == "int")
+    return got
+
+
+def check_request(req: object, cls: type[R], method: str) -> R:
+    """``req`` if it is a ``cls`` whose integer fields hold integers, else INVALID_REQUEST saying what came."""
+    if type(req) is not cls:
+        raise InvalidRequestError(
+            f"{method} takes one {cls.__name__} (protocol.messages), got {type(req).__name__} {req!r:.60}"
+        )
+    for name in _int_fields(cls):
+        value = getattr(req, name)
+        if type(value) is not int:
+            raise InvalidRequestError(f"{cls.__name__}.{name} must be an int, got {type(value).__name__} {value!r:.60}")
+    return cast(R, req)
+
+
+class _Response:
+    """``to_dict``/``from_dict``/``error`` of the response dataclasses. Fields named in ``_OMIT_DEFAULT``
+    are left out of the dict while they hold their default (optional fields of some answers only)."""
+
+    __slots__ = ()
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        omit = self._OMIT_DEFAULT
+        d = {}
+        for name, default in _fields(type(self)):
+            value = getattr(self, name)
+            if not (name in omit and value == default):
+                d[name] = value
+        return d
+
+    @classmethod
+    def from_dict(cls: type[R], d: dict) -> R:
+        return cls(**{name: d[name] for name, _ in _fields(cls) if name in d})
+
+    @classmethod
+    def error(cls, exc: BaseException, **fields_: Any) -> dict:
+        """The answer (as a dict) to a request that failed with ``exc``: its Kafka code and message, every
+        other field at its default unless given."""
+        code, message = error_response(exc)
+        return cls(error_code=code, error_message=message, **fields_).to_dict()  # type: ignore[call-arg]
+
+
+# ---- produce -------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    records: bytes
+    acks: int = -1
+    timeout_ms: int = 30000
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse(_Response):
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("duplicate",)
+
+    error_code: int = 0
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    duplicate: bool = False  # in the dict only when true
+
+
+# ---- fetch ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class FetchRequest:
     fetch_offset: int
@@ -33,7 +137,9 @@ class FetchRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchResponse:
+class FetchResponse(_Response):
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("log_end_offset", "leader_epoch")
+
     error_code: int = 0
     error_message: str | None = None
     high_watermark: int = -1
@@ -41,17 +147,37 @@ class FetchResponse:
     last_stable_offset: int = -1
     records: bytes = b""
     next_offset: int = -1
-    log_end_offset: int | None = None  # follower fetches only
+    log_end_offset: int | None = None  # follower fetches (and OFFSET_OUT_OF_RANGE answers) only
     leader_epoch: int | None = None  # follower fetches only
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        if self.log_end_offset is None:
-            del d["log_end_offset"]
-        if self.leader_epoch is None:
-            del d["leader_epoch"]
-        return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> FetchResponse:
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+# ---- list offsets --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    timestamp: int
+    current_leader_epoch: int = -1
+    isolation_level: int = READ_UNCOMMITTED
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse(_Response):
+    error_code: int = 0
+    error_message: str | None = None
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+# ---- offset for leader epoch ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochRequest:
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochResponse(_Response):
+    error_code: int = 0
+    error_message: str | None = None
+    leader_epoch: int = -1
+    end_offset: int = -1

@@ -22,6 +22,7 @@ import logging
 import time
 
 from protocol.errors import refresh_metadata
+from protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 from protocol.ray_errors import kafka_error_for
 from rafka.errors import (
     KafkaError,
@@ -128,11 +129,13 @@ class Fetcher:
                     raise NotLeaderOrFollowerError(f"{tp} has no leader")
                 handle, leader_id, epoch = leader
                 left = max(0.01, deadline - time.monotonic())
-                resp = self.transport.get(self.transport.call(handle, "list_offsets", timestamp, epoch), timeout=left)
-                code = resp.get("error_code", 0)
-                if code:
-                    raise for_code(code)(resp.get("error_message") or None)
-                return int(resp["offset"]), int(resp.get("timestamp", -1)), int(resp.get("leader_epoch", -1))
+                req = ListOffsetsRequest(timestamp, current_leader_epoch=epoch)
+                resp = ListOffsetsResponse.from_dict(
+                    self.transport.get(self.transport.call(handle, "list_offsets", req), timeout=left)
+                )
+                if resp.error_code:
+                    raise for_code(resp.error_code)(resp.error_message or None)
+                return resp.offset, resp.timestamp, resp.leader_epoch
             except Exception as exc:  # noqa: BLE001 - classified: retriable ones loop
                 err = classify(exc)
                 if not getattr(err, "retriable", False):
@@ -177,17 +180,15 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
-            ref = self.transport.call(
-                handle,
-                "fetch",
+            req = FetchRequest(
                 st.fetch_position,
-                cfg.max_partition_fetch_bytes,
-                cfg.fetch_max_wait_ms,
-                cfg.fetch_min_bytes,
-                -1,
-                epoch,
-                cfg.isolation_id,
+                max_bytes=cfg.max_partition_fetch_bytes,
+                max_wait_ms=cfg.fetch_max_wait_ms,
+                min_bytes=cfg.fetch_min_bytes,
+                current_leader_epoch=epoch,
+                isolation_level=cfg.isolation_id,
             )
+            ref = self.transport.call(handle, "fetch", req)
             st.in_flight = (ref, st.epoch, leader_id)
 
     def wait(self, timeout_s: float) -> bool:
@@ -210,22 +211,22 @@ class Fetcher:
     def _complete(self, st: TopicPartitionState) -> None:
         ref, epoch, leader_id = st.in_flight
         st.in_flight = None
+        resp = FetchResponse()
         try:
-            resp = self.transport.get(ref)
+            resp = FetchResponse.from_dict(self.transport.get(ref))
         except Exception as exc:  # noqa: BLE001
             err = classify(exc)
         else:
-            code = resp.get("error_code", 0)
-            err = for_code(code)(resp.get("error_message") or None) if code else None
+            err = for_code(resp.error_code)(resp.error_message or None) if resp.error_code else None
         if epoch != st.epoch:
             return  # a seek happened meanwhile
         if err is None:
-            st.high_watermark = resp.get("high_watermark", st.high_watermark)
-            st.log_start_offset = resp.get("log_start_offset", st.log_start_offset)
-            st.last_stable_offset = resp.get("last_stable_offset", st.last_stable_offset)
-            raw = resp.get("records") or b""
+            st.high_watermark = resp.high_watermark
+            st.log_start_offset = resp.log_start_offset
+            st.last_stable_offset = resp.last_stable_offset
+            raw = resp.records
             if raw:
-                nxt = resp["next_offset"]  # the offset after the last batch (protocol.messages.FetchResponse)
+                nxt = resp.next_offset  # the offset after the last batch: no walk over the batch headers
                 st.buffer.append(CompletedFetch(raw, nxt))
                 st.fetch_position = max(st.fetch_position, nxt)
             return

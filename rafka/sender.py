@@ -30,9 +30,9 @@ import collections
 import logging
 import random
 import threading
-from typing import Any
 
 from protocol.errors import refresh_metadata
+from protocol.messages import ProduceRequest, ProduceResponse
 from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
@@ -232,7 +232,8 @@ class Sender(threading.Thread):
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        ref = self.transport.call(handle, "produce", payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        ref = self.transport.call(handle, "produce", req)
         inf = InFlight(ref, tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
         self._tp_batches[tp] += len(batches)
@@ -267,20 +268,18 @@ class Sender(threading.Thread):
             return
         self._retire(inf)
         err: BaseException | None = None
-        resp: dict[str, Any] = {}
+        resp = ProduceResponse()
         try:
-            resp = inf.future.result()
+            resp = ProduceResponse.from_dict(inf.future.result())
         except Exception as exc:  # noqa: BLE001 - classified below
             err = _classify(exc)
             if isinstance(err, NotLeaderOrFollowerError):
                 self.metadata.forget_handle(inf.tp, inf.leader)
+        if err is None and resp.error_code:
+            err = for_code(resp.error_code)(resp.error_message or None)
         if err is None:
-            code = resp.get("error_code", 0)
-            if code:
-                err = for_code(code)(resp.get("error_message") or None)
-        if err is None:
-            base = int(resp["base_offset"])
-            lat = int(resp.get("log_append_time", -1) or -1)
+            base = resp.base_offset
+            lat = resp.log_append_time or -1
             for batch in inf.batches:
                 if self.idempotent and batch.producer_id == self.producer_id:
                     self._last_acked[inf.tp] = max(

@@ -13,6 +13,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.bootstrap import start_cluster
+from protocol.messages import FetchRequest
 from storage.records import RecordBatchBuilder, decode_records
 
 
@@ -87,7 +88,7 @@ def read_records(h, start: int = 0, isolation: int = 0) -> list:
     """Every record from ``start`` up to the leader's high watermark (``isolation`` 1: the LSO)."""
     out, offset = [], start
     while True:
-        r = ray.get(h.fetch.remote(offset, 1 << 20, 0, 1, -1, -1, isolation), timeout=30)
+        r = ray.get(h.fetch.remote(FetchRequest(offset, 1 << 20, isolation_level=isolation)), timeout=30)
         assert r["error_code"] == 0, r
         recs = [x for x in decode_records(r["records"]) if x.offset >= offset]
         if not recs:

@@ -8,6 +8,7 @@ import ray
 from support import full_isr, keyed_batch, read_records, rstate, wait_until
 
 from actors.bootstrap import start_cluster
+from protocol.messages import ProduceRequest
 
 pytestmark = pytest.mark.cluster
 
@@ -23,7 +24,7 @@ def test_compacted_topic_is_cleaned_by_its_replicas(ray_cluster, cluster_name, t
         for round_ in range(8):
             pairs = [(b"k%d" % k, b"r%d-v%d" % (round_, k) + b"x" * 60) for k in range(10)]
             latest.update(pairs)
-            assert ray.get(h.produce.remote(keyed_batch(pairs), -1, 5000))["error_code"] == 0
+            assert ray.get(h.produce.remote(ProduceRequest(keyed_batch(pairs), -1, 5000)))["error_code"] == 0
         st = wait_until(
             lambda: (lambda s: s if s["stats"].get("compaction_passes") else None)(rstate(h)),
             30,

@@ -9,6 +9,7 @@ import ray
 from support import batch, clusters, part
 
 from protocol.control_messages import LeaderAndIsrRequest, StopReplicaRequest
+from protocol.messages import FetchRequest, ProduceRequest
 from storage.records import decode_records
 
 pytestmark = pytest.mark.cluster
@@ -29,13 +30,13 @@ def cluster(ray_cluster, cluster_name, tmp_path):
 
 
 def produce(ch, topic, p, *values, acks=-1):
-    res = ray.get(ch.leader_replica(topic, p).produce.remote(batch(values), acks, 10000))
+    res = ray.get(ch.leader_replica(topic, p).produce.remote(ProduceRequest(batch(values), acks, 10000)))
     assert res["error_code"] == 0, res
     return res["base_offset"]
 
 
 def read_all(replica) -> list[bytes]:
-    res = ray.get(replica.fetch.remote(0, 1 << 20))
+    res = ray.get(replica.fetch.remote(FetchRequest(0, 1 << 20)))
     assert res["error_code"] == 0, res
     return [r.value for r in decode_records(res["records"])]
 
@@ -177,7 +178,7 @@ def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
     leader = ch.leader_replica("t", 0)
     deadline = time.monotonic() + 10
     while True:
-        res = ray.get(leader.produce.remote(batch([b"x" * 500]), 1, 5000))
+        res = ray.get(leader.produce.remote(ProduceRequest(batch([b"x" * 500]), 1, 5000)))
         if res["error_code"] == 10 or time.monotonic() > deadline:  # MESSAGE_TOO_LARGE
             break
         time.sleep(0.05)

@@ -15,6 +15,7 @@ import ray
 from batch_forge import HOUR, MALFORMED, build
 
 from actors.bootstrap import start_cluster
+from protocol.messages import FetchRequest, ProduceRequest
 from storage.records import decode_records
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +39,7 @@ def vcluster(ray_cluster, tmp_path_factory):
         name = _topic_of(props)
         ch.create_topic(name, 1, 1, {k: str(v) for k, v in props.items()})
         h = ch.wait_for(lambda md, n=name: ch.leader_replica(n, 0), what=f"{name} leader")
-        r = ray.get(h.produce.remote(build(2, value=b"before"), 1, 10000), timeout=30)
+        r = ray.get(h.produce.remote(ProduceRequest(build(2, value=b"before"), 1, 10000)), timeout=30)
         assert r["error_code"] == 0, r
         topics[name] = h
     yield ch, topics
@@ -48,7 +49,7 @@ def vcluster(ray_cluster, tmp_path_factory):
 def values(h) -> list[bytes]:
     out, offset = [], 0
     while True:
-        r = ray.get(h.fetch.remote(offset, 1 << 20, 0, 1, -1, -1, 0), timeout=30)
+        r = ray.get(h.fetch.remote(FetchRequest(offset, 1 << 20, 0, 1, -1, -1, 0)), timeout=30)
         assert r["error_code"] == 0, r
         recs = decode_records(r["records"])
         if not recs:
@@ -64,13 +65,13 @@ def test_leader_refuses_with_kafka_code_and_survives(vcluster, name, make, props
     pid = ray.get(h.state.remote(), timeout=30)["pid"]
     kept = values(h)
     first = build(1, value=b"same request")
-    r = ray.get(h.produce.remote(first + make(), 1, 10000), timeout=30)
+    r = ray.get(h.produce.remote(ProduceRequest(first + make(), 1, 10000)), timeout=30)
     assert r["error_code"] == error.code, r
     assert fragment in r["error_message"] and f"batch 1 (at byte {len(first)})" in r["error_message"], r
     assert r["base_offset"] == -1
     assert ray.get(h.ping.remote(), timeout=30) and ray.get(h.state.remote(), timeout=30)["pid"] == pid
     assert values(h) == kept  # nothing of the request was written, earlier records decode
-    ok = ray.get(h.produce.remote(build(1, value=b"after " + name.encode()), 1, 10000), timeout=30)
+    ok = ray.get(h.produce.remote(ProduceRequest(build(1, value=b"after " + name.encode()), 1, 10000)), timeout=30)
     assert ok["error_code"] == 0, ok
     assert values(h) == kept + [b"after " + name.encode()]
 

@@ -5,7 +5,8 @@ group client run against it with no Ray cluster.
   endpoint over a real ``storage.log.Log`` on a temp dir: a leader append goes through
   ``Log.append_as_leader`` (the LogValidator and producer-state checks), a fetch reads whole batches up to
   the high watermark (the HW follows the log end unless ``hw_held``), ListOffsets answers the log start /
-  HW. Answers are the same dicts the replica actor sends (``error_code`` ... fields).
+  HW. Requests and answers are the replica actor's (one ``protocol.messages`` request in, the response's
+  dict out; anything else answers INVALID_REQUEST).
 - :class:`FakeTransport` implements the Transport protocol: calls run in-process; a
   ``concurrent.futures.Future`` stands for the ObjectRef.
 - :class:`FakeMetadata` is the real ``ClusterMetadata`` with its GCS-KV reads answered
@@ -50,7 +51,15 @@ from protocol.group_messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
-from protocol.messages import FetchResponse
+from protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProduceRequest,
+    ProduceResponse,
+    check_request,
+)
 from protocol.names import broker_name as _broker_name
 from protocol.names import replica_name
 from rafka.errors import (
@@ -59,7 +68,6 @@ from rafka.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
-    error_response,
     for_code,
 )
 from rafka.metadata import ClusterMetadata, TopicMetadata
@@ -136,47 +144,33 @@ class FakeReplica(Endpoint):
             return NotLeaderOrFollowerError(f"{self.label} is not the leader")
         return None
 
-    def _answer(self, exc: BaseException, **extra) -> dict:
-        code, message = error_response(exc)
-        return {"error_code": code, "error_message": message, **extra}
-
-    def produce(self, batches: bytes, acks: int = -1, timeout_ms: int = 30000, current_leader_epoch: int = -1):
+    def produce(self, req: ProduceRequest) -> dict:
         try:
-            err = self._check_leader(current_leader_epoch)
+            req = check_request(req, ProduceRequest, "produce")
+            err = self._check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
-            info = self.log.append_as_leader(bytes(batches), self.leader_epoch, now_ms())
+            info = self.log.append_as_leader(bytes(req.records), self.leader_epoch, now_ms())
             if not self.hw_held:
                 self.log.update_high_watermark(self.log.log_end_offset)
-            resp = {
-                "error_code": 0,
-                "error_message": None,
-                "base_offset": info.first_offset,
-                "log_append_time": info.log_append_time,
-                "log_start_offset": self.log.log_start_offset,
-            }
-            if info.duplicate:
-                resp["duplicate"] = True
-            return resp
+            return ProduceResponse(
+                base_offset=info.first_offset,
+                log_append_time=info.log_append_time,
+                log_start_offset=self.log.log_start_offset,
+                duplicate=bool(info.duplicate),
+            ).to_dict()
         except Exception as exc:  # noqa: BLE001 - answered as the actor does
-            return self._answer(exc, base_offset=-1, log_append_time=-1, log_start_offset=-1)
+            return ProduceResponse.error(exc)
 
-    def fetch(
-        self,
-        fetch_offset: int,
-        max_bytes: int = 1048576,
-        max_wait_ms: int = 0,
-        min_bytes: int = 1,
-        replica_id: int = -1,
-        current_leader_epoch: int = -1,
-        isolation_level: int = 0,
-    ) -> dict:
+    def fetch(self, req: FetchRequest) -> dict:
         lg = self.log
         try:
-            err = self._check_leader(current_leader_epoch)
+            req = check_request(req, FetchRequest, "fetch")
+            err = self._check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
             snap = lg.fetch_offset_snapshot()
+            fetch_offset = req.fetch_offset
             if fetch_offset > snap.log_end_offset or fetch_offset < snap.log_start_offset:
                 raise OffsetOutOfRangeError(
                     f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]"
@@ -185,7 +179,7 @@ class FakeReplica(Endpoint):
             if fetch_offset >= end:
                 records, next_offset = b"", fetch_offset
             else:
-                info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
+                info = lg.read(fetch_offset, req.max_bytes, max_offset=end, min_one_message=True)
                 records, next_offset = info.records, info.next_offset
             return FetchResponse(
                 high_watermark=snap.high_watermark,
@@ -195,36 +189,24 @@ class FakeReplica(Endpoint):
                 next_offset=next_offset,
             ).to_dict()
         except Exception as exc:  # noqa: BLE001
-            return self._answer(
-                exc,
-                high_watermark=-1,
-                log_start_offset=lg.log_start_offset,
-                last_stable_offset=-1,
-                records=b"",
-                next_offset=-1,
-            )
+            return FetchResponse.error(exc, log_start_offset=lg.log_start_offset)
 
-    def list_offsets(self, timestamp: int, current_leader_epoch: int = -1, isolation_level: int = 0) -> dict:
+    def list_offsets(self, req: ListOffsetsRequest) -> dict:
         try:
-            err = self._check_leader(current_leader_epoch)
+            req = check_request(req, ListOffsetsRequest, "list_offsets")
+            err = self._check_leader(req.current_leader_epoch)
             if err is not None:
                 raise err
-            if timestamp == EARLIEST:
+            if req.timestamp == EARLIEST:
                 offset = self.log.log_start_offset
-            elif timestamp == LATEST:
+            elif req.timestamp == LATEST:
                 offset = self.log.high_watermark
             else:
-                found = self.log.fetch_offset_by_timestamp(timestamp)
+                found = self.log.fetch_offset_by_timestamp(req.timestamp)
                 offset = -1 if found is None else found[0]
-            return {
-                "error_code": 0,
-                "error_message": None,
-                "offset": offset,
-                "timestamp": -1,
-                "leader_epoch": self.leader_epoch,
-            }
+            return ListOffsetsResponse(offset=offset, timestamp=-1, leader_epoch=self.leader_epoch).to_dict()
         except Exception as exc:  # noqa: BLE001
-            return self._answer(exc, offset=-1, timestamp=-1, leader_epoch=-1)
+            return ListOffsetsResponse.error(exc)
 
     def records(self) -> list:
         """Every record in the log, decoded: ``(offset, timestamp, key, value, headers)`` tuples."""

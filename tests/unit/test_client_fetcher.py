@@ -7,6 +7,7 @@ import time
 import pytest
 from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
+from protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest
 from rafka.config import ConsumerConfig
 from rafka.errors import OffsetOutOfRangeError
 from rafka.fetcher import Fetcher
@@ -193,3 +194,17 @@ def test_a_seek_discards_the_reply_of_a_fetch_sent_before_it(cluster):
     f.state(T0).seek(4)
     time.sleep(0.3)
     assert [(r.offset, r.value) for r in poll(f, 2)] == [(4, b"r4"), (5, b"r5")]
+
+
+def test_fake_replica_takes_the_actors_typed_requests(cluster):
+    """The fake answers like ReplicaActor: one protocol.messages request in, its response's dict out;
+    anything else is INVALID_REQUEST (42), as the actor answers it."""
+    cluster.append(T0, [b"a", b"b"])
+    leader = cluster.replica(T0)
+    fetched = FetchResponse.from_dict(leader.fetch(FetchRequest(0)))
+    assert (fetched.error_code, fetched.next_offset, fetched.high_watermark) == (0, 2, 2)
+    assert leader.list_offsets(ListOffsetsRequest(-1))["offset"] == 2
+    for method, arg in (("fetch", 0), ("list_offsets", -1), ("produce", b"raw batches")):
+        answer = getattr(leader, method)(arg)
+        assert answer["error_code"] == 42 and f"{method} takes one" in answer["error_message"]
+    assert leader.fetch(0)["records"] == b"" and leader.produce(0)["base_offset"] == -1
