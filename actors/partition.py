@@ -37,7 +37,9 @@ from actors.partition_state import (  # the bookkeeping Partition is built from
 )
 from protocol import errors as E
 from protocol.control_messages import AlterPartitionResponse, LeaderAndIsrPartitionState
-from protocol.messages import FetchResponse
+from protocol.messages import READ_COMMITTED, FetchResponse
+from storage.control import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
+from storage.log_validator import COORDINATOR
 
 if TYPE_CHECKING:
     from storage.log import Log, LogAppendInfo
@@ -181,6 +183,29 @@ class Partition:
             return info, LeaderHwChange.INCREASED
         return info, LeaderHwChange.SAME
 
+    def append_txn_marker(
+        self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int, now_ms: int
+    ) -> tuple["LogAppendInfo", LeaderHwChange]:
+        """WriteTxnMarkers on the leader: a COMMIT/ABORT control batch appended with the coordinator's
+        origin (clients may not write one), min.insync.replicas enforced as for acks=all. The producer
+        state refuses a marker from an older coordinator epoch (TRANSACTION_COORDINATOR_FENCED) or an older
+        producer epoch (INVALID_PRODUCER_EPOCH)."""
+        min_isr = self.log.config.min_insync_replicas
+        if len(self.isr) < min_isr:
+            raise E.NotEnoughReplicasError(f"ISR {list(self.isr)} is below min.insync.replicas={min_isr}")
+        kind = CONTROL_COMMIT if committed else CONTROL_ABORT
+        batch = build_control_batch(
+            kind, producer_id, producer_epoch, coordinator_epoch, now_ms, partition_leader_epoch=self.leader_epoch
+        )
+        info = self.log.append_as_leader(batch, self.leader_epoch, now_ms, origin=COORDINATOR)
+        self.marks.record(self.log.log_end_offset, info.valid_bytes)
+        return info, self.maybe_increment_leader_hw()
+
+    def in_open_transaction(self, producer_id: int) -> bool:
+        """The producer has a transaction open in this partition's log (data written, no marker yet)."""
+        entry = self.log.producer_state.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset is not None
+
     def maybe_increment_leader_hw(self) -> LeaderHwChange:
         """Kafka's maybeIncrementLeaderHW: the rule (min LEO over the maximal ISR), the LEO read and
         the HW write together. INCREASED when it moved, else NONE (also when not the leader)."""
@@ -265,7 +290,7 @@ class Partition:
         if follower:
             end = None
         else:
-            end = snap.last_stable_offset if isolation_level == 1 else snap.high_watermark
+            end = snap.last_stable_offset if isolation_level == READ_COMMITTED else snap.high_watermark
         if fetch_offset > snap.log_end_offset or fetch_offset < snap.log_start_offset:
             raise E.OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]"
@@ -275,6 +300,11 @@ class Partition:
         else:
             info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
             records, next_offset = info.records, info.next_offset
+        aborted = None
+        if isolation_level == READ_COMMITTED and not follower:
+            aborted = tuple(
+                (t.producer_id, t.first_offset) for t in lg.collect_aborted_transactions(fetch_offset, next_offset)
+            )
         return FetchResponse(
             high_watermark=snap.high_watermark,
             log_start_offset=snap.log_start_offset,
@@ -283,6 +313,7 @@ class Partition:
             next_offset=next_offset,
             log_end_offset=snap.log_end_offset if follower else None,
             leader_epoch=self.leader_epoch if follower else None,
+            aborted_transactions=aborted,
         )
 
     def list_offset(self, timestamp: int, isolation_level: int) -> tuple[int, int, int]:

@@ -46,9 +46,10 @@ import ray
 
 from actors.alter_partition import AlterPartitionManager
 from actors.partition import Partition
-from actors.partition_state import FOLLOWER, LEADER, STOPPED, LeaderHwChange
+from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
 from actors.replica_fetcher import ReplicaFetcher
+from actors.replica_housekeeping import ReplicaHousekeeping
 from actors.replica_manager import (
     DelayedFetch,
     DelayedProduce,
@@ -58,6 +59,7 @@ from actors.replica_manager import (
     fetch_answer,
     fetch_error,
 )
+from actors.txn_verification import TxnVerifier
 from protocol import errors as E
 from protocol.control_messages import LeaderAndIsrPartitionState
 from protocol.messages import (
@@ -70,6 +72,9 @@ from protocol.messages import (
     ProduceResponse,
     check_request,
 )
+from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
+from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
+from storage.batch_header import parse_header
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -104,9 +109,9 @@ class ReplicaActor:
         self._follower_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
-        self._last_flush_ms = self._last_retention_ms = self._last_clean_ms = now_ms()
-        self._cleaned_up_to = -1  # active segment's base offset at the last compaction pass
+        self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
+        self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
@@ -210,6 +215,12 @@ class ReplicaActor:
             batches = req.records
             if not isinstance(batches, (bytes, bytearray, memoryview)) or len(batches) == 0:
                 raise E.CorruptMessageError("produce needs one or more record batches as bytes")
+            h = parse_header(batches, 0) if len(batches) >= HEADER_SIZE else None
+            if h is not None and h.is_transactional and not h.is_control and not p.in_open_transaction(h.producer_id):
+                await self.verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch)  # KIP-890
+                err = p.check_leader(req.current_leader_epoch)  # still the leader after the wait?
+                if err is not None:
+                    raise err
             info, change = p.append_records_to_leader(batches, req.acks, now_ms())
             self.replica_manager.complete_delayed_requests(change)
             response = ProduceResponse(
@@ -228,6 +239,25 @@ class ReplicaActor:
             return result
         except Exception as exc:
             return error_answer(ProduceResponse, exc)
+
+    async def write_txn_markers(self, req: WriteTxnMarkersRequest) -> dict:
+        """WriteTxnMarkers from the transaction coordinator: the COMMIT/ABORT marker, acks=all."""
+        p = self.partition
+        try:
+            if type(req) is not WriteTxnMarkersRequest:
+                raise E.InvalidRequestError(f"write_txn_markers takes one WriteTxnMarkersRequest, got {req!r:.60}")
+            err = p.check_leader(-1)
+            if err is not None:
+                raise err
+            info, change = p.append_txn_marker(
+                req.producer_id, req.producer_epoch, bool(req.committed), req.coordinator_epoch, now_ms()
+            )
+            self.verifier.state.marker_written(req.producer_id)
+            self.replica_manager.complete_delayed_requests(change)
+            done = TxnResponse().to_dict()
+            return await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
+        except Exception as exc:
+            return TxnResponse(*E.error_response(exc)).to_dict()
 
     # ---- fetch ------------------------------------------------------------------------------------
     async def fetch(self, req: FetchRequest) -> dict:
@@ -283,54 +313,7 @@ class ReplicaActor:
             self._housekeeping_task = asyncio.ensure_future(self._housekeeping())
 
     async def _housekeeping(self) -> None:
-        """ISR expiration (every lag/2, like Kafka's isr-expiration task), flush.ms and retention."""
-        while self.partition.role in (LEADER, FOLLOWER):
-            conf = self.replica_conf
-            interval = max(
-                0.01,
-                min(
-                    conf["replica.lag.time.max.ms"] / 2000.0,
-                    conf["log.flush.scheduler.interval.ms"] / 1000.0,
-                    conf["log.retention.check.interval.ms"] / 1000.0,
-                    conf["log.cleaner.backoff.ms"] / 1000.0,
-                ),
-            )
-            await asyncio.sleep(interval)
-            try:
-                t = now_ms()
-                proposal = self.partition.maybe_shrink_isr(t, conf["replica.lag.time.max.ms"])
-                if proposal is not None:
-                    self.alter_partition.submit(proposal)
-                if t - self._last_flush_ms >= conf["log.flush.scheduler.interval.ms"]:
-                    self._last_flush_ms = t
-                    self.log.maybe_flush(t)  # flush.ms / flush.messages policy of the Log
-                if t - self._last_retention_ms >= conf["log.retention.check.interval.ms"]:
-                    self._last_retention_ms = t
-                    self.log.delete_old_segments(t)
-                    self.log.producer_state.remove_expired_producers(t)
-                if t - self._last_clean_ms >= conf["log.cleaner.backoff.ms"]:
-                    self._last_clean_ms = t
-                    self._maybe_compact(t)
-            except Exception:
-                log.exception("housekeeping of %s b%d", self.tp, self.broker_id)
-
-    def _maybe_compact(self, t: int) -> None:
-        """The log cleaner for ``cleanup.policy=compact``: a pass whenever a segment rolled since the last
-        one (only closed segments are cleaned). A corrupt batch marks nothing: it is logged and retried
-        at the next backoff, like Kafka's uncleanable partitions."""
-        lg = self.log
-        if not lg.config.compact or lg.active_segment.base_offset <= self._cleaned_up_to:
-            return
-        try:
-            stats = lg.compact(t)
-        except E.CorruptMessageError:
-            log.exception("compaction of %s b%d hit a corrupt batch", self.tp, self.broker_id)
-            return
-        self._cleaned_up_to = lg.active_segment.base_offset
-        self._stats["compaction_passes"] = self._stats.get("compaction_passes", 0) + 1
-        self._stats["compaction_records_removed"] = (
-            self._stats.get("compaction_records_removed", 0) + stats.records_read - stats.records_kept
-        )
+        await self.housekeeping.run(lambda: self.replica_conf, self.alter_partition.submit)
 
     # ---- introspection ----------------------------------------------------------------------------
     async def state(self) -> dict:

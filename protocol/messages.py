@@ -106,6 +106,7 @@ class ProduceRequest:
     acks: int = -1
     timeout_ms: int = 30000
     current_leader_epoch: int = -1
+    transactional_id: str | None = None  # a transactional producer's id: the leader verifies (KIP-890)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,7 @@ class FetchRequest:
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse(_Response):
-    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("log_end_offset", "leader_epoch")
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("log_end_offset", "leader_epoch", "aborted_transactions")
 
     error_code: int = 0
     error_message: str | None = None
@@ -149,6 +150,8 @@ class FetchResponse(_Response):
     next_offset: int = -1
     log_end_offset: int | None = None  # follower fetches (and OFFSET_OUT_OF_RANGE answers) only
     leader_epoch: int | None = None  # follower fetches only
+    # read_committed only: (producer_id, first_offset) of the aborted transactions overlapping the records
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 # ---- list offsets --------------------------------------------------------------------------------------

@@ -17,12 +17,15 @@ Who calls whom:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 TopicPartitionKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
 class InitProducerIdRequest:
+    METHOD: ClassVar[str] = "init_producer_id"
+
     transactional_id: str | None
     transaction_timeout_ms: int = 60000
     producer_id: int = -1  # KIP-360: the caller's current id/epoch when it recovers, else -1
@@ -31,6 +34,8 @@ class InitProducerIdRequest:
 
 @dataclass(frozen=True, slots=True)
 class AddPartitionsToTxnRequest:
+    METHOD: ClassVar[str] = "add_partitions_to_txn"
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -40,6 +45,8 @@ class AddPartitionsToTxnRequest:
 
 @dataclass(frozen=True, slots=True)
 class AddOffsetsToTxnRequest:
+    METHOD: ClassVar[str] = "add_offsets_to_txn"
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -48,6 +55,8 @@ class AddOffsetsToTxnRequest:
 
 @dataclass(frozen=True, slots=True)
 class EndTxnRequest:
+    METHOD: ClassVar[str] = "end_txn"
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -58,6 +67,8 @@ class EndTxnRequest:
 class WriteTxnMarkersRequest:
     """A COMMIT (``committed``) or ABORT marker for one producer on the receiving partition."""
 
+    METHOD: ClassVar[str] = "write_txn_markers"
+
     producer_id: int
     producer_epoch: int
     committed: bool
@@ -67,6 +78,8 @@ class WriteTxnMarkersRequest:
 
 @dataclass(frozen=True, slots=True)
 class TxnOffsetCommitRequest:
+    METHOD: ClassVar[str] = "txn_offset_commit"
+
     transactional_id: str
     group_id: str
     producer_id: int
@@ -79,11 +92,15 @@ class TxnOffsetCommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class DescribeTransactionsRequest:
+    METHOD: ClassVar[str] = "describe_transactions"
+
     transactional_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ListTransactionsRequest:
+    METHOD: ClassVar[str] = "list_transactions"
+
     state_filters: tuple[str, ...] = ()
     producer_id_filters: tuple[int, ...] = ()
 
@@ -112,11 +129,16 @@ class InitProducerIdResponse:
 
 @dataclass(frozen=True, slots=True)
 class AddPartitionsToTxnResponse:
-    """``results``: ``[(topic, partition, error_code)]``; ``error_code`` is the first failure (0 if none)."""
+    """``results``: ``[(topic, partition, error_code)]`` (sent as ``{topic, partition, error_code}`` dicts);
+    ``error_code`` is the first failure (0 if none)."""
 
     error_code: int = 0
     error_message: str | None = None
     results: tuple[tuple[str, int, int], ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
-        return {"error_code": self.error_code, "error_message": self.error_message, "results": list(self.results)}
+        return {
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+            "results": [{"topic": t, "partition": p, "error_code": c} for t, p, c in self.results],
+        }

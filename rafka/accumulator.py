@@ -146,12 +146,13 @@ class ProducerBatch:
     def is_full(self) -> bool:
         return self.builder.estimated_size >= self.builder.batch_size
 
-    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False) -> bytes:
         """Freeze the batch and build its bytes once; retries resend exactly these bytes."""
         if self.payload is None:
             self.closed = True
             b = self.builder
             b.producer_id, b.producer_epoch, b.base_sequence = producer_id, producer_epoch, base_sequence
+            b.is_transactional = transactional
             self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
             self.payload = b.build()
         return self.payload

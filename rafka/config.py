@@ -157,9 +157,16 @@ class ProducerConfig(_Config):
         "key_serializer": (None, _callable_or_none),
         "value_serializer": (None, _callable_or_none),
         "partitioner": (None, _callable_or_none),
+        "transactional_id": (None, _str_or_none),
+        "transaction_timeout_ms": (60000, _int(1)),
     }
 
     def _validate(self) -> None:
+        if self.transactional_id is not None and not self.transactional_id:
+            raise ValueError("invalid config 'transactional_id': must be a non-empty string or None")
+        if self.transactional_id is not None and not self.enable_idempotence:
+            if "enable_idempotence" in self.explicit:
+                raise ValueError("invalid config 'transactional_id': transactions require enable_idempotence=True")
         conflicts = []
         if self.acks != -1:
             conflicts.append(f"acks must be 'all' (got {self.acks})")
@@ -170,6 +177,8 @@ class ProducerConfig(_Config):
         if self.retries == 0:
             conflicts.append("retries must be > 0")
         if self.enable_idempotence and conflicts:
+            if self.transactional_id is not None:
+                raise ValueError("invalid config 'transactional_id': transactions require " + "; ".join(conflicts))
             if "enable_idempotence" in self.explicit:
                 raise ValueError("invalid config 'enable_idempotence': idempotence requires " + "; ".join(conflicts))
             self.enable_idempotence = False

@@ -31,11 +31,13 @@ RETRIABLE_COORDINATOR = (
 class GroupCoordinatorClient:
     """Calls on the coordinator of one group, re-finding it on retriable coordinator errors."""
 
+    key_type = 0  # FindCoordinator key type: 0 group, 1 transaction
+
     def __init__(self, cluster: str, metadata, group_id: str, retry_backoff_ms: int = 100, transport: Transport = RAY):
         self.cluster = cluster
         self.metadata = metadata
         self.transport = transport
-        self.group_id = group_id
+        self.group_id = group_id  # the coordinator key (a transactional id for TxnCoordinatorClient)
         self.backoff = max(0.01, retry_backoff_ms / 1000.0)
         self._handle = None
 
@@ -47,7 +49,7 @@ class GroupCoordinatorClient:
             try:
                 broker = self.transport.get_actor(broker_name(self.cluster, bid))
                 ans = self.transport.get(
-                    self.transport.call(broker, "find_coordinator", self.group_id), timeout=timeout_s
+                    self.transport.call(broker, "find_coordinator", self.group_id, self.key_type), timeout=timeout_s
                 )
             except (ValueError, RayActorError, GetTimeoutError):
                 continue
@@ -76,6 +78,13 @@ class GroupCoordinatorClient:
                 return res
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"group {self.group_id!r}: {request.METHOD} did not complete: {c.last}")
+
+
+class TxnCoordinatorClient(GroupCoordinatorClient):
+    """Calls on the transaction coordinator of one transactional id (typed requests of
+    protocol/txn_messages.py), with the same re-finding on retriable coordinator errors."""
+
+    key_type = 1
 
 
 class _Call:

@@ -33,6 +33,7 @@ from rafka.errors import (
     for_code,
 )
 from rafka.metadata import ClusterMetadata
+from rafka.read_committed import AbortedTransactionFilter
 from rafka.structs import ConsumerRecord, TopicPartition
 from rafka.subscription import SubscriptionState, TopicPartitionState
 from rafka.transport import RAY, Transport
@@ -47,13 +48,14 @@ _new = tuple.__new__
 class CompletedFetch:
     """The raw bytes of one fetch reply, decoded on first use."""
 
-    __slots__ = ("records", "raw", "next_offset", "index")
+    __slots__ = ("records", "raw", "next_offset", "index", "aborted")
 
-    def __init__(self, raw: bytes, next_offset: int):
+    def __init__(self, raw: bytes, next_offset: int, aborted=None):
         self.raw = raw
         self.next_offset = next_offset
         self.records: list | None = None
         self.index = 0
+        self.aborted = aborted  # read_committed: the fetch's aborted transactions (None: read_uncommitted)
 
     def decode(self, st: TopicPartitionState, check_crcs: bool) -> list:
         if self.records is None:
@@ -63,7 +65,11 @@ class CompletedFetch:
             plain = True
             headers = []
             # CRCs (check_crcs) are checked once, here; decoding below skips them.
+            keep = AbortedTransactionFilter(self.aborted).keep if self.aborted is not None else None
             for pos, h in iter_batch_headers(self.raw, validate=check_crcs):
+                if keep is not None and not keep(h, self.raw, pos):
+                    plain = False  # an aborted transaction's batch or a marker: never handed out
+                    continue
                 headers.append((pos, h))
                 if h.is_control or h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
                     plain = False
@@ -129,7 +135,7 @@ class Fetcher:
                     raise NotLeaderOrFollowerError(f"{tp} has no leader")
                 handle, leader_id, epoch = leader
                 left = max(0.01, deadline - time.monotonic())
-                req = ListOffsetsRequest(timestamp, current_leader_epoch=epoch)
+                req = ListOffsetsRequest(timestamp, current_leader_epoch=epoch, isolation_level=self.cfg.isolation_id)
                 resp = ListOffsetsResponse.from_dict(
                     self.transport.get(self.transport.call(handle, "list_offsets", req), timeout=left)
                 )
@@ -227,7 +233,7 @@ class Fetcher:
             raw = resp.records
             if raw:
                 nxt = resp.next_offset  # the offset after the last batch: no walk over the batch headers
-                st.buffer.append(CompletedFetch(raw, nxt))
+                st.buffer.append(CompletedFetch(raw, nxt, resp.aborted_transactions))
                 st.fetch_position = max(st.fetch_position, nxt)
             return
         if isinstance(err, OffsetOutOfRangeError):

@@ -29,6 +29,7 @@ from rafka.metadata import ClusterMetadata
 from rafka.partitioner import DefaultPartitioner, partition_for_key
 from rafka.sender import Sender
 from rafka.structs import PartitionInfo
+from rafka.transactions import Transactions
 from storage.topic import validate_topic_name
 
 __all__ = ["Producer"]
@@ -84,6 +85,7 @@ class Producer:
         self._legal_topics: set[str] = set()  # names already checked by validate_topic_name
         self._closed = False
         self._close_lock = threading.Lock()
+        self._txn = Transactions(self) if self.config.transactional_id is not None else None
         self.sender.start()
 
     # -- sending -----------------------------------------------------------------------------------
@@ -110,6 +112,8 @@ class Producer:
             raise IllegalStateError("cannot send after the producer is closed")
         if self.sender.fatal_error is not None:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
+        if self._txn is not None:
+            self._txn.state.check_can_send()
         cfg = self.config
         kb = (
             key
@@ -154,9 +158,13 @@ class Producer:
             sticky = True
         ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
         left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+        if self._txn is not None:
+            self._txn.state.maybe_add(tm.tps[part])
         fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, left_ms if left_ms > 0 else 0.0, sticky)
         if fut is None:  # KIP-480: the sticky partition's batch is full or sent: move on
             part = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, part)
+            if self._txn is not None:
+                self._txn.state.maybe_add(tm.tps[part])
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, max(0.0, left_ms))
         return fut
@@ -179,6 +187,8 @@ class Producer:
             raise IllegalStateError("cannot send after the producer is closed")
         if self.sender.fatal_error is not None:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
+        if self._txn is not None:
+            self._txn.state.check_can_send()
         cfg = self.config
         start = time.monotonic()
         tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
@@ -234,6 +244,8 @@ class Producer:
             items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
         futures: dict[int, list[FutureRecordMetadata]] = {}
         for p, items in by_part.items():
+            if self._txn is not None:
+                self._txn.state.maybe_add(tm.tps[p])
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
             if p == sticky and opened:
@@ -318,6 +330,32 @@ class Producer:
             self.sender.force_close = True
             self.sender.wakeup()
             self.sender.join(5.0)
+
+    # -- transactions (rafka/transactions.py) -----------------------------------------------------
+    def _transactions(self) -> Transactions:
+        if self._txn is None:
+            raise IllegalStateError("transactional methods need a Producer(transactional_id=...)")
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator, fencing older instances (call once)."""
+        self._transactions().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata: Any, timeout: float | None = None) -> None:
+        """Commit a consumer group's ``offsets`` atomically with this transaction's records
+        (``group_metadata``: ``consumer.group_metadata()`` or the group id)."""
+        self._transactions().send_offsets_to_transaction(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._transactions().commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._transactions().abort_transaction(timeout)
 
     # -- metadata ----------------------------------------------------------------------------------
     def partitions_for(self, topic: str) -> list[PartitionInfo]:

@@ -30,11 +30,13 @@ import collections
 import logging
 import random
 import threading
+from typing import Any
 
 from protocol.errors import refresh_metadata
 from protocol.messages import ProduceRequest, ProduceResponse
 from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
+from protocol.txn_messages import AddPartitionsToTxnRequest
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from rafka.errors import (
     DuplicateSequenceNumberError,
@@ -50,6 +52,7 @@ from rafka.errors import (
 from rafka.metadata import ClusterMetadata
 from rafka.structs import TopicPartition
 from rafka.transport import RAY, Transport
+from rafka.txn_manager import TransactionState
 
 log = logging.getLogger("rafka.producer")
 
@@ -100,6 +103,11 @@ class Sender(threading.Thread):
         self.running = True
         self.force_close = False
         self.fatal_error: BaseException | None = None
+        # transactions (rafka/txn_manager.py): set by the Producer; partitions are added before they are sent
+        self.txn: TransactionState | None = None
+        self.txn_client = None
+        self._adding: tuple[Any, list[TopicPartition]] | None = None  # the AddPartitionsToTxn in flight
+        self._add_retry_at = 0.0
         accumulator.wakeup = self._wake.set
 
     def wakeup(self) -> None:
@@ -132,7 +140,9 @@ class Sender(threading.Thread):
             )
         self._check_request_timeouts(now)
         wait_ms = 50.0
-        if self.idempotent and self.producer_id < 0:
+        if self.txn is not None:
+            self._add_partitions(now)
+        elif self.idempotent and self.producer_id < 0:
             if not self._ensure_producer_id(now):
                 wait_ms = max(1.0, self._pid_retry_at - now)
                 self._wake.wait(wait_ms / 1000.0)
@@ -158,6 +168,8 @@ class Sender(threading.Thread):
         calls = self._tp_calls[tp]
         if first.attempts and calls:
             return False
+        if self.txn is not None and (self.producer_id < 0 or tp in self.txn.pending):
+            return False  # not in the transaction yet: AddPartitionsToTxn first
         if self.idempotent:
             if calls and self._last_acked[tp] < 0:
                 return False
@@ -228,11 +240,12 @@ class Sender(threading.Thread):
                 if self.idempotent:
                     seq = self._next_seq[tp]
                     self._next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
-                    batch.seal(self.producer_id, self.producer_epoch, seq)
+                    batch.seal(self.producer_id, self.producer_epoch, seq, self.txn is not None)
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms)
+        tid = self.txn.transactional_id if self.txn is not None else None
+        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms, transactional_id=tid)
         ref = self.transport.call(handle, "produce", req)
         inf = InFlight(ref, tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
@@ -333,6 +346,8 @@ class Sender(threading.Thread):
                 f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}"
             )
         self._fail(batch, err)
+        if self.txn is not None:
+            return  # a transactional producer's id/epoch is the coordinator's, never reset here
         if self.idempotent and code in _RESET_PID_ERRORS and batch.producer_id == self.producer_id:
             log.warning("resetting the producer id after %s on %s", err, batch.tp)
             self.producer_id = -1
@@ -340,6 +355,60 @@ class Sender(threading.Thread):
     def _fail(self, batch: ProducerBatch, err: BaseException) -> None:
         batch.fail(err)
         self.acc.finish(batch)
+        if self.txn is not None:
+            self.txn.fail(err)  # the transaction can only be aborted now (or the producer is fenced)
+
+    # -- transactions ------------------------------------------------------------------------------
+    def use_transaction(self, txn: TransactionState, client) -> None:
+        self.txn, self.txn_client = txn, client
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """The coordinator's producer id/epoch (InitProducerId): sequences start again at 0."""
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self._next_seq.clear()
+        self._last_acked.clear()
+        self.wakeup()
+
+    def _add_partitions(self, now: float) -> None:
+        """Kafka's AddPartitionsToTxnHandler: one request for every partition written to and not yet in the
+        transaction; their batches wait (``_can_send``) until it is answered."""
+        txn = self.txn
+        assert txn is not None
+        if self._adding is not None:
+            call, tps = self._adding
+            res = call.poll(0.0)
+            if res is None:
+                return
+            self._adding = None
+            code = res.get("error_code", 0)
+            if code == 0:
+                txn.added(tps)
+                return
+            err = for_code(code)(res.get("error_message"))
+            if txn.is_retriable(code):
+                self._add_retry_at = now + self.cfg.retry_backoff_ms
+                return
+            txn.fail(err)
+            for tp in tps:  # their records can never be sent in this transaction
+                for batch in self.acc.drain(tp, 1 << 62, 1 << 30):
+                    self._fail(batch, err)
+            return
+        pending = sorted(txn.pending)
+        if not pending or self.producer_id < 0 or now < self._add_retry_at:
+            return
+        if txn.state not in ("IN_TRANSACTION", "COMMITTING_TRANSACTION"):  # (aborting: nothing more to add)
+            return
+        req = AddPartitionsToTxnRequest(
+            txn.transactional_id,
+            self.producer_id,
+            self.producer_epoch,
+            tuple((tp.topic, tp.partition) for tp in pending),
+        )
+        call = self.txn_client.start(req)
+        call.poll(0.0)  # sends it
+        if call.ref is not None:  # wake the loop when the answer comes, not at the next 50 ms tick
+            self.transport.future(call.ref).add_done_callback(lambda _f: self._wake.set())
+        self._adding = (call, pending)
 
     def _abort_everything(self, err: BaseException) -> None:
         for inf in list(self._in_flight.values()):

@@ -226,7 +226,7 @@ class FakeBroker(Endpoint):
         self.cluster.next_producer_id += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
 
-    def find_coordinator(self, group_id: str) -> dict:
+    def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
         name = self.cluster.coordinator_name
         if name is None:
             return {"error_code": 15, "error_message": "no coordinator", "coordinator": None}

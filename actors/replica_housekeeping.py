@@ -1,0 +1,81 @@
+"""A partition replica's periodic work (Kafka's isr-expiration task, log flusher, log-retention task and
+LogCleaner pass for compacted topics), over the pure Partition/Log: plain asyncio, no Ray. The replica actor
+runs :meth:`ReplicaHousekeeping.run` while it leads or follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from actors.partition import Partition
+from actors.partition_state import FOLLOWER, LEADER
+from protocol import errors as E
+
+log = logging.getLogger("rafka.replica")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ReplicaHousekeeping:
+    def __init__(self, partition: Partition, stats: dict, name: str, start_ms: int):
+        self.partition, self.stats, self.name = partition, stats, name
+        self.last_flush_ms = self.last_retention_ms = self.last_clean_ms = start_ms
+        self.cleaned_up_to = -1  # active segment's base offset at the last compaction pass
+
+    async def run(self, conf_of: Callable[[], dict], submit_isr: Callable) -> None:
+        """ISR expiration (every lag/2), flush.ms, retention and compaction, until the replica stops."""
+        while self.partition.role in (LEADER, FOLLOWER):
+            conf = conf_of()
+            interval = max(
+                0.01,
+                min(
+                    conf["replica.lag.time.max.ms"] / 2000.0,
+                    conf["log.flush.scheduler.interval.ms"] / 1000.0,
+                    conf["log.retention.check.interval.ms"] / 1000.0,
+                    conf["log.cleaner.backoff.ms"] / 1000.0,
+                ),
+            )
+            await asyncio.sleep(interval)
+            try:
+                self.tick(now_ms(), conf, submit_isr)
+            except Exception:
+                log.exception("housekeeping of %s", self.name)
+
+    def tick(self, t: int, conf: dict, submit_isr: Callable) -> None:
+        lg = self.partition.log
+        proposal = self.partition.maybe_shrink_isr(t, conf["replica.lag.time.max.ms"])
+        if proposal is not None:
+            submit_isr(proposal)
+        if t - self.last_flush_ms >= conf["log.flush.scheduler.interval.ms"]:
+            self.last_flush_ms = t
+            lg.maybe_flush(t)  # flush.ms / flush.messages policy of the Log
+        if t - self.last_retention_ms >= conf["log.retention.check.interval.ms"]:
+            self.last_retention_ms = t
+            lg.delete_old_segments(t)
+            lg.producer_state.remove_expired_producers(t)
+        if t - self.last_clean_ms >= conf["log.cleaner.backoff.ms"]:
+            self.last_clean_ms = t
+            self.maybe_compact(t)
+
+    def maybe_compact(self, t: int) -> None:
+        """The log cleaner for ``cleanup.policy=compact``: a pass whenever a segment rolled since the last
+        one (only closed segments are cleaned). A corrupt batch marks nothing: it is logged and retried
+        at the next backoff, like Kafka's uncleanable partitions."""
+        lg = self.partition.log
+        if not lg.config.compact or lg.active_segment.base_offset <= self.cleaned_up_to:
+            return
+        try:
+            stats = lg.compact(t)
+        except E.CorruptMessageError:
+            log.exception("compaction of %s hit a corrupt batch", self.name)
+            return
+        self.cleaned_up_to = lg.active_segment.base_offset
+        self.stats["compaction_passes"] = self.stats.get("compaction_passes", 0) + 1
+        self.stats["compaction_records_removed"] = (
+            self.stats.get("compaction_records_removed", 0) + stats.records_read - stats.records_kept
+        )

@@ -1,0 +1,99 @@
+"""KIP-890 part 1 at a partition leader: a transactional produce whose producer has no transaction open in
+this partition is verified with the transaction coordinator first (AddPartitionsToTxn, verify only), so a
+late or hanging write can never start a transaction the coordinator does not know about, or join the next
+one.
+
+The verified state of a producer is ``(producer_epoch, marker generation)``: it holds until a marker for that
+producer is written here (the transaction ended) or the epoch changes. A produce that waited for the
+coordinator appends only if no marker was written for its producer in between (else INVALID_TXN_STATE, as
+Kafka's VerificationGuard does). :class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to
+the broker (FindCoordinator, key type 1) and the coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from protocol import errors as E
+from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.txn_messages import AddPartitionsToTxnRequest
+
+TXN_KEY = 1
+VERIFY_TIMEOUT_S = 10.0
+
+
+class VerificationState:
+    """Which producers are verified for the open transaction of one partition."""
+
+    def __init__(self) -> None:
+        self.marker_gen: dict[int, int] = {}
+        self.verified: dict[int, tuple[int, int]] = {}
+
+    def token(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        return producer_epoch, self.marker_gen.get(producer_id, 0)
+
+    def is_verified(self, producer_id: int, producer_epoch: int) -> bool:
+        return self.verified.get(producer_id) == self.token(producer_id, producer_epoch)
+
+    def verified_with(self, producer_id: int, token: tuple[int, int]) -> bool:
+        """Record a verification that started at ``token``; False if a marker came in between."""
+        if self.token(producer_id, token[0]) != token:
+            return False
+        self.verified[producer_id] = token
+        return True
+
+    def marker_written(self, producer_id: int) -> None:
+        self.marker_gen[producer_id] = self.marker_gen.get(producer_id, 0) + 1
+        self.verified.pop(producer_id, None)
+
+
+class TxnVerifier:
+    def __init__(self, cluster: str, broker_id: int, topic: str, partition: int):
+        self.cluster, self.broker_id, self.tp = cluster, broker_id, (topic, partition)
+        self.state = VerificationState()
+        self.calls = 0
+
+    async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int) -> None:
+        """Raise the Kafka error a transactional produce answers if the coordinator does not have this
+        partition in the producer's ongoing transaction (or cannot be asked)."""
+        if self.state.is_verified(producer_id, producer_epoch):
+            return
+        if not isinstance(transactional_id, str) or not transactional_id:
+            raise E.InvalidTxnStateError(
+                f"transactional produce from producer {producer_id} to {self.tp[0]}-{self.tp[1]} without a "
+                "transactional_id (the leader verifies it with the transaction coordinator)"
+            )
+        token = self.state.token(producer_id, producer_epoch)
+        self.calls += 1
+        try:
+            broker = ray.get_actor(broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+            found = await asyncio.wait_for(broker.find_coordinator.remote(transactional_id, TXN_KEY), VERIFY_TIMEOUT_S)
+            if found["error_code"]:
+                raise E.NotEnoughReplicasError(f"transaction coordinator unavailable: {found.get('error_message')}")
+            coordinator = ray.get_actor(found["coordinator"], namespace=RAY_NAMESPACE)
+            req = AddPartitionsToTxnRequest(transactional_id, producer_id, producer_epoch, (self.tp,), verify_only=True)
+            ans = await asyncio.wait_for(coordinator.add_partitions_to_txn.remote(req), VERIFY_TIMEOUT_S)
+        except (RayActorError, RayTaskError, ValueError, asyncio.TimeoutError) as e:
+            # retriable for the producer (Kafka maps coordinator trouble during verification likewise)
+            raise E.NotEnoughReplicasError(f"could not verify the transaction with its coordinator: {e}") from None
+        code = ans["error_code"]
+        if code in (
+            E.CoordinatorLoadInProgressError.code,
+            E.CoordinatorNotAvailableError.code,
+            E.NotCoordinatorError.code,
+            E.ConcurrentTransactionsError.code,
+        ):
+            raise E.NotEnoughReplicasError(f"transaction coordinator busy: {ans.get('error_message')}")
+        if code:
+            raise E.InvalidTxnStateError(
+                f"{self.tp[0]}-{self.tp[1]} is not in the ongoing transaction of {transactional_id!r} "
+                f"(producer {producer_id} epoch {producer_epoch}): {ans.get('error_message')}"
+            )
+        if not self.state.verified_with(producer_id, token):
+            raise E.InvalidTxnStateError(
+                f"the transaction of {transactional_id!r} ended while its produce to {self.tp[0]}-{self.tp[1]} "
+                "was being verified"
+            )

@@ -1,0 +1,117 @@
+"""Transactions end to end on a real cluster: the transactional producer, the transaction coordinator, the
+markers, read_committed consumers (KIP-98), KIP-890 verification and fencing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+import rafka
+from protocol import errors as E
+from rafka.structs import TopicPartition
+
+
+def read(cluster, topic, partitions, isolation, until=None, settle_s=1.0, timeout_s=60):
+    """Every value a consumer with ``isolation`` reads from the start: until ``until`` is among them, then
+    ``settle_s`` more (whatever a broken filter would leak shows up in that time)."""
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    settle_at = None
+    while time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+        if settle_at is None and (until is None or until in got):
+            settle_at = time.monotonic() + settle_s
+        if settle_at is not None and time.monotonic() >= settle_at:
+            break
+    c.close()
+    return got
+
+
+def tid() -> str:
+    return "tx-" + uuid.uuid4().hex[:8]
+
+
+def test_committed_records_are_read_and_aborted_ones_are_not(rafka_cluster, new_topic):
+    topic = new_topic(2, 3)
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
+    p.init_transactions(timeout=90)
+    p.begin_transaction()
+    for i in range(20):
+        p.send(topic, value=b"c%d" % i, partition=i % 2)
+    p.commit_transaction(timeout=60)
+    p.begin_transaction()
+    futs = [p.send(topic, value=b"a%d" % i, partition=i % 2) for i in range(20)]
+    p.flush()
+    assert all(f.get(10).offset >= 0 for f in futs)  # written and acknowledged, then aborted
+    p.abort_transaction(timeout=60)
+    p.begin_transaction()
+    p.send(topic, value=b"last", partition=0)
+    p.send(topic, value=b"last1", partition=1)
+    p.commit_transaction(timeout=60)
+    p.close()
+    committed = read(rafka_cluster, topic, 2, "read_committed", until=b"last")
+    assert sorted(committed) == sorted([b"c%d" % i for i in range(20)] + [b"last", b"last1"])
+    everything = read(rafka_cluster, topic, 2, "read_uncommitted", until=b"last")
+    assert sorted(everything) == sorted(
+        [b"c%d" % i for i in range(20)] + [b"a%d" % i for i in range(20)] + [b"last", b"last1"]
+    )
+
+
+def test_open_transaction_holds_read_committed_at_the_lso(rafka_cluster, new_topic):
+    topic = new_topic(1, 3)
+    plain = rafka.Producer(rafka_cluster, linger_ms=1)
+    plain.send(topic, value=b"before", partition=0).get(30)
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
+    p.init_transactions(timeout=90)
+    p.begin_transaction()
+    p.send(topic, value=b"open", partition=0).get(30)
+    plain.send(topic, value=b"after", partition=0).get(30)  # above the open transaction's first offset
+    assert read(rafka_cluster, topic, 1, "read_committed", until=b"before", settle_s=1.5) == [b"before"]
+    assert read(rafka_cluster, topic, 1, "read_uncommitted", until=b"after") == [b"before", b"open", b"after"]
+    p.commit_transaction(timeout=60)
+    assert read(rafka_cluster, topic, 1, "read_committed", until=b"after") == [b"before", b"open", b"after"]
+    p.close()
+    plain.close()
+
+
+def test_a_second_instance_fences_the_first_and_aborts_its_transaction(rafka_cluster, new_topic):
+    topic = new_topic(1, 3)
+    t = tid()
+    old = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1, retries=3, delivery_timeout_ms=40000)
+    old.init_transactions(timeout=90)
+    old.begin_transaction()
+    old.send(topic, value=b"zombie", partition=0).get(30)
+    new = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1)
+    new.init_transactions(timeout=90)  # aborts the zombie's open transaction, bumps the epoch
+    with pytest.raises((E.ProducerFencedError, E.InvalidProducerEpochError)):
+        old.commit_transaction(timeout=30)
+    new.begin_transaction()
+    new.send(topic, value=b"fresh", partition=0)
+    new.commit_transaction(timeout=60)
+    assert read(rafka_cluster, topic, 1, "read_committed", until=b"fresh") == [b"fresh"]
+    new.close()
+    old.close(timeout=5)
+
+
+def test_bad_transaction_calls_get_kafka_errors(rafka_cluster, new_topic):
+    topic = new_topic(1, 3)
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
+    with pytest.raises(rafka.errors.IllegalStateError):
+        p.begin_transaction()  # before init_transactions
+    p.init_transactions(timeout=90)
+    with pytest.raises(rafka.errors.IllegalStateError):
+        p.send(topic, value=b"x")  # outside a transaction
+    with pytest.raises(rafka.errors.IllegalStateError):
+        p.commit_transaction()  # no transaction begun
+    p.begin_transaction()
+    p.commit_transaction(timeout=30)  # an empty transaction commits without a coordinator call
+    p.close()
+    with pytest.raises(rafka.errors.IllegalStateError):
+        rafka.Producer(rafka_cluster).init_transactions()  # not transactional
+    with pytest.raises(ValueError):
+        rafka.Producer(rafka_cluster, transactional_id="x", acks=1)
