@@ -19,11 +19,13 @@ from typing import Callable
 from ray.exceptions import RayActorError, RayTaskError
 
 from actors.coordinator_runtime import CoordinatorContext, LoadRetry
+from actors.group_records import EndTxnMarker
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
 from protocol import errors as E
 from protocol.messages import FetchRequest
-from storage.records import decode_records
+from storage.control import CONTROL_COMMIT, parse_control_record
+from storage.records import RecordBatch, decode_records, iter_batch_headers
 
 log = logging.getLogger("rafka.group_coordinator")
 
@@ -74,9 +76,11 @@ async def load_shard(
     return None
 
 
-async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list[tuple[bytes, bytes | None]]:
-    """Every record's (key, value) in ``[start, hw)`` of the partition, through the replica's fetch."""
-    pairs: list[tuple[bytes, bytes | None]] = []
+async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list:
+    """Every record in ``[start, hw)`` of the partition, through the replica's fetch, in log order: a
+    ``(key, value, producer_id)`` triple per record (producer id -1 unless its batch is transactional) and an
+    ``EndTxnMarker`` per transaction marker."""
+    pairs: list = []
     offset = start
     while offset < hw:
         res = await part.replica.fetch.remote(FetchRequest(offset, 1 << 20, current_leader_epoch=part.epoch))
@@ -86,8 +90,18 @@ async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list[
         next_offset = res["next_offset"]  # the offset after the last batch (protocol.messages)
         if next_offset <= offset:
             raise LoadRetry(f"fetch at {offset} below HW {hw} returned no batches")
-        for r in decode_records(buf):
-            if offset <= r.offset < hw:
-                pairs.append((r.key, r.value))
+        for pos, h in iter_batch_headers(buf):
+            if h.next_offset <= offset or h.base_offset >= hw:
+                continue
+            if h.is_control:
+                records = RecordBatch(buf, pos, header=h).records()
+                if records:
+                    kind = parse_control_record(records[0])[0]
+                    pairs.append(EndTxnMarker(h.producer_id, kind == CONTROL_COMMIT))
+                continue
+            pid = h.producer_id if h.is_transactional else -1
+            for r in decode_records(buf[pos : pos + h.size_in_bytes]):
+                if offset <= r.offset < hw:
+                    pairs.append((r.key, r.value, pid))
         offset = next_offset
     return pairs

@@ -20,10 +20,17 @@ class LoadRetry(Exception):
     """A transient condition while reading the partition: try the load again."""
 
 
-def records_batch(records, timestamp_ms: int) -> bytes:
-    """The shard's durable records as one RecordBatch (key/value bytes as the records encode them)."""
+def records_batch(records, timestamp_ms: int, producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    """The shard's durable records as one RecordBatch (key/value bytes as the records encode them); with a
+    producer id, a transactional batch of that producer (TxnOffsetCommit; no sequence: coordinator origin)."""
     size = sum(len(r.key_bytes()) + len(r.value_bytes() or b"") + 32 for r in records)
-    b = RecordBatchBuilder(batch_size=size + 1024)
+    b = RecordBatchBuilder(
+        batch_size=size + 1024,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        is_transactional=producer_id >= 0,
+    )
     for r in records:
         b.append(timestamp_ms, r.key_bytes(), r.value_bytes())
     return b.build()
@@ -44,6 +51,11 @@ class CoordinatorContext:
         self.tasks: list[asyncio.Task] = []  # load and cleanup
         self.loaded_records = 0
         self.appends = 0
+        self.markers: list = []  # EndTxnMarkers that arrived while loading (applied after the load)
+
+    def take_markers(self) -> list:
+        out, self.markers = self.markers, []
+        return out
 
     def fail_parked(self, code: int) -> None:
         for futs in self.parked.values():

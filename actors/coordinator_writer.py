@@ -10,6 +10,7 @@ and every earlier record are acknowledged (the coordinator's answers keep handle
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple
 
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -18,11 +19,30 @@ from actors.coordinator_runtime import CoordinatorContext, records_batch
 from protocol.messages import ProduceRequest
 
 
-def append(part: CoordinatorContext, records, commit_timeout_ms: int, now_ms: int) -> asyncio.Task:
+class TxnWrite(NamedTuple):
+    """A TxnOffsetCommit's producer: its records go in a transactional batch of this producer."""
+
+    producer_id: int
+    producer_epoch: int
+    transactional_id: str
+
+
+def append(
+    part: CoordinatorContext, records, commit_timeout_ms: int, now_ms: int, txn: TxnWrite | None = None
+) -> asyncio.Task:
     """Submit ``records`` now (synchronously, so appends keep handler order); the task is the new tail."""
-    ref = part.replica.produce.remote(
-        ProduceRequest(records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch)
-    )
+    if txn is None:
+        req = ProduceRequest(records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch)
+    else:
+        req = ProduceRequest(
+            records_batch(records, now_ms, txn.producer_id, txn.producer_epoch),
+            -1,
+            commit_timeout_ms,
+            current_leader_epoch=part.epoch,
+            transactional_id=txn.transactional_id,
+            origin="coordinator",
+        )
+    ref = part.replica.produce.remote(req)
     part.appends += 1
     task = asyncio.get_running_loop().create_task(acked(ref, part.tail))
     part.tail = task

@@ -39,6 +39,7 @@ from actors.group_model import CoordinatorResult, Pending
 from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
+from actors.group_txn_api import GroupTxnApi
 from protocol import group_messages as M
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -48,7 +49,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCoordinatorActor:
+class GroupCoordinatorActor(GroupTxnApi):
     def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
         self.props = dict(config or {})
@@ -115,6 +116,7 @@ class GroupCoordinatorActor:
         elif outcome == loader.FAILED:
             part.state = svc.FAILED
         elif isinstance(outcome, GroupCoordinatorShard):
+            outcome.replay_all(part.take_markers())  # markers written here while it loaded
             part.shard, part.state = outcome, svc.ACTIVE
             self._rearm(part)
             part.tasks.append(asyncio.get_running_loop().create_task(self._cleanup_loop(part, gen)))
@@ -133,6 +135,7 @@ class GroupCoordinatorActor:
         handler: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
         on_error: Callable[[int, str], Any],
         too_large: int = svc.UNKNOWN_SERVER_ERROR,
+        txn: writer.TxnWrite | None = None,
     ):
         part, code = self._route(group_id)
         if code:
@@ -141,14 +144,14 @@ class GroupCoordinatorActor:
             result = handler(part.shard, now_ms())
         except Exception as exc:  # noqa: BLE001 - bad input must not kill the actor
             return on_error(*svc.bad_input(exc))
-        return await self._complete(part, result, on_error, too_large)
+        return await self._complete(part, result, on_error, too_large, txn)
 
-    async def _complete(self, part: CoordinatorContext, result: CoordinatorResult, on_error, too_large: int):
+    async def _complete(self, part: CoordinatorContext, result: CoordinatorResult, on_error, too_large: int, txn=None):
         gen = part.gen
         part.shard.replay_all(result.records)
         waiter = part.park(result.response.key) if isinstance(result.response, Pending) else None
         durable = result.durable_records
-        tail = writer.append(part, durable, self.commit_timeout_ms, now_ms()) if durable else part.tail
+        tail = writer.append(part, durable, self.commit_timeout_ms, now_ms(), txn) if durable else part.tail
         self._rearm(part)
         raw = await asyncio.shield(tail) if tail is not None else svc.NONE
         if raw:
@@ -318,7 +321,7 @@ class GroupCoordinatorActor:
         if bad := M.wrong_type(request, M.OffsetFetchRequest):
             return on_error(svc.INVALID_REQUEST, bad)
         r = request
-        return await self._read(r.group_id, lambda s: s.offset_fetch(r.group_id, r.topics), on_error)
+        return await self._read(r.group_id, lambda s: s.offset_fetch(r.group_id, r.topics, r.require_stable), on_error)
 
     async def offset_delete(self, request: M.OffsetDeleteRequest) -> dict:
         """OffsetDelete (KIP-496)."""

@@ -40,6 +40,7 @@ OFFSET_METADATA_TOO_LARGE = E.for_name("OFFSET_METADATA_TOO_LARGE").code
 GROUP_ID_NOT_FOUND = E.for_name("GROUP_ID_NOT_FOUND").code
 NON_EMPTY_GROUP = E.for_name("NON_EMPTY_GROUP").code
 GROUP_SUBSCRIBED_TO_TOPIC = E.for_name("GROUP_SUBSCRIBED_TO_TOPIC").code
+UNSTABLE_OFFSET_COMMIT = E.UnstableOffsetCommitError.code
 
 TP = tuple[str, int]
 
@@ -50,9 +51,15 @@ class OffsetManager:
     def __init__(self, config: GroupCoordinatorConfig):
         self.config = config
         self.offsets: dict[str, dict[TP, OffsetCommitValue]] = {}
+        # TxnOffsetCommit: producer id -> the offsets its open transaction commits (Kafka's
+        # pendingTransactionalOffsets), applied by a COMMIT marker, dropped by an ABORT
+        self.pending: dict[int, dict[OffsetCommitKey, OffsetCommitValue | None]] = {}
 
     # ------------------------------------------------------------------ replay (the only mutator)
-    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None) -> None:
+    def replay(self, key: OffsetCommitKey, value: OffsetCommitValue | None, producer_id: int = -1) -> None:
+        if producer_id >= 0:
+            self.pending.setdefault(producer_id, {})[key] = value
+            return
         if value is None:
             group = self.offsets.get(key.group)
             if group is not None:
@@ -62,8 +69,18 @@ class OffsetManager:
         else:
             self.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = value
 
+    def replay_end_txn(self, producer_id: int, committed: bool) -> list[OffsetCommitKey]:
+        """A transaction marker: the producer's pending offsets are committed or dropped; the keys applied."""
+        pending = self.pending.pop(producer_id, {})
+        if not committed:
+            return []
+        for key, value in pending.items():
+            self.replay(key, value)
+        return list(pending)
+
     def clear(self) -> None:
         self.offsets.clear()
+        self.pending.clear()
 
     # ------------------------------------------------------------------ reads
     def committed(self, group_id: str) -> dict[TP, OffsetCommitValue]:
@@ -113,7 +130,9 @@ class OffsetManager:
         member_id: str = "",
         generation_id: int = -1,
         group_instance_id: str | None = None,
+        producer_id: int = -1,
     ) -> CoordinatorResult:
+        """OffsetCommit, or with ``producer_id`` TxnOffsetCommit (records pending until the marker)."""
         error = self.validate_commit(group, member_id, generation_id, group_instance_id)
         records, out_topics = [], []
         max_meta = self.config.offset_metadata_max_bytes
@@ -128,15 +147,24 @@ class OffsetManager:
                     value = OffsetCommitValue(
                         int(p["committed_offset"]), int(p.get("committed_leader_epoch", -1)), metadata, now_ms
                     )
-                    records.append(offset_commit_record(group_id, topic["name"], int(p["partition_index"]), value))
+                    records.append(
+                        offset_commit_record(group_id, topic["name"], int(p["partition_index"]), value, producer_id)
+                    )
                 parts.append({"partition_index": int(p["partition_index"]), "error_code": code})
             out_topics.append({"name": topic["name"], "partitions": parts})
         return CoordinatorResult(records, {"topics": out_topics})
 
     # ------------------------------------------------------------------ OffsetFetch
-    def fetch(self, group_id: str, topics: Iterable[dict] | None = None) -> dict:
-        """Committed offsets; ``topics=None`` means all. Unknown partitions answer offset -1, error 0."""
+    def fetch(self, group_id: str, topics: Iterable[dict] | None = None, require_stable: bool = False) -> dict:
+        """Committed offsets; ``topics=None`` means all. Unknown partitions answer offset -1, error 0. With
+        ``require_stable`` (KIP-447, read_committed consumers) a partition an open transaction commits an
+        offset for answers UNSTABLE_OFFSET_COMMIT (retriable) until that transaction's marker."""
         committed = self.offsets.get(group_id, {})
+        unstable = (
+            {(k.topic, k.partition) for pend in self.pending.values() for k in pend if k.group == group_id}
+            if require_stable
+            else set()
+        )
         if topics is None:
             by_topic: dict[str, list[int]] = {}
             for t, p in sorted(committed):
@@ -148,6 +176,11 @@ class OffsetManager:
         for name, partitions in wanted:
             parts = []
             for p in partitions:
+                if (name, int(p)) in unstable:
+                    parts.append(
+                        {"partition_index": int(p), "committed_offset": -1, "error_code": UNSTABLE_OFFSET_COMMIT}
+                    )
+                    continue
                 v = committed.get((name, int(p)))
                 parts.append(
                     {

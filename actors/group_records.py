@@ -135,6 +135,9 @@ class CoordinatorRecord:
     key: Key
     value: Value
     durable: bool = field(default=True, init=False, compare=False)
+    # a TxnOffsetCommit's record: written in a transactional batch of this producer, pending until the
+    # transaction's marker (-1: an ordinary commit)
+    producer_id: int = field(default=-1, compare=False)
 
     def key_bytes(self) -> bytes:
         return encode_key(self.key)
@@ -143,8 +146,21 @@ class CoordinatorRecord:
         return encode_value(self.value)
 
 
-def offset_commit_record(group: str, topic: str, partition: int, value: OffsetCommitValue | None) -> CoordinatorRecord:
-    return CoordinatorRecord(OffsetCommitKey(group, topic, partition), value)
+@dataclass(frozen=True)
+class EndTxnMarker:
+    """A transaction marker on this ``__consumer_offsets`` partition (written by the transaction
+    coordinator, not by the group coordinator): the producer's pending offsets become committed
+    (``committed``) or are dropped."""
+
+    producer_id: int
+    committed: bool
+    durable: bool = field(default=False, init=False, compare=False)
+
+
+def offset_commit_record(
+    group: str, topic: str, partition: int, value: OffsetCommitValue | None, producer_id: int = -1
+) -> CoordinatorRecord:
+    return CoordinatorRecord(OffsetCommitKey(group, topic, partition), value, producer_id)
 
 
 def group_metadata_record(group: str, value: GroupMetadataValue | None) -> CoordinatorRecord:

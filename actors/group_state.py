@@ -44,6 +44,7 @@ from actors.group_model import (
 from actors.group_offsets import OffsetManager
 from actors.group_records import (
     CoordinatorRecord,
+    EndTxnMarker,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -146,9 +147,43 @@ class GroupCoordinatorShard:
             group_instance_id=group_instance_id,
         )
 
-    def offset_fetch(self, group_id: str, topics: Iterable[dict] | None = None) -> dict:
+    def txn_offset_commit(
+        self,
+        group_id: str,
+        topics: Iterable[dict],
+        producer_id: int,
+        now_ms: int,
+        *,
+        member_id: str = "",
+        generation_id: int = -1,
+        group_instance_id: str | None = None,
+    ) -> CoordinatorResult:
+        """TxnOffsetCommit: validated like OffsetCommit (a member's generation when given); the records go
+        out in the producer's transaction and stay pending (invisible to OffsetFetch) until its marker."""
+        if not isinstance(producer_id, int) or producer_id < 0:
+            raise E.InvalidRequestError("TxnOffsetCommit needs the transactional producer's id")
+        return self._offsets.commit(
+            self._groups.get(group_id),
+            group_id,
+            list(topics),
+            now_ms,
+            member_id=member_id,
+            generation_id=generation_id,
+            group_instance_id=group_instance_id,
+            producer_id=producer_id,
+        )
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> CoordinatorResult:
+        """The producer's transaction marker reached this partition (Kafka's replayEndTransactionMarker)."""
+        return CoordinatorResult([EndTxnMarker(producer_id, committed)], None)
+
+    def pending_transactions(self) -> dict[int, int]:
+        """Producer id -> how many offsets its open transaction commits."""
+        return {pid: len(p) for pid, p in self._offsets.pending.items()}
+
+    def offset_fetch(self, group_id: str, topics: Iterable[dict] | None = None, require_stable: bool = False) -> dict:
         """OffsetFetch: ``topics=[{"name", "partition_indexes"}]`` or None for every committed offset."""
-        return self._offsets.fetch(group_id, None if topics is None else list(topics))
+        return self._offsets.fetch(group_id, None if topics is None else list(topics), require_stable)
 
     def offset_delete(self, group_id: str, topics: Iterable[dict]) -> CoordinatorResult:
         return self._offsets.delete(self._groups.get(group_id), group_id, list(topics))
@@ -267,13 +302,18 @@ class GroupCoordinatorShard:
                     raise InvalidGroupTransition("snapshot records carry sealed groups")
                 self._groups[record.group_id] = record.group
             return
+        if isinstance(record, EndTxnMarker):
+            for applied in self._offsets.replay_end_txn(record.producer_id, record.committed):
+                if applied.group not in self._groups and self._offsets.has_offsets(applied.group):
+                    self._groups[applied.group] = ClassicGroup(applied.group).seal()
+            return
         if not isinstance(record, CoordinatorRecord):
             raise TypeError(f"not a coordinator record: {record!r}")
         key, value = record.key, record.value
         if isinstance(key, OffsetCommitKey):
             assert value is None or isinstance(value, OffsetCommitValue)
-            self._offsets.replay(key, value)
-            if value is not None and key.group not in self._groups:
+            self._offsets.replay(key, value, record.producer_id)
+            if record.producer_id < 0 and value is not None and key.group not in self._groups:
                 # Kafka: committing offsets creates the (Empty, simple) group if it is not there.
                 self._groups[key.group] = ClassicGroup(key.group).seal()
         elif isinstance(key, GroupMetadataKey):
@@ -297,7 +337,13 @@ class GroupCoordinatorShard:
         self._offsets.clear()
         n = 0
         for r in records:
-            self.replay(r if isinstance(r, CoordinatorRecord) else decode_record(r[0], r[1]))
+            if isinstance(r, (CoordinatorRecord, EndTxnMarker)):
+                self.replay(r)
+            else:  # (key, value) or (key, value, producer id of a transactional batch)
+                rec = decode_record(r[0], r[1])
+                if len(r) > 2 and r[2] >= 0:
+                    rec = CoordinatorRecord(rec.key, rec.value, r[2])
+                self.replay(rec)
             n += 1
         self.replay_all(self.on_loaded(now_ms).records)
         return n

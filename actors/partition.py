@@ -39,7 +39,7 @@ from protocol import errors as E
 from protocol.control_messages import AlterPartitionResponse, LeaderAndIsrPartitionState
 from protocol.messages import READ_COMMITTED, FetchResponse
 from storage.control import CONTROL_ABORT, CONTROL_COMMIT, build_control_batch
-from storage.log_validator import COORDINATOR
+from storage.log_validator import CLIENT, COORDINATOR
 
 if TYPE_CHECKING:
     from storage.log import Log, LogAppendInfo
@@ -168,14 +168,14 @@ class Partition:
 
     # ---- leader: append, HW, ISR ------------------------------------------------------------------
     def append_records_to_leader(
-        self, batches: bytes, acks: int, now_ms: int
+        self, batches: bytes, acks: int, now_ms: int, origin: str = CLIENT
     ) -> tuple["LogAppendInfo", LeaderHwChange]:
         """Kafka's appendRecordsToLeader: the min.insync.replicas check for acks=all, the append, and
         the HW it may move (NONE for a deduplicated retry: nothing was written)."""
         min_isr = self.log.config.min_insync_replicas
         if acks == -1 and len(self.isr) < min_isr:
             raise E.NotEnoughReplicasError(f"ISR {list(self.isr)} is below min.insync.replicas={min_isr}")
-        info = self.log.append_as_leader(batches, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(batches, self.leader_epoch, now_ms, origin)
         if info.duplicate:
             return info, LeaderHwChange.NONE
         self.marks.record(self.log.log_end_offset, info.valid_bytes)

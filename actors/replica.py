@@ -45,6 +45,7 @@ import time
 import ray
 
 from actors.alter_partition import AlterPartitionManager
+from actors.group_service import OFFSETS_TOPIC
 from actors.partition import Partition
 from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
@@ -72,6 +73,7 @@ from protocol.messages import (
     ProduceResponse,
     check_request,
 )
+from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
 from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
 from storage.batch_header import parse_header
@@ -221,7 +223,7 @@ class ReplicaActor:
                 err = p.check_leader(req.current_leader_epoch)  # still the leader after the wait?
                 if err is not None:
                     raise err
-            info, change = p.append_records_to_leader(batches, req.acks, now_ms())
+            info, change = p.append_records_to_leader(batches, req.acks, now_ms(), req.origin)
             self.replica_manager.complete_delayed_requests(change)
             response = ProduceResponse(
                 base_offset=info.first_offset,
@@ -255,9 +257,22 @@ class ReplicaActor:
             self.verifier.state.marker_written(req.producer_id)
             self.replica_manager.complete_delayed_requests(change)
             done = TxnResponse().to_dict()
-            return await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
+            ans = await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
+            if not ans["error_code"] and self.topic == OFFSETS_TOPIC:
+                await self._offsets_marker(req.producer_id, bool(req.committed))
+            return ans
         except Exception as exc:
             return TxnResponse(*E.error_response(exc)).to_dict()
+
+    async def _offsets_marker(self, producer_id: int, committed: bool) -> None:
+        """A marker on a ``__consumer_offsets`` partition: this broker's group coordinator applies the
+        producer's pending offsets (Kafka's onTransactionCompleted). If it is not there, the partition's next
+        load reads the marker from the log."""
+        try:
+            gc = ray.get_actor(group_coordinator_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+            await asyncio.wait_for(gc.complete_transaction.remote(self.partition.partition, producer_id, committed), 30)
+        except (ValueError, ray.exceptions.RayError, asyncio.TimeoutError) as e:
+            log.warning("%s b%d: group coordinator not told of a marker: %s", self.tp, self.broker_id, e)
 
     # ---- fetch ------------------------------------------------------------------------------------
     async def fetch(self, req: FetchRequest) -> dict:

@@ -212,6 +212,7 @@ class OffsetFetchRequest:
     METHOD: ClassVar[str] = "offset_fetch"
     group_id: str
     topics: Any = None  # None: every committed offset of the group
+    require_stable: bool = False  # KIP-447: UNSTABLE_OFFSET_COMMIT while a transaction commits an offset
 
 
 @dataclass(frozen=True, slots=True)

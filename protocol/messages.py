@@ -107,6 +107,9 @@ class ProduceRequest:
     timeout_ms: int = 30000
     current_leader_epoch: int = -1
     transactional_id: str | None = None  # a transactional producer's id: the leader verifies (KIP-890)
+    # Kafka's AppendOrigin: "client" (producers), "coordinator" (a group/transaction coordinator's own
+    # records: no sequence check); set only by rafka's coordinators, never by a client or gateway
+    origin: str = "client"
 
 
 @dataclass(frozen=True, slots=True)

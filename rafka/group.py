@@ -56,6 +56,7 @@ from rafka.errors import (
     NoError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
     for_code,
 )
 from rafka.structs import OffsetAndMetadata, TopicPartition
@@ -392,15 +393,22 @@ class ConsumerCoordinator:
 
     # -- offsets -----------------------------------------------------------------------------------
     def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets. A read_committed consumer asks for stable offsets only (KIP-447):
+        while a transaction commits an offset for a partition it waits for the transaction's marker."""
         by_topic: dict[str, list[int]] = {}
         for tp in tps:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
-        res = self.coordinator.call(
-            OffsetFetchRequest(
-                self.group_id, [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()]
-            ),
-            timeout_ms=self.cfg.default_api_timeout_ms,
+        stable = self.cfg.isolation_level == "read_committed"
+        req = OffsetFetchRequest(
+            self.group_id, [{"name": t, "partition_indexes": sorted(ps)} for t, ps in by_topic.items()], stable
         )
+        deadline = time.monotonic() + self.cfg.default_api_timeout_ms / 1000
+        while True:
+            res = self.coordinator.call(req, timeout_ms=max(1.0, (deadline - time.monotonic()) * 1000))
+            codes = [p.get("error_code") for t in res.get("topics") or () for p in t["partitions"]]
+            if UnstableOffsetCommitError.code not in codes or time.monotonic() >= deadline:
+                break
+            time.sleep(self.cfg.retry_backoff_ms / 1000)
         if res.get("error_code"):
             raise for_code(res["error_code"])(f"OffsetFetch for {self.group_id!r} failed")
         out: dict[TopicPartition, OffsetAndMetadata | None] = {}

@@ -51,6 +51,11 @@ class Transactions:
 
     def _raise(self, res: dict, from_end_txn: bool = False) -> None:
         code = res.get("error_code", 0)
+        for t in res.get("topics") or ():  # TxnOffsetCommit answers per partition
+            for p in t.get("partitions") or ():
+                if p.get("error_code") and not code:
+                    code = p["error_code"]
+                    res = {"error_code": code, "error_message": f"{t.get('name')}-{p.get('partition_index')}"}
         if code:
             raise self.state.fail(for_code(code)(res.get("error_message")), from_end_txn)
 

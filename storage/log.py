@@ -284,7 +284,7 @@ class Log(LogRetention):
         records = sum(h.records_count for _, _, h in infos)
         producers = any(h.producer_id >= 0 for _, _, h in infos)
         if producers:
-            dup = self._check_producers(buf, infos)
+            dup = self._check_producers(buf, infos, origin == log_validator.CLIENT)
             if dup is not None:
                 return LogAppendInfo(dup[0], dup[1], -1, -1, self._log_start_offset, dup[1] - dup[0] + 1, 0, True)
         append_time = c.message_timestamp_type == "LogAppendTime"
@@ -317,9 +317,11 @@ class Log(LogRetention):
             first, offset - 1, max_ts, now_ms if append_time else -1, self._log_start_offset, records, n, False
         )
 
-    def _check_producers(self, buf, infos) -> tuple[int, int] | None:
+    def _check_producers(self, buf, infos, sequences: bool = True) -> tuple[int, int] | None:
         """Producer-state check of a leader append; several batches of one producer in one append must
-        continue each other (producer_state checks each against the state before this append)."""
+        continue each other (producer_state checks each against the state before this append). A
+        coordinator's own transactional writes (TxnOffsetCommit) carry no sequence: only their epoch is
+        checked (Kafka validates sequences for the client origin only)."""
         seen: dict[int, BatchHeader] = {}
         for pos, _, h in infos:
             pid = h.producer_id
@@ -327,13 +329,13 @@ class Log(LogRetention):
                 continue
             prev = seen.get(pid)
             if prev is None:
-                dup = self.producer_state.check(h, buf, pos)
+                dup = self.producer_state.check(h, buf, pos, sequences)
                 if dup is not None:
                     return dup
             elif (
                 h.producer_epoch != prev.producer_epoch
                 or h.attributes & CONTROL_MASK
-                or not in_sequence(prev.last_sequence, h.base_sequence)
+                or (sequences and not in_sequence(prev.last_sequence, h.base_sequence))
             ):
                 raise OutOfOrderSequenceNumberError(
                     f"batches of producer {pid} in one append do not continue each other: sequence "

@@ -312,8 +312,9 @@ class ProducerStateManager:
         return high_watermark if fuo is None else min(fuo, high_watermark)
 
     # ------------------------------------------------------------------ append path
-    def check(self, header: BatchHeader, buf=None, pos: int = 0) -> tuple[int, int] | None:
-        """Validate a leader append of ``header``'s batch against the state (see module docstring)."""
+    def check(self, header: BatchHeader, buf=None, pos: int = 0, sequences: bool = True) -> tuple[int, int] | None:
+        """Validate a leader append of ``header``'s batch against the state (see module docstring);
+        ``sequences`` False (a coordinator's write) checks the epoch and transaction state only."""
         pid = header.producer_id
         if pid < 0:
             return None
@@ -334,6 +335,21 @@ class ProducerStateManager:
                     f"{entry.coordinator_epoch}"
                 )
             return None
+        if sequences:
+            dup = self._check_sequence(entry, header)
+            if dup is not None:
+                return dup
+        if entry.current_txn_first_offset is not None and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"non-transactional write from producer {pid} while its transaction from offset "
+                f"{entry.current_txn_first_offset} is open"
+            )
+        return None
+
+    @staticmethod
+    def _check_sequence(entry: ProducerStateEntry, header: BatchHeader) -> tuple[int, int] | None:
+        """A duplicate's ``(first_offset, last_offset)``, None for the next batch; raises otherwise."""
+        pid, epoch = header.producer_id, header.producer_epoch
         first_seq, last_seq = header.base_sequence, header.last_sequence
         dup = entry.find_duplicate(epoch, first_seq, last_seq)
         if dup is not None:
@@ -348,11 +364,6 @@ class ProducerStateManager:
             raise OutOfOrderSequenceNumberError(
                 f"out of order sequence for producer {pid}: {first_seq} (incoming), {entry.last_seq} "
                 f"(current end sequence), epoch {epoch}"
-            )
-        if entry.current_txn_first_offset is not None and not header.is_transactional:
-            raise InvalidTxnStateError(
-                f"non-transactional write from producer {pid} while its transaction from offset "
-                f"{entry.current_txn_first_offset} is open"
             )
         return None
 

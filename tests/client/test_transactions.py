@@ -115,3 +115,48 @@ def test_bad_transaction_calls_get_kafka_errors(rafka_cluster, new_topic):
         rafka.Producer(rafka_cluster).init_transactions()  # not transactional
     with pytest.raises(ValueError):
         rafka.Producer(rafka_cluster, transactional_id="x", acks=1)
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(rafka_cluster, new_topic):
+    src, dst = new_topic(1, 3), new_topic(1, 3)
+    plain = rafka.Producer(rafka_cluster, linger_ms=1)
+    for i in range(10):
+        plain.send(src, value=b"%d" % i, partition=0)
+    plain.flush()
+    plain.close()
+    group = "g-" + uuid.uuid4().hex[:6]
+    c = rafka.Consumer(
+        rafka_cluster,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    c.subscribe([src])
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
+    p.init_transactions(timeout=90)
+    tp = TopicPartition(src, 0)
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 10 and time.monotonic() < deadline:
+        recs = c.poll(timeout_ms=500).get(tp, [])
+        if not recs:
+            continue
+        p.begin_transaction()
+        for r in recs:
+            p.send(dst, value=b"x" + r.value, partition=0)
+        p.send_offsets_to_transaction({tp: rafka.OffsetAndMetadata(recs[-1].offset + 1)}, c.group_metadata())
+        p.commit_transaction(timeout=60)
+        seen.extend(r.value for r in recs)
+    assert seen == [b"%d" % i for i in range(10)]
+    assert c.committed(tp).offset == 10  # the offsets came with the transaction's commit
+    # an aborted transaction's offsets never become visible
+    p.begin_transaction()
+    p.send(dst, value=b"never", partition=0)
+    p.send_offsets_to_transaction({tp: rafka.OffsetAndMetadata(3)}, c.group_metadata())
+    p.abort_transaction(timeout=60)
+    assert c.committed(tp).offset == 10
+    c.close()
+    p.close()
+    out = read(rafka_cluster, dst, 1, "read_committed", until=b"x9")
+    assert out == [b"x%d" % i for i in range(10)]
