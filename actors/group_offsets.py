@@ -174,7 +174,7 @@ class OffsetManager:
             wanted = [(t["name"], list(t.get("partition_indexes", t.get("partitions", [])))) for t in topics]
         out = []
         for name, partitions in wanted:
-            parts = []
+            parts: list[dict] = []
             for p in partitions:
                 if (name, int(p)) in unstable:
                     parts.append(
