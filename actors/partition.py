@@ -201,6 +201,25 @@ class Partition:
         self.marks.record(self.log.log_end_offset, info.valid_bytes)
         return info, self.maybe_increment_leader_hw()
 
+    def describe_producers(self) -> list[dict]:
+        """Kafka's DescribeProducers (leader only, after ``check_leader``): every producer this partition
+        tracks, with the first offset of its open transaction (-1: none)."""
+        out = []
+        for pid, e in sorted(self.log.producer_state.producers.items()):
+            out.append(
+                {
+                    "producer_id": pid,
+                    "producer_epoch": e.producer_epoch,
+                    "last_sequence": e.last_seq,
+                    "last_timestamp": e.last_timestamp,
+                    "coordinator_epoch": e.coordinator_epoch,
+                    "current_txn_start_offset": -1
+                    if e.current_txn_first_offset is None
+                    else e.current_txn_first_offset,
+                }
+            )
+        return out
+
     def in_open_transaction(self, producer_id: int) -> bool:
         """The producer has a transaction open in this partition's log (data written, no marker yet)."""
         entry = self.log.producer_state.producers.get(producer_id)

@@ -264,6 +264,13 @@ class ReplicaActor:
         except Exception as exc:
             return TxnResponse(*E.error_response(exc)).to_dict()
 
+    async def describe_producers(self) -> dict:
+        """DescribeProducers: the producers of this partition (leader only)."""
+        err = self.partition.check_leader(-1)
+        if err is not None:
+            return {**TxnResponse(*E.error_response(err)).to_dict(), "producers": []}
+        return {"error_code": 0, "error_message": None, "producers": self.partition.describe_producers()}
+
     async def _offsets_marker(self, producer_id: int, committed: bool) -> None:
         """A marker on a ``__consumer_offsets`` partition: this broker's group coordinator applies the
         producer's pending offsets (Kafka's onTransactionCompleted). If it is not there, the partition's next

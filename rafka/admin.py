@@ -214,6 +214,32 @@ class Admin:
     def list_partition_reassignments(self) -> list[dict]:
         return self._call("list_partition_reassignments")
 
+    # -- transactions (rafka/txn_admin.py) -----------------------------------------------------------
+    def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()) -> list[dict]:
+        from rafka import txn_admin
+
+        return txn_admin.list_transactions(self, tuple(states), tuple(producer_ids))
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> list[dict]:
+        from rafka import txn_admin
+
+        return [txn_admin.describe_transaction(self, t) for t in transactional_ids]
+
+    def describe_producers(self, tp: TopicPartition) -> list[dict]:
+        from rafka import txn_admin
+
+        return txn_admin.describe_producers(self, TopicPartition(*tp))
+
+    def find_hanging_transactions(self, tp: TopicPartition, max_age_ms: int = 900000) -> list[dict]:
+        from rafka import txn_admin
+
+        return txn_admin.find_hanging(self, TopicPartition(*tp), max_age_ms)
+
+    def abort_transaction(self, tp: TopicPartition, producer_id: int) -> dict:
+        from rafka import txn_admin
+
+        return txn_admin.abort_transaction(self, TopicPartition(*tp), producer_id)
+
     # -- consumer groups (rafka/group_admin.py) ---------------------------------------------------
     def list_groups(self) -> list[dict]:
         """``[{group_id, protocol_type, group_state}]`` of every group in the cluster."""

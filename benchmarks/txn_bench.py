@@ -1,0 +1,141 @@
+"""Transactional produce and read_committed consume on an embedded 3-broker LocalCluster (RF 3, 100 B records).
+
+    python benchmarks/txn_bench.py --json [--records 200000] [--partitions 3]
+
+In one run, side by side, each producer writing ``--records`` records of ``VALUE_BYTES`` to its own topic of
+``--partitions`` partitions (RF 3, acks=all):
+
+- ``idempotent``: the plain idempotent producer (no transactions), one flush at the end;
+- ``txn_1000`` / ``txn_10000``: a transactional producer committing every 1,000 / 10,000 records;
+  records/s over the whole run (commits included) and the commit latency (``commit_transaction`` calls:
+  the flush of the transaction's last records, EndTxn and the PrepareCommit append) p50/p99 in ms;
+  ``ratio_vs_idempotent`` = its records/s over the idempotent run's.
+
+Then ``consume``: one consumer reads the ``txn_10000`` topic from the start with ``read_uncommitted`` and
+with ``read_committed`` (records/s each, and their ratio). The issue's goals: ``txn_10000`` >= 80% of the
+idempotent rate, read_committed >= 90% of read_uncommitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import rafka  # noqa: E402
+from rafka import TopicPartition  # noqa: E402
+from rafka.output import claim_stdout  # noqa: E402
+
+VALUE_BYTES = 100
+
+
+def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) -> dict:
+    payload = os.urandom(VALUE_BYTES)
+    cfg = dict(linger_ms=5, batch_size=65536)
+    if txn_size:
+        cfg["transactional_id"] = "bench-" + uuid.uuid4().hex[:8]
+    p = rafka.Producer(cluster, **cfg)
+    commits: list[float] = []
+    try:
+        if txn_size:
+            p.init_transactions(timeout=120)
+        t = time.monotonic()
+        sent = 0
+        while sent < n:
+            chunk = min(txn_size or n, n - sent)
+            if txn_size:
+                p.begin_transaction()
+            p.send_batch(topic, [(None, payload, (sent + i) % partitions) for i in range(chunk)])
+            sent += chunk
+            if txn_size:
+                c = time.monotonic()
+                p.commit_transaction(timeout=120)
+                commits.append((time.monotonic() - c) * 1000)
+        p.flush()
+        secs = time.monotonic() - t
+    finally:
+        p.close()
+    out = {"records": n, "seconds": round(secs, 2), "records_per_s": round(n / secs)}
+    if commits:
+        q = statistics.quantiles(commits, n=100) if len(commits) >= 2 else commits * 99
+        out.update(
+            transactions=len(commits),
+            commit_ms_p50=round(statistics.median(commits), 1),
+            commit_ms_p99=round(q[98], 1),
+        )
+    return out
+
+
+def consume(cluster, topic: str, n: int, partitions: int, isolation: str) -> dict:
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation, max_poll_records=5000)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got = 0
+    t = time.monotonic()
+    deadline = t + 300
+    while got < n and time.monotonic() < deadline:
+        got += sum(len(r) for r in c.poll(timeout_ms=500).values())
+    secs = time.monotonic() - t
+    c.close()
+    return {"records": got, "seconds": round(secs, 2), "records_per_s": round(got / secs), "complete": got == n}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
+    args = ap.parse_args()
+    stdout = claim_stdout()
+    n, parts = args.records, args.partitions
+    with tempfile.TemporaryDirectory(prefix="rafka-txbench-") as d:
+        t = time.monotonic()
+        cluster = rafka.LocalCluster(brokers=3, data_dir=d, name="txbench" + uuid.uuid4().hex[:6])
+        try:
+            start_s = time.monotonic() - t
+            admin = rafka.Admin(cluster)
+            topics = {k: f"txb-{k}-{uuid.uuid4().hex[:6]}" for k in ("idempotent", "txn_1000", "txn_10000")}
+            for name in topics.values():
+                admin.create_topic(name, num_partitions=parts, replication_factor=3)
+            # the first transactional producer creates __transaction_state and loads its coordinators: a
+            # one-time cost, timed here and kept out of the figures
+            t = time.monotonic()
+            warm = rafka.Producer(cluster, transactional_id="bench-warmup")
+            warm.init_transactions(timeout=120)
+            warm.close()
+            warm_s = time.monotonic() - t
+            res: dict = {
+                "brokers": 3,
+                "replication_factor": 3,
+                "partitions": parts,
+                "value_bytes": VALUE_BYTES,
+                "cluster_start_s": round(start_s, 2),
+                "txn_state_warmup_s": round(warm_s, 2),
+            }
+            res["idempotent"] = produce(cluster, topics["idempotent"], n, parts, None)
+            for size in (1000, 10000):
+                r = produce(cluster, topics[f"txn_{size}"], n, parts, size)
+                r["ratio_vs_idempotent"] = round(r["records_per_s"] / res["idempotent"]["records_per_s"], 2)
+                res[f"txn_{size}"] = r
+            unc = consume(cluster, topics["txn_10000"], n, parts, "read_uncommitted")
+            com = consume(cluster, topics["txn_10000"], n, parts, "read_committed")
+            res["consume"] = {
+                "read_uncommitted": unc,
+                "read_committed": com,
+                "ratio_committed_vs_uncommitted": round(com["records_per_s"] / max(1, unc["records_per_s"]), 2),
+            }
+            res["cpus"] = os.cpu_count()
+        finally:
+            cluster.stop()
+    print(json.dumps(res) if args.json else json.dumps(res, indent=2), file=stdout)
+    return 0 if res["consume"]["read_committed"]["complete"] and res["consume"]["read_uncommitted"]["complete"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Transactions under faults (real Ray, killed brokers) and bad input at the coordinator and the leader.
+
+One dedicated 3-broker cluster: ``__transaction_state`` has one partition (so the coordinator of every id is
+one known broker) and timed-out transactions are checked every 300 ms."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import ray
+from support import wait_until
+
+import rafka
+from protocol import errors as E
+from protocol.messages import ProduceRequest
+from protocol.names import RAY_NAMESPACE, broker_name, txn_coordinator_name
+from protocol.txn_messages import EndTxnRequest, InitProducerIdRequest, WriteTxnMarkersRequest
+from rafka.structs import TopicPartition
+from storage.control import CONTROL_COMMIT, build_control_batch
+from storage.records import RecordBatchBuilder
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(ray_cluster, tmp_path_factory):
+    c = rafka.LocalCluster(
+        brokers=3,
+        name="tx" + uuid.uuid4().hex[:6],
+        data_dir=tmp_path_factory.mktemp("rafka-txn"),
+        broker_config={
+            "transaction.state.log.num.partitions": 1,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300,
+        },
+    )
+    yield c
+    c.stop()
+
+
+def tid() -> str:
+    return "tx-" + uuid.uuid4().hex[:8]
+
+
+def coordinator_of(cluster, transactional_id: str) -> int:
+    broker = ray.get_actor(broker_name(cluster.name, 0), namespace=RAY_NAMESPACE)
+    ans = wait_until(
+        lambda: (
+            (a := ray.get(broker.find_coordinator.remote(transactional_id, 1), timeout=30))["error_code"] == 0 and a
+        ),
+        60,
+        "a transaction coordinator",
+    )
+    return ans["broker_id"]
+
+
+def read_committed(cluster, topic, partitions, expected: int, timeout_s=90, settle_s=1.0) -> list[bytes]:
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level="read_committed")
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < expected and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+    end = time.monotonic() + settle_s
+    while time.monotonic() < end:  # anything extra (a duplicate, an aborted record) shows up here
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+    c.close()
+    return got
+
+
+def state_of(cluster, transactional_id: str) -> dict:
+    return rafka.Admin(cluster).describe_transactions([transactional_id])[0]
+
+
+def test_abandoned_transaction_is_aborted_by_its_timeout_and_never_read(txn_cluster):
+    admin = rafka.Admin(txn_cluster)
+    topic = "abandon-" + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, 1, 3)
+    t = tid()
+    p = rafka.Producer(txn_cluster, transactional_id=t, transaction_timeout_ms=1500, linger_ms=1)
+    p.init_transactions(timeout=90)
+    p.begin_transaction()
+    for i in range(5):
+        p.send(topic, value=b"lost%d" % i, partition=0)
+    p.flush()
+    p.close()  # the producer goes away without EndTxn: only the coordinator's timeout ends it
+    plain = rafka.Producer(txn_cluster, linger_ms=1)
+    plain.send(topic, value=b"after", partition=0).get(30)
+    plain.close()
+    assert state_of(txn_cluster, t)["state"] == "Ongoing"
+    assert read_committed(txn_cluster, topic, 1, 1, timeout_s=0.8, settle_s=0) == []  # the LSO holds
+    wait_until(lambda: state_of(txn_cluster, t)["state"] == "CompleteAbort", 30, "the timeout abort")
+    d = state_of(txn_cluster, t)
+    assert d["producer_epoch"] == 1  # aborted at a bumped epoch: the old producer is fenced
+    assert read_committed(txn_cluster, topic, 1, 1) == [b"after"]
+
+
+@pytest.mark.parametrize("victim", ["coordinator", "partition_leader"])
+def test_broker_killed_right_after_commit_still_completes_the_transaction(txn_cluster, victim):
+    admin = rafka.Admin(txn_cluster)
+    topic = f"kill-{victim[:5]}-" + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, 6, 3)
+    t = tid()
+    p = rafka.Producer(txn_cluster, transactional_id=t, linger_ms=1)
+    p.init_transactions(timeout=90)
+    coordinator = coordinator_of(txn_cluster, t)
+    leaders = {d["partition"]: d["leader"] for d in admin.describe_topics([topic])[0]["partitions"]}
+    if victim == "coordinator":
+        target = coordinator
+    else:  # a data partition's leader that is not the coordinator
+        target = next(b for b in sorted(set(leaders.values())) if b != coordinator)
+    p.begin_transaction()
+    values = [b"v%d" % i for i in range(60)]
+    for i, v in enumerate(values):
+        p.send(topic, value=v, partition=i % 6)
+    p.commit_transaction(timeout=60)  # PrepareCommit is durable; the markers are on their way
+    txn_cluster.kill_broker(target)
+    try:
+        got = read_committed(txn_cluster, topic, 6, len(values))
+        assert sorted(got) == sorted(values)  # every record, once: no loss, no duplicate
+        wait_until(lambda: state_of(txn_cluster, t)["state"] == "CompleteCommit", 60, "CompleteCommit")
+    finally:
+        txn_cluster.restart_broker(target)
+        p.close(timeout=5)
+
+
+def test_kip890_a_write_to_a_partition_outside_the_transaction_is_refused(txn_cluster):
+    admin = rafka.Admin(txn_cluster)
+    topic = "kip890-" + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, 2, 3)
+    t = tid()
+    p = rafka.Producer(txn_cluster, transactional_id=t, linger_ms=1)
+    p.init_transactions(timeout=90)
+    p.begin_transaction()
+    p.send(topic, value=b"in", partition=0).get(30)  # partition 0 is in the transaction, partition 1 is not
+    pid, epoch = p.sender.producer_id, p.sender.producer_epoch
+    b = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    b.append(int(time.time() * 1000), None, b"hanging")
+    leader = wait_until(lambda: p.metadata.leader(TopicPartition(topic, 1)), 30, "a leader")[0]
+    ans = ray.get(leader.produce.remote(ProduceRequest(b.build(), -1, 10000, transactional_id=t)), timeout=30)
+    assert ans["error_code"] == E.InvalidTxnStateError.code, ans
+    ans = ray.get(leader.produce.remote(ProduceRequest(b.build(), -1, 10000)), timeout=30)  # no transactional id
+    assert ans["error_code"] == E.InvalidTxnStateError.code, ans
+    # a client may not write a transaction marker itself
+    marker = build_control_batch(CONTROL_COMMIT, pid, epoch, 0, int(time.time() * 1000))
+    ans = ray.get(leader.produce.remote(ProduceRequest(marker, -1, 10000)), timeout=30)
+    assert ans["error_code"] == E.InvalidRecordError.code, ans
+    p.commit_transaction(timeout=60)
+    assert read_committed(txn_cluster, topic, 2, 1) == [b"in"]
+    p.close()
+
+
+def test_bad_coordinator_requests_get_kafka_errors_and_nothing_crashes(txn_cluster):
+    t = tid()
+    p = rafka.Producer(txn_cluster, transactional_id=t, linger_ms=1)
+    p.init_transactions(timeout=90)
+    pid, epoch = p.sender.producer_id, p.sender.producer_epoch
+    tc = ray.get_actor(txn_coordinator_name(txn_cluster.name, coordinator_of(txn_cluster, t)), namespace=RAY_NAMESPACE)
+
+    def call(method, req):
+        return ray.get(getattr(tc, method).remote(req), timeout=30)
+
+    assert call("end_txn", EndTxnRequest(t, pid, epoch, True))["error_code"] == E.InvalidTxnStateError.code
+    assert call("end_txn", EndTxnRequest(t, pid, epoch + 5, True))["error_code"] == E.ProducerFencedError.code
+    assert call("end_txn", EndTxnRequest("nobody", 1, 0, True))["error_code"] == E.InvalidProducerIdMappingError.code
+    assert call("end_txn", "junk")["error_code"] == E.InvalidRequestError.code
+    too_long = InitProducerIdRequest(t, 10**9)
+    assert call("init_producer_id", too_long)["error_code"] == E.InvalidTransactionTimeoutError.code
+    assert call("init_producer_id", InitProducerIdRequest(None))["error_code"] == E.InvalidRequestError.code
+    leader = rafka.Admin(txn_cluster)  # a replica refuses a wrongly typed marker request
+    topic = "bad-" + uuid.uuid4().hex[:6]
+    leader.create_topic(topic, 1, 3)
+    h = wait_until(lambda: p.metadata.leader(TopicPartition(topic, 0)), 30, "a leader")[0]
+    assert (
+        ray.get(h.write_txn_markers.remote({"producer_id": 1}), timeout=30)["error_code"] == E.InvalidRequestError.code
+    )
+    stale = WriteTxnMarkersRequest(pid, epoch, True, -5)
+    assert (
+        ray.get(h.write_txn_markers.remote(stale), timeout=30)["error_code"] == 0
+    )  # no open transaction: a no-op marker
+    assert ray.get(tc.ping.remote(), timeout=30) >= 0  # still serving
+    p.close()
