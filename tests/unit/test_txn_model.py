@@ -326,6 +326,10 @@ class TxnMachine(RuleBasedStateMachine):
         jobs, self.jobs = self.jobs, []
         for job, _ in jobs:
             self.apply(self.coord.markers_written(job, self.now))
+        # every decided transaction is complete once its markers are all written
+        assert not [t for t, md in self.coord.txns.items() if md.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+        assert not self.decided
+        assert all(t.outcome is None for t in self.open.values())
 
     def _data_marker(self, job: MarkerJob) -> None:
         kind = CONTROL_COMMIT if job.commit else CONTROL_ABORT
