@@ -101,8 +101,11 @@ class TxnMachine(RuleBasedStateMachine):
         self.coord_log: list[R.TxnRecord] = []
         self.jobs: list[tuple[MarkerJob, set]] = []  # (job, partitions already written)
         # the data partition and the group shard
+        self.generation = 0
+        self.leo = 0  # the data log's end offset in the model (data records and markers)
         self.lg = Log(os.path.join(self.root, "data-0"), CFG, now_ms=T0)
         self.groups = GroupCoordinatorShard(GroupCoordinatorConfig())
+        self.group_log: list = []  # the __consumer_offsets partition: (key, value, producer id) and markers
         # clients
         self.clients: dict[str, Instance] = {}
         self.zombies: list[Instance] = []
@@ -163,6 +166,8 @@ class TxnMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ the data partition's leader
     def _append(self, raw: bytes, origin: str = "client"):
         info = self.lg.append_as_leader(raw, 0, self.now, origin=origin)
+        assert info.first_offset == self.leo
+        self.leo = info.last_offset + 1
         self.lg.update_high_watermark(self.lg.log_end_offset)
         return info
 
@@ -255,6 +260,7 @@ class TxnMachine(RuleBasedStateMachine):
         res = self.groups.txn_offset_commit(group_of(tid), topics, inst.pid, self.now)
         assert res.response["topics"][0]["partitions"][0]["error_code"] == 0
         self.groups.replay_all(res.records)
+        self.group_log += [(r.key_bytes(), r.value_bytes(), inst.pid) for r in res.records]
         self.group_pending.setdefault(inst.pid, {})[group_of(tid)] = offset
 
     @rule(tid=st.sampled_from(TIDS), commit=st.sampled_from([True, True, True, False]))
@@ -275,6 +281,14 @@ class TxnMachine(RuleBasedStateMachine):
                 self.init(tid)
                 return
         inst.in_txn, inst.added = False, set()
+
+    @rule(tid=st.sampled_from(TIDS), n=st.integers(1, 3), offset=st.none() | st.integers(0, 10**6))
+    def whole_transaction(self, tid, n, offset):
+        """A client's produce, send-offsets and commit in a row (the other rules still interleave with it)."""
+        self.produce(tid, n)
+        if offset is not None:
+            self.send_offsets(tid, offset)
+        self.end_txn(tid, True)
 
     @precondition(lambda self: self.zombies)
     @rule(data=st.data(), n=st.integers(1, 2))
@@ -343,32 +357,58 @@ class TxnMachine(RuleBasedStateMachine):
             (self.committed if job.commit else self.aborted).update(txn.offsets)
 
     def _offsets_marker(self, job: MarkerJob) -> None:
-        self.groups.replay_all(self.groups.complete_transaction(job.producer_id, job.commit).records)
+        records = self.groups.complete_transaction(job.producer_id, job.commit).records
+        self.groups.replay_all(records)
+        self.group_log += records
         pending = self.group_pending.pop(job.producer_id, None)
         if pending is not None:
             assert self.decided[job.producer_id] is job.commit
             if job.commit:
                 self.group_committed.update(pending)
 
-    @rule(ms=st.sampled_from([200, 500, 1_000, TIMEOUT_MS + 1]))
+    @rule(ms=st.sampled_from([200, 500, 1_000, 2_000, TIMEOUT_MS + 1]))
     def time_passes(self, ms):
         self.now += ms
         for res in self.coord.abort_expired(self.now):
             self.apply(res)
 
-    @rule()
-    def reload(self):
-        """The coordinator's partition moves: a new leader (next coordinator epoch) loads every record."""
-        fresh = TxnCoordinatorShard(self.coord.coordinator_epoch + 1)
-        for rec in self.coord_log:
-            fresh.replay(rec, loading=True)
-        for tid in self.coord.txns:
-            assert fresh.describe(tid) == self.coord.describe(tid)
-        assert fresh.txns.keys() == self.coord.txns.keys()
-        if fresh.pending_jobs():
-            event("reload resumed marker jobs")
-        self.coord = fresh
-        self.jobs = [(job, set()) for job in fresh.pending_jobs()]
+    @rule(which=st.sampled_from(["txn", "group", "both"]))
+    def reload(self, which):
+        """A coordinator's partition moves: a new leader loads every record appended so far (the transaction
+        coordinator at the next coordinator epoch, its pending jobs replacing the queue; the group shard
+        from its ``__consumer_offsets`` records and markers)."""
+        if which in ("txn", "both"):
+            fresh = TxnCoordinatorShard(self.coord.coordinator_epoch + 1)
+            for rec in self.coord_log:
+                fresh.replay(rec, loading=True)
+            for tid in self.coord.txns:
+                assert fresh.describe(tid) == self.coord.describe(tid)
+            assert fresh.txns.keys() == self.coord.txns.keys()
+            if fresh.pending_jobs():
+                event("reload resumed marker jobs")
+            self.coord = fresh
+            self.jobs = [(job, set()) for job in fresh.pending_jobs()]
+        if which in ("group", "both"):
+            groups = GroupCoordinatorShard(GroupCoordinatorConfig())
+            groups.load(self.group_log, self.now)
+            self.groups = groups
+
+    @rule(crash=st.booleans())
+    def reopen_data_log(self, crash):
+        """The data partition's log is closed and opened again (``crash``: from the files as the OS holds
+        them, without a clean shutdown): recovery rebuilds its open transactions and aborted-txn index."""
+        old = self.lg
+        self.generation += 1
+        path = os.path.join(self.root, f"data-{self.generation}")
+        if crash:
+            shutil.copytree(old.dir, path)
+            old.close()
+        else:
+            old.close()
+            os.rename(old.dir, path)
+        self.lg = Log(path, CFG, now_ms=self.now)
+        assert self.lg.log_end_offset == self.leo  # nothing is lost: the files hold every append
+        self.lg.update_high_watermark(self.lg.log_end_offset)  # the only replica: the HW is its LEO
 
     # ------------------------------------------------------------------ invariants
     def read(self, upto: int) -> bytes:
@@ -385,7 +425,7 @@ class TxnMachine(RuleBasedStateMachine):
     @invariant()
     def lso_is_the_earliest_open_transaction(self):
         leo = self.lg.log_end_offset
-        assert self.lg.high_watermark == leo
+        assert leo == self.leo and self.lg.high_watermark == leo
         want = min([t.first for t in self.open.values()], default=leo)
         assert self.lg.last_stable_offset == want, (self.lg.last_stable_offset, self.open)
 
@@ -425,6 +465,6 @@ class TxnMachine(RuleBasedStateMachine):
 
 
 TxnMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("TXN_MODEL_EXAMPLES", 100)), stateful_step_count=80, deadline=None
+    max_examples=int(os.environ.get("TXN_MODEL_EXAMPLES", 100)), stateful_step_count=100, deadline=None
 )
 TestTxnModel = TxnMachine.TestCase
