@@ -6,9 +6,11 @@ Rules: InitProducerId (a new instance of a transactional id; one with an open tr
 it), produce (AddPartitionsToTxn when the partition is not in the client's transaction yet, then a
 transactional batch; the leader verifies with the coordinator, KIP-890, when the producer has no open
 transaction in the log), send offsets (AddOffsetsToTxn + TxnOffsetCommit), EndTxn commit/abort, marker
-delivery one partition at a time (then markers_written), time passing (abort_expired), a coordinator reload
-(a fresh shard replays every record appended so far; its pending jobs replace the queue), writes of fenced
-instances (zombies), and plain appends.
+delivery one partition at a time or all at once (then markers_written), time passing (abort_expired),
+coordinator reloads (a fresh transaction shard replays every record appended so far, its pending jobs replace
+the queue; a fresh group shard loads its partition), the data log reopened (clean or after a crash), writes of
+fenced instances (zombies), and plain appends. Some ids start near the epoch limit (a bump takes a new
+producer id).
 
 The model follows each transaction as the data log sees it (producer id -> its open transaction) and the
 coordinator's decision (the Prepare record) for it. Invariants after every step: the read_committed view
@@ -38,10 +40,13 @@ from actors.group_state import GroupCoordinatorShard
 from actors.txn_state import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
+    EMPTY,
+    MAX_EPOCH,
     PREPARE_ABORT,
     PREPARE_COMMIT,
     MarkerJob,
     TxnCoordinatorShard,
+    TxnResult,
 )
 from protocol import errors as E
 from rafka.read_committed import AbortedTransactionFilter
@@ -129,6 +134,7 @@ class TxnMachine(RuleBasedStateMachine):
         event(f"open transactions at the end: {len(self.open)}")
         event(f"group offsets committed: {'some' if self.group_committed else 'none'}")
         event(f"fenced writes refused: {'some' if self.fenced_writes_refused else 'none'}")
+        event(f"producer ids: {len({md.producer_id for md in self.coord.txns.values()} | set(self.log_epoch))}")
         self.lg.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -208,9 +214,14 @@ class TxnMachine(RuleBasedStateMachine):
         return md is None or (md.producer_id, md.producer_epoch) != (inst.pid, inst.epoch)
 
     # ------------------------------------------------------------------ rules: clients
-    @initialize()
-    def init_all(self):
-        for tid in TIDS:
+    @initialize(seeds=st.lists(st.sampled_from([-1, MAX_EPOCH - 3, MAX_EPOCH - 2]), min_size=3, max_size=3))
+    def init_all(self, seeds):
+        """Every client initializes; a seeded id was initialized many times already (its epoch is near
+        Short.MaxValue, so bumps take a new producer id)."""
+        for tid, epoch in zip(TIDS, seeds):
+            if epoch >= 0:
+                value = R.TxnLogValue(self.new_pid(), epoch, TIMEOUT_MS, EMPTY, (), self.now, -1)
+                self.apply(TxnResult([R.TxnRecord(tid, value)]))
             self.init(tid)
 
     @rule(tid=st.sampled_from(TIDS))
