@@ -281,15 +281,17 @@ class TxnMachine(RuleBasedStateMachine):
             return
         self.intent[tid] = commit
         r = self.apply(self.coord.end_txn(tid, inst.pid, inst.epoch, commit, self.now))
+        self.intent.pop(tid, None)  # a Prepare record took it (see _decide), or nothing was written
         if r["error_code"] == E.ConcurrentTransactionsError.code:
-            self.intent.pop(tid, None)
             return
-        if r["error_code"] != 0:
-            self.intent.pop(tid, None)
+        if r["error_code"] == 0:  # the client's outcome is the coordinator's
+            want = (PREPARE_COMMIT, COMPLETE_COMMIT) if commit else (PREPARE_ABORT, COMPLETE_ABORT)
+            assert self.coord.txns[tid].state in want
+        else:
             assert r["error_code"] in (E.ProducerFencedError.code, E.InvalidTxnStateError.code), r
             assert self._is_fenced(inst) or self.coord.txns[tid].state in (COMPLETE_ABORT, COMPLETE_COMMIT)
             if r["error_code"] == E.ProducerFencedError.code:
-                self.init(tid)
+                self.init(tid)  # fatal for the instance: the application starts a new one
                 return
         inst.in_txn, inst.added = False, set()
 
