@@ -203,3 +203,32 @@ def test_stdout_carries_only_the_commands_output(cli):
     reader.join(timeout=10)
     assert consumer.returncode == 0, "".join(err_lines)
     assert [json.loads(line)["value"] for line in out.splitlines()] == ["a", "b", "c"], out
+
+
+def test_txn_verbs_list_describe_and_abort_a_hanging_transaction(cli):
+    cli("topic", "create", "hang", "-p", "1", "-r", "1")
+    code = (
+        "import os, rafka; h = rafka.connect(%r)\n"
+        "p = rafka.Producer(h, transactional_id='cli-tx', linger_ms=1)\n"
+        "p.init_transactions(timeout=90); p.begin_transaction()\n"
+        "p.send('hang', value=b'open', partition=0).get(30)\n"
+        "print(p.producer_id, flush=True); os._exit(0)  # dies with its transaction open\n"
+    ) % cli.info["address"]
+    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout.strip().splitlines()[-1])
+    listed = js(cli("txn", "list", "--json"))
+    assert {"transactional_id": "cli-tx", "producer_id": pid, "state": "Ongoing"} in listed
+    d = js(cli("txn", "describe", "cli-tx", "--json"))
+    assert d["state"] == "Ongoing" and d["producer_id"] == pid and ["hang", 0] in [list(t) for t in d["topics"]]
+    producers = js(cli("txn", "describe-producers", "--topic", "hang", "--partition", "0", "--json"))
+    assert [p["current_txn_start_offset"] for p in producers if p["producer_id"] == pid] == [0]
+    # its coordinator still has it Ongoing: not hanging
+    assert js(cli("txn", "find-hanging", "--topic", "hang", "--partition", "0", "--max-age-ms", "0", "--json")) == []
+    aborted = js(cli("txn", "abort", "--topic", "hang", "--partition", "0", "--producer-id", str(pid), "--json"))
+    assert aborted["aborted_from"] == 0
+    producers = js(cli("txn", "describe-producers", "--topic", "hang", "--partition", "0", "--json"))
+    assert [p["current_txn_start_offset"] for p in producers if p["producer_id"] == pid] == [-1]
+    bad = cli("txn", "describe", "no-such-id", check=False)
+    assert bad.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in bad.stderr
