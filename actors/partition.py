@@ -199,7 +199,10 @@ class Partition:
         )
         info = self.log.append_as_leader(batch, self.leader_epoch, now_ms, origin=COORDINATOR)
         self.marks.record(self.log.log_end_offset, info.valid_bytes)
-        return info, self.maybe_increment_leader_hw()
+        # SAME when the HW did not move: new data all the same, so waiting follower fetches wake up
+        if self.maybe_increment_leader_hw() is LeaderHwChange.INCREASED:
+            return info, LeaderHwChange.INCREASED
+        return info, LeaderHwChange.SAME
 
     def describe_producers(self) -> list[dict]:
         """Kafka's DescribeProducers (leader only, after ``check_leader``): every producer this partition

@@ -39,6 +39,7 @@ from protocol.ray_errors import kafka_error_for
 from protocol.txn_messages import AddPartitionsToTxnRequest
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from rafka.errors import (
+    ConcurrentTransactionsError,
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     KafkaError,
@@ -386,7 +387,11 @@ class Sender(threading.Thread):
                 return
             err = for_code(code)(res.get("error_message"))
             if txn.is_retriable(code):
-                self._add_retry_at = now + self.cfg.retry_backoff_ms
+                # the previous transaction's markers are still going out: Kafka retries this one after 20 ms
+                concurrent = code == ConcurrentTransactionsError.code
+                self._add_retry_at = now + (
+                    min(20, self.cfg.retry_backoff_ms) if concurrent else self.cfg.retry_backoff_ms
+                )
                 return
             txn.fail(err)
             for tp in tps:  # their records can never be sent in this transaction
