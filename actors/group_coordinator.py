@@ -34,6 +34,7 @@ import ray
 from actors import coordinator_loader as loader
 from actors import coordinator_writer as writer
 from actors import group_service as svc
+from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import CoordinatorContext, list_groups
 from actors.group_model import CoordinatorResult, Pending
 from actors.group_records import partition_for
@@ -57,18 +58,17 @@ class GroupCoordinatorActor(GroupTxnApi):
         self.num_partitions = svc.offsets_partitions(self.props)
         self.commit_timeout_ms = int(self.props.get("offsets.commit.timeout.ms", svc.DEFAULT_COMMIT_TIMEOUT_MS))
         self.parts: dict[int, CoordinatorContext] = {}
-        self.epochs: dict[int, int] = {}  # newest leader epoch seen per partition
+        self.epochs = LeaderEpochs()  # newest leader epoch seen per partition
 
     # ================================================================== leadership
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
         """This broker's replica of ``__consumer_offsets-{partition}`` leads at ``leader_epoch``: load it."""
         p, epoch = int(partition), int(leader_epoch)
-        if epoch < self.epochs.get(p, -1):
-            return {"error_code": 0, "ignored": True}
         cur = self.parts.get(p)
-        if cur is not None and cur.epoch == epoch and cur.state != svc.FAILED:
+        if not self.epochs.elected(
+            p, epoch, None if cur is None else cur.epoch, cur is not None and cur.state != svc.FAILED
+        ):
             return {"error_code": 0, "ignored": True}
-        self.epochs[p] = epoch
         if cur is not None:
             self._unload(cur, svc.NOT_COORDINATOR)
         part = self.parts[p] = CoordinatorContext(p, epoch, replica, self.config)
@@ -77,13 +77,13 @@ class GroupCoordinatorActor(GroupTxnApi):
 
     async def on_resigned(self, partition: int, leader_epoch: int | None = None) -> dict:
         """This broker no longer leads the partition (follower at ``leader_epoch``, or stopped: None)."""
-        p = int(partition)
-        if leader_epoch is not None:
-            if int(leader_epoch) < self.epochs.get(p, -1):
-                return {"error_code": 0, "ignored": True}
-            self.epochs[p] = int(leader_epoch)
-        cur = self.parts.get(p)
-        if cur is not None and (leader_epoch is None or cur.epoch <= int(leader_epoch)):
+        p, cur = int(partition), self.parts.get(int(partition))
+        unload = self.epochs.resigned(
+            p, None if leader_epoch is None else int(leader_epoch), None if cur is None else cur.epoch
+        )
+        if unload is None:
+            return {"error_code": 0, "ignored": True}
+        if unload and cur is not None:
             self._unload(cur, svc.NOT_COORDINATOR)
         return {"error_code": 0}
 

@@ -30,6 +30,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from actors import txn_service as svc
+from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import records_batch
 from actors.group_records import partition_for as group_partition_for
 from actors.group_service import OFFSETS_TOPIC, offsets_partitions
@@ -91,7 +92,7 @@ class TxnCoordinatorActor:
             / 1000
         )
         self.parts: dict[int, TxnPartition] = {}
-        self.epochs: dict[int, int] = {}
+        self.epochs = LeaderEpochs()  # newest leader epoch seen per partition
         self._kv = GcsKV(cluster)
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
@@ -101,9 +102,10 @@ class TxnCoordinatorActor:
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
         p, epoch = int(partition), int(leader_epoch)
         cur = self.parts.get(p)
-        if epoch < self.epochs.get(p, -1) or (cur is not None and cur.epoch == epoch and cur.state != FAILED):
+        if not self.epochs.elected(
+            p, epoch, None if cur is None else cur.epoch, cur is not None and cur.state != FAILED
+        ):
             return {"error_code": 0, "ignored": True}
-        self.epochs[p] = epoch
         if cur is not None:
             self._unload(cur)
         part = self.parts[p] = TxnPartition(p, epoch, replica, TxnCoordinatorShard(epoch, self.config))
@@ -111,13 +113,13 @@ class TxnCoordinatorActor:
         return {"error_code": 0}
 
     async def on_resigned(self, partition: int, leader_epoch: int | None = None) -> dict:
-        p = int(partition)
-        if leader_epoch is not None:
-            if int(leader_epoch) < self.epochs.get(p, -1):
-                return {"error_code": 0, "ignored": True}
-            self.epochs[p] = int(leader_epoch)
-        cur = self.parts.get(p)
-        if cur is not None and (leader_epoch is None or cur.epoch <= int(leader_epoch)):
+        p, cur = int(partition), self.parts.get(int(partition))
+        unload = self.epochs.resigned(
+            p, None if leader_epoch is None else int(leader_epoch), None if cur is None else cur.epoch
+        )
+        if unload is None:
+            return {"error_code": 0, "ignored": True}
+        if unload and cur is not None:
             self._unload(cur)
         return {"error_code": 0}
 

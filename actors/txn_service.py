@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import asyncio
 
+from actors.group_service import ACTIVE as ACTIVE  # the same states and routing as groups
+from actors.group_service import FAILED as FAILED
+from actors.group_service import LOADING
+from actors.group_service import route_code as route_code
 from actors.txn_records import partition_for
 from actors.txn_state import TxnConfig, TxnCoordinatorShard
 from protocol import errors as E
@@ -30,7 +34,6 @@ DEFAULT_ABORT_CHECK_MS = 10000
 DEFAULT_EXPIRE_CHECK_MS = 3600000
 DEFAULT_APPEND_TIMEOUT_MS = 5000
 
-LOADING, ACTIVE, FAILED = "loading", "active", "failed"
 NOT_COORDINATOR = E.NotCoordinatorError.code
 COORDINATOR_NOT_AVAILABLE = E.CoordinatorNotAvailableError.code
 COORDINATOR_LOAD_IN_PROGRESS = E.CoordinatorLoadInProgressError.code
@@ -88,17 +91,6 @@ def txn_topic_spec(props: dict | None, alive_brokers: int) -> dict:
 def append_error(code: int) -> int:
     """The error a transaction request answers when its record was not appended (replica's ``code``)."""
     return APPEND_ERRORS.get(code, code) if code else 0
-
-
-def route_code(state: str | None) -> int:
-    """The error of a request whose ``__transaction_state`` partition is in ``state`` (None: not led here)."""
-    if state is None:
-        return NOT_COORDINATOR
-    if state == LOADING:
-        return COORDINATOR_LOAD_IN_PROGRESS
-    if state != ACTIVE:
-        return COORDINATOR_NOT_AVAILABLE
-    return 0
 
 
 class TxnPartition:

@@ -222,6 +222,8 @@ class Log(LogRetention):
 
     def _replay_producer_state(self, start: int) -> None:
         replay_producer_state(self._segments, self._bases, self.producer_state, start, self._leo)
+        # transactions whose markers the replay found below the high watermark are stable already
+        self.producer_state.on_high_watermark_updated(self._hw)
 
     # ------------------------------------------------------------------ checkpoints and flushing
     def _write_checkpoints(self) -> None:

@@ -137,9 +137,10 @@ class LogMachine(RuleBasedStateMachine):
         assert self.lg.truncate_to(target) == (target < self.leo)
         removed = [b for b, recs in self.batches if recs[-1][0] >= target]  # a batch holding target goes whole
         self.batches = [(b, recs) for b, recs in self.batches if recs[-1][0] < target]
-        self.txn = {b: m for b, m in self.txn.items() if b < target}
         if removed:
             self.leo = removed[0]
+        # a removed batch's transaction role goes with it (the batch holding target starts below target)
+        self.txn = {b: m for b, m in self.txn.items() if b < self.leo}
         self.hw = min(self.hw, self.leo)
         self.log_start = min(self.log_start, self.leo)
 
