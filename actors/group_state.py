@@ -134,34 +134,11 @@ class GroupCoordinatorShard:
         member_id: str = "",
         generation_id: int = -1,
         group_instance_id: str | None = None,
+        producer_id: int = -1,
     ) -> CoordinatorResult:
         """OffsetCommit: group members pass their member id and generation; simple consumers and admin
-        resets pass generation -1 (accepted for an unknown or Empty group)."""
-        return self._offsets.commit(
-            self._groups.get(group_id),
-            group_id,
-            list(topics),
-            now_ms,
-            member_id=member_id,
-            generation_id=generation_id,
-            group_instance_id=group_instance_id,
-        )
-
-    def txn_offset_commit(
-        self,
-        group_id: str,
-        topics: Iterable[dict],
-        producer_id: int,
-        now_ms: int,
-        *,
-        member_id: str = "",
-        generation_id: int = -1,
-        group_instance_id: str | None = None,
-    ) -> CoordinatorResult:
-        """TxnOffsetCommit: validated like OffsetCommit (a member's generation when given); the records go
-        out in the producer's transaction and stay pending (invisible to OffsetFetch) until its marker."""
-        if not isinstance(producer_id, int) or producer_id < 0:
-            raise E.InvalidRequestError("TxnOffsetCommit needs the transactional producer's id")
+        resets pass generation -1 (accepted for an unknown or Empty group). With ``producer_id`` it is
+        TxnOffsetCommit: the records stay pending (invisible to OffsetFetch) until the transaction's marker."""
         return self._offsets.commit(
             self._groups.get(group_id),
             group_id,
@@ -172,6 +149,14 @@ class GroupCoordinatorShard:
             group_instance_id=group_instance_id,
             producer_id=producer_id,
         )
+
+    def txn_offset_commit(
+        self, group_id: str, topics: Iterable[dict], producer_id: int, now_ms: int, **kw
+    ) -> CoordinatorResult:
+        """TxnOffsetCommit: ``offset_commit`` in the producer's transaction."""
+        if not isinstance(producer_id, int) or producer_id < 0:
+            raise E.InvalidRequestError("TxnOffsetCommit needs the transactional producer's id")
+        return self.offset_commit(group_id, topics, now_ms, producer_id=producer_id, **kw)
 
     def complete_transaction(self, producer_id: int, committed: bool) -> CoordinatorResult:
         """The producer's transaction marker reached this partition (Kafka's replayEndTransactionMarker)."""

@@ -5,6 +5,8 @@ one known broker) and timed-out transactions are checked every 300 ms."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 
@@ -13,6 +15,7 @@ import ray
 from support import wait_until
 
 import rafka
+from actors.worker_process import actor_pid
 from protocol import errors as E
 from protocol.messages import ProduceRequest
 from protocol.names import RAY_NAMESPACE, broker_name, txn_coordinator_name
@@ -117,7 +120,9 @@ def test_broker_killed_right_after_commit_still_completes_the_transaction(txn_cl
     for i, v in enumerate(values):
         p.send(topic, value=v, partition=i % 6)
     p.commit_transaction(timeout=60)  # PrepareCommit is durable; the markers are on their way
-    txn_cluster.kill_broker(target)
+    pid = actor_pid(ray.get_actor(broker_name(txn_cluster.name, target), namespace=RAY_NAMESPACE))
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # the broker's OS process dies (its replicas and coordinators with it)
     try:
         got = read_committed(txn_cluster, topic, 6, len(values))
         assert sorted(got) == sorted(values)  # every record, once: no loss, no duplicate
