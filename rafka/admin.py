@@ -240,6 +240,12 @@ class Admin:
 
         return txn_admin.abort_transaction(self, TopicPartition(*tp), producer_id)
 
+    def abort_hanging_transactions(self, topic: str, partitions=None, max_age_ms: int = 900000) -> list[dict]:
+        """Abort every hanging transaction of ``topic`` (``partitions``, or all): find-hanging + abort."""
+        from rafka import txn_admin
+
+        return txn_admin.abort_hanging(self, topic, partitions, max_age_ms)
+
     # -- consumer groups (rafka/group_admin.py) ---------------------------------------------------
     def list_groups(self) -> list[dict]:
         """``[{group_id, protocol_type, group_state}]`` of every group in the cluster."""

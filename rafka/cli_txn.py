@@ -1,5 +1,5 @@
 """``rafka txn ...``: what Kafka's kafka-transactions.sh offers (list, describe, describe-producers,
-find-hanging, abort), each with ``--json``. Registered through the ``rafka.commands`` entry point."""
+find-hanging, abort, abort-hanging), each with ``--json``. Registered through the ``rafka.commands`` entry point."""
 
 from __future__ import annotations
 
@@ -74,6 +74,17 @@ def cmd_txn_abort(args) -> int:
     return EXIT_OK
 
 
+def cmd_txn_abort_hanging(args) -> int:
+    parts = None if args.partition is None else [args.partition]
+    res = _admin(args).abort_hanging_transactions(args.topic, parts, args.max_age_ms)
+    lines = [
+        f"aborted producer {r['producer_id']} on {r['topic']}-{r['partition']} from offset {r['aborted_from']}"
+        for r in res
+    ]
+    print_result(args, res, "\n".join(lines) or "no hanging transaction")
+    return EXIT_OK
+
+
 def register(groups, common) -> None:
     tx = groups.add_parser("txn", help="list, describe and abort transactions").add_subparsers(
         dest="verb", required=True
@@ -88,11 +99,12 @@ def register(groups, common) -> None:
         ("describe-producers", cmd_txn_producers, "the producers a partition's leader tracks"),
         ("find-hanging", cmd_txn_find_hanging, "open transactions no coordinator knows (hanging)"),
         ("abort", cmd_txn_abort, "write an ABORT marker for one producer's open transaction"),
+        ("abort-hanging", cmd_txn_abort_hanging, "find-hanging, then abort each (one partition or all)"),
     ):
         s = tx.add_parser(name, parents=[common], help=helptext)
         s.add_argument("--topic", required=True)
-        s.add_argument("--partition", type=int, required=True)
-        if name == "find-hanging":
+        s.add_argument("--partition", type=int, required=name != "abort-hanging")
+        if name in ("find-hanging", "abort-hanging"):
             s.add_argument("--max-age-ms", type=int, default=900000, dest="max_age_ms")
         if name == "abort":
             s.add_argument("--producer-id", type=int, required=True, dest="producer_id")

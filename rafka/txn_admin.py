@@ -109,3 +109,16 @@ def abort_transaction(admin, tp: TopicPartition, producer_id: int) -> dict:
         "producer_id": producer_id,
         "aborted_from": p["current_txn_start_offset"],
     }
+
+
+def abort_hanging(admin, topic: str, partitions=None, max_age_ms: int = DEFAULT_MAX_TXN_TIMEOUT_MS) -> list[dict]:
+    """Abort every hanging transaction (``find_hanging``) on ``partitions`` of ``topic`` (all of them when
+    None): one ``abort_transaction`` per hanging producer. Returns what each abort answered."""
+    if partitions is None:
+        partitions = [d["partition"] for d in admin.describe_topics([topic])[0]["partitions"]]
+    out = []
+    for p in partitions:
+        tp = TopicPartition(topic, int(p))
+        for h in find_hanging(admin, tp, max_age_ms):
+            out.append(abort_transaction(admin, tp, h["producer_id"]))
+    return out

@@ -226,6 +226,7 @@ def test_txn_verbs_list_describe_and_abort_a_hanging_transaction(cli):
     assert [p["current_txn_start_offset"] for p in producers if p["producer_id"] == pid] == [0]
     # its coordinator still has it Ongoing: not hanging
     assert js(cli("txn", "find-hanging", "--topic", "hang", "--partition", "0", "--max-age-ms", "0", "--json")) == []
+    assert js(cli("txn", "abort-hanging", "--topic", "hang", "--max-age-ms", "0", "--json")) == []
     aborted = js(cli("txn", "abort", "--topic", "hang", "--partition", "0", "--producer-id", str(pid), "--json"))
     assert aborted["aborted_from"] == 0
     producers = js(cli("txn", "describe-producers", "--topic", "hang", "--partition", "0", "--json"))

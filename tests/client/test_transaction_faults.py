@@ -188,3 +188,39 @@ def test_bad_coordinator_requests_get_kafka_errors_and_nothing_crashes(txn_clust
     )  # no open transaction: a no-op marker
     assert ray.get(tc.ping.remote(), timeout=30) >= 0  # still serving
     p.close()
+
+
+def test_a_hanging_transaction_is_found_and_aborted(ray_cluster, tmp_path):
+    """A transaction its coordinator no longer knows (the ``__transaction_state`` log was lost with a wiped
+    disk while the cluster was down) holds the partition's LSO for ever: ``find-hanging`` lists it and
+    ``abort-hanging`` writes its ABORT marker, after which read_committed moves on."""
+    name = "hang" + uuid.uuid4().hex[:6]
+    config = {"transaction.state.log.num.partitions": 1, "transaction.state.log.replication.factor": 1}
+    topic, t = "hang-" + uuid.uuid4().hex[:6], tid()
+    with rafka.LocalCluster(brokers=1, name=name, data_dir=tmp_path, broker_config=config) as c:
+        rafka.Admin(c).create_topic(topic, 2, 1)
+        p = rafka.Producer(c, transactional_id=t, linger_ms=1)
+        p.init_transactions(timeout=90)
+        p.begin_transaction()
+        for i in range(3):
+            p.send(topic, value=b"open%d" % i, partition=0)
+        p.flush()
+        pid = p.sender.producer_id
+    p.close(timeout=0)
+    state_dirs = [d for d in tmp_path.rglob("__transaction_state-0") if d.is_dir()]
+    assert state_dirs, sorted(str(x) for x in tmp_path.rglob("*"))[:50]
+    for d in state_dirs:
+        for f in d.iterdir():
+            f.unlink()  # the coordinator's log is gone: nothing will ever end this transaction
+    with rafka.LocalCluster(brokers=1, name=name, data_dir=tmp_path, broker_config=config) as c:
+        admin = rafka.Admin(c)
+        tp0 = TopicPartition(topic, 0)
+        with rafka.Producer(c, linger_ms=1) as plain:
+            plain.send(topic, value=b"after", partition=0).get(30)
+        assert read_committed(c, topic, 1, 1, timeout_s=1.0, settle_s=0) == []  # held at the open transaction
+        assert [h["producer_id"] for h in admin.find_hanging_transactions(tp0, 0)] == [pid]
+        assert admin.find_hanging_transactions(TopicPartition(topic, 1), 0) == []
+        aborted = admin.abort_hanging_transactions(topic, max_age_ms=0)
+        assert [(a["partition"], a["producer_id"], a["aborted_from"]) for a in aborted] == [(0, pid, 0)]
+        assert read_committed(c, topic, 1, 1) == [b"after"]  # the aborted records stay hidden
+        assert admin.abort_hanging_transactions(topic, max_age_ms=0) == []  # nothing left to abort
