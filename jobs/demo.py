@@ -6,10 +6,12 @@ by user to it over HTTP (1,000 records per request; the gateway's producer is id
 killing one broker part-way; consumes everything back and checks that nothing was lost or duplicated and
 that every user's clicks kept their order; has a consumer group of three ("click-counters", manual
 commits) process the topic while one member crashes part-way (the survivors take over from its last
-commit; lag printed before and after); then runs the Spark job on RayDP (jobs/clickstream.py: per-page
-counts and per-user sessions into a compacted results topic and Parquet, offsets committed for its
-group), posts more events over HTTP and runs the job again, which processes only the new ones; the
-results are checked against a plain-Python computation. Prints a summary and shuts down cleanly.
+commit; lag printed before and after); restarts the dead broker and copies the clicks exactly once
+through a transactional consume-transform-produce step across a SIGKILLed broker (jobs/demo_eos.py); then
+runs the Spark job on RayDP (jobs/clickstream.py: per-page counts and per-user sessions into a compacted
+results topic and Parquet, offsets committed for its group), posts more events over HTTP and runs the job
+again, which processes only the new ones; the results are checked against a plain-Python computation.
+Prints a summary and shuts down cleanly.
 
     python -m jobs.demo [--records 60000] [--more 10000] [--users 500] [--data-dir DIR] [--port 8082]
 
@@ -418,6 +420,7 @@ def run(
     records: int, users: int, data_dir: str | None, console: Console, more: int = 10000, gateway_port: int = 8082
 ) -> bool:
     import rafka
+    from jobs.demo_eos import eos_part
     from rafka import TopicPartition
     from serve.gateway import start_gateway, stop_gateway
 
@@ -516,6 +519,7 @@ def run(
         consumer.close()
         missing = records - len(seen_ids)
         group_checks = group_part(cluster, admin, records, {tp: ends[tp] for tp in tps}, console)
+        eos_checks = eos_part(cluster, admin, list(stream.events), victim, console)
         pipeline_checks = pipeline_part(cluster, url, stream, more, data_dir, console)
         checks = (
             [
@@ -540,6 +544,7 @@ def run(
                 ),
             ]
             + group_checks
+            + eos_checks
             + pipeline_checks
         )
         summary = Table(title="Summary", title_justify="left")
