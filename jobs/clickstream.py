@@ -385,6 +385,7 @@ def run(
             raise JobCrashed(f"run {run_no}: crashing with the transaction open, before committing (fault injection)")
         say("committing the transaction")
         producer.commit_transaction(timeout=timeout_s)
+        _wait_complete(admin, tid, timeout_s)
     except JobCrashed:
         raise  # as a dead process would: no EndTxn, the transaction stays open
     except BaseException:
@@ -408,6 +409,24 @@ def run(
         "steps_s": steps,
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
+
+
+def _wait_complete(admin, tid: str, timeout_s: float) -> None:
+    """Wait for the committed transaction's markers: EndTxn answers once PrepareCommit is durable (as in
+    Kafka), and read_committed readers see the results only once the markers moved the last stable offset,
+    so a run returns when ``read_results`` shows it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if admin.describe_transactions([tid])[0]["state"] in ("CompleteCommit", "Empty"):
+                return
+        except KafkaError:  # the coordinator moving: ask again
+            pass
+        if time.monotonic() >= deadline:
+            from rafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError(f"the transaction of {tid!r} was committed but its markers did not complete")
+        time.sleep(0.05)
 
 
 def _abort_quietly(producer) -> None:
