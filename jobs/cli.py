@@ -20,7 +20,7 @@ import time
 
 JOBS = {
     "clickstream": "per-page click counts and per-user sessions of a click topic, to a compacted "
-    "results topic and Parquet; commits the group's offsets (re-runs process new records)"
+    "results topic and Parquet; results and the group's offsets in one transaction (exactly-once)"
 }
 
 
@@ -127,11 +127,11 @@ def cmd_job_run(args) -> int:
 def _summary_text(s: dict) -> str:
     from rafka.cli_support import table
 
-    if not s["records"] and not s["redo"]:
+    if not s["records"]:
         return f"nothing new in {s['topic']!r} for group {s['group']!r} (last run {s['run']})"
     ranges = ", ".join(f"{p}:[{a},{b})" for p, (a, b) in sorted(s["ranges"].items()))
     rows = [
-        ["run", f"{s['run']}{' (redo of an uncommitted run)' if s['redo'] else ''}"],
+        ["run", f"{s['run']}{' (redo: the uncommitted attempt was aborted)' if s['redo'] else ''}"],
         ["records", s["records"]],
         ["skipped (malformed)", s["skipped"]],
         ["offset ranges", ranges],

@@ -11,32 +11,40 @@ pages}`` (``pages``: the distinct pages in first-visit order).
 
 Outputs: the compacted results topic (created when missing: one partition, ``cleanup.policy=compact``,
 RF min(3, brokers)) holds the current state, one key per fact; Parquet holds each run's output
-(``<parquet_dir>/page_counts/run=N/``, ``<parquet_dir>/sessions/run=N/``). Then the group's committed
-offsets move to the end of what was read, so the next run processes only newer records.
+(``<parquet_dir>/page_counts/run=N/``, ``<parquet_dir>/sessions/run=N/``). The group's committed offsets
+mark the end of what was counted, so the next run processes only newer records.
 
-Exactly-once output per offset range (a crash anywhere never double counts):
+Exactly-once comes from Kafka's transactions (KIP-98), consume-transform-produce style:
 
-1. Each run is numbered. Before computing, the job writes the plan ``__plan__/<group>`` = ``{run,
-   topic, ranges: {partition: [start, end)}, committed: {partition: offset | None}}`` to the results
-   topic: ``start`` is the group's committed offset (the log start when it has none), ``end`` the high
-   watermark at planning time.
-2. On start, if the latest plan's ``committed`` equals the group's committed offsets now, that plan
-   was never committed (the previous run crashed somewhere after writing it): the job redoes exactly
-   that plan, with the same run number, whatever arrived since. Otherwise it plans run N+1.
-3. Cumulative records carry the run that wrote them and the state they were computed from:
-   ``page/<page>`` = ``{page, count, run: N, base}`` with ``count = base + clicks in run N``. Run N
-   takes ``base`` from a record it wrote itself (a redo) and ``count`` from an older run's record, so
-   redoing N gives the same totals. ``user/<user>`` = ``{run: N, prev, open}`` carries the user's last
-   session (``open``) across the run boundary, and ``prev`` (the one run N started from) for redos: a
-   session continued by the next run is re-emitted under its unchanged key
-   ``session/<user>/<start>`` with the larger end and counts, and compaction keeps the latest.
-4. Parquet is written per run directory in overwrite mode, so a redo replaces the crashed attempt's
-   files. Only then are the offsets committed (``Admin.alter_consumer_group_offsets``: the job is not a
-   group member, so the group must have no active members).
+1. Each run opens ``Producer(transactional_id="clickstream-<group>")`` and calls ``init_transactions``.
+   The id is stable per group, so this fences any earlier instance (a crashed or hung run of the same
+   group, whose later writes the leaders then refuse) and aborts the transaction it left open.
+2. The state is read with ``isolation_level="read_committed"`` (``load_state``): up to the last stable
+   offset, without aborted records, so an aborted or still open run is never seen. The run covers, per
+   input partition, ``[the group's committed offset (the log start when it has none), the high
+   watermark now)``.
+3. Spark computes; Parquet is written; then ONE transaction holds every result record AND the group's
+   new offsets (``send_offsets_to_transaction``, a TxnOffsetCommit: the job is not a group member, so it
+   commits as ``generation -1`` and the group must have no active members) and is committed. Either
+   both become visible or neither: a crash or a broker loss anywhere before the commit leaves the
+   committed offsets and the committed state as they were, and the next run counts the same records
+   again from the same state; after the commit there is nothing left to redo.
 
-A crash after committing but before anything else leaves nothing to redo: the committed offsets no
-longer match the plan. One results topic serves one group (the cumulative records are not keyed by
-group); resetting the group's offsets by hand makes the next run count those records again (on purpose).
+Cumulative records are computed from the committed state only: ``page/<page>`` = ``{page, count, run}``
+(count = the committed count + this run's clicks) and ``user/<user>`` = ``{run, open}`` carries the
+user's last session across the run boundary; a session continued by the next run is re-emitted under its
+unchanged key ``session/<user>/<start>`` with the larger end and counts, and compaction keeps the latest.
+
+One more record per group, ``__run__/<group>`` = ``{run, group, topic, ranges: {partition: [start,
+end)}, committed_at}``, is written in the same transaction. It plays no part in exactly-once; it numbers
+the runs (the Parquet directories ``run=N`` and the ``run`` field of the records: a run is the last
+committed run + 1) and tells ``read_results`` which offsets the group's last run covered.
+
+Parquet is outside the transaction: it is written in overwrite mode per run directory before the commit,
+so an attempt that never committed leaves ``run=N`` files that the next attempt (also run N) replaces.
+The summary's ``redo`` says that ``init_transactions`` found the previous attempt's transaction still
+open and aborted it. One results topic serves one group (the cumulative records are not keyed by group);
+resetting the group's offsets by hand makes the next run count those records again (on purpose).
 """
 
 from __future__ import annotations
@@ -51,19 +59,26 @@ import pyarrow as pa
 from rafka.errors import KafkaError, TopicAlreadyExistsError
 from rafka.structs import TopicPartition
 
-__all__ = ["run", "read_results", "sessionize", "JobCrashed"]
+__all__ = ["run", "read_results", "load_state", "sessionize", "transactional_id", "JobCrashed"]
 
-PLAN_PREFIX = "__plan__/"
+RUN_PREFIX = "__run__/"
 
 
 class JobCrashed(RuntimeError):
-    """The fault-injection point (``crash_after_output=True``): outputs written, offsets not committed."""
+    """The fault-injection point (``crash_after_output=True``): every result record and the offsets are sent
+    in the run's transaction, which is left open (neither committed nor aborted), as a crashed process
+    leaves it."""
+
+
+def transactional_id(group: str) -> str:
+    """The job's transactional id for ``group``: stable, so each run fences the previous one."""
+    return f"clickstream-{group}"
 
 
 # -- the results topic ------------------------------------------------------------------------------------
 def ensure_results_topic(admin, name: str) -> None:
-    """Create the compacted results topic when it is missing (one partition: the plan and the state are
-    read back whole at every run, in order)."""
+    """Create the compacted results topic when it is missing (one partition: the state is read back whole
+    at every run, in order)."""
     if admin.metadata.topic(name) is not None:
         return
     brokers = [b for b in admin.describe_cluster()["brokers"] if b.get("alive", True)]
@@ -73,30 +88,42 @@ def ensure_results_topic(admin, name: str) -> None:
         pass  # created meanwhile by another run
 
 
-def load_state(cluster: Any, results_topic: str) -> dict[str, dict]:
-    """The latest value of every key of the results topic (tombstones remove keys)."""
-    from jobs.datasource import plan_ranges, read_partition
-    from rafka.cluster import resolve_cluster
+def load_state(cluster: Any, results_topic: str, timeout_s: float = 120.0) -> dict[str, dict]:
+    """The latest committed value of every key of the results topic (tombstones remove keys), read with
+    ``isolation_level="read_committed"``: up to the last stable offset, aborted transactions left out."""
+    from rafka.consumer import Consumer
+    from rafka.errors import KafkaTimeoutError
 
-    name = resolve_cluster(cluster)
+    consumer = Consumer(cluster, isolation_level="read_committed", enable_auto_commit=False)
     state: dict[str, dict] = {}
-    for p, (s, e) in plan_ranges(name, results_topic).items():
-        for table in read_partition(name, results_topic, p, s, e):
-            for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
-                if k is None:
-                    continue
-                if v is None:
-                    state.pop(k.decode(), None)
-                else:
-                    state[k.decode()] = json.loads(v)
+    try:
+        parts = consumer.metadata.wait_for_topic(results_topic, timeout_s * 1000).partitions
+        tps = [TopicPartition(results_topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)  # read_committed: the last stable offsets
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"reading {results_topic} up to {ends} did not finish in {timeout_s:.0f} s")
+            for tp, recs in consumer.poll(timeout_ms=500).items():
+                for r in recs:
+                    if r.key is None or r.offset >= ends[tp]:
+                        continue
+                    if r.value is None:
+                        state.pop(r.key.decode(), None)
+                    else:
+                        state[r.key.decode()] = json.loads(r.value)
+    finally:
+        consumer.close()
     return state
 
 
 def read_results(cluster: Any, results_topic: str = "clickstream-results") -> dict:
-    """The job's current results: ``{"pages": {page: total}, "sessions": [session...] (by user, start),
-    "open_sessions": {user: session}, "plans": {group: plan}}``."""
+    """The job's current committed results: ``{"pages": {page: total}, "sessions": [session...] (by user,
+    start), "open_sessions": {user: session}, "runs": {group: last committed run}}``."""
     state = load_state(cluster, results_topic)
-    out: dict[str, Any] = {"pages": {}, "sessions": [], "open_sessions": {}, "plans": {}}
+    out: dict[str, Any] = {"pages": {}, "sessions": [], "open_sessions": {}, "runs": {}}
     for key, v in state.items():
         kind = key.split("/", 1)[0]
         if kind == "page":
@@ -105,40 +132,39 @@ def read_results(cluster: Any, results_topic: str = "clickstream-results") -> di
             out["sessions"].append({k: v[k] for k in ("user", "start", "end", "clicks", "pages")})
         elif kind == "user" and v.get("open"):
             out["open_sessions"][key.split("/", 1)[1]] = v["open"]
-        elif key.startswith(PLAN_PREFIX):
-            out["plans"][key[len(PLAN_PREFIX) :]] = v
+        elif key.startswith(RUN_PREFIX):
+            out["runs"][key[len(RUN_PREFIX) :]] = v
     out["sessions"].sort(key=lambda s: (s["user"], s["start"]))
     return out
 
 
 # -- planning -------------------------------------------------------------------------------------------
-def _committed(admin, topic: str, group: str) -> dict[int, int]:
-    return {tp.partition: off for tp, off in admin.list_consumer_group_offsets(group).items() if tp.topic == topic}
-
-
-def _plan(admin, cluster: str, topic: str, group: str, state: dict) -> tuple[dict | None, bool, int]:
-    """``(plan, redo, last run)``: the unfinished previous plan to redo, a new plan, or None (nothing new)."""
+def _plan(cluster: str, topic: str, group: str, state: dict) -> tuple[dict | None, int]:
+    """``(plan, last committed run)``: the next run over ``[committed offset, high watermark)`` of every
+    partition, or None when there is nothing new."""
     from jobs.datasource import plan_ranges
 
-    prev = state.get(PLAN_PREFIX + group)
-    committed = _committed(admin, topic, group)
+    prev = state.get(RUN_PREFIX + group)
     last_run = prev["run"] if prev else 0
-    if prev is not None and prev["topic"] == topic:
-        then = {int(p): o for p, o in prev["committed"].items()}
-        if {p: committed.get(p) for p in then} == then:
-            return prev, True, last_run
     ranges = plan_ranges(cluster, topic, "earliest", "latest", group=group)
     if all(s == e for s, e in ranges.values()):
-        return None, False, last_run
+        return None, last_run
     plan = {
         "run": last_run + 1,
         "group": group,
         "topic": topic,
         "ranges": {str(p): [s, e] for p, (s, e) in sorted(ranges.items())},
-        "committed": {str(p): committed.get(p) for p in sorted(ranges)},
-        "planned_at": int(time.time() * 1000),
     }
-    return plan, False, last_run
+    return plan, last_run
+
+
+def _open_transaction_left(admin, tid: str) -> bool:
+    """Whether ``tid``'s coordinator holds a transaction that a previous attempt left unfinished."""
+    try:
+        st = admin.describe_transactions([tid])[0]["state"]
+    except KafkaError:  # an id never used (or a coordinator moving): nothing of ours is open
+        return False
+    return st in ("Ongoing", "PrepareAbort", "PrepareEpochFence")
 
 
 # -- computing ------------------------------------------------------------------------------------------
@@ -249,20 +275,17 @@ def sessionize(spark, events, carried: list[dict], gap_ms: int):
 
 
 # -- writing --------------------------------------------------------------------------------------------
-def _produce(cluster: str, topic: str, records: list[tuple[str, dict]]) -> None:
-    """Write ``(key, value)`` records with an idempotent acks=all producer; raise the first failure."""
-    from rafka.producer import Producer
-
+def _send_all(producer, topic: str, records: list[tuple[str, dict]]) -> None:
+    """Send ``(key, value)`` records in the producer's open transaction; raise the first failure."""
     errors: list[BaseException] = []
-    with Producer(cluster, acks="all", linger_ms=20, batch_size=262144) as producer:
-        for key, value in records:
-            producer.send(
-                topic,
-                json.dumps(value, separators=(",", ":")).encode(),
-                key=key.encode(),
-                callback=lambda md, exc: exc is not None and errors.append(exc),
-            )
-        producer.flush()
+    for key, value in records:
+        producer.send(
+            topic,
+            json.dumps(value, separators=(",", ":")).encode(),
+            key=key.encode(),
+            callback=lambda md, exc: exc is not None and errors.append(exc),
+        )
+    producer.flush()
     if errors:
         raise errors[0] if isinstance(errors[0], KafkaError) else KafkaError(str(errors[0]))
 
@@ -271,20 +294,13 @@ def _page_records(state: dict, counts: dict[str, int], run_no: int) -> list[tupl
     out = []
     for page, n in sorted(counts.items()):
         prev = state.get(f"page/{page}")
-        base = 0 if prev is None else (prev["base"] if prev["run"] == run_no else prev["count"])
-        out.append((f"page/{page}", {"page": page, "count": base + n, "run": run_no, "base": base}))
+        out.append((f"page/{page}", {"page": page, "count": n + (prev["count"] if prev else 0), "run": run_no}))
     return out
 
 
-def _user_input(state: dict, run_no: int) -> list[dict]:
-    """Each user's open session as run ``run_no`` must start from (``prev`` when redoing that run)."""
-    out = []
-    for key, v in state.items():
-        if key.startswith("user/"):
-            s = v["prev"] if v["run"] == run_no else v["open"]
-            if s:
-                out.append(s)
-    return out
+def _user_input(state: dict) -> list[dict]:
+    """Each user's open session as the committed state holds it."""
+    return [v["open"] for key, v in state.items() if key.startswith("user/") and v.get("open")]
 
 
 def _write_parquet(spark, rows: list, schema: str, path: str) -> None:
@@ -303,13 +319,14 @@ def run(
     crash_after_output: bool = False,
     progress: Callable[[str], None] | None = None,
     read_options: dict | None = None,
+    timeout_s: float = 120.0,
 ) -> dict:
     """One run of the job (see the module doc); returns its summary. ``progress(step)`` is told each step;
-    ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``)."""
-    from pyspark.sql import functions as F
-
+    ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``); ``timeout_s`` bounds each
+    transaction call (a coordinator or leader moving after a broker loss is waited for that long)."""
     from rafka.admin import Admin
     from rafka.cluster import resolve_cluster
+    from rafka.producer import Producer
 
     t0 = time.monotonic()
     steps: dict[str, float] = {}  # seconds per step, in the summary
@@ -332,38 +349,109 @@ def run(
 
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
     ensure_results_topic(admin, results_topic)
-    say("loading state")
-    state = load_state(name, results_topic)
-    plan, redo, last_run = _plan(admin, name, topic, group, state)
-    summary: dict[str, Any] = {"topic": topic, "group": group, "results_topic": results_topic}
-    if plan is None:
-        pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
-        return {
-            **summary,
-            "run": last_run,
-            "redo": False,
-            "records": 0,
-            "skipped": 0,
-            "ranges": {},
-            "sessions": 0,
-            "pages": pages,
-            "top_pages": _top(pages),
-            "parquet": {},
-            "elapsed_s": round(time.monotonic() - t0, 3),
-        }
+    tid = transactional_id(group)
+    say(f"fencing earlier runs of group {group} (transactional id {tid})")
+    redo = _open_transaction_left(admin, tid)
+    producer = Producer(name, transactional_id=tid, acks="all", linger_ms=20, batch_size=262144)
+    try:
+        producer.init_transactions(timeout=timeout_s)  # aborts what a crashed attempt left open
+        say("loading state (read_committed)")
+        state = load_state(name, results_topic, timeout_s)
+        plan, last_run = _plan(name, topic, group, state)
+        summary: dict[str, Any] = {"topic": topic, "group": group, "results_topic": results_topic, "redo": redo}
+        if plan is None:
+            pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
+            return {
+                **summary,
+                "run": last_run,
+                "records": 0,
+                "skipped": 0,
+                "ranges": {},
+                "sessions": 0,
+                "pages": pages,
+                "top_pages": _top(pages),
+                "parquet": {},
+                "elapsed_s": round(time.monotonic() - t0, 3),
+            }
+        out = _compute(spark, name, plan, state, session_gap_ms, parquet_dir, read_options, say)
+        run_no = plan["run"]
+        say(f"writing {results_topic} and the offsets of group {group} in one transaction")
+        producer.begin_transaction()
+        done = {**plan, "committed_at": int(time.time() * 1000)}
+        _send_all(producer, results_topic, out["records"] + [(RUN_PREFIX + group, done)])
+        offsets = {TopicPartition(topic, int(p)): r[1] for p, r in plan["ranges"].items()}
+        producer.send_offsets_to_transaction(offsets, group, timeout=timeout_s)
+        if crash_after_output:
+            raise JobCrashed(f"run {run_no}: crashing with the transaction open, before committing (fault injection)")
+        say("committing the transaction")
+        producer.commit_transaction(timeout=timeout_s)
+        _wait_complete(admin, tid, timeout_s)
+    except JobCrashed:
+        raise  # as a dead process would: no EndTxn, the transaction stays open
+    except BaseException:
+        _abort_quietly(producer)
+        raise
+    finally:
+        producer.close(timeout=5)
+    pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
+    pages.update({v["page"]: v["count"] for _, v in out["page_records"]})
+    say(None)
+    return {
+        **summary,
+        "run": run_no,
+        "records": out["records_read"],
+        "skipped": out["skipped"],
+        "ranges": {int(p): tuple(r) for p, r in plan["ranges"].items()},
+        "sessions": out["sessions"],
+        "pages": pages,
+        "top_pages": _top(pages),
+        "parquet": out["parquet"],
+        "steps_s": steps,
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+
+
+def _wait_complete(admin, tid: str, timeout_s: float) -> None:
+    """Wait for the committed transaction's markers: EndTxn answers once PrepareCommit is durable (as in
+    Kafka), and read_committed readers see the results only once the markers moved the last stable offset,
+    so a run returns when ``read_results`` shows it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if admin.describe_transactions([tid])[0]["state"] in ("CompleteCommit", "Empty"):
+                return
+        except KafkaError:  # the coordinator moving: ask again
+            pass
+        if time.monotonic() >= deadline:
+            from rafka.errors import KafkaTimeoutError
+
+            raise KafkaTimeoutError(f"the transaction of {tid!r} was committed but its markers did not complete")
+        time.sleep(0.05)
+
+
+def _abort_quietly(producer) -> None:
+    """Best effort: abort the open transaction (else the next run's ``init_transactions`` or the
+    transaction timeout does)."""
+    try:
+        producer.abort_transaction(timeout=30)
+    except Exception:  # noqa: BLE001 - no transaction open, or the cluster is unreachable: the error raised matters
+        pass
+
+
+def _compute(spark, cluster: str, plan: dict, state: dict, gap_ms: int, parquet_dir: str, read_options, say) -> dict:
+    """Spark's part of a run: counts, sessions, Parquet; the result records to write (not yet written)."""
+    from pyspark.sql import functions as F
+
     run_no = plan["run"]
-    if not redo:
-        _produce(name, results_topic, [(PLAN_PREFIX + group, plan)])
-    say(f"run {run_no}{' (redo)' if redo else ''}: reading {topic} into Spark")
-    flagged, events = _events(spark, name, plan, dict(read_options or {}))
+    say(f"run {run_no}: reading {plan['topic']} into Spark")
+    flagged, events = _events(spark, cluster, plan, dict(read_options or {}))
     say("counting pages")
     # one pass: clicks per page, the malformed records under a null page
     tally = flagged.groupBy(F.when(F.col("ok"), F.col("page")).alias("page")).count().collect()
     counts = {r["page"]: int(r["count"]) for r in tally if r["page"] is not None}
     records = sum(int(r["count"]) for r in tally)
-    good = sum(counts.values())
     say("sessionizing")
-    sessions = [r.asDict() for r in sessionize(spark, events, _user_input(state, run_no), session_gap_ms).collect()]
+    sessions = [r.asDict() for r in sessionize(spark, events, _user_input(state), gap_ms).collect()]
     flagged.unpersist()
     page_recs = _page_records(state, counts, run_no)
     say("writing Parquet")
@@ -384,42 +472,24 @@ def run(
         "user STRING, start LONG, end LONG, clicks LONG, pages ARRAY<STRING>, run INT",
         paths["sessions"],
     )
-    say(f"writing {results_topic}")
-    _produce(name, results_topic, page_recs + _session_records(state, sessions, run_no))
-    if crash_after_output:
-        raise JobCrashed(f"run {run_no}: crashing after writing the outputs, before committing (fault injection)")
-    say(f"committing offsets of group {group}")
-    admin.alter_consumer_group_offsets(group, {TopicPartition(topic, int(p)): r[1] for p, r in plan["ranges"].items()})
-    pages = {v["page"]: v["count"] for k, v in state.items() if k.startswith("page/")}
-    pages.update({v["page"]: v["count"] for _, v in page_recs})
-    say(None)
     return {
-        **summary,
-        "run": run_no,
-        "redo": redo,
-        "records": records,
-        "skipped": records - good,
-        "ranges": {int(p): tuple(r) for p, r in plan["ranges"].items()},
+        "records": page_recs + _session_records(sessions, run_no),
+        "page_records": page_recs,
+        "records_read": records,
+        "skipped": records - sum(counts.values()),
         "sessions": len(sessions),
-        "pages": pages,
-        "top_pages": _top(pages),
         "parquet": paths,
-        "steps_s": steps,
-        "elapsed_s": round(time.monotonic() - t0, 3),
     }
 
 
-def _session_records(state: dict, sessions: list[dict], run_no: int) -> list[tuple[str, dict]]:
+def _session_records(sessions: list[dict], run_no: int) -> list[tuple[str, dict]]:
     """``session/<user>/<start>`` per session touched, then ``user/<user>`` with the user's last session."""
     out, last = [], {}
     for s in sorted(sessions, key=lambda s: (s["user"], s["start"])):
         s = {"user": s["user"], "start": s["start"], "end": s["end"], "clicks": s["clicks"], "pages": list(s["pages"])}
         out.append((f"session/{s['user']}/{s['start']}", {**s, "run": run_no}))
         last[s["user"]] = s
-    for user, s in last.items():
-        prev = state.get(f"user/{user}")
-        before = None if prev is None else (prev["prev"] if prev["run"] == run_no else prev["open"])
-        out.append((f"user/{user}", {"run": run_no, "prev": before, "open": s}))
+    out.extend((f"user/{user}", {"run": run_no, "open": s}) for user, s in last.items())
     return out
 
 
