@@ -1,8 +1,11 @@
 """The transaction coordinator's marker writer (Kafka's TransactionMarkerChannelManager): WriteTxnMarkers to
 the leader replica of every partition of a transaction, retried until each took its marker.
 
-A partition's leader comes from the cluster metadata in GCS KV (re-read after any failure); the call goes to
-its replica actor (``replica_name``), which appends the COMMIT/ABORT control batch with acks=all. A deleted
+A partition's leader comes from the cluster metadata in GCS KV, read once and cached (Kafka's metadata
+cache): it is re-read only when a round left a partition unmarked (a leader moved, died or is unknown), and
+the replica actor handles are cached per (partition, leader) likewise, so a transaction's markers cost one
+call per partition, all in parallel, and no GCS round trips. The call goes to the leader's replica actor
+(``replica_name``), which appends the COMMIT/ABORT control batch with acks=all. A deleted
 partition (UNKNOWN_TOPIC_OR_PARTITION, or gone from the metadata) needs no marker. A marker the partition
 refuses because a newer coordinator epoch or producer epoch already wrote there
 (TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH) means this coordinator is stale for the
@@ -39,37 +42,60 @@ def partition_leader(md: dict, topic: str, p: int) -> int | None:
 
 
 class TxnMarkerChannel:
+    MAX_CACHED_HANDLES = 4096
+
     def __init__(self, cluster: str, broker_id: int, kv: GcsKV):
         self.cluster, self.broker_id, self.kv = cluster, broker_id, kv
-        self.stats = {"markers_written": 0, "marker_retries": 0, "markers_abandoned": 0}
+        self.stats = {"markers_written": 0, "marker_retries": 0, "markers_abandoned": 0, "metadata_reads": 0}
+        self._md: dict | None = None
+        self._handles: dict[tuple[str, int, int], object] = {}
+
+    async def _metadata(self, refresh: bool) -> dict:
+        if refresh or self._md is None:
+            self.stats["metadata_reads"] += 1
+            self._md = await asyncio.to_thread(read_cluster, self.kv)
+        return self._md
+
+    def _handle(self, topic: str, p: int, leader: int):
+        key = (topic, p, leader)
+        h = self._handles.get(key)
+        if h is None:
+            h = ray.get_actor(replica_name(self.cluster, topic, p, leader), namespace=RAY_NAMESPACE)
+            if len(self._handles) >= self.MAX_CACHED_HANDLES:
+                self._handles.clear()
+            self._handles[key] = h
+        return h
 
     async def write(self, job: MarkerJob, current: Callable[[], bool]) -> bool:
         """True once every partition took ``job``'s marker; False if abandoned or ``current()`` turned False."""
         req = WriteTxnMarkersRequest(
             job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, job.transactional_id
         )
-        remaining, delay = set(job.partitions), 0.02
+        remaining, delay, refresh = set(job.partitions), 0.02, False
         while remaining:
             if not current():
                 return False
-            md = await asyncio.to_thread(read_cluster, self.kv)
-            calls: dict[tuple[str, int], ray.ObjectRef] = {}
+            md = await self._metadata(refresh)
+            calls: dict[tuple[str, int], tuple[int, ray.ObjectRef]] = {}
             for topic, p in sorted(remaining):
                 leader = partition_leader(md, topic, p)
+                if leader is None and not refresh:
+                    continue  # not in the cached view: a new topic, or deleted; the refreshed view decides
                 if leader is None:  # deleted: nothing left to mark (Kafka drops such markers)
                     remaining.discard((topic, p))
                     continue
                 if leader < 0:
                     continue
                 try:
-                    h = ray.get_actor(replica_name(self.cluster, topic, p, leader), namespace=RAY_NAMESPACE)
+                    h = self._handle(topic, p, leader)
                 except ValueError:
                     continue
-                calls[(topic, p)] = h.write_txn_markers.remote(req)
-            for tp, ref in calls.items():
+                calls[(topic, p)] = (leader, h.write_txn_markers.remote(req))
+            for tp, (leader, ref) in calls.items():
                 try:
                     ans = await ref
                 except (RayActorError, RayTaskError):
+                    self._handles.pop((tp[0], tp[1], leader), None)
                     continue
                 code = ans["error_code"]
                 if code in (0, E.UnknownTopicOrPartitionError.code):
@@ -86,7 +112,9 @@ class TxnMarkerChannel:
                     )
                     return False
             if remaining:
-                self.stats["marker_retries"] += 1
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
+                if refresh:  # a fresh view did not do it either: back off before the next round
+                    self.stats["marker_retries"] += 1
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, MAX_BACKOFF_S)
+                refresh = True
         return True

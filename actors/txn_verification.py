@@ -51,10 +51,21 @@ class VerificationState:
 
 
 class TxnVerifier:
+    """The calls behind :class:`VerificationState`. The coordinator's handle is cached per transactional id
+    (dropped on any failure or coordinator error, so a moved coordinator is found again on the producer's
+    retry), and concurrent produces of one producer that need verifying share one call: the batches a
+    producer has in flight to a partition at the start of a transaction ask the coordinator once, not once
+    each (Kafka's AddPartitionsToTxnManager likewise sends one verification per transactional id)."""
+
+    MAX_CACHED = 1024
+
     def __init__(self, cluster: str, broker_id: int, topic: str, partition: int):
         self.cluster, self.broker_id, self.tp = cluster, broker_id, (topic, partition)
         self.state = VerificationState()
         self.calls = 0
+        self._broker = None
+        self._coordinators: dict[str, object] = {}  # transactional id -> coordinator actor handle
+        self._inflight: dict[tuple, asyncio.Future] = {}
 
     async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int) -> None:
         """Raise the Kafka error a transactional produce answers if the coordinator does not have this
@@ -67,16 +78,27 @@ class TxnVerifier:
                 "transactional_id (the leader verifies it with the transaction coordinator)"
             )
         token = self.state.token(producer_id, producer_epoch)
+        key = (transactional_id, producer_id, token)
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = self._inflight[key] = asyncio.ensure_future(self._verify(transactional_id, producer_id, token))
+            fut.add_done_callback(lambda f, key=key: self._done(key, f))
+        await asyncio.shield(fut)
+
+    def _done(self, key: tuple, fut: asyncio.Future) -> None:
+        if self._inflight.get(key) is fut:
+            del self._inflight[key]
+        if not fut.cancelled():
+            fut.exception()  # retrieved: a shared failure is raised to each waiter, never logged as lost
+
+    async def _verify(self, transactional_id: str, producer_id: int, token: tuple[int, int]) -> None:
+        producer_epoch = token[0]
         self.calls += 1
         try:
-            broker = ray.get_actor(broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
-            found = await asyncio.wait_for(broker.find_coordinator.remote(transactional_id, TXN_KEY), VERIFY_TIMEOUT_S)
-            if found["error_code"]:
-                raise E.NotEnoughReplicasError(f"transaction coordinator unavailable: {found.get('error_message')}")
-            coordinator = ray.get_actor(found["coordinator"], namespace=RAY_NAMESPACE)
-            req = AddPartitionsToTxnRequest(transactional_id, producer_id, producer_epoch, (self.tp,), verify_only=True)
-            ans = await asyncio.wait_for(coordinator.add_partitions_to_txn.remote(req), VERIFY_TIMEOUT_S)
+            ans = await self._ask(transactional_id, producer_id, producer_epoch)
         except (RayActorError, RayTaskError, ValueError, asyncio.TimeoutError) as e:
+            self._coordinators.pop(transactional_id, None)
+            self._broker = None
             # retriable for the producer (Kafka maps coordinator trouble during verification likewise)
             raise E.NotEnoughReplicasError(f"could not verify the transaction with its coordinator: {e}") from None
         code = ans["error_code"]
@@ -86,6 +108,7 @@ class TxnVerifier:
             E.NotCoordinatorError.code,
             E.ConcurrentTransactionsError.code,
         ):
+            self._coordinators.pop(transactional_id, None)
             raise E.NotEnoughReplicasError(f"transaction coordinator busy: {ans.get('error_message')}")
         if code:
             raise E.InvalidTxnStateError(
@@ -97,3 +120,22 @@ class TxnVerifier:
                 f"the transaction of {transactional_id!r} ended while its produce to {self.tp[0]}-{self.tp[1]} "
                 "was being verified"
             )
+
+    async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int) -> dict:
+        """AddPartitionsToTxn (verify only) at the coordinator of ``transactional_id``, found through this
+        broker (FindCoordinator, key type 1) unless its handle is cached."""
+        coordinator = self._coordinators.get(transactional_id)
+        if coordinator is None:
+            if self._broker is None:
+                self._broker = ray.get_actor(broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+            found = await asyncio.wait_for(
+                self._broker.find_coordinator.remote(transactional_id, TXN_KEY), VERIFY_TIMEOUT_S
+            )
+            if found["error_code"]:
+                raise E.NotEnoughReplicasError(f"transaction coordinator unavailable: {found.get('error_message')}")
+            coordinator = ray.get_actor(found["coordinator"], namespace=RAY_NAMESPACE)
+            if len(self._coordinators) >= self.MAX_CACHED:
+                self._coordinators.clear()
+            self._coordinators[transactional_id] = coordinator
+        req = AddPartitionsToTxnRequest(transactional_id, producer_id, producer_epoch, (self.tp,), verify_only=True)
+        return await asyncio.wait_for(coordinator.add_partitions_to_txn.remote(req), VERIFY_TIMEOUT_S)

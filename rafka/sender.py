@@ -143,6 +143,8 @@ class Sender(threading.Thread):
         wait_ms = 50.0
         if self.txn is not None:
             self._add_partitions(now)
+            if self._adding is None and self.txn.pending and self._add_retry_at > now:
+                wait_ms = min(wait_ms, self._add_retry_at - now)  # retry AddPartitionsToTxn on time, not at the tick
         elif self.idempotent and self.producer_id < 0:
             if not self._ensure_producer_id(now):
                 wait_ms = max(1.0, self._pid_retry_at - now)
