@@ -34,6 +34,8 @@ class Backend(Protocol):
 
     async def offset_for_leader_epoch(self, topic: str, partition: int, req) -> dict: ...
 
+    async def init_producer_id(self) -> dict: ...
+
 
 class BrokerBackend:
     """``Backend`` over a running ``actors.broker.BrokerActor`` (same process, same event loop)."""
@@ -103,3 +105,6 @@ class BrokerBackend:
 
     async def offset_for_leader_epoch(self, topic, partition, req) -> dict:
         return await self._call("offset_for_leader_epoch", topic, partition, req)
+
+    async def init_producer_id(self) -> dict:
+        return await self.broker.init_producer_id()

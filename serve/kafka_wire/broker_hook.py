@@ -39,9 +39,9 @@ async def start(broker) -> Listener | None:
     return Listener(acceptor, backend.advertised)
 
 
-async def stop(listener: Listener | None) -> None:
+def stop(listener: Listener | None) -> None:
     if listener is not None:
-        await listener.acceptor.stop()
+        listener.acceptor.stop()
 
 
 def endpoint(listener: Listener | None) -> tuple[str, int] | None:

@@ -125,7 +125,8 @@ class Acceptor:
             if task is not None:
                 self.processors.discard(task)
 
-    async def stop(self) -> None:
+    def stop(self) -> None:
+        """Close the server socket and every connection (synchronous: safe from a shutdown path)."""
         if self.server is not None:
             self.server.close()
             for task in list(self.processors):

@@ -79,6 +79,9 @@ class FakeBackend:
     async def offset_for_leader_epoch(self, topic, partition, req):
         return {"error_code": 0, "leader_epoch": req.leader_epoch, "end_offset": 7}
 
+    async def init_producer_id(self):
+        return {"error_code": 0, "producer_id": 42, "producer_epoch": 0}
+
 
 class Client:
     def __init__(self, port):
@@ -128,9 +131,15 @@ def server():
 
     acc, backend, port = run(make())
     yield port, backend, run, acc
-    run(acc.stop())
+
+    async def stop():
+        acc.stop()
+        await asyncio.sleep(0.05)  # the cancelled Processors close their transports
+
+    run(stop())
     loop.call_soon_threadsafe(loop.stop)
     t.join(5)
+    loop.close()
 
 
 def api_versions_req():
@@ -319,3 +328,22 @@ def test_truncated_body_and_garbage_after_a_request_close_the_connection(server)
     c = Client(port)
     c.send(codec.encode_request(2, api_versions_req()))
     assert c.recv(ApiVersionsResponse)[0] == 2
+
+
+def test_init_producer_id_for_idempotent_producers_only(server):
+    from kio.schema.init_producer_id.v4 import request as ip4
+    from kio.schema.init_producer_id.v4 import response as ip4r
+
+    port, _, _, _ = server
+    c = Client(port)
+    for cid, txn_id in ((1, None), (2, "txn-a")):
+        req = ip4.InitProducerIdRequest(
+            transactional_id=txn_id,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        c.send(codec.encode_request(cid, req))
+        got_cid, resp = c.recv(ip4r.InitProducerIdResponse)
+        assert got_cid == cid
+        assert (resp.error_code, resp.producer_id) == ((0, 42) if txn_id is None else (42, -1))
