@@ -7,6 +7,8 @@ records are checked exactly: every record once, in order per partition, one key 
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -155,3 +157,87 @@ def test_kcat_metadata_and_consume(bootstrap, topic):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [f"k=kc-{i}" for i in range(10)]
+
+
+def _recv(sock, cls):
+    from serve.kafka_wire import codec
+
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        assert chunk, "connection closed"
+        head += chunk
+    size = struct.unpack(">i", head)[0]
+    buf = b""
+    while len(buf) < size:
+        chunk = sock.recv(size - len(buf))
+        assert chunk, "connection closed"
+        buf += chunk
+    return codec.decode_response(buf, cls)[1]
+
+
+def test_bad_input_closes_one_connection_and_the_broker_goes_on(wire_cluster, bootstrap, topic):
+    """Raw sockets at a real broker: an oversize size prefix, an unknown API key, a truncated body and
+    garbage each close their own connection; an open healthy connection and the broker process carry on,
+    acks=0 produce gets no answer, and OffsetForLeaderEpoch v2 answers the leader epoch's end offset."""
+    import ray
+    from kafka import KafkaProducer
+    from kio.schema.api_versions.v3 import ApiVersionsRequest, ApiVersionsResponse
+    from kio.schema.offset_for_leader_epoch.v2 import request as ofle2
+    from kio.schema.offset_for_leader_epoch.v2 import response as ofle2r
+
+    from serve.kafka_wire import codec
+
+    host, port = bootstrap.split(",")[0].split(":")
+    pids = [i["pid"] for i in ray.get([wire_cluster.server.brokers[b].incarnation.remote() for b in range(3)])]
+    healthy = socket.create_connection((host, int(port)), timeout=30)
+    api_versions = codec.encode_request(1, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    bad_frames = [
+        struct.pack(">i", 2**31 - 1) + b"x" * 100,
+        struct.pack(">i", 8) + struct.pack(">hhi", 9999, 0, 1),
+        api_versions[:4] + api_versions[4:-3],  # the size says more than what comes: then EOF
+        struct.pack(">i", 12) + b"\xff" * 12,
+    ]
+    for frame in bad_frames:
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(frame)
+            s.shutdown(socket.SHUT_WR)
+            try:
+                assert s.recv(1) == b""  # closed by the broker, nothing answered
+            except ConnectionResetError:  # closed with our unread bytes still queued: a reset
+                pass
+    healthy.sendall(api_versions)
+    assert _recv(healthy, ApiVersionsResponse).error_code == 0
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=0, enable_idempotence=False)
+    for i in range(20):
+        producer.send(topic, key=b"z", value=str(i).encode(), partition=0)
+    producer.flush(30)
+    producer.close()
+    md = ray.get(wire_cluster.server.brokers[0].metadata.remote())
+    part0 = md["topics"][topic]["partitions"][0]
+    inc = ray.get(wire_cluster.server.brokers[part0["leader"]].incarnation.remote())
+    leader_port = inc["listener"][1]
+    req = ofle2.OffsetForLeaderEpochRequest(
+        topics=(
+            ofle2.OffsetForLeaderTopic(
+                topic=topic,
+                partitions=(
+                    ofle2.OffsetForLeaderPartition(
+                        partition=0, current_leader_epoch=part0["leader_epoch"], leader_epoch=part0["leader_epoch"]
+                    ),
+                ),
+            ),
+        )
+    )
+    deadline = time.monotonic() + 30
+    with socket.create_connection(("127.0.0.1", leader_port), timeout=30) as s:
+        while True:
+            s.sendall(codec.encode_request(7, req))
+            (p,) = _recv(s, ofle2r.OffsetForLeaderEpochResponse).topics[0].partitions
+            if p.end_offset >= 20 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # acks=0: the last records may still be on their way
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (0, part0["leader_epoch"], 20)
+    assert [i["pid"] for i in ray.get([wire_cluster.server.brokers[b].incarnation.remote() for b in range(3)])] == pids
+    healthy.close()
