@@ -69,6 +69,7 @@ from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
+from . import broker_listeners as wire
 from . import coordinator_host as ch
 from . import leader_and_isr as lai
 from .controller_link import ControllerLink, ControllerUnavailable
@@ -115,6 +116,7 @@ class BrokerActor:
         self._tasks: list[asyncio.Task] = []
         self._kv = GcsKV(cluster)
         self.coordinators = {k: ch.CoordinatorHost(self, kind) for k, kind in ch.KINDS.items()}
+        self.wire: wire.Listeners | None = None  # the Kafka wire listener (serve/kafka_wire)
 
     # ---- start and controller link -------------------------------------------------------------------
     async def start(self) -> dict:
@@ -122,6 +124,7 @@ class BrokerActor:
         self._pid_lock = asyncio.Lock()
         lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
         await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
+        self.wire = await wire.start(self)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
@@ -178,6 +181,7 @@ class BrokerActor:
             "controller_epoch": self.controller_epoch,
             "node_id": self.node_id,
             "pid": os.getpid(),
+            "listener": wire.endpoint(self.wire),
         }
 
     # ---- LeaderAndIsr / StopReplica / UpdateMetadata --------------------------------------------------
@@ -372,6 +376,7 @@ class BrokerActor:
     def prepare_shutdown(self) -> dict:
         """Stop heartbeating and watching the controller (a cluster shutdown is under way)."""
         self.stopping = True
+        wire.stop(self.wire)
         for t in self._tasks:
             t.cancel()
         for _, fut in self._sessions:

@@ -66,6 +66,7 @@ def cmd_cluster_start(args) -> int:
         f"rafka cluster {info['cluster']!r} started: {info['brokers']} broker(s)\n"
         f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
         f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
+        f"  kafka         {info.get('bootstrap_servers') or '(no listener)'}\n"
         f"Attach with: rafka.connect() or rafka.connect({info['address']!r})",
     )
     return EXIT_OK

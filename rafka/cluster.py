@@ -24,7 +24,15 @@ from typing import Any
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.errors import ClusterNotFoundError
 
-__all__ = ["LocalCluster", "ClusterHandle", "connect", "resolve_cluster", "state_file", "DEFAULT_CLUSTER"]
+__all__ = [
+    "LocalCluster",
+    "ClusterHandle",
+    "connect",
+    "resolve_cluster",
+    "state_file",
+    "bootstrap_servers",
+    "DEFAULT_CLUSTER",
+]
 
 DEFAULT_CLUSTER = "rafka"
 
@@ -42,6 +50,29 @@ def read_state() -> dict | None:
         return None
 
 
+def bootstrap_servers(cluster: str, timeout_s: float = 10.0) -> str:
+    """``host:port,...``: the Kafka wire listeners (serve/kafka_wire) of the cluster's live brokers, as a
+    Kafka client's ``bootstrap.servers``; "" when no broker runs a listener. Needs Ray connected."""
+    import ray
+
+    from protocol.kv import GcsKV, read_cluster
+    from protocol.names import RAY_NAMESPACE, broker_name
+
+    brokers = [b["id"] for b in read_cluster(GcsKV(cluster))["brokers"] if b.get("alive", True)]
+    refs = []
+    for bid in brokers:
+        try:
+            refs.append(ray.get_actor(broker_name(cluster, bid), namespace=RAY_NAMESPACE).incarnation.remote())
+        except ValueError:  # a broker that is down right now
+            continue
+    out = []
+    for inc in ray.get(refs, timeout=timeout_s):
+        if inc.get("listener"):
+            host, port = inc["listener"]
+            out.append(f"{host}:{port}")
+    return ",".join(out)
+
+
 class ClusterHandle:
     """A connection to a running rafka cluster: its name and the Ray address it lives on."""
 
@@ -56,6 +87,11 @@ class ClusterHandle:
         import ray
 
         return ray.get_actor(controller_name(self.name), namespace=RAY_NAMESPACE)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The brokers' Kafka listeners, ``host:port,...``, for any Kafka client."""
+        return bootstrap_servers(self.name)
 
     def admin(self, **config):
         from rafka.admin import Admin
@@ -285,6 +321,12 @@ class LocalCluster:
     def restart_broker(self, broker_id: int) -> None:
         """Start a killed broker again on its directory; it rejoins as follower and catches up."""
         self._handle.restart_broker(broker_id)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The brokers' Kafka listeners (``listeners`` config; 127.0.0.1:9092+id by default), ``host:port,...``:
+        the ``bootstrap.servers`` of kcat, confluent-kafka, kafka-python and the other Kafka clients."""
+        return bootstrap_servers(self.name)
 
     @property
     def server(self):

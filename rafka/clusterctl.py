@@ -231,6 +231,9 @@ def start(
         from actors.bootstrap import start_cluster
 
         start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
+        from rafka.cluster import bootstrap_servers
+
+        info["bootstrap_servers"] = bootstrap_servers(cluster)
     except BaseException:
         if ray.is_initialized():
             ray.shutdown()

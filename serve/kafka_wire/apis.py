@@ -1,0 +1,102 @@
+"""KafkaApis: one request payload in, one response frame (or nothing) out, dispatched by API key.
+
+``KafkaApis.handle(payload)`` reads the header prefix, answers ApiVersions itself (an unknown ApiVersions
+version gets a v0-format body with UNSUPPORTED_VERSION (35) and the supported range, as KIP-511 asks;
+the connection stays open), decodes every other served (key, version) with kio and awaits the API
+family's handler (handlers/: metadata, produce, fetch, offsets). A handler returns a kio response entity,
+or None where Kafka sends nothing (Produce with acks=0). An unknown API key, an unserved version or a
+body that does not parse raises :class:`~serve.kafka_wire.codec.RequestError`: the Processor logs it and
+closes that connection (Kafka's SocketServer does the same); nothing else is affected.
+
+Handlers only talk to a :class:`~serve.kafka_wire.backend.Backend` (the broker's actors behind a narrow
+async interface), so the unit tests drive them with an in-memory one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+from dataclasses import fields
+from types import ModuleType
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from . import codec, versions
+from .handlers import fetch, metadata, offsets, produce, txn
+
+log = logging.getLogger("rafka.kafka_wire")
+
+ZERO = datetime.timedelta(0)
+UNKNOWN_SERVER_ERROR = -1
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def error_code(code: int) -> ErrorCode:
+    """The kio enum of a Kafka error code (UNKNOWN_SERVER_ERROR for a code kio does not list)."""
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode(UNKNOWN_SERVER_ERROR)
+
+
+def response_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding the response classes (top-level and nested) of one API version."""
+    return sys.modules[load_response_schema(api_key, version).__module__]
+
+
+def make(module: ModuleType, cls_name: str, /, **values):
+    """``module.name(**values)`` keeping only the fields that class has at this version (field sets change
+    across versions; the handlers pass the union and let each version take its own)."""
+    cls = getattr(module, cls_name)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def has_field(entity_cls: type, name: str) -> bool:
+    return any(f.name == name for f in fields(entity_cls))
+
+
+def api_versions_response(version: int, code: int = 0):
+    mod = response_module(versions.API_VERSIONS, version)
+    keys = tuple(
+        make(mod, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(versions.SUPPORTED.items())
+    )
+    return make(mod, "ApiVersionsResponse", error_code=error_code(code), api_keys=keys, throttle_time=ZERO)
+
+
+class KafkaApis:
+    """The request handler of one broker's listener (shared by all its connections)."""
+
+    HANDLERS = {
+        versions.METADATA: metadata.handle,
+        versions.PRODUCE: produce.handle,
+        versions.FETCH: fetch.handle,
+        versions.LIST_OFFSETS: offsets.list_offsets,
+        versions.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
+        versions.INIT_PRODUCER_ID: txn.init_producer_id,
+    }
+
+    def __init__(self, backend):
+        self.backend = backend
+
+    async def handle(self, payload: bytes | memoryview) -> bytes | None:
+        api_key, version, correlation_id = codec.header_prefix(payload)
+        if api_key == versions.API_VERSIONS:
+            if not versions.supports(api_key, version):
+                # KIP-511: a v0-format body with UNSUPPORTED_VERSION and our range; the client retries
+                return codec.encode_response(correlation_id, api_versions_response(0, 35))
+            codec.decode_request(payload, api_key, version)  # a malformed one still closes the connection
+            return codec.encode_response(correlation_id, api_versions_response(version))
+        if not versions.supports(api_key, version):
+            raise codec.RequestError(f"api key {api_key} version {version} is not served (see ApiVersions)")
+        header, request = codec.decode_request(payload, api_key, version)
+        response = await self.HANDLERS[api_key](self.backend, request, version)
+        if response is None:
+            return None
+        return codec.encode_response(correlation_id, response)

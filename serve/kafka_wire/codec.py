@@ -1,0 +1,97 @@
+"""Frames, headers and bodies of the Kafka protocol, through kio (pure, no I/O).
+
+Grammar (big-endian)::
+
+    frame           = size:int32 payload[size]
+    request         = request_header body                (header v1, or v2 for flexible versions)
+    request_header  = api_key:int16 api_version:int16 correlation_id:int32 client_id:nullable_string16
+                      [tagged_fields]                    (v2 only; client_id stays an int16 string)
+    response        = response_header body
+    response_header = correlation_id:int32 [tagged_fields]   (v1 for flexible versions, but ApiVersions
+                                                              answers with header v0 at every version)
+
+kio picks the header version per message class (``__header_schema__``); this module only frames,
+checks that the whole payload was consumed, and turns decode failures into :class:`RequestError`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+SIZE = struct.Struct(">i")
+HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+
+class RequestError(Exception):
+    """A request that cannot be decoded (truncated, garbage after it, bad strings): the connection is
+    closed, as Kafka's SocketServer does with an InvalidRequestException."""
+
+
+def header_prefix(payload: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the part of every request header readable before the
+    version is known to be served."""
+    if len(payload) < HEADER_PREFIX.size:
+        raise RequestError(f"request of {len(payload)} bytes is shorter than a request header")
+    return HEADER_PREFIX.unpack_from(payload, 0)
+
+
+def decode_request(payload: bytes | memoryview, api_key: int, api_version: int):
+    """(header, request) of a served (api_key, api_version); RequestError if the bytes do not parse or
+    leave bytes over."""
+    try:
+        cls = load_request_schema(api_key, api_version)
+        header, n = entity_reader(cls.__header_schema__)(payload, 0)
+        request, m = entity_reader(cls)(payload, n)
+    except (UnknownAPIKey, UnknownEntity) as e:
+        raise RequestError(f"api key {api_key} version {api_version}: {e}") from None
+    except (SerialError, ValueError, UnicodeDecodeError, IndexError, OverflowError) as e:
+        raise RequestError(f"api key {api_key} v{api_version}: malformed request: {type(e).__name__}: {e}") from None
+    if n + m != len(payload):
+        raise RequestError(f"api key {api_key} v{api_version}: {len(payload) - n - m} bytes after the request")
+    return header, request
+
+
+def encode_response(correlation_id: int, response) -> bytes:
+    """The size-prefixed frame of ``response`` (a kio response entity) answering ``correlation_id``."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_cls = type(response).__header_schema__
+    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
+    entity_writer(type(response))(buf, response)
+    out = buf.getbuffer()
+    SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def encode_request(correlation_id: int, request, client_id: str | None = "rafka") -> bytes:
+    """A size-prefixed request frame (tests and tools: the listener itself only decodes requests)."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    header_cls = type(request).__header_schema__
+    header = header_cls(
+        request_api_key=request.__api_key__,
+        request_api_version=request.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    entity_writer(header_cls)(buf, header)
+    entity_writer(type(request))(buf, request)
+    out = buf.getbuffer()
+    SIZE.pack_into(out, 0, len(out) - 4)
+    del out
+    return buf.getvalue()
+
+
+def decode_response(payload: bytes, response_cls):
+    """(correlation_id, response) of a response payload (without its size prefix); tests use it."""
+    header, n = entity_reader(response_cls.__header_schema__)(payload, 0)
+    response, m = entity_reader(response_cls)(payload, n)
+    if n + m != len(payload):
+        raise RequestError(f"{len(payload) - n - m} bytes after the response")
+    return header.correlation_id, response

@@ -1,0 +1,66 @@
+"""Listener configuration, with Kafka's names (pure, no I/O).
+
+    listeners               "PLAINTEXT://127.0.0.1:9092" or "127.0.0.1:0" (port 0: ephemeral);
+                            default 127.0.0.1, port 9092 + broker id
+    advertised.listeners    what Metadata tells clients; default: the bound host and port
+    socket.request.max.bytes  the largest request frame accepted (Kafka's default 100 MiB)
+
+A list value ("PLAINTEXT://a:1,PLAINTEXT://b:2") takes its first entry: one listener per broker for now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_BASE_PORT = 9092
+DEFAULT_MAX_REQUEST_BYTES = 104857600
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    host: str
+    port: int
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    enabled: bool = True
+
+
+def parse_endpoint(value: str) -> tuple[str, int]:
+    """``"PLAINTEXT://host:port"`` / ``"host:port"`` / ``"[::1]:9092"`` -> (host, port); an empty host
+    means all interfaces (Kafka's ``PLAINTEXT://:9092``)."""
+    first = str(value).split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listener {value!r}: expected [PLAINTEXT://]host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    p = int(port)
+    if not 0 <= p <= 65535:
+        raise ValueError(f"listener {value!r}: port out of range")
+    return host, p
+
+
+def listener_config(config: dict, broker_id: int) -> ListenerConfig:
+    """The listener of broker ``broker_id`` from its Kafka-style config dict. ``listeners`` set to ""
+    or "none" disables the listener."""
+    raw = config.get("listeners")
+    max_bytes = int(config.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES))
+    if max_bytes <= 0:
+        raise ValueError("socket.request.max.bytes must be positive")
+    if raw is not None and str(raw).strip().lower() in ("", "none"):
+        return ListenerConfig(DEFAULT_HOST, 0, max_request_bytes=max_bytes, enabled=False)
+    host, port = parse_endpoint(raw) if raw is not None else (DEFAULT_HOST, DEFAULT_BASE_PORT + broker_id)
+    adv = config.get("advertised.listeners")
+    ahost, aport = parse_endpoint(adv) if adv else (None, None)
+    return ListenerConfig(host, port, ahost, aport, max_bytes)
+
+
+def advertised(cfg: ListenerConfig, bound_port: int) -> tuple[str, int]:
+    """The host:port clients are told: advertised.listeners, else the bound address (an all-interfaces
+    bind advertises 127.0.0.1: an IPv4 literal, since librdkafka may resolve localhost to ::1)."""
+    host = cfg.advertised_host or (DEFAULT_HOST if cfg.host in ("0.0.0.0", "::") else cfg.host)
+    port = cfg.advertised_port if cfg.advertised_port else bound_port
+    return host, port

@@ -1,0 +1,145 @@
+"""Fetch (api key 1, v4-16): each partition is read from its leader replica with a consumer
+``protocol.messages.FetchRequest``; the batch bytes are returned as the replica gave them.
+
+Long-poll: a first pass reads every partition at once without waiting; if that holds fewer than
+``min_bytes`` (and nothing failed), every partition is asked again with ``max_wait`` through the replica's
+own DelayedFetch, and the answer goes out as soon as one of them returns data (the others are read again
+without waiting, so their data rides along) or the wait is over. Topics by name below v13, by topic id
+from v13 (an unknown id: UNKNOWN_TOPIC_ID, 100). Empty records are empty bytes, never null; no fetch
+sessions (KIP-227): session id 0 always. read_committed answers the aborted transactions of the range."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from protocol.messages import FetchRequest
+
+from ..topic_ids import topic_uuid
+
+UNKNOWN_TOPIC_ID = 100
+
+
+def _drop(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()  # a long-poll nobody waits for any more: retrieve its outcome
+
+
+async def _pass(backend, parts, reqs, max_wait_ms: int) -> list:
+    return await asyncio.gather(
+        *(backend.fetch(t, p, _with_wait(r, max_wait_ms)) for (t, p, _key), r in zip(parts, reqs))
+    )
+
+
+def _with_wait(r: FetchRequest, max_wait_ms: int) -> FetchRequest:
+    return FetchRequest(
+        fetch_offset=r.fetch_offset,
+        max_bytes=r.max_bytes,
+        max_wait_ms=max_wait_ms,
+        min_bytes=r.min_bytes,
+        current_leader_epoch=r.current_leader_epoch,
+        isolation_level=r.isolation_level,
+    )
+
+
+async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int) -> list:
+    tasks = [
+        asyncio.ensure_future(backend.fetch(t, p, _with_wait(r, max_wait_ms))) for (t, p, _), r in zip(parts, reqs)
+    ]
+    pending = set(tasks)
+    results = list(first)
+    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000 + 1.0
+    while pending:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            break
+        done, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        got = [tasks.index(d) for d in done]
+        for i in got:
+            results[i] = tasks[i].result()
+        if any(results[i].get("records") or results[i].get("error_code") for i in got):
+            break
+    if pending:
+        for task in pending:
+            task.add_done_callback(_drop)
+        idx = [i for i, task in enumerate(tasks) if task in pending]
+        again = await _pass(backend, [parts[i] for i in idx], [reqs[i] for i in idx], 0)
+        for i, r in zip(idx, again):
+            results[i] = r
+    return results
+
+
+async def handle(backend, request, version: int):
+    from .. import apis
+
+    mod = apis.response_module(1, version)
+    by_id = version >= 13
+    names: dict[uuid.UUID, str] = {}
+    if by_id:
+        md = await backend.metadata()
+        names = {topic_uuid(t["topic_id"]): n for n, t in md["topics"].items()}
+    isolation = int(getattr(request, "isolation_level", 0))
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    parts, reqs, unknown = [], [], []
+    for t in request.topics:
+        key = t.topic_id if by_id else t.topic
+        name = names.get(key) if by_id else key
+        for p in t.partitions:
+            if name is None:
+                unknown.append((key, p.partition))
+                continue
+            parts.append((name, p.partition, key))
+            reqs.append(
+                FetchRequest(
+                    fetch_offset=int(p.fetch_offset),
+                    max_bytes=int(p.partition_max_bytes),
+                    min_bytes=int(request.min_bytes),
+                    current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
+                    isolation_level=isolation,
+                )
+            )
+    results = await _pass(backend, parts, reqs, 0)
+    size = sum(len(r.get("records") or b"") for r in results)
+    if max_wait_ms > 0 and parts and not unknown and size < max(1, int(request.min_bytes)):
+        if not any(r.get("error_code") for r in results):
+            results = await _long_poll(backend, parts, reqs, results, max_wait_ms)
+    per_topic: dict = {}
+    for (_name, p, key), r in zip(parts, results):
+        aborted = r.get("aborted_transactions")
+        per_topic.setdefault(key, []).append(
+            apis.make(
+                mod,
+                "PartitionData",
+                partition_index=p,
+                error_code=apis.error_code(r.get("error_code", 0)),
+                high_watermark=r.get("high_watermark", -1),
+                last_stable_offset=r.get("last_stable_offset", -1),
+                log_start_offset=r.get("log_start_offset", -1),
+                aborted_transactions=None
+                if aborted is None
+                else tuple(
+                    apis.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted
+                ),
+                preferred_read_replica=-1,
+                records=bytes(r.get("records") or b""),
+            )
+        )
+    for key, p in unknown:
+        per_topic.setdefault(key, []).append(
+            apis.make(
+                mod,
+                "PartitionData",
+                partition_index=p,
+                error_code=apis.error_code(UNKNOWN_TOPIC_ID),
+                high_watermark=-1,
+                aborted_transactions=None,
+                records=b"",
+            )
+        )
+    topics = tuple(
+        apis.make(mod, "FetchableTopicResponse", topic=key, topic_id=key, partitions=tuple(ps))
+        for key, ps in per_topic.items()
+    )
+    return apis.make(
+        mod, "FetchResponse", throttle_time=apis.ZERO, error_code=apis.error_code(0), session_id=0, responses=topics
+    )

@@ -1,0 +1,94 @@
+"""Metadata (api key 3, v0-12): brokers with their advertised host:port, topics with stable topic ids
+(the controller's 16-byte id as a UUID), partitions with leader, leader epoch, replicas, ISR and the
+replicas whose broker is down (offline). All topics when the request names none (null; v0: empty).
+Unknown names answer UNKNOWN_TOPIC_OR_PARTITION (3), unknown ids UNKNOWN_TOPIC_ID (100). Topic
+auto-creation is not served yet (``allow_auto_topic_creation`` is ignored)."""
+
+from __future__ import annotations
+
+import uuid
+
+from ..topic_ids import topic_uuid
+
+UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_ID = 3, 5, 100
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+NOT_REQUESTED = -(2**31)  # authorized operations: "not asked for"
+NIL = uuid.UUID(int=0)
+
+
+def _partitions(apis, mod, topic: dict, alive: set[int]) -> tuple:
+    out = []
+    for p, s in sorted(topic.get("partitions", {}).items()):
+        leader = s.get("leader", -1)
+        replicas = tuple(s.get("replicas", ()))
+        out.append(
+            apis.make(
+                mod,
+                "MetadataResponsePartition",
+                error_code=apis.error_code(0 if leader >= 0 else LEADER_NOT_AVAILABLE),
+                partition_index=int(p),
+                leader_id=leader,
+                leader_epoch=s.get("leader_epoch", -1),
+                replica_nodes=replicas,
+                isr_nodes=tuple(s.get("isr", ())),
+                offline_replicas=tuple(r for r in replicas if r not in alive),
+            )
+        )
+    return tuple(out)
+
+
+def _topic(apis, mod, name, tid, code, parts=(), internal=False):
+    return apis.make(
+        mod,
+        "MetadataResponseTopic",
+        error_code=apis.error_code(code),
+        name=name,
+        topic_id=tid,
+        is_internal=internal,
+        partitions=parts,
+        topic_authorized_operations=NOT_REQUESTED,
+    )
+
+
+async def handle(backend, request, version: int):
+    from .. import apis
+
+    mod = apis.response_module(3, version)
+    md = await backend.metadata()
+    topics: dict = md["topics"]
+    alive = {b["id"] for b in md["brokers"] if b.get("alive", True)}
+    endpoints = await backend.endpoints(md["brokers"])
+    brokers = tuple(
+        apis.make(mod, "MetadataResponseBroker", node_id=bid, host=host, port=port, rack=rack)
+        for bid, (host, port, rack) in sorted(endpoints.items())
+        if bid in alive
+    )
+    by_id = {topic_uuid(t["topic_id"]): n for n, t in topics.items()}
+    wanted = request.topics
+    if wanted is None or (version == 0 and not wanted):
+        asked = [(n, None) for n in sorted(topics)]
+    else:
+        asked = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in wanted]
+    out = []
+    for name, tid in asked:
+        if name is None and tid is not None and tid != NIL:
+            name = by_id.get(tid)
+            if name is None:
+                out.append(_topic(apis, mod, None, tid, UNKNOWN_TOPIC_ID))
+                continue
+        t = topics.get(name) if name is not None else None
+        if t is None:
+            out.append(_topic(apis, mod, name, NIL, UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        parts = _partitions(apis, mod, t, alive)
+        out.append(_topic(apis, mod, name, topic_uuid(t["topic_id"]), 0, parts, name in INTERNAL_TOPICS))
+    return apis.make(
+        mod,
+        "MetadataResponse",
+        throttle_time=apis.ZERO,
+        brokers=brokers,
+        cluster_id=backend.cluster_id,
+        controller_id=backend.broker_id,
+        topics=tuple(out),
+        cluster_authorized_operations=NOT_REQUESTED,
+    )

@@ -1,0 +1,138 @@
+"""Kafka's SocketServer on asyncio: the Acceptor, a Processor per connection, the RequestChannel.
+
+Acceptor: an ``asyncio`` server bound to the listener's host:port (port 0: an ephemeral one, read back
+from the socket); each accepted connection gets a Processor task. ``stop()`` closes the server and every
+connection.
+
+Processor (one per connection): reads ``size:int32`` then ``size`` bytes; a negative size or one above
+``socket.request.max.bytes`` closes the connection with a log line (Kafka's InvalidReceiveException),
+before anything that large is read. Each complete frame goes through the RequestChannel to KafkaApis and
+the answer (if any: acks=0 produce has none) is written before the next frame is read, so one request per
+connection is in flight and answers come in request order (Kafka mutes a channel the same way); other
+connections are separate tasks and go on. A request that cannot be served (unknown key or version,
+malformed body) closes only its connection. EOF mid-frame (a truncated request) closes quietly.
+
+RequestChannel: the hand-off between the network side and KafkaApis. On asyncio a Processor awaits the
+handler directly; the channel keeps the request count and in-flight gauge per listener and is where the
+handler is invoked, so a later milestone can put a bounded handler pool (``num.io.threads``) behind it
+without touching the Processor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .codec import SIZE, RequestError
+
+log = logging.getLogger("rafka.kafka_wire")
+
+
+class RequestChannel:
+    """Requests from the Processors to KafkaApis, with counters (requests, failures, in flight)."""
+
+    def __init__(self, apis):
+        self.apis = apis
+        self.requests = 0
+        self.failed = 0
+        self.in_flight = 0
+
+    async def send_request(self, payload: bytes) -> bytes | None:
+        self.requests += 1
+        self.in_flight += 1
+        try:
+            return await self.apis.handle(payload)
+        except RequestError:
+            self.failed += 1
+            raise
+        finally:
+            self.in_flight -= 1
+
+
+class Processor:
+    """One connection: frames in, answers out, in order, one at a time."""
+
+    def __init__(self, channel: RequestChannel, reader, writer, max_request_bytes: int, conn_id: str):
+        self.channel, self.reader, self.writer = channel, reader, writer
+        self.max_request_bytes = max_request_bytes
+        self.conn_id = conn_id
+
+    async def read_frame(self) -> bytes | None:
+        """The next request payload; None at a clean EOF between frames."""
+        try:
+            head = await self.reader.readexactly(SIZE.size)
+        except asyncio.IncompleteReadError as e:
+            if e.partial:
+                raise RequestError(f"connection closed inside a size prefix ({len(e.partial)} bytes)") from None
+            return None
+        (size,) = SIZE.unpack(head)
+        if size < 0 or size > self.max_request_bytes:
+            raise RequestError(f"size prefix {size} outside 0..socket.request.max.bytes ({self.max_request_bytes})")
+        try:
+            return await self.reader.readexactly(size)
+        except asyncio.IncompleteReadError as e:
+            raise RequestError(f"connection closed after {len(e.partial)} of a {size}-byte request") from None
+
+    async def run(self) -> None:
+        try:
+            while True:
+                payload = await self.read_frame()
+                if payload is None:
+                    return
+                answer = await self.channel.send_request(payload)
+                if answer is not None:
+                    self.writer.write(answer)
+                    await self.writer.drain()
+        except RequestError as e:
+            log.warning("kafka listener: closing connection %s: %s", self.conn_id, e)
+        except (ConnectionError, asyncio.IncompleteReadError) as e:
+            log.info("kafka listener: connection %s lost: %s", self.conn_id, e)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a handler bug must not take the listener down: this connection only
+            log.exception("kafka listener: closing connection %s after an unexpected error", self.conn_id)
+        finally:
+            self.writer.close()
+
+
+class Acceptor:
+    """The listener's server socket; ``start()`` binds it and returns the bound (host, port)."""
+
+    def __init__(self, apis, host: str, port: int, max_request_bytes: int):
+        self.channel = RequestChannel(apis)
+        self.host, self.port = host, port
+        self.max_request_bytes = max_request_bytes
+        self.server: asyncio.base_events.Server | None = None
+        self.processors: set[asyncio.Task] = set()
+        self._next = 0
+
+    async def start(self) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        sock = self.server.sockets[0].getsockname()
+        self.port = sock[1]
+        return self.host, self.port
+
+    async def _accept(self, reader, writer) -> None:
+        self._next += 1
+        peer = writer.get_extra_info("peername")
+        proc = Processor(self.channel, reader, writer, self.max_request_bytes, f"{self._next}:{peer}")
+        task = asyncio.current_task()
+        if task is not None:
+            self.processors.add(task)
+        try:
+            await proc.run()
+        finally:
+            if task is not None:
+                self.processors.discard(task)
+
+    def stop(self) -> None:
+        """Close the server socket and every connection (synchronous: safe from a shutdown path)."""
+        if self.server is not None:
+            self.server.close()
+            for task in list(self.processors):
+                task.cancel()
+            self.server = None
+
+    @property
+    def connections(self) -> int:
+        return len(self.processors)

@@ -1,0 +1,28 @@
+"""The API versions this listener serves: advertised by ApiVersions exactly as handled (pure).
+
+Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
+rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
+storage offsets; Metadata 13 adds nothing clients need). Groups, transactions and admin APIs are not
+advertised until they are served: librdkafka decides features from this list.
+"""
+
+from __future__ import annotations
+
+API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
+INIT_PRODUCER_ID = 22
+
+# api key -> (min version, max version)
+SUPPORTED: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 11),
+    FETCH: (4, 16),
+    LIST_OFFSETS: (1, 7),
+    METADATA: (0, 12),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
+    API_VERSIONS: (0, 3),
+}
+
+
+def supports(api_key: int, version: int) -> bool:
+    rng = SUPPORTED.get(api_key)
+    return rng is not None and rng[0] <= version <= rng[1]
