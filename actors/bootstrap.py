@@ -74,11 +74,22 @@ class ServerHandle:
     def broker(self, i: int):
         return self.brokers[i]
 
+    def _ask_controller(self, method: str, *args, timeout_s: float = 30.0):
+        """One controller call, asked again of the next controller if this one dies under it (failover)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return ray.get(getattr(self.controller(timeout_s), method).remote(*args))
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def metadata(self) -> dict:
-        return ray.get(self.controller().metadata.remote())
+        return self._ask_controller("metadata")
 
     def describe(self, topic: str) -> dict:
-        return ray.get(self.controller().describe_topics.remote([topic]))[0]
+        return self._ask_controller("describe_topics", [topic])[0]
 
     def leader_replica(self, topic: str, partition: int):
         s = self.describe(topic)["partitions"][partition]

@@ -16,6 +16,10 @@ from actors.bootstrap import start_cluster
 from protocol.messages import FetchRequest
 from storage.records import RecordBatchBuilder, decode_records
 
+# Shared test clusters: internal topics of 2 partitions (Kafka 50, rafka 5): each partition replica is an
+# actor (~0.5 s to start), so __consumer_offsets and __transaction_state at the defaults cost ~10 s each.
+SMALL_INTERNAL_TOPICS = {"offsets.topic.num.partitions": 2, "transaction.state.log.num.partitions": 2}
+
 
 def batch(
     values: Iterable[bytes],

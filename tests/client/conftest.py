@@ -6,6 +6,7 @@ import itertools
 import uuid
 
 import pytest
+from support import SMALL_INTERNAL_TOPICS
 
 import rafka
 
@@ -16,7 +17,10 @@ _names = itertools.count()
 def rafka_cluster(ray_cluster, tmp_path_factory):
     """One 3-broker rafka cluster shared by the non-destructive client tests."""
     cluster = rafka.LocalCluster(
-        brokers=3, name="c" + uuid.uuid4().hex[:8], data_dir=tmp_path_factory.mktemp("rafka-data")
+        brokers=3,
+        name="c" + uuid.uuid4().hex[:8],
+        data_dir=tmp_path_factory.mktemp("rafka-data"),
+        broker_config=SMALL_INTERNAL_TOPICS,
     )
     yield cluster
     cluster.stop()

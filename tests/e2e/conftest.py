@@ -7,6 +7,7 @@ import itertools
 import uuid
 
 import pytest
+from support import SMALL_INTERNAL_TOPICS
 
 import rafka
 
@@ -17,7 +18,10 @@ _names = itertools.count()
 def e2e_cluster(ray_cluster, tmp_path_factory):
     """One 3-broker rafka cluster (stopped when the package is done) shared by the gateway and Spark suites (they only create their own topics)."""
     cluster = rafka.LocalCluster(
-        brokers=3, name="e" + uuid.uuid4().hex[:8], data_dir=tmp_path_factory.mktemp("rafka-e2e")
+        brokers=3,
+        name="e" + uuid.uuid4().hex[:8],
+        data_dir=tmp_path_factory.mktemp("rafka-e2e"),
+        broker_config=SMALL_INTERNAL_TOPICS,
     )
     yield cluster
     cluster.stop()

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ast
 import os
+import pickle
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAYER = {"protocol": 0, "storage": 1, "actors": 2, "rafka": 3, "serve": 4, "jobs": 5}
@@ -20,6 +23,17 @@ def _in_function(tree: ast.AST) -> set[int]:
     return inside
 
 
+def _parse(source: str, path: str) -> ast.AST:
+    """``ast.parse``; on CPython 3.11's spurious "AST constructor recursion depth mismatch" SystemError
+    (gh-106905: the recursion counter of a long-lived test process drifts), parse in a fresh interpreter."""
+    try:
+        return ast.parse(source, path)
+    except SystemError:
+        code = "import ast, pickle, sys; sys.stdout.buffer.write(pickle.dumps(ast.parse(open(sys.argv[1]).read())))"
+        out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, check=True, timeout=60)
+        return pickle.loads(out.stdout)
+
+
 def _imports(pkg: str, module_level_only: bool = False):
     """(file, line, imported module) of every absolute import in package ``pkg`` (or only of those that run
     when the module is imported)."""
@@ -29,7 +43,7 @@ def _imports(pkg: str, module_level_only: bool = False):
                 continue
             path = os.path.join(dirpath, f)
             with open(path, encoding="utf-8") as fh:
-                tree = ast.parse(fh.read(), path)
+                tree = _parse(fh.read(), path)
             skip = _in_function(tree) if module_level_only else set()
             for node in ast.walk(tree):
                 if id(node) in skip:
