@@ -37,7 +37,7 @@ format: install
 
 # The whole suite: unit (no Ray), cluster (real Ray), client/CLI, fault suites marked slow included.
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # Only the pure unit tests (seconds).
 test-fast: install
