@@ -57,6 +57,15 @@ def make(module: ModuleType, cls_name: str, /, **values):
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+def by_topic(pairs) -> dict:
+    """``{topic key: (partition answer, ...)}`` from ``(topic key, partition answer)`` pairs, in first-seen
+    order: every partitioned response nests its partitions under their topic this way."""
+    out: dict = {}
+    for key, part in pairs:
+        out.setdefault(key, []).append(part)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def has_field(entity_cls: type, name: str) -> bool:
     return any(f.name == name for f in fields(entity_cls))
 

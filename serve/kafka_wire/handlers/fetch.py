@@ -103,43 +103,34 @@ async def handle(backend, request, version: int):
     if max_wait_ms > 0 and parts and not unknown and size < max(1, int(request.min_bytes)):
         if not any(r.get("error_code") for r in results):
             results = await _long_poll(backend, parts, reqs, results, max_wait_ms)
-    per_topic: dict = {}
-    for (_name, p, key), r in zip(parts, results):
-        aborted = r.get("aborted_transactions")
-        per_topic.setdefault(key, []).append(
-            apis.make(
-                mod,
-                "PartitionData",
-                partition_index=p,
-                error_code=apis.error_code(r.get("error_code", 0)),
-                high_watermark=r.get("high_watermark", -1),
-                last_stable_offset=r.get("last_stable_offset", -1),
-                log_start_offset=r.get("log_start_offset", -1),
-                aborted_transactions=None
-                if aborted is None
-                else tuple(
-                    apis.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted
-                ),
-                preferred_read_replica=-1,
-                records=bytes(r.get("records") or b""),
-            )
-        )
+    answers = [(key, _partition_data(mod, p, r)) for (_name, p, key), r in zip(parts, results)]
     for key, p in unknown:
-        per_topic.setdefault(key, []).append(
-            apis.make(
-                mod,
-                "PartitionData",
-                partition_index=p,
-                error_code=apis.error_code(UNKNOWN_TOPIC_ID),
-                high_watermark=-1,
-                aborted_transactions=None,
-                records=b"",
-            )
-        )
+        answers.append((key, _partition_data(mod, p, {"error_code": UNKNOWN_TOPIC_ID})))
     topics = tuple(
-        apis.make(mod, "FetchableTopicResponse", topic=key, topic_id=key, partitions=tuple(ps))
-        for key, ps in per_topic.items()
+        apis.make(mod, "FetchableTopicResponse", topic=key, topic_id=key, partitions=ps)
+        for key, ps in apis.by_topic(answers).items()
     )
     return apis.make(
         mod, "FetchResponse", throttle_time=apis.ZERO, error_code=apis.error_code(0), session_id=0, responses=topics
+    )
+
+
+def _partition_data(mod, p: int, r: dict):
+    """One partition's FetchResponse entry (records as bytes, empty never null)."""
+    from .. import apis
+
+    aborted = r.get("aborted_transactions")
+    return apis.make(
+        mod,
+        "PartitionData",
+        partition_index=p,
+        error_code=apis.error_code(r.get("error_code", 0)),
+        high_watermark=r.get("high_watermark", -1),
+        last_stable_offset=r.get("last_stable_offset", -1),
+        log_start_offset=r.get("log_start_offset", -1),
+        aborted_transactions=None
+        if aborted is None
+        else tuple(apis.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted),
+        preferred_read_replica=-1,
+        records=bytes(r.get("records") or b""),
     )

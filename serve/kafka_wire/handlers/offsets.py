@@ -25,9 +25,9 @@ async def list_offsets(backend, request, version: int):
             calls.append(backend.list_offsets(t.name, p.partition_index, req))
             where.append((t.name, p.partition_index))
     results = await asyncio.gather(*calls)
-    per_topic: dict[str, list] = {}
-    for (name, p), r in zip(where, results):
-        per_topic.setdefault(name, []).append(
+    per_topic = apis.by_topic(
+        (
+            name,
             apis.make(
                 mod,
                 "ListOffsetsPartitionResponse",
@@ -36,11 +36,11 @@ async def list_offsets(backend, request, version: int):
                 timestamp=r.get("timestamp", -1),
                 offset=r.get("offset", -1),
                 leader_epoch=r.get("leader_epoch", -1),
-            )
+            ),
         )
-    topics = tuple(
-        apis.make(mod, "ListOffsetsTopicResponse", name=n, partitions=tuple(ps)) for n, ps in per_topic.items()
+        for (name, p), r in zip(where, results)
     )
+    topics = tuple(apis.make(mod, "ListOffsetsTopicResponse", name=n, partitions=ps) for n, ps in per_topic.items())
     return apis.make(mod, "ListOffsetsResponse", throttle_time=apis.ZERO, topics=topics)
 
 
@@ -57,9 +57,9 @@ async def offset_for_leader_epoch(backend, request, version: int):
             calls.append(backend.offset_for_leader_epoch(t.topic, p.partition, req))
             where.append((t.topic, p.partition))
     results = await asyncio.gather(*calls)
-    per_topic: dict[str, list] = {}
-    for (name, p), r in zip(where, results):
-        per_topic.setdefault(name, []).append(
+    per_topic = apis.by_topic(
+        (
+            name,
             apis.make(
                 mod,
                 "EpochEndOffset",
@@ -67,9 +67,9 @@ async def offset_for_leader_epoch(backend, request, version: int):
                 partition=p,
                 leader_epoch=r.get("leader_epoch", -1),
                 end_offset=r.get("end_offset", -1),
-            )
+            ),
         )
-    topics = tuple(
-        apis.make(mod, "OffsetForLeaderTopicResult", topic=n, partitions=tuple(ps)) for n, ps in per_topic.items()
+        for (name, p), r in zip(where, results)
     )
+    topics = tuple(apis.make(mod, "OffsetForLeaderTopicResult", topic=n, partitions=ps) for n, ps in per_topic.items())
     return apis.make(mod, "OffsetForLeaderEpochResponse", throttle_time=apis.ZERO, topics=topics)

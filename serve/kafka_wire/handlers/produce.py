@@ -36,23 +36,25 @@ async def handle(backend, request, version: int):
     if acks == 0:
         return None
     mod = apis.response_module(0, version)
-    per_topic: dict[str, list] = {}
-    for (name, p), r in zip(where, results):
-        lat = r.get("log_append_time", -1)
-        per_topic.setdefault(name, []).append(
-            apis.make(
-                mod,
-                "PartitionProduceResponse",
-                index=p,
-                error_code=apis.error_code(r.get("error_code", 0)),
-                base_offset=r.get("base_offset", -1),
-                log_append_time=None if lat is None or lat < 0 else EPOCH + datetime.timedelta(milliseconds=lat),
-                log_start_offset=r.get("log_start_offset", -1),
-                record_errors=(),
-                error_message=r.get("error_message") if r.get("error_code") else None,
-            )
-        )
+    per_topic = apis.by_topic((name, _partition_answer(mod, p, r)) for (name, p), r in zip(where, results))
     topics = tuple(
-        apis.make(mod, "TopicProduceResponse", name=n, partition_responses=tuple(ps)) for n, ps in per_topic.items()
+        apis.make(mod, "TopicProduceResponse", name=n, partition_responses=ps) for n, ps in per_topic.items()
     )
     return apis.make(mod, "ProduceResponse", responses=topics, throttle_time=apis.ZERO)
+
+
+def _partition_answer(mod, p: int, r: dict):
+    from .. import apis
+
+    lat = r.get("log_append_time", -1)
+    return apis.make(
+        mod,
+        "PartitionProduceResponse",
+        index=p,
+        error_code=apis.error_code(r.get("error_code", 0)),
+        base_offset=r.get("base_offset", -1),
+        log_append_time=None if lat is None or lat < 0 else EPOCH + datetime.timedelta(milliseconds=lat),
+        log_start_offset=r.get("log_start_offset", -1),
+        record_errors=(),
+        error_message=r.get("error_message") if r.get("error_code") else None,
+    )
