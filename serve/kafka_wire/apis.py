@@ -24,7 +24,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from . import codec, versions
-from .handlers import fetch, metadata, offsets, produce, txn
+from .handlers import coordinator, fetch, metadata, offsets, produce, txn
 
 log = logging.getLogger("rafka.kafka_wire")
 
@@ -89,6 +89,7 @@ class KafkaApis:
         versions.LIST_OFFSETS: offsets.list_offsets,
         versions.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
         versions.INIT_PRODUCER_ID: txn.init_producer_id,
+        versions.FIND_COORDINATOR: coordinator.find_coordinator,
     }
 
     def __init__(self, backend):

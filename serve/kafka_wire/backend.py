@@ -36,6 +36,8 @@ class Backend(Protocol):
 
     async def init_producer_id(self) -> dict: ...
 
+    async def find_coordinator(self, key: str, key_type: int) -> dict: ...
+
 
 class BrokerBackend:
     """``Backend`` over a running ``actors.broker.BrokerActor`` (same process, same event loop)."""
@@ -108,3 +110,6 @@ class BrokerBackend:
 
     async def init_producer_id(self) -> dict:
         return await self.broker.init_producer_id()
+
+    async def find_coordinator(self, key: str, key_type: int) -> dict:
+        return await self.broker.find_coordinator(key, key_type)

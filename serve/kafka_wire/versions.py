@@ -2,14 +2,14 @@
 
 Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
 rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
-storage offsets; Metadata 13 adds nothing clients need). Groups, transactions and admin APIs are not
-advertised until they are served: librdkafka decides features from this list.
+storage offsets; Metadata 13 adds nothing clients need). FindCoordinator is served; the other group,
+transaction and admin APIs are not advertised until they are served: librdkafka decides features from this list.
 """
 
 from __future__ import annotations
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
-INIT_PRODUCER_ID = 22
+INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -19,6 +19,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     METADATA: (0, 12),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
+    FIND_COORDINATOR: (0, 6),  # key types 0 (group) and 1 (transaction); v4+ batches keys (KIP-699)
     API_VERSIONS: (0, 3),
 }
 

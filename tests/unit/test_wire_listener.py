@@ -82,6 +82,11 @@ class FakeBackend:
     async def init_producer_id(self):
         return {"error_code": 0, "producer_id": 42, "producer_epoch": 0}
 
+    async def find_coordinator(self, key, key_type):
+        if key == "leaderless":
+            return {"error_code": 15, "error_message": "__consumer_offsets-1 has no leader"}
+        return {"error_code": 0, "broker_id": 0 if key_type == 0 else 1, "partition": 0}
+
 
 class Client:
     def __init__(self, port):
@@ -347,3 +352,21 @@ def test_init_producer_id_for_idempotent_producers_only(server):
         got_cid, resp = c.recv(ip4r.InitProducerIdResponse)
         assert got_cid == cid
         assert (resp.error_code, resp.producer_id) == ((0, 42) if txn_id is None else (42, -1))
+
+
+def test_find_coordinator_one_key_and_batched(server):
+    from kio.schema.find_coordinator.v2 import request as fc2
+    from kio.schema.find_coordinator.v2 import response as fc2r
+    from kio.schema.find_coordinator.v6 import request as fc6
+    from kio.schema.find_coordinator.v6 import response as fc6r
+
+    port, _, _, _ = server
+    c = Client(port)
+    c.send(codec.encode_request(1, fc2.FindCoordinatorRequest(key="g", key_type=0)))
+    _, r = c.recv(fc2r.FindCoordinatorResponse)
+    assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", 19092)
+    c.send(codec.encode_request(2, fc6.FindCoordinatorRequest(key_type=1, coordinator_keys=("tx", "leaderless"))))
+    _, r = c.recv(fc6r.FindCoordinatorResponse)
+    got = [(x.key, x.error_code, x.node_id, x.port) for x in r.coordinators]
+    assert got == [("tx", 0, 1, 19093), ("leaderless", 15, -1, -1)]
+    assert r.coordinators[1].error_message == "__consumer_offsets-1 has no leader"

@@ -1,7 +1,7 @@
 """InitProducerId (api key 22, v0-4) for idempotent producers (a null transactional id): a fresh producer id
 at epoch 0 from the broker's block (``BrokerActor.init_producer_id``). Transactional ids (the transaction
 coordinator, FindCoordinator, AddPartitionsToTxn, EndTxn ...) are a later milestone of the listener and
-answer INVALID_REQUEST (42) until then; FindCoordinator is not advertised, so no client gets that far."""
+answer INVALID_REQUEST (42) until then."""
 
 from __future__ import annotations
 
