@@ -16,12 +16,13 @@ _names = itertools.count()
 
 @pytest.fixture(scope="package")
 def e2e_cluster(ray_cluster, tmp_path_factory):
-    """One 3-broker rafka cluster (stopped when the package is done) shared by the gateway and Spark suites (they only create their own topics)."""
+    """One 3-broker rafka cluster (stopped when the package is done) shared by the gateway, Spark and Kafka wire
+    suites (they only create their own topics); its brokers' Kafka listeners are on ephemeral loopback ports."""
     cluster = rafka.LocalCluster(
         brokers=3,
         name="e" + uuid.uuid4().hex[:8],
         data_dir=tmp_path_factory.mktemp("rafka-e2e"),
-        broker_config=SMALL_INTERNAL_TOPICS,
+        broker_config={**SMALL_INTERNAL_TOPICS, "listeners": "PLAINTEXT://127.0.0.1:0"},
     )
     yield cluster
     cluster.stop()
@@ -48,3 +49,9 @@ def e2e_topic(e2e_admin):
     existing = set(e2e_admin.list_topics())
     if [t for t in made if t in existing]:
         e2e_admin.delete_topics([t for t in made if t in existing])
+
+
+@pytest.fixture(scope="package")
+def bootstrap(e2e_cluster) -> str:
+    """The Kafka clients' ``bootstrap.servers`` of the shared cluster."""
+    return e2e_cluster.bootstrap_servers

@@ -1,5 +1,5 @@
 """Real Kafka clients against the brokers' Kafka wire listeners (serve/kafka_wire) on one 3-broker cluster
-(listeners on ephemeral ports): kafka-python and confluent-kafka (librdkafka) produce keyed records with
+(tests/e2e/conftest.py's shared cluster, listeners on ephemeral ports): kafka-python and confluent-kafka (librdkafka) produce keyed records with
 acks=all (confluent idempotent) to a replicated topic and read them back by partition assignment (no
 groups yet); ListOffsets (earliest, latest, by timestamp); kcat lists metadata and consumes. Each client's
 records are checked exactly: every record once, in order per partition, one key -> one partition."""
@@ -16,32 +16,13 @@ from collections import defaultdict
 
 import pytest
 
-import rafka
-
 N = 300
 PARTITIONS = 3
 
 
-@pytest.fixture(scope="module")
-def wire_cluster(ray_cluster, tmp_path_factory):
-    cluster = rafka.LocalCluster(
-        brokers=3,
-        name="w" + uuid.uuid4().hex[:8],
-        data_dir=tmp_path_factory.mktemp("rafka-wire"),
-        broker_config={"listeners": "PLAINTEXT://127.0.0.1:0"},
-    )
-    yield cluster
-    cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def bootstrap(wire_cluster) -> str:
-    return wire_cluster.bootstrap_servers
-
-
 @pytest.fixture
-def topic(wire_cluster):
-    admin = rafka.Admin(wire_cluster)
+def topic(e2e_admin):
+    admin = e2e_admin
     name = "wire-" + uuid.uuid4().hex[:6]
     admin.create_topic(name, PARTITIONS, 3, {"min.insync.replicas": "2"})
     yield name
@@ -176,7 +157,7 @@ def _recv(sock, cls):
     return codec.decode_response(buf, cls)[1]
 
 
-def test_bad_input_closes_one_connection_and_the_broker_goes_on(wire_cluster, bootstrap, topic):
+def test_bad_input_closes_one_connection_and_the_broker_goes_on(e2e_cluster, bootstrap, topic):
     """Raw sockets at a real broker: an oversize size prefix, an unknown API key, a truncated body and
     garbage each close their own connection; an open healthy connection and the broker process carry on,
     acks=0 produce gets no answer, and OffsetForLeaderEpoch v2 answers the leader epoch's end offset."""
@@ -189,7 +170,7 @@ def test_bad_input_closes_one_connection_and_the_broker_goes_on(wire_cluster, bo
     from serve.kafka_wire import codec
 
     host, port = bootstrap.split(",")[0].split(":")
-    pids = [i["pid"] for i in ray.get([wire_cluster.server.brokers[b].incarnation.remote() for b in range(3)])]
+    pids = [i["pid"] for i in ray.get([e2e_cluster.server.brokers[b].incarnation.remote() for b in range(3)])]
     healthy = socket.create_connection((host, int(port)), timeout=30)
     api_versions = codec.encode_request(1, ApiVersionsRequest(client_software_name="t", client_software_version="1"))
     bad_frames = [
@@ -214,9 +195,9 @@ def test_bad_input_closes_one_connection_and_the_broker_goes_on(wire_cluster, bo
         producer.send(topic, key=b"z", value=str(i).encode(), partition=0)
     producer.flush(30)
     producer.close()
-    md = ray.get(wire_cluster.server.brokers[0].metadata.remote())
+    md = ray.get(e2e_cluster.server.brokers[0].metadata.remote())
     part0 = md["topics"][topic]["partitions"][0]
-    inc = ray.get(wire_cluster.server.brokers[part0["leader"]].incarnation.remote())
+    inc = ray.get(e2e_cluster.server.brokers[part0["leader"]].incarnation.remote())
     leader_port = inc["listener"][1]
     req = ofle2.OffsetForLeaderEpochRequest(
         topics=(
@@ -239,5 +220,5 @@ def test_bad_input_closes_one_connection_and_the_broker_goes_on(wire_cluster, bo
                 break
             time.sleep(0.2)  # acks=0: the last records may still be on their way
     assert (p.error_code, p.leader_epoch, p.end_offset) == (0, part0["leader_epoch"], 20)
-    assert [i["pid"] for i in ray.get([wire_cluster.server.brokers[b].incarnation.remote() for b in range(3)])] == pids
+    assert [i["pid"] for i in ray.get([e2e_cluster.server.brokers[b].incarnation.remote() for b in range(3)])] == pids
     healthy.close()
