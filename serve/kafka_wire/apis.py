@@ -90,6 +90,12 @@ class KafkaApis:
         versions.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
         versions.INIT_PRODUCER_ID: txn.init_producer_id,
         versions.FIND_COORDINATOR: coordinator.find_coordinator,
+        versions.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+        versions.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+        versions.END_TXN: txn.end_txn,
+        versions.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+        versions.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
+        versions.LIST_TRANSACTIONS: txn.list_transactions,
     }
 
     def __init__(self, backend):

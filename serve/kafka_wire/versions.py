@@ -10,6 +10,8 @@ from __future__ import annotations
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
 INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -18,9 +20,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
+    INIT_PRODUCER_ID: (0, 5),  # idempotent and transactional (v5 knows TRANSACTION_ABORTABLE; 6 is KIP-939)
     FIND_COORDINATOR: (0, 6),  # key types 0 (group) and 1 (transaction); v4+ batches keys (KIP-699)
     API_VERSIONS: (0, 3),
+    # transactions (handlers/txn.py); transaction version 2 (EndTxn 5, TxnOffsetCommit 5) is not served
+    ADD_PARTITIONS_TO_TXN: (0, 3),  # 4+ batch transactional ids (broker-to-broker, KIP-890)
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 4),
+    TXN_OFFSET_COMMIT: (0, 4),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 0),  # v1's duration filter is not served
 }
 
 
