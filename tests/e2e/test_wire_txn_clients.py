@@ -286,6 +286,8 @@ def test_raw_coordinator_routing_verification_and_describe(bootstrap, e2e_cluste
     from kio.schema.end_txn.v3 import response as et3r
     from kio.schema.find_coordinator.v2 import request as fc2
     from kio.schema.find_coordinator.v2 import response as fc2r
+    from kio.schema.init_producer_id.v3 import request as ip3
+    from kio.schema.init_producer_id.v3 import response as ip3r
     from kio.schema.init_producer_id.v4 import request as ip4
     from kio.schema.init_producer_id.v4 import response as ip4r
     from kio.schema.list_transactions.v0 import request as lt0
@@ -372,6 +374,18 @@ def test_raw_coordinator_routing_verification_and_describe(bootstrap, e2e_cluste
         transactional_id=tid, producer_id=pid, producer_epoch=epoch - 1 if epoch else 5, committed=True
     )
     assert retry(lambda: coord.ask(stale, et3r.EndTxnResponse), "stale end").error_code == 90  # PRODUCER_FENCED (v3)
+
+    # KIP-360: the current instance recovers with its id one epoch up; the old epoch is then fenced (v3: 47)
+    def init_with(mod, resp_mod, e):
+        req = mod.InitProducerIdRequest(
+            transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60), producer_id=pid, producer_epoch=e
+        )
+        return retry(lambda: coord.ask(req, resp_mod.InitProducerIdResponse), "init with id")
+
+    r = init_with(ip4, ip4r, epoch)
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
+    assert init_with(ip4, ip4r, epoch).error_code == 90  # PRODUCER_FENCED
+    assert init_with(ip3, ip3r, epoch).error_code == 47  # INVALID_PRODUCER_EPOCH before KIP-588
     coord.close()
     data.close()
     assert ck_read(bootstrap, [(t, 0)], "read_committed", 0, settle_s=1.0) == []
