@@ -314,6 +314,15 @@ def test_raw_coordinator_routing_verification_and_describe(bootstrap, e2e_cluste
     other.close()
 
     coord = Conn(fc.port)
+    for bad_ms in (0, 2**31 - 1):  # transaction.timeout.ms must be in (0, transaction.max.timeout.ms]
+        bad = ip4.InitProducerIdRequest(
+            transactional_id=tid,
+            transaction_timeout=datetime.timedelta(milliseconds=bad_ms),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        r = retry(lambda: coord.ask(bad, ip4r.InitProducerIdResponse), "init with a bad timeout")
+        assert (r.error_code, r.producer_id) == (50, -1)  # INVALID_TRANSACTION_TIMEOUT
     r = retry(lambda: coord.ask(init, ip4r.InitProducerIdResponse), "init")
     assert r.error_code == 0 and r.producer_id >= 0
     pid, epoch = r.producer_id, r.producer_epoch
