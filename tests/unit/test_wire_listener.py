@@ -338,23 +338,19 @@ def test_truncated_body_closes_the_connection_bytes_after_a_request_are_ignored(
     assert c.recv(ApiVersionsResponse)[0] == 2
 
 
-def test_init_producer_id_for_idempotent_producers_only(server):
+def test_init_producer_id_for_idempotent_producers(server):
     from kio.schema.init_producer_id.v4 import request as ip4
     from kio.schema.init_producer_id.v4 import response as ip4r
 
     port, _, _, _ = server
     c = Client(port)
-    for cid, txn_id in ((1, None), (2, "txn-a")):
-        req = ip4.InitProducerIdRequest(
-            transactional_id=txn_id,
-            transaction_timeout=datetime.timedelta(seconds=60),
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-        c.send(codec.encode_request(cid, req))
-        got_cid, resp = c.recv(ip4r.InitProducerIdResponse)
-        assert got_cid == cid
-        assert (resp.error_code, resp.producer_id) == ((0, 42) if txn_id is None else (42, -1))
+    req = ip4.InitProducerIdRequest(
+        transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1
+    )
+    c.send(codec.encode_request(1, req))
+    got_cid, resp = c.recv(ip4r.InitProducerIdResponse)
+    assert got_cid == 1
+    assert (resp.error_code, resp.producer_id) == (0, 42)  # transactional ids: tests/unit/test_wire_txn.py
 
 
 def test_find_coordinator_one_key_and_batched(server):
