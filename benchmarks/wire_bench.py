@@ -1,0 +1,182 @@
+"""Kafka clients through rafka's wire listener, beside rafka's own Python client, on one embedded 3-broker
+LocalCluster (RF 3, min.insync.replicas 2, acks=all, idempotent, 100 B values, 6 partitions).
+
+    python benchmarks/wire_bench.py --json [--records 300000] [--latency-records 2000]
+
+In one run, side by side, each on its own topic:
+
+- ``librdkafka_produce``: confluent-kafka's Producer (librdkafka) through the listeners: records/s, MB/s
+  (values), and the produce latency p50/p99 (send to delivery report) of a paced run at ~1,000 records/s;
+- ``rafka_produce``: rafka.Producer (``send`` per record) on the same workload, and the same latency run;
+- ``librdkafka_consume`` / ``rafka_consume``: one consumer reading the librdkafka topic from the start
+  (assign, read_uncommitted), records/s and MB/s.
+
+The issue's goals: librdkafka's producer >= 200k records/s and consumer >= 500k records/s, and no slower
+than rafka's Python client on the same workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import rafka  # noqa: E402
+from rafka import TopicPartition  # noqa: E402
+from rafka.output import claim_stdout  # noqa: E402
+
+VALUE_BYTES = 100
+PARTITIONS = 6
+V4 = {"broker.address.family": "v4"}
+
+
+def _q(lat: list[float]) -> dict:
+    if not lat:
+        return {}
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else lat * 99
+    return {"p50_ms": round(statistics.median(lat), 2), "p99_ms": round(q[98], 2)}
+
+
+def _rate(n: int, secs: float) -> dict:
+    return {
+        "records": n,
+        "seconds": round(secs, 2),
+        "records_per_s": round(n / secs),
+        "mb_per_s": round(n * VALUE_BYTES / secs / 1e6, 1),
+    }
+
+
+def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
+    from confluent_kafka import Producer
+
+    value = os.urandom(VALUE_BYTES)
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **V4}
+    errors: list = []
+    p = Producer(conf)
+    t = time.monotonic()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
+                break
+            except BufferError:
+                p.poll(0.01)
+    left = p.flush(120)
+    out = _rate(n, time.monotonic() - t)
+    lat: list[float] = []
+    for i in range(lat_n):  # paced: ~1,000 records/s, one outstanding at a time is not needed
+        t0 = time.perf_counter()
+        p.produce(
+            topic,
+            value,
+            partition=i % PARTITIONS,
+            on_delivery=lambda e, _m, t0=t0: lat.append((time.perf_counter() - t0) * 1000),
+        )
+        p.poll(0)
+        time.sleep(0.001)
+    p.flush(60)
+    out.update(_q(lat), errors=len(errors) + left)
+    return out
+
+
+def rafka_produce(cluster, topic: str, n: int, lat_n: int) -> dict:
+    value = os.urandom(VALUE_BYTES)
+    p = rafka.Producer(cluster, acks="all", enable_idempotence=True, linger_ms=5)
+    t = time.monotonic()
+    for i in range(n):
+        p.send(topic, value, partition=i % PARTITIONS)
+    p.flush()
+    out = _rate(n, time.monotonic() - t)
+    lat: list[float] = []
+    futs = []
+    for i in range(lat_n):
+        t0 = time.perf_counter()
+        f = p.send(topic, value, partition=i % PARTITIONS)
+        f.add_callback(lambda _md, t0=t0: lat.append((time.perf_counter() - t0) * 1000))
+        futs.append(f)
+        time.sleep(0.001)
+    p.flush()
+    p.close()
+    out.update(_q(lat))
+    return out
+
+
+def librdkafka_consume(bootstrap: str, topic: str, n: int) -> dict:
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as CTP
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-" + uuid.uuid4().hex[:6],
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+            **V4,
+        }
+    )
+    c.assign([CTP(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    t = time.monotonic()
+    while got < n and time.monotonic() - t < 300:
+        got += sum(1 for m in c.consume(num_messages=10000, timeout=1.0) if not m.error())
+    out = _rate(got, time.monotonic() - t)
+    c.close()
+    return {**out, "complete": got >= n}
+
+
+def rafka_consume(cluster, topic: str, n: int) -> dict:
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", max_poll_records=10000)
+    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    got = 0
+    t = time.monotonic()
+    while got < n and time.monotonic() - t < 300:
+        got += sum(len(r) for r in c.poll(timeout_ms=1000).values())
+    out = _rate(got, time.monotonic() - t)
+    c.close()
+    return {**out, "complete": got >= n}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=300_000)
+    ap.add_argument("--latency-records", type=int, default=2000)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
+    args = ap.parse_args()
+    stdout = claim_stdout()
+    n = args.records
+    with tempfile.TemporaryDirectory(prefix="rafka-wirebench-") as d:
+        cluster = rafka.LocalCluster(
+            brokers=3,
+            data_dir=d,
+            name="wirebench" + uuid.uuid4().hex[:6],
+            broker_config={"listeners": "PLAINTEXT://127.0.0.1:0"},
+        )
+        try:
+            admin = rafka.Admin(cluster)
+            topics = {k: f"wb-{k}-{uuid.uuid4().hex[:6]}" for k in ("librdkafka", "rafka")}
+            for name in topics.values():
+                admin.create_topic(
+                    name, num_partitions=PARTITIONS, replication_factor=3, configs={"min.insync.replicas": "2"}
+                )
+            bootstrap = cluster.bootstrap_servers
+            res: dict = {"brokers": 3, "replication_factor": 3, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES}
+            res["librdkafka_produce"] = librdkafka_produce(bootstrap, topics["librdkafka"], n, args.latency_records)
+            res["rafka_produce"] = rafka_produce(cluster, topics["rafka"], n, args.latency_records)
+            res["librdkafka_consume"] = librdkafka_consume(bootstrap, topics["librdkafka"], n)
+            res["rafka_consume"] = rafka_consume(cluster, topics["librdkafka"], n)
+            res["cpus"] = os.cpu_count()
+        finally:
+            cluster.stop()
+    print(json.dumps(res) if args.json else json.dumps(res, indent=2), file=stdout)
+    return 0 if res["librdkafka_consume"]["complete"] and res["rafka_consume"]["complete"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
