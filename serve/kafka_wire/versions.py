@@ -10,6 +10,8 @@ from __future__ import annotations
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
 INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DELETE_RECORDS = 19, 20, 37, 21
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER, ELECT_LEADERS = 32, 44, 60, 43
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -21,6 +23,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
     FIND_COORDINATOR: (0, 6),  # key types 0 (group) and 1 (transaction); v4+ batches keys (KIP-699)
     API_VERSIONS: (0, 3),
+    CREATE_TOPICS: (2, 7),  # admin APIs (handlers/admin.py, handlers/configs.py), served by the controller
+    DELETE_TOPICS: (1, 6),  # v6: by topic id too
+    CREATE_PARTITIONS: (0, 3),
+    DELETE_RECORDS: (0, 2),
+    DESCRIBE_CONFIGS: (1, 4),  # topic and broker resources
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topics: SET, DELETE, APPEND/SUBTRACT on cleanup.policy
+    DESCRIBE_CLUSTER: (0, 2),
+    ELECT_LEADERS: (0, 2),  # preferred; unclean from v1
 }
 
 
