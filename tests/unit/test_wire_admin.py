@@ -495,3 +495,24 @@ def test_metadata_auto_creation_off_or_over_replicated_refused():
     assert int(call(off, req).topics[0].error_code) == 3 and not off.logic.image.topics
     over = AdminBackend({"default.replication.factor": "4"})  # capped like Kafka: 3 live brokers
     assert int(call(over, req).topics[0].error_code) == 38 and not over.logic.image.topics
+
+
+def test_elect_leaders_unclean_elects_a_live_out_of_sync_replica():
+    b = AdminBackend()
+    create(b, topic("u", assignments=[(0, [1, 2])]))
+    b._apply(b.logic.fence_broker(2))  # ISR [1]
+    b._apply(b.logic.fence_broker(1))  # no leader; 1 stays the last ISR member
+    assert b.logic.image.partition("u", 0).leader == -1
+    b._apply(b.logic.register_broker(2, {"log_dir": "/d/2"})[0])  # alive again, not in the ISR
+    assert b.logic.image.partition("u", 0).leader == -1
+
+    def elect(kind):
+        tps = (el2.TopicPartitions(topic="u", partitions=(0,)),)
+        resp = call(b, el2.ElectLeadersRequest(election_type=kind, topic_partitions=tps, timeout=T(seconds=5)))
+        (r,) = resp.replica_election_results
+        return int(r.partition_result[0].error_code), r.partition_result[0].error_message
+
+    code, msg = elect(0)
+    assert code == 80 and "not alive or not in the ISR" in msg  # PREFERRED_LEADER_NOT_AVAILABLE
+    assert elect(1) == (0, None)
+    assert b.logic.image.partition("u", 0).leader == 2
