@@ -69,6 +69,7 @@ from protocol.kv import GcsKV, read_cluster
 from protocol.names import RAY_NAMESPACE, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
+from . import auto_topic_creation as atc
 from . import broker_listeners as wire
 from . import coordinator_host as ch
 from . import leader_and_isr as lai
@@ -348,6 +349,24 @@ class BrokerActor:
             pid = self._pid_next
             self._pid_next += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
+
+    async def auto_create_topic(self, name: str) -> dict:
+        """Auto-create ``name`` (actors/auto_topic_creation.py: ``auto.create.topics.enable``,
+        ``num.partitions``, ``default.replication.factor`` of this broker's config) through the controller,
+        without waiting for leaders: ``{error_code, error_message}``, 0 once the topic exists (created now
+        or by someone else); the caller answers LEADER_NOT_AVAILABLE until its partitions have leaders."""
+        try:
+            spec = atc.creatable_topic(name, self.config)
+            res = (await self.link.call("create_topics", [spec], 0, timeout_s=10))[0]
+        except (KafkaError, RayTaskError) as e:
+            return _err_dict(e)
+        except (ControllerUnavailable, asyncio.TimeoutError) as e:
+            return {"error_code": 5, "error_message": f"controller unavailable: {e}"}
+        if res.get("error_code") in (7, 36):  # REQUEST_TIMED_OUT: no leaders yet; TOPIC_ALREADY_EXISTS: a race
+            return {"error_code": 0, "error_message": None}
+        if not res.get("error_code"):
+            log.info("broker %s: auto-created topic %r (%s)", self.broker_id, name, spec)
+        return {"error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
 
     # ---- coordination (actors/coordinator_host.py) -------------------------------------------------------
     async def _fresh_metadata(self) -> dict:

@@ -288,7 +288,18 @@ class ControllerActor:
         return (await self._write(self.logic.allocate_producer_ids, broker_id, broker_epoch))[1]
 
     # ---- admin API -------------------------------------------------------------------------------
-    async def create_topics(self, topics: list[dict], timeout_ms: int = 30000) -> list[dict]:
+    async def _validate(self, decide, *args):
+        """A write request's answer without committing anything (Kafka's ``validate_only``): the handlers
+        are pure, so their records are simply dropped."""
+        await self._ensure_started()
+        async with self.lock:
+            return decide(*args)[1]
+
+    async def create_topics(
+        self, topics: list[dict], timeout_ms: int = 30000, validate_only: bool = False
+    ) -> list[dict]:
+        if validate_only:
+            return await self._validate(self.logic.create_topics, list(topics or []))
         records, results = await self._write(self.logic.create_topics, list(topics or []))
         keys = [(r["topic"], r["partition"]) for r in records if r["type"] == "Partition"]
         if keys and not await self._wait_leaders(keys, timeout_ms):
@@ -312,7 +323,11 @@ class ControllerActor:
             await asyncio.wait(stops, timeout=max(0, timeout_ms) / 1000)
         return results
 
-    async def create_partitions(self, name: str, total_count: int, assignment=None, timeout_ms: int = 30000) -> dict:
+    async def create_partitions(
+        self, name: str, total_count: int, assignment=None, timeout_ms: int = 30000, validate_only: bool = False
+    ) -> dict:
+        if validate_only:
+            return await self._validate(self.logic.create_partitions, name, total_count, assignment)
         records, res = await self._write(self.logic.create_partitions, name, total_count, assignment)
         keys = [(r["topic"], r["partition"]) for r in records]
         if keys and not await self._wait_leaders(keys, timeout_ms):
@@ -321,7 +336,11 @@ class ControllerActor:
             )
         return res
 
-    async def alter_configs(self, name: str, set: dict | None = None, delete: list | None = None) -> dict:
+    async def alter_configs(
+        self, name: str, set: dict | None = None, delete: list | None = None, validate_only: bool = False
+    ) -> dict:
+        if validate_only:
+            return await self._validate(self.logic.alter_configs, name, set, delete)
         return (await self._write(self.logic.alter_configs, name, set, delete))[1]
 
     async def describe_configs(self, name: str) -> dict:

@@ -64,6 +64,8 @@ from actors.txn_verification import TxnVerifier
 from protocol import errors as E
 from protocol.control_messages import LeaderAndIsrPartitionState
 from protocol.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FetchRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -328,6 +330,20 @@ class ReplicaActor:
             return OffsetForLeaderEpochResponse(leader_epoch=e, end_offset=end).to_dict()
         except Exception as exc:
             return error_answer(OffsetForLeaderEpochResponse, exc)
+
+    async def delete_records(self, req: DeleteRecordsRequest) -> dict:
+        """DeleteRecords on the leader: the new log start offset (Kafka's low watermark) once persisted."""
+        try:
+            req = check_request(req, DeleteRecordsRequest, "delete_records")
+            err = self.partition.check_leader(req.current_leader_epoch)
+            if err is not None:
+                raise err
+            offset = self.log.high_watermark if req.offset == -1 else req.offset
+            if offset < 0:
+                raise E.OffsetOutOfRangeError(f"DeleteRecords offset {req.offset} of {self.tp} is below -1")
+            return DeleteRecordsResponse(low_watermark=self.log.delete_records(offset)).to_dict()
+        except Exception as exc:
+            return error_answer(DeleteRecordsResponse, exc)
 
     # ---- housekeeping -----------------------------------------------------------------------------
     def _ensure_housekeeping(self) -> None:

@@ -187,3 +187,21 @@ class OffsetForLeaderEpochResponse(_Response):
     error_message: str | None = None
     leader_epoch: int = -1
     end_offset: int = -1
+
+
+# ---- delete records ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsRequest:
+    """DeleteRecords (``ReplicaActor.delete_records``, leader only): move the log start offset up to
+    ``offset`` (-1: the high watermark; above it, or below -1, answers OFFSET_OUT_OF_RANGE). Followers
+    follow the leader's log start on their next fetch."""
+
+    offset: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse(_Response):
+    error_code: int = 0
+    error_message: str | None = None
+    low_watermark: int = -1

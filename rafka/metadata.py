@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from protocol import kv as K
-from protocol.names import replica_name
-from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError
+from protocol.names import broker_name, replica_name
+from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from rafka.structs import PartitionInfo, TopicPartition
 from rafka.transport import RAY, Transport
 
@@ -65,6 +65,9 @@ class ClusterMetadata:
         self._stale = False
         self._handles: dict[tuple[str, int, int], Any] = {}
         self._gcs: K.GcsKV | None = None
+        # Kafka's producers send Metadata with allow_auto_topic_creation: a topic missing from metadata is
+        # asked of a broker, which creates it when its auto.create.topics.enable is true (Producer sets it)
+        self.auto_create_topics = False
 
     @property
     def _kv(self) -> K.GcsKV:
@@ -126,14 +129,38 @@ class ClusterMetadata:
         if tm is not None and tm.partitions:
             return tm
         deadline = time.monotonic() + timeout_ms / 1000.0
+        asked_at = None
         while tm is None or not tm.partitions:
             if time.monotonic() >= deadline:
                 raise KafkaTimeoutError(f"topic {name!r} not present in metadata after {timeout_ms:.0f} ms")
+            if tm is None and self.auto_create_topics and (asked_at is None or time.monotonic() - asked_at > 1.0):
+                asked_at = time.monotonic()
+                self._auto_create(name, max(0.1, deadline - asked_at))
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             self.refresh([name], force=True)
             with self._lock:
                 tm = self._topics.get(name)
         return tm
+
+    def _auto_create(self, name: str, timeout_s: float) -> None:
+        """Ask a live broker to auto-create ``name`` (``BrokerActor.auto_create_topic``). Creation follows
+        the broker's ``auto.create.topics.enable`` / ``num.partitions`` / ``default.replication.factor``;
+        an invalid name or replication factor raises its Kafka error, a disabled or unreachable broker
+        leaves the caller waiting for the topic as before."""
+        from ray.exceptions import RayError
+
+        for b in sorted(self.brokers().values(), key=lambda b: b.get("id", 0)):
+            if not b.get("alive", True):
+                continue
+            try:
+                h = self.transport.get_actor(broker_name(self.cluster, int(b["id"])))
+                res = self.transport.get(self.transport.call(h, "auto_create_topic", name), timeout=min(timeout_s, 15))
+            except (ValueError, TimeoutError, RayError):  # unreachable (dead, restarting, slow): the next one
+                continue
+            code = res.get("error_code", 0)
+            if code and code != UnknownTopicOrPartitionError.code and not for_code(code).retriable:
+                raise for_code(code)(res.get("error_message") or f"auto-creating topic {name!r} failed")
+            return
 
     def list_topics(self) -> list[str]:
         return [K.key_suffix(k) for k in self._kv.keys(K.TOPICS)]

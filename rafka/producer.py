@@ -9,7 +9,10 @@
 ``send`` serializes, picks the partition (explicit, user ``partitioner``, or Kafka's default: murmur2
 of the key, KIP-480 sticky for null keys), appends to the partition's open batch (blocking up to
 ``max_block_ms`` for metadata or buffer space) and returns at once; a background ``Sender`` thread
-ships batches to partition leaders. See ``rafka.config.ProducerConfig`` for every setting.
+ships batches to partition leaders. A send to a topic the cluster does not have auto-creates it when
+the brokers' ``auto.create.topics.enable`` is true (Kafka's default; ``num.partitions`` partitions,
+``default.replication.factor`` replicas), as a Kafka producer's Metadata request does; with it off the
+send waits ``max_block_ms`` for the topic and raises KafkaTimeoutError. See ``rafka.config.ProducerConfig`` for every setting.
 
 Thread safety: ``send``/``flush`` may be called from many threads; ``close`` once.
 """
@@ -69,6 +72,7 @@ class Producer:
         self.cluster_name = resolve_cluster(cluster)
         self.client_id = self.config.client_id or f"producer-{next(_ids)}"
         self.metadata = ClusterMetadata(self.cluster_name, self.config.metadata_max_age_ms)
+        self.metadata.auto_create_topics = True  # a send to an unknown topic auto-creates it if the cluster allows
         self._default_partitioner = DefaultPartitioner()
         self._user_partitioner = self.config.partitioner
         self.accumulator = RecordAccumulator(

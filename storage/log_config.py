@@ -26,7 +26,7 @@ import dataclasses
 
 from protocol.errors import InvalidConfigError
 
-__all__ = ["LogConfig", "LONG_MAX", "INT_MAX"]
+__all__ = ["LogConfig", "LONG_MAX", "INT_MAX", "config_kinds"]
 
 LONG_MAX, INT_MAX = (1 << 63) - 1, (1 << 31) - 1
 
@@ -146,3 +146,8 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+
+def config_kinds() -> dict[str, str]:
+    """Each topic config's value kind: int32, int64, bool, ratio, policy (a list) or tstype (a string)."""
+    return {key: kind for key, (_, kind, _, _) in _CONFIG_KEYS.items()}

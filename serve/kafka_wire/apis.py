@@ -24,7 +24,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from . import codec, versions
-from .handlers import coordinator, fetch, metadata, offsets, produce, txn
+from .handlers import admin, configs, coordinator, fetch, metadata, offsets, produce, txn
 
 log = logging.getLogger("rafka.kafka_wire")
 
@@ -96,6 +96,14 @@ class KafkaApis:
         versions.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
         versions.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
         versions.LIST_TRANSACTIONS: txn.list_transactions,
+        versions.CREATE_TOPICS: admin.create_topics,
+        versions.DELETE_TOPICS: admin.delete_topics,
+        versions.CREATE_PARTITIONS: admin.create_partitions,
+        versions.DELETE_RECORDS: admin.delete_records,
+        versions.DESCRIBE_CONFIGS: configs.describe_configs,
+        versions.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
+        versions.DESCRIBE_CLUSTER: admin.describe_cluster,
+        versions.ELECT_LEADERS: admin.elect_leaders,
     }
 
     def __init__(self, backend):

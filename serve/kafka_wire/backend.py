@@ -17,7 +17,7 @@ from typing import Protocol
 
 log = logging.getLogger("rafka.kafka_wire")
 
-UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 3, 6
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_CONTROLLER = 3, 6, 7, 41
 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
 
@@ -47,6 +47,32 @@ class Backend(Protocol):
     async def txn_offset_commit(self, group_id: str, req) -> dict: ...
 
     async def list_transactions(self, req) -> dict: ...
+
+    # ---- admin (handlers/admin.py): the controller's answers, errors as Kafka codes, never raised ----
+    @property
+    def auto_create_topics_enable(self) -> bool: ...
+
+    def broker_config(self) -> dict: ...
+
+    async def auto_create_topic(self, name: str) -> dict: ...
+
+    async def create_topics(self, topics: list[dict], timeout_ms: int, validate_only: bool) -> list[dict]: ...
+
+    async def delete_topics(self, names: list[str], timeout_ms: int) -> list[dict]: ...
+
+    async def create_partitions(
+        self, name: str, count: int, assignment, timeout_ms: int, validate_only: bool
+    ) -> dict: ...
+
+    async def delete_records(self, topic: str, partition: int, req) -> dict: ...
+
+    async def describe_configs(self, topic: str) -> dict: ...
+
+    async def alter_configs(self, topic: str, set_: dict, delete: list[str], validate_only: bool) -> dict: ...
+
+    async def elect_leaders(self, partitions: list | None, election_type: int) -> list[dict]: ...
+
+    async def controller_id(self) -> int: ...
 
 
 class BrokerBackend:
@@ -177,3 +203,73 @@ class BrokerBackend:
             return await handle.list_transactions.remote(req)
         except ray.exceptions.RayError as e:
             return {"error_code": COORDINATOR_NOT_AVAILABLE, "error_message": str(e)[:200], "transaction_states": []}
+
+    # ---- admin: the controller through the broker's link (actors/controller_link.py) ----------------------
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        from actors.auto_topic_creation import enabled
+
+        return enabled(self.broker.config)
+
+    def broker_config(self) -> dict:
+        return dict(self.broker.config)
+
+    async def auto_create_topic(self, name: str) -> dict:
+        return await self.broker.auto_create_topic(name)
+
+    async def _controller(self, method: str, *args, timeout_s: float = 60.0):
+        """The controller's answer, or ``{error_code, error_message}``: NOT_CONTROLLER (41, the client
+        retries) while no controller answers, REQUEST_TIMED_OUT (7), or the error it raised."""
+        import ray
+
+        from actors.controller_link import ControllerUnavailable
+        from protocol.errors import KafkaError, error_response
+
+        try:
+            return await self.broker.link.call(method, *args, timeout_s=timeout_s)
+        except ControllerUnavailable as e:
+            return {"error_code": NOT_CONTROLLER, "error_message": f"no controller: {e}"}
+        except asyncio.TimeoutError:
+            return {"error_code": REQUEST_TIMED_OUT, "error_message": f"the controller's {method} timed out"}
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            code, msg = error_response(cause if isinstance(cause, KafkaError) else e)
+            return {"error_code": code, "error_message": msg}
+
+    @staticmethod
+    def _each(res, items: list, key: str) -> list[dict]:
+        return [{key: i, **res} for i in items] if isinstance(res, dict) else res
+
+    async def create_topics(self, topics: list[dict], timeout_ms: int, validate_only: bool) -> list[dict]:
+        res = await self._controller(
+            "create_topics", topics, timeout_ms, validate_only, timeout_s=timeout_ms / 1000 + 10
+        )
+        return self._each(res, [t["name"] for t in topics], "name")
+
+    async def delete_topics(self, names: list[str], timeout_ms: int) -> list[dict]:
+        res = await self._controller("delete_topics", names, timeout_ms, timeout_s=timeout_ms / 1000 + 10)
+        return self._each(res, names, "name")
+
+    async def create_partitions(self, name: str, count: int, assignment, timeout_ms: int, validate_only: bool) -> dict:
+        return await self._controller(
+            "create_partitions", name, count, assignment, timeout_ms, validate_only, timeout_s=timeout_ms / 1000 + 10
+        )
+
+    async def delete_records(self, topic: str, partition: int, req) -> dict:
+        return await self._call("delete_records", topic, partition, req)
+
+    async def describe_configs(self, topic: str) -> dict:
+        return await self._controller("describe_configs", topic)
+
+    async def alter_configs(self, topic: str, set_: dict, delete: list[str], validate_only: bool) -> dict:
+        return await self._controller("alter_configs", topic, set_, delete, validate_only)
+
+    async def elect_leaders(self, partitions: list | None, election_type: int) -> list[dict]:
+        res = await self._controller("elect_leaders", partitions, election_type)
+        if isinstance(res, dict):  # the controller did not answer: every partition asked gets its error
+            return [{"topic": t, "partition": p, **res} for t, p in (partitions or [])]
+        return res
+
+    async def controller_id(self) -> int:
+        res = await self._controller("describe_controller", timeout_s=5)
+        return int(res.get("host_broker_id", -1)) if not res.get("error_code") else -1

@@ -2,8 +2,9 @@
 
 Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
 rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
-storage offsets; Metadata 13 adds nothing clients need). FindCoordinator and the transaction APIs are served
-(transaction version 2 is not: EndTxn and TxnOffsetCommit stop at 4); the other group and admin APIs are not
+storage offsets; Metadata 13 adds nothing clients need). FindCoordinator, the transaction APIs (transaction
+version 2 is not served: EndTxn and TxnOffsetCommit stop at 4) and the admin APIs (handlers/admin.py,
+handlers/configs.py) are served; the other group APIs are not
 advertised until they are served: librdkafka decides features from this list.
 """
 
@@ -13,6 +14,8 @@ API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 
 INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DELETE_RECORDS = 19, 20, 37, 21
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER, ELECT_LEADERS = 32, 44, 60, 43
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -31,6 +34,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     TXN_OFFSET_COMMIT: (0, 4),
     DESCRIBE_TRANSACTIONS: (0, 0),
     LIST_TRANSACTIONS: (0, 0),  # v1's duration filter is not served
+    CREATE_TOPICS: (2, 7),  # admin APIs (handlers/admin.py, handlers/configs.py), served by the controller
+    DELETE_TOPICS: (1, 6),  # v6: by topic id too
+    CREATE_PARTITIONS: (0, 3),
+    DELETE_RECORDS: (0, 2),
+    DESCRIBE_CONFIGS: (1, 4),  # topic and broker resources
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topics: SET, DELETE, APPEND/SUBTRACT on cleanup.policy
+    DESCRIBE_CLUSTER: (0, 2),
+    ELECT_LEADERS: (0, 2),  # preferred; unclean from v1
 }
 
 

@@ -20,7 +20,9 @@ def rafka_cluster(ray_cluster, tmp_path_factory):
         brokers=3,
         name="c" + uuid.uuid4().hex[:8],
         data_dir=tmp_path_factory.mktemp("rafka-data"),
-        broker_config=SMALL_INTERNAL_TOPICS,
+        # auto-creation off (Kafka's default is on): these tests check sends to unknown topics still fail;
+        # auto-creation itself is tested on the e2e cluster (tests/e2e/test_wire_admin.py)
+        broker_config={**SMALL_INTERNAL_TOPICS, "auto.create.topics.enable": "false"},
     )
     yield cluster
     cluster.stop()

@@ -36,6 +36,7 @@ class FakeBackend:
 
     broker_id = 0
     cluster_id = "unit"
+    auto_create_topics_enable = False  # auto-creation is tested in test_wire_admin.py
 
     def __init__(self):
         self.logs = {("t", 0): [], ("t", 1): []}

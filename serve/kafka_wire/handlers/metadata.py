@@ -1,11 +1,19 @@
 """Metadata (api key 3, v0-12): brokers with their advertised host:port, topics with stable topic ids
 (the controller's 16-byte id as a UUID), partitions with leader, leader epoch, replicas, ISR and the
 replicas whose broker is down (offline). All topics when the request names none (null; v0: empty).
-Unknown names answer UNKNOWN_TOPIC_OR_PARTITION (3), unknown ids UNKNOWN_TOPIC_ID (100). Topic
-auto-creation is not served yet (``allow_auto_topic_creation`` is ignored)."""
+Unknown names answer UNKNOWN_TOPIC_OR_PARTITION (3), unknown ids UNKNOWN_TOPIC_ID (100).
+
+Topic auto-creation (Kafka's AutoTopicCreationManager): an unknown topic named in a request that allows it
+(``allow_auto_topic_creation``, v4+; always on v0-3) is created when the broker's
+``auto.create.topics.enable`` is true (Kafka's default), with ``num.partitions`` partitions and
+``default.replication.factor`` replicas (actors/auto_topic_creation.py), and answered
+LEADER_NOT_AVAILABLE (5) until its partitions have leaders: the client asks again. Internal topics are
+never auto-created here; an invalid name answers INVALID_TOPIC_EXCEPTION (17), a replication factor above
+the live brokers INVALID_REPLICATION_FACTOR (38)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from ..topic_ids import topic_uuid
@@ -69,6 +77,12 @@ async def handle(backend, request, version: int):
         asked = [(n, None) for n in sorted(topics)]
     else:
         asked = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in wanted]
+    created: dict[str, int] = {}
+    if getattr(request, "allow_auto_topic_creation", True) and backend.auto_create_topics_enable:
+        missing = list(dict.fromkeys(n for n, _ in asked if n is not None and n not in topics))
+        missing = [n for n in missing if n not in INTERNAL_TOPICS]
+        answers = await asyncio.gather(*(backend.auto_create_topic(n) for n in missing))
+        created = {n: (r.get("error_code") or LEADER_NOT_AVAILABLE) for n, r in zip(missing, answers)}
     out = []
     for name, tid in asked:
         if name is None and tid is not None and tid != NIL:
@@ -78,7 +92,7 @@ async def handle(backend, request, version: int):
                 continue
         t = topics.get(name) if name is not None else None
         if t is None:
-            out.append(_topic(apis, mod, name, NIL, UNKNOWN_TOPIC_OR_PARTITION))
+            out.append(_topic(apis, mod, name, NIL, created.get(name, UNKNOWN_TOPIC_OR_PARTITION)))
             continue
         parts = _partitions(apis, mod, t, alive)
         out.append(_topic(apis, mod, name, topic_uuid(t["topic_id"]), 0, parts, name in INTERNAL_TOPICS))
