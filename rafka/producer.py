@@ -247,9 +247,10 @@ class Producer:
             where.append(p)
             items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
         futures: dict[int, list[FutureRecordMetadata]] = {}
-        for p, items in by_part.items():
-            if self._txn is not None:
+        if self._txn is not None:  # every partition first: one AddPartitionsToTxn for the call, not one per partition
+            for p in by_part:
                 self._txn.state.maybe_add(tm.tps[p])
+        for p, items in by_part.items():
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
             if p == sticky and opened:
