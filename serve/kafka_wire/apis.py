@@ -14,6 +14,7 @@ async interface), so the unit tests drive them with an in-memory one.
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import logging
 import sys
@@ -24,7 +25,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from . import codec, versions
-from .handlers import coordinator, fetch, metadata, offsets, produce, txn
+from .handlers import coordinator, fetch, groups, metadata, offsets, produce, txn
 
 log = logging.getLogger("rafka.kafka_wire")
 
@@ -32,6 +33,9 @@ ZERO = datetime.timedelta(0)
 UNKNOWN_SERVER_ERROR = -1
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+# the request header's client_id of the request being handled (group members report it in DescribeGroups)
+CLIENT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("kafka_client_id", default=None)
 
 
 def error_code(code: int) -> ErrorCode:
@@ -90,6 +94,16 @@ class KafkaApis:
         versions.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
         versions.INIT_PRODUCER_ID: txn.init_producer_id,
         versions.FIND_COORDINATOR: coordinator.find_coordinator,
+        versions.JOIN_GROUP: groups.join_group,
+        versions.SYNC_GROUP: groups.sync_group,
+        versions.HEARTBEAT: groups.heartbeat,
+        versions.LEAVE_GROUP: groups.leave_group,
+        versions.OFFSET_COMMIT: groups.offset_commit,
+        versions.OFFSET_FETCH: groups.offset_fetch,
+        versions.LIST_GROUPS: groups.list_groups,
+        versions.DESCRIBE_GROUPS: groups.describe_groups,
+        versions.DELETE_GROUPS: groups.delete_groups,
+        versions.OFFSET_DELETE: groups.offset_delete,
     }
 
     def __init__(self, backend):
@@ -106,6 +120,7 @@ class KafkaApis:
         if not versions.supports(api_key, version):
             raise codec.RequestError(f"api key {api_key} version {version} is not served (see ApiVersions)")
         header, request = codec.decode_request(payload, api_key, version)
+        CLIENT_ID.set(header.client_id)
         response = await self.HANDLERS[api_key](self.backend, request, version)
         if response is None:
             return None

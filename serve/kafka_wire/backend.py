@@ -16,6 +16,7 @@ from typing import Protocol
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 3, 6
+NOT_COORDINATOR = 16
 
 
 class Backend(Protocol):
@@ -37,6 +38,8 @@ class Backend(Protocol):
     async def init_producer_id(self) -> dict: ...
 
     async def find_coordinator(self, key: str, key_type: int) -> dict: ...
+
+    async def group_call(self, request) -> dict: ...
 
 
 class BrokerBackend:
@@ -113,3 +116,23 @@ class BrokerBackend:
 
     async def find_coordinator(self, key: str, key_type: int) -> dict:
         return await self.broker.find_coordinator(key, key_type)
+
+    async def group_call(self, request) -> dict:
+        """A typed group request (protocol/group_messages.py) to this broker's group coordinator actor, the
+        one rafka's Python clients reach through FindCoordinator. A broker that leads no ``__consumer_offsets``
+        partition has no coordinator: NOT_COORDINATOR (ListGroups: no groups), as does a coordinator actor
+        that died under the call (the broker recreates it; the client finds the coordinator again)."""
+        import ray
+
+        from protocol.group_messages import ListGroupsRequest
+
+        host = self.broker.coordinators[0]  # FindCoordinator key type 0: groups
+        if host.gc is None and not any(lead for lead, _, _ in host.roles.values()):
+            if isinstance(request, ListGroupsRequest):
+                return {"error_code": 0, "groups": []}
+            return {"error_code": NOT_COORDINATOR, "error_message": f"broker {self.broker_id} coordinates no group"}
+        try:
+            gc = await host.coordinator()
+            return await getattr(gc, request.METHOD).remote(request)
+        except (ray.exceptions.RayError, RuntimeError) as e:
+            return {"error_code": NOT_COORDINATOR, "error_message": f"group coordinator unavailable: {e}"[:200]}

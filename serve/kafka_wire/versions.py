@@ -10,6 +10,8 @@ from __future__ import annotations
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
 INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
+JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 11, 14, 12, 13, 8, 9
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -21,6 +23,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
     FIND_COORDINATOR: (0, 6),  # key types 0 (group) and 1 (transaction); v4+ batches keys (KIP-699)
     API_VERSIONS: (0, 3),
+    JOIN_GROUP: (2, 9),  # v0-1 gone in Kafka 4.0 (KIP-896); v4+ MEMBER_ID_REQUIRED once, v9 skip_assignment
+    SYNC_GROUP: (0, 5),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),  # v3+ batched members (KIP-345)
+    OFFSET_COMMIT: (2, 9),  # v10+ address topics by id
+    OFFSET_FETCH: (1, 9),  # v8+ several groups (KIP-709); v10+ topic ids
+    LIST_GROUPS: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),  # v6 is for KIP-848 groups
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
 
 
