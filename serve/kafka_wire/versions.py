@@ -2,8 +2,9 @@
 
 Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
 rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
-storage offsets; Metadata 13 adds nothing clients need). FindCoordinator is served; the other group,
-transaction and admin APIs are not advertised until they are served: librdkafka decides features from this list.
+storage offsets; Metadata 13 adds nothing clients need). FindCoordinator and the consumer-group APIs
+(handlers/groups.py) are served; the other transaction and admin APIs are not advertised until they are
+served: librdkafka decides features from this list.
 """
 
 from __future__ import annotations

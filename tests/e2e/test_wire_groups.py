@@ -95,20 +95,26 @@ def test_confluent_manual_commit_then_a_new_member_resumes(bootstrap, e2e_topic)
 
 def test_confluent_group_of_two_splits_the_partitions(bootstrap, e2e_topic):
     topic, group = e2e_topic(4, 1), _group()
-    sent = _produce(bootstrap, topic, "two")
     a = _confluent(bootstrap, group, **{"partition.assignment.strategy": "roundrobin"})
     b = _confluent(bootstrap, group, **{"partition.assignment.strategy": "roundrobin"})
     a.subscribe([topic])
     b.subscribe([topic])
+    got_a, got_b = [], []
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        a.poll(0.1)
-        b.poll(0.1)
+    while time.monotonic() < deadline:  # until both members hold partitions (keeping what they read)
+        for c, got in ((a, got_a), (b, got_b)):
+            msg = c.poll(0.1)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append(msg)
         pa, pb = {tp.partition for tp in a.assignment()}, {tp.partition for tp in b.assignment()}
         if pa and pb and pa | pb == {0, 1, 2, 3}:
             break
     assert pa and pb and not (pa & pb) and pa | pb == {0, 1, 2, 3}, (pa, pb)
-    got_a, got_b = _drain([a, b], N)
+    # produced once the group is split, so no record is read by a member that later loses its partition
+    sent = _produce(bootstrap, topic, "two")
+    rest_a, rest_b = _drain([a, b], N - len(got_a) - len(got_b))
+    got_a, got_b = got_a + rest_a, got_b + rest_b
     assert {m.partition() for m in got_a} <= pa and {m.partition() for m in got_b} <= pb
     assert sorted(m.value() for m in got_a + got_b) == sorted(sent)
     a.close()
@@ -119,7 +125,6 @@ def test_rafka_consumer_and_librdkafka_share_one_group(e2e_cluster, bootstrap, e
     import rafka
 
     topic, group = e2e_topic(4, 1), _group()
-    sent = _produce(bootstrap, topic, "mixed")
     py = rafka.Consumer(
         e2e_cluster,
         group_id=group,
@@ -134,14 +139,25 @@ def test_rafka_consumer_and_librdkafka_share_one_group(e2e_cluster, bootstrap, e
     wire.subscribe([topic])
     got_py: list = []
     got_wire: list = []
-    deadline = time.monotonic() + 90
-    while len(got_py) + len(got_wire) < N and time.monotonic() < deadline:
+
+    def poll_both():
         for recs in py.poll(timeout_ms=100).values():
-            got_py += [(r.partition, r.value) for r in recs]
+            got_py.extend((r.partition, r.value) for r in recs)
         msg = wire.poll(0.1)
         if msg is not None:
             assert msg.error() is None, msg.error()
             got_wire.append((msg.partition(), msg.value()))
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # one rebalance with both members, then the records
+        poll_both()
+        p_py, p_wire = {tp.partition for tp in py.assignment()}, {tp.partition for tp in wire.assignment()}
+        if p_py and p_wire and p_py | p_wire == {0, 1, 2, 3}:
+            break
+    sent = _produce(bootstrap, topic, "mixed")
+    deadline = time.monotonic() + 90
+    while len(got_py) + len(got_wire) < N and time.monotonic() < deadline:
+        poll_both()
     p_py = {tp.partition for tp in py.assignment()}
     p_wire = {tp.partition for tp in wire.assignment()}
     assert p_py and p_wire and not (p_py & p_wire) and p_py | p_wire == {0, 1, 2, 3}, (p_py, p_wire)
