@@ -8,6 +8,7 @@ checked exactly: every record once, nothing twice."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import shutil
 import subprocess
 import time
@@ -261,3 +262,134 @@ def test_admin_lists_describes_and_deletes_groups(bootstrap, e2e_topic):
     assert admin.delete_consumer_groups([group], request_timeout=30)[group].result() is None
     listed = admin.list_consumer_groups(request_timeout=30).result()
     assert group not in {g.group_id for g in listed.valid}
+
+
+def test_kafka_python_group_flexible_versions_and_offset_admin(bootstrap, e2e_topic):
+    """kafka-python sends the flexible versions (JoinGroup 7, SyncGroup 5, Heartbeat 4, LeaveGroup 5,
+    OffsetCommit/OffsetFetch 8); its admin client fetches two groups' offsets in one OffsetFetch v8+
+    (KIP-709), deletes offsets (OffsetDelete) and groups."""
+    from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+
+    topic, group, other = e2e_topic(PARTITIONS, 1), _group(), _group()
+    sent = _produce(bootstrap, topic, "kp", 60)
+    c = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    got: list = []
+    deadline = time.monotonic() + 90
+    while len(got) < len(sent) and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            got += [r.value for r in recs]
+    assert sorted(got) == sorted(sent)
+    c.commit()
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    ends = c.end_offsets(tps)
+    assert {tp: c.committed(tp) for tp in tps} == ends
+    c.close()  # LeaveGroup v5
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        # OffsetCommit with generation -1 into a new group (an admin's offset change)
+        admin.alter_group_offsets(other, {tps[0]: OffsetAndMetadata(1, "", -1)})
+        offsets = admin.list_group_offsets({group: None, other: None})
+        assert {tp: om.offset for tp, om in offsets[group].items()} == ends
+        assert {tp: om.offset for tp, om in offsets[other].items()} == {tps[0]: 1}
+        d = admin.describe_groups([group])[group]
+        assert (d["error"], d["group_state"], d["protocol_type"], d["members"]) == (None, "Empty", "consumer", [])
+        empty = {g["group_id"] for g in admin.list_groups(states_filter=["Empty"])}  # ListGroups v4+ filter
+        assert {group, other} <= empty
+        assert group not in {g["group_id"] for g in admin.list_groups(states_filter=["Stable"])}
+        deleted = admin.delete_group_offsets(group, tps[:2])  # OffsetDelete v0: an Empty group
+        assert {tp: e.errno for tp, e in deleted.items()} == {tps[0]: 0, tps[1]: 0}
+        left = admin.list_group_offsets({group: None})[group]
+        assert {tp: om.offset for tp, om in left.items()} == {tps[2]: ends[tps[2]]}
+        assert admin.delete_groups([group, other]) == {group: "OK", other: "OK"}
+        assert {group, other}.isdisjoint(g["group_id"] for g in admin.list_groups())
+    finally:
+        admin.close()
+
+
+def _ask(addr: str, request, response_cls):
+    import socket
+
+    from serve.kafka_wire import codec
+
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(codec.encode_request(1, request))
+        head = b""
+        while len(head) < 4:
+            head += s.recv(4 - len(head))
+        size = int.from_bytes(head, "big")
+        buf = b""
+        while len(buf) < size:
+            chunk = s.recv(size - len(buf))
+            assert chunk, "connection closed"
+            buf += chunk
+    return codec.decode_response(buf, response_cls)[1]
+
+
+def test_not_coordinator_elsewhere_and_member_id_required_at_the_coordinator(bootstrap):
+    """A group request to a broker that does not coordinate the group: NOT_COORDINATOR (16), as in Kafka;
+    at the coordinator a JoinGroup v5 without a member id gets MEMBER_ID_REQUIRED (79) and an id."""
+    from kio.schema.find_coordinator.v2 import request as fc2
+    from kio.schema.find_coordinator.v2 import response as fc2r
+    from kio.schema.heartbeat.v3 import request as hb3
+    from kio.schema.heartbeat.v3 import response as hb3r
+    from kio.schema.join_group.v5 import request as jg5
+    from kio.schema.join_group.v5 import response as jg5r
+
+    group, servers = _group(), bootstrap.split(",")
+    deadline = time.monotonic() + 60
+    while True:
+        fc = _ask(servers[0], fc2.FindCoordinatorRequest(key=group, key_type=0), fc2r.FindCoordinatorResponse)
+        if fc.error_code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert fc.error_code == 0, fc
+    coordinator = f"{fc.host}:{fc.port}"
+    assert coordinator in servers
+    join = jg5.JoinGroupRequest(
+        group_id=group,
+        session_timeout=datetime.timedelta(seconds=10),
+        rebalance_timeout=datetime.timedelta(seconds=10),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(jg5.JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
+    r = _ask(coordinator, join, jg5r.JoinGroupResponse)
+    assert r.error_code == 79 and r.member_id, r
+    for other in (s for s in servers if s != coordinator):
+        beat = hb3.HeartbeatRequest(group_id=group, generation_id=1, member_id=r.member_id, group_instance_id=None)
+        assert _ask(other, beat, hb3r.HeartbeatResponse).error_code == 16
+        assert _ask(other, join, jg5r.JoinGroupResponse).error_code == 16
+
+
+def test_confluent_static_member_rejoins_with_its_instance_id(bootstrap, e2e_topic):
+    """group.instance.id (KIP-345) passes through: DescribeGroups shows it; the member closes without
+    leaving (static members do not send LeaveGroup) and a new consumer with the same instance id takes its
+    place and resumes at the committed offsets."""
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = e2e_topic(2, 1), _group()
+    first = _produce(bootstrap, topic, "s1", 20)
+    c = _confluent(bootstrap, group, **{"group.instance.id": "static-1"})
+    c.subscribe([topic])
+    (msgs,) = _drain([c], 20)
+    assert sorted(m.value() for m in msgs) == sorted(first)
+    c.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+    assert [m.group_instance_id for m in desc.members] == ["static-1"]
+    old_member = desc.members[0].member_id
+    c.close()
+
+    second = _produce(bootstrap, topic, "s2", 20)
+    c = _confluent(bootstrap, group, **{"group.instance.id": "static-1"})
+    c.subscribe([topic])
+    (msgs,) = _drain([c], 20)
+    desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+    c.close()
+    assert sorted(m.value() for m in msgs) == sorted(second)
+    assert [m.group_instance_id for m in desc.members] == ["static-1"] and desc.members[0].member_id != old_member

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
+import time
 
 import pytest
 from kio.schema.delete_groups.v0 import request as dg0
@@ -596,6 +597,10 @@ def test_a_parked_join_does_not_block_heartbeats_on_another_connection(gserver):
             ),
         )
     )
+    deadline = time.monotonic() + 10
+    while not backend.calls and time.monotonic() < deadline:  # the JoinGroup is parked in the backend
+        time.sleep(0.01)
+    assert isinstance(backend.calls[0], M.JoinGroupRequest) and not released.is_set()
     r = ask(
         port,
         hb4.HeartbeatRequest(group_id="g", generation_id=2, member_id="m-1", group_instance_id=None),
