@@ -393,3 +393,133 @@ def test_confluent_static_member_rejoins_with_its_instance_id(bootstrap, e2e_top
     c.close()
     assert sorted(m.value() for m in msgs) == sorted(second)
     assert [m.group_instance_id for m in desc.members] == ["static-1"] and desc.members[0].member_id != old_member
+
+
+def _coordinator(bootstrap: str, group: str) -> str:
+    from kio.schema.find_coordinator.v2 import request as fc2
+    from kio.schema.find_coordinator.v2 import response as fc2r
+
+    deadline = time.monotonic() + 60
+    while True:
+        fc = _ask(
+            bootstrap.split(",")[0], fc2.FindCoordinatorRequest(key=group, key_type=0), fc2r.FindCoordinatorResponse
+        )
+        if fc.error_code == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert fc.error_code == 0, fc
+    return f"{fc.host}:{fc.port}"
+
+
+def test_raw_rebalance_commit_while_preparing_and_an_empty_assignment(bootstrap, e2e_topic):
+    """The group pitfalls of wire-notes, over raw kio requests on the coordinator: a member's OffsetCommit
+    of the current generation is accepted while a rebalance is being prepared (its Heartbeat says
+    REBALANCE_IN_PROGRESS); after the rebalance the old generation is refused (ILLEGAL_GENERATION); a member
+    the leader gives nothing gets a valid empty assignment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kio.schema.heartbeat.v3 import request as hb3
+    from kio.schema.heartbeat.v3 import response as hb3r
+    from kio.schema.join_group.v5 import request as jg5
+    from kio.schema.join_group.v5 import response as jg5r
+    from kio.schema.leave_group.v3 import request as lg3
+    from kio.schema.leave_group.v3 import response as lg3r
+    from kio.schema.offset_commit.v7 import request as oc7
+    from kio.schema.offset_commit.v7 import response as oc7r
+    from kio.schema.offset_fetch.v5 import request as of5
+    from kio.schema.offset_fetch.v5 import response as of5r
+    from kio.schema.sync_group.v3 import request as sg3
+    from kio.schema.sync_group.v3 import response as sg3r
+
+    topic, group = e2e_topic(1, 1), _group()
+    coord = _coordinator(bootstrap, group)
+    sec = datetime.timedelta(seconds=1)
+
+    def join(member_id: str):
+        req = jg5.JoinGroupRequest(
+            group_id=group,
+            session_timeout=20 * sec,
+            rebalance_timeout=20 * sec,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(jg5.JoinGroupRequestProtocol(name="range", metadata=b"m-" + member_id.encode()),),
+        )
+        return _ask(coord, req, jg5r.JoinGroupResponse)
+
+    def sync(member_id: str, generation: int, assignments=()):
+        a = tuple(sg3.SyncGroupRequestAssignment(member_id=m, assignment=x) for m, x in assignments)
+        req = sg3.SyncGroupRequest(
+            group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None, assignments=a
+        )
+        return _ask(coord, req, sg3r.SyncGroupResponse)
+
+    def commit(member_id: str, generation: int, offset: int) -> int:
+        part = oc7.OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="meta"
+        )
+        req = oc7.OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            group_instance_id=None,
+            topics=(oc7.OffsetCommitRequestTopic(name=topic, partitions=(part,)),),
+        )
+        return _ask(coord, req, oc7r.OffsetCommitResponse).topics[0].partitions[0].error_code
+
+    def beat(member_id: str, generation: int) -> int:
+        req = hb3.HeartbeatRequest(
+            group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None
+        )
+        return _ask(coord, req, hb3r.HeartbeatResponse).error_code
+
+    a = join("")
+    assert a.error_code == 79
+    a = join(a.member_id)
+    assert (a.error_code, a.leader, a.generation_id) == (0, a.member_id, 1)
+    assert sync(a.member_id, 1, [(a.member_id, b"all")]).assignment == b"all"
+    assert commit(a.member_id, 1, 5) == 0
+
+    b = join("")
+    assert b.error_code == 79
+    with ThreadPoolExecutor(2) as pool:
+        b_join = pool.submit(join, b.member_id)  # parks: the group prepares a rebalance
+        deadline = time.monotonic() + 30
+        while (code := beat(a.member_id, 1)) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert code == 27  # REBALANCE_IN_PROGRESS: a must join again
+        assert commit(a.member_id, 1, 7) == 0  # accepted while preparing the rebalance
+        a2 = join(a.member_id)
+        b2 = b_join.result(60)
+        assert a2.error_code == 0 and b2.error_code == 0 and a2.generation_id == b2.generation_id == 2
+        leader, follower = (a2, b2) if a2.leader == a2.member_id else (b2, a2)
+        assert sorted(m.member_id for m in leader.members) == sorted([a.member_id, b.member_id])
+        assert follower.members == ()
+        f_sync = pool.submit(sync, follower.member_id, 2)
+        mine = sync(leader.member_id, 2, [(leader.member_id, b"everything")])  # nothing for the follower
+        theirs = f_sync.result(60)
+    assert (mine.error_code, mine.assignment) == (0, b"everything")
+    assert (theirs.error_code, theirs.assignment) == (0, b"")  # a valid, empty assignment
+    assert commit(a.member_id, 1, 9) == 22  # ILLEGAL_GENERATION: generation 1 is over
+
+    fetched = _ask(
+        coord,
+        of5.OffsetFetchRequest(
+            group_id=group, topics=(of5.OffsetFetchRequestTopic(name=topic, partition_indexes=(0,)),)
+        ),
+        of5r.OffsetFetchResponse,
+    )
+    p = fetched.topics[0].partitions[0]
+    assert (fetched.error_code, p.committed_offset, p.metadata) == (0, 7, "meta")
+    left = _ask(
+        coord,
+        lg3.LeaveGroupRequest(
+            group_id=group,
+            members=(
+                lg3.MemberIdentity(member_id=a.member_id, group_instance_id=None),
+                lg3.MemberIdentity(member_id=b.member_id, group_instance_id=None),
+            ),
+        ),
+        lg3r.LeaveGroupResponse,
+    )
+    assert left.error_code == 0 and [m.error_code for m in left.members] == [0, 0]

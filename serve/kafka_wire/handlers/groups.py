@@ -49,8 +49,8 @@ async def join_group(backend, request, version: int):
         member_id=request.member_id,
         protocol_type=request.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-        session_timeout_ms=int(request.session_timeout.total_seconds() * 1000),
-        rebalance_timeout_ms=int(request.rebalance_timeout.total_seconds() * 1000)
+        session_timeout_ms=round(request.session_timeout.total_seconds() * 1000),
+        rebalance_timeout_ms=round(request.rebalance_timeout.total_seconds() * 1000)
         if hasattr(request, "rebalance_timeout")
         else -1,
         group_instance_id=getattr(request, "group_instance_id", None),
