@@ -57,6 +57,8 @@ from storage.records import decode_records
 
 log = logging.getLogger("rafka.txn_coordinator")
 
+PARK_S = 1.0  # how long an AddPartitionsToTxn waits for the id's previous transaction to complete
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -98,7 +100,17 @@ class TxnCoordinatorActor:
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
         # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
         # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
-        self.stats = {"appends": 0, "aborted_timeouts": 0, "completed": 0, "markers_ms": 0.0, "complete_ms": 0.0}
+        # parked_adds: AddPartitionsToTxn that waited for the previous transaction's markers; combined_appends:
+        # those whose Ongoing record went out with the Complete one
+        self.stats = {
+            "appends": 0,
+            "aborted_timeouts": 0,
+            "completed": 0,
+            "markers_ms": 0.0,
+            "complete_ms": 0.0,
+            "parked_adds": 0,
+            "combined_appends": 0,
+        }
 
     # ================================================================== leadership
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
@@ -220,12 +232,14 @@ class TxnCoordinatorActor:
             return _error(E.NotCoordinatorError(f"{svc.TXN_TOPIC}-{part.partition} moved while appending"))
         if code:
             part.shard.append_failed(tid)
+            part.wake(tid)
             mapped = svc.append_error(code)
             return {"error_code": mapped, "error_message": f"{svc.TXN_TOPIC} append failed with error {code}"}
         for rec in res.records:
             job = part.shard.replay(rec)
             if job is not None:
                 self._start_markers(part, job)
+            part.wake(rec.transactional_id)
         return res.response
 
     async def _spare(self) -> None:
@@ -286,15 +300,44 @@ class TxnCoordinatorActor:
             results = tuple((t, p, c) for (t, p), c in sorted(codes.items()))
             msg = "partition not in the ongoing transaction" if first else None
             return AddPartitionsToTxnResponse(first, msg, results).to_dict()
-        res = part.shard.add_partitions(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.partitions, now_ms()
-        )
-        ans = await self._apply(part, res, req.transactional_id)
+        ans = await self._add_partitions(part, req)
         try:
             results = tuple((t, int(p), ans["error_code"]) for t, p in req.partitions)
         except (TypeError, ValueError):
             results = ()
         return AddPartitionsToTxnResponse(ans["error_code"], ans.get("error_message"), results).to_dict()
+
+    async def _add_partitions(self, part: TxnPartition, req: AddPartitionsToTxnRequest) -> dict:
+        """The shard's add_partitions, appended. While the id's previous transaction is still completing
+        (CONCURRENT_TRANSACTIONS: its markers are going out), the request waits here up to ``PARK_S`` for the
+        state to move rather than sending the client into a retry backoff; if it is still waiting when the
+        markers are done, its Ongoing record goes out in the same append as the CompleteCommit/CompleteAbort.
+        Kafka answers CONCURRENT_TRANSACTIONS at once and the client retries every 20 ms; the answers here are
+        the same, only sooner (a wait that runs out still answers CONCURRENT_TRANSACTIONS)."""
+        tid = req.transactional_id
+        deadline = time.monotonic() + PARK_S
+        while True:
+            res = part.shard.add_partitions(tid, req.producer_id, req.producer_epoch, req.partitions, now_ms())
+            left = deadline - time.monotonic()
+            if res.response.get("error_code") != E.ConcurrentTransactionsError.code or left <= 0 or tid in part.parked:
+                return await self._apply(part, res, tid)
+            waiter = part.parked[tid] = svc.ParkedAdd(
+                req.producer_id, req.producer_epoch, req.partitions, asyncio.get_running_loop().create_future()
+            )
+            self.stats["parked_adds"] += 1
+            try:
+                await asyncio.wait({waiter.fut}, timeout=left)
+            finally:
+                if part.parked.get(tid) is waiter:
+                    del part.parked[tid]
+            got = waiter.fut.result() if waiter.fut.done() else None
+            if got is not None:
+                return got
+            again, err = self._route(tid)
+            if err is not None:
+                return err
+            assert again is not None
+            part = again
 
     async def add_offsets_to_txn(self, req: AddOffsetsToTxnRequest) -> dict:
         """AddOffsetsToTxn: the group's ``__consumer_offsets`` partition joins the transaction."""
@@ -352,9 +395,22 @@ class TxnCoordinatorActor:
             return
         t1 = time.perf_counter()
         delay = 0.02
+        tid = job.transactional_id
         while self._current(part, gen):
-            res = part.shard.markers_written(job, now_ms())
-            ans = await self._apply(part, res, job.transactional_id)
+            w = part.parked.get(tid)
+            if w is not None and w.fut.done():
+                w = None
+            res = part.shard.markers_written(
+                job, now_ms(), None if w is None else (w.producer_id, w.producer_epoch, w.partitions)
+            )
+            if w is not None and res.response.get("then_added"):
+                w.combined = True
+                self.stats["combined_appends"] += 1
+            else:
+                w = None
+            ans = await self._apply(part, res, tid)
+            if w is not None and not w.fut.done():  # the parked AddPartitionsToTxn's answer (or: try again)
+                w.fut.set_result(None if ans.get("error_code") else ans)
             if not ans.get("error_code"):
                 st = self.stats
                 st["completed"] += 1

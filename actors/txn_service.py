@@ -102,8 +102,32 @@ class TxnPartition:
         self.state, self.gen = LOADING, 0
         self.tasks: list[asyncio.Task] = []
         self.loaded_records = 0
+        # AddPartitionsToTxn waiting (at most one per id) for the id's transaction to complete: see the actor
+        self.parked: dict[str, ParkedAdd] = {}
+
+    def wake(self, transactional_id: str) -> None:
+        """The id's state moved (or its append failed): its parked AddPartitionsToTxn tries again."""
+        w = self.parked.get(transactional_id)
+        if w is not None and not w.combined and not w.fut.done():
+            w.fut.set_result(None)
 
     def stop_tasks(self) -> None:
         for t in self.tasks:
             t.cancel()
         self.tasks = []
+        for w in self.parked.values():  # they retry and are routed again (NOT_COORDINATOR, or the new load)
+            if not w.fut.done():
+                w.fut.set_result(None)
+
+
+class ParkedAdd:
+    """An AddPartitionsToTxn that found its id's previous transaction still completing (markers going out):
+    instead of answering CONCURRENT_TRANSACTIONS at once, the handler waits for ``fut``: ``None`` = the state
+    moved, try again; a dict = the answer, when the Ongoing record went out with the Complete one
+    (``combined``, TxnCoordinatorShard.markers_written's ``then_add``)."""
+
+    __slots__ = ("producer_id", "producer_epoch", "partitions", "fut", "combined")
+
+    def __init__(self, producer_id: int, producer_epoch: int, partitions, fut: asyncio.Future):
+        self.producer_id, self.producer_epoch, self.partitions, self.fut = producer_id, producer_epoch, partitions, fut
+        self.combined = False

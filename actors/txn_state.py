@@ -114,6 +114,17 @@ def _ok(**extra) -> dict:
     return {"error_code": 0, "error_message": None, **extra}
 
 
+def _partition_set(partitions: Iterable) -> set[tuple[str, int]]:
+    """``{(topic, partition)}`` of an AddPartitionsToTxn, or InvalidRequestError."""
+    try:
+        parts = {(t, int(p)) for t, p in partitions}
+    except (TypeError, ValueError):
+        raise E.InvalidRequestError("partitions must be (topic, partition) pairs") from None
+    if not parts or not all(isinstance(t, str) and t and p >= 0 for t, p in parts):
+        raise E.InvalidRequestError("AddPartitionsToTxn needs one or more (topic, partition) pairs")
+    return parts
+
+
 class TxnCoordinatorShard:
     """The transactional ids of one ``__transaction_state`` partition, led at ``coordinator_epoch``."""
 
@@ -230,11 +241,7 @@ class TxnCoordinatorShard:
     ) -> TxnResult:
         """AddPartitionsToTxn (AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition)."""
         try:
-            parts = {(t, int(p)) for t, p in partitions}
-            if not parts or not all(isinstance(t, str) and t and p >= 0 for t, p in parts):
-                raise E.InvalidRequestError("AddPartitionsToTxn needs one or more (topic, partition) pairs")
-        except (TypeError, ValueError):
-            return _error(E.InvalidRequestError("partitions must be (topic, partition) pairs"))
+            parts = _partition_set(partitions)
         except E.KafkaError as exc:
             return _error(exc)
         md, err = self._producer(transactional_id, producer_id, producer_epoch)
@@ -304,8 +311,17 @@ class TxnCoordinatorShard:
             E.InvalidTxnStateError(f"cannot {verb} transaction {transactional_id!r} in state {STATE_NAMES[md.state]}")
         )
 
-    def markers_written(self, job: MarkerJob, now_ms: int) -> TxnResult:
-        """Every partition leader took ``job``'s markers: CompleteCommit/CompleteAbort."""
+    def markers_written(
+        self, job: MarkerJob, now_ms: int, then_add: tuple[int, int, Iterable] | None = None
+    ) -> TxnResult:
+        """Every partition leader took ``job``'s markers: CompleteCommit/CompleteAbort.
+
+        ``then_add`` = ``(producer_id, producer_epoch, partitions)`` of an AddPartitionsToTxn that arrived while
+        the markers were going out (it waits for them, see the actor): when it is the same producer at the same
+        epoch and the partitions are well formed, the next transaction's Ongoing record follows the Complete one
+        in the same append (``response["then_added"]``), so the producer's next transaction starts one acks=all
+        round trip sooner. Both records are replayed in order, each a valid move (Complete from Prepare, Ongoing
+        from Complete); anything else leaves the request to be retried the usual way."""
         md = self.txns.get(job.transactional_id)
         want = PREPARE_COMMIT if job.commit else PREPARE_ABORT
         if md is None or md.state != want or md.pending is not None:
@@ -314,7 +330,19 @@ class TxnCoordinatorShard:
             return TxnResult()
         done = COMPLETE_COMMIT if job.commit else COMPLETE_ABORT
         value = TxnLogValue(md.producer_id, md.producer_epoch, md.timeout_ms, done, (), now_ms, md.start_ms)
-        return self._write(job.transactional_id, value)
+        res = self._write(job.transactional_id, value)
+        if then_add is not None and then_add[:2] == (md.producer_id, md.producer_epoch):
+            try:
+                parts = _partition_set(then_add[2])
+            except E.KafkaError:
+                return res
+            nxt = TxnLogValue(
+                md.producer_id, md.producer_epoch, md.timeout_ms, ONGOING, tuple(sorted(parts)), now_ms, now_ms
+            )
+            res.records.append(TxnRecord(job.transactional_id, nxt))
+            res.response = _ok(then_added=True)
+            md.pending = ONGOING
+        return res
 
     # ---- timers ----------------------------------------------------------------------------------
     def abort_expired(self, now_ms: int) -> list[TxnResult]:

@@ -7,7 +7,8 @@ killing one broker part-way; consumes everything back and checks that nothing wa
 that every user's clicks kept their order; has a consumer group of three ("click-counters", manual
 commits) process the topic while one member crashes part-way (the survivors take over from its last
 commit; lag printed before and after); restarts the dead broker and copies the clicks exactly once
-through a transactional consume-transform-produce step across a SIGKILLed broker (jobs/demo_eos.py); then
+through a transactional consume-transform-produce step across a SIGKILLed broker (jobs/demo_eos.py); lets
+real Kafka clients (librdkafka, kcat) read and write over Kafka's wire protocol (jobs/demo_wire.py); then
 runs the Spark job on RayDP (jobs/clickstream.py: per-page counts and per-user sessions into a compacted
 results topic and Parquet, offsets committed for its group), posts more events over HTTP and runs the job
 again, which processes only the new ones; the results are checked against a plain-Python computation.
@@ -421,6 +422,7 @@ def run(
 ) -> bool:
     import rafka
     from jobs.demo_eos import eos_part
+    from jobs.demo_wire import wire_part
     from rafka import TopicPartition
     from serve.gateway import start_gateway, stop_gateway
 
@@ -439,6 +441,7 @@ def run(
             "replica.lag.time.max.ms": 5000,
             "group.min.session.timeout.ms": 1000,
             "group.initial.rebalance.delay.ms": 200,
+            "listeners": "PLAINTEXT://127.0.0.1:0",  # Kafka's wire protocol, on free loopback ports
         },
     )
     ok = False
@@ -520,6 +523,7 @@ def run(
         missing = records - len(seen_ids)
         group_checks = group_part(cluster, admin, records, {tp: ends[tp] for tp in tps}, console)
         eos_checks = eos_part(cluster, admin, list(stream.events), victim, console)
+        wire_checks = wire_part(cluster, admin, TOPIC, 6, list(stream.events), console)
         pipeline_checks = pipeline_part(cluster, url, stream, more, data_dir, console)
         checks = (
             [
@@ -545,6 +549,7 @@ def run(
             ]
             + group_checks
             + eos_checks
+            + wire_checks
             + pipeline_checks
         )
         summary = Table(title="Summary", title_justify="left")

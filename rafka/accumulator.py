@@ -367,12 +367,12 @@ class RecordAccumulator:
                 with self._incomplete_lock:
                     self.incomplete.add(batch)
                 kept = True
-                full = batch.is_full() or len(dq) > 1
         finally:
             if not kept:
                 self.pool.release(reserve)
-        if full:  # the batch before this one is full: the sender has work
-            self.wakeup()
+        # a new batch (Kafka's newBatchCreated): the sender learns its linger deadline now, or sends it at once
+        # (linger 0) or the full one before it; it would otherwise sleep until its idle tick
+        self.wakeup()
         return fut
 
     def append_many(
@@ -397,7 +397,7 @@ class RecordAccumulator:
                 size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
             reserve = max(self.batch_size, size + 61)
             self.pool.allocate(reserve, max(0.0, (deadline - time.monotonic()) * 1000))
-            kept = full = False
+            kept = False
             try:
                 with self._lock:
                     if self.closed:
@@ -420,12 +420,10 @@ class RecordAccumulator:
                         self.incomplete.add(batch)
                     kept = True
                     opened += 1
-                    full = batch.is_full() or len(dq) > 1
             finally:
                 if not kept:
                     self.pool.release(reserve)
-            if full:
-                self.wakeup()
+            self.wakeup()  # a new batch, as in append
         return futures, opened
 
     # -- sender side -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``KafkaApis.handle(payload)`` reads the header prefix, answers ApiVersions itself (an unknown ApiVersions
 version gets a v0-format body with UNSUPPORTED_VERSION (35) and the supported range, as KIP-511 asks;
 the connection stays open), decodes every other served (key, version) with kio and awaits the API
-family's handler (handlers/: metadata, produce, fetch, offsets). A handler returns a kio response entity,
+family's handler (handlers/: metadata, produce, fetch, offsets, coordinator, txn). A handler returns a kio response entity,
 or None where Kafka sends nothing (Produce with acks=0). An unknown API key, an unserved version or a
 body that does not parse raises :class:`~serve.kafka_wire.codec.RequestError`: the Processor logs it and
 closes that connection (Kafka's SocketServer does the same); nothing else is affected.
@@ -94,6 +94,12 @@ class KafkaApis:
         versions.OFFSET_FOR_LEADER_EPOCH: offsets.offset_for_leader_epoch,
         versions.INIT_PRODUCER_ID: txn.init_producer_id,
         versions.FIND_COORDINATOR: coordinator.find_coordinator,
+        versions.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+        versions.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+        versions.END_TXN: txn.end_txn,
+        versions.TXN_OFFSET_COMMIT: txn.txn_offset_commit,
+        versions.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
+        versions.LIST_TRANSACTIONS: txn.list_transactions,
         versions.JOIN_GROUP: groups.join_group,
         versions.SYNC_GROUP: groups.sync_group,
         versions.HEARTBEAT: groups.heartbeat,

@@ -5,6 +5,8 @@ the broker actor's process: metadata from the broker's cached view (GCS KV), par
 replica actors the broker hosts (a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
 does not host gets NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION when no such partition exists),
 and the other brokers' advertised endpoints from their ``incarnation()`` (cached per broker epoch).
+Transactional calls go to this broker's transaction / group coordinator actor (the same ones rafka's Python
+producer calls) when FindCoordinator names this broker for the key, else they answer NOT_COORDINATOR.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Protocol
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER = 3, 6
-NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
 
 
 class Backend(Protocol):
@@ -38,6 +41,12 @@ class Backend(Protocol):
     async def init_producer_id(self) -> dict: ...
 
     async def find_coordinator(self, key: str, key_type: int) -> dict: ...
+
+    async def txn_call(self, transactional_id: str, req) -> dict: ...
+
+    async def txn_offset_commit(self, group_id: str, req) -> dict: ...
+
+    async def list_transactions(self, req) -> dict: ...
 
     async def group_call(self, request) -> dict: ...
 
@@ -117,6 +126,60 @@ class BrokerBackend:
     async def find_coordinator(self, key: str, key_type: int) -> dict:
         return await self.broker.find_coordinator(key, key_type)
 
+    # ---- transactions (handlers/txn.py) -----------------------------------------------------------------
+    async def _coordinator_of(self, key_type: int, key: str):
+        """(this broker's coordinator actor of ``key``, None) or (None, error answer): the key's coordinator
+        per FindCoordinator must be this broker (else NOT_COORDINATOR, as Kafka's broker answers); the actor
+        itself answers COORDINATOR_LOAD_IN_PROGRESS while it loads and NOT_COORDINATOR if it moved."""
+        import ray
+
+        from protocol.names import RAY_NAMESPACE
+
+        r = await self.broker.find_coordinator(key, key_type)
+        if r["error_code"]:
+            return None, {"error_code": r["error_code"], "error_message": r.get("error_message")}
+        if r["broker_id"] != self.broker_id:
+            msg = f"{key!r} is coordinated by broker {r['broker_id']}, not {self.broker_id}"
+            return None, {"error_code": NOT_COORDINATOR, "error_message": msg}
+        handle = self.broker.coordinators[key_type].gc
+        if handle is None:
+            try:
+                handle = ray.get_actor(r["coordinator"], namespace=RAY_NAMESPACE)
+            except ValueError:  # not registered yet (the broker just became leader)
+                return None, {"error_code": NOT_COORDINATOR, "error_message": f"{r['coordinator']} is starting"}
+        return handle, None
+
+    async def _coordinator_call(self, key_type: int, key: str, req) -> dict:
+        import ray
+
+        handle, err = await self._coordinator_of(key_type, key)
+        if err is not None:
+            return err
+        try:
+            return await getattr(handle, req.METHOD).remote(req)
+        except ray.exceptions.RayError as e:  # the coordinator died: its broker recreates it, the client retries
+            return {"error_code": COORDINATOR_NOT_AVAILABLE, "error_message": f"coordinator unavailable: {e}"[:200]}
+
+    async def txn_call(self, transactional_id: str, req) -> dict:
+        """``req`` (a protocol.txn_messages request) on the transaction coordinator of ``transactional_id``."""
+        return await self._coordinator_call(TXN_KEY, transactional_id, req)
+
+    async def txn_offset_commit(self, group_id: str, req) -> dict:
+        """TxnOffsetCommit on the coordinator of ``group_id`` (the group coordinator actor)."""
+        return await self._coordinator_call(GROUP_KEY, group_id, req)
+
+    async def list_transactions(self, req) -> dict:
+        """ListTransactions of this broker's transaction coordinator (none yet: no transactions here)."""
+        import ray
+
+        handle = self.broker.coordinators[TXN_KEY].gc
+        if handle is None:
+            return {"error_code": 0, "error_message": None, "transaction_states": []}
+        try:
+            return await handle.list_transactions.remote(req)
+        except ray.exceptions.RayError as e:
+            return {"error_code": COORDINATOR_NOT_AVAILABLE, "error_message": str(e)[:200], "transaction_states": []}
+
     async def group_call(self, request) -> dict:
         """A typed group request (protocol/group_messages.py) to this broker's group coordinator actor, the
         one rafka's Python clients reach through FindCoordinator. A broker that leads no ``__consumer_offsets``
@@ -126,7 +189,7 @@ class BrokerBackend:
 
         from protocol.group_messages import ListGroupsRequest
 
-        host = self.broker.coordinators[0]  # FindCoordinator key type 0: groups
+        host = self.broker.coordinators[GROUP_KEY]
         if host.gc is None and not any(lead for lead, _, _ in host.roles.values()):
             if isinstance(request, ListGroupsRequest):
                 return {"error_code": 0, "groups": []}

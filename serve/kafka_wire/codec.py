@@ -11,12 +11,13 @@ Grammar (big-endian)::
                                                               answers with header v0 at every version)
 
 kio picks the header version per message class (``__header_schema__``); this module only frames,
-checks that the whole payload was consumed, and turns decode failures into :class:`RequestError`.
+ignores bytes after a parsed request (as Kafka does), and turns decode failures into :class:`RequestError`.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import struct
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
@@ -25,6 +26,8 @@ from kio.serial.errors import SerialError
 
 SIZE = struct.Struct(">i")
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+
+log = logging.getLogger("rafka.kafka_wire")
 
 
 class RequestError(Exception):
@@ -41,8 +44,9 @@ def header_prefix(payload: bytes | memoryview) -> tuple[int, int, int]:
 
 
 def decode_request(payload: bytes | memoryview, api_key: int, api_version: int):
-    """(header, request) of a served (api_key, api_version); RequestError if the bytes do not parse or
-    leave bytes over."""
+    """(header, request) of a served (api_key, api_version); RequestError if the bytes do not parse.
+    Bytes left after the request are ignored, as Kafka's RequestContext.parseRequest does: librdkafka 2.16
+    sends an all-topics Metadata v12 with 3 zero bytes after it (measured), and Kafka brokers answer it."""
     try:
         cls = load_request_schema(api_key, api_version)
         header, n = entity_reader(cls.__header_schema__)(payload, 0)
@@ -52,7 +56,7 @@ def decode_request(payload: bytes | memoryview, api_key: int, api_version: int):
     except (SerialError, ValueError, UnicodeDecodeError, IndexError, OverflowError) as e:
         raise RequestError(f"api key {api_key} v{api_version}: malformed request: {type(e).__name__}: {e}") from None
     if n + m != len(payload):
-        raise RequestError(f"api key {api_key} v{api_version}: {len(payload) - n - m} bytes after the request")
+        log.debug("api key %d v%d: %d bytes after the request ignored", api_key, api_version, len(payload) - n - m)
     return header, request
 
 

@@ -2,15 +2,18 @@
 
 Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
 rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
-storage offsets; Metadata 13 adds nothing clients need). FindCoordinator and the consumer-group APIs
-(handlers/groups.py) are served; the other transaction and admin APIs are not advertised until they are
-served: librdkafka decides features from this list.
+storage offsets; Metadata 13 adds nothing clients need). FindCoordinator, the consumer-group APIs
+(handlers/groups.py) and the transaction APIs are served (transaction version 2 is not: EndTxn and
+TxnOffsetCommit stop at 4); the admin APIs are not advertised until they are served: librdkafka decides
+features from this list.
 """
 
 from __future__ import annotations
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 18, 3, 0, 1, 2, 23
 INIT_PRODUCER_ID, FIND_COORDINATOR = 22, 10
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 11, 14, 12, 13, 8, 9
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 
@@ -21,9 +24,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_OFFSETS: (1, 7),
     METADATA: (0, 12),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
-    INIT_PRODUCER_ID: (0, 4),  # idempotent producers only (v5 adds nothing needed; 6 is KIP-939)
+    INIT_PRODUCER_ID: (0, 5),  # idempotent and transactional (v5 knows TRANSACTION_ABORTABLE; 6 is KIP-939)
     FIND_COORDINATOR: (0, 6),  # key types 0 (group) and 1 (transaction); v4+ batches keys (KIP-699)
     API_VERSIONS: (0, 3),
+    # transactions (handlers/txn.py); transaction version 2 (EndTxn 5, TxnOffsetCommit 5) is not served
+    ADD_PARTITIONS_TO_TXN: (0, 3),  # 4+ batch transactional ids (broker-to-broker, KIP-890)
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 4),
+    TXN_OFFSET_COMMIT: (0, 4),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 0),  # v1's duration filter is not served
     JOIN_GROUP: (2, 9),  # v0-1 gone in Kafka 4.0 (KIP-896); v4+ MEMBER_ID_REQUIRED once, v9 skip_assignment
     SYNC_GROUP: (0, 5),
     HEARTBEAT: (0, 4),

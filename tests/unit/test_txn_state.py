@@ -252,3 +252,51 @@ def test_bad_add_partitions_input_gets_invalid_request():
     for bad in ([], [("a",)], [("", 0)], [("a", -1)], "ab", [(None, 0)]):
         assert c.add("t1", 1000, 0, bad)["error_code"] == E.InvalidRequestError.code, bad
     assert c.state() == EMPTY
+
+
+def test_markers_written_then_add_starts_the_next_transaction_in_the_same_append():
+    c = Coordinator()
+    r = c.init()
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    c.add("t1", pid, epoch, [("a", 0), ("a", 1)])
+    c.end("t1", pid, epoch, True)
+    (job,) = c.jobs
+    # an AddPartitionsToTxn arriving now answers CONCURRENT_TRANSACTIONS (the actor parks it instead)
+    assert c.add("t1", pid, epoch, [("b", 0)])["error_code"] == CONCURRENT
+    res = c.shard.markers_written(job, T0 + 5, then_add=(pid, epoch, [("b", 0), ("a", 1)]))
+    assert [rec.value.status for rec in res.records] == [COMPLETE_COMMIT, ONGOING]
+    assert res.response == {"error_code": 0, "error_message": None, "then_added": True}
+    # while the two records are in flight the id takes no other request
+    assert c.shard.end_txn("t1", pid, epoch, True, T0 + 6).response["error_code"] == CONCURRENT
+    c.apply(res)
+    md = c.shard.txns["t1"]
+    assert (md.state, md.partitions, md.start_ms, md.pending) == (ONGOING, {("a", 1), ("b", 0)}, T0 + 5, None)
+    # the log replays to the same state from scratch (a new coordinator after failover)
+    fresh = TxnCoordinatorShard(4)
+    for rec in c.log:
+        fresh.replay(rec, loading=True)
+    assert (fresh.txns["t1"].state, fresh.txns["t1"].partitions) == (ONGOING, {("a", 1), ("b", 0)})
+
+
+@pytest.mark.parametrize(
+    "then_add",
+    [
+        ("other-pid", 0, [("b", 0)]),  # not the producer of the transaction
+        ("same", 1, [("b", 0)]),  # another epoch (fenced or fencing)
+        ("same", 0, []),  # no partitions
+        ("same", 0, [("b", -1)]),  # malformed
+    ],
+)
+def test_markers_written_then_add_only_for_the_same_producer_and_good_partitions(then_add):
+    c = Coordinator()
+    r = c.init()
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    c.add("t1", pid, epoch, [("a", 0)])
+    c.end("t1", pid, epoch, False)
+    (job,) = c.jobs
+    who, ep, parts = then_add
+    res = c.shard.markers_written(job, T0, then_add=(pid if who == "same" else pid + 99, epoch + ep, parts))
+    assert [rec.value.status for rec in res.records] == [COMPLETE_ABORT]
+    assert "then_added" not in res.response
+    c.apply(res)
+    assert c.state() == COMPLETE_ABORT
