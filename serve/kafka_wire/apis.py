@@ -14,6 +14,7 @@ async interface), so the unit tests drive them with an in-memory one.
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import logging
 import sys
@@ -24,7 +25,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from . import codec, versions
-from .handlers import admin, configs, coordinator, fetch, metadata, offsets, produce, txn
+from .handlers import admin, configs, coordinator, fetch, groups, metadata, offsets, produce, txn
 
 log = logging.getLogger("rafka.kafka_wire")
 
@@ -32,6 +33,9 @@ ZERO = datetime.timedelta(0)
 UNKNOWN_SERVER_ERROR = -1
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+# the request header's client_id of the request being handled (group members report it in DescribeGroups)
+CLIENT_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("kafka_client_id", default=None)
 
 
 def error_code(code: int) -> ErrorCode:
@@ -104,6 +108,16 @@ class KafkaApis:
         versions.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         versions.DESCRIBE_CLUSTER: admin.describe_cluster,
         versions.ELECT_LEADERS: admin.elect_leaders,
+        versions.JOIN_GROUP: groups.join_group,
+        versions.SYNC_GROUP: groups.sync_group,
+        versions.HEARTBEAT: groups.heartbeat,
+        versions.LEAVE_GROUP: groups.leave_group,
+        versions.OFFSET_COMMIT: groups.offset_commit,
+        versions.OFFSET_FETCH: groups.offset_fetch,
+        versions.LIST_GROUPS: groups.list_groups,
+        versions.DESCRIBE_GROUPS: groups.describe_groups,
+        versions.DELETE_GROUPS: groups.delete_groups,
+        versions.OFFSET_DELETE: groups.offset_delete,
     }
 
     def __init__(self, backend):
@@ -120,6 +134,7 @@ class KafkaApis:
         if not versions.supports(api_key, version):
             raise codec.RequestError(f"api key {api_key} version {version} is not served (see ApiVersions)")
         header, request = codec.decode_request(payload, api_key, version)
+        CLIENT_ID.set(header.client_id)
         response = await self.HANDLERS[api_key](self.backend, request, version)
         if response is None:
             return None

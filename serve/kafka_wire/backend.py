@@ -74,6 +74,8 @@ class Backend(Protocol):
 
     async def controller_id(self) -> int: ...
 
+    async def group_call(self, request) -> dict: ...
+
 
 class BrokerBackend:
     """``Backend`` over a running ``actors.broker.BrokerActor`` (same process, same event loop)."""
@@ -273,3 +275,23 @@ class BrokerBackend:
     async def controller_id(self) -> int:
         res = await self._controller("describe_controller", timeout_s=5)
         return int(res.get("host_broker_id", -1)) if not res.get("error_code") else -1
+
+    async def group_call(self, request) -> dict:
+        """A typed group request (protocol/group_messages.py) to this broker's group coordinator actor, the
+        one rafka's Python clients reach through FindCoordinator. A broker that leads no ``__consumer_offsets``
+        partition has no coordinator: NOT_COORDINATOR (ListGroups: no groups), as does a coordinator actor
+        that died under the call (the broker recreates it; the client finds the coordinator again)."""
+        import ray
+
+        from protocol.group_messages import ListGroupsRequest
+
+        host = self.broker.coordinators[GROUP_KEY]
+        if host.gc is None and not any(lead for lead, _, _ in host.roles.values()):
+            if isinstance(request, ListGroupsRequest):
+                return {"error_code": 0, "groups": []}
+            return {"error_code": NOT_COORDINATOR, "error_message": f"broker {self.broker_id} coordinates no group"}
+        try:
+            gc = await host.coordinator()
+            return await getattr(gc, request.METHOD).remote(request)
+        except (ray.exceptions.RayError, RuntimeError) as e:
+            return {"error_code": NOT_COORDINATOR, "error_message": f"group coordinator unavailable: {e}"[:200]}

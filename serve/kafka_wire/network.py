@@ -21,11 +21,15 @@ without touching the Processor.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 
 from .codec import SIZE, RequestError
 
 log = logging.getLogger("rafka.kafka_wire")
+
+# the peer address of the connection whose request is being handled (set in its Processor's task)
+CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_host", default="")
 
 
 class RequestChannel:
@@ -115,6 +119,7 @@ class Acceptor:
     async def _accept(self, reader, writer) -> None:
         self._next += 1
         peer = writer.get_extra_info("peername")
+        CLIENT_HOST.set(str(peer[0]) if isinstance(peer, tuple) and peer else "")
         proc = Processor(self.channel, reader, writer, self.max_request_bytes, f"{self._next}:{peer}")
         task = asyncio.current_task()
         if task is not None:

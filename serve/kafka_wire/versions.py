@@ -2,10 +2,10 @@
 
 Floors follow Kafka 4.0 (KIP-896) where kio has them; caps are where a version would need a feature
 rafka does not serve yet (Produce 12 = transaction version 2, 13 = topic ids; ListOffsets 8+ = tiered
-storage offsets; Metadata 13 adds nothing clients need). FindCoordinator, the transaction APIs (transaction
-version 2 is not served: EndTxn and TxnOffsetCommit stop at 4) and the admin APIs (handlers/admin.py,
-handlers/configs.py) are served; the other group APIs are not
-advertised until they are served: librdkafka decides features from this list.
+storage offsets; Metadata 13 adds nothing clients need). Served and advertised: FindCoordinator, the
+consumer-group APIs (handlers/groups.py), the transaction APIs (transaction version 2 is not: EndTxn and
+TxnOffsetCommit stop at 4) and the admin APIs (handlers/admin.py, handlers/configs.py); nothing is
+advertised before it is served: librdkafka decides features from this list.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DELETE_RECORDS = 19, 20, 37, 21
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER, ELECT_LEADERS = 32, 44, 60, 43
+JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 11, 14, 12, 13, 8, 9
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 
 # api key -> (min version, max version)
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -42,6 +44,16 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topics: SET, DELETE, APPEND/SUBTRACT on cleanup.policy
     DESCRIBE_CLUSTER: (0, 2),
     ELECT_LEADERS: (0, 2),  # preferred; unclean from v1
+    JOIN_GROUP: (2, 9),  # v0-1 gone in Kafka 4.0 (KIP-896); v4+ MEMBER_ID_REQUIRED once, v9 skip_assignment
+    SYNC_GROUP: (0, 5),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),  # v3+ batched members (KIP-345)
+    OFFSET_COMMIT: (2, 9),  # v10+ address topics by id
+    OFFSET_FETCH: (1, 9),  # v8+ several groups (KIP-709); v10+ topic ids
+    LIST_GROUPS: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),  # v6 is for KIP-848 groups
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
 
 
