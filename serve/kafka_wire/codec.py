@@ -16,13 +16,17 @@ ignores bytes after a parsed request (as Kafka does), and turns decode failures 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import struct
+import typing
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
+
+from . import prescan
 
 SIZE = struct.Struct(">i")
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -49,12 +53,20 @@ def decode_request(payload: bytes | memoryview, api_key: int, api_version: int):
     sends an all-topics Metadata v12 with 3 zero bytes after it (measured), and Kafka brokers answer it."""
     try:
         cls = load_request_schema(api_key, api_version)
+        prescan.check(payload, cls)  # every length fits the frame before kio's reader allocates for it
         header, n = entity_reader(cls.__header_schema__)(payload, 0)
         request, m = entity_reader(cls)(payload, n)
     except (UnknownAPIKey, UnknownEntity) as e:
         raise RequestError(f"api key {api_key} version {api_version}: {e}") from None
-    except (SerialError, ValueError, UnicodeDecodeError, IndexError, OverflowError) as e:
+    except (SerialError, ValueError, UnicodeDecodeError, IndexError, OverflowError) as e:  # incl. prescan.Malformed
         raise RequestError(f"api key {api_key} v{api_version}: malformed request: {type(e).__name__}: {e}") from None
+    except KeyError as e:  # kio's reader on a tagged field it has no schema for (Kafka would skip it)
+        raise RequestError(
+            f"api key {api_key} v{api_version}: malformed request: {e.args[0] if e.args else e}"
+        ) from None
+    bad = _null_field(request)
+    if bad is not None:  # Kafka's parser: "non-nullable field ... was serialized as null"
+        raise RequestError(f"api key {api_key} v{api_version}: malformed request: non-nullable field {bad} is null")
     if n + m != len(payload):
         log.debug("api key %d v%d: %d bytes after the request ignored", api_key, api_version, len(payload) - n - m)
     return header, request
@@ -99,3 +111,40 @@ def decode_response(payload: bytes, response_cls):
     if n + m != len(payload):
         raise RequestError(f"{len(payload) - n - m} bytes after the response")
     return header.correlation_id, response
+
+
+# entity class -> its fields as (name, nullable, entity type of the value or of the tuple's items, or None)
+_FIELD_PLAN: dict[type, tuple[tuple[str, bool, type | None], ...]] = {}
+
+
+def _plan(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    plan = _FIELD_PLAN.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            hint = hints.get(f.name)
+            args = typing.get_args(hint)
+            nullable = type(None) in args
+            inner = [a for a in args if a is not type(None) and a is not Ellipsis] or [hint]
+            entity = next((a for a in inner if dataclasses.is_dataclass(a)), None)
+            out.append((f.name, nullable, entity))
+        plan = _FIELD_PLAN[cls] = tuple(out)
+    return plan
+
+
+def _null_field(entity, path: str = "") -> str | None:
+    """The dotted name of the first field that kio decoded as null although its schema does not allow null
+    (kio reads a null array into any array field), or None."""
+    for name, nullable, sub in _plan(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return path + name
+            continue
+        if sub is not None:
+            for item in value if isinstance(value, tuple) else (value,):
+                bad = _null_field(item, f"{path}{name}.")
+                if bad is not None:
+                    return bad
+    return None

@@ -21,7 +21,7 @@ def rafka_cluster(ray_cluster, tmp_path_factory):
         name="c" + uuid.uuid4().hex[:8],
         data_dir=tmp_path_factory.mktemp("rafka-data"),
         # auto-creation off (Kafka's default is on): these tests check sends to unknown topics still fail;
-        # auto-creation itself is tested on the e2e cluster (tests/e2e/test_wire_admin.py)
+        # auto-creation itself is tested on the e2e cluster (tests/e2e/test_wire_admin_clients.py)
         broker_config={**SMALL_INTERNAL_TOPICS, "auto.create.topics.enable": "false"},
     )
     yield cluster
