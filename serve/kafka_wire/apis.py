@@ -6,7 +6,10 @@ the connection stays open), decodes every other served (key, version) with kio a
 family's handler (handlers/: metadata, produce, fetch, offsets, coordinator, txn). A handler returns a kio response entity,
 or None where Kafka sends nothing (Produce with acks=0). An unknown API key, an unserved version or a
 body that does not parse raises :class:`~serve.kafka_wire.codec.RequestError`: the Processor logs it and
-closes that connection (Kafka's SocketServer does the same); nothing else is affected.
+closes that connection; nothing else is affected. This is Kafka's behaviour: its SocketServer refuses a
+request whose key/version is not enabled (``ApiKeys.isVersionEnabled`` lets any version through only for
+ApiVersions) with an InvalidRequestException and closes the channel, since no response of a version it
+does not know can be built. The log line names the key, the version and the served range (``unserved``).
 
 Handlers only talk to a :class:`~serve.kafka_wire.backend.Backend` (the broker's actors behind a narrow
 async interface), so the unit tests drive them with an in-memory one.
@@ -21,7 +24,7 @@ import sys
 from dataclasses import fields
 from types import ModuleType
 
-from kio.index import load_response_schema
+from kio.index import api_key_map, load_response_schema
 from kio.schema.errors import ErrorCode
 
 from . import codec, versions
@@ -83,6 +86,21 @@ def api_versions_response(version: int, code: int = 0):
     return make(mod, "ApiVersionsResponse", error_code=error_code(code), api_keys=keys, throttle_time=ZERO)
 
 
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key (``ListOffsets``), or ``unknown`` for a key no Kafka version defines."""
+    snake = api_key_map.get(api_key)
+    return "".join(w.capitalize() for w in snake.split("_")) if snake else "unknown"
+
+
+def unserved(api_key: int, version: int) -> str:
+    """Why a request is refused before parsing: the key, its version and what is served of that key (the
+    Processor logs it and closes the connection, as Kafka's SocketServer does for a version it does not
+    enable: no response of an unknown version can be built)."""
+    rng = versions.SUPPORTED.get(api_key)
+    served = f"served versions {rng[0]}..{rng[1]}" if rng else "this api key is not served"
+    return f"api key {api_key} ({api_name(api_key)}) version {version} is not served: {served} (see ApiVersions)"
+
+
 class KafkaApis:
     """The request handler of one broker's listener (shared by all its connections)."""
 
@@ -132,7 +150,7 @@ class KafkaApis:
             codec.decode_request(payload, api_key, version)  # a malformed one still closes the connection
             return codec.encode_response(correlation_id, api_versions_response(version))
         if not versions.supports(api_key, version):
-            raise codec.RequestError(f"api key {api_key} version {version} is not served (see ApiVersions)")
+            raise codec.RequestError(unserved(api_key, version))
         header, request = codec.decode_request(payload, api_key, version)
         CLIENT_ID.set(header.client_id)
         response = await self.HANDLERS[api_key](self.backend, request, version)

@@ -28,7 +28,7 @@ async def start(broker) -> Listener | None:
     if not cfg.enabled:
         return None
     backend = BrokerBackend(broker, (cfg.host, cfg.port))
-    acceptor = Acceptor(KafkaApis(backend), cfg.host, cfg.port, cfg.max_request_bytes)
+    acceptor = Acceptor(KafkaApis(backend), cfg.host, cfg.port, cfg.max_request_bytes, cfg.connections_max_idle_ms)
     try:
         _, port = await acceptor.start()
     except OSError as e:

@@ -4,6 +4,9 @@
                             default 127.0.0.1, port 9092 + broker id
     advertised.listeners    what Metadata tells clients; default: the bound host and port
     socket.request.max.bytes  the largest request frame accepted (Kafka's default 100 MiB)
+    connections.max.idle.ms   a connection with no bytes in or out for this long is closed by its
+                            Processor (Kafka's default 600000 = 10 min; negative: never, as Kafka's
+                            Selector treats a negative value)
 
 A list value ("PLAINTEXT://a:1,PLAINTEXT://b:2") takes its first entry: one listener per broker for now.
 """
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_BASE_PORT = 9092
 DEFAULT_MAX_REQUEST_BYTES = 104857600
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600000
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class ListenerConfig:
     advertised_port: int | None = None
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     enabled: bool = True
+    connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
 
 def parse_endpoint(value: str) -> tuple[str, int]:
@@ -50,12 +55,15 @@ def listener_config(config: dict, broker_id: int) -> ListenerConfig:
     max_bytes = int(config.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES))
     if max_bytes <= 0:
         raise ValueError("socket.request.max.bytes must be positive")
+    idle_ms = int(config.get("connections.max.idle.ms", DEFAULT_CONNECTIONS_MAX_IDLE_MS))
+    if idle_ms == 0:
+        raise ValueError("connections.max.idle.ms must be positive (or negative: connections never expire)")
     if raw is not None and str(raw).strip().lower() in ("", "none"):
         return ListenerConfig(DEFAULT_HOST, 0, max_request_bytes=max_bytes, enabled=False)
     host, port = parse_endpoint(raw) if raw is not None else (DEFAULT_HOST, DEFAULT_BASE_PORT + broker_id)
     adv = config.get("advertised.listeners")
     ahost, aport = parse_endpoint(adv) if adv else (None, None)
-    return ListenerConfig(host, port, ahost, aport, max_bytes)
+    return ListenerConfig(host, port, ahost, aport, max_bytes, connections_max_idle_ms=idle_ms)
 
 
 def advertised(cfg: ListenerConfig, bound_port: int) -> tuple[str, int]:

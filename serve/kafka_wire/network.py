@@ -12,6 +12,13 @@ connection is in flight and answers come in request order (Kafka mutes a channel
 connections are separate tasks and go on. A request that cannot be served (unknown key or version,
 malformed body) closes only its connection. EOF mid-frame (a truncated request) closes quietly.
 
+Idle connections (``connections.max.idle.ms``, Kafka's default 10 min): Kafka's Selector closes a channel
+with no bytes in or out for that long. Here the Processor bounds every wait for request bytes (between
+frames and inside one) and every wait for the client to take an answer (``drain``): when it wakes, a
+connection whose last received byte (stamped by the stream reader as data arrives) and last answer are
+both older than the limit is closed with a log line; a connection still receiving a large frame, or
+whose request is being handled (a long-polling Fetch), is not idle. A negative value disables the check.
+
 RequestChannel: the hand-off between the network side and KafkaApis. On asyncio a Processor awaits the
 handler directly; the channel keeps the request count and in-flight gauge per listener and is where the
 handler is invoked, so a later milestone can put a bounded handler pool (``num.io.threads``) behind it
@@ -23,13 +30,31 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 
 from .codec import SIZE, RequestError
+from .config import DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
 log = logging.getLogger("rafka.kafka_wire")
 
 # the peer address of the connection whose request is being handled (set in its Processor's task)
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_host", default="")
+
+
+class IdleConnection(Exception):
+    """No bytes in or out for longer than ``connections.max.idle.ms``."""
+
+
+class _StampedReader(asyncio.StreamReader):
+    """A StreamReader that records when bytes last arrived (the Processor's idle check reads it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.last_data = time.monotonic()
+
+    def feed_data(self, data) -> None:
+        self.last_data = time.monotonic()
+        super().feed_data(data)
 
 
 class RequestChannel:
@@ -56,15 +81,48 @@ class RequestChannel:
 class Processor:
     """One connection: frames in, answers out, in order, one at a time."""
 
-    def __init__(self, channel: RequestChannel, reader, writer, max_request_bytes: int, conn_id: str):
+    def __init__(
+        self,
+        channel: RequestChannel,
+        reader,
+        writer,
+        max_request_bytes: int,
+        conn_id: str,
+        connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    ):
         self.channel, self.reader, self.writer = channel, reader, writer
         self.max_request_bytes = max_request_bytes
         self.conn_id = conn_id
+        self.max_idle_ms = connections_max_idle_ms
+        self.idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
+        self.last_write = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the last byte in or answer out."""
+        return time.monotonic() - max(getattr(self.reader, "last_data", self.last_write), self.last_write)
+
+    async def _bounded(self, wait) -> object:
+        """Await ``wait()`` (a fresh awaitable per call) until it completes, or raise IdleConnection once
+        the connection has been idle past connections.max.idle.ms. A readexactly cut by the timeout
+        consumes nothing (it only takes bytes once all are buffered), so it is simply asked again."""
+        if self.idle_s is None:
+            return await wait()
+        while True:
+            left = self.idle_s - self.idle_for()
+            if left <= 0:
+                raise IdleConnection(
+                    f"idle for {self.idle_for() * 1000:.0f} ms (connections.max.idle.ms {self.max_idle_ms})"
+                )
+            try:
+                async with asyncio.timeout(left):
+                    return await wait()
+            except TimeoutError:
+                continue
 
     async def read_frame(self) -> bytes | None:
         """The next request payload; None at a clean EOF between frames."""
         try:
-            head = await self.reader.readexactly(SIZE.size)
+            head = await self._bounded(lambda: self.reader.readexactly(SIZE.size))
         except asyncio.IncompleteReadError as e:
             if e.partial:
                 raise RequestError(f"connection closed inside a size prefix ({len(e.partial)} bytes)") from None
@@ -73,7 +131,7 @@ class Processor:
         if size < 0 or size > self.max_request_bytes:
             raise RequestError(f"size prefix {size} outside 0..socket.request.max.bytes ({self.max_request_bytes})")
         try:
-            return await self.reader.readexactly(size)
+            return await self._bounded(lambda: self.reader.readexactly(size))
         except asyncio.IncompleteReadError as e:
             raise RequestError(f"connection closed after {len(e.partial)} of a {size}-byte request") from None
 
@@ -86,7 +144,11 @@ class Processor:
                 answer = await self.channel.send_request(payload)
                 if answer is not None:
                     self.writer.write(answer)
-                    await self.writer.drain()
+                    self.last_write = time.monotonic()
+                    await self._bounded(self.writer.drain)
+                    self.last_write = time.monotonic()
+        except IdleConnection as e:
+            log.info("kafka listener: closing connection %s: %s", self.conn_id, e)
         except RequestError as e:
             log.warning("kafka listener: closing connection %s: %s", self.conn_id, e)
         except (ConnectionError, asyncio.IncompleteReadError) as e:
@@ -102,16 +164,29 @@ class Processor:
 class Acceptor:
     """The listener's server socket; ``start()`` binds it and returns the bound (host, port)."""
 
-    def __init__(self, apis, host: str, port: int, max_request_bytes: int):
+    def __init__(
+        self,
+        apis,
+        host: str,
+        port: int,
+        max_request_bytes: int,
+        connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    ):
         self.channel = RequestChannel(apis)
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
+        self.connections_max_idle_ms = connections_max_idle_ms
         self.server: asyncio.base_events.Server | None = None
         self.processors: set[asyncio.Task] = set()
         self._next = 0
 
     async def start(self) -> tuple[str, int]:
-        self.server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, with a _StampedReader
+            return asyncio.StreamReaderProtocol(_StampedReader(loop=loop), self._accept, loop=loop)
+
+        self.server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
         sock = self.server.sockets[0].getsockname()
         self.port = sock[1]
         return self.host, self.port
@@ -120,7 +195,9 @@ class Acceptor:
         self._next += 1
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(str(peer[0]) if isinstance(peer, tuple) and peer else "")
-        proc = Processor(self.channel, reader, writer, self.max_request_bytes, f"{self._next}:{peer}")
+        proc = Processor(
+            self.channel, reader, writer, self.max_request_bytes, f"{self._next}:{peer}", self.connections_max_idle_ms
+        )
         task = asyncio.current_task()
         if task is not None:
             self.processors.add(task)

@@ -70,6 +70,7 @@ def broker_defaults() -> dict[str, str]:
         "broker.session.timeout.ms": str(cc.session_timeout_ms),
         "broker.heartbeat.interval.ms": str(cc.heartbeat_interval_ms),
         "socket.request.max.bytes": "104857600",
+        "connections.max.idle.ms": "600000",
     }
     out |= {k: str(v) for k, v in REPLICA_DEFAULTS.items()}
     topic_defaults = LogConfig().to_props()
