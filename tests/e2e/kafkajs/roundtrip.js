@@ -1,0 +1,113 @@
+// kafkajs against rafka's Kafka wire listener: run by tests/e2e/test_wire_kafkajs.py, which checks the JSON
+// summary printed on the last line of stdout.
+//
+//   node roundtrip.js roundtrip <bootstrap> <topic> <group> <n>
+//     admin createTopics (3 partitions, RF 3, min.insync.replicas 2), an idempotent producer sending n keyed
+//     records with acks -1, a group consumer (autoCommit off) committing each record's offset + 1 until it
+//     has n records, then admin fetchOffsets and describeGroups while the member is still in the group.
+//   node roundtrip.js delete <bootstrap> <topic>
+//     admin deleteTopics, then listTopics.
+'use strict'
+
+const { Kafka, logLevel } = require('kafkajs')
+
+const [mode, bootstrap, topic, group, nArg] = process.argv.slice(2)
+
+function kafkaClient() {
+  return new Kafka({
+    clientId: 'rafka-e2e-kafkajs',
+    brokers: bootstrap.split(','),
+    logLevel: logLevel.WARN,
+    connectionTimeout: 5000,
+    requestTimeout: 30000,
+    retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 2000 },
+  })
+}
+
+function deadline(ms, what) {
+  return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms).unref())
+}
+
+async function roundtrip() {
+  const n = Number(nArg)
+  const kafka = kafkaClient()
+  const admin = kafka.admin()
+  await admin.connect()
+  const created = await admin.createTopics({
+    topics: [
+      { topic, numPartitions: 3, replicationFactor: 3, configEntries: [{ name: 'min.insync.replicas', value: '2' }] },
+    ],
+    waitForLeaders: true,
+  })
+  const listed = await admin.listTopics()
+  const metadata = await admin.fetchTopicMetadata({ topics: [topic] })
+
+  const sent = []
+  for (let i = 0; i < n; i++) sent.push({ key: `key-${i % 7}`, value: `kjs-${i}` })
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const acks = []
+  for (let i = 0; i < n; i += 25) {
+    const res = await producer.send({ topic, acks: -1, messages: sent.slice(i, i + 25) })
+    for (const r of res) acks.push({ partition: r.partition, errorCode: r.errorCode, baseOffset: r.baseOffset })
+  }
+  await producer.disconnect()
+
+  const consumer = kafka.consumer({ groupId: group, sessionTimeout: 10000, heartbeatInterval: 1000, maxWaitTimeInMs: 500 })
+  await consumer.connect()
+  await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  const got = []
+  let finished
+  const done = new Promise((resolve) => (finished = resolve))
+  await consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ partition, message }) => {
+      got.push({ partition, offset: Number(message.offset), key: message.key.toString(), value: message.value.toString() })
+      await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }])
+      if (got.length >= n) finished()
+    },
+  })
+  await Promise.race([done, deadline(60000, `consuming ${n} records (got ${got.length})`)])
+  // a moment for anything beyond n (a duplicate) to show up before the check
+  await new Promise((r) => setTimeout(r, 1000))
+  const consumed = got.slice()
+  const committed = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+  const described = await admin.describeGroups([group])
+  await consumer.disconnect()
+  await admin.disconnect()
+  return {
+    created,
+    listed: listed.includes(topic),
+    partitions: metadata.topics[0].partitions.map((p) => ({ partition: p.partitionId, leader: p.leader, replicas: p.replicas, isr: p.isr })),
+    sent,
+    acks,
+    consumed,
+    committed: committed[0].partitions.map((p) => ({ partition: p.partition, offset: Number(p.offset) })),
+    group: described.groups.map((g) => ({ groupId: g.groupId, state: g.state, protocol: g.protocol, members: g.members.length })),
+  }
+}
+
+async function remove() {
+  const admin = kafkaClient().admin()
+  await admin.connect()
+  await admin.deleteTopics({ topics: [topic], timeout: 30000 })
+  const listed = await admin.listTopics()
+  await admin.disconnect()
+  return { deleted: !listed.includes(topic) }
+}
+
+const run = mode === 'roundtrip' ? roundtrip : mode === 'delete' ? remove : null
+if (run === null) {
+  console.error(`usage: node roundtrip.js roundtrip|delete <bootstrap> <topic> [group n]`)
+  process.exit(2)
+}
+run().then(
+  (summary) => {
+    console.log(JSON.stringify(summary))
+    process.exit(0)
+  },
+  (err) => {
+    console.error(err && err.stack ? err.stack : String(err))
+    process.exit(1)
+  },
+)
