@@ -9,7 +9,7 @@
 //     admin deleteTopics, then listTopics.
 'use strict'
 
-const { Kafka, logLevel } = require('kafkajs')
+const { Kafka, Partitioners, logLevel } = require('kafkajs')
 
 const [mode, bootstrap, topic, group, nArg] = process.argv.slice(2)
 
@@ -44,7 +44,7 @@ async function roundtrip() {
 
   const sent = []
   for (let i = 0; i < n; i++) sent.push({ key: `key-${i % 7}`, value: `kjs-${i}` })
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner })
   await producer.connect()
   const acks = []
   for (let i = 0; i < n; i += 25) {
