@@ -112,7 +112,7 @@ def test_a_client_that_never_sends_is_closed_after_the_idle_time(idle_listener, 
     assert idle_listener.wait_connections(1, 5) == 1
     took = closed_within(silent, 5)
     assert took is not None, "a silent connection outlived connections.max.idle.ms"
-    assert IDLE_MS / 1000 * 0.8 <= took < IDLE_MS / 1000 + 1.5
+    assert IDLE_MS / 1000 * 0.8 <= took < IDLE_MS / 1000 + 4  # generous above: the machine may be loaded
     assert idle_listener.wait_connections(0, 5) == 0
     assert any("connections.max.idle.ms 400" in r.getMessage() for r in caplog.records)
     # the listener goes on: a new connection is served
@@ -129,23 +129,35 @@ def test_a_client_stalled_inside_a_frame_is_closed(idle_listener):
     assert idle_listener.wait_connections(0, 5) == 0
 
 
-def test_active_and_slow_but_steady_connections_stay_open(idle_listener):
+STEADY_IDLE_MS = 1500  # a wider limit here: the gaps between bytes must stay well inside it on a loaded machine
+
+
+def test_active_and_slow_but_steady_connections_stay_open():
     """Idle means no bytes in or out for the whole limit, not a deadline per request: a client asking every
-    IDLE/4 ms, and one trickling a frame a byte at a time over ~3x the limit, are served and kept."""
+    ~IDLE/4 ms, and one trickling a frame a byte at a time over ~2.5x the limit, are served and kept."""
+    lst = Listener(STEADY_IDLE_MS)
+    try:
+        _steady(lst)
+    finally:
+        lst.stop()
+
+
+def _steady(idle_listener: Listener) -> None:
+    idle_s = STEADY_IDLE_MS / 1000
     busy = Client(idle_listener.port)
     slow = socket.create_connection(("127.0.0.1", idle_listener.port), timeout=10)
     frame = codec.encode_request(7, api_versions_req())
-    step = (3 * IDLE_MS / 1000) / len(frame)
+    step = 2.5 * idle_s / len(frame)
     t0 = time.monotonic()
     cid = 100
     for i, byte in enumerate(frame):
         slow.sendall(bytes([byte]))
-        if i % max(1, int((IDLE_MS / 4000) / step)) == 0:  # every ~IDLE/4 ms
+        if i % max(1, int((idle_s / 4) / step)) == 0:  # every ~IDLE/4
             cid += 1
             busy.send(codec.encode_request(cid, api_versions_req()))
             assert busy.recv(ApiVersionsResponse)[0] == cid
         time.sleep(step)
-    assert time.monotonic() - t0 > 2.5 * IDLE_MS / 1000
+    assert time.monotonic() - t0 > 2 * idle_s
     head = b""
     while len(head) < 4:
         head += slow.recv(4 - len(head))
@@ -156,7 +168,7 @@ def test_active_and_slow_but_steady_connections_stay_open(idle_listener):
     assert codec.decode_response(body, ApiVersionsResponse)[0] == 7
     assert idle_listener.connections() == 2
     # both go quiet: both are closed
-    assert closed_within(busy.sock, 5) is not None and closed_within(slow, 5) is not None
+    assert closed_within(busy.sock, 10) is not None and closed_within(slow, 10) is not None
     assert idle_listener.wait_connections(0, 5) == 0
 
 
