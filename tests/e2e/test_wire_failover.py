@@ -191,7 +191,8 @@ def test_leader_sigkilled_mid_stream_confluent_producer_follows_and_nothing_acke
     stop.set()
     tailer.join(10)
     check_log([(p, k, v, o) for p, recs in tailed.items() for k, v, o in recs], ok)
-    assert any("OffsetForLeaderEpoch" in line for line in tail_log.lines), "librdkafka sent no OffsetForLeaderEpoch"
+    epoch_lines = [line for line in tail_log.lines if "OffsetForLeaderEpoch" in line]
+    assert epoch_lines, "librdkafka sent no OffsetForLeaderEpoch"
 
     # read back with rafka's Python consumer
     c = rafka.Consumer(cluster, auto_offset_reset="earliest")
@@ -230,5 +231,9 @@ def test_leader_sigkilled_mid_stream_confluent_producer_follows_and_nothing_acke
     probe.produce(TOPIC, key=b"after", value=b"v-%d" % N)
     assert probe.flush(20) == 0
     took = time.monotonic() - t_start
-    print(f"wire failover: produce after kill {produced_s:.1f} s, whole test {took:.1f} s")
+    after_kill = sum(1 for v, (p, _) in ok.items() if p == 0 and int(v.split(b"-")[1]) > KILL_AT)
+    print(
+        f"wire failover: produce after kill {produced_s:.1f} s, whole test {took:.1f} s; partition 0 took"
+        f" {after_kill} records after the kill; {len(epoch_lines)} OffsetForLeaderEpoch log lines, e.g. {epoch_lines[0]!r}"
+    )
     assert took < 60
