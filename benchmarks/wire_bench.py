@@ -60,18 +60,8 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **V4}
     errors: list = []
     p = Producer(conf)
-    t = time.monotonic()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
-                break
-            except BufferError:
-                p.poll(0.01)
-    left = p.flush(120)
-    out = _rate(n, time.monotonic() - t)
     lat: list[float] = []
-    for i in range(lat_n):  # paced: ~1,000 records/s, one outstanding at a time is not needed
+    for i in range(lat_n):  # paced (~1,000 records/s) on the idle cluster, before the throughput run
         t0 = time.perf_counter()
         p.produce(
             topic,
@@ -82,6 +72,16 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
         p.poll(0)
         time.sleep(0.001)
     p.flush(60)
+    t = time.monotonic()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
+                break
+            except BufferError:
+                p.poll(0.01)
+    left = p.flush(120)
+    out = _rate(n, time.monotonic() - t)
     out.update(_q(lat), errors=len(errors) + left)
     return out
 
@@ -89,11 +89,6 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
 def rafka_produce(cluster, topic: str, n: int, lat_n: int) -> dict:
     value = os.urandom(VALUE_BYTES)
     p = rafka.Producer(cluster, acks="all", enable_idempotence=True, linger_ms=5)
-    t = time.monotonic()
-    for i in range(n):
-        p.send(topic, value, partition=i % PARTITIONS)
-    p.flush()
-    out = _rate(n, time.monotonic() - t)
     lat: list[float] = []
     futs = []
     for i in range(lat_n):
@@ -103,6 +98,11 @@ def rafka_produce(cluster, topic: str, n: int, lat_n: int) -> dict:
         futs.append(f)
         time.sleep(0.001)
     p.flush()
+    t = time.monotonic()
+    for i in range(n):
+        p.send(topic, value, partition=i % PARTITIONS)
+    p.flush()
+    out = _rate(n, time.monotonic() - t)
     p.close()
     out.update(_q(lat))
     return out

@@ -314,6 +314,7 @@ class RecordAccumulator:
         self.flushes_in_progress = 0
         self.closed = False
         self.wakeup: Callable[[], None] = lambda: None
+        self.wake_by: Callable[[float], None] = lambda _deadline_ms: self.wakeup()
 
     # -- user side ---------------------------------------------------------------------------------
     def append(
@@ -343,7 +344,7 @@ class RecordAccumulator:
             size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
         reserve = max(self.batch_size, size + 61)
         self.pool.allocate(reserve, max_block_ms)
-        kept = False
+        kept = full = False
         try:
             with self._lock:
                 if self.closed:
@@ -367,13 +368,22 @@ class RecordAccumulator:
                 with self._incomplete_lock:
                     self.incomplete.add(batch)
                 kept = True
+                full = batch.is_full() or len(dq) > 1
         finally:
             if not kept:
                 self.pool.release(reserve)
-        # a new batch (Kafka's newBatchCreated): the sender learns its linger deadline now, or sends it at once
-        # (linger 0) or the full one before it; it would otherwise sleep until its idle tick
-        self.wakeup()
+        self._new_batch(batch, full)
         return fut
+
+    def _new_batch(self, batch: "ProducerBatch", full: bool) -> None:
+        """Kafka wakes the sender on a new batch (newBatchCreated) or a full one. Here a full one always
+        wakes it; a new one only if the sender sleeps past the batch's linger deadline (``wake_by``): waking
+        it for every new batch made it send one small call per partition per linger under steady load, and
+        Ray calls cost far more than Kafka's requests (end-to-end p50 at 5,000 records/s went 17 -> 30 ms)."""
+        if full:
+            self.wakeup()
+        else:
+            self.wake_by(batch.created_ms + self.linger_ms)
 
     def append_many(
         self, tp: TopicPartition, items: list, max_block_ms: float
@@ -397,7 +407,7 @@ class RecordAccumulator:
                 size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
             reserve = max(self.batch_size, size + 61)
             self.pool.allocate(reserve, max(0.0, (deadline - time.monotonic()) * 1000))
-            kept = False
+            kept = full = False
             try:
                 with self._lock:
                     if self.closed:
@@ -420,10 +430,11 @@ class RecordAccumulator:
                         self.incomplete.add(batch)
                     kept = True
                     opened += 1
+                    full = batch.is_full() or len(dq) > 1
             finally:
                 if not kept:
                     self.pool.release(reserve)
-            self.wakeup()  # a new batch, as in append
+            self._new_batch(batch, full)
         return futures, opened
 
     # -- sender side -------------------------------------------------------------------------------

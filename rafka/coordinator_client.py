@@ -63,6 +63,10 @@ class GroupCoordinatorClient:
                 return None
         return None
 
+    def forget(self) -> None:
+        """Drop the cached coordinator: the next call finds it again (a per-key answer said it moved)."""
+        self._handle = None
+
     def start(self, request: GroupRequest) -> "_Call":
         """Send ``request`` (a typed request of protocol/group_messages.py, for this client's group) to the
         coordinator's ``request.METHOD`` without blocking: ``_Call.poll(timeout_s)``."""

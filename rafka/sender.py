@@ -110,9 +110,18 @@ class Sender(threading.Thread):
         self._adding: tuple[Any, list[TopicPartition]] | None = None  # the AddPartitionsToTxn in flight
         self._add_retry_at = 0.0
         accumulator.wakeup = self._wake.set
+        accumulator.wake_by = self.wake_by
+        self._sleep_until = 0.0  # monotonic ms the loop sleeps until; 0.0 while it runs
 
     def wakeup(self) -> None:
         self._wake.set()
+
+    def wake_by(self, deadline_ms: float) -> None:
+        """Wake the loop if it sleeps past ``deadline_ms`` (a new batch's linger deadline) or is running (it
+        may have scanned the accumulator before the batch came: one more pass, then it sleeps right)."""
+        until = self._sleep_until
+        if until == 0.0 or deadline_ms < until:
+            self._wake.set()
 
     # -- main loop ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -158,7 +167,10 @@ class Sender(threading.Thread):
                 wait_ms = min(wait_ms, float(self.cfg.retry_backoff_ms))
         if self._responses:
             return
-        self._wake.wait(max(wait_ms, 0.5) / 1000.0)
+        wait_ms = max(wait_ms, 0.5)
+        self._sleep_until = now + wait_ms
+        self._wake.wait(wait_ms / 1000.0)
+        self._sleep_until = 0.0
         self._wake.clear()
 
     def _can_send(self, tp: TopicPartition, first: ProducerBatch) -> bool:

@@ -17,7 +17,7 @@ import time
 
 from protocol.names import RAY_NAMESPACE, txn_coordinator_name
 from protocol.txn_messages import DescribeTransactionsRequest, ListTransactionsRequest, WriteTxnMarkersRequest
-from rafka.coordinator_client import TxnCoordinatorClient
+from rafka.coordinator_client import RETRIABLE_COORDINATOR, TxnCoordinatorClient
 from rafka.errors import KafkaError, NotLeaderOrFollowerError, for_code
 from rafka.structs import TopicPartition
 
@@ -46,11 +46,21 @@ def describe_transaction(admin, transactional_id: str) -> dict:
     """``{transactional_id, state, producer_id, producer_epoch, transaction_timeout_ms,
     transaction_start_time_ms, topics}`` from the id's coordinator."""
     client = TxnCoordinatorClient(admin.cluster_name, admin.metadata, transactional_id, admin.config.retry_backoff_ms)
-    res = client.call(DescribeTransactionsRequest((transactional_id,)), timeout_ms=admin.config.default_api_timeout_ms)
-    state = res["transaction_states"][0]
-    if state.get("error_code"):
-        raise for_code(state["error_code"])(state.get("error_message"))
-    return {k: v for k, v in state.items() if k not in ("error_code", "error_message")}
+    deadline = time.monotonic() + admin.config.default_api_timeout_ms / 1000
+    while True:
+        left_ms = max(1.0, (deadline - time.monotonic()) * 1000)
+        res = client.call(DescribeTransactionsRequest((transactional_id,)), timeout_ms=left_ms)
+        state = res["transaction_states"][0]
+        code = state.get("error_code")
+        # the id's own answer can say the coordinator is loading or moved (after a failover): Kafka's admin
+        # client retries those until default.api.timeout.ms, finding the coordinator again
+        if code in RETRIABLE_COORDINATOR and time.monotonic() < deadline:
+            client.forget()
+            time.sleep(client.backoff)
+            continue
+        if code:
+            raise for_code(code)(state.get("error_message"))
+        return {k: v for k, v in state.items() if k not in ("error_code", "error_message")}
 
 
 def _leader_replica(admin, tp: TopicPartition):

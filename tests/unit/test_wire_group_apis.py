@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import threading
 import time
 
 import pytest
@@ -55,12 +54,11 @@ from kio.schema.sync_group.v0 import request as sg0
 from kio.schema.sync_group.v0 import response as sg0r
 from kio.schema.sync_group.v5 import request as sg5
 from kio.schema.sync_group.v5 import response as sg5r
-from test_wire_listener import Client, FakeBackend
+from test_wire_listener import Client, FakeBackend, listening
 
 from protocol import group_messages as M
 from serve.kafka_wire import codec, versions
 from serve.kafka_wire.apis import KafkaApis
-from serve.kafka_wire.network import Acceptor
 
 S = datetime.timedelta(seconds=1)
 
@@ -86,30 +84,9 @@ class GroupBackend(FakeBackend):
 
 @pytest.fixture
 def gserver():
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-
-    def run(coro):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(10)
-
-    async def make():
-        backend = GroupBackend()
-        acc = Acceptor(KafkaApis(backend), "127.0.0.1", 0, max_request_bytes=1 << 20)
-        _, port = await acc.start()
-        return acc, backend, port
-
-    acc, backend, port = run(make())
-    yield port, backend, loop
-
-    async def stop():
-        acc.stop()
-        await asyncio.sleep(0.05)  # the cancelled Processors close their transports
-
-    run(stop())
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+    backend = GroupBackend()
+    with listening(backend) as (port, _acc, _run, loop):
+        yield port, backend, loop
 
 
 def ask(port, request, response_cls, client_id="cli-1"):

@@ -5,6 +5,7 @@ of an in-memory Backend. Framing, ordering, ApiVersions, Metadata, Produce (acks
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import socket
 import struct
@@ -117,9 +118,10 @@ class Client:
             return True
 
 
-@pytest.fixture
-def server():
-    """(port, backend, run): a listener on an event loop in a thread; ``run(coro)`` runs on that loop."""
+@contextlib.contextmanager
+def listening(backend, **acceptor_kw):
+    """A listener over ``backend`` on its own event-loop thread: yields ``(port, acceptor, run, loop)``,
+    where ``run(coro)`` runs a coroutine on that loop; stops the listener and the loop afterwards."""
     import threading
 
     loop = asyncio.new_event_loop()
@@ -130,22 +132,31 @@ def server():
         return asyncio.run_coroutine_threadsafe(coro, loop).result(10)
 
     async def make():
-        backend = FakeBackend()
-        acc = Acceptor(KafkaApis(backend), "127.0.0.1", 0, max_request_bytes=1 << 20)
+        acc = Acceptor(KafkaApis(backend), "127.0.0.1", 0, **{"max_request_bytes": 1 << 20, **acceptor_kw})
         _, port = await acc.start()
-        return acc, backend, port
+        return acc, port
 
-    acc, backend, port = run(make())
-    yield port, backend, run, acc
+    acc, port = run(make())
+    try:
+        yield port, acc, run, loop
+    finally:
 
-    async def stop():
-        acc.stop()
-        await asyncio.sleep(0.05)  # the cancelled Processors close their transports
+        async def stop():
+            acc.stop()
+            await asyncio.sleep(0.05)  # the cancelled Processors close their transports
 
-    run(stop())
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+        run(stop())
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)
+        loop.close()
+
+
+@pytest.fixture
+def server():
+    """(port, backend, run, acceptor): a listener over a FakeBackend (see ``listening``)."""
+    backend = FakeBackend()
+    with listening(backend) as (port, acc, run, _loop):
+        yield port, backend, run, acc
 
 
 def api_versions_req():

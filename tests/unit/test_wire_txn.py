@@ -5,9 +5,7 @@ answers (per partition where the API has them) and Kafka's version-dependent err
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import threading
 
 import pytest
 from kio.schema.add_offsets_to_txn.v0 import request as ao0
@@ -39,12 +37,10 @@ from kio.schema.txn_offset_commit.v0 import request as tc0
 from kio.schema.txn_offset_commit.v0 import response as tc0r
 from kio.schema.txn_offset_commit.v3 import request as tc3
 from kio.schema.txn_offset_commit.v3 import response as tc3r
-from test_wire_listener import Client, FakeBackend
+from test_wire_listener import Client, FakeBackend, listening
 
 from protocol import txn_messages as T
 from serve.kafka_wire import codec, versions
-from serve.kafka_wire.apis import KafkaApis
-from serve.kafka_wire.network import Acceptor
 
 NOT_COORDINATOR, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, PRODUCER_FENCED = 16, 47, 48, 90
 UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED, COORDINATOR_LOAD_IN_PROGRESS = 3, 55, 14
@@ -113,30 +109,9 @@ class TxnBackend(FakeBackend):
 @pytest.fixture
 def wire():
     """(client, backend): a listener over TxnBackend on its own event loop thread, and a connected client."""
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=loop.run_forever, daemon=True)
-    t.start()
-
-    def run(coro):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(10)
-
-    async def make():
-        backend = TxnBackend()
-        acc = Acceptor(KafkaApis(backend), "127.0.0.1", 0, max_request_bytes=1 << 20)
-        _, port = await acc.start()
-        return acc, backend, port
-
-    acc, backend, port = run(make())
-    yield Client(port), backend
-
-    async def stop():
-        acc.stop()
-        await asyncio.sleep(0.05)
-
-    run(stop())
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
-    loop.close()
+    backend = TxnBackend()
+    with listening(backend) as (port, _acc, _run, _loop):
+        yield Client(port), backend
 
 
 def ask(client, request, response_cls, cid=[0]):  # noqa: B006 - a running correlation id
