@@ -7,19 +7,18 @@ log line of a request whose api key or version is not served."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import socket
 import struct
-import threading
 import time
 
 import pytest
 from kio.schema.api_versions.v3 import ApiVersionsResponse
-from test_wire_listener import Client, FakeBackend, api_versions_req
+from test_wire_listener import Client, FakeBackend, api_versions_req, listening
 
 from serve.kafka_wire import codec
-from serve.kafka_wire.apis import KafkaApis
 from serve.kafka_wire.config import DEFAULT_CONNECTIONS_MAX_IDLE_MS, listener_config
 from serve.kafka_wire.network import Acceptor, Processor
 
@@ -27,29 +26,10 @@ IDLE_MS = 400
 
 
 class Listener:
-    """An Acceptor in front of a FakeBackend on an event loop in its own thread."""
+    """A running listener (test_wire_listener's ``listening`` harness) over a FakeBackend."""
 
-    def __init__(self, connections_max_idle_ms: int):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-        async def make():
-            acc = Acceptor(
-                KafkaApis(FakeBackend()),
-                "127.0.0.1",
-                0,
-                max_request_bytes=1 << 20,
-                connections_max_idle_ms=connections_max_idle_ms,
-            )
-            await acc.start()
-            return acc
-
-        self.acceptor = self.run(make())
-        self.port = self.acceptor.port
-
-    def run(self, coro, timeout: float = 10):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    def __init__(self, port: int, acceptor: Acceptor, run, loop):
+        self.port, self.acceptor, self.run, self.loop = port, acceptor, run, loop
 
     def connections(self) -> int:
         async def count():
@@ -63,22 +43,17 @@ class Listener:
             time.sleep(0.02)
         return got
 
-    def stop(self):
-        async def stop():
-            self.acceptor.stop()
-            await asyncio.sleep(0.05)
 
-        self.run(stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
+@contextlib.contextmanager
+def listener(connections_max_idle_ms: int):
+    with listening(FakeBackend(), connections_max_idle_ms=connections_max_idle_ms) as (port, acc, run, loop):
+        yield Listener(port, acc, run, loop)
 
 
 @pytest.fixture
 def idle_listener():
-    lst = Listener(IDLE_MS)
-    yield lst
-    lst.stop()
+    with listener(IDLE_MS) as lst:
+        yield lst
 
 
 def closed_within(sock: socket.socket, timeout: float) -> float | None:
@@ -135,11 +110,8 @@ STEADY_IDLE_MS = 1500  # a wider limit here: the gaps between bytes must stay we
 def test_active_and_slow_but_steady_connections_stay_open():
     """Idle means no bytes in or out for the whole limit, not a deadline per request: a client asking every
     ~IDLE/4 ms, and one trickling a frame a byte at a time over ~2.5x the limit, are served and kept."""
-    lst = Listener(STEADY_IDLE_MS)
-    try:
+    with listener(STEADY_IDLE_MS) as lst:
         _steady(lst)
-    finally:
-        lst.stop()
 
 
 def _steady(idle_listener: Listener) -> None:
@@ -180,35 +152,34 @@ def test_a_thousand_connections_at_once_are_all_answered_then_counted_down_to_ze
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
-    lst = Listener(DEFAULT_CONNECTIONS_MAX_IDLE_MS)
     try:
-        frame = codec.encode_request(0, api_versions_req())
+        with listener(DEFAULT_CONNECTIONS_MAX_IDLE_MS) as lst:
+            frame = codec.encode_request(0, api_versions_req())
 
-        async def one(i: int):
-            reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
-            writer.write(codec.encode_request(i, api_versions_req()))
-            await writer.drain()
-            (size,) = struct.unpack(">i", await reader.readexactly(4))
-            cid, resp = codec.decode_response(await reader.readexactly(size), ApiVersionsResponse)
-            return writer, cid, resp.error_code
+            async def one(i: int):
+                reader, writer = await asyncio.open_connection("127.0.0.1", lst.port)
+                writer.write(codec.encode_request(i, api_versions_req()))
+                await writer.drain()
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                cid, resp = codec.decode_response(await reader.readexactly(size), ApiVersionsResponse)
+                return writer, cid, resp.error_code
 
-        async def storm():
-            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(N_CONNECTIONS))), 60)
+            async def storm():
+                return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(N_CONNECTIONS))), 60)
 
-        t0 = time.monotonic()
-        results = asyncio.run(_with_open(storm, lst))
-        took = time.monotonic() - t0
-        assert sorted(cid for _, cid, _ in results[0]) == list(range(N_CONNECTIONS))
-        assert {code for _, _, code in results[0]} == {0}
-        assert results[1] == N_CONNECTIONS  # all open at once, each with its Processor
-        assert took < 60
-        assert lst.wait_connections(0, 20) == 0
-        # and the listener still serves
-        c = Client(lst.port)
-        c.send(frame)
-        assert c.recv(ApiVersionsResponse)[0] == 0
+            t0 = time.monotonic()
+            results = asyncio.run(_with_open(storm, lst))
+            took = time.monotonic() - t0
+            assert sorted(cid for _, cid, _ in results[0]) == list(range(N_CONNECTIONS))
+            assert {code for _, _, code in results[0]} == {0}
+            assert results[1] == N_CONNECTIONS  # all open at once, each with its Processor
+            assert took < 60
+            assert lst.wait_connections(0, 20) == 0
+            # and the listener still serves
+            c = Client(lst.port)
+            c.send(frame)
+            assert c.recv(ApiVersionsResponse)[0] == 0
     finally:
-        lst.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
