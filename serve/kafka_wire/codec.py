@@ -124,10 +124,8 @@ def _plan(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
         out = []
         for f in dataclasses.fields(cls):
             hint = hints.get(f.name)
-            args = typing.get_args(hint)
-            nullable = type(None) in args
-            inner = [a for a in args if a is not type(None) and a is not Ellipsis] or [hint]
-            entity = next((a for a in inner if dataclasses.is_dataclass(a)), None)
+            nullable = type(None) in typing.get_args(hint)
+            _kafka_type, _is_array, entity = prescan.field_plan(f, hint)  # X | None and tuple[X, ...] unwrapped
             out.append((f.name, nullable, entity))
         plan = _FIELD_PLAN[cls] = tuple(out)
     return plan

@@ -34,7 +34,7 @@ LENGTHED = {"string", "bytes", "records"}
 _PLANS: dict[type, tuple] = {}
 
 
-def _field_plan(f: dataclasses.Field, hint) -> tuple:
+def field_plan(f: dataclasses.Field, hint) -> tuple:
     args = typing.get_args(hint)
     if type(None) in args:  # X | None
         hint = next(a for a in args if a is not type(None))
@@ -50,7 +50,7 @@ def _plan(cls: type) -> tuple:
         hints = typing.get_type_hints(cls)
         untagged, tagged = [], {}
         for f in dataclasses.fields(cls):
-            fp = _field_plan(f, hints[f.name])
+            fp = field_plan(f, hints[f.name])
             if "tag" in f.metadata:
                 tagged[f.metadata["tag"]] = fp
             else:
