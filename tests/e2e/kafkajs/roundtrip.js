@@ -38,6 +38,9 @@ async function roundtrip() {
       { topic, numPartitions: 3, replicationFactor: 3, configEntries: [{ name: 'min.insync.replicas', value: '2' }] },
     ],
     waitForLeaders: true,
+    // kafkajs's default CreateTopics timeout is 5 s; 9 replica actors can take longer to start on a loaded
+    // 2-core machine, and the broker then answers REQUEST_TIMED_OUT (as Kafka does), which kafkajs raises
+    timeout: 30000,
   })
   const listed = await admin.listTopics()
   const metadata = await admin.fetchTopicMetadata({ topics: [topic] })
