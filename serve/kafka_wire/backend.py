@@ -18,7 +18,7 @@ from typing import Protocol
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_CONTROLLER = 3, 6, 7, 41
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+NOT_COORDINATOR = 16
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
 
 
@@ -152,59 +152,43 @@ class BrokerBackend:
     async def find_coordinator(self, key: str, key_type: int) -> dict:
         return await self.broker.find_coordinator(key, key_type)
 
-    # ---- transactions (handlers/txn.py) -----------------------------------------------------------------
-    async def _coordinator_of(self, key_type: int, key: str):
-        """(this broker's coordinator actor of ``key``, None) or (None, error answer): the key's coordinator
-        per FindCoordinator must be this broker (else NOT_COORDINATOR, as Kafka's broker answers); the actor
-        itself answers COORDINATOR_LOAD_IN_PROGRESS while it loads and NOT_COORDINATOR if it moved."""
+    # ---- coordinators: groups (handlers/groups.py) and transactions (handlers/txn.py) -------------------
+    async def _on_coordinator(self, key_type: int, request, idle_answer: dict | None = None) -> dict:
+        """A typed request (protocol/group_messages.py, protocol/txn_messages.py) to this broker's coordinator
+        actor of ``key_type``, the one rafka's Python clients reach through FindCoordinator; the actor routes
+        the key itself (NOT_COORDINATOR for keys of partitions it does not lead, COORDINATOR_LOAD_IN_PROGRESS
+        while loading). A broker that leads no partition of the internal topic has no coordinator:
+        ``idle_answer`` (ListGroups / ListTransactions: nothing) or NOT_COORDINATOR, as is a coordinator actor
+        that died under the call (the broker recreates it; the client finds the coordinator again)."""
         import ray
 
-        from protocol.names import RAY_NAMESPACE
-
-        r = await self.broker.find_coordinator(key, key_type)
-        if r["error_code"]:
-            return None, {"error_code": r["error_code"], "error_message": r.get("error_message")}
-        if r["broker_id"] != self.broker_id:
-            msg = f"{key!r} is coordinated by broker {r['broker_id']}, not {self.broker_id}"
-            return None, {"error_code": NOT_COORDINATOR, "error_message": msg}
-        handle = self.broker.coordinators[key_type].gc
-        if handle is None:
-            try:
-                handle = ray.get_actor(r["coordinator"], namespace=RAY_NAMESPACE)
-            except ValueError:  # not registered yet (the broker just became leader)
-                return None, {"error_code": NOT_COORDINATOR, "error_message": f"{r['coordinator']} is starting"}
-        return handle, None
-
-    async def _coordinator_call(self, key_type: int, key: str, req) -> dict:
-        import ray
-
-        handle, err = await self._coordinator_of(key_type, key)
-        if err is not None:
-            return err
+        host = self.broker.coordinators[key_type]
+        if host.gc is None and not any(lead for lead, _, _ in host.roles.values()):
+            if idle_answer is not None:
+                return idle_answer
+            return {
+                "error_code": NOT_COORDINATOR,
+                "error_message": f"broker {self.broker_id} coordinates no {host.kind.what}",
+            }
         try:
-            return await getattr(handle, req.METHOD).remote(req)
-        except ray.exceptions.RayError as e:  # the coordinator died: its broker recreates it, the client retries
-            return {"error_code": COORDINATOR_NOT_AVAILABLE, "error_message": f"coordinator unavailable: {e}"[:200]}
+            actor = await host.coordinator()
+            return await getattr(actor, request.METHOD).remote(request)
+        except (ray.exceptions.RayError, RuntimeError) as e:
+            return {"error_code": NOT_COORDINATOR, "error_message": f"coordinator unavailable: {e}"[:200]}
 
     async def txn_call(self, transactional_id: str, req) -> dict:
         """``req`` (a protocol.txn_messages request) on the transaction coordinator of ``transactional_id``."""
-        return await self._coordinator_call(TXN_KEY, transactional_id, req)
+        return await self._on_coordinator(TXN_KEY, req)
 
     async def txn_offset_commit(self, group_id: str, req) -> dict:
         """TxnOffsetCommit on the coordinator of ``group_id`` (the group coordinator actor)."""
-        return await self._coordinator_call(GROUP_KEY, group_id, req)
+        return await self._on_coordinator(GROUP_KEY, req)
 
     async def list_transactions(self, req) -> dict:
-        """ListTransactions of this broker's transaction coordinator (none yet: no transactions here)."""
-        import ray
-
-        handle = self.broker.coordinators[TXN_KEY].gc
-        if handle is None:
-            return {"error_code": 0, "error_message": None, "transaction_states": []}
-        try:
-            return await handle.list_transactions.remote(req)
-        except ray.exceptions.RayError as e:
-            return {"error_code": COORDINATOR_NOT_AVAILABLE, "error_message": str(e)[:200], "transaction_states": []}
+        """ListTransactions of this broker's transaction coordinator (none when it leads no partition)."""
+        return await self._on_coordinator(
+            TXN_KEY, req, {"error_code": 0, "error_message": None, "transaction_states": []}
+        )
 
     # ---- admin: the controller through the broker's link (actors/controller_link.py) ----------------------
     @property
@@ -277,21 +261,8 @@ class BrokerBackend:
         return int(res.get("host_broker_id", -1)) if not res.get("error_code") else -1
 
     async def group_call(self, request) -> dict:
-        """A typed group request (protocol/group_messages.py) to this broker's group coordinator actor, the
-        one rafka's Python clients reach through FindCoordinator. A broker that leads no ``__consumer_offsets``
-        partition has no coordinator: NOT_COORDINATOR (ListGroups: no groups), as does a coordinator actor
-        that died under the call (the broker recreates it; the client finds the coordinator again)."""
-        import ray
-
+        """A typed group request (protocol/group_messages.py) to this broker's group coordinator actor."""
         from protocol.group_messages import ListGroupsRequest
 
-        host = self.broker.coordinators[GROUP_KEY]
-        if host.gc is None and not any(lead for lead, _, _ in host.roles.values()):
-            if isinstance(request, ListGroupsRequest):
-                return {"error_code": 0, "groups": []}
-            return {"error_code": NOT_COORDINATOR, "error_message": f"broker {self.broker_id} coordinates no group"}
-        try:
-            gc = await host.coordinator()
-            return await getattr(gc, request.METHOD).remote(request)
-        except (ray.exceptions.RayError, RuntimeError) as e:
-            return {"error_code": NOT_COORDINATOR, "error_message": f"group coordinator unavailable: {e}"[:200]}
+        idle = {"error_code": 0, "groups": []} if isinstance(request, ListGroupsRequest) else None
+        return await self._on_coordinator(GROUP_KEY, request, idle)
