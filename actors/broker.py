@@ -388,6 +388,13 @@ class BrokerActor:
     def replica_handles(self) -> dict:
         return dict(self.replicas)
 
+    def describe_configs(self) -> list[dict]:
+        """This broker's configs with Kafka's sources (actors/config_sources.py): DescribeConfigs of a broker
+        resource, ``rafka cluster configs``."""
+        from actors.config_sources import broker_entries
+
+        return broker_entries(self.config)
+
     def hosted_partitions(self) -> list[tuple[str, int]]:
         return sorted(self.replicas)
 

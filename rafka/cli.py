@@ -4,8 +4,10 @@
     rafka cluster info | stop
     rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
     rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
-    rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
-    rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n'] [--group G]
+    rafka topic trim-prefix NAME -o OFFSET | elect-leaders | reassign NAME -p P --replicas 1,2,0
+    rafka cluster configs [--broker N]                      (rafka/cli_topics.py)
+    rafka topic produce NAME [-k KEY | --key-separator SEP] [-H k=v] [--print-acks]  (a record per stdin line)
+    rafka topic consume NAME [-o start|end|N|-N|s@TS|P:SPEC] [-n N] [-e] [-f json|'%k %v %h\\n'] [-E hex] [-g G]
     rafka group list | describe G | seek G --to start|end|N [--topic T] | delete G
     rafka perf produce --topic T --records N --record-size B --acks all [--json]
     rafka perf consume --topic T --records N [--json]
@@ -24,8 +26,8 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rafka import cli_support, clusterctl
-from rafka.cli_data import cmd_topic_consume, cmd_topic_produce
+from rafka import cli_support, cli_topics, clusterctl
+from rafka.cli_data import ENCODINGS, cmd_topic_consume, cmd_topic_produce
 from rafka.cli_support import (
     EXIT_ERROR,
     EXIT_NO_CLUSTER,
@@ -114,10 +116,11 @@ def cmd_topic_create(args) -> int:
 
 
 def cmd_topic_list(args) -> int:
+    from actors.auto_topic_creation import INTERNAL_TOPICS
     from rafka.admin import Admin
 
     admin = Admin(_connect(args))
-    names = admin.list_topics()
+    names = [n for n in admin.list_topics() if args.internal or n not in INTERNAL_TOPICS]
     descs = admin.describe_topics(names) if names else []
     rows = [
         [d["name"], len(d["partitions"]), len(d["partitions"][0]["replicas"]) if d["partitions"] else 0] for d in descs
@@ -147,14 +150,13 @@ def cmd_topic_describe(args) -> int:
             tp = TopicPartition(d["name"], p["partition"])
             p["log_start_offset"], p["high_watermark"] = starts[tp].offset, ends[tp].offset
         d["effective_configs"] = admin.describe_configs(d["name"])
+        d["config_entries"] = admin.describe_config_entries(d["name"])
         out.append(d)
     if args.json:
         _print(args, out)
         return EXIT_OK
     for d in out:
         _echo(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
-        if d.get("configs"):
-            _echo("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
         rows = [
             [
                 p["partition"],
@@ -171,6 +173,15 @@ def cmd_topic_describe(args) -> int:
         _echo(
             _table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "HIGH-WATERMARK"])
         )
+        shown = (
+            d["config_entries"]
+            if args.all_configs
+            else [e for e in d["config_entries"] if e["source"] != "DEFAULT_CONFIG"]
+        )
+        if shown:
+            _echo("\n" + _table([[e["name"], e["value"], e["source"]] for e in shown], ["CONFIG", "VALUE", "SOURCE"]))
+        if not args.all_configs:
+            _echo(f"({len(d['config_entries']) - len(shown)} configs at their defaults: -a shows every config)")
     return EXIT_OK
 
 
@@ -387,9 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-r", "--replicas", type=int, default=-1)
     s.add_argument("-c", "--config", action="append", help="topic config key=value (repeatable)")
     s.set_defaults(func=cmd_topic_create)
-    tp.add_parser("list", parents=[common]).set_defaults(func=cmd_topic_list)
-    s = tp.add_parser("describe", parents=[common])
+    s = tp.add_parser("list", parents=[common])
+    s.add_argument("-i", "--internal", action="store_true", help="include internal topics (__consumer_offsets, ...)")
+    s.set_defaults(func=cmd_topic_list)
+    s = tp.add_parser("describe", parents=[common], help="partitions, offsets and configs with their sources")
     s.add_argument("names", nargs="+")
+    s.add_argument("-a", "--all-configs", action="store_true", help="print every config, defaults included")
     s.set_defaults(func=cmd_topic_describe)
     s = tp.add_parser("delete", parents=[common])
     s.add_argument("names", nargs="+")
@@ -407,13 +421,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("-k", "--key", default=None, help="key for every record")
     s.add_argument("--key-separator", default=None, help="split each line into key SEP value")
+    s.add_argument(
+        "-H", "--header", action="append", default=None, help="header key=value on every record (repeatable)"
+    )
     s.add_argument("-p", "--partition", type=_index, default=None)
     s.add_argument("--acks", default="all")
     s.add_argument("--linger-ms", type=_index, default=5)
+    s.add_argument(
+        "--print-acks", action="store_true", help="a line per record as it is acknowledged (default on a terminal)"
+    )
     s.set_defaults(func=cmd_topic_produce)
     s = tp.add_parser("consume", parents=[common])
     s.add_argument("name")
-    s.add_argument("-o", "--offset", default="start", help="start, end or an offset (default start)")
+    s.add_argument(
+        "-o",
+        "--offset",
+        action="append",
+        default=None,
+        help="start (default), end, N, -N (N before the end), s@TIMESTAMP; P:SPEC for partition P only (repeatable)",
+    )
+    s.add_argument("--from-timestamp", default=None, help="start at this time (ms or ISO date-time) in every partition")
     s.add_argument("-n", "--num", type=_count, default=None, help="stop after N records")
     s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
     s.add_argument(
@@ -424,11 +451,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only this partition (repeatable; it must exist)",
     )
-    s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
+    s.add_argument(
+        "-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%T %%k %%v %%h %%K %%S (kcat's)"
+    )
+    s.add_argument(
+        "-E",
+        "--encoding",
+        choices=ENCODINGS,
+        default="text",
+        help="keys, values and header values as text, hex or base64",
+    )
     s.add_argument(
         "-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group"
     )
     s.set_defaults(func=cmd_topic_consume)
+
+    cli_topics.register(tp, cl, common)
 
     gp = groups.add_parser("group", help="list, describe, seek and delete consumer groups").add_subparsers(
         dest="verb", required=True
