@@ -378,6 +378,8 @@ class ReplicaActor:
                 log_end_offset=snap.log_end_offset,
                 high_watermark=snap.high_watermark,
                 latest_epoch=lg.latest_epoch,
+                size_bytes=lg.size_in_bytes(),
+                segments=len(lg.segments),
             )
         st["stats"] = dict(self._stats)
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()

@@ -67,7 +67,10 @@ DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 def _fastapi() -> FastAPI:
     """A fresh FastAPI app with the gateway's exception handlers: every failure is a JSON error body."""
-    api = FastAPI(
+    from fastapi_offline import FastAPIOffline
+
+    # /docs and /redoc from the package's own Swagger UI / ReDoc files, not a CDN: they work offline
+    api = FastAPIOffline(
         title="rafka HTTP gateway",
         version="1.0",
         description="Confluent REST Proxy-shaped HTTP API (v2 + v3) over a rafka cluster. Errors: "
@@ -167,10 +170,12 @@ def build_app():
     process never registers a route twice)."""
     from ray import serve as ray_serve
 
+    from serve.console_routes import console_mixin
+
     app = _fastapi()
 
     @ray_serve.ingress(app)
-    class GatewayIngress(Gateway):
+    class GatewayIngress(Gateway, console_mixin(app)):  # type: ignore[misc]  # the web console: /console
         # -- health and clusters ------------------------------------------------------------------------
         @app.get("/health", summary="Cluster reachable, controller epoch, brokers alive")
         async def health(self) -> Response:
