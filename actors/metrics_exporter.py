@@ -33,8 +33,8 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector, CollectorRegistry
 from ray.exceptions import RayError
 
+from protocol.kv import GATEWAY_METRICS, GcsKV, read_cluster
 from protocol.kv import METRICS_URL as METRICS_URL_KEY
-from protocol.kv import GcsKV, read_cluster
 from protocol.names import (
     RAY_NAMESPACE,
     broker_name,
@@ -166,6 +166,12 @@ CATALOG: dict[str, tuple[str, tuple[str, ...], str]] = {
     "kafka_coordinator_transaction_abortedtimeouts": (COUNTER, (B,), "Transactions aborted on timeout"),
     "kafka_coordinator_transaction_markerswritten": (COUNTER, (B,), "Transaction markers written"),
     "kafka_coordinator_transaction_appends": (COUNTER, (B,), "__transaction_state appends"),
+    # -- the REST gateway (serve/gateway_metrics.py; Confluent REST Proxy's kafka.rest:type=jersey-metrics)
+    "kafka_rest_gateway_requests": (
+        COUNTER,
+        ("method", "route", "status"),
+        "HTTP requests answered by the REST gateway, by route template and status",
+    ),
     # -- the exporter itself
     "rafka_exporter_scrape_duration_seconds": (GAUGE, (), "How long this scrape took to gather"),
     "rafka_exporter_unreachable_actors": (
@@ -316,12 +322,21 @@ class ClusterCollector(Collector):
             t = first.get(txn_coordinator_name(c, b))
             if t is not None:
                 self._txns(fam, b, t)
+        self._gateway(fam)
         for kind in ("broker", "replica", "controller", "group_coordinator", "txn_coordinator"):
             fam.add("rafka_exporter_unreachable_actors", [kind], missing.get(kind, 0))
         fam.add("rafka_exporter_scrape_duration_seconds", [], time.monotonic() - t0)
         yield from fam.f.values()
 
     # ---- renderers ----------------------------------------------------------------------------------
+    def _gateway(self, fam: _Families) -> None:
+        counts: dict[tuple, int] = {}
+        for key in self.kv.keys(GATEWAY_METRICS):
+            for m, r, s, n in (self.kv.get(key) or {}).get("counts", []):
+                counts[(m, r, s)] = counts.get((m, r, s), 0) + n
+        for labels, n in sorted(counts.items()):
+            fam.add("kafka_rest_gateway_requests", labels, n)
+
     @staticmethod
     def _replicas(fam: _Families, alive: list[int], replicas: list[dict]) -> None:
         by_topic: dict[tuple[int, str], dict] = {}
