@@ -203,8 +203,8 @@ class ServerHandle:
 
     # ---- shutdown ---------------------------------------------------------------------------------
     def shutdown(self, clear_kv: bool = True) -> None:
+        self.exporter = None  # no handle held while it dies: its name is freed at once
         stop_exporter(self.cluster)
-        self.exporter = None
         live = []
         for h in self.brokers.values():
             try:

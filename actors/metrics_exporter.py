@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import ray
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -260,7 +261,7 @@ class ClusterCollector(Collector):
                 return None
         return h
 
-    def _gather(self, calls: list[tuple[str, str, object]], deadline: float, missing: dict) -> dict:
+    def _gather(self, calls: list[tuple[str, str, Any]], deadline: float, missing: dict) -> dict:
         """``[(kind, actor name, ObjectRef)]`` -> ``{actor name: answer}`` of those answering by the deadline."""
         if not calls:
             return {}
@@ -374,11 +375,11 @@ class ClusterCollector(Collector):
                 fam.add(name, [b, t], acc.get(k, 0))
         for b in sorted(rm):
             for req in REQUESTS:
-                h = hist.get((b, req))
-                if h is None:
+                snap = hist.get((b, req))
+                if snap is None:
                     continue
-                fam.add("kafka_network_requestmetrics_requests", [b, req], h["count"])
-                fam.hist("kafka_network_requestmetrics_totaltimems", [b, req], h)
+                fam.add("kafka_network_requestmetrics_requests", [b, req], snap["count"])
+                fam.hist("kafka_network_requestmetrics_totaltimems", [b, req], snap)
             m = rm[b]
             fam.add("kafka_server_replicamanager_partitioncount", [b], m["partitions"])
             fam.add("kafka_server_replicamanager_leadercount", [b], m["leaders"])
@@ -514,3 +515,13 @@ def stop_exporter(cluster: str, timeout_s: float = 5.0) -> None:
     except Exception as e:  # noqa: BLE001 - it is killed anyway
         log.info("metrics exporter of %s: %s", cluster, e)
     ray.kill(h, no_restart=True)
+    del h
+    # ray.kill is asynchronous: wait until the name is free, so a start_cluster right after (a restart on the
+    # same data) creates a new exporter rather than getting this dying one back (get_if_exists)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(metrics_exporter_name(cluster), namespace=RAY_NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.02)
