@@ -175,12 +175,9 @@ def group_metrics(parts: dict) -> dict:
         if part.state != "active":  # group_service.ACTIVE (loading or failed: not counted yet)
             loading += 1
             continue
-        shard = part.shard
-        for gid, g in shard._groups.items():
-            groups.append({"group": gid, "state": str(g.state), "members": len(g.members), "partition": p})
-        for gid, by_tp in shard._offsets.offsets.items():
-            for (topic, partition), v in by_tp.items():
-                offsets.append({"group": gid, "topic": topic, "partition": partition, "offset": v.offset})
+        gs, offs = part.shard.metrics_view()
+        groups += [{"group": g, "state": st, "members": n, "partition": p} for g, st, n in gs]
+        offsets += [{"group": g, "topic": t, "partition": q, "offset": o} for g, t, q, o in offs]
     return {"partitions": len(parts), "loading": loading, "groups": groups, "offsets": offsets}
 
 
