@@ -49,6 +49,7 @@ from .controller_logic import ELECT_PREFERRED, ControllerLogic
 from .log_dir_lock import LogDirLock
 from .metadata_image import MetadataImage
 from .metadata_store import ClusterKV, MetadataLog, load_image
+from .metrics import ControllerStats
 from .replica_state_machine import offline_replicas, online_replicas
 from .supervision import BrokerHeartbeats
 
@@ -76,6 +77,7 @@ class ControllerActor:
         self.resigned: str | None = None
         self.stopping = False
         self.lock = asyncio.Lock()  # one commit at a time
+        self.stats = ControllerStats()  # elections and ISR changes, for the exporter (actors/metrics.py)
         self._started: asyncio.Future | None = None
         self._ack_cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
@@ -158,6 +160,7 @@ class ControllerActor:
         prior = cr.prior_state(img, records)
         for r in records:
             img.replay(r)
+        self.stats.on_commit(prior, img.partition)
         self._check_current()
         self.kv.persist(img, *cr.dirty_keys(records))
         if self.mlog.records_since_snapshot > SNAPSHOT_EVERY:
@@ -385,6 +388,15 @@ class ControllerActor:
 
     def ping(self) -> int:
         return self.epoch
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): epoch, host broker, elections, ISR changes."""
+        return {
+            "controller_epoch": self.epoch,
+            "host_broker_id": self.host_broker_id,
+            "resigned": bool(self.resigned),
+            **self.stats.snapshot(),
+        }
 
     @ray.method(concurrency_group="liveness")
     async def probe(self) -> dict:

@@ -41,6 +41,7 @@ from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
 from actors.group_txn_api import GroupTxnApi
+from actors.metrics import group_metrics
 from protocol import group_messages as M
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -388,6 +389,10 @@ class GroupCoordinatorActor(GroupTxnApi):
             "num_partitions": self.num_partitions,
             "partitions": {p: part.describe() for p, part in sorted(self.parts.items())},
         }
+
+    def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): groups, members and committed offsets."""
+        return {"broker_id": self.broker_id, **group_metrics(self.parts)}
 
     def ping(self) -> int:
         return self.broker_id

@@ -46,6 +46,7 @@ import ray
 
 from actors.alter_partition import AlterPartitionManager
 from actors.group_service import OFFSETS_TOPIC
+from actors.metrics import ReplicaStats
 from actors.partition import Partition
 from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
@@ -115,6 +116,7 @@ class ReplicaActor:
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
+        self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
 
@@ -208,6 +210,12 @@ class ReplicaActor:
 
     # ---- produce ----------------------------------------------------------------------------------
     async def produce(self, req: ProduceRequest) -> dict:
+        t0 = time.perf_counter()
+        answer = await self._produce(req)
+        self.metrics_stats.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    async def _produce(self, req: ProduceRequest) -> dict:
         p = self.partition
         try:
             req = check_request(req, ProduceRequest, "produce")
@@ -285,6 +293,12 @@ class ReplicaActor:
 
     # ---- fetch ------------------------------------------------------------------------------------
     async def fetch(self, req: FetchRequest) -> dict:
+        t0 = time.perf_counter()
+        answer = await self._fetch(req)
+        self.metrics_stats.fetched(getattr(req, "is_follower", False), answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    async def _fetch(self, req: FetchRequest) -> dict:
         p = self.partition
         try:
             req = check_request(req, FetchRequest, "fetch")
@@ -394,6 +408,30 @@ class ReplicaActor:
             st["follower_fetches"] = self.fetcher.fetches
             st["follower_error"] = self.fetcher.error
         return st
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): this replica's counters and log figures."""
+        lg, p = self.log, self.partition
+        out = {
+            "topic": self.topic,
+            "partition": p.partition,
+            "broker": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "min_isr": self.config.min_insync_replicas,
+            **self.metrics_stats.snapshot(),
+        }
+        if p.role != STOPPED:
+            out.update(
+                log_start_offset=lg.log_start_offset,
+                log_end_offset=lg.log_end_offset,
+                high_watermark=lg.high_watermark,
+                size=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        return out
 
     @ray.method(concurrency_group="liveness")
     async def ping(self) -> int:

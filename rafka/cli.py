@@ -69,6 +69,7 @@ def cmd_cluster_start(args) -> int:
         f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
         f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
         f"  kafka         {info.get('bootstrap_servers') or '(no listener)'}\n"
+        f"  metrics       {info.get('metrics_url') or '(off)'}\n"
         f"Attach with: rafka.connect() or rafka.connect({info['address']!r})",
     )
     return EXIT_OK
@@ -86,6 +87,7 @@ def cmd_cluster_info(args) -> int:
     handle = _connect(args)
     desc = Admin(handle).describe_cluster()
     desc["address"] = handle.address
+    desc["metrics_url"] = handle.metrics_url
     rows = [
         [b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
         for b in desc["brokers"]
@@ -94,7 +96,7 @@ def cmd_cluster_info(args) -> int:
         f"cluster {desc['cluster']}  controller on broker {desc['controller_id']} "
         f"(epoch {desc['controller_epoch']})  "
         f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
-        + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"])
+        f"metrics {desc['metrics_url'] or '(off)'}\n" + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"])
     )
     _print(args, desc, human)
     return EXIT_OK

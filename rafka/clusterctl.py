@@ -230,10 +230,11 @@ def start(
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
         from actors.bootstrap import start_cluster
 
-        start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
+        server = start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
         from rafka.cluster import bootstrap_servers
 
         info["bootstrap_servers"] = bootstrap_servers(cluster)
+        info["metrics_url"] = server.metrics_url()
     except BaseException:
         if ray.is_initialized():
             ray.shutdown()

@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rafka.errors import KafkaError
+from serve import gateway_metrics
 from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
 from serve.errors import (
     BAD_PARAMETER,
@@ -77,6 +78,8 @@ def _fastapi() -> FastAPI:
         '{"error_code": <HTTP status + sequence>, "kafka_error_code": <Kafka code|null>, '
         '"message": ...}.',
     )
+
+    api.middleware("http")(gateway_metrics.middleware)  # request counts for the exporter (docs/metrics.md)
 
     @api.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -131,6 +134,7 @@ class Gateway:
         from rafka.admin import Admin
 
         self.cluster = cluster
+        gateway_metrics.attach(cluster)
         self.producer = ProduceService(cluster, acks, producer_config)
         self.admin = Admin(cluster, default_api_timeout_ms=15000, request_timeout_ms=10000)
         self.instances = instances

@@ -60,6 +60,13 @@ def test_start_attach_from_a_fresh_process(cli):
     assert [b["id"] for b in desc["brokers"]] == [0] and desc["brokers"][0]["alive"]
     out = js(cli("cluster", "info", "--json"))
     assert out["address"] == info["address"] and out["controller_id"] == 0
+    # the one Prometheus scrape URL: printed by start, shown by info, answering with the cluster's figures
+    assert info["metrics_url"].startswith("http://") and out["metrics_url"] == info["metrics_url"]
+    assert f"metrics {info['metrics_url']}" in cli("cluster", "info").stdout
+    import urllib.request
+
+    body = urllib.request.urlopen(info["metrics_url"], timeout=60).read().decode()
+    assert 'kafka_controller_kafkacontroller_activecontrollercount{broker="0"} 1.0' in body
 
 
 def test_topic_lifecycle_and_round_trip(cli):

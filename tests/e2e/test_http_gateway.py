@@ -671,3 +671,34 @@ def test_cli_serve_verbs(tmp_path):
         assert cli("serve", "status", check=False).returncode == 1
     finally:
         cli("cluster", "stop")
+
+
+def test_gateway_requests_are_counted_on_the_clusters_metrics_endpoint(gw, e2e_cluster, e2e_topic):
+    """Each gateway replica publishes its request counts (serve/gateway_metrics.py); the cluster's one scrape
+    URL shows them by route template and status: exactly the requests made here."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def counts() -> dict:
+        body = requests.get(e2e_cluster.metrics_url, timeout=60).text
+        return {
+            (s.labels["method"], s.labels["route"], s.labels["status"]): s.value
+            for f in text_string_to_metric_families(body)
+            for s in f.samples
+            if s.name == "kafka_rest_gateway_requests_total"
+        }
+
+    ok, missing = ("GET", "/topics/{topic}", "200"), ("GET", "/topics/{topic}", "404")
+    topic = e2e_topic(1, 1)
+    before = counts()
+    for _ in range(5):
+        assert requests.get(f"{gw}/topics/{topic}", timeout=30).status_code == 200
+    for _ in range(3):
+        assert requests.get(f"{gw}/topics/no-such-topic-here", timeout=30).status_code == 404
+    deadline = time.monotonic() + 30
+    while True:
+        after = counts()
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in (ok, missing)}
+        if delta == {ok: 5, missing: 3} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert delta == {ok: 5, missing: 3}
