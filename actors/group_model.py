@@ -23,6 +23,7 @@ import enum
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
+
 from actors.group_records import CoordinatorRecord, GroupMetadataValue, MemberMetadata
 from protocol.group_messages import JoinGroupResponse, SyncGroupResponse
 
