@@ -1,7 +1,8 @@
 """The ``rafka`` command line (Redpanda ``rpk``'s verbs).
 
     rafka cluster start [--brokers N] [--data-dir D]      a persistent local Ray head + detached actors
-    rafka cluster info | stop
+    rafka cluster info | stop | health [--json]                  health exits 0 healthy, 4-7 (rafka/health.py)
+    rafka logs [--broker N] [--controller] [-f] [-n LINES]     the server logs on disk (no Ray needed)
     rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
     rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
     rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
@@ -24,7 +25,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rafka import cli_support, clusterctl
+from rafka import cli_logs, cli_support, clusterctl
 from rafka.cli_data import cmd_topic_consume, cmd_topic_produce
 from rafka.cli_support import (
     EXIT_ERROR,
@@ -76,6 +77,31 @@ def cmd_cluster_stop(args) -> int:
     info = clusterctl.stop()
     _print(args, info, f"stopped rafka cluster {info['cluster']!r} ({info['killed']} Ray process(es))")
     return EXIT_OK
+
+
+def cmd_cluster_health(args) -> int:
+    """Exit code for scripts: 0 healthy, 4 under-replicated, 5 under-min-isr, 6 leaderless, 7 offline
+    (rafka/health.py); 3 when there is no cluster."""
+    from rafka.admin import Admin
+    from rafka.health import STATES, health_report
+
+    report = health_report(Admin(_connect(args)))
+    rows = [
+        [u["topic"], u["partition"], u["state"], u["leader"], u["replicas"], u["isr"], u["offline_replicas"] or ""]
+        for u in report["unhealthy"]
+    ]
+    dead = report["brokers_dead"]
+    human = (
+        f"cluster {report['cluster']}: {report['status']} (exit {report['exit_code']})\n"
+        f"brokers alive {report['brokers_alive']}"
+        + (f", dead {dead}" if dead else "")
+        + f"; controller on broker {report['controller_id']} (epoch {report['controller_epoch']})\n"
+        f"partitions {report['partitions']}: "
+        + ", ".join(f"{s} {report['counts'][s]}" for s in STATES)
+        + ("\n" + _table(rows, ["TOPIC", "PARTITION", "STATE", "LEADER", "REPLICAS", "ISR", "OFFLINE"]) if rows else "")
+    )
+    _print(args, report, human)
+    return report["exit_code"]
 
 
 def cmd_cluster_info(args) -> int:
@@ -363,7 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
-    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,txn,perf,serve,job,verify}")
+    groups = p.add_subparsers(
+        dest="group", required=True, metavar="{cluster,topic,group,txn,perf,logs,serve,job,verify}"
+    )
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
         dest="verb", required=True
@@ -377,6 +405,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_cluster_start)
     cl.add_parser("stop", parents=[common], help="stop the cluster started here").set_defaults(func=cmd_cluster_stop)
     cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)
+    cl.add_parser(
+        "health",
+        parents=[common],
+        help="per-partition health: healthy / under-replicated / under-min-isr / leaderless / offline",
+        description="Exit code: 0 healthy, 4 under-replicated, 5 under-min-isr, 6 leaderless, 7 offline, 3 no cluster "
+        "(the worst partition decides). --json prints the report.",
+    ).set_defaults(func=cmd_cluster_health)
 
     tp = groups.add_parser("topic", help="create, inspect, produce to and consume from topics").add_subparsers(
         dest="verb", required=True
@@ -463,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--records", type=_count, required=True)
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
+
+    cli_logs.register(groups, common)  # `rafka logs`: files on disk, no Ray
 
     # the gateway, the Spark jobs and verify own their verbs (serve/cli.py, jobs/cli.py, rafka/verify.py),
     # found through the `rafka.commands` entry points (pyproject.toml): the client package never imports

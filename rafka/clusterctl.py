@@ -35,6 +35,12 @@ from rafka.cluster import read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError
 
 
+def last_data_dir_file():
+    """``$RAFKA_HOME/last-data-dir``: the data directory of the last ``start``, where ``rafka logs`` reads the
+    server logs once the cluster is stopped (the state file is gone then)."""
+    return state_file().parent / "last-data-dir"
+
+
 def free_port() -> int:
     """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
     while True:
@@ -243,6 +249,7 @@ def start(
     ray.shutdown()
     state_file().parent.mkdir(parents=True, exist_ok=True)
     state_file().write_text(json.dumps(info, indent=2))
+    last_data_dir_file().write_text(data_dir + "\n")
     return info
 
 

@@ -72,9 +72,7 @@ def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutd
         ch.restart_broker(host)
         wait_until(lambda: sorted(part(ch, "clicks", led)["isr"]) == [0, 1], 60, "the restarted broker rejoins")
         wait_until(lambda: _has(other_log, f"Expanding ISR from [{other}] to"), 20, "ISR expand on the leader")
-        wait_until(
-            lambda: _has(ctl_log, f"Expanded ISR of {tp} from [{other}] to"), 20, "ISR expand in controller.log"
-        )
+        wait_until(lambda: _has(ctl_log, f"Expanded ISR of {tp} from [{other}] to"), 20, "ISR expand in controller.log")
         wait_until(lambda: _has(host_log, "started (broker epoch"), 20, "broker restart line")
     # every cluster started above is shut down now: its processes are gone, the files stay
     files = server_log.log_files(data_dir)
