@@ -6,6 +6,9 @@ them; ``rafka logs`` reads them without attaching to Ray)::
     <data_dir>/logs/broker-<id>.log   one broker: the broker actor, its replica actors, its group and
                                       transaction coordinators (Kafka's server.log + state-change.log)
     <data_dir>/logs/controller.log    the controller, whichever broker hosts it (Kafka's controller.log)
+    <data_dir>/logs/ray.log           Ray's own driver-side warnings (``route_ray_driver_logs``: the start-up
+                                      warnings of small machines, kept off the user's terminal)
+    <data_dir>/logs/ray-start.log     what ``ray start --head`` printed for ``rafka cluster start``
 
 Each file rotates at ``MAX_BYTES`` keeping ``BACKUPS`` old files (``broker-1.log.1`` ...). Several processes
 write one broker's file (every replica is its own Ray worker process), so the handler is
@@ -32,6 +35,8 @@ import os
 
 LOGS_DIR = "logs"
 CONTROLLER_LOG = "controller.log"
+RAY_LOG = "ray.log"
+RAY_START_LOG = "ray-start.log"
 MAX_BYTES = 10 * 1024 * 1024
 BACKUPS = 5
 LOGGERS = ("rafka", "actors", "storage", "serve", "protocol", "jobs")
@@ -101,6 +106,31 @@ def configure(path: str, context: str, force: bool = False) -> bool:
         lg.propagate = False  # the file is the one place (not the worker's stderr in Ray's temp dir)
     _handler = handler
     return True
+
+
+def ray_log(data_dir: str) -> str:
+    return os.path.join(logs_dir(data_dir), RAY_LOG)
+
+
+def route_ray_driver_logs(data_dir: str) -> str:
+    """In a driver about to start or attach to Ray: Ray's own driver-side messages (the ``ray`` logger, e.g.
+    ``ray.init``'s object store / ``/dev/shm`` warnings on small machines) go to ``<data_dir>/logs/ray.log``
+    (in Ray's line format); only ERROR and above still reach the terminal. rafka's own errors are not
+    touched. Idempotent; returns the file's path."""
+    path = os.path.abspath(ray_log(data_dir))
+    lg = logging.getLogger("ray")
+    if any(getattr(h, "baseFilename", None) == path for h in lg.handlers):
+        return path
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    for h in lg.handlers:
+        if not isinstance(h, logging.FileHandler):
+            h.setLevel(logging.ERROR)
+    fh = logging.FileHandler(path, encoding="utf-8")
+    fh.setFormatter(
+        logging.Formatter("[%(asctime)s] %(levelname)s [Ray driver pid=%(process)d] %(message)s (%(name)s)")
+    )
+    lg.addHandler(fh)
+    return path
 
 
 def log_files(data_dir: str) -> list[str]:

@@ -209,6 +209,13 @@ def start(
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     )
+    from actors import server_log
+
+    # what `ray start` printed (its banner, the warnings of small machines) is kept with the server logs
+    os.makedirs(server_log.logs_dir(data_dir), exist_ok=True)
+    with open(os.path.join(server_log.logs_dir(data_dir), server_log.RAY_START_LOG), "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}\n")
+    server_log.route_ray_driver_logs(data_dir)
     if proc.returncode != 0:
         _kill(ray_processes(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
