@@ -1,7 +1,8 @@
 """The Kafka-style server logs (actors/server_log.py) of a real 2-broker cluster: the broker hosting the
 controller and leading a partition is SIGKILLed; the files under ``<data_dir>/logs`` then hold the controller
 failover, the fencing, the leader election and the ISR shrink, and, after the broker restarts, its replica
-starting as follower and the leader expanding the ISR again. The files outlive the cluster's shutdown."""
+starting as follower and the leader expanding the ISR again; `rafka cluster health`'s report says
+under-replicated (exit 4), then healthy. The files outlive the cluster's shutdown."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 import ray
 from support import SMALL_INTERNAL_TOPICS, clusters, part, wait_until
 
+import rafka
 from actors import server_log
+from rafka.health import health_report
 
 pytestmark = pytest.mark.cluster
 
@@ -68,12 +71,18 @@ def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutd
         epochs = re.findall(r"Becoming the active controller of cluster \S+ at epoch (\d+)", text)
         assert len(epochs) >= 2 and int(epochs[-1]) > int(epochs[0]), epochs
         wait_until(lambda: _has(other_log, f"[Partition {tp} broker={other}] Leader {tp} starts"), 10, "new leader")
+        admin = rafka.Admin(cluster_name)
+        report = health_report(admin)  # what `rafka cluster health` prints
+        assert report["status"] == "under-replicated" and report["exit_code"] == 4, report
+        assert report["brokers_dead"] == [host] and len(report["unhealthy"]) == 2
 
         ch.restart_broker(host)
         wait_until(lambda: sorted(part(ch, "clicks", led)["isr"]) == [0, 1], 60, "the restarted broker rejoins")
         wait_until(lambda: _has(other_log, f"Expanding ISR from [{other}] to"), 20, "ISR expand on the leader")
         wait_until(lambda: _has(ctl_log, f"Expanded ISR of {tp} from [{other}] to"), 20, "ISR expand in controller.log")
         wait_until(lambda: _has(host_log, "started (broker epoch"), 20, "broker restart line")
+        wait_until(lambda: health_report(admin)["status"] == "healthy", 30, "cluster health back to healthy")
+        admin.close()
     # every cluster started above is shut down now: its processes are gone, the files stay
     files = server_log.log_files(data_dir)
     assert [os.path.basename(f) for f in files] == ["controller.log", "broker-0.log", "broker-1.log"]

@@ -78,3 +78,31 @@ def test_log_file_layout(tmp_path):
     for n in ("broker-10.log", "broker-2.log", "controller.log", "broker-2.log.1", ".__broker-2.lock"):
         (logs / n).write_text("")
     assert [f.rsplit("/", 1)[1] for f in server_log.log_files(d)] == ["controller.log", "broker-2.log", "broker-10.log"]
+
+
+def test_ray_driver_warnings_go_to_the_log_file_errors_still_to_the_terminal(tmp_path, capfd):
+    """What ray.init warns on small machines (e.g. ``ray._private.services``: the object store on /tmp for a
+    small /dev/shm) lands in <data_dir>/logs/ray.log, not on the terminal; Ray's errors still reach stderr."""
+    import ray  # noqa: F401 - installs Ray's stderr handler on the "ray" logger, as in a driver
+
+    lg = logging.getLogger("ray")
+    saved = [(h, h.level) for h in lg.handlers]
+    try:
+        path = server_log.route_ray_driver_logs(str(tmp_path))
+        assert server_log.route_ray_driver_logs(str(tmp_path)) == path  # once
+        logging.getLogger("ray._private.services").warning("WARNING: The object store is using /tmp instead")
+        logging.getLogger("ray._private.services").error("a real Ray error")
+        err = capfd.readouterr().err
+        assert "object store" not in err and "a real Ray error" in err
+        with open(path) as f:
+            text = f.read()
+        assert (
+            "WARNING [Ray driver pid=" in text and "object store is using /tmp" in text and "a real Ray error" in text
+        )
+    finally:
+        for h in list(lg.handlers):
+            if h not in [s for s, _ in saved]:
+                lg.removeHandler(h)
+                h.close()
+        for h, level in saved:
+            h.setLevel(level)
