@@ -8,6 +8,8 @@
     rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
     rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n'] [--group G]
     rafka group list | describe G | seek G --to start|end|N [--topic T] | delete G
+    rafka group reset-offsets G --to-earliest|--to-latest|--to-offset N|--to-datetime DT|--shift-by N
+                              [--topic T[:P,P]] [--dry-run | --execute]
     rafka perf produce --topic T --records N --record-size B --acks all [--json]
     rafka perf consume --topic T --records N [--json]
 
@@ -302,6 +304,74 @@ def cmd_group_seek(args) -> int:
     return EXIT_OK
 
 
+def _reset_target(args) -> Any:
+    if args.to_earliest:
+        return "earliest"
+    if args.to_latest:
+        return "latest"
+    if args.to_offset is not None:
+        return args.to_offset
+    if args.shift_by is not None:
+        return {"shift_by": args.shift_by}
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(args.to_datetime)  # no zone: local time, as Kafka's tool
+    except ValueError:
+        raise UsageError(
+            f"--to-datetime expects YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM|Z], got {args.to_datetime!r}"
+        ) from None
+    return {"timestamp": int(when.timestamp() * 1000)}
+
+
+def _topic_partitions(specs: list[str] | None) -> tuple[list[str] | None, dict[str, list[int]]]:
+    """``--topic T`` or ``--topic T:0,2`` (Kafka's form) -> topics, {topic: partitions}."""
+    if not specs:
+        return None, {}
+    topics, parts = [], {}
+    for spec in specs:
+        name, _, plist = spec.partition(":")
+        topics.append(name)
+        if plist:
+            try:
+                parts[name] = sorted({int(x) for x in plist.split(",")})
+            except ValueError:
+                raise UsageError(f"--topic expects TOPIC or TOPIC:P,P..., got {spec!r}") from None
+    return topics, parts
+
+
+def cmd_group_reset_offsets(args) -> int:
+    """kafka-consumer-groups --reset-offsets: a plan by default (--dry-run), applied with --execute."""
+    from rafka.admin import Admin
+    from rafka.structs import TopicPartition
+
+    to = _reset_target(args)
+    topics, parts = _topic_partitions(args.topic)
+    admin = Admin(_connect(args))
+    plan = admin.plan_consumer_group_offsets_reset(args.group_id, to, topics, parts)
+    if not plan:
+        raise UsageError(
+            f"nothing to reset: group {args.group_id!r} has no committed offsets (name the topics with --topic)"
+        )
+    execute = args.execute and not args.dry_run
+    if execute:
+        admin.alter_consumer_group_offsets(
+            args.group_id, {TopicPartition(r["topic"], r["partition"]): r["new"] for r in plan}
+        )
+    elif not args.dry_run:
+        print("rafka: dry run (the default, as Kafka's tool): add --execute to apply", file=sys.stderr)
+    rows = [
+        [args.group_id, r["topic"], r["partition"], "-" if r["current"] is None else r["current"], r["new"]]
+        for r in plan
+    ]
+    _print(
+        args,
+        {"group_id": args.group_id, "executed": execute, "partitions": plan},
+        _table(rows, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]),
+    )
+    return EXIT_OK
+
+
 def cmd_group_delete(args) -> int:
     from rafka.admin import Admin
 
@@ -480,6 +550,28 @@ def build_parser() -> argparse.ArgumentParser:
     s = gp.add_parser("delete", parents=[common])
     s.add_argument("group_id", metavar="GROUP")
     s.set_defaults(func=cmd_group_delete)
+    s = gp.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="kafka-consumer-groups --reset-offsets: show the plan (--dry-run, the default) or --execute it",
+        description="Reset a group's committed offsets (the group must have no active members). The new offsets "
+        "are clamped to each partition's [log start, log end]. Example: rafka group reset-offsets g --topic "
+        "clicks:0,1 --shift-by -10 --execute",
+    )
+    s.add_argument("group_id", metavar="GROUP")
+    how = s.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    how.add_argument("--to-latest", action="store_true", help="the log end offset")
+    how.add_argument("--to-offset", type=_index, default=None, help="this offset")
+    how.add_argument("--to-datetime", default=None, help="the first offset at or after YYYY-MM-DDTHH:MM:SS[.sss][zone]")
+    how.add_argument("--shift-by", type=int, default=None, help="the committed offset plus N (N may be negative)")
+    s.add_argument(
+        "--topic", action="append", default=None, help="TOPIC or TOPIC:P,P (repeatable; default: committed ones)"
+    )
+    run = s.add_mutually_exclusive_group()
+    run.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
+    run.add_argument("--execute", action="store_true", help="apply the plan")
+    s.set_defaults(func=cmd_group_reset_offsets)
 
     pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
     s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")

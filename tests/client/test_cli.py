@@ -45,8 +45,8 @@ def cli(tmp_path_factory):
     assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
     # the server logs outlive the cluster: `rafka logs` finds them with no cluster and no --data-dir
-    after = run("logs", "--broker", "0", "-n", "1")
-    assert after.stdout.startswith("[") and "shutting down" in after.stdout, after.stdout
+    after = run("logs", "--broker", "0", "-n", "20")
+    assert after.stdout.startswith("[") and "INFO [Broker id=0] shutting down" in after.stdout, after.stdout
 
 
 def test_start_attach_from_a_fresh_process(cli):
