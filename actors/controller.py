@@ -41,6 +41,7 @@ from protocol.errors import KafkaError, NotControllerError, RequestTimedOutError
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
 
+from . import controller_events, server_log
 from . import controller_requests as cr
 from .broker_channel import ControllerChannelManager
 from .controller_config import ControllerConfig
@@ -63,6 +64,7 @@ class ControllerActor:
     def __init__(self, cluster: str, data_dir: str, config: dict | None = None, host_broker_id: int = -1):
         self.cluster, self.data_dir, self.host_broker_id = cluster, data_dir, host_broker_id
         self.config = ControllerConfig.from_props(config)
+        server_log.configure(server_log.controller_log(data_dir), f"Controller id={host_broker_id}")
         # the metadata log's directory is locked like a broker's log directory, before the epoch is
         # claimed: a candidate that cannot own it must not depose the controller that does
         self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
@@ -83,7 +85,15 @@ class ControllerActor:
         self._tasks: list[asyncio.Task] = []
         self.sessions = BrokerSessions()
         self._handles: dict[int, object] = {}  # broker handles passed in by register_broker
-        log.info("controller %s epoch %d (image version %d)", cluster, self.epoch, self.logic.image.version)
+        server_log.set_context(f"Controller id={host_broker_id} epoch={self.epoch}")
+        log.info(
+            "Becoming the active controller of cluster %s at epoch %d on broker %d (metadata version %d, pid %d)",
+            cluster,
+            self.epoch,
+            host_broker_id,
+            self.logic.image.version,
+            os.getpid(),
+        )
 
     @property
     def image(self) -> MetadataImage:
@@ -161,6 +171,8 @@ class ControllerActor:
         for r in records:
             img.replay(r)
         self.stats.on_commit(prior, img.partition)
+        for level, line in controller_events.describe(records, prior):
+            log.log(level, line)
         self._check_current()
         self.kv.persist(img, *cr.dirty_keys(records))
         if self.mlog.records_since_snapshot > SNAPSHOT_EVERY:

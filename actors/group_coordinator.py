@@ -34,6 +34,7 @@ import ray
 from actors import coordinator_loader as loader
 from actors import coordinator_writer as writer
 from actors import group_service as svc
+from actors import server_log
 from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import CoordinatorContext, list_groups
 from actors.group_model import CoordinatorResult, Pending
@@ -52,8 +53,10 @@ def now_ms() -> int:
 
 
 class GroupCoordinatorActor(GroupTxnApi):
-    def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
+    def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
+        if log_file:
+            server_log.configure(log_file, f"GroupCoordinator id={self.broker_id}")
         self.props = dict(config or {})
         self.config = svc.coordinator_config(self.props)
         self.num_partitions = svc.offsets_partitions(self.props)

@@ -44,6 +44,7 @@ import time
 
 import ray
 
+from actors import server_log
 from actors.alter_partition import AlterPartitionManager
 from actors.group_service import OFFSETS_TOPIC
 from actors.metrics import ReplicaStats
@@ -103,6 +104,9 @@ class ReplicaActor:
     ):
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
+        server_log.configure(
+            server_log.broker_log_of_partition_dir(log_dir, self.broker_id), f"Partition {self.tp} broker={broker_id}"
+        )
         self.replica_conf, topic_props = split_config(config_props)
         self.config_props = dict(config_props or {})
         self.config = LogConfig.from_props(topic_props)
@@ -140,13 +144,12 @@ class ReplicaActor:
         self.replica_manager.role_changed(produces=False)
         self._ensure_housekeeping()
         log.info(
-            "%s b%d: leader at epoch %d, isr %s, LEO %d, HW %d",
+            "Leader %s starts at leader epoch %d from offset %d with high watermark %d, ISR %s",
             self.tp,
-            self.broker_id,
             p.leader_epoch,
-            p.isr,
             self.log.log_end_offset,
             self.log.high_watermark,
+            list(p.isr),
         )
         return {"error_code": 0, "error_message": None}
 
@@ -166,7 +169,13 @@ class ReplicaActor:
                 self.fetcher.run(p.generation, p.leader_id, p.leader_epoch, self.replica_conf)
             )
         self._ensure_housekeeping()
-        log.info("%s b%d: follower of b%d at epoch %d", self.tp, self.broker_id, p.leader_id, p.leader_epoch)
+        log.info(
+            "Follower %s starts at leader epoch %d from offset %d. Current leader is %d",
+            self.tp,
+            p.leader_epoch,
+            self.log.log_end_offset,
+            p.leader_id,
+        )
         return {"error_code": 0, "error_message": None}
 
     async def stop(self, delete: bool = False) -> dict:

@@ -29,6 +29,7 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from actors import server_log
 from actors import txn_service as svc
 from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import records_batch
@@ -70,8 +71,10 @@ def _error(exc: E.KafkaError) -> dict:
 
 
 class TxnCoordinatorActor:
-    def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
+    def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
+        if log_file:
+            server_log.configure(log_file, f"TransactionCoordinator id={self.broker_id}")
         self.props = dict(config or {})
         self.config = svc.txn_config(self.props)
         self.num_partitions = svc.txn_partitions(self.props)

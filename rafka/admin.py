@@ -385,6 +385,16 @@ class Admin:
 
         return group_admin.reset_offsets(self, group_id, to, topics)
 
+    def plan_consumer_group_offsets_reset(
+        self, group_id: str, to: Any, topics: Iterable[str] | None = None, partitions: dict | None = None
+    ) -> list[dict]:
+        """The rows ``{topic, partition, current, log_start, log_end, new}`` a reset would apply (nothing
+        changes; ``to`` also takes ``{"shift_by": n}``; clamped to the log range): kafka-consumer-groups'
+        ``--reset-offsets --dry-run``."""
+        from rafka import group_admin
+
+        return group_admin.reset_plan(self, group_id, to, topics, partitions)
+
     def close(self) -> None:
         self._controller = None
 

@@ -300,7 +300,11 @@ class LocalCluster:
         if not ray.is_initialized():
             import logging
 
+            from actors.server_log import route_ray_driver_logs
+
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            os.makedirs(self.data_dir, exist_ok=True)
+            route_ray_driver_logs(self.data_dir)  # Ray's start-up warnings: to <data_dir>/logs/ray.log
             cpus = self.num_cpus or os.cpu_count() or 1
             # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
             # keeps the raylet from warning about "too many worker processes" on small machines

@@ -20,6 +20,7 @@ Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP 
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -63,6 +64,7 @@ from serve.v3_stream import RequestStreamingResponse, v3_report, v3_stream
 __all__ = ["APP_NAME", "DEFAULT_MAX_REQUEST_BYTES", "build_app"]
 
 APP_NAME = "rafka-gateway"
+log = logging.getLogger("ray.serve.rafka_gateway")  # a child of Serve's logger: lines land in the replica's Serve log
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
@@ -83,11 +85,11 @@ def _fastapi() -> FastAPI:
 
     @api.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @api.exception_handler(KafkaError)
     async def _kafka_error(request: Request, exc: KafkaError) -> JSONResponse:
-        return error_response(from_exception(exc))
+        return error_response(from_exception(exc), request)
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -98,24 +100,39 @@ def _fastapi() -> FastAPI:
                 404 if in_path else 422,
                 NOT_FOUND if in_path else BAD_PARAMETER,
                 f"invalid request parameter(s): {where}",
-            )
+            ),
+            request,
         )
 
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED}.get(exc.status_code, exc.status_code * 100 + 1)
         return error_response(
-            GatewayError(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})")
+            GatewayError(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})"), request
         )
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(from_exception(exc))
+        return error_response(from_exception(exc), request, exc)
 
     return api
 
 
-def error_response(err: GatewayError) -> JSONResponse:
+def error_response(err: GatewayError, request: Request | None = None, exc: BaseException | None = None) -> JSONResponse:
+    """The JSON error answer, logged as one line: INFO for a client error (4xx: the client's request was
+    wrong, the gateway is fine), WARNING for 5xx the cluster explained (unavailable, timed out); only an
+    unexpected exception (a 500 from ``_unexpected``) is logged at ERROR with its traceback."""
+    if request is not None:
+        level = logging.INFO if err.status < 500 else logging.WARNING if exc is None else logging.ERROR
+        log.log(
+            level,
+            "%d %s %s: %s",
+            err.status,
+            request.method,
+            request.url.path,
+            err.message,
+            exc_info=exc if level == logging.ERROR else None,
+        )
     return JSONResponse(err.body(), status_code=err.status)
 
 

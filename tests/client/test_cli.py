@@ -44,6 +44,9 @@ def cli(tmp_path_factory):
 
     assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
+    # the server logs outlive the cluster: `rafka logs` finds them with no cluster and no --data-dir
+    after = run("logs", "--broker", "0", "-n", "20")
+    assert after.stdout.startswith("[") and "INFO [Broker id=0] shutting down" in after.stdout, after.stdout
 
 
 def test_start_attach_from_a_fresh_process(cli):
@@ -349,3 +352,47 @@ def test_operator_verbs_list_internal_describe_sources_trim_elect_reassign(cli):
     confs = js(cli("cluster", "configs", "--json"))
     assert list(confs) == ["0"] and {e["source"] for e in confs["0"]} <= {"STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"}
     assert any(e["name"] == "num.partitions" for e in confs["0"])
+
+
+def test_cluster_health_and_exit_code(cli):
+    ok = cli("cluster", "health", "--json")
+    report = js(ok)
+    assert ok.returncode == 0 and report["status"] == "healthy" and report["exit_code"] == 0
+    assert report["brokers_alive"] == [0] and report["brokers_dead"] == [] and report["unhealthy"] == []
+    assert report["counts"]["healthy"] == report["partitions"]
+    human = cli("cluster", "health").stdout
+    assert human.startswith(f"cluster {report['cluster']}: healthy (exit 0)") and "offline 0" in human
+
+
+def test_logs_from_disk_and_follow(cli):
+    """`rafka logs` reads <data dir>/logs (found through the state file): Kafka-shaped lines, filters, JSON,
+    a bad broker id as a usage error, and --follow printing a line written after it started."""
+    cli("topic", "create", "logged", "-p", "1", "-r", "1")
+    lines = cli("logs", "--controller").stdout.splitlines()
+    assert any("] INFO [Controller id=0 epoch=" in x and "Created topic logged" in x for x in lines), lines[-5:]
+    broker = cli("logs", "--broker", "0", "-n", "3").stdout.splitlines()
+    assert len(broker) == 3 and all(x.startswith("[") and x.endswith(")") for x in broker), broker
+    entries = [json.loads(x) for x in cli("logs", "--json").stdout.splitlines()]
+    assert {e["file"] for e in entries} == {"controller.log", "broker-0.log"}
+    assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)  # merged by time
+    leader = [e for e in entries if e["message"].startswith("Leader logged-0 starts at leader epoch 0")]
+    assert leader and leader[0]["context"] == "Partition logged-0 broker=0" and leader[0]["logger"] == "actors.replica"
+    bad = cli("logs", "--broker", "7", check=False)
+    assert bad.returncode == 2 and "broker-7.log" in bad.stderr and bad.stdout == ""
+    follow = subprocess.Popen(
+        [RAFKA, "logs", "--controller", "-f", "-n", "0"], stdout=subprocess.PIPE, text=True, env=cli.env
+    )
+    try:
+        cli("topic", "create", "followed", "-p", "1", "-r", "1")
+        seen = []
+        timer = threading.Timer(60, follow.kill)
+        timer.start()
+        for line in follow.stdout:
+            seen.append(line)
+            if "Created topic followed" in line:
+                break
+        timer.cancel()
+        assert any("Created topic followed" in x for x in seen), seen
+    finally:
+        follow.kill()
+        follow.wait()

@@ -702,3 +702,32 @@ def test_gateway_requests_are_counted_on_the_clusters_metrics_endpoint(gw, e2e_c
             break
         time.sleep(0.5)
     assert delta == {ok: 5, missing: 3}
+
+
+def test_client_errors_are_one_info_line_in_the_serve_log(gw):
+    """A 4xx answer is logged once, at INFO, in the gateway replica's Serve log (status, method, path, reason):
+    exactly one line per request names the topic, so no ERROR line or traceback does."""
+    import glob
+    import uuid
+
+    import ray
+
+    marker = "no-such-topic-" + uuid.uuid4().hex[:8]
+    assert requests.get(f"{gw}/topics/{marker}", timeout=30).status_code == 404
+    assert post(f"{gw}/topics/{marker}", b"not json").status_code == 400
+    logs = ray._private.worker._global_node.get_session_dir_path() + "/logs/serve/replica_*Gateway*.log"
+
+    def lines():
+        found = []
+        for f in glob.glob(logs):
+            with open(f, errors="replace") as fh:
+                found += [x for x in fh if marker in x]
+        return found
+
+    deadline = time.monotonic() + 20
+    while len(lines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    got = lines()
+    assert len(got) == 2, got
+    assert got[0].startswith("INFO ") and f"-- 404 GET /topics/{marker}: " in got[0], got
+    assert got[1].startswith("INFO ") and f"-- 400 POST /topics/{marker}: the body is not valid JSON" in got[1], got
