@@ -48,11 +48,12 @@ def _signal(pid: int, sig) -> None:
 
 
 def controller_info(cluster: str, timeout_s: float = 1.0) -> dict | None:
-    """The named controller's description, or None while there is none that answers."""
+    """The named controller's description, or None while there is none that answers (a controller that has
+    just resigned, still under the name until it leaves, answers NOT_CONTROLLER: not yet)."""
     try:
         h = ray.get_actor(controller_name(cluster), namespace=RAY_NAMESPACE)
         return ray.get(h.describe_controller.remote(), timeout=timeout_s)
-    except (ValueError, RayActorError, GetTimeoutError):
+    except (ValueError, RayActorError, GetTimeoutError, NotControllerError):
         return None
 
 
