@@ -41,13 +41,12 @@ class AlterPartitionManager:
 
     def submit(self, proposal: AlterPartitionProposal) -> None:
         p = self.partition
+        old, new = list(p.isr), list(proposal.new_isr)
         log.info(
-            "%s-%d b%d: ISR %s -> %s (%s)",
-            p.topic,
-            p.partition,
-            p.broker_id,
-            list(p.isr),
-            list(proposal.new_isr),
+            "%s ISR from %s to %s (%s)",
+            "Shrinking" if len(new) < len(old) else "Expanding" if len(new) > len(old) else "Changing",
+            old,
+            new,
             proposal.reason,
         )
         self._task = asyncio.ensure_future(self._send(p.generation, proposal))
@@ -87,6 +86,7 @@ class AlterPartitionManager:
                 return
             code = resp.error_code
             if code == 0:
+                log.info("ISR updated to %s and partition epoch updated to %d", list(resp.isr), resp.partition_epoch)
                 self._applied(p.apply_isr(resp.isr, resp.partition_epoch, _now_ms()))
                 return
             if E.for_code(code).retriable:

@@ -5,6 +5,8 @@ actors in parallel (detached: the cluster outlives the driver; pinned to ``node_
 starts them (the first to get there creates the controller), and waits until the controller has every
 broker registered. ``ServerHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
 FindCoordinator through any live broker (the first call creates ``__consumer_offsets``).
+It also starts the cluster's Prometheus exporter (actors/metrics_exporter.py; ``metrics.listener`` in
+``broker_config``, ``none`` for none) without waiting for it: ``ServerHandle.metrics_url()`` waits.
 ``ServerHandle.shutdown()`` stops it all and clears the cluster's GCS KV
 namespace: the durable copy of the metadata is the controller's log under ``data_dir``, so a later
 ``start_cluster`` with the same name and directory brings back the same topics and data.
@@ -26,6 +28,7 @@ from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
 
 from .broker import RemoteBroker
+from .metrics_exporter import start_exporter, stop_exporter
 
 log = logging.getLogger("rafka.bootstrap")
 
@@ -55,6 +58,7 @@ class ServerHandle:
         self.node_ids = list(node_ids) if node_ids else None
         self.brokers: dict[int, object] = {}
         self.timings: dict[str, float] = {}
+        self.exporter = None  # the Prometheus exporter actor (start_cluster starts it)
 
     # ---- lookups ----------------------------------------------------------------------------------
     def controller(self, timeout_s: float = 30.0):
@@ -190,8 +194,17 @@ class ServerHandle:
         self.brokers[i] = h
         return ray.get(h.start.remote(), timeout=timeout_s)
 
+    def metrics_url(self, timeout_s: float = 60.0) -> str | None:
+        """The Prometheus scrape URL (``http://host:port/metrics``), once the exporter has bound it; None
+        when the exporter is off."""
+        if self.exporter is None:
+            return None
+        return ray.get(self.exporter.metrics_url.remote(), timeout=timeout_s)
+
     # ---- shutdown ---------------------------------------------------------------------------------
     def shutdown(self, clear_kv: bool = True) -> None:
+        self.exporter = None  # no handle held while it dies: its name is freed at once
+        stop_exporter(self.cluster)
         live = []
         for h in self.brokers.values():
             try:
@@ -253,5 +266,6 @@ def start_cluster(
     except BaseException:
         ch.shutdown()
         raise
+    ch.exporter = start_exporter(cluster, ch.broker_config)
     ch.timings["start_s"] = time.monotonic() - t0
     return ch

@@ -73,6 +73,7 @@ from . import auto_topic_creation as atc
 from . import broker_listeners as wire
 from . import coordinator_host as ch
 from . import leader_and_isr as lai
+from . import server_log
 from .controller_link import ControllerLink, ControllerUnavailable
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
@@ -96,6 +97,7 @@ class BrokerActor:
         self.config = dict(config or {})
         self.dir = os.path.join(data_dir, f"broker-{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
+        server_log.configure(server_log.broker_log(data_dir, self.broker_id), f"Broker id={self.broker_id}")
         self.node_id = ray.get_runtime_context().get_node_id()
         self.dir_lock = LogDirLock(self.dir)
         self.link = ControllerLink(self)
@@ -130,6 +132,13 @@ class BrokerActor:
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
         self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
+        log.info(
+            "started (broker epoch %d, controller epoch %s, log dir %s, pid %d)",
+            self.broker_epoch,
+            res.get("controller_epoch", self.controller_epoch),
+            self.dir,
+            os.getpid(),
+        )
         return {
             "broker_id": self.broker_id,
             "broker_epoch": self.broker_epoch,
@@ -388,6 +397,13 @@ class BrokerActor:
     def replica_handles(self) -> dict:
         return dict(self.replicas)
 
+    def describe_configs(self) -> list[dict]:
+        """This broker's configs with Kafka's sources (actors/config_sources.py): DescribeConfigs of a broker
+        resource, ``rafka cluster configs``."""
+        from actors.config_sources import broker_entries
+
+        return broker_entries(self.config)
+
     def hosted_partitions(self) -> list[tuple[str, int]]:
         return sorted(self.replicas)
 
@@ -405,6 +421,7 @@ class BrokerActor:
 
     async def shutdown(self) -> dict:
         """Close every replica's log (no delete), then the broker can be killed."""
+        log.info("shutting down: closing %d replica log(s)", len(self.replicas))
         self.prepare_shutdown()
         keys = list(self.replicas)
         res = await asyncio.gather(*(self._stop_one(k, delete=False) for k in keys))

@@ -41,6 +41,7 @@ from protocol.errors import KafkaError, NotControllerError, RequestTimedOutError
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
 
+from . import controller_events, server_log
 from . import controller_requests as cr
 from .broker_channel import ControllerChannelManager
 from .controller_config import ControllerConfig
@@ -49,6 +50,7 @@ from .controller_logic import ELECT_PREFERRED, ControllerLogic
 from .log_dir_lock import LogDirLock
 from .metadata_image import MetadataImage
 from .metadata_store import ClusterKV, MetadataLog, load_image
+from .metrics import ControllerStats
 from .replica_state_machine import offline_replicas, online_replicas
 from .supervision import BrokerHeartbeats
 
@@ -62,6 +64,7 @@ class ControllerActor:
     def __init__(self, cluster: str, data_dir: str, config: dict | None = None, host_broker_id: int = -1):
         self.cluster, self.data_dir, self.host_broker_id = cluster, data_dir, host_broker_id
         self.config = ControllerConfig.from_props(config)
+        server_log.configure(server_log.controller_log(data_dir), f"Controller id={host_broker_id}")
         # the metadata log's directory is locked like a broker's log directory, before the epoch is
         # claimed: a candidate that cannot own it must not depose the controller that does
         self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
@@ -76,12 +79,21 @@ class ControllerActor:
         self.resigned: str | None = None
         self.stopping = False
         self.lock = asyncio.Lock()  # one commit at a time
+        self.stats = ControllerStats()  # elections and ISR changes, for the exporter (actors/metrics.py)
         self._started: asyncio.Future | None = None
         self._ack_cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []
         self.sessions = BrokerSessions()
         self._handles: dict[int, object] = {}  # broker handles passed in by register_broker
-        log.info("controller %s epoch %d (image version %d)", cluster, self.epoch, self.logic.image.version)
+        server_log.set_context(f"Controller id={host_broker_id} epoch={self.epoch}")
+        log.info(
+            "Becoming the active controller of cluster %s at epoch %d on broker %d (metadata version %d, pid %d)",
+            cluster,
+            self.epoch,
+            host_broker_id,
+            self.logic.image.version,
+            os.getpid(),
+        )
 
     @property
     def image(self) -> MetadataImage:
@@ -158,6 +170,9 @@ class ControllerActor:
         prior = cr.prior_state(img, records)
         for r in records:
             img.replay(r)
+        self.stats.on_commit(prior, img.partition)
+        for level, line in controller_events.describe(records, prior):
+            log.log(level, line)
         self._check_current()
         self.kv.persist(img, *cr.dirty_keys(records))
         if self.mlog.records_since_snapshot > SNAPSHOT_EVERY:
@@ -385,6 +400,15 @@ class ControllerActor:
 
     def ping(self) -> int:
         return self.epoch
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): epoch, host broker, elections, ISR changes."""
+        return {
+            "controller_epoch": self.epoch,
+            "host_broker_id": self.host_broker_id,
+            "resigned": bool(self.resigned),
+            **self.stats.snapshot(),
+        }
 
     @ray.method(concurrency_group="liveness")
     async def probe(self) -> dict:

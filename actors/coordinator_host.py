@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from protocol.errors import CoordinatorNotAvailableError, InvalidRequestError, TopicAlreadyExistsError
 from protocol.names import RAY_NAMESPACE, group_coordinator_name, txn_coordinator_name
 
-from . import txn_service
+from . import server_log, txn_service
 from .controller_link import ControllerUnavailable
 from .group_coordinator import RemoteGroupCoordinator
 from .group_records import partition_for
@@ -117,7 +117,7 @@ class CoordinatorHost:
                         num_cpus=0,
                         max_concurrency=1000,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(b.node_id, soft=False),
-                    ).remote(b.cluster, b.broker_id, b.config)
+                    ).remote(b.cluster, b.broker_id, b.config, server_log.broker_log(b.data_dir, b.broker_id))
                     break
                 except ValueError:  # a previous incarnation still holds the name for a moment
                     await asyncio.sleep(0.05)

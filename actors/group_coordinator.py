@@ -34,6 +34,7 @@ import ray
 from actors import coordinator_loader as loader
 from actors import coordinator_writer as writer
 from actors import group_service as svc
+from actors import server_log
 from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import CoordinatorContext, list_groups
 from actors.group_model import CoordinatorResult, Pending
@@ -41,6 +42,7 @@ from actors.group_records import partition_for
 from actors.group_service import OFFSETS_TOPIC
 from actors.group_state import GroupCoordinatorShard
 from actors.group_txn_api import GroupTxnApi
+from actors.metrics import group_metrics
 from protocol import group_messages as M
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -51,8 +53,10 @@ def now_ms() -> int:
 
 
 class GroupCoordinatorActor(GroupTxnApi):
-    def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
+    def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
+        if log_file:
+            server_log.configure(log_file, f"GroupCoordinator id={self.broker_id}")
         self.props = dict(config or {})
         self.config = svc.coordinator_config(self.props)
         self.num_partitions = svc.offsets_partitions(self.props)
@@ -388,6 +392,10 @@ class GroupCoordinatorActor(GroupTxnApi):
             "num_partitions": self.num_partitions,
             "partitions": {p: part.describe() for p, part in sorted(self.parts.items())},
         }
+
+    def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): groups, members and committed offsets."""
+        return {"broker_id": self.broker_id, **group_metrics(self.parts)}
 
     def ping(self) -> int:
         return self.broker_id

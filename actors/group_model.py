@@ -20,11 +20,14 @@ State machine (``VALID_PREVIOUS_STATES``; Kafka's ClassicGroupState)::
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from actors.group_records import CoordinatorRecord, GroupMetadataValue, MemberMetadata
 from protocol.group_messages import JoinGroupResponse, SyncGroupResponse
+
+log = logging.getLogger("rafka.group_coordinator")
 
 __all__ = [
     "GroupState",
@@ -69,6 +72,25 @@ VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 
 class InvalidGroupTransition(RuntimeError):
     """A coordinator bug: a transition Kafka's state machine does not allow."""
+
+
+# the coordinator log's line for each move (Kafka's GroupCoordinator wording)
+_TRANSITION_LINES = {
+    GroupState.PREPARING_REBALANCE: (
+        "Preparing to rebalance group {g.group_id} in state PreparingRebalance with old generation "
+        "{g.generation_id} ({g.previous_state} before, {g.member_count} member(s))"
+    ),
+    GroupState.COMPLETING_REBALANCE: (
+        "Stabilized group {g.group_id} generation {g.generation_id} with {g.member_count} member(s), "
+        "protocol {g.protocol_name}: awaiting the leader's assignment"
+    ),
+    GroupState.STABLE: (
+        "Assignment received from leader {g.leader_id} for group {g.group_id} for generation "
+        "{g.generation_id}. The group has {g.member_count} member(s): Stable"
+    ),
+    GroupState.EMPTY: "Group {g.group_id} with generation {g.generation_id} is now empty",
+    GroupState.DEAD: "Group {g.group_id} with generation {g.generation_id} is now dead",
+}
 
 
 @dataclass(frozen=True)
@@ -290,6 +312,12 @@ class ClassicGroup:
         self.previous_state = self.state
         self.state = target
         self.state_timestamp_ms = now_ms
+        if log.isEnabledFor(logging.INFO):
+            log.info(_TRANSITION_LINES[target].format(g=self))
+
+    @property
+    def member_count(self) -> int:
+        return len(self.members)
 
     def can_rebalance(self) -> bool:
         return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]

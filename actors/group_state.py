@@ -195,6 +195,13 @@ class GroupCoordinatorShard:
         return CoordinatorResult(records, None)
 
     # ================================================================== admin
+    def metrics_view(self) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int, int]]]:
+        """For the metrics exporter (actors/metrics.py): ``[(group, state, members)]`` and
+        ``[(group, topic, partition, committed offset)]``. Read-only."""
+        groups = [(gid, str(g.state), len(g.members)) for gid, g in self._groups.items()]
+        offsets = [(gid, t, p, v.offset) for gid, by_tp in self._offsets.offsets.items() for (t, p), v in by_tp.items()]
+        return groups, offsets
+
     def list_groups(
         self, states_filter: Iterable[str] | None = None, types_filter: Iterable[str] | None = None
     ) -> dict:

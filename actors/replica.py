@@ -44,8 +44,10 @@ import time
 
 import ray
 
+from actors import server_log
 from actors.alter_partition import AlterPartitionManager
 from actors.group_service import OFFSETS_TOPIC
+from actors.metrics import ReplicaStats
 from actors.partition import Partition
 from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
 from actors.replica_config import split_config
@@ -102,6 +104,9 @@ class ReplicaActor:
     ):
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
+        server_log.configure(
+            server_log.broker_log_of_partition_dir(log_dir, self.broker_id), f"Partition {self.tp} broker={broker_id}"
+        )
         self.replica_conf, topic_props = split_config(config_props)
         self.config_props = dict(config_props or {})
         self.config = LogConfig.from_props(topic_props)
@@ -115,6 +120,7 @@ class ReplicaActor:
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
+        self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
 
@@ -138,13 +144,12 @@ class ReplicaActor:
         self.replica_manager.role_changed(produces=False)
         self._ensure_housekeeping()
         log.info(
-            "%s b%d: leader at epoch %d, isr %s, LEO %d, HW %d",
+            "Leader %s starts at leader epoch %d from offset %d with high watermark %d, ISR %s",
             self.tp,
-            self.broker_id,
             p.leader_epoch,
-            p.isr,
             self.log.log_end_offset,
             self.log.high_watermark,
+            list(p.isr),
         )
         return {"error_code": 0, "error_message": None}
 
@@ -164,7 +169,13 @@ class ReplicaActor:
                 self.fetcher.run(p.generation, p.leader_id, p.leader_epoch, self.replica_conf)
             )
         self._ensure_housekeeping()
-        log.info("%s b%d: follower of b%d at epoch %d", self.tp, self.broker_id, p.leader_id, p.leader_epoch)
+        log.info(
+            "Follower %s starts at leader epoch %d from offset %d. Current leader is %d",
+            self.tp,
+            p.leader_epoch,
+            self.log.log_end_offset,
+            p.leader_id,
+        )
         return {"error_code": 0, "error_message": None}
 
     async def stop(self, delete: bool = False) -> dict:
@@ -208,6 +219,12 @@ class ReplicaActor:
 
     # ---- produce ----------------------------------------------------------------------------------
     async def produce(self, req: ProduceRequest) -> dict:
+        t0 = time.perf_counter()
+        answer = await self._produce(req)
+        self.metrics_stats.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    async def _produce(self, req: ProduceRequest) -> dict:
         p = self.partition
         try:
             req = check_request(req, ProduceRequest, "produce")
@@ -285,6 +302,12 @@ class ReplicaActor:
 
     # ---- fetch ------------------------------------------------------------------------------------
     async def fetch(self, req: FetchRequest) -> dict:
+        t0 = time.perf_counter()
+        answer = await self._fetch(req)
+        self.metrics_stats.fetched(getattr(req, "is_follower", False), answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    async def _fetch(self, req: FetchRequest) -> dict:
         p = self.partition
         try:
             req = check_request(req, FetchRequest, "fetch")
@@ -378,6 +401,8 @@ class ReplicaActor:
                 log_end_offset=snap.log_end_offset,
                 high_watermark=snap.high_watermark,
                 latest_epoch=lg.latest_epoch,
+                size_bytes=lg.size_in_bytes(),
+                segments=len(lg.segments),
             )
         st["stats"] = dict(self._stats)
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
@@ -392,6 +417,30 @@ class ReplicaActor:
             st["follower_fetches"] = self.fetcher.fetches
             st["follower_error"] = self.fetcher.error
         return st
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): this replica's counters and log figures."""
+        lg, p = self.log, self.partition
+        out = {
+            "topic": self.topic,
+            "partition": p.partition,
+            "broker": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "min_isr": self.config.min_insync_replicas,
+            **self.metrics_stats.snapshot(),
+        }
+        if p.role != STOPPED:
+            out.update(
+                log_start_offset=lg.log_start_offset,
+                log_end_offset=lg.log_end_offset,
+                high_watermark=lg.high_watermark,
+                size=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        return out
 
     @ray.method(concurrency_group="liveness")
     async def ping(self) -> int:

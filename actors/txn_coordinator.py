@@ -29,15 +29,17 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from actors import server_log
 from actors import txn_service as svc
 from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import records_batch
 from actors.group_records import partition_for as group_partition_for
 from actors.group_service import OFFSETS_TOPIC, offsets_partitions
+from actors.metrics import txn_metrics
 from actors.txn_markers import TxnMarkerChannel
 from actors.txn_records import TxnRecord, decode_key, decode_value
 from actors.txn_service import ACTIVE, FAILED, LOADING, TxnPartition
-from actors.txn_state import MarkerJob, TxnCoordinatorShard, TxnResult
+from actors.txn_state import STATE_NAMES, MarkerJob, TxnCoordinatorShard, TxnResult
 from protocol import errors as E
 from protocol.kv import GcsKV
 from protocol.messages import FetchRequest, ProduceRequest
@@ -69,8 +71,10 @@ def _error(exc: E.KafkaError) -> dict:
 
 
 class TxnCoordinatorActor:
-    def __init__(self, cluster: str, broker_id: int, config: dict | None = None):
+    def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
+        if log_file:
+            server_log.configure(log_file, f"TransactionCoordinator id={self.broker_id}")
         self.props = dict(config or {})
         self.config = svc.txn_config(self.props)
         self.num_partitions = svc.txn_partitions(self.props)
@@ -452,6 +456,13 @@ class TxnCoordinatorActor:
                 for p, x in sorted(self.parts.items())
             },
             "stats": {**self.stats, **self.markers.stats},
+        }
+
+    def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): transactional ids by state, counters."""
+        return {
+            "broker_id": self.broker_id,
+            **txn_metrics(self.parts, STATE_NAMES, {**self.stats, **self.markers.stats}),
         }
 
     def ping(self) -> int:

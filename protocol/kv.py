@@ -24,6 +24,8 @@ PRODUCER_ID_BLOCK = "producer_id_block"
 TOPICS = "topics/"
 BROKERS = "brokers/"
 CONTROLLER_EPOCHS = "controller_epoch/"
+METRICS_URL = "metrics_url"  # the Prometheus scrape URL the exporter bound (actors/metrics_exporter.py)
+GATEWAY_METRICS = "gateway_metrics/"  # each REST gateway replica's request counts (serve/gateway_metrics.py)
 
 
 def kv_namespace(cluster: str) -> str:

@@ -7,6 +7,7 @@ A cluster ``{cluster}`` is a set of named actors in Ray namespace ``rafka``::
     {cluster}:replica-{topic}-{partition}-b{broker_id}    one partition replica, a child of its broker
     {cluster}:group-coordinator-{broker_id}               a broker's group coordinator, a child of it
     {cluster}:txn-coordinator-{broker_id}                 a broker's transaction coordinator, a child of it
+    {cluster}:metrics                                     the Prometheus exporter (actors/metrics_exporter.py)
 
 Every module that names an actor builds the name here; nothing else writes these strings.
 """
@@ -39,6 +40,10 @@ def group_coordinator_name(cluster: str, broker_id: int) -> str:
 
 def txn_coordinator_name(cluster: str, broker_id: int) -> str:
     return f"{cluster}:txn-coordinator-{broker_id}"
+
+
+def metrics_exporter_name(cluster: str) -> str:
+    return f"{cluster}:metrics"
 
 
 def broker_id_of(cluster: str, name: str) -> int | None:

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.cluster import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
-from rafka.errors import ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
+from rafka.errors import BrokerNotAvailableError, ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
 from rafka.fetcher import EARLIEST, LATEST, Fetcher
 from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
@@ -171,6 +171,63 @@ class Admin:
         _raise_first([res], "describe configs")
         return dict(res.get("configs") if include_defaults else res.get("overrides") or {})
 
+    def describe_config_entries(self, topic: str) -> list[dict]:
+        """Every config of ``topic`` as Kafka's admin client shows it (ConfigEntry): ``[{name, value, source,
+        synonyms: [{name, value, source}]}]``, source being Kafka's ConfigSource name: DYNAMIC_TOPIC_CONFIG
+        (a topic override), STATIC_BROKER_CONFIG (the broker's properties set its ``log.*`` synonym) or
+        DEFAULT_CONFIG."""
+        from actors.config_sources import SOURCE_NAMES, topic_entries
+
+        res = self._call("describe_configs", topic)
+        _raise_first([res], "describe configs")
+        return [
+            {
+                "name": e["name"],
+                "value": e["value"],
+                "source": SOURCE_NAMES[e["source"]],
+                "synonyms": [{"name": n, "value": v, "source": SOURCE_NAMES[src]} for n, v, src in e["synonyms"]],
+            }
+            for e in topic_entries(res.get("configs") or {}, res.get("overrides") or {}, self._broker_config())
+        ]
+
+    def describe_broker_configs(self, broker_id: int | None = None) -> dict[int, list[dict]]:
+        """``{broker id: [{name, value, source, read_only}]}`` of every live broker (or one): the configs the
+        broker runs with, from its properties (STATIC_BROKER_CONFIG) or Kafka's defaults (DEFAULT_CONFIG)."""
+        from actors.config_sources import SOURCE_NAMES
+
+        out = {}
+        for bid, h in self._broker_handles(broker_id).items():
+            entries = self.metadata.transport.get(
+                self.metadata.transport.call(h, "describe_configs"), timeout=self.config.request_timeout_ms / 1000
+            )
+            out[bid] = [
+                {"name": e["name"], "value": e["value"], "source": SOURCE_NAMES[e["source"]], "read_only": True}
+                for e in entries
+            ]
+        return out
+
+    def _broker_handles(self, broker_id: int | None = None) -> dict[int, Any]:
+        from protocol.names import broker_name
+
+        live = sorted(b["id"] for b in self.metadata.brokers().values() if b.get("alive", True))
+        if broker_id is not None:
+            if broker_id not in live:
+                raise BrokerNotAvailableError(f"broker {broker_id} is not alive (live brokers: {live})")
+            live = [broker_id]
+        return {bid: self.metadata.transport.get_actor(broker_name(self.cluster_name, bid)) for bid in live}
+
+    def _broker_config(self) -> dict:
+        """A live broker's properties (every broker of a rafka cluster gets the same ``broker_config``)."""
+        from actors.config_sources import STATIC_BROKER_CONFIG
+
+        for h in self._broker_handles().values():
+            try:
+                entries = self.metadata.transport.get(self.metadata.transport.call(h, "describe_configs"), timeout=5)
+            except Exception:  # noqa: BLE001 - a dying broker: ask the next
+                continue
+            return {e["name"]: e["value"] for e in entries if e["source"] == STATIC_BROKER_CONFIG}
+        return {}
+
     def alter_configs(self, topic: str, set: dict | None = None, delete: Iterable[str] | None = None) -> None:
         """Incrementally set and delete topic config overrides (Kafka's IncrementalAlterConfigs)."""
         values = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (set or {}).items()}
@@ -191,6 +248,50 @@ class Admin:
             off, found_ts, epoch = fetcher.list_offset(TopicPartition(*tp), ts, t)
             out[TopicPartition(*tp)] = OffsetAndTimestamp(off, found_ts, epoch)
         return out
+
+    def delete_records(self, offsets: dict, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Kafka's DeleteRecords: ``{tp: offset}`` (-1: the high watermark) moves each partition's log start
+        offset up to ``offset`` (records below it are gone for every reader); returns ``{tp: low
+        watermark}``. An offset above the high watermark raises OffsetOutOfRangeError."""
+        from protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse
+
+        t = float(self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
+        out = {}
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            resp = DeleteRecordsResponse.from_dict(
+                self._on_leader(tp, "delete_records", lambda epoch, o=int(offset): DeleteRecordsRequest(o, epoch), t)
+            )
+            out[tp] = resp.low_watermark
+        return out
+
+    def _on_leader(self, tp: TopicPartition, method: str, make_request, timeout_ms: float) -> dict:
+        """One call to ``tp``'s leader replica, retried on retriable errors (leadership moved, no leader yet)
+        until ``timeout_ms``; a non-retriable error code raises its Kafka error."""
+        from rafka.fetcher import classify
+
+        md, deadline, last = self.metadata, time.monotonic() + timeout_ms / 1000.0, None
+        while True:
+            try:
+                leader = md.leader(tp)
+                if leader is None:
+                    raise for_code(6)(f"{tp} has no leader")
+                handle, _, epoch = leader
+                left = max(0.01, deadline - time.monotonic())
+                res = md.transport.get(md.transport.call(handle, method, make_request(epoch)), timeout=left)
+                if res.get("error_code"):
+                    raise for_code(res["error_code"])(res.get("error_message") or None)
+                return res
+            except Exception as exc:  # noqa: BLE001 - classified: retriable ones loop
+                err = classify(exc)
+                if not getattr(err, "retriable", False):
+                    raise err from exc
+                last = err
+                md.forget_handle(tp)
+            if time.monotonic() >= deadline:
+                raise KafkaTimeoutError(f"{method} on {tp} did not finish in {timeout_ms:.0f} ms: {last}")
+            time.sleep(self.config.retry_backoff_ms / 1000.0)
+            md.refresh([tp.topic], force=True)
 
     def elect_leaders(self, partitions: Iterable | None = None, election_type: str = "preferred") -> list[dict]:
         """Preferred (or unclean) leader election; ``None`` means every partition. Returns per-partition
@@ -283,6 +384,16 @@ class Admin:
         from rafka import group_admin
 
         return group_admin.reset_offsets(self, group_id, to, topics)
+
+    def plan_consumer_group_offsets_reset(
+        self, group_id: str, to: Any, topics: Iterable[str] | None = None, partitions: dict | None = None
+    ) -> list[dict]:
+        """The rows ``{topic, partition, current, log_start, log_end, new}`` a reset would apply (nothing
+        changes; ``to`` also takes ``{"shift_by": n}``; clamped to the log range): kafka-consumer-groups'
+        ``--reset-offsets --dry-run``."""
+        from rafka import group_admin
+
+        return group_admin.reset_plan(self, group_id, to, topics, partitions)
 
     def close(self) -> None:
         self._controller = None

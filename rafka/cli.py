@@ -1,12 +1,17 @@
 """The ``rafka`` command line (Redpanda ``rpk``'s verbs).
 
     rafka cluster start [--brokers N] [--data-dir D]      a persistent local Ray head + detached actors
-    rafka cluster info | stop
+    rafka cluster info | stop | health [--json]                  health exits 0 healthy, 4-7 (rafka/health.py)
+    rafka logs [--broker N] [--controller] [-f] [-n LINES]     the server logs on disk (no Ray needed)
     rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
     rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
-    rafka topic produce NAME [-k KEY | --key-separator SEP]    (one record per stdin line)
-    rafka topic consume NAME [--offset start|end|N] [-n N] [-e] [--format json|'%k %v\\n'] [--group G]
+    rafka topic trim-prefix NAME -o OFFSET | elect-leaders | reassign NAME -p P --replicas 1,2,0
+    rafka cluster configs [--broker N]                      (rafka/cli_topics.py)
+    rafka topic produce NAME [-k KEY | --key-separator SEP] [-H k=v] [--print-acks]  (a record per stdin line)
+    rafka topic consume NAME [-o start|end|N|-N|s@TS|P:SPEC] [-n N] [-e] [-f json|'%k %v %h\\n'] [-E hex] [-g G]
     rafka group list | describe G | seek G --to start|end|N [--topic T] | delete G
+    rafka group reset-offsets G --to-earliest|--to-latest|--to-offset N|--to-datetime DT|--shift-by N
+                              [--topic T[:P,P]] [--dry-run | --execute]
     rafka perf produce --topic T --records N --record-size B --acks all [--json]
     rafka perf consume --topic T --records N [--json]
 
@@ -24,8 +29,8 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rafka import cli_support, clusterctl
-from rafka.cli_data import cmd_topic_consume, cmd_topic_produce
+from rafka import cli_logs, cli_support, cli_topics, clusterctl
+from rafka.cli_data import ENCODINGS, cmd_topic_consume, cmd_topic_produce
 from rafka.cli_support import (
     EXIT_ERROR,
     EXIT_NO_CLUSTER,
@@ -67,6 +72,7 @@ def cmd_cluster_start(args) -> int:
         f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
         f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
         f"  kafka         {info.get('bootstrap_servers') or '(no listener)'}\n"
+        f"  metrics       {info.get('metrics_url') or '(off)'}\n"
         f"Attach with: rafka.connect() or rafka.connect({info['address']!r})",
     )
     return EXIT_OK
@@ -78,12 +84,38 @@ def cmd_cluster_stop(args) -> int:
     return EXIT_OK
 
 
+def cmd_cluster_health(args) -> int:
+    """Exit code for scripts: 0 healthy, 4 under-replicated, 5 under-min-isr, 6 leaderless, 7 offline
+    (rafka/health.py); 3 when there is no cluster."""
+    from rafka.admin import Admin
+    from rafka.health import STATES, health_report
+
+    report = health_report(Admin(_connect(args)))
+    rows = [
+        [u["topic"], u["partition"], u["state"], u["leader"], u["replicas"], u["isr"], u["offline_replicas"] or ""]
+        for u in report["unhealthy"]
+    ]
+    dead = report["brokers_dead"]
+    human = (
+        f"cluster {report['cluster']}: {report['status']} (exit {report['exit_code']})\n"
+        f"brokers alive {report['brokers_alive']}"
+        + (f", dead {dead}" if dead else "")
+        + f"; controller on broker {report['controller_id']} (epoch {report['controller_epoch']})\n"
+        f"partitions {report['partitions']}: "
+        + ", ".join(f"{s} {report['counts'][s]}" for s in STATES)
+        + ("\n" + _table(rows, ["TOPIC", "PARTITION", "STATE", "LEADER", "REPLICAS", "ISR", "OFFLINE"]) if rows else "")
+    )
+    _print(args, report, human)
+    return report["exit_code"]
+
+
 def cmd_cluster_info(args) -> int:
     from rafka.admin import Admin
 
     handle = _connect(args)
     desc = Admin(handle).describe_cluster()
     desc["address"] = handle.address
+    desc["metrics_url"] = handle.metrics_url
     rows = [
         [b["id"], b.get("alive"), b.get("epoch", ""), b.get("rack") or "", b.get("log_dir", "")]
         for b in desc["brokers"]
@@ -92,7 +124,7 @@ def cmd_cluster_info(args) -> int:
         f"cluster {desc['cluster']}  controller on broker {desc['controller_id']} "
         f"(epoch {desc['controller_epoch']})  "
         f"topics {desc['topics']}  metadata version {desc['metadata_version']}\n"
-        + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"])
+        f"metrics {desc['metrics_url'] or '(off)'}\n" + _table(rows, ["BROKER", "ALIVE", "EPOCH", "RACK", "LOG DIR"])
     )
     _print(args, desc, human)
     return EXIT_OK
@@ -114,10 +146,11 @@ def cmd_topic_create(args) -> int:
 
 
 def cmd_topic_list(args) -> int:
+    from actors.auto_topic_creation import INTERNAL_TOPICS
     from rafka.admin import Admin
 
     admin = Admin(_connect(args))
-    names = admin.list_topics()
+    names = [n for n in admin.list_topics() if args.internal or n not in INTERNAL_TOPICS]
     descs = admin.describe_topics(names) if names else []
     rows = [
         [d["name"], len(d["partitions"]), len(d["partitions"][0]["replicas"]) if d["partitions"] else 0] for d in descs
@@ -147,14 +180,13 @@ def cmd_topic_describe(args) -> int:
             tp = TopicPartition(d["name"], p["partition"])
             p["log_start_offset"], p["high_watermark"] = starts[tp].offset, ends[tp].offset
         d["effective_configs"] = admin.describe_configs(d["name"])
+        d["config_entries"] = admin.describe_config_entries(d["name"])
         out.append(d)
     if args.json:
         _print(args, out)
         return EXIT_OK
     for d in out:
         _echo(f"NAME        {d['name']}\nTOPIC ID    {d.get('topic_id')}\nPARTITIONS  {len(d['partitions'])}")
-        if d.get("configs"):
-            _echo("CONFIGS     " + ", ".join(f"{k}={v}" for k, v in sorted(d["configs"].items())))
         rows = [
             [
                 p["partition"],
@@ -171,6 +203,15 @@ def cmd_topic_describe(args) -> int:
         _echo(
             _table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START", "HIGH-WATERMARK"])
         )
+        shown = (
+            d["config_entries"]
+            if args.all_configs
+            else [e for e in d["config_entries"] if e["source"] != "DEFAULT_CONFIG"]
+        )
+        if shown:
+            _echo("\n" + _table([[e["name"], e["value"], e["source"]] for e in shown], ["CONFIG", "VALUE", "SOURCE"]))
+        if not args.all_configs:
+            _echo(f"({len(d['config_entries']) - len(shown)} configs at their defaults: -a shows every config)")
     return EXIT_OK
 
 
@@ -276,6 +317,74 @@ def cmd_group_seek(args) -> int:
     return EXIT_OK
 
 
+def _reset_target(args) -> Any:
+    if args.to_earliest:
+        return "earliest"
+    if args.to_latest:
+        return "latest"
+    if args.to_offset is not None:
+        return args.to_offset
+    if args.shift_by is not None:
+        return {"shift_by": args.shift_by}
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(args.to_datetime)  # no zone: local time, as Kafka's tool
+    except ValueError:
+        raise UsageError(
+            f"--to-datetime expects YYYY-MM-DDTHH:MM:SS[.sss][+HH:MM|Z], got {args.to_datetime!r}"
+        ) from None
+    return {"timestamp": int(when.timestamp() * 1000)}
+
+
+def _topic_partitions(specs: list[str] | None) -> tuple[list[str] | None, dict[str, list[int]]]:
+    """``--topic T`` or ``--topic T:0,2`` (Kafka's form) -> topics, {topic: partitions}."""
+    if not specs:
+        return None, {}
+    topics, parts = [], {}
+    for spec in specs:
+        name, _, plist = spec.partition(":")
+        topics.append(name)
+        if plist:
+            try:
+                parts[name] = sorted({int(x) for x in plist.split(",")})
+            except ValueError:
+                raise UsageError(f"--topic expects TOPIC or TOPIC:P,P..., got {spec!r}") from None
+    return topics, parts
+
+
+def cmd_group_reset_offsets(args) -> int:
+    """kafka-consumer-groups --reset-offsets: a plan by default (--dry-run), applied with --execute."""
+    from rafka.admin import Admin
+    from rafka.structs import TopicPartition
+
+    to = _reset_target(args)
+    topics, parts = _topic_partitions(args.topic)
+    admin = Admin(_connect(args))
+    plan = admin.plan_consumer_group_offsets_reset(args.group_id, to, topics, parts)
+    if not plan:
+        raise UsageError(
+            f"nothing to reset: group {args.group_id!r} has no committed offsets (name the topics with --topic)"
+        )
+    execute = args.execute and not args.dry_run
+    if execute:
+        admin.alter_consumer_group_offsets(
+            args.group_id, {TopicPartition(r["topic"], r["partition"]): r["new"] for r in plan}
+        )
+    elif not args.dry_run:
+        print("rafka: dry run (the default, as Kafka's tool): add --execute to apply", file=sys.stderr)
+    rows = [
+        [args.group_id, r["topic"], r["partition"], "-" if r["current"] is None else r["current"], r["new"]]
+        for r in plan
+    ]
+    _print(
+        args,
+        {"group_id": args.group_id, "executed": execute, "partitions": plan},
+        _table(rows, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]),
+    )
+    return EXIT_OK
+
+
 def cmd_group_delete(args) -> int:
     from rafka.admin import Admin
 
@@ -363,7 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
-    groups = p.add_subparsers(dest="group", required=True, metavar="{cluster,topic,group,txn,perf,serve,job,verify}")
+    groups = p.add_subparsers(
+        dest="group", required=True, metavar="{cluster,topic,group,txn,perf,logs,serve,job,verify}"
+    )
 
     cl = groups.add_parser("cluster", help="start, stop and inspect a local cluster").add_subparsers(
         dest="verb", required=True
@@ -377,6 +488,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_cluster_start)
     cl.add_parser("stop", parents=[common], help="stop the cluster started here").set_defaults(func=cmd_cluster_stop)
     cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)
+    cl.add_parser(
+        "health",
+        parents=[common],
+        help="per-partition health: healthy / under-replicated / under-min-isr / leaderless / offline",
+        description="Exit code: 0 healthy, 4 under-replicated, 5 under-min-isr, 6 leaderless, 7 offline, 3 no cluster "
+        "(the worst partition decides). --json prints the report.",
+    ).set_defaults(func=cmd_cluster_health)
 
     tp = groups.add_parser("topic", help="create, inspect, produce to and consume from topics").add_subparsers(
         dest="verb", required=True
@@ -387,9 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-r", "--replicas", type=int, default=-1)
     s.add_argument("-c", "--config", action="append", help="topic config key=value (repeatable)")
     s.set_defaults(func=cmd_topic_create)
-    tp.add_parser("list", parents=[common]).set_defaults(func=cmd_topic_list)
-    s = tp.add_parser("describe", parents=[common])
+    s = tp.add_parser("list", parents=[common])
+    s.add_argument("-i", "--internal", action="store_true", help="include internal topics (__consumer_offsets, ...)")
+    s.set_defaults(func=cmd_topic_list)
+    s = tp.add_parser("describe", parents=[common], help="partitions, offsets and configs with their sources")
     s.add_argument("names", nargs="+")
+    s.add_argument("-a", "--all-configs", action="store_true", help="print every config, defaults included")
     s.set_defaults(func=cmd_topic_describe)
     s = tp.add_parser("delete", parents=[common])
     s.add_argument("names", nargs="+")
@@ -407,13 +528,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("-k", "--key", default=None, help="key for every record")
     s.add_argument("--key-separator", default=None, help="split each line into key SEP value")
+    s.add_argument(
+        "-H", "--header", action="append", default=None, help="header key=value on every record (repeatable)"
+    )
     s.add_argument("-p", "--partition", type=_index, default=None)
     s.add_argument("--acks", default="all")
     s.add_argument("--linger-ms", type=_index, default=5)
+    s.add_argument(
+        "--print-acks", action="store_true", help="a line per record as it is acknowledged (default on a terminal)"
+    )
     s.set_defaults(func=cmd_topic_produce)
     s = tp.add_parser("consume", parents=[common])
     s.add_argument("name")
-    s.add_argument("-o", "--offset", default="start", help="start, end or an offset (default start)")
+    s.add_argument(
+        "-o",
+        "--offset",
+        action="append",
+        default=None,
+        help="start (default), end, N, -N (N before the end), s@TIMESTAMP; P:SPEC for partition P only (repeatable)",
+    )
+    s.add_argument("--from-timestamp", default=None, help="start at this time (ms or ISO date-time) in every partition")
     s.add_argument("-n", "--num", type=_count, default=None, help="stop after N records")
     s.add_argument("-e", "--exit-at-end", action="store_true", help="stop at the end offsets seen at start")
     s.add_argument(
@@ -424,11 +558,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only this partition (repeatable; it must exist)",
     )
-    s.add_argument("-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%d %%k %%v")
+    s.add_argument(
+        "-f", "--format", default="json", help="json, or a template: %%t %%p %%o %%T %%k %%v %%h %%K %%S (kcat's)"
+    )
+    s.add_argument(
+        "-E",
+        "--encoding",
+        choices=ENCODINGS,
+        default="text",
+        help="keys, values and header values as text, hex or base64",
+    )
     s.add_argument(
         "-g", "--group", dest="consumer_group", default=None, help="consume as a member of this consumer group"
     )
     s.set_defaults(func=cmd_topic_consume)
+
+    cli_topics.register(tp, cl, common)
 
     gp = groups.add_parser("group", help="list, describe, seek and delete consumer groups").add_subparsers(
         dest="verb", required=True
@@ -445,6 +590,28 @@ def build_parser() -> argparse.ArgumentParser:
     s = gp.add_parser("delete", parents=[common])
     s.add_argument("group_id", metavar="GROUP")
     s.set_defaults(func=cmd_group_delete)
+    s = gp.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="kafka-consumer-groups --reset-offsets: show the plan (--dry-run, the default) or --execute it",
+        description="Reset a group's committed offsets (the group must have no active members). The new offsets "
+        "are clamped to each partition's [log start, log end]. Example: rafka group reset-offsets g --topic "
+        "clicks:0,1 --shift-by -10 --execute",
+    )
+    s.add_argument("group_id", metavar="GROUP")
+    how = s.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    how.add_argument("--to-latest", action="store_true", help="the log end offset")
+    how.add_argument("--to-offset", type=_index, default=None, help="this offset")
+    how.add_argument("--to-datetime", default=None, help="the first offset at or after YYYY-MM-DDTHH:MM:SS[.sss][zone]")
+    how.add_argument("--shift-by", type=int, default=None, help="the committed offset plus N (N may be negative)")
+    s.add_argument(
+        "--topic", action="append", default=None, help="TOPIC or TOPIC:P,P (repeatable; default: committed ones)"
+    )
+    run = s.add_mutually_exclusive_group()
+    run.add_argument("--dry-run", action="store_true", help="only show the plan (the default)")
+    run.add_argument("--execute", action="store_true", help="apply the plan")
+    s.set_defaults(func=cmd_group_reset_offsets)
 
     pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
     s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")
@@ -463,6 +630,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--records", type=_count, required=True)
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
+
+    cli_logs.register(groups, common)  # `rafka logs`: files on disk, no Ray
 
     # the gateway, the Spark jobs and verify own their verbs (serve/cli.py, jobs/cli.py, rafka/verify.py),
     # found through the `rafka.commands` entry points (pyproject.toml): the client package never imports

@@ -31,6 +31,7 @@ __all__ = [
     "resolve_cluster",
     "state_file",
     "bootstrap_servers",
+    "metrics_url",
     "DEFAULT_CLUSTER",
 ]
 
@@ -73,6 +74,14 @@ def bootstrap_servers(cluster: str, timeout_s: float = 10.0) -> str:
     return ",".join(out)
 
 
+def metrics_url(cluster: str) -> str | None:
+    """The cluster's Prometheus scrape URL (``http://host:port/metrics``, published by its exporter in GCS
+    KV; docs/metrics.md), None when no exporter runs. Needs Ray connected."""
+    from protocol.kv import METRICS_URL, GcsKV
+
+    return GcsKV(cluster).get(METRICS_URL)
+
+
 class ClusterHandle:
     """A connection to a running rafka cluster: its name and the Ray address it lives on."""
 
@@ -92,6 +101,11 @@ class ClusterHandle:
     def bootstrap_servers(self) -> str:
         """The brokers' Kafka listeners, ``host:port,...``, for any Kafka client."""
         return bootstrap_servers(self.name)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus scrape URL (docs/metrics.md), None when the exporter is off."""
+        return metrics_url(self.name)
 
     def admin(self, **config):
         from rafka.admin import Admin
@@ -286,7 +300,11 @@ class LocalCluster:
         if not ray.is_initialized():
             import logging
 
+            from actors.server_log import route_ray_driver_logs
+
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+            os.makedirs(self.data_dir, exist_ok=True)
+            route_ray_driver_logs(self.data_dir)  # Ray's start-up warnings: to <data_dir>/logs/ray.log
             cpus = self.num_cpus or os.cpu_count() or 1
             # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
             # keeps the raylet from warning about "too many worker processes" on small machines
@@ -327,6 +345,13 @@ class LocalCluster:
         """The brokers' Kafka listeners (``listeners`` config; 127.0.0.1:9092+id by default), ``host:port,...``:
         the ``bootstrap.servers`` of kcat, confluent-kafka, kafka-python and the other Kafka clients."""
         return bootstrap_servers(self.name)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus scrape URL, ``http://127.0.0.1:9404/metrics`` by default (an ephemeral port when
+        9404 is taken; ``metrics.listener`` in ``broker_config`` sets it, ``none`` turns it off). Every
+        broker, topic, partition, group and transaction metric under Kafka's names: docs/metrics.md."""
+        return None if self._handle is None else self._handle.metrics_url()
 
     @property
     def server(self):

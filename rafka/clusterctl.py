@@ -35,6 +35,12 @@ from rafka.cluster import read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError
 
 
+def last_data_dir_file():
+    """``$RAFKA_HOME/last-data-dir``: the data directory of the last ``start``, where ``rafka logs`` reads the
+    server logs once the cluster is stopped (the state file is gone then)."""
+    return state_file().parent / "last-data-dir"
+
+
 def free_port() -> int:
     """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
     while True:
@@ -203,6 +209,13 @@ def start(
     proc = subprocess.run(
         cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     )
+    from actors import server_log
+
+    # what `ray start` printed (its banner, the warnings of small machines) is kept with the server logs
+    os.makedirs(server_log.logs_dir(data_dir), exist_ok=True)
+    with open(os.path.join(server_log.logs_dir(data_dir), server_log.RAY_START_LOG), "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}\n")
+    server_log.route_ray_driver_logs(data_dir)
     if proc.returncode != 0:
         _kill(ray_processes(temp_dir))
         shutil.rmtree(temp_dir, ignore_errors=True)
@@ -230,10 +243,11 @@ def start(
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
         from actors.bootstrap import start_cluster
 
-        start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
+        server = start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
         from rafka.cluster import bootstrap_servers
 
         info["bootstrap_servers"] = bootstrap_servers(cluster)
+        info["metrics_url"] = server.metrics_url()
     except BaseException:
         if ray.is_initialized():
             ray.shutdown()
@@ -243,6 +257,7 @@ def start(
     ray.shutdown()
     state_file().parent.mkdir(parents=True, exist_ok=True)
     state_file().write_text(json.dumps(info, indent=2))
+    last_data_dir_file().write_text(data_dir + "\n")
     return info
 
 

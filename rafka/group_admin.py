@@ -146,29 +146,72 @@ def alter_offsets(admin, group_id: str, offsets: dict[Any, int]) -> None:
         )
 
 
-def reset_offsets(admin, group_id: str, to: Any, topics: Iterable[str] | None = None) -> dict[TopicPartition, int]:
-    """Reset to ``"earliest"``, ``"latest"``, ``{"timestamp": ms}`` or an offset, for every partition of
-    ``topics`` (default: the topics the group has committed offsets for); returns the new offsets."""
+def reset_plan(
+    admin,
+    group_id: str,
+    to: Any,
+    topics: Iterable[str] | None = None,
+    partitions: dict[str, list[int]] | None = None,
+) -> list[dict]:
+    """Kafka's ``kafka-consumer-groups --reset-offsets`` plan, without changing anything: one row per partition
+    ``{topic, partition, current, log_start, log_end, new}``. ``to``: ``"earliest"``, ``"latest"``,
+    ``{"timestamp": ms}`` (the first offset at or after it; the log end when none), an offset, or
+    ``{"shift_by": n}`` (from the committed offset, which must exist). The new offset is clamped to
+    ``[log start, log end]``, as Kafka does. Partitions: every partition of ``topics`` (``partitions`` narrows a
+    topic to some), default the ones the group has committed offsets for."""
+    committed = committed_offsets(admin, group_id)
     if topics is None:
-        tps = sorted(committed_offsets(admin, group_id))
+        tps = sorted(committed)
     else:
         tps = []
         for t in topics:
             tm = admin.metadata.topic(t)
             if tm is None:
                 raise UnknownTopicOrPartitionError(f"topic {t!r} does not exist")
-            tps.extend(TopicPartition(t, p) for p in sorted(tm.partitions))
+            want = (partitions or {}).get(t)
+            for p in want or []:
+                if p not in tm.partitions:
+                    raise UnknownTopicOrPartitionError(f"topic {t!r} has no partition {p}")
+            tps.extend(TopicPartition(t, p) for p in sorted(tm.partitions) if not want or p in want)
     if not tps:
-        return {}
-    if to in ("earliest", "latest"):
-        target = {tp: o.offset for tp, o in admin.list_offsets({tp: to for tp in tps}).items()}
+        return []
+    starts = {tp: o.offset for tp, o in admin.list_offsets({tp: "earliest" for tp in tps}).items()}
+    ends = {tp: o.offset for tp, o in admin.list_offsets({tp: "latest" for tp in tps}).items()}
+    if to == "earliest":
+        target = dict(starts)
+    elif to == "latest":
+        target = dict(ends)
     elif isinstance(to, dict) and "timestamp" in to:
         found = admin.list_offsets({tp: int(to["timestamp"]) for tp in tps})
-        ends = admin.list_offsets({tp: "latest" for tp in tps})
-        target = {tp: (o.offset if o.offset >= 0 else ends[tp].offset) for tp, o in found.items()}
+        target = {tp: (o.offset if o.offset >= 0 else ends[tp]) for tp, o in found.items()}
+    elif isinstance(to, dict) and "shift_by" in to:
+        missing = [str(tp) for tp in tps if tp not in committed]
+        if missing:
+            raise ValueError(f"cannot shift {', '.join(missing)}: group {group_id!r} has no committed offset there")
+        target = {tp: committed[tp] + int(to["shift_by"]) for tp in tps}
     elif isinstance(to, int) and not isinstance(to, bool):
         target = {tp: to for tp in tps}
     else:
-        raise ValueError(f"reset target must be 'earliest', 'latest', {{'timestamp': ms}} or an offset, not {to!r}")
-    alter_offsets(admin, group_id, target)
+        raise ValueError(
+            f"reset target must be 'earliest', 'latest', {{'timestamp': ms}}, {{'shift_by': n}} or an offset, not {to!r}"
+        )
+    return [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "current": committed.get(tp),
+            "log_start": starts[tp],
+            "log_end": ends[tp],
+            "new": min(max(target[tp], starts[tp]), ends[tp]),
+        }
+        for tp in tps
+    ]
+
+
+def reset_offsets(admin, group_id: str, to: Any, topics: Iterable[str] | None = None) -> dict[TopicPartition, int]:
+    """``reset_plan`` carried out (the group must have no active members); returns the new offsets."""
+    plan = reset_plan(admin, group_id, to, topics)
+    target = {TopicPartition(r["topic"], r["partition"]): r["new"] for r in plan}
+    if target:
+        alter_offsets(admin, group_id, target)
     return target

@@ -142,11 +142,12 @@ class ClusterMetadata:
                 tm = self._topics.get(name)
         return tm
 
-    def _auto_create(self, name: str, timeout_s: float) -> None:
+    def _auto_create(self, name: str, timeout_s: float) -> int | None:
         """Ask a live broker to auto-create ``name`` (``BrokerActor.auto_create_topic``). Creation follows
         the broker's ``auto.create.topics.enable`` / ``num.partitions`` / ``default.replication.factor``;
-        an invalid name or replication factor raises its Kafka error, a disabled or unreachable broker
-        leaves the caller waiting for the topic as before."""
+        an invalid name or replication factor raises its Kafka error. Returns 0 (created or already there),
+        UNKNOWN_TOPIC_OR_PARTITION's code (the broker does not auto-create), another retriable code, or None
+        when no broker answered; the caller keeps waiting for the topic as before."""
         from ray.exceptions import RayError
 
         for b in sorted(self.brokers().values(), key=lambda b: b.get("id", 0)):
@@ -160,7 +161,24 @@ class ClusterMetadata:
             code = res.get("error_code", 0)
             if code and code != UnknownTopicOrPartitionError.code and not for_code(code).retriable:
                 raise for_code(code)(res.get("error_message") or f"auto-creating topic {name!r} failed")
-            return
+            return code
+        return None
+
+    def require_topic(self, name: str, timeout_ms: float) -> TopicMetadata:
+        """The topic's metadata; an absent topic is auto-created when this client and the brokers allow it
+        (``auto.create.topics.enable``), else UnknownTopicOrPartitionError at once rather than a wait of
+        ``max.block.ms`` (a CLI user typing a wrong name learns it before typing records)."""
+        tm = self.topic(name)
+        if tm is None:
+            code = self._auto_create(name, timeout_ms / 1000.0) if self.auto_create_topics else None
+            if code == UnknownTopicOrPartitionError.code or not self.auto_create_topics:
+                self.refresh([name], force=True)
+                if self.topic(name) is None:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {name!r} does not exist and auto.create.topics.enable is false"
+                        + ("" if self.auto_create_topics else " (this client)")
+                    )
+        return self.wait_for_topic(name, timeout_ms)
 
     def list_topics(self) -> list[str]:
         return [K.key_suffix(k) for k in self._kv.keys(K.TOPICS)]

@@ -20,6 +20,7 @@ Errors are JSON ``{"error_code", "kafka_error_code", "message"}`` with the HTTP 
 # no `from __future__ import annotations`: FastAPI must see real types (Request, int) on the ingress
 # methods after Serve pickles the class by value into its replicas
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rafka.errors import KafkaError
+from serve import gateway_metrics
 from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
 from serve.errors import (
     BAD_PARAMETER,
@@ -62,12 +64,16 @@ from serve.v3_stream import RequestStreamingResponse, v3_report, v3_stream
 __all__ = ["APP_NAME", "DEFAULT_MAX_REQUEST_BYTES", "build_app"]
 
 APP_NAME = "rafka-gateway"
+log = logging.getLogger("ray.serve.rafka_gateway")  # a child of Serve's logger: lines land in the replica's Serve log
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
 def _fastapi() -> FastAPI:
     """A fresh FastAPI app with the gateway's exception handlers: every failure is a JSON error body."""
-    api = FastAPI(
+    from fastapi_offline import FastAPIOffline
+
+    # /docs and /redoc from the package's own Swagger UI / ReDoc files, not a CDN: they work offline
+    api = FastAPIOffline(
         title="rafka HTTP gateway",
         version="1.0",
         description="Confluent REST Proxy-shaped HTTP API (v2 + v3) over a rafka cluster. Errors: "
@@ -75,13 +81,15 @@ def _fastapi() -> FastAPI:
         '"message": ...}.',
     )
 
+    api.middleware("http")(gateway_metrics.middleware)  # request counts for the exporter (docs/metrics.md)
+
     @api.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @api.exception_handler(KafkaError)
     async def _kafka_error(request: Request, exc: KafkaError) -> JSONResponse:
-        return error_response(from_exception(exc))
+        return error_response(from_exception(exc), request)
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -92,24 +100,39 @@ def _fastapi() -> FastAPI:
                 404 if in_path else 422,
                 NOT_FOUND if in_path else BAD_PARAMETER,
                 f"invalid request parameter(s): {where}",
-            )
+            ),
+            request,
         )
 
     @api.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: NOT_FOUND, 405: METHOD_NOT_ALLOWED}.get(exc.status_code, exc.status_code * 100 + 1)
         return error_response(
-            GatewayError(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})")
+            GatewayError(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})"), request
         )
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(from_exception(exc))
+        return error_response(from_exception(exc), request, exc)
 
     return api
 
 
-def error_response(err: GatewayError) -> JSONResponse:
+def error_response(err: GatewayError, request: Request | None = None, exc: BaseException | None = None) -> JSONResponse:
+    """The JSON error answer, logged as one line: INFO for a client error (4xx: the client's request was
+    wrong, the gateway is fine), WARNING for 5xx the cluster explained (unavailable, timed out); only an
+    unexpected exception (a 500 from ``_unexpected``) is logged at ERROR with its traceback."""
+    if request is not None:
+        level = logging.INFO if err.status < 500 else logging.WARNING if exc is None else logging.ERROR
+        log.log(
+            level,
+            "%d %s %s: %s",
+            err.status,
+            request.method,
+            request.url.path,
+            err.message,
+            exc_info=exc if level == logging.ERROR else None,
+        )
     return JSONResponse(err.body(), status_code=err.status)
 
 
@@ -128,6 +151,7 @@ class Gateway:
         from rafka.admin import Admin
 
         self.cluster = cluster
+        gateway_metrics.attach(cluster)
         self.producer = ProduceService(cluster, acks, producer_config)
         self.admin = Admin(cluster, default_api_timeout_ms=15000, request_timeout_ms=10000)
         self.instances = instances
@@ -167,10 +191,12 @@ def build_app():
     process never registers a route twice)."""
     from ray import serve as ray_serve
 
+    from serve.console_routes import console_mixin
+
     app = _fastapi()
 
     @ray_serve.ingress(app)
-    class GatewayIngress(Gateway):
+    class GatewayIngress(Gateway, console_mixin(app)):  # type: ignore[misc]  # the web console: /console
         # -- health and clusters ------------------------------------------------------------------------
         @app.get("/health", summary="Cluster reachable, controller epoch, brokers alive")
         async def health(self) -> Response:

@@ -432,6 +432,7 @@ class Log(LogRetention):
             raise KafkaStorageError(f"log {self.dir}: segment {new_base} already exists with data")
         self._segments.append(seg)
         self._bases.append(new_base)
+        log.info("Rolled new log segment at offset %d in %s", new_base, self.dir)
         self.producer_state.map_end_offset = self._leo
         if new_base == self._leo:
             self.producer_state.take_snapshot(new_base)

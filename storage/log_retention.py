@@ -16,6 +16,7 @@ Concurrency: single-threaded, like Log.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from protocol.errors import OffsetOutOfRangeError
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from storage.epoch_cache import LeaderEpochCache
     from storage.log_config import LogConfig
     from storage.producer_state import ProducerStateManager
+
+log = logging.getLogger("storage.log")
 
 
 class LogRetention:
@@ -59,7 +62,9 @@ class LogRetention:
         if offset > self._log_start_offset:
             self._advance_log_start(offset)
             self._delete_segments(
-                self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset), None
+                self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset),
+                None,
+                "DeleteRecords",
             )
         return self._log_start_offset
 
@@ -79,7 +84,9 @@ class LogRetention:
         c, deleted = self.config, 0
         if c.delete and c.retention_ms >= 0:
             deleted += self._delete_segments(
-                self._deletable(lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms), now_ms
+                self._deletable(lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms),
+                now_ms,
+                f"retention time {c.retention_ms}ms breach",
             )
         if c.delete and c.retention_bytes >= 0:
             excess = [self.size_in_bytes - c.retention_bytes]
@@ -90,9 +97,13 @@ class LogRetention:
                     return True
                 return False
 
-            deleted += self._delete_segments(self._deletable(over), now_ms)
+            deleted += self._delete_segments(
+                self._deletable(over), now_ms, f"retention size {c.retention_bytes} breach"
+            )
         deleted += self._delete_segments(
-            self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset), now_ms
+            self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset),
+            now_ms,
+            "log start offset breach",
         )
         return deleted
 
@@ -106,9 +117,16 @@ class LogRetention:
             out.append(seg)
         return out
 
-    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None) -> int:
+    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None, why: str = "log start offset breach") -> int:
         if not segs:
             return 0
+        log.info(
+            "Deleting %d segment(s) (base offsets %s) of %s due to %s",
+            len(segs),
+            [seg.base_offset for seg in segs],
+            self.dir,
+            why,
+        )
         if segs[-1] is self._segments[-1]:
             self.roll(now_ms)  # never leave the log without an active segment
         for seg in segs:  # lowest first: a crash leaves a suffix; open raises the log start to its base
@@ -118,6 +136,7 @@ class LogRetention:
         self._rp = max(self._rp, self._bases[0])
         if self._bases[0] > self._log_start_offset:
             self._advance_log_start(self._bases[0])
+            log.info("Incremented log start offset to %d due to segment deletion", self._bases[0])
         self.producer_state.delete_snapshots_below(self._bases[0])
         self._write_checkpoints()
         return len(segs)

@@ -106,3 +106,59 @@ def test_partition_reassignment_moves_data(rafka_cluster, admin, new_topic):
     while len(got) < 50 and time.monotonic() < deadline:
         got += c.poll(1000).get(TopicPartition(topic, 0), [])
     assert [int(r.value) for r in got] == list(range(50))
+
+
+def test_delete_records_moves_the_log_start_for_every_reader(rafka_cluster, admin, new_topic):
+    """Kafka's DeleteRecords through the leader: the log start offset moves up, consumers start there, an
+    offset past the high watermark is OFFSET_OUT_OF_RANGE, -1 means the high watermark."""
+    from rafka.errors import OffsetOutOfRangeError
+
+    name = new_topic(2, 2)
+    with rafka.Producer(rafka_cluster, acks="all") as p:
+        p.send_batch(name, [(None, b"r%d" % i, i % 2) for i in range(20)])
+    tp0, tp1 = TopicPartition(name, 0), TopicPartition(name, 1)
+    assert admin.delete_records({tp0: 4, tp1: -1}) == {tp0: 4, tp1: 10}
+    starts = admin.list_offsets({tp0: "earliest", tp1: "earliest"})
+    assert (starts[tp0].offset, starts[tp1].offset) == (4, 10)
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
+    c.assign([tp0, tp1])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 6 and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=500).values():
+            got += [(r.partition, r.offset, r.value) for r in recs]
+    c.close()
+    assert got == [(0, o, b"r%d" % (2 * o)) for o in range(4, 10)]
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records({tp0: 11})
+    assert admin.delete_records({tp0: 2}) == {tp0: 4}  # below the log start: nothing moves back
+
+
+def test_config_entries_name_their_source(admin, new_topic):
+    """Kafka's ConfigEntry sources: a topic override is DYNAMIC_TOPIC_CONFIG (with the default below it as a
+    synonym), the rest DEFAULT_CONFIG; broker configs come from the broker's properties (STATIC) or defaults."""
+    name = new_topic(1, 1, retention_ms=123456)
+    entries = {e["name"]: e for e in admin.describe_config_entries(name)}
+    ret = entries["retention.ms"]
+    assert (ret["value"], ret["source"]) == ("123456", "DYNAMIC_TOPIC_CONFIG")
+    assert [s["source"] for s in ret["synonyms"]] == ["DYNAMIC_TOPIC_CONFIG", "DEFAULT_CONFIG"]
+    assert entries["segment.bytes"]["source"] == "DEFAULT_CONFIG"
+    assert set(admin.describe_configs(name)) == set(entries)  # every effective config has an entry
+    brokers = admin.describe_broker_configs()
+    assert sorted(brokers) == [0, 1, 2]
+    conf = {e["name"]: e for e in brokers[1]}
+    auto = conf["auto.create.topics.enable"]  # this cluster's broker_config sets it (tests/client/conftest.py)
+    assert (auto["value"], auto["source"]) == ("false", "STATIC_BROKER_CONFIG")
+    assert conf["num.partitions"]["source"] == "DEFAULT_CONFIG"
+    assert list(admin.describe_broker_configs(2)) == [2]
+
+
+def test_require_topic_fails_at_once_when_brokers_do_not_auto_create(rafka_cluster):
+    """`rafka topic produce` checks its topic first: on a cluster with auto.create.topics.enable=false an
+    unknown topic is UNKNOWN_TOPIC_OR_PARTITION at once, not a wait of max.block.ms (60 s)."""
+    p = rafka.Producer(rafka_cluster)
+    t = time.monotonic()
+    with pytest.raises(UnknownTopicOrPartitionError, match="auto.create.topics.enable is false"):
+        p.metadata.require_topic("nope-" + uuid.uuid4().hex[:6], 60000)
+    assert time.monotonic() - t < 20
+    p.close()

@@ -48,6 +48,9 @@ def cli(tmp_path_factory):
 
     assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
+    # the server logs outlive the cluster: `rafka logs` finds them with no cluster and no --data-dir
+    after = run("logs", "--broker", "0", "-n", "20")
+    assert after.stdout.startswith("[") and "INFO [Broker id=0] shutting down" in after.stdout, after.stdout
 
 
 def test_start_attach_from_a_fresh_process(cli):
@@ -64,6 +67,13 @@ def test_start_attach_from_a_fresh_process(cli):
     assert [b["id"] for b in desc["brokers"]] == [0] and desc["brokers"][0]["alive"]
     out = js(cli("cluster", "info", "--json"))
     assert out["address"] == info["address"] and out["controller_id"] == 0
+    # the one Prometheus scrape URL: printed by start, shown by info, answering with the cluster's figures
+    assert info["metrics_url"].startswith("http://") and out["metrics_url"] == info["metrics_url"]
+    assert f"metrics {info['metrics_url']}" in cli("cluster", "info").stdout
+    import urllib.request
+
+    body = urllib.request.urlopen(info["metrics_url"], timeout=60).read().decode()
+    assert 'kafka_controller_kafkacontroller_activecontrollercount{broker="0"} 1.0' in body
 
 
 def test_topic_lifecycle_and_round_trip(cli):
@@ -237,6 +247,159 @@ def test_txn_verbs_list_describe_and_abort_a_hanging_transaction(cli):
     assert [p["current_txn_start_offset"] for p in producers if p["producer_id"] == pid] == [-1]
     bad = cli("txn", "describe", "no-such-id", check=False)
     assert bad.returncode != 0 and "TRANSACTIONAL_ID_NOT_FOUND" in bad.stderr
+
+
+def test_produce_headers_acks_and_consume_by_offset_timestamp_and_encoding(cli):
+    """Kafka users' next steps: -H headers, an ack line per record, -o -N / P:OFF / s@TIMESTAMP, %h and
+    binary-safe output (hex/base64), a topic auto-created on first produce (Kafka's default)."""
+    import base64
+
+    cli("topic", "create", "hdr", "-p", "2", "-r", "1")
+    lines = "".join(f"v{i}\n" for i in range(10))
+    out = cli("topic", "produce", "hdr", "-p", "0", "-H", "src=cli", "-H", "n=1", "--print-acks", stdin=lines).stdout
+    acks = [ln for ln in out.splitlines() if ln.startswith("Produced to partition 0 at offset ")]
+    assert [int(a.rsplit(" ", 1)[1]) for a in acks] == list(range(10)) and out.splitlines()[
+        -1
+    ] == "10 record(s) produced"
+    cli("topic", "produce", "hdr", "-p", "1", stdin="\xff\n")
+    recs = [json.loads(x) for x in cli("topic", "consume", "hdr", "-p", "0", "-e").stdout.splitlines()]
+    assert [r["value"] for r in recs] == [f"v{i}" for i in range(10)]
+    assert recs[0]["headers"] == [{"key": "src", "value": "cli"}, {"key": "n", "value": "1"}]
+    tail = cli("topic", "consume", "hdr", "-p", "0", "-o", "-3", "-e", "-f", "%o %v %h\\n").stdout
+    assert tail.splitlines() == [f"{o} v{o} src=cli,n=1" for o in (7, 8, 9)]
+    per = cli("topic", "consume", "hdr", "-o", "0:8", "-o", "1:end", "-e", "-f", "%p:%o\\n").stdout
+    assert per.splitlines() == ["0:8", "0:9"]
+    ts = recs[5]["timestamp"]
+    later = [
+        json.loads(x)["offset"]
+        for x in cli("topic", "consume", "hdr", "-p", "0", "-o", f"s@{ts}", "-e").stdout.splitlines()
+    ]
+    assert later[0] <= 5 and later[-1] == 9 and all(recs[o]["timestamp"] >= ts for o in later if o >= 5)
+    (b64,) = [
+        json.loads(x) for x in cli("topic", "consume", "hdr", "-p", "1", "-e", "-E", "base64").stdout.splitlines()
+    ]
+    assert base64.b64decode(b64["value"]) == "\xff".encode() and b64["encoding"] == "base64"
+    assert (
+        cli("topic", "consume", "hdr", "-p", "1", "-e", "-E", "hex", "-f", "%v\\n").stdout
+        == "\xff".encode().hex() + "\n"
+    )
+    bad = cli("topic", "consume", "hdr", "-o", "soon", check=False)
+    assert bad.returncode == 2 and "offset 'soon'" in bad.stderr
+    made = js(cli("topic", "produce", "auto-made", "--json", stdin="x\n"))  # auto.create.topics.enable: default true
+    assert made["produced"] == 1 and "auto-made" in [t["name"] for t in js(cli("topic", "list", "--json"))]
+
+
+def test_produce_flushes_what_was_typed_when_interrupted(cli):
+    """A line typed before Ctrl-C is sent, not lost: with a 60 s linger nothing would go out on its own, so
+    the record reaching the topic is the SIGINT path flushing."""
+    import signal
+    import time
+
+    cli("topic", "create", "ctrlc", "-p", "1", "-r", "1")
+    proc = subprocess.Popen(
+        [RAFKA, "topic", "produce", "ctrlc", "--linger-ms", "60000", "--print-acks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+    )
+    seen = []
+    for line in proc.stderr:  # "producing to" is printed once the topic was checked and the producer is up
+        seen.append(line)
+        if "producing to 'ctrlc'" in line:
+            break
+    assert seen and "producing to 'ctrlc'" in seen[-1], "".join(seen)
+    proc.stdin.write("typed before ctrl-c\n")
+    proc.stdin.flush()
+    time.sleep(2)  # the line is read and queued in the accumulator; with a 60 s linger it stays there
+    hw = js(cli("topic", "describe", "ctrlc", "--json"))[0]["partitions"][0]["high_watermark"]
+    assert hw == 0, "the record went out before the interrupt: the test would prove nothing"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "Produced to partition 0 at offset 0" in out and "1 record(s) produced, then interrupted" in out
+    (rec,) = [json.loads(x) for x in cli("topic", "consume", "ctrlc", "-e").stdout.splitlines()]
+    assert rec["value"] == "typed before ctrl-c"
+
+
+def test_operator_verbs_list_internal_describe_sources_trim_elect_reassign(cli):
+    cli("topic", "create", "ops", "-p", "2", "-r", "1", "-c", "retention.ms=99000")
+    cli("topic", "produce", "ops", "-p", "0", stdin="".join(f"{i}\n" for i in range(8)))
+    cli("group", "list")  # the group coordinator's __consumer_offsets exists once a group was looked up
+    names = [t["name"] for t in js(cli("topic", "list", "--json"))]
+    internal = [t["name"] for t in js(cli("topic", "list", "-i", "--json"))]
+    assert "ops" in names and not any(n.startswith("__") for n in names)
+    assert set(names) < set(internal) or names == internal
+    (desc,) = js(cli("topic", "describe", "ops", "--json"))
+    src = {e["name"]: e["source"] for e in desc["config_entries"]}
+    assert src["retention.ms"] == "DYNAMIC_TOPIC_CONFIG" and src["segment.bytes"] == "DEFAULT_CONFIG"
+    human = cli("topic", "describe", "ops").stdout
+    assert "retention.ms  99000  DYNAMIC_TOPIC_CONFIG" in human and "-a shows every config" in human
+    assert "segment.bytes" in cli("topic", "describe", "ops", "-a").stdout
+    trimmed = js(cli("topic", "trim-prefix", "ops", "-p", "0", "-o", "5", "--json"))
+    assert trimmed == [{"topic": "ops", "partition": 0, "low_watermark": 5}]
+    first = json.loads(cli("topic", "consume", "ops", "-p", "0", "-e").stdout.splitlines()[0])
+    assert first["offset"] == 5
+    assert js(cli("topic", "delete-records", "ops", "-o", "end", "--json"))[0]["low_watermark"] == 8
+    over = cli("topic", "trim-prefix", "ops", "-p", "1", "-o", "3", check=False)
+    assert over.returncode == 1 and "OffsetOutOfRangeError" in over.stderr
+    elected = js(cli("topic", "elect-leaders", "ops", "--json"))
+    assert sorted(r["partition"] for r in elected) == [0, 1] and all(r["error_code"] == 84 for r in elected)
+    assert "ElectionNotNeeded" in cli("topic", "elect-leaders", "ops", "-p", "1").stdout
+    moved = js(cli("topic", "reassign", "ops", "-p", "1", "--replicas", "0", "--json"))
+    assert moved == [{"topic": "ops", "partition": 1, "target_replicas": [0]}]
+    nowhere = cli("topic", "reassign", "ops", "-p", "1", "--replicas", "7", check=False)
+    assert nowhere.returncode == 1 and nowhere.stderr.startswith("rafka: ") and nowhere.stderr.count("\n") == 1
+    assert cli("topic", "reassign", "ops", check=False).returncode == 2
+    assert js(cli("topic", "reassignments", "--json")) == []
+    confs = js(cli("cluster", "configs", "--json"))
+    assert list(confs) == ["0"] and {e["source"] for e in confs["0"]} <= {"STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"}
+    assert any(e["name"] == "num.partitions" for e in confs["0"])
+
+
+def test_cluster_health_and_exit_code(cli):
+    ok = cli("cluster", "health", "--json")
+    report = js(ok)
+    assert ok.returncode == 0 and report["status"] == "healthy" and report["exit_code"] == 0
+    assert report["brokers_alive"] == [0] and report["brokers_dead"] == [] and report["unhealthy"] == []
+    assert report["counts"]["healthy"] == report["partitions"]
+    human = cli("cluster", "health").stdout
+    assert human.startswith(f"cluster {report['cluster']}: healthy (exit 0)") and "offline 0" in human
+
+
+def test_logs_from_disk_and_follow(cli):
+    """`rafka logs` reads <data dir>/logs (found through the state file): Kafka-shaped lines, filters, JSON,
+    a bad broker id as a usage error, and --follow printing a line written after it started."""
+    cli("topic", "create", "logged", "-p", "1", "-r", "1")
+    lines = cli("logs", "--controller").stdout.splitlines()
+    assert any("] INFO [Controller id=0 epoch=" in x and "Created topic logged" in x for x in lines), lines[-5:]
+    broker = cli("logs", "--broker", "0", "-n", "3").stdout.splitlines()
+    assert len(broker) == 3 and all(x.startswith("[") and x.endswith(")") for x in broker), broker
+    entries = [json.loads(x) for x in cli("logs", "--json").stdout.splitlines()]
+    assert {e["file"] for e in entries} == {"controller.log", "broker-0.log"}
+    assert [e["time"] for e in entries] == sorted(e["time"] for e in entries)  # merged by time
+    leader = [e for e in entries if e["message"].startswith("Leader logged-0 starts at leader epoch 0")]
+    assert leader and leader[0]["context"] == "Partition logged-0 broker=0" and leader[0]["logger"] == "actors.replica"
+    bad = cli("logs", "--broker", "7", check=False)
+    assert bad.returncode == 2 and "broker-7.log" in bad.stderr and bad.stdout == ""
+    follow = subprocess.Popen(
+        [RAFKA, "logs", "--controller", "-f", "-n", "0"], stdout=subprocess.PIPE, text=True, env=cli.env
+    )
+    try:
+        cli("topic", "create", "followed", "-p", "1", "-r", "1")
+        seen = []
+        timer = threading.Timer(60, follow.kill)
+        timer.start()
+        for line in follow.stdout:
+            seen.append(line)
+            if "Created topic followed" in line:
+                break
+        timer.cancel()
+        assert any("Created topic followed" in x for x in seen), seen
+    finally:
+        follow.kill()
+        follow.wait()
 
 
 # -- serve (last: the topic tests above expect an empty topic list) -----------------------------------

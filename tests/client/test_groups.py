@@ -347,6 +347,30 @@ def test_cli_group_commands_and_group_consume(gcluster, gadmin, capsys):
     assert "TOTAL-LAG 12" in run("group", "describe", g)
     out = run("--json", "topic", "consume", name, "--group", g, "-n", "12")
     assert len(out.splitlines()) == 12
+    # kafka-consumer-groups --reset-offsets: a plan unless --execute, clamped to [log start, log end]
+    offs = json.loads(run("--json", "group", "describe", g))["offsets"]
+    committed = {o["partition"]: o["committed"] for o in offs}
+    ends = {o["partition"]: o["log_end"] for o in offs}
+    plan = json.loads(run("--json", "group", "reset-offsets", g, "--shift-by", "-2"))
+    assert plan["executed"] is False
+    assert {r["partition"]: r["new"] for r in plan["partitions"]} == {p: max(0, c - 2) for p, c in committed.items()}
+    assert {o["partition"]: o["committed"] for o in json.loads(run("--json", "group", "describe", g))["offsets"]} == (
+        committed
+    )  # a dry run changes nothing
+    assert "NEW-OFFSET" in run("group", "reset-offsets", g, "--to-earliest", "--dry-run")
+    big = json.loads(run("--json", "group", "reset-offsets", g, "--to-offset", "1000000", "--execute"))
+    assert big["executed"] and {r["partition"]: r["new"] for r in big["partitions"]} == ends
+    one = json.loads(
+        run("--json", "group", "reset-offsets", g, "--topic", f"{name}:0", "--shift-by", "-1000", "--execute")
+    )
+    assert [(r["partition"], r["current"], r["new"]) for r in one["partitions"]] == [(0, ends[0], 0)]
+    old = json.loads(run("--json", "group", "reset-offsets", g, "--to-datetime", "2001-01-01T00:00:00Z", "--execute"))
+    assert {r["partition"]: r["new"] for r in old["partitions"]} == {0: 0, 1: 0}
+    new = json.loads(run("--json", "group", "reset-offsets", g, "--to-datetime", "2999-01-01T00:00:00", "--execute"))
+    assert {r["partition"]: r["new"] for r in new["partitions"]} == ends
+    assert main(base + ["group", "reset-offsets", "no-such-group-" + g, "--to-earliest"]) == 2  # nothing matched
+    assert "nothing to reset" in capsys.readouterr().err
+    assert main(base + ["group", "reset-offsets", g, "--to-datetime", "yesterday"]) == 2
     run("group", "delete", g)
     assert g not in {x["group_id"] for x in json.loads(run("--json", "group", "list"))}
 

@@ -634,3 +634,63 @@ def test_a_stalled_body_times_out_and_others_are_served(gw, e2e_cluster, e2e_top
     assert resp.read() == b""
     conn.close()
     assert [r.value for r in read_back(e2e_cluster, t, 2)] == [b"meanwhile", b"streamed"]
+
+
+def test_gateway_requests_are_counted_on_the_clusters_metrics_endpoint(gw, e2e_cluster, e2e_topic):
+    """Each gateway replica publishes its request counts (serve/gateway_metrics.py); the cluster's one scrape
+    URL shows them by route template and status: exactly the requests made here."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def counts() -> dict:
+        body = requests.get(e2e_cluster.metrics_url, timeout=60).text
+        return {
+            (s.labels["method"], s.labels["route"], s.labels["status"]): s.value
+            for f in text_string_to_metric_families(body)
+            for s in f.samples
+            if s.name == "kafka_rest_gateway_requests_total"
+        }
+
+    ok, missing = ("GET", "/topics/{topic}", "200"), ("GET", "/topics/{topic}", "404")
+    topic = e2e_topic(1, 1)
+    before = counts()
+    for _ in range(5):
+        assert requests.get(f"{gw}/topics/{topic}", timeout=30).status_code == 200
+    for _ in range(3):
+        assert requests.get(f"{gw}/topics/no-such-topic-here", timeout=30).status_code == 404
+    deadline = time.monotonic() + 30
+    while True:
+        after = counts()
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in (ok, missing)}
+        if delta == {ok: 5, missing: 3} or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert delta == {ok: 5, missing: 3}
+
+
+def test_client_errors_are_one_info_line_in_the_serve_log(gw):
+    """A 4xx answer is logged once, at INFO, in the gateway replica's Serve log (status, method, path, reason):
+    exactly one line per request names the topic, so no ERROR line or traceback does."""
+    import glob
+    import uuid
+
+    import ray
+
+    marker = "no-such-topic-" + uuid.uuid4().hex[:8]
+    assert requests.get(f"{gw}/topics/{marker}", timeout=30).status_code == 404
+    assert post(f"{gw}/topics/{marker}", b"not json").status_code == 400
+    logs = ray._private.worker._global_node.get_session_dir_path() + "/logs/serve/replica_*Gateway*.log"
+
+    def lines():
+        found = []
+        for f in glob.glob(logs):
+            with open(f, errors="replace") as fh:
+                found += [x for x in fh if marker in x]
+        return found
+
+    deadline = time.monotonic() + 20
+    while len(lines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    got = lines()
+    assert len(got) == 2, got
+    assert got[0].startswith("INFO ") and f"-- 404 GET /topics/{marker}: " in got[0], got
+    assert got[1].startswith("INFO ") and f"-- 400 POST /topics/{marker}: the body is not valid JSON" in got[1], got

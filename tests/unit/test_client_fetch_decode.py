@@ -78,5 +78,5 @@ def test_cli_helpers():
     with pytest.raises(UsageError, match="key=value"):
         kv_pairs(["oops"], "-c")
     r = ConsumerRecord("t", 1, 5, 77, 0, b"k", b"v\xff", ())
-    assert format_record("%t/%p/%o %k=%v\\n", r) == "t/1/5 k=v\ufffd\n"
+    assert format_record("%t/%p/%o %k=%v\\n", r) == "t/1/5 k=v\\xff\n"  # undecodable bytes escaped, not replaced
     assert '"offset": 5' in format_record("json", r)

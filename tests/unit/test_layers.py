@@ -97,5 +97,5 @@ def test_cli_verbs_of_upper_layers_arrive_through_entry_points():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     verbs, heavy = out.stdout.strip().splitlines()
-    assert verbs == str(sorted(["cluster", "topic", "group", "txn", "perf", "serve", "job", "verify"]))
+    assert verbs == str(sorted(["cluster", "topic", "group", "txn", "perf", "logs", "serve", "job", "verify"]))
     assert heavy == "[]"

@@ -1,0 +1,94 @@
+"""The Kafka-style server logs (actors/server_log.py) of a real 2-broker cluster: the broker hosting the
+controller and leading a partition is SIGKILLed; the files under ``<data_dir>/logs`` then hold the controller
+failover, the fencing, the leader election and the ISR shrink, and, after the broker restarts, its replica
+starting as follower and the leader expanding the ISR again; `rafka cluster health`'s report says
+under-replicated (exit 4), then healthy. The files outlive the cluster's shutdown."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+import ray
+from support import SMALL_INTERNAL_TOPICS, clusters, part, wait_until
+
+import rafka
+from actors import server_log
+from rafka.health import health_report
+
+pytestmark = pytest.mark.cluster
+
+LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] (INFO|WARNING|ERROR) \[[^\]]+\] .+ \([\w.]+\)$")
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _has(path: str, *needles: str):
+    """The file's text when every needle is in it (else None, for wait_until)."""
+    try:
+        text = _read(path)
+    except FileNotFoundError:
+        return None
+    return text if all(n in text for n in needles) else None
+
+
+def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutdown(
+    ray_cluster, cluster_name, tmp_path
+):
+    data_dir = str(tmp_path)
+    with clusters(cluster_name, data_dir) as start:
+        ch = start(num_brokers=2, config={**SMALL_INTERNAL_TOPICS, "replica.lag.time.max.ms": 3000})
+        ch.create_topic("clicks", 2, 2)
+        host = ray.get(ch.controller().describe_controller.remote())["host_broker_id"]
+        other = 1 - host
+        led = next(p for p in (0, 1) if part(ch, "clicks", p)["leader"] == host)
+        tp = f"clicks-{led}"
+        ctl_log, host_log = server_log.controller_log(data_dir), server_log.broker_log(data_dir, host)
+        other_log = server_log.broker_log(data_dir, other)
+        wait_until(lambda: _has(ctl_log, "Created topic clicks", f"Created partition {tp}"), 10, "topic lines")
+        wait_until(lambda: _has(host_log, f"[Partition {tp} broker={host}] Leader {tp} starts"), 10, "leader line")
+        wait_until(lambda: _has(other_log, f"[Partition {tp} broker={other}] Follower {tp} starts"), 10, "follower")
+
+        pid = ray.get(ch.broker(host).incarnation.remote())["pid"]
+        os.kill(pid, signal.SIGKILL)  # the broker's process, with its replicas and the controller
+        wait_until(lambda: part(ch, "clicks", led)["leader"] == other, 60, "the survivor leads")
+        text = wait_until(
+            lambda: _has(
+                ctl_log,
+                f"Becoming the active controller of cluster {cluster_name} at epoch",
+                f"Fenced broker {host}",
+                f"Elected leader {other} for partition {tp} (was {host})",
+                f"Shrunk ISR of {tp} from",
+            ),
+            30,
+            "controller failover, fencing, election and ISR shrink in controller.log",
+        )
+        epochs = re.findall(r"Becoming the active controller of cluster \S+ at epoch (\d+)", text)
+        assert len(epochs) >= 2 and int(epochs[-1]) > int(epochs[0]), epochs
+        wait_until(lambda: _has(other_log, f"[Partition {tp} broker={other}] Leader {tp} starts"), 10, "new leader")
+        admin = rafka.Admin(cluster_name)
+        report = health_report(admin)  # what `rafka cluster health` prints
+        assert report["status"] == "under-replicated" and report["exit_code"] == 4, report
+        assert report["brokers_dead"] == [host] and len(report["unhealthy"]) == 2
+
+        ch.restart_broker(host)
+        wait_until(lambda: sorted(part(ch, "clicks", led)["isr"]) == [0, 1], 60, "the restarted broker rejoins")
+        wait_until(lambda: _has(other_log, f"Expanding ISR from [{other}] to"), 20, "ISR expand on the leader")
+        wait_until(lambda: _has(ctl_log, f"Expanded ISR of {tp} from [{other}] to"), 20, "ISR expand in controller.log")
+        wait_until(lambda: _has(host_log, "started (broker epoch"), 20, "broker restart line")
+        wait_until(lambda: health_report(admin)["status"] == "healthy", 30, "cluster health back to healthy")
+        admin.close()
+    # every cluster started above is shut down now: its processes are gone, the files stay
+    files = server_log.log_files(data_dir)
+    assert [os.path.basename(f) for f in files] == ["controller.log", "broker-0.log", "broker-1.log"]
+    for f in files:
+        lines = _read(f).splitlines()
+        assert lines, f
+        bad = [x for x in lines if x.startswith("[") and not LINE.match(x)]  # (a traceback's lines follow its line)
+        assert not bad, f"{f}: lines not in Kafka's shape: {bad[:3]}"
+    assert "shutting down" in _read(other_log)
