@@ -401,7 +401,7 @@ class ReplicaActor:
                 log_end_offset=snap.log_end_offset,
                 high_watermark=snap.high_watermark,
                 latest_epoch=lg.latest_epoch,
-                size_bytes=lg.size_in_bytes(),
+                size_bytes=lg.size_in_bytes,
                 segments=len(lg.segments),
             )
         st["stats"] = dict(self._stats)

@@ -21,12 +21,14 @@ that into HTML.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from rafka.structs import TopicPartition
 
+log = logging.getLogger("rafka.console")
 TEMPLATES = Path(__file__).with_name("console_templates")
 FORMATS = ("text", "json", "hex")
 MAX_BROWSE = 500
@@ -100,7 +102,7 @@ class ConsoleViews:
         self.cluster, self.admin = cluster, admin
 
     def _base(self, **ctx: Any) -> dict:
-        return {"cluster": self.cluster, "now": time.strftime("%Y-%m-%d %H:%M:%S"), **ctx}
+        return {"cluster": self.cluster, "now": time.strftime("%Y-%m-%d %H:%M:%S"), "message": None, **ctx}
 
     # -- brokers ------------------------------------------------------------------------------------------
     def brokers(self) -> tuple[str, dict]:
@@ -183,7 +185,8 @@ class ConsoleViews:
         for tp in tps:
             try:
                 leader = md.leader(tp)
-            except Exception:  # noqa: BLE001 - a partition without metadata shows "-"
+            except Exception as e:  # noqa: BLE001 - a partition without metadata shows "-"
+                log.debug("console: leader of %s: %s", tp, e)
                 leader = None
             if leader is not None:
                 calls[tp] = md.transport.call(leader[0], "state")
@@ -191,7 +194,8 @@ class ConsoleViews:
         for tp, call in calls.items():
             try:
                 out[tp] = md.transport.get(call, timeout=5)
-            except Exception:  # noqa: BLE001 - a replica restarting: its size is unknown for now
+            except Exception as e:  # noqa: BLE001 - a replica restarting: its size is unknown for now
+                log.debug("console: state of %s: %s", tp, e)
                 out[tp] = {}
         return out
 
@@ -314,48 +318,34 @@ class ConsoleViews:
         )
 
     def reset_plan(self, group_id: str, form: dict) -> list[dict]:
-        """What a reset would set, per partition, clamped to [log start, high watermark] (Kafka's
-        kafka-consumer-groups --reset-offsets --dry-run): ``[{topic, partition, current, new}]``."""
-        d = self.admin.describe_groups([group_id])[0]
+        """What the reset in ``form`` would set (``rafka.group_admin.reset_plan``: kafka-consumer-groups
+        --reset-offsets --dry-run, clamped to each partition's log range): ``[{topic, partition, current,
+        log_start, log_end, new}]``."""
+        from rafka import group_admin
+
         topic = (form.get("topic") or "").strip()
-        committed = {TopicPartition(o["topic"], o["partition"]): o["committed"] for o in d["offsets"]}
-        if topic:
-            (desc,) = self.admin.describe_topics([topic])
-            tps = [TopicPartition(topic, p["partition"]) for p in desc["partitions"]]
-        else:
-            tps = sorted(committed)
-        if not tps:
-            raise ConsoleError(f"group {group_id!r} has no committed offsets: pick a topic to reset")
         strategy = form.get("strategy") or "earliest"
-        starts = self.admin.list_offsets({tp: "earliest" for tp in tps})
-        ends = self.admin.list_offsets({tp: "latest" for tp in tps})
+        value = form.get("value")
+        to: Any
         if strategy in ("earliest", "latest"):
-            target = {tp: (starts if strategy == "earliest" else ends)[tp].offset for tp in tps}
+            to = strategy
         elif strategy == "offset":
-            off = _int(form.get("value"), "offset")
-            if off is None:
-                raise ConsoleError("to-offset needs an offset")
-            target = dict.fromkeys(tps, off)
+            to = _int(value, "offset")
         elif strategy == "shift":
-            by = _int(form.get("value"), "shift")
-            if by is None:
-                raise ConsoleError("shift-by needs a number (negative moves back)")
-            target = {tp: (committed.get(tp) if committed.get(tp) is not None else ends[tp].offset) + by for tp in tps}
+            to = {"shift_by": _int(value, "shift")}
         elif strategy == "datetime":
-            ts = _timestamp(form.get("value") or "")
-            found = self.admin.list_offsets({tp: ts for tp in tps})
-            target = {tp: (found[tp].offset if found[tp].offset >= 0 else ends[tp].offset) for tp in tps}
+            to = {"timestamp": _timestamp(value or "")}
         else:
             raise ConsoleError(f"unknown reset strategy {strategy!r}")
-        return [
-            {
-                "topic": tp.topic,
-                "partition": tp.partition,
-                "current": committed.get(tp),
-                "new": min(max(target[tp], starts[tp].offset), ends[tp].offset),
-            }
-            for tp in sorted(tps)
-        ]
+        if to is None or to == {"shift_by": None}:
+            raise ConsoleError(f"reset to {strategy} needs a value")
+        try:
+            plan = group_admin.reset_plan(self.admin, group_id, to, [topic] if topic else None)
+        except ValueError as e:
+            raise ConsoleError(str(e)) from None
+        if not plan:
+            raise ConsoleError(f"group {group_id!r} has no committed offsets: pick a topic to reset")
+        return plan
 
     def apply_reset(self, group_id: str, plan: list[dict]) -> None:
         self.admin.alter_consumer_group_offsets(

@@ -1,5 +1,7 @@
 """The web console's routes on the gateway's FastAPI app (serve/console.py renders the pages).
 
+No ``from __future__ import annotations`` here: FastAPI must see the real ``Request`` type of each route.
+
 ``console_mixin(app)`` returns a class whose methods are the ``/console`` routes; the gateway's Serve ingress
 class (serve/http.py) inherits it, so the console runs in the gateway's replicas beside the REST API and
 shares its ``Admin`` and worker threads. Forms are posted as ``application/x-www-form-urlencoded`` and read
@@ -8,7 +10,6 @@ with the standard library (no multipart dependency). A failed action re-renders 
 (303) to the page that shows its result.
 """
 
-from __future__ import annotations
 
 from typing import Any
 from urllib.parse import parse_qs, quote
