@@ -12,6 +12,10 @@ import rafka
 
 _names = itertools.count()
 
+# short group timings (test_groups.py's consumers use 3 s sessions; Kafka's minimum is 6 s) so rebalances take
+# well under a second or two: the group tests run on this shared cluster rather than on one of their own
+FAST_GROUPS = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 100}
+
 
 @pytest.fixture(scope="package")
 def rafka_cluster(ray_cluster, tmp_path_factory):
@@ -22,7 +26,7 @@ def rafka_cluster(ray_cluster, tmp_path_factory):
         data_dir=tmp_path_factory.mktemp("rafka-data"),
         # auto-creation off (Kafka's default is on): these tests check sends to unknown topics still fail;
         # auto-creation itself is tested on the e2e cluster (tests/e2e/test_wire_admin_clients.py)
-        broker_config={**SMALL_INTERNAL_TOPICS, "auto.create.topics.enable": "false"},
+        broker_config={**SMALL_INTERNAL_TOPICS, "auto.create.topics.enable": "false", **FAST_GROUPS},
     )
     yield cluster
     cluster.stop()

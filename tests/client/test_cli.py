@@ -1,15 +1,19 @@
-"""The `rafka` CLI end to end, through subprocesses, against a cluster it starts itself (its own Ray head)."""
+"""The `rafka` CLI end to end, through subprocesses, against a cluster it starts itself (its own Ray head):
+one `rafka cluster start` for the module (topic, perf, txn and serve verbs), stopped at its end."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
+import requests
 
 pytestmark = pytest.mark.cluster
 
@@ -396,3 +400,38 @@ def test_logs_from_disk_and_follow(cli):
     finally:
         follow.kill()
         follow.wait()
+
+
+# -- serve (last: the topic tests above expect an empty topic list) -----------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_verbs_start_status_stop(cli):
+    """`rafka serve start/status/stop` on the cluster `rafka cluster start` started (its own Ray head)."""
+    port = free_port()
+    assert js(cli("serve", "status", "--json", check=False)) == {"running": False}
+    cli("topic", "create", "clicks", "-p", "1", "-r", "1")
+    started = js(cli("serve", "start", "--port", str(port), "--acks", "1", "--json", timeout=240))
+    url = f"http://127.0.0.1:{port}"
+    assert started["url"] == url and started["docs"] == f"{url}/docs" and started["acks"] == "1"
+    body = {"records": [{"value": base64.b64encode(b"from http").decode()}]}
+    r = requests.post(
+        f"{url}/topics/clicks",
+        data=json.dumps(body),
+        headers={"Content-Type": "application/vnd.kafka.binary.v2+json"},
+        timeout=60,
+    )
+    assert r.json()["offsets"] == [{"partition": 0, "offset": 0, "error_code": None, "error": None}]
+    assert "from http" in cli("topic", "consume", "clicks", "-n", "1").stdout
+    st = js(cli("serve", "status", "--json"))
+    assert st["running"] and st["url"] == url and st["status"] == "RUNNING"
+    assert set(st["deployments"]) == {"Gateway", "ConsumerInstances"}
+    busy = cli("serve", "start", "--port", str(free_port()), check=False, timeout=240)
+    assert busy.returncode == 1 and busy.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in busy.stderr
+    assert js(cli("serve", "stop", "--json", timeout=240)) == {"stopped": True}
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/health", timeout=5)
+    assert cli("serve", "status", check=False).returncode == 1

@@ -1,4 +1,4 @@
-"""Consumer groups from the client (real Ray, one 3-broker cluster for the module): subscribe, rebalances
+"""Consumer groups from the client (real Ray, the package's shared 3-broker cluster): subscribe, rebalances
 on join/leave/poll-timeout, committed offsets, at-least-once, regex subscription, static membership."""
 
 from __future__ import annotations
@@ -15,13 +15,6 @@ from rafka import TopicPartition
 
 pytestmark = pytest.mark.cluster
 
-# short group timings so rebalances take well under a second or two
-BROKER_CONFIG = {
-    "group.min.session.timeout.ms": 500,
-    "group.initial.rebalance.delay.ms": 100,
-    "offsets.topic.num.partitions": 2,
-    "replica.lag.time.max.ms": 10000,
-}
 FAST = dict(
     session_timeout_ms=3000,
     heartbeat_interval_ms=200,
@@ -31,26 +24,30 @@ FAST = dict(
 )
 
 
-@pytest.fixture(scope="module")
-def gcluster(ray_cluster, tmp_path_factory):
-    cluster = rafka.LocalCluster(
-        brokers=3,
-        name="grp" + uuid.uuid4().hex[:8],
-        data_dir=tmp_path_factory.mktemp("groups"),
-        broker_config=BROKER_CONFIG,
-    )
-    yield cluster
-    cluster.stop()
+@pytest.fixture
+def gcluster(rafka_cluster):
+    """The package's shared cluster (tests/client/conftest.py: short group timings); every topic a test made
+    is deleted after it, so the shared cluster does not accumulate replica actors."""
+    yield rafka_cluster
+    existing = set(rafka.Admin(rafka_cluster).list_topics())
+    made = [t for t in _made if t in existing]
+    _made.clear()
+    if made:
+        rafka.Admin(rafka_cluster).delete_topics(made)
 
 
-@pytest.fixture(scope="module")
-def gadmin(gcluster):
-    return rafka.Admin(gcluster)
+@pytest.fixture
+def gadmin(admin):
+    return admin
+
+
+_made: list[str] = []
 
 
 def topic(admin, partitions: int, name: str | None = None) -> str:
     name = name or f"g-{uuid.uuid4().hex[:8]}"
     admin.create_topic(name, partitions, 1)
+    _made.append(name)
     return name
 
 

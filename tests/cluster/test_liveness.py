@@ -48,11 +48,12 @@ def _signal(pid: int, sig) -> None:
 
 
 def controller_info(cluster: str, timeout_s: float = 1.0) -> dict | None:
-    """The named controller's description, or None while there is none that answers."""
+    """The named controller's description, or None while there is none that answers (a controller that has
+    just resigned, still under the name until it leaves, answers NOT_CONTROLLER: not yet)."""
     try:
         h = ray.get_actor(controller_name(cluster), namespace=RAY_NAMESPACE)
         return ray.get(h.describe_controller.remote(), timeout=timeout_s)
-    except (ValueError, RayActorError, GetTimeoutError):
+    except (ValueError, RayActorError, GetTimeoutError, NotControllerError):
         return None
 
 
@@ -290,8 +291,11 @@ def test_frozen_controller_is_replaced_and_fenced(ray_cluster, cluster_name, tmp
                 time.sleep(max(0.0, freeze_s - (time.monotonic() - t0)))
             finally:
                 _signal(info["pid"], signal.SIGCONT)
-            time.sleep(2)
-            # woken (or killed while frozen), the old controller changed nothing and serves nothing
+            # woken (or killed while frozen), the old controller changed nothing and serves nothing: it is gone
+            # within 2 s (polled: once its process is gone it can write nothing more)
+            deadline = time.monotonic() + 2
+            while pid_alive(info["pid"]) and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert not pid_alive(info["pid"])
             assert kv_dump(kv) == before
             assert os.path.getsize(mlog) == size

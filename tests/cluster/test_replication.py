@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pytest
 import ray
@@ -34,98 +35,14 @@ def cluster(make_cluster):
     return make_cluster()
 
 
-@pytest.fixture
-def steady_cluster(make_cluster):
+@pytest.fixture(scope="module")
+def steady_cluster(ray_cluster, tmp_path_factory):
     """For tests that must not see an ISR shrink: on a loaded 2-core machine a follower can miss a short
-    replica.lag.time.max.ms, and acks=all then answers NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
-    return make_cluster(lag_ms=30000)
-
-
-def test_produce_acks_and_fetch_round_trip(steady_cluster):
-    ch = steady_cluster
-    ch.create_topic("rt", 1, 3, {"min.insync.replicas": "2", "max.message.bytes": "2000"})
-    b, h = full_isr(ch, "rt")
-    t0 = int(time.time() * 1000)
-    r1 = ray.get(h.produce.remote(ProduceRequest(batch([b"a", b"b"], ts=t0), 1, 5000)))
-    assert (r1["error_code"], r1["base_offset"]) == (0, 0)
-    r2 = ray.get(h.produce.remote(ProduceRequest(batch([b"c"], ts=t0 + 10), -1, 5000)))
-    assert (r2["error_code"], r2["base_offset"]) == (0, 2)
-    st = rstate(h)
-    assert st["high_watermark"] == st["log_end_offset"] == 3  # acks=all answered after the HW passed
-    r0 = ray.get(h.produce.remote(ProduceRequest(batch([b"d"], ts=t0 + 20), 0, 5000)))
-    assert r0["error_code"] == 0
-    # acks=0 is answered before followers have it: the consumer sees it once the HW passes it
-    assert wait_until(
-        lambda: (lambda v: v if len(v) == 4 else None)(read_values(h)), 10, "acks=0 record replicated"
-    ) == [b"a", b"b", b"c", b"d"]
-    # list offsets: earliest, latest (= HW), by timestamp; offsets for leader epoch
-    lo = lambda ts: ray.get(h.list_offsets.remote(ListOffsetsRequest(ts)))  # noqa: E731
-    assert lo(-2)["offset"] == 0 and lo(-1)["offset"] == 4
-    assert lo(t0 + 5)["offset"] == 2 and lo(t0 + 1000)["offset"] == -1
-    e = ray.get(h.offset_for_leader_epoch.remote(OffsetForLeaderEpochRequest(st["leader_epoch"])))
-    assert (e["error_code"], e["leader_epoch"], e["end_offset"]) == (0, st["leader_epoch"], 4)
-    # errors come back as codes, the actor survives them
-    code = lambda r: r["error_code"]  # noqa: E731
-    assert code(ray.get(h.produce.remote(ProduceRequest(batch([b"x"]), 2, 5000)))) == E.InvalidRequiredAcksError.code
-    assert code(ray.get(h.produce.remote(ProduceRequest(batch([b"x" * 3000]), 1, 5000)))) == E.MessageTooLargeError.code
-    bad = bytearray(batch([b"corrupt me"]))
-    bad[-3] ^= 0xFF
-    assert code(ray.get(h.produce.remote(ProduceRequest(bytes(bad), 1, 5000)))) == E.CorruptMessageError.code
-    assert code(ray.get(h.produce.remote(ProduceRequest(b"\x00" * 10, 1, 5000)))) == E.CorruptMessageError.code
-    # anything but the method's typed request is INVALID_REQUEST with a clear message, never a crash
-    wrong = [
-        ("produce", 5, "produce takes one ProduceRequest (protocol.messages), got int 5"),
-        ("fetch", 0, "fetch takes one FetchRequest (protocol.messages), got int 0"),
-        ("list_offsets", {"timestamp": -1}, "list_offsets takes one ListOffsetsRequest"),
-        ("offset_for_leader_epoch", ListOffsetsRequest(-1), "got ListOffsetsRequest"),
-        ("fetch", FetchRequest("0"), "FetchRequest.fetch_offset must be an int, got str '0'"),
-    ]
-    for method, arg, says in wrong:
-        r = ray.get(getattr(h, method).remote(arg))
-        assert r["error_code"] == E.InvalidRequestError.code == 42 and says in r["error_message"], r
-    assert ray.get(h.produce.remote(5))["base_offset"] == -1  # the answer keeps the response's shape
-    assert ray.get(h.fetch.remote(0))["records"] == b""
-    epoch = st["leader_epoch"]
-    assert code(ray.get(h.fetch.remote(FetchRequest(0, 1000, 0, 1, -1, epoch + 1)))) == E.UnknownLeaderEpochError.code
-    assert code(ray.get(h.list_offsets.remote(ListOffsetsRequest(-1, epoch + 1)))) == E.UnknownLeaderEpochError.code
-    assert code(ray.get(h.fetch.remote(FetchRequest(99, 1000)))) == E.OffsetOutOfRangeError.code
-    follower = next(x for x in part(ch, "rt")["replicas"] if x != b)
-    fh = ch.replica("rt", 0, follower)
-    assert code(ray.get(fh.produce.remote(ProduceRequest(batch([b"x"]), 1, 5000)))) == E.NotLeaderOrFollowerError.code
-    assert code(ray.get(fh.fetch.remote(FetchRequest(0, 1000)))) == E.NotLeaderOrFollowerError.code
-    # a stale LeaderAndIsr (older leader epoch) is ignored
-    stale = LeaderAndIsrPartitionState(
-        **{k: st[k] for k in ("topic", "partition", "topic_id", "isr", "replicas")},
-        leader=follower,
-        leader_epoch=epoch - 1,
-        partition_epoch=0,
-        controller_epoch=1,
-    )
-    assert ray.get(h.become_follower.remote(stale))["ignored"] is True
-    assert rstate(h)["role"] == "leader"
-    # followers hold the same log
-    wait_until(
-        lambda: rstate(fh)["log_end_offset"] == 4 and rstate(fh)["high_watermark"] == 4, 10, "follower caught up"
-    )
-
-
-def test_idempotent_retry_is_written_once(steady_cluster):
-    ch = steady_cluster
-    ch.create_topic("idem", 1, 3, {"min.insync.replicas": "2"})
-    _, h = full_isr(ch, "idem")
-    pid = ray.get(ch.broker(0).init_producer_id.remote())["producer_id"]
-    assert pid >= 0
-    first = batch([b"one", b"two"], pid, 0, 0)
-    r1 = ray.get(h.produce.remote(ProduceRequest(first, -1, 5000)))
-    r2 = ray.get(h.produce.remote(ProduceRequest(first, -1, 5000)))  # the retry of a batch whose answer was lost
-    assert r1["error_code"] == r2["error_code"] == 0
-    assert r2["base_offset"] == r1["base_offset"] == 0 and r2.get("duplicate") is True
-    r3 = ray.get(h.produce.remote(ProduceRequest(batch([b"three"], pid, 0, 2), -1, 5000)))
-    assert (r3["error_code"], r3["base_offset"]) == (0, 2)
-    gap = ray.get(h.produce.remote(ProduceRequest(batch([b"gap"], pid, 0, 7), -1, 5000)))
-    assert gap["error_code"] == E.OutOfOrderSequenceNumberError.code
-    assert read_values(h) == [b"one", b"two", b"three"]
-    assert rstate(h)["log_end_offset"] == 3
+    replica.lag.time.max.ms, and acks=all then answers NOT_ENOUGH_REPLICAS_AFTER_APPEND. These tests inject
+    no fault and each writes only its own topic, so they share one cluster (one start instead of three)."""
+    name = "st" + uuid.uuid4().hex[:10]
+    with clusters(name, str(tmp_path_factory.mktemp("steady"))) as start:
+        yield start(config={"replica.lag.time.max.ms": 30000})
 
 
 def test_min_insync_replicas(cluster):
@@ -270,42 +187,6 @@ def test_high_watermark_hides_unreplicated_and_follower_truncates(make_cluster):
     assert read_values(ha2) == [b"r0", b"r1", b"n0"]
 
 
-def test_delayed_fetch(steady_cluster):
-    ch = steady_cluster
-    ch.create_topic("df", 1, 3, {"min.insync.replicas": "2"})
-    _, h = full_isr(ch, "df")
-    assert ray.get(h.produce.remote(ProduceRequest(batch([b"first"]), -1, 5000)))["error_code"] == 0
-    # nothing new: waits max_wait, returns empty
-    t0 = time.monotonic()
-    r = ray.get(h.fetch.remote(FetchRequest(1, 1 << 20, 400, 1)))
-    assert r["records"] == b"" and r["error_code"] == 0
-    assert 0.35 <= time.monotonic() - t0 < 10
-    # new data wakes a parked fetch long before max_wait
-    t0 = time.monotonic()
-    parked = h.fetch.remote(FetchRequest(1, 1 << 20, 30000, 1))
-    time.sleep(0.3)
-    assert ray.get(h.produce.remote(ProduceRequest(batch([b"second"]), -1, 5000)))["error_code"] == 0
-    r = ray.get(parked, timeout=40)
-    took = time.monotonic() - t0
-    assert [x.value for x in decode_records(r["records"])] == [b"second"]
-    assert 0.25 <= took < 15, took  # woken by the append, far from the 30 s max_wait
-    # min_bytes not reached: waits the whole max_wait, then answers with what there is
-    t0 = time.monotonic()
-    parked = h.fetch.remote(FetchRequest(2, 1 << 20, 1000, 1 << 20))
-    time.sleep(0.1)
-    assert ray.get(h.produce.remote(ProduceRequest(batch([b"small"]), -1, 5000)))["error_code"] == 0
-    r = ray.get(parked, timeout=15)
-    assert [x.value for x in decode_records(r["records"])] == [b"small"]
-    assert time.monotonic() - t0 >= 0.9
-    # a consumer never sees data above the HW even from a parked fetch: acks=1 writes get replicated
-    # first (HW), then returned
-    parked = h.fetch.remote(FetchRequest(3, 1 << 20, 5000, 1))
-    ray.get(h.produce.remote(ProduceRequest(batch([b"later"]), 1, 5000)))
-    r = ray.get(parked, timeout=15)
-    assert [x.value for x in decode_records(r["records"])] == [b"later"]
-    assert r["high_watermark"] == 4
-
-
 class IdempotentDriver(threading.Thread):
     """acks=all stream of 5-record batches with one producer id and consecutive sequences; every
     retriable failure (errors, a dead leader, metadata in flux) retries the same batch against the
@@ -390,3 +271,127 @@ def test_leader_failover_keeps_every_acknowledged_record(cluster):
     old = rstate(ch.replica("fo", 0, leader))
     assert old["role"] == "follower" and old["log_end_offset"] == st["log_end_offset"]
     print(f"failover: {len(d.acked)} records acked, {d.retries} retries, recovered in {recovered:.2f}s")
+
+
+# -- no faults: one shared cluster (last in the module, so it runs beside no other cluster) ----------------
+def test_produce_acks_and_fetch_round_trip(steady_cluster):
+    ch = steady_cluster
+    ch.create_topic("rt", 1, 3, {"min.insync.replicas": "2", "max.message.bytes": "2000"})
+    b, h = full_isr(ch, "rt")
+    t0 = int(time.time() * 1000)
+    r1 = ray.get(h.produce.remote(ProduceRequest(batch([b"a", b"b"], ts=t0), 1, 5000)))
+    assert (r1["error_code"], r1["base_offset"]) == (0, 0)
+    r2 = ray.get(h.produce.remote(ProduceRequest(batch([b"c"], ts=t0 + 10), -1, 5000)))
+    assert (r2["error_code"], r2["base_offset"]) == (0, 2)
+    st = rstate(h)
+    assert st["high_watermark"] == st["log_end_offset"] == 3  # acks=all answered after the HW passed
+    r0 = ray.get(h.produce.remote(ProduceRequest(batch([b"d"], ts=t0 + 20), 0, 5000)))
+    assert r0["error_code"] == 0
+    # acks=0 is answered before followers have it: the consumer sees it once the HW passes it
+    assert wait_until(
+        lambda: (lambda v: v if len(v) == 4 else None)(read_values(h)), 10, "acks=0 record replicated"
+    ) == [b"a", b"b", b"c", b"d"]
+    # list offsets: earliest, latest (= HW), by timestamp; offsets for leader epoch
+    lo = lambda ts: ray.get(h.list_offsets.remote(ListOffsetsRequest(ts)))  # noqa: E731
+    assert lo(-2)["offset"] == 0 and lo(-1)["offset"] == 4
+    assert lo(t0 + 5)["offset"] == 2 and lo(t0 + 1000)["offset"] == -1
+    e = ray.get(h.offset_for_leader_epoch.remote(OffsetForLeaderEpochRequest(st["leader_epoch"])))
+    assert (e["error_code"], e["leader_epoch"], e["end_offset"]) == (0, st["leader_epoch"], 4)
+    # errors come back as codes, the actor survives them
+    code = lambda r: r["error_code"]  # noqa: E731
+    assert code(ray.get(h.produce.remote(ProduceRequest(batch([b"x"]), 2, 5000)))) == E.InvalidRequiredAcksError.code
+    assert code(ray.get(h.produce.remote(ProduceRequest(batch([b"x" * 3000]), 1, 5000)))) == E.MessageTooLargeError.code
+    bad = bytearray(batch([b"corrupt me"]))
+    bad[-3] ^= 0xFF
+    assert code(ray.get(h.produce.remote(ProduceRequest(bytes(bad), 1, 5000)))) == E.CorruptMessageError.code
+    assert code(ray.get(h.produce.remote(ProduceRequest(b"\x00" * 10, 1, 5000)))) == E.CorruptMessageError.code
+    # anything but the method's typed request is INVALID_REQUEST with a clear message, never a crash
+    wrong = [
+        ("produce", 5, "produce takes one ProduceRequest (protocol.messages), got int 5"),
+        ("fetch", 0, "fetch takes one FetchRequest (protocol.messages), got int 0"),
+        ("list_offsets", {"timestamp": -1}, "list_offsets takes one ListOffsetsRequest"),
+        ("offset_for_leader_epoch", ListOffsetsRequest(-1), "got ListOffsetsRequest"),
+        ("fetch", FetchRequest("0"), "FetchRequest.fetch_offset must be an int, got str '0'"),
+    ]
+    for method, arg, says in wrong:
+        r = ray.get(getattr(h, method).remote(arg))
+        assert r["error_code"] == E.InvalidRequestError.code == 42 and says in r["error_message"], r
+    assert ray.get(h.produce.remote(5))["base_offset"] == -1  # the answer keeps the response's shape
+    assert ray.get(h.fetch.remote(0))["records"] == b""
+    epoch = st["leader_epoch"]
+    assert code(ray.get(h.fetch.remote(FetchRequest(0, 1000, 0, 1, -1, epoch + 1)))) == E.UnknownLeaderEpochError.code
+    assert code(ray.get(h.list_offsets.remote(ListOffsetsRequest(-1, epoch + 1)))) == E.UnknownLeaderEpochError.code
+    assert code(ray.get(h.fetch.remote(FetchRequest(99, 1000)))) == E.OffsetOutOfRangeError.code
+    follower = next(x for x in part(ch, "rt")["replicas"] if x != b)
+    fh = ch.replica("rt", 0, follower)
+    assert code(ray.get(fh.produce.remote(ProduceRequest(batch([b"x"]), 1, 5000)))) == E.NotLeaderOrFollowerError.code
+    assert code(ray.get(fh.fetch.remote(FetchRequest(0, 1000)))) == E.NotLeaderOrFollowerError.code
+    # a stale LeaderAndIsr (older leader epoch) is ignored
+    stale = LeaderAndIsrPartitionState(
+        **{k: st[k] for k in ("topic", "partition", "topic_id", "isr", "replicas")},
+        leader=follower,
+        leader_epoch=epoch - 1,
+        partition_epoch=0,
+        controller_epoch=1,
+    )
+    assert ray.get(h.become_follower.remote(stale))["ignored"] is True
+    assert rstate(h)["role"] == "leader"
+    # followers hold the same log
+    wait_until(
+        lambda: rstate(fh)["log_end_offset"] == 4 and rstate(fh)["high_watermark"] == 4, 10, "follower caught up"
+    )
+
+
+def test_idempotent_retry_is_written_once(steady_cluster):
+    ch = steady_cluster
+    ch.create_topic("idem", 1, 3, {"min.insync.replicas": "2"})
+    _, h = full_isr(ch, "idem")
+    pid = ray.get(ch.broker(0).init_producer_id.remote())["producer_id"]
+    assert pid >= 0
+    first = batch([b"one", b"two"], pid, 0, 0)
+    r1 = ray.get(h.produce.remote(ProduceRequest(first, -1, 5000)))
+    r2 = ray.get(h.produce.remote(ProduceRequest(first, -1, 5000)))  # the retry of a batch whose answer was lost
+    assert r1["error_code"] == r2["error_code"] == 0
+    assert r2["base_offset"] == r1["base_offset"] == 0 and r2.get("duplicate") is True
+    r3 = ray.get(h.produce.remote(ProduceRequest(batch([b"three"], pid, 0, 2), -1, 5000)))
+    assert (r3["error_code"], r3["base_offset"]) == (0, 2)
+    gap = ray.get(h.produce.remote(ProduceRequest(batch([b"gap"], pid, 0, 7), -1, 5000)))
+    assert gap["error_code"] == E.OutOfOrderSequenceNumberError.code
+    assert read_values(h) == [b"one", b"two", b"three"]
+    assert rstate(h)["log_end_offset"] == 3
+
+
+def test_delayed_fetch(steady_cluster):
+    ch = steady_cluster
+    ch.create_topic("df", 1, 3, {"min.insync.replicas": "2"})
+    _, h = full_isr(ch, "df")
+    assert ray.get(h.produce.remote(ProduceRequest(batch([b"first"]), -1, 5000)))["error_code"] == 0
+    # nothing new: waits max_wait, returns empty
+    t0 = time.monotonic()
+    r = ray.get(h.fetch.remote(FetchRequest(1, 1 << 20, 400, 1)))
+    assert r["records"] == b"" and r["error_code"] == 0
+    assert 0.35 <= time.monotonic() - t0 < 10
+    # new data wakes a parked fetch long before max_wait
+    t0 = time.monotonic()
+    parked = h.fetch.remote(FetchRequest(1, 1 << 20, 30000, 1))
+    time.sleep(0.3)
+    assert ray.get(h.produce.remote(ProduceRequest(batch([b"second"]), -1, 5000)))["error_code"] == 0
+    r = ray.get(parked, timeout=40)
+    took = time.monotonic() - t0
+    assert [x.value for x in decode_records(r["records"])] == [b"second"]
+    assert 0.25 <= took < 15, took  # woken by the append, far from the 30 s max_wait
+    # min_bytes not reached: waits the whole max_wait, then answers with what there is
+    t0 = time.monotonic()
+    parked = h.fetch.remote(FetchRequest(2, 1 << 20, 1000, 1 << 20))
+    time.sleep(0.1)
+    assert ray.get(h.produce.remote(ProduceRequest(batch([b"small"]), -1, 5000)))["error_code"] == 0
+    r = ray.get(parked, timeout=15)
+    assert [x.value for x in decode_records(r["records"])] == [b"small"]
+    assert time.monotonic() - t0 >= 0.9
+    # a consumer never sees data above the HW even from a parked fetch: acks=1 writes get replicated
+    # first (HW), then returned
+    parked = h.fetch.remote(FetchRequest(3, 1 << 20, 5000, 1))
+    ray.get(h.produce.remote(ProduceRequest(batch([b"later"]), 1, 5000)))
+    r = ray.get(parked, timeout=15)
+    assert [x.value for x in decode_records(r["records"])] == [b"later"]
+    assert r["high_watermark"] == 4

@@ -22,7 +22,13 @@ def e2e_cluster(ray_cluster, tmp_path_factory):
         brokers=3,
         name="e" + uuid.uuid4().hex[:8],
         data_dir=tmp_path_factory.mktemp("rafka-e2e"),
-        broker_config={**SMALL_INTERNAL_TOPICS, "listeners": "PLAINTEXT://127.0.0.1:0"},
+        broker_config={
+            **SMALL_INTERNAL_TOPICS,
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            # a new group's first rebalance waits this long for more members (Kafka's 3 s default): every
+            # group these suites form (wire clients, the gateway's consumers, kafkajs) would pay it
+            "group.initial.rebalance.delay.ms": 100,
+        },
     )
     yield cluster
     cluster.stop()

@@ -1,5 +1,6 @@
 """The HTTP gateway (serve/http.py) against a real Ray Serve instance on the e2e rafka cluster: every route,
-every error class, large batches, v3 streaming, msgpack, consumer instances, the OpenAPI page and the CLI.
+every error class, large batches, v3 streaming, msgpack, consumer instances and the OpenAPI page. (The
+`rafka serve` verbs run on the CLI's own cluster, in tests/client/test_cli.py.)
 
 Produced records are read back with ``rafka.Consumer`` and checked exactly (keys, values, partitions,
 offsets)."""
@@ -10,10 +11,7 @@ import base64
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import msgpack
 import pytest
@@ -27,7 +25,6 @@ BINARY = "application/vnd.kafka.binary.v2+json"
 JSONV2 = "application/vnd.kafka.json.v2+json"
 V2 = "application/vnd.kafka.v2+json"
 MSGPACK = "application/vnd.rafka.msgpack"
-RAFKA = str(Path(sys.executable).with_name("rafka"))
 
 
 def b64(b: bytes) -> str:
@@ -637,40 +634,6 @@ def test_a_stalled_body_times_out_and_others_are_served(gw, e2e_cluster, e2e_top
     assert resp.read() == b""
     conn.close()
     assert [r.value for r in read_back(e2e_cluster, t, 2)] == [b"meanwhile", b"streamed"]
-
-
-# -- CLI ------------------------------------------------------------------------------------------------
-def test_cli_serve_verbs(tmp_path):
-    """`rafka serve start/status/stop` on a cluster started by `rafka cluster start` (its own Ray head)."""
-    env = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "RAFKA_HOME": str(tmp_path), "LANG": "C.UTF-8"}
-
-    def cli(*args, check: bool = True):
-        proc = subprocess.run([RAFKA, *args], capture_output=True, text=True, env=env, timeout=240)
-        assert not check or proc.returncode == 0, f"{args} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return proc
-
-    cli("cluster", "start", "--brokers", "1", "--data-dir", str(tmp_path / "data"), "--num-cpus", "1")
-    try:
-        port = free_port()
-        assert json.loads(cli("serve", "status", "--json", check=False).stdout) == {"running": False}
-        cli("topic", "create", "clicks", "-p", "1", "-r", "1")
-        started = json.loads(cli("serve", "start", "--port", str(port), "--acks", "1", "--json").stdout)
-        url = f"http://127.0.0.1:{port}"
-        assert started["url"] == url and started["docs"] == f"{url}/docs" and started["acks"] == "1"
-        r = post(f"{url}/topics/clicks", {"records": [{"value": b64(b"from http")}]})
-        assert r.json()["offsets"] == [{"partition": 0, "offset": 0, "error_code": None, "error": None}]
-        assert "from http" in cli("topic", "consume", "clicks", "-n", "1").stdout
-        st = json.loads(cli("serve", "status", "--json").stdout)
-        assert st["running"] and st["url"] == url and st["status"] == "RUNNING"
-        assert set(st["deployments"]) == {"Gateway", "ConsumerInstances"}
-        busy = cli("serve", "start", "--port", str(free_port()), check=False)
-        assert busy.returncode == 1 and busy.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in busy.stderr
-        assert json.loads(cli("serve", "stop", "--json").stdout) == {"stopped": True}
-        with pytest.raises(requests.ConnectionError):
-            requests.get(f"{url}/health", timeout=5)
-        assert cli("serve", "status", check=False).returncode == 1
-    finally:
-        cli("cluster", "stop")
 
 
 def test_gateway_requests_are_counted_on_the_clusters_metrics_endpoint(gw, e2e_cluster, e2e_topic):
