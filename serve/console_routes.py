@@ -10,7 +10,6 @@ with the standard library (no multipart dependency). A failed action re-renders 
 (303) to the page that shows its result.
 """
 
-
 from typing import Any
 from urllib.parse import parse_qs, quote
 
