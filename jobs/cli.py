@@ -28,15 +28,15 @@ def register(groups, common) -> None:
     jp = groups.add_parser("job", help="Spark jobs over topics (RayDP)").add_subparsers(dest="verb", required=True)
     jp.add_parser("list", parents=[common], help="the jobs that can run").set_defaults(func=cmd_job_list)
     s = jp.add_parser("run", parents=[common], help="run a job on the cluster's Ray through Spark (RayDP)")
-    s.add_argument("job", choices=sorted(JOBS))
+    s.add_argument("job", choices=sorted(JOBS), help="the job to run (`rafka job list`)")
     s.add_argument("--topic", default="clicks", help="input topic (default clicks)")
     s.add_argument("--group", default="clickstream", help="consumer group whose offsets track progress")
     s.add_argument("--results-topic", default="clickstream-results", help="compacted results topic")
     s.add_argument("--parquet", default="clickstream-output", help="Parquet output directory")
     s.add_argument("--session-gap-ms", type=int, default=1_800_000, help="inactivity that ends a session")
     s.add_argument("--executors", type=int, default=1, help="Spark executors (Ray actors)")
-    s.add_argument("--executor-cores", type=int, default=1)
-    s.add_argument("--executor-memory", default="1G")
+    s.add_argument("--executor-cores", type=int, default=1, help="cores per Spark executor (default 1)")
+    s.add_argument("--executor-memory", default="1G", help="memory per Spark executor (default 1G)")
     s.set_defaults(func=cmd_job_run)
 
 

@@ -29,7 +29,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from rafka import cli_logs, cli_support, cli_topics, clusterctl
+from rafka import cli_help, cli_logs, cli_support, cli_topics, clusterctl
 from rafka.cli_data import ENCODINGS, cmd_topic_consume, cmd_topic_produce
 from rafka.cli_support import (
     EXIT_ERROR,
@@ -460,7 +460,7 @@ def cmd_perf_consume(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     # the global flags are accepted before or after the verb; SUPPRESS keeps a subcommand's parser from
     # overwriting a value given before it with its own default
-    common = argparse.ArgumentParser(add_help=False)
+    common = cli_help.Parser(add_help=False)
     common.add_argument("--cluster", default=argparse.SUPPRESS, help="rafka cluster name (default: the started one)")
     common.add_argument(
         "--address",
@@ -468,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ray address: host:port, auto or ray://host:port (default: the started cluster)",
     )
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable JSON output")
-    p = argparse.ArgumentParser(prog="rafka", description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
+    p = cli_help.Parser(prog="rafka", description="rafka: Apache Kafka's design on Ray (rpk-style CLI)")
     p.add_argument("--cluster", default=None, help="rafka cluster name (default: the started one)")
     p.add_argument("--address", default=None, help="Ray address (default: the started cluster)")
     p.add_argument("--json", action="store_true", default=False, help="machine-readable JSON output")
@@ -480,9 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="verb", required=True
     )
     s = cl.add_parser("start", parents=[common], help="start a persistent local Ray head and a rafka cluster")
-    s.add_argument("--brokers", type=int, default=3)
+    s.add_argument("--brokers", type=int, default=3, help="brokers to start (default 3)")
     s.add_argument("--data-dir", default=None, help="log dirs (default ~/.rafka/data)")
-    s.add_argument("--num-cpus", type=int, default=None)
+    s.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
     s.add_argument("--port", type=int, default=None, help="Ray GCS port (default: a free one)")
     s.add_argument("-c", "--config", action="append", help="broker config key=value (repeatable)")
     s.set_defaults(func=cmd_cluster_start)
@@ -499,47 +499,51 @@ def build_parser() -> argparse.ArgumentParser:
     tp = groups.add_parser("topic", help="create, inspect, produce to and consume from topics").add_subparsers(
         dest="verb", required=True
     )
-    s = tp.add_parser("create", parents=[common])
-    s.add_argument("names", nargs="+")
-    s.add_argument("-p", "--partitions", type=int, default=-1)
-    s.add_argument("-r", "--replicas", type=int, default=-1)
+    s = tp.add_parser("create", parents=[common], help="create topics (Kafka's CreateTopics)")
+    s.add_argument("names", nargs="+", help="topic names")
+    s.add_argument("-p", "--partitions", type=int, default=-1, help="partitions (default: the broker's num.partitions)")
+    s.add_argument(
+        "-r", "--replicas", type=int, default=-1, help="replication factor (default: default.replication.factor)"
+    )
     s.add_argument("-c", "--config", action="append", help="topic config key=value (repeatable)")
     s.set_defaults(func=cmd_topic_create)
-    s = tp.add_parser("list", parents=[common])
+    s = tp.add_parser("list", parents=[common], help="topics with partition and replica counts")
     s.add_argument("-i", "--internal", action="store_true", help="include internal topics (__consumer_offsets, ...)")
     s.set_defaults(func=cmd_topic_list)
     s = tp.add_parser("describe", parents=[common], help="partitions, offsets and configs with their sources")
-    s.add_argument("names", nargs="+")
+    s.add_argument("names", nargs="+", help="topic names")
     s.add_argument("-a", "--all-configs", action="store_true", help="print every config, defaults included")
     s.set_defaults(func=cmd_topic_describe)
-    s = tp.add_parser("delete", parents=[common])
-    s.add_argument("names", nargs="+")
+    s = tp.add_parser("delete", parents=[common], help="delete topics and their data")
+    s.add_argument("names", nargs="+", help="topic names")
     s.set_defaults(func=cmd_topic_delete)
-    s = tp.add_parser("add-partitions", parents=[common])
-    s.add_argument("names", nargs="+")
+    s = tp.add_parser("add-partitions", parents=[common], help="raise a topic's partition count")
+    s.add_argument("names", nargs="+", help="topic names")
     s.add_argument("-n", "--num", type=int, required=True, help="partitions to add")
     s.set_defaults(func=cmd_topic_add_partitions)
-    s = tp.add_parser("alter-config", parents=[common])
-    s.add_argument("name")
+    s = tp.add_parser("alter-config", parents=[common], help="set or reset topic config overrides")
+    s.add_argument("name", help="topic name")
     s.add_argument("--set", action="append", help="key=value (repeatable)")
     s.add_argument("--delete", action="append", help="key to reset to the default (repeatable)")
     s.set_defaults(func=cmd_topic_alter_config)
     s = tp.add_parser("produce", parents=[common], help="one record per stdin line")
-    s.add_argument("name")
+    s.add_argument("name", help="topic name")
     s.add_argument("-k", "--key", default=None, help="key for every record")
     s.add_argument("--key-separator", default=None, help="split each line into key SEP value")
     s.add_argument(
         "-H", "--header", action="append", default=None, help="header key=value on every record (repeatable)"
     )
-    s.add_argument("-p", "--partition", type=_index, default=None)
-    s.add_argument("--acks", default="all")
-    s.add_argument("--linger-ms", type=_index, default=5)
+    s.add_argument(
+        "-p", "--partition", type=_index, default=None, help="this partition (default: the key's, else sticky)"
+    )
+    s.add_argument("--acks", default="all", help="0, 1 or all (default all)")
+    s.add_argument("--linger-ms", type=_index, default=5, help="linger.ms of the producer (default 5; 0 on a terminal)")
     s.add_argument(
         "--print-acks", action="store_true", help="a line per record as it is acknowledged (default on a terminal)"
     )
     s.set_defaults(func=cmd_topic_produce)
-    s = tp.add_parser("consume", parents=[common])
-    s.add_argument("name")
+    s = tp.add_parser("consume", parents=[common], help="print records (by partition and offset, or as a group member)")
+    s.add_argument("name", help="topic name")
     s.add_argument(
         "-o",
         "--offset",
@@ -578,17 +582,17 @@ def build_parser() -> argparse.ArgumentParser:
     gp = groups.add_parser("group", help="list, describe, seek and delete consumer groups").add_subparsers(
         dest="verb", required=True
     )
-    gp.add_parser("list", parents=[common]).set_defaults(func=cmd_group_list)
+    gp.add_parser("list", parents=[common], help="consumer groups and their state").set_defaults(func=cmd_group_list)
     s = gp.add_parser("describe", parents=[common], help="members and the per-partition lag table")
-    s.add_argument("group_id", metavar="GROUP")
+    s.add_argument("group_id", metavar="GROUP", help="consumer group id")
     s.set_defaults(func=cmd_group_describe)
     s = gp.add_parser("seek", parents=[common], help="reset committed offsets (the group must be empty)")
-    s.add_argument("group_id", metavar="GROUP")
+    s.add_argument("group_id", metavar="GROUP", help="consumer group id")
     s.add_argument("--to", required=True, help="start, end or an offset")
     s.add_argument("--topic", action="append", default=None, help="only these topics (default: committed ones)")
     s.set_defaults(func=cmd_group_seek)
-    s = gp.add_parser("delete", parents=[common])
-    s.add_argument("group_id", metavar="GROUP")
+    s = gp.add_parser("delete", parents=[common], help="delete a group with no active members")
+    s.add_argument("group_id", metavar="GROUP", help="consumer group id")
     s.set_defaults(func=cmd_group_delete)
     s = gp.add_parser(
         "reset-offsets",
@@ -598,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
         "are clamped to each partition's [log start, log end]. Example: rafka group reset-offsets g --topic "
         "clicks:0,1 --shift-by -10 --execute",
     )
-    s.add_argument("group_id", metavar="GROUP")
+    s.add_argument("group_id", metavar="GROUP", help="consumer group id")
     how = s.add_mutually_exclusive_group(required=True)
     how.add_argument("--to-earliest", action="store_true", help="the log start offset")
     how.add_argument("--to-latest", action="store_true", help="the log end offset")
@@ -615,19 +619,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     pf = groups.add_parser("perf", help="throughput/latency tests").add_subparsers(dest="verb", required=True)
     s = pf.add_parser("produce", parents=[common], help="kafka-producer-perf-test")
-    s.add_argument("--topic", required=True)
-    s.add_argument("--records", type=_count, required=True)
-    s.add_argument("--record-size", type=_index, default=100)
-    s.add_argument("--acks", default="all")
+    s.add_argument("--topic", required=True, help="topic to write")
+    s.add_argument("--records", type=_count, required=True, help="records to send")
+    s.add_argument("--record-size", type=_index, default=100, help="value bytes per record (default 100)")
+    s.add_argument("--acks", default="all", help="0, 1 or all (default all)")
     s.add_argument("--throughput", type=int, default=-1, help="records/s cap (-1: none)")
-    s.add_argument("--batch-size", type=_count, default=65536)
-    s.add_argument("--linger-ms", type=_index, default=5)
-    s.add_argument("--compression", default="none")
+    s.add_argument("--batch-size", type=_count, default=65536, help="batch.size in bytes (default 65536)")
+    s.add_argument("--linger-ms", type=_index, default=5, help="linger.ms (default 5)")
+    s.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd")
     s.add_argument("--keys", type=_index, default=0, help="cycle through this many keys (0: null keys)")
     s.set_defaults(func=cmd_perf_produce)
     s = pf.add_parser("consume", parents=[common], help="kafka-consumer-perf-test")
-    s.add_argument("--topic", required=True)
-    s.add_argument("--records", type=_count, required=True)
+    s.add_argument("--topic", required=True, help="topic to read")
+    s.add_argument("--records", type=_count, required=True, help="records to read")
     s.add_argument("--timeout", type=float, default=60.0, help="seconds")
     s.set_defaults(func=cmd_perf_consume)
 
@@ -638,6 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the layers above it. Their modules import Serve / RayDP only when a verb runs.
     for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         ep.load()(groups, common)
+    cli_help.add_examples(p)
     return p
 
 

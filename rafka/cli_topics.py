@@ -138,17 +138,19 @@ def register(tp, cl, common) -> None:
         parents=[common],
         help="delete the records below an offset (Kafka's DeleteRecords)",
     )
-    s.add_argument("name")
+    s.add_argument("name", help="topic name")
     s.add_argument("-o", "--offset", required=True, help="the new log start offset, or end (the high watermark)")
     s.add_argument("-p", "--partition", type=index, action="append", default=None, help="repeatable; default all")
     s.set_defaults(func=cmd_topic_trim_prefix)
     s = tp.add_parser("elect-leaders", parents=[common], help="preferred (or unclean) leader election")
     s.add_argument("names", nargs="*", help="topics (default: every partition of the cluster)")
     s.add_argument("-p", "--partition", type=index, action="append", default=None, help="with one topic; repeatable")
-    s.add_argument("--type", choices=("preferred", "unclean"), default="preferred")
+    s.add_argument(
+        "--type", choices=("preferred", "unclean"), default="preferred", help="preferred (default) or unclean"
+    )
     s.set_defaults(func=cmd_topic_elect_leaders)
     s = tp.add_parser("reassign", parents=[common], help="move a partition's replicas to other brokers")
-    s.add_argument("name")
+    s.add_argument("name", help="topic name")
     s.add_argument("-p", "--partition", type=index, action="append", default=None, help="repeatable; default all")
     s.add_argument("--replicas", default=None, help="the new replica list, preferred leader first: 1,2,0")
     s.add_argument("--cancel", action="store_true", help="cancel the reassignment in progress")

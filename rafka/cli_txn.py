@@ -93,7 +93,7 @@ def register(groups, common) -> None:
     s.add_argument("--state", action="append", help="only these states (Ongoing, PrepareCommit, ...)")
     s.set_defaults(func=cmd_txn_list)
     s = tx.add_parser("describe", parents=[common], help="one transactional id at its coordinator")
-    s.add_argument("transactional_id")
+    s.add_argument("transactional_id", help="the producer's transactional.id")
     s.set_defaults(func=cmd_txn_describe)
     for name, func, helptext in (
         ("describe-producers", cmd_txn_producers, "the producers a partition's leader tracks"),
@@ -102,10 +102,18 @@ def register(groups, common) -> None:
         ("abort-hanging", cmd_txn_abort_hanging, "find-hanging, then abort each (one partition or all)"),
     ):
         s = tx.add_parser(name, parents=[common], help=helptext)
-        s.add_argument("--topic", required=True)
-        s.add_argument("--partition", type=int, required=name != "abort-hanging")
+        s.add_argument("--topic", required=True, help="topic of the partition")
+        s.add_argument("--partition", type=int, required=name != "abort-hanging", help="partition number")
         if name in ("find-hanging", "abort-hanging"):
-            s.add_argument("--max-age-ms", type=int, default=900000, dest="max_age_ms")
+            s.add_argument(
+                "--max-age-ms",
+                type=int,
+                default=900000,
+                dest="max_age_ms",
+                help="older open transactions hang (default 900000)",
+            )
         if name == "abort":
-            s.add_argument("--producer-id", type=int, required=True, dest="producer_id")
+            s.add_argument(
+                "--producer-id", type=int, required=True, dest="producer_id", help="the producer id to abort"
+            )
         s.set_defaults(func=func)

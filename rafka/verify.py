@@ -406,10 +406,10 @@ def register(groups, common) -> None:
     )
     s.add_argument("--brokers", type=_positive, default=3, help="brokers of the --local cluster (default 3)")
     s.add_argument("--topic", default=None, help="topic to write (default: a fresh rafka-verify-<run>)")
-    s.add_argument("-p", "--partitions", type=_positive, default=6)
-    s.add_argument("-r", "--replication-factor", type=_positive, default=3)
-    s.add_argument("--min-insync-replicas", type=_positive, default=2)
-    s.add_argument("--keys", type=_positive, default=60)
+    s.add_argument("-p", "--partitions", type=_positive, default=6, help="partitions of the test topic (default 6)")
+    s.add_argument("-r", "--replication-factor", type=_positive, default=3, help="replication factor (default 3)")
+    s.add_argument("--min-insync-replicas", type=_positive, default=2, help="min.insync.replicas (default 2)")
+    s.add_argument("--keys", type=_positive, default=60, help="distinct keys produced (default 60)")
     s.add_argument("--rate", type=_positive, default=2000, help="records/s offered (default 2000)")
     s.add_argument("--faults", type=_nonneg, default=5, help="faults to inject (default 5)")
     s.add_argument(
@@ -426,8 +426,8 @@ def register(groups, common) -> None:
         default=60.0,
         help="a partition not writable this long after a fault is a violation",
     )
-    s.add_argument("--seed", type=int, default=None)
-    s.add_argument("--keep-topic", action="store_true")
+    s.add_argument("--seed", type=int, default=None, help="random seed of the nemesis (default: random)")
+    s.add_argument("--keep-topic", action="store_true", help="keep the test topic afterwards")
     s.add_argument("-c", "--config", action="append", help="broker config key=value for --local (repeatable)")
     s.set_defaults(func=cmd_verify)
 

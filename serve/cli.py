@@ -89,7 +89,7 @@ def register(groups, common) -> None:
         dest="verb", required=True
     )
     s = sv.add_parser("start", parents=[common], help="deploy the gateway (it keeps running after this returns)")
-    s.add_argument("--port", type=int, default=8082)
+    s.add_argument("--port", type=int, default=8082, help="HTTP port (default 8082)")
     s.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
     s.add_argument("--acks", default="all", help="the gateway producer's acks: all, 1 or 0")
     s.add_argument("--replicas", type=int, default=1, help="gateway (ingress) replicas")
