@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install lint lint-types format test test-fast demo bench clean
+.PHONY: install system-deps lint lint-types format test test-fast demo bench clean
 
 $(STAMP): pyproject.toml setup.py storage/_crecords.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml setup.py storage/_crecords.c
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The Debian packages the demo (Java for Spark) and the tests (kcat, Node/npm, Chromium) need, when missing.
+system-deps:
+	@bash .ci/system-deps.sh test
 
 # ruff (lint + format check) over the tree, mypy over the typed layers (storage, protocol, the pure actor cores); .ci/run runs it before the tests.
 MYPY_PATHS := storage protocol actors/partition.py actors/replica_manager.py actors/controller_requests.py \
@@ -40,7 +44,7 @@ format: install
 # The unit tests (pure, CPU-bound, ~2 min) run beside the Ray suites (mostly waiting on actors) at the lowest
 # CPU priority, so they use the cycles the cluster tests leave idle; their report is printed after the Ray
 # suites' and the target fails if either run failed.
-test: install
+test: install system-deps
 	@ulog=$$(mktemp); ubase=$$(mktemp -d); \
 	nice -n 19 $(PY) -m pytest -q -p no:cacheprovider --durations=10 --basetemp="$$ubase/t" tests/unit >"$$ulog" 2>&1 & upid=$$!; \
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --ignore=tests/unit tests; rest=$$?; \
@@ -56,6 +60,7 @@ test-fast: install
 # The README's main job: embedded 3-broker cluster, replicated topic, a broker killed mid-stream,
 # everything consumed back and checked (jobs/demo.py).
 demo: install
+	@bash .ci/system-deps.sh demo
 	$(PY) -m jobs.demo
 
 bench: install

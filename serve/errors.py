@@ -16,6 +16,7 @@ from rafka.errors import ClusterNotFoundError, CommitFailedError, IllegalStateEr
 
 # Confluent's codes where it has one; the rest follow its "HTTP status + sequence" scheme.
 MALFORMED = 40001  # body is not valid JSON/msgpack, or misses required fields
+BAD_KAFKA_REQUEST = 40002  # the cluster refused the request: topic exists, invalid config / partitions / RF
 BAD_PARAMETER = 42202  # a query parameter has a bad value
 TOPIC_NOT_FOUND = 40401
 PARTITION_NOT_FOUND = 40402
@@ -54,6 +55,15 @@ class GatewayError(Exception):
 _TOO_LARGE = {E.MessageTooLargeError.code, E.RecordListTooLargeError.code}
 _BAD_RECORD = {E.CorruptMessageError.code, E.InvalidTimestampError.code, E.InvalidRecordError.code}
 _NOT_FOUND = {E.UnknownTopicOrPartitionError.code, E.GroupIdNotFoundError.code, E.UnknownTopicIdError.code}
+_BAD_REQUEST = {
+    E.TopicAlreadyExistsError.code,
+    E.InvalidTopicError.code,
+    E.InvalidPartitionsError.code,
+    E.InvalidReplicationFactorError.code,
+    E.InvalidConfigError.code,
+    E.InvalidRequestError.code,
+    E.InvalidReplicaAssignmentError.code,
+}
 _CONFLICT = {
     E.IllegalGenerationError.code,
     E.UnknownMemberIdError.code,
@@ -78,6 +88,8 @@ def from_kafka(exc: KafkaError) -> GatewayError:
             f"{exc.name}: {exc.message}",
             code,
         )
+    if code in _BAD_REQUEST:  # Confluent answers a create of an existing topic, a bad config, ... with 400
+        return GatewayError(400, BAD_KAFKA_REQUEST, f"{exc.name}: {exc.message}", code)
     if code in _TOO_LARGE:
         return GatewayError(413, TOO_LARGE, f"{exc.name}: {exc.message}", code)
     if code in _BAD_RECORD:

@@ -46,6 +46,7 @@ from serve.http_shapes import (  # content negotiation and the v2/v3 response sh
     _base,
     _describe_topic,
     _group,
+    _group_exists,
     _health,
     _json,
     _media,
@@ -192,11 +193,12 @@ def build_app():
     from ray import serve as ray_serve
 
     from serve.console_routes import console_mixin
+    from serve.http_admin import admin_mixin
 
     app = _fastapi()
 
     @ray_serve.ingress(app)
-    class GatewayIngress(Gateway, console_mixin(app)):  # type: ignore[misc]  # the web console: /console
+    class GatewayIngress(Gateway, admin_mixin(app), console_mixin(app)):  # type: ignore[misc]  # admin routes; /console
         # -- health and clusters ------------------------------------------------------------------------
         @app.get("/health", summary="Cluster reachable, controller epoch, brokers alive")
         async def health(self) -> Response:
@@ -373,11 +375,17 @@ def build_app():
             def run():
                 ids = [g["group_id"] for g in self.admin.list_groups()]
                 return [
-                    _v3_group(_base(request), self.cluster, d) for d in (self.admin.describe_groups(ids) if ids else [])
+                    _v3_group(_base(request), self.cluster, d)
+                    for d in (self.admin.describe_groups(ids) if ids else [])
+                    if _group_exists(d)  # the groups whose own URL answers (serve/http_shapes.py _group)
                 ]
 
             return _json(
-                {"kind": "KafkaConsumerGroupList", "metadata": {}, "data": await self.run(run)},
+                {
+                    "kind": "KafkaConsumerGroupList",
+                    "metadata": {"self": f"{_base(request)}/v3/clusters/{self.cluster}/consumer-groups"},
+                    "data": await self.run(run),
+                },
                 media="application/json",
             )
 

@@ -137,9 +137,14 @@ def _v3_partition(base: str, cluster: str, topic: str, p: dict) -> dict:
     }
 
 
+def _group_exists(d: dict) -> bool:
+    """A described group the gateway shows: not Dead, and not an Empty group without members or offsets."""
+    return not (d["state"] == "Dead" or (d["state"] == "Empty" and not d["offsets"] and not d["members"]))
+
+
 def _group(gw: Gateway, group: str) -> dict:
     (d,) = gw.admin.describe_groups([group])
-    if d["state"] == "Dead" or (d["state"] == "Empty" and not d["offsets"] and not d["members"]):
+    if not _group_exists(d):
         raise GatewayError(404, NOT_FOUND, f"consumer group {group!r} not found", 69)
     return d
 
@@ -163,7 +168,8 @@ def _v3_group(base: str, cluster: str, d: dict) -> dict:
             }
             for m in d.get("members", [])
         ],
-        "lag_summary": {"related": f"{url}/lags"},
+        "lag_summary": {"related": f"{url}/lag-summary"},
+        "lags": {"related": f"{url}/lags"},
     }
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import time
+import uuid
 
 import msgpack
 import pytest
@@ -103,14 +104,26 @@ def test_openapi_lists_every_route(gw):
         f"/topics/{t}": {"get", "post"},
         f"/topics/{t}/partitions": {"get"},
         f"/topics/{t}/partitions/{{partition}}": {"get", "post"},
-        f"/v3/clusters/{c}/topics": {"get"},
-        f"/v3/clusters/{c}/topics/{t}": {"get"},
+        f"/v3/clusters/{c}/topics": {"get", "post"},
+        f"/v3/clusters/{c}/topics/{t}": {"get", "delete"},
         f"/v3/clusters/{c}/topics/{t}/partitions": {"get"},
         f"/v3/clusters/{c}/topics/{t}/partitions/{{partition}}": {"get"},
         f"/v3/clusters/{c}/topics/{t}/records": {"post"},
         f"/v3/clusters/{c}/consumer-groups": {"get"},
         f"/v3/clusters/{c}/consumer-groups/{g}": {"get"},
         f"/v3/clusters/{c}/consumer-groups/{g}/lags": {"get"},
+        f"/v3/clusters/{c}/consumer-groups/{g}/lag-summary": {"get"},
+        "/brokers": {"get"},
+        f"/topics/{t}/partitions/{{partition}}/offsets": {"get"},
+        f"/v3/clusters/{c}/brokers": {"get"},
+        f"/v3/clusters/{c}/brokers/{{broker_id}}": {"get"},
+        f"/v3/clusters/{c}/brokers/{{broker_id}}/configs": {"get"},
+        f"/v3/clusters/{c}/brokers/{{broker_id}}/configs/{{name}}": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/configs": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/configs/{{name}}": {"get"},
+        f"/v3/clusters/{c}/topics/-/partitions/-/reassignment": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/partitions/-/reassignment": {"get"},
+        f"/v3/clusters/{c}/topics/{t}/partitions/{{partition}}/reassignment": {"get"},
         f"/consumers/{g}": {"post"},
         i: {"delete"},
         f"{i}/subscription": {"post", "get", "delete"},
@@ -694,3 +707,89 @@ def test_client_errors_are_one_info_line_in_the_serve_log(gw):
     assert len(got) == 2, got
     assert got[0].startswith("INFO ") and f"-- 404 GET /topics/{marker}: " in got[0], got
     assert got[1].startswith("INFO ") and f"-- 400 POST /topics/{marker}: the body is not valid JSON" in got[1], got
+
+
+def test_rest_proxy_admin_routes_and_every_v3_link_resolves(gw, e2e_cluster, e2e_admin):
+    """Confluent REST Proxy parity: v2 /brokers and partition offsets; v3 brokers, broker and topic configs with
+    their source, topic create/delete, a group's lag summary, reassignment listing; then every link (self /
+    related) reachable from /v3/clusters answers 200."""
+    cid = e2e_cluster.name
+    v3 = f"{gw}/v3/clusters/{cid}"
+    assert requests.get(f"{gw}/brokers", timeout=30).json() == {"brokers": [0, 1, 2]}
+    brokers = requests.get(f"{v3}/brokers", timeout=30).json()["data"]
+    assert [b["broker_id"] for b in brokers] == [0, 1, 2] and all(b["port"] > 0 for b in brokers)
+    assert requests.get(f"{v3}/brokers/1", timeout=30).json()["broker_id"] == 1
+    error(requests.get(f"{v3}/brokers/9", timeout=30), 404, 40404)
+    confs = {c["name"]: c for c in requests.get(f"{v3}/brokers/0/configs", timeout=30).json()["data"]}
+    assert confs["num.partitions"]["source"] == "DEFAULT_CONFIG" and confs["num.partitions"]["is_read_only"]
+    name = "rest-admin-" + uuid.uuid4().hex[:6]
+    made = requests.post(
+        f"{v3}/topics",
+        json={
+            "topic_name": name,
+            "partitions_count": 2,
+            "replication_factor": 2,
+            "configs": [{"name": "retention.ms", "value": "600000"}],
+        },
+        timeout=60,
+    )
+    assert made.status_code == 201 and made.json()["partitions_count"] == 2 and made.json()["replication_factor"] == 2
+    again = requests.post(f"{v3}/topics", json={"topic_name": name, "partitions_count": 1}, timeout=60)
+    error(again, 400, 40002)
+    assert again.json()["kafka_error_code"] == 36
+    error(requests.post(f"{v3}/topics", json={"partitions_count": 1}, timeout=60), 422, 40001)
+    ret = requests.get(f"{v3}/topics/{name}/configs/retention.ms", timeout=30).json()
+    assert (ret["value"], ret["source"], ret["is_default"]) == ("600000", "DYNAMIC_TOPIC_CONFIG", False)
+    assert {c["name"] for c in requests.get(f"{v3}/topics/{name}/configs", timeout=30).json()["data"]} == set(
+        e2e_admin.describe_configs(name)
+    )
+    with rafka.Producer(e2e_cluster, acks="all") as p:
+        p.send_batch(name, [(None, b"x", 0)] * 7 + [(None, b"y", 1)] * 3)
+    assert requests.get(f"{gw}/topics/{name}/partitions/0/offsets", timeout=30).json() == {
+        "beginning_offset": 0,
+        "end_offset": 7,
+    }
+    error(requests.get(f"{gw}/topics/{name}/partitions/5/offsets", timeout=30), 404, 40402)
+    e2e_admin.alter_consumer_group_offsets("rest-lag", {TopicPartition(name, 0): 2, TopicPartition(name, 1): 3})
+    summary = requests.get(f"{v3}/consumer-groups/rest-lag/lag-summary", timeout=30).json()
+    assert (
+        summary["max_lag"],
+        summary["total_lag"],
+        summary["max_lag_topic_name"],
+        summary["max_lag_partition_id"],
+    ) == (5, 5, name, 0)
+    listed = requests.get(f"{v3}/topics/-/partitions/-/reassignment", timeout=30).json()
+    assert listed["kind"] == "KafkaReassignmentList" and listed["data"] == []
+    assert requests.get(f"{v3}/topics/{name}/partitions/-/reassignment", timeout=30).json()["data"] == []
+    error(requests.get(f"{v3}/topics/{name}/partitions/0/reassignment", timeout=30), 404, 40404)
+
+    seen, todo, bad = set(), [v3.replace(f"/clusters/{cid}", "/clusters")], []
+    while todo and len(seen) < 400:  # every self/related link of every v3 body reachable from the cluster list
+        url = todo.pop()
+        if url in seen:
+            continue
+        seen.add(url)
+        r = requests.get(url, timeout=30)
+        if r.status_code != 200:
+            bad.append((url, r.status_code))
+            continue
+
+        def links(node):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if k in ("self", "related") and isinstance(v, str):
+                        yield v
+                    else:
+                        yield from links(v)
+            elif isinstance(node, list):
+                for v in node:
+                    yield from links(v)
+
+        todo.extend(u for u in links(r.json()) if u.startswith(gw) and "/consumers/" not in u)
+    assert not bad, bad
+    assert any(u.endswith("/brokers/0/configs") for u in seen) and any(
+        u.endswith(f"/topics/{name}/configs") for u in seen
+    )
+    assert any(u.endswith("/consumer-groups/rest-lag/lag-summary") for u in seen)
+    assert requests.delete(f"{v3}/topics/{name}", timeout=60).status_code == 204
+    error(requests.delete(f"{v3}/topics/{name}", timeout=60), 404, 40401)
