@@ -41,17 +41,8 @@ format: install
 	$(VENV)/bin/ruff format .
 
 # The whole suite: unit (no Ray), cluster (real Ray), client/CLI, fault suites marked slow included.
-# The unit tests (pure, CPU-bound, ~2 min) run beside the Ray suites (mostly waiting on actors) at the lowest
-# CPU priority, so they use the cycles the cluster tests leave idle; their report is printed after the Ray
-# suites' and the target fails if either run failed.
 test: install system-deps
-	@ulog=$$(mktemp); ubase=$$(mktemp -d); \
-	nice -n 19 $(PY) -m pytest -q -p no:cacheprovider --durations=10 --basetemp="$$ubase/t" tests/unit >"$$ulog" 2>&1 & upid=$$!; \
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 --ignore=tests/unit tests; rest=$$?; \
-	wait $$upid; unit=$$?; \
-	echo "==== tests/unit (run beside the Ray suites) ===="; cat "$$ulog"; rm -rf "$$ulog" "$$ubase"; \
-	echo "tests/unit exit $$unit, Ray suites exit $$rest"; \
-	test $$unit -eq 0 && test $$rest -eq 0
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 # Only the pure unit tests (seconds).
 test-fast: install

@@ -283,7 +283,7 @@ def cmd_group_describe(args) -> int:
             o["topic"],
             o["partition"],
             "-" if o["committed"] is None else o["committed"],
-            o["log_end"],
+            "-" if o["log_end"] is None else o["log_end"],
             "-" if o["lag"] is None else o["lag"],
             o["member_id"] or "-",
             client.get(o["member_id"], "-"),

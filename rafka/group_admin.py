@@ -93,17 +93,21 @@ def describe_group(admin, group_id: str) -> dict:
         )
     committed = committed_offsets(admin, group_id)
     tps = sorted(set(committed) | set(owner))
-    ends = {tp: o.offset for tp, o in admin.list_offsets({tp: "latest" for tp in tps}).items()} if tps else {}
+    # offsets the group committed for a topic deleted since (or a partition it no longer has) have no log end:
+    # shown with log_end and lag None, as kafka-consumer-groups shows "-", not retried until a timeout
+    admin.metadata.refresh(sorted({tp.topic for tp in tps}), force=True)
+    live = [tp for tp in tps if (tm := admin.metadata.topic(tp.topic)) is not None and tp.partition in tm.partitions]
+    ends = {tp: o.offset for tp, o in admin.list_offsets({tp: "latest" for tp in live}).items()} if live else {}
     offsets = []
     for tp in tps:
-        c = committed.get(tp)
+        c, end = committed.get(tp), ends.get(tp)
         offsets.append(
             {
                 "topic": tp.topic,
                 "partition": tp.partition,
                 "committed": c,
-                "log_end": ends[tp],
-                "lag": None if c is None else max(0, ends[tp] - c),
+                "log_end": end,
+                "lag": None if c is None or end is None else max(0, end - c),
                 "member_id": owner.get(tp),
             }
         )

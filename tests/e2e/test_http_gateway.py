@@ -771,7 +771,7 @@ def test_rest_proxy_admin_routes_and_every_v3_link_resolves(gw, e2e_cluster, e2e
         seen.add(url)
         r = requests.get(url, timeout=30)
         if r.status_code != 200:
-            bad.append((url, r.status_code))
+            bad.append((url, r.status_code, r.text[:300]))
             continue
 
         def links(node):
