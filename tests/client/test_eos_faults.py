@@ -1,8 +1,9 @@
 """Exactly-once under faults (real Ray, SIGKILLed processes): a consume-transform-produce loop while a nemesis
 kills random brokers, and a transactional producer killed with its transaction open.
 
-One dedicated 3-broker cluster: ``__transaction_state`` and ``__consumer_offsets`` have one partition each
-(few actors), timed-out transactions are checked every 300 ms, dead followers leave the ISR after 3 s."""
+The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/conftest.py): ``__transaction_state``
+and ``__consumer_offsets`` have one partition each (few actors), timed-out transactions are checked every
+300 ms, dead followers leave the ISR after 3 s."""
 
 from __future__ import annotations
 
@@ -26,21 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def eos_cluster(ray_cluster, tmp_path_factory):
-    c = rafka.LocalCluster(
-        brokers=3,
-        name="eos" + uuid.uuid4().hex[:6],
-        data_dir=tmp_path_factory.mktemp("rafka-eos"),
-        broker_config={
-            "transaction.state.log.num.partitions": 1,
-            "offsets.topic.num.partitions": 1,
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300,
-            "replica.lag.time.max.ms": 3000,
-            "group.initial.rebalance.delay.ms": 100,
-        },
-    )
-    yield c
-    c.stop()
+def eos_cluster(fault_cluster):
+    return fault_cluster
 
 
 def transform(value: bytes) -> bytes:
@@ -50,7 +38,7 @@ def transform(value: bytes) -> bytes:
 def test_consume_transform_produce_under_random_broker_kills_is_exactly_once(eos_cluster):
     admin = rafka.Admin(eos_cluster)
     suffix = uuid.uuid4().hex[:6]
-    src, dst, parts, n = "eos-in-" + suffix, "eos-out-" + suffix, 4, 3000
+    src, dst, parts, n = "eos-in-" + suffix, "eos-out-" + suffix, 4, 2000
     for t in (src, dst):
         admin.create_topic(t, parts, 3, {"min.insync.replicas": "2"})
     plain = rafka.Producer(eos_cluster, linger_ms=5)

@@ -1,9 +1,9 @@
-"""Faults injected into real clusters (one per test): leader loss mid-stream, and a stalled partition."""
+"""Faults injected into a real cluster (the fault suites' shared 3-broker cluster, tests/client/conftest.py;
+each test restarts the broker it killed): leader loss mid-stream, and a stalled partition."""
 
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 
@@ -14,13 +14,9 @@ from rafka.errors import KafkaTimeoutError
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-@pytest.fixture
-def fresh_cluster(ray_cluster, tmp_path):
-    cluster = rafka.LocalCluster(
-        brokers=3, name="f" + uuid.uuid4().hex[:8], data_dir=tmp_path, broker_config={"replica.lag.time.max.ms": 2000}
-    )
-    yield cluster
-    cluster.stop()
+@pytest.fixture(scope="module")
+def fresh_cluster(fault_cluster):
+    return fault_cluster
 
 
 def leaders(admin, topic):
@@ -37,21 +33,27 @@ def test_leader_failover_mid_stream_loses_and_duplicates_nothing(fresh_cluster):
     part = next(p for p, (leader, _) in before.items() if leader == victim)
     n, kill_at = 6000, 2000
     errors, futs = [], []
-    with rafka.Producer(fresh_cluster, linger_ms=5, batch_size=8192, request_timeout_ms=5000) as p:
-        for i in range(n):
-            if i == kill_at:  # batches are in flight to the victim at this point
-                fresh_cluster.kill_broker(victim)
-            futs.append(
-                p.send(
-                    "clicks", b"%d" % i, key=b"user-%d" % (i % 25), callback=lambda md, exc: exc and errors.append(exc)
+    try:
+        with rafka.Producer(fresh_cluster, linger_ms=5, batch_size=8192, request_timeout_ms=5000) as p:
+            for i in range(n):
+                if i == kill_at:  # batches are in flight to the victim at this point
+                    fresh_cluster.kill_broker(victim)
+                futs.append(
+                    p.send(
+                        "clicks",
+                        b"%d" % i,
+                        key=b"user-%d" % (i % 25),
+                        callback=lambda md, exc: exc and errors.append(exc),
+                    )
                 )
-            )
-            if i % 500 == 0:
-                time.sleep(0.01)
-        p.flush()
+                if i % 500 == 0:
+                    time.sleep(0.01)
+            p.flush()
+        after = leaders(admin, "clicks")  # before the victim is back
+    finally:
+        fresh_cluster.restart_broker(victim)  # the cluster is shared: the next test needs every broker
     assert errors == []
     acked = [f.get() for f in futs]
-    after = leaders(admin, "clicks")
     assert after[part][0] not in (victim, -1) and victim not in after[part][1]
     c = rafka.Consumer(fresh_cluster, auto_offset_reset="earliest")
     c.assign([TopicPartition("clicks", p) for p in range(3)])

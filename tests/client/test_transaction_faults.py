@@ -1,7 +1,8 @@
 """Transactions under faults (real Ray, killed brokers) and bad input at the coordinator and the leader.
 
-One dedicated 3-broker cluster: ``__transaction_state`` has one partition (so the coordinator of every id is
-one known broker) and timed-out transactions are checked every 300 ms."""
+The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/conftest.py): ``__transaction_state``
+has one partition (so the coordinator of every id is one known broker) and timed-out transactions are checked
+every 300 ms."""
 
 from __future__ import annotations
 
@@ -28,18 +29,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def txn_cluster(ray_cluster, tmp_path_factory):
-    c = rafka.LocalCluster(
-        brokers=3,
-        name="tx" + uuid.uuid4().hex[:6],
-        data_dir=tmp_path_factory.mktemp("rafka-txn"),
-        broker_config={
-            "transaction.state.log.num.partitions": 1,
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 300,
-        },
-    )
-    yield c
-    c.stop()
+def txn_cluster(fault_cluster):
+    return fault_cluster
 
 
 def tid() -> str:

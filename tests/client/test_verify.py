@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-import rafka
 from rafka.nemesis import KINDS
 from rafka.verify import VerifyConfig, format_report, run_verify
 
@@ -22,27 +20,24 @@ RAFKA = str(Path(sys.executable).with_name("rafka"))
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_verify_short_nemesis_run(ray_cluster, tmp_path):
-    cluster = rafka.LocalCluster(
-        brokers=3, name="v" + uuid.uuid4().hex[:8], data_dir=tmp_path, broker_config={"replica.lag.time.max.ms": 3000}
+def test_verify_short_nemesis_run(fault_cluster):
+    """On the fault suites' shared 3-broker cluster (tests/client/conftest.py; replica.lag.time.max.ms 3 s):
+    the last user of that cluster in this package, so its whole-cluster restart disturbs no other test."""
+    cluster = fault_cluster
+    cfg = VerifyConfig(
+        partitions=3,
+        keys=30,
+        rate=400,
+        faults=len(KINDS),
+        kinds=KINDS,
+        interval_s=1.5,
+        down_s=2.0,
+        pause_s=4.0,
+        max_recovery_s=30.0,
+        settle_s=60.0,
+        seed=7,
     )
-    try:
-        cfg = VerifyConfig(
-            partitions=3,
-            keys=30,
-            rate=400,
-            faults=len(KINDS),
-            kinds=KINDS,
-            interval_s=1.5,
-            down_s=2.0,
-            pause_s=4.0,
-            max_recovery_s=30.0,
-            settle_s=60.0,
-            seed=7,
-        )
-        rep = run_verify(cluster, cluster.server, cfg)
-    finally:
-        cluster.stop()
+    rep = run_verify(cluster, cluster.server, cfg)
     print(format_report(rep))
     assert sorted(f["kind"] for f in rep["faults"]) == sorted(KINDS)
     assert rep["acknowledged"] > 1000, rep

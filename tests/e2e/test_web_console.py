@@ -35,11 +35,15 @@ def console(e2e_cluster):
 
 def chromium(url: str, out_png, dom: bool = False) -> str:
     """Render ``url`` in headless Chromium: a 1300x900 screenshot to ``out_png``; the DOM after scripts ran
-    when ``dom``. The screenshot must be a real, non-trivial PNG."""
+    when ``dom`` (one browser run does both: ``--screenshot`` and ``--dump-dom`` of the same page load).
+    The screenshot must be a real, non-trivial PNG."""
     assert CHROMIUM, "chromium is not installed (.ci/run installs the Debian package)"
     base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--virtual-time-budget=10000"]
     shot = subprocess.run(
-        [*base, f"--screenshot={out_png}", "--window-size=1300,900", url], capture_output=True, text=True, timeout=180
+        [*base, f"--screenshot={out_png}", "--window-size=1300,900", *(["--dump-dom"] if dom else []), url],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert shot.returncode == 0, shot.stderr[-2000:]
     head = out_png.read_bytes()[:24]
@@ -48,9 +52,8 @@ def chromium(url: str, out_png, dom: bool = False) -> str:
     print(f"screenshot {url} -> {out_png}")
     if not dom:
         return ""
-    got = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=180)
-    assert got.returncode == 0, got.stderr[-2000:]
-    return got.stdout
+    assert "<html" in shot.stdout and "</html>" in shot.stdout, shot.stdout[:500]
+    return shot.stdout
 
 
 def cells(html: str) -> list[list[str]]:
