@@ -7,6 +7,7 @@ import itertools
 import uuid
 
 import pytest
+import requests
 from support import SMALL_INTERNAL_TOPICS
 
 import rafka
@@ -61,3 +62,26 @@ def e2e_topic(e2e_admin):
 def bootstrap(e2e_cluster) -> str:
     """The Kafka clients' ``bootstrap.servers`` of the shared cluster."""
     return e2e_cluster.bootstrap_servers
+
+
+@pytest.fixture(scope="package")
+def gateway(e2e_cluster):
+    """One REST gateway (Ray Serve) on the e2e cluster, shared by test_http_gateway.py (``gw``) and
+    test_web_console.py (``console``): one Serve start and shutdown for both. A short delivery timeout so a
+    NOT_ENOUGH_REPLICAS produce fails in seconds rather than after Kafka's two minutes of retries; an 8 MiB
+    body limit and a 5 s body timeout (test_http_gateway's BODY_LIMIT, BODY_TIMEOUT_S), so the edge tests
+    stay short. Stopped when the package is done: its app is deleted and nothing answers on its port."""
+    from rafka.clusterctl import free_port
+    from serve.gateway import start_gateway, stop_gateway
+
+    url = start_gateway(
+        e2e_cluster,
+        port=free_port(),
+        max_request_bytes=8 << 20,
+        body_timeout_s=5.0,
+        producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5},
+    )
+    yield url
+    assert stop_gateway() is True
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/health", timeout=5)

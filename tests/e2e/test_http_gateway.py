@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import time
 import uuid
 
@@ -32,34 +31,15 @@ def b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-BODY_LIMIT = 8 << 20  # the fixture gateway's max_request_bytes
+BODY_LIMIT = 8 << 20  # the shared gateway's max_request_bytes (tests/e2e/conftest.py)
 BODY_TIMEOUT_S = 5.0  # and its body timeout
 
 
 @pytest.fixture(scope="module")
-def gw(e2e_cluster):
-    """The gateway on the e2e cluster: short delivery timeout so a NOT_ENOUGH_REPLICAS produce fails in
-    seconds rather than after Kafka's two minutes of retries; an 8 MiB body limit and a 5 s body timeout,
-    so the edge tests stay short."""
-    from serve.gateway import start_gateway, stop_gateway
-
-    url = start_gateway(
-        e2e_cluster,
-        port=free_port(),
-        max_request_bytes=BODY_LIMIT,
-        body_timeout_s=BODY_TIMEOUT_S,
-        producer_config={"delivery_timeout_ms": 8000, "request_timeout_ms": 4000, "linger_ms": 5},
-    )
-    yield url
-    assert stop_gateway() is True
-    with pytest.raises(requests.ConnectionError):
-        requests.get(f"{url}/health", timeout=5)
+def gw(gateway):
+    """The package's gateway (tests/e2e/conftest.py ``gateway``: an 8 MiB body limit, a 5 s body timeout,
+    an 8 s delivery timeout)."""
+    return gateway
 
 
 def post(url: str, body, ctype: str = BINARY, **kw) -> requests.Response:

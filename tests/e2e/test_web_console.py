@@ -17,7 +17,6 @@ import requests
 
 import rafka
 from rafka import TopicPartition
-from rafka.clusterctl import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -25,12 +24,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
-def console(e2e_cluster):
-    from serve.gateway import start_gateway, stop_gateway
-
-    url = start_gateway(e2e_cluster, port=free_port())
-    yield url
-    stop_gateway()
+def console(gateway):
+    """The console is served by the package's gateway (tests/e2e/conftest.py)."""
+    return gateway
 
 
 def chromium(url: str, out_png, dom: bool = False) -> str:
@@ -75,7 +71,7 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
         allow_redirects=False,
         timeout=60,
     )
-    assert r.status_code == 303 and r.headers["location"].startswith(f"/console/topics/{name}")
+    assert r.status_code == 303 and r.headers["location"].startswith(f"/console/topics/{name}"), r.text[-2000:]
     (desc,) = e2e_admin.describe_topics([name])
     assert len(desc["partitions"]) == 2 and all(len(p["replicas"]) == 2 for p in desc["partitions"])
     with rafka.Producer(e2e_cluster, acks="all") as p:
