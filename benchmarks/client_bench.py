@@ -78,9 +78,9 @@ def wait_high_watermarks(admin, topic: str, partitions: int, total: int, timeout
         time.sleep(0.05)
 
 
-def bench_send(cluster, topic: str, n: int) -> dict:
+def bench_send(cluster, topic: str, n: int, **producer_conf) -> dict:
     value = os.urandom(VALUE)
-    with rafka.Producer(cluster) as p:
+    with rafka.Producer(cluster, **producer_conf) as p:
         p.send(topic, value).get(60)  # metadata and producer id outside the timing
         t0 = time.perf_counter()
         for _ in range(n):
@@ -90,10 +90,10 @@ def bench_send(cluster, topic: str, n: int) -> dict:
     return {"records": n, "seconds": round(dt, 2), "records_per_s": round(n / dt)}
 
 
-def bench_send_batch(cluster, topic: str, n: int, per_call: int = 10_000) -> dict:
+def bench_send_batch(cluster, topic: str, n: int, per_call: int = 10_000, **producer_conf) -> dict:
     value = os.urandom(VALUE)
     chunk = [(None, value)] * per_call
-    with rafka.Producer(cluster) as p:
+    with rafka.Producer(cluster, **producer_conf) as p:
         p.send(topic, value).get(60)
         t0 = time.perf_counter()
         sent = 0
@@ -106,9 +106,9 @@ def bench_send_batch(cluster, topic: str, n: int, per_call: int = 10_000) -> dic
     return {"records": n, "records_per_call": per_call, "seconds": round(dt, 2), "records_per_s": round(n / dt)}
 
 
-def bench_consume(cluster, topic: str, total: int) -> dict:
+def bench_consume(cluster, topic: str, total: int, partitions: int = PARTITIONS) -> dict:
     c = rafka.Consumer(cluster, auto_offset_reset="earliest")
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     c.assign(tps)
     c.seek_to_beginning(*tps)
     got = 0
