@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rafka.cli_agent import _In, _Router, _local
+from rafka.cli_agent import _In, _local, _Router
 from rafka.cli_remote import MAX_FRAME, recv_frame, send_frame
 
 
