@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install system-deps lint lint-types format test test-fast demo bench clean
+.PHONY: install system-deps lint lint-types format test test-fast demo bench bench-client bench-peers clean
 
 $(STAMP): pyproject.toml setup.py storage/_crecords.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,16 @@ demo: install
 
 bench: install
 	$(PY) benchmarks/storage_bench.py --json
+
+# issue 17's figures through the public API (benchmarks/client_bench.py)
+bench-client: install
+	$(PY) benchmarks/client_bench.py --json
+
+# rafka beside Redis Streams and NATS JetStream (their Debian servers and Python clients are installed here)
+bench-peers: install
+	@bash .ci/system-deps.sh bench
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/peers_bench.py --json
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis build storage/_crecords*.so

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Debian packages rafka's two commands need, installed when missing (as .ci/run always did):
 #   Java 17 (Spark through RayDP: make demo, the Spark tests), make, kcat and Node/npm (the Kafka-client tests),
-#   Chromium (the web console's page tests). Usage: .ci/system-deps.sh [demo|test]  (default: test)
+#   Chromium (the web console's page tests); `bench` adds redis-server and nats-server, the peers of
+#   benchmarks/peers_bench.py. Usage: .ci/system-deps.sh [demo|test|bench]  (default: test)
 set -euo pipefail
 what="${1:-test}"
 need=()
@@ -11,6 +12,10 @@ if [ "$what" = test ]; then
   command -v kcat >/dev/null 2>&1 || need+=(kcat)              # a librdkafka CLI against the wire listener
   command -v npm >/dev/null 2>&1 || need+=(nodejs npm)          # kafkajs (tests/e2e/test_wire_kafkajs.py runs npm ci)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)       # headless: tests/e2e/test_web_console.py
+fi
+if [ "$what" = bench ]; then
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 fi
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "installing Debian packages: ${need[*]}" >&2

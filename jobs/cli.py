@@ -4,7 +4,9 @@
     rafka job run clickstream [--topic clicks] [--group clickstream] [--results-topic clickstream-results]
                               [--parquet DIR] [--session-gap-ms MS] [--executors 1] [--json]
 
-``job run`` attaches to the cluster like every verb (``--address``/``RAY_ADDRESS``/the started cluster),
+Without ``--parquet`` the job writes its Parquet under the cluster's data directory (the parent of the brokers'
+log directories, as ``rafka cluster info`` lists them): ``<data_dir>/jobs/clickstream/<group>/`` (never the current
+directory). ``job run`` attaches to the cluster like every verb (``--address``/``RAY_ADDRESS``/the started cluster),
 starts Spark on that Ray cluster through RayDP (~15 s), runs the job and stops Spark. Progress goes to
 stderr: one line per step of the job and Spark's console progress bar per stage; the summary goes to
 stdout (a table, or JSON with ``--json``). RayDP and PySpark are imported only when a job runs.
@@ -32,7 +34,11 @@ def register(groups, common) -> None:
     s.add_argument("--topic", default="clicks", help="input topic (default clicks)")
     s.add_argument("--group", default="clickstream", help="consumer group whose offsets track progress")
     s.add_argument("--results-topic", default="clickstream-results", help="compacted results topic")
-    s.add_argument("--parquet", default="clickstream-output", help="Parquet output directory")
+    s.add_argument(
+        "--parquet",
+        default=None,
+        help="Parquet output directory (default <data_dir>/jobs/clickstream/<group>, under the cluster's data directory)",
+    )
     s.add_argument("--session-gap-ms", type=int, default=1_800_000, help="inactivity that ends a session")
     s.add_argument("--executors", type=int, default=1, help="Spark executors (Ray actors)")
     s.add_argument("--executor-cores", type=int, default=1, help="cores per Spark executor (default 1)")
@@ -93,6 +99,7 @@ def cmd_job_run(args) -> int:
 
     if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
         raise UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")
+    parquet = args.parquet or clickstream.default_output_dir(handle, args.group)
     say = _step_printer(args)
     # the step lines and Spark's bar are the progress: Ray Data's per-dataset INFO reports would bury them
     import ray.data  # noqa: F401 - Ray Data configures its loggers on import: quiet them after that
@@ -113,7 +120,7 @@ def cmd_job_run(args) -> int:
                 topic=args.topic,
                 group=args.group,
                 results_topic=args.results_topic,
-                parquet_dir=args.parquet,
+                parquet_dir=parquet,
                 session_gap_ms=args.session_gap_ms,
                 progress=say,
             )

@@ -1,6 +1,6 @@
 """The clickstream job: per-page click counts and per-user sessions over a click topic, in Spark (RayDP).
 
-    summary = run(cluster, spark, topic="clicks", group="clickstream", parquet_dir="/tmp/clickstream")
+    summary = run(cluster, spark, topic="clicks", group="clickstream")   # Parquet under the cluster's data dir
     read_results(cluster, "clickstream-results")   # {"pages": {...}, "sessions": [...], ...}
 
 Input: records keyed by user whose values are JSON events ``{"id", "user", "seq", "page", "ts" (epoch ms),
@@ -11,7 +11,8 @@ pages}`` (``pages``: the distinct pages in first-visit order).
 
 Outputs: the compacted results topic (created when missing: one partition, ``cleanup.policy=compact``,
 RF min(3, brokers)) holds the current state, one key per fact; Parquet holds each run's output
-(``<parquet_dir>/page_counts/run=N/``, ``<parquet_dir>/sessions/run=N/``). The group's committed offsets
+(``<parquet_dir>/page_counts/run=N/``, ``<parquet_dir>/sessions/run=N/``; by default ``parquet_dir`` is
+``<data_dir>/jobs/clickstream/<group>`` under the cluster's data directory, ``default_output_dir``). The group's committed offsets
 mark the end of what was counted, so the next run processes only newer records.
 
 Exactly-once comes from Kafka's transactions (KIP-98), consume-transform-produce style:
@@ -59,7 +60,7 @@ import pyarrow as pa
 from rafka.errors import KafkaError, TopicAlreadyExistsError
 from rafka.structs import TopicPartition
 
-__all__ = ["run", "read_results", "load_state", "sessionize", "transactional_id", "JobCrashed"]
+__all__ = ["run", "default_output_dir", "read_results", "load_state", "sessionize", "transactional_id", "JobCrashed"]
 
 RUN_PREFIX = "__run__/"
 
@@ -308,13 +309,29 @@ def _write_parquet(spark, rows: list, schema: str, path: str) -> None:
 
 
 # -- the job --------------------------------------------------------------------------------------------
+def default_output_dir(cluster: Any, group: str) -> str:
+    """``<data_dir>/jobs/clickstream/<group>``: the cluster's data directory is the parent of its brokers' log
+    directories (``<data_dir>/broker-<id>``, as registered with the controller; the lowest broker id's)."""
+    from rafka.admin import Admin
+
+    admin = Admin(cluster)
+    try:
+        brokers = sorted(admin.describe_cluster()["brokers"], key=lambda b: b["id"])
+    finally:
+        admin.close()
+    dirs = [b["log_dir"] for b in brokers if b.get("log_dir")]
+    if not dirs:
+        raise ValueError("the cluster's brokers report no log directory: pass parquet_dir")
+    return os.path.join(os.path.dirname(os.path.abspath(dirs[0])), "jobs", "clickstream", group)
+
+
 def run(
     cluster: Any,
     spark: Any,
     topic: str = "clicks",
     group: str = "clickstream",
     results_topic: str = "clickstream-results",
-    parquet_dir: str = "clickstream-output",
+    parquet_dir: str | None = None,
     session_gap_ms: int = 1_800_000,
     crash_after_output: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -343,6 +360,8 @@ def run(
     if session_gap_ms < 0:
         raise ValueError(f"session_gap_ms must be >= 0, got {session_gap_ms}")
     name = resolve_cluster(cluster)
+    if parquet_dir is None:
+        parquet_dir = default_output_dir(name, group)
     admin = Admin(name)
     if admin.metadata.topic(topic) is None:
         from rafka.errors import UnknownTopicOrPartitionError

@@ -30,6 +30,7 @@ from importlib.metadata import entry_points
 
 from rafka import cli_groups, cli_help, cli_logs, cli_perf, cli_support, cli_topics, clusterctl
 from rafka.cli_data import ENCODINGS, cmd_topic_consume, cmd_topic_produce
+from rafka.cli_remote import run_remote
 from rafka.cli_support import (
     EXIT_ERROR,
     EXIT_NO_CLUSTER,
@@ -391,8 +392,24 @@ def build_parser() -> argparse.ArgumentParser:
     # the layers above it. Their modules import Serve / RayDP only when a verb runs.
     for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         ep.load()(groups, common)
+    _mark_remote(groups)
     cli_help.add_examples(p)
     return p
+
+
+# verbs that only talk to the cluster run in its CLI agent when one is recorded (rafka/cli_remote.py);
+# cluster start/stop, logs, perf, serve, job and verify run in this process
+REMOTE_VERBS = {"topic": None, "group": None, "txn": None, "cluster": {"info", "health", "configs"}}
+
+
+def _mark_remote(groups) -> None:
+    for group, verbs in REMOTE_VERBS.items():
+        sub = groups.choices.get(group)
+        actions = [a for a in (sub._actions if sub else ()) if isinstance(a, argparse._SubParsersAction)]
+        for action in actions:
+            for verb, parser in action.choices.items():
+                if verbs is None or verb in verbs:
+                    parser.set_defaults(remote=True, stdin=(group, verb) == ("topic", "produce"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,6 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     saved_output, saved_stdout = cli_support.OUTPUT, sys.stdout
     out = cli_support.OUTPUT = claim_stdout()
     try:
+        if getattr(args, "remote", False):  # the cluster's CLI agent runs it: no Ray in this process
+            code = run_remote(sys.argv[1:] if argv is None else list(argv), args, out)
+            if code is not None:
+                return code
         return _run(args)
     finally:
         with contextlib.suppress(BrokenPipeError):

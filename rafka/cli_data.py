@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from rafka.cli_support import EXIT_OK, UsageError, connect, echo, output_stream
+from rafka.cli_support import EXIT_OK, UsageError, bound, connect, echo, output_stream
 from rafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 
@@ -39,17 +39,20 @@ def cmd_topic_produce(args) -> int:
     print_acks = args.print_acks or interactive
     sent, failed = [], []
     lock = threading.Lock()
+    out, err = output_stream(), bound(sys.stderr)  # the acks are printed from the producer's thread
 
     def ack(md) -> None:
+        if args.json:
+            line = json.dumps({"partition": md.partition, "offset": md.offset, "timestamp": md.timestamp})
+        else:
+            line = f"Produced to partition {md.partition} at offset {md.offset}"
         with lock:
-            if args.json:
-                echo(json.dumps({"partition": md.partition, "offset": md.offset, "timestamp": md.timestamp}))
-            else:
-                echo(f"Produced to partition {md.partition} at offset {md.offset}")
+            out.write(line + "\n")
+            out.flush()
 
     def nack(exc) -> None:
         with lock:
-            print(f"rafka: a record failed: {exc}", file=sys.stderr, flush=True)
+            print(f"rafka: a record failed: {exc}", file=err, flush=True)
 
     interrupted = False
     with Producer(handle, acks=args.acks, linger_ms=0 if interactive else args.linger_ms) as producer:

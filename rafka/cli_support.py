@@ -29,8 +29,16 @@ OUTPUT: TextIO | None = None
 
 
 def output_stream() -> TextIO:
-    """Where a command writes its output: the stdout the process started with (see OUTPUT)."""
-    return OUTPUT if OUTPUT is not None else sys.stdout
+    """Where a command writes its output: the stdout the process started with (see OUTPUT). In the CLI agent
+    (rafka/cli_agent.py) the stream of the connection whose verb runs in this thread."""
+    return bound(OUTPUT if OUTPUT is not None else sys.stdout)
+
+
+def bound(stream: Any) -> Any:
+    """The concrete stream behind ``stream`` for this thread (the CLI agent routes sys.stdout/stderr per
+    verb thread): what a callback running on another thread (a producer's acks) must write to."""
+    current = getattr(stream, "current", None)
+    return current() if callable(current) else stream
 
 
 def echo(text: str) -> None:

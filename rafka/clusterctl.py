@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -248,6 +249,10 @@ def start(
 
         info["bootstrap_servers"] = bootstrap_servers(cluster)
         info["metrics_url"] = server.metrics_url()
+        from rafka.cli_agent import start_agent
+
+        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24))
+        info["cli_agent"] = f"{agent['host']}:{agent['port']}"
     except BaseException:
         if ray.is_initialized():
             ray.shutdown()
@@ -256,7 +261,11 @@ def start(
         raise
     ray.shutdown()
     state_file().parent.mkdir(parents=True, exist_ok=True)
-    state_file().write_text(json.dumps(info, indent=2))
+    # the state file holds the CLI agent's token (rafka/cli_remote.py): readable by this user only
+    fd = os.open(state_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({**info, "cli_agent": agent}, indent=2))
     last_data_dir_file().write_text(data_dir + "\n")
     return info
 

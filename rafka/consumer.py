@@ -253,6 +253,19 @@ class Consumer:
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, st in self._fetcher.states.items() if st.paused}
 
+    def ensure_assignment(self, timeout_ms: int) -> bool:
+        """Advance the group membership of a ``subscribe``d consumer (JoinGroup, SyncGroup, seeking the new
+        partitions to their committed offsets) for up to ``timeout_ms``, without fetching; True once the
+        member holds its assignment (at once for ``assign``ed consumers). ``poll`` does the same on its way:
+        this lets a caller wait for the assignment apart from waiting for records (the REST gateway's
+        consumer instances join as soon as they subscribe)."""
+        self._check_open()
+        if not self._subscribed:
+            return True
+        assert self._group is not None
+        self._group.ensure_active_group(time.monotonic() + max(0, timeout_ms) / 1000.0)
+        return not self._group.rebalancing()
+
     # -- polling -----------------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from assigned, unpaused partitions, grouped by partition; waits up to ``timeout_ms``

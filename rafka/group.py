@@ -176,6 +176,12 @@ class ConsumerCoordinator:
             self._next_auto_commit = time.monotonic() + self.cfg.auto_commit_interval_ms / 1000.0
             self.commit_quietly()
 
+    def rebalancing(self) -> bool:
+        """True while this member has no settled assignment: never joined, a rejoin is due (a subscription
+        change, or the coordinator answered REBALANCE_IN_PROGRESS), or a JoinGroup/SyncGroup is in flight."""
+        with self._lock:
+            return self.generation < 0 or self._rejoin or self._phase is not None
+
     def ensure_active_group(self, deadline: float) -> None:
         """Advance JoinGroup -> SyncGroup -> apply, never blocking past ``deadline`` (like Kafka's poll
         timer): a rebalance waits for every member, and they may all be polled from one thread."""

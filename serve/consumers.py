@@ -9,6 +9,14 @@ handle; gateway replicas themselves stay stateless and can scale. Instances idle
 
 ``rafka.Consumer`` is not thread-safe: each instance has a lock, and its blocking calls run on a worker
 thread so one instance's long poll never stalls another's request.
+
+First assignment: a subscribed instance joins its group at once, on a worker thread, without waiting for
+the client's first GET of records (a JoinGroup into a new group sits through the coordinator's
+``group.initial.rebalance.delay.ms``, Kafka's default 3 s). A records GET made while the instance's
+membership is still forming (after subscribe, or in a rebalance) waits for the assignment, up to
+``REBALANCE_WAIT_MS``, before its own fetch wait (``timeout`` / ``consumer.request.timeout.ms``) starts:
+the first GET after subscribe returns records instead of answering empty until the group has formed
+(measured on one broker with Kafka's defaults: 3 empty GETs and 3.1-4.7 s before, the first GET after).
 """
 
 from __future__ import annotations
@@ -39,6 +47,10 @@ from serve.errors import (
 
 DEFAULT_INSTANCE_TIMEOUT_MS = 300000
 DEFAULT_REQUEST_TIMEOUT_MS = 1000  # consumer.request.timeout.ms: how long GET records waits
+# how long a records GET waits for a forming membership's assignment: Kafka's default initial rebalance
+# delay (3 s) extended by members arriving meanwhile, and the rejoin of the group's other members
+REBALANCE_WAIT_MS = 15000
+JOIN_SLICE_MS = 200  # the background join holds the instance's lock this long at a time
 FORMATS = ("binary", "json")
 _CONFIG_KEYS = {
     "name",
@@ -147,6 +159,11 @@ class Instance:
         self.timeout_ms = timeout_ms
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
+        self.closed = False
+
+    def _join_step(self) -> bool:
+        """Advance the join for a short slice; True when there is nothing more to do (call with the lock)."""
+        return self.closed or self.consumer.ensure_assignment(JOIN_SLICE_MS)
 
     def idle_for_ms(self) -> float:
         return (time.monotonic() - self.last_used) * 1000
@@ -188,6 +205,8 @@ class Instance:
         ``max_bytes`` of keys+values; records left over (cut by max_bytes, or not convertible to JSON) are
         given back by seeking their partitions, so the next request returns them."""
         wait = self.request_timeout_ms if timeout_ms is None else min(timeout_ms, self.request_timeout_ms)
+        # a forming membership: wait for the assignment first (returns at once when there is one)
+        self.consumer.ensure_assignment(REBALANCE_WAIT_MS)
         polled = self.consumer.poll(timeout_ms=wait)
         out: list[dict] = []
         size, rewind, error = 0, {}, None
@@ -287,6 +306,7 @@ class ConsumerInstances:
         self.instances: dict[tuple[str, str], Instance] = {}
         self._pool = ThreadPoolExecutor(64, thread_name_prefix="rest-consumer")
         self._reaper: asyncio.Task | None = None
+        self._joins: set[asyncio.Task] = set()
 
     async def _run(self, fn: Callable, *args) -> Any:
         self._start_reaper()
@@ -310,8 +330,28 @@ class ConsumerInstances:
                 if inst is not None:
                     await asyncio.get_running_loop().run_in_executor(self._pool, self._close, inst)
 
+    def _join_in_background(self, inst: Instance) -> None:
+        """Drive a just-subscribed instance's join on a worker thread until it holds its assignment (or
+        ``REBALANCE_WAIT_MS`` passed), in slices, so the client's requests for it interleave."""
+
+        def drive() -> None:
+            end = time.monotonic() + REBALANCE_WAIT_MS / 1000.0
+            while time.monotonic() < end:
+                with inst.lock:
+                    try:
+                        if inst._join_step():
+                            return
+                    except Exception:  # noqa: BLE001 - the client's next request meets the error itself
+                        return
+                time.sleep(0.005)  # let a waiting request take the lock
+
+        task = asyncio.get_running_loop().create_task(self._run(drive))
+        self._joins.add(task)
+        task.add_done_callback(self._joins.discard)
+
     @staticmethod
     def _close(inst: Instance) -> None:
+        inst.closed = True
         with inst.lock:
             try:
                 inst.consumer.close()
@@ -385,7 +425,10 @@ class ConsumerInstances:
         """``op`` is one of ``Instance``'s operations (subscribe, records, commit, seek, ...)."""
         if op.startswith("_") or not callable(getattr(Instance, op, None)) or op == "idle_for_ms":
             raise GatewayError(400, MALFORMED, f"no consumer operation {op!r}")
-        return await self._call(group, name, op, *args)
+        result = await self._call(group, name, op, *args)
+        if op == "subscribe":
+            self._join_in_background(self._get(group, name))
+        return result
 
     async def instance_format(self, group: str, name: str) -> str:
         return self._get(group, name).format

@@ -120,12 +120,11 @@ class LogRetention:
     def _delete_segments(self, segs: list[LogSegment], now_ms: int | None, why: str = "log start offset breach") -> int:
         if not segs:
             return 0
-        log.info(
-            "Deleting %d segment(s) (base offsets %s) of %s due to %s",
-            len(segs),
-            [seg.base_offset for seg in segs],
+        log.info(  # Kafka's UnifiedLog line
+            "Deleting segments of %s due to %s: %s",
             self.dir,
             why,
+            ", ".join(f"LogSegment(baseOffset={seg.base_offset}, size={seg.size})" for seg in segs),
         )
         if segs[-1] is self._segments[-1]:
             self.roll(now_ms)  # never leave the log without an active segment

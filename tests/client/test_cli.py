@@ -180,14 +180,15 @@ while True:  # to every driver (job id nil), the way the raylet sends "N PYTHON 
 def test_stdout_carries_only_the_commands_output(cli):
     """Ray's driver prints cluster-wide warnings (published to every driver, like the raylet's "N PYTHON worker
     processes have been started") on sys.stdout even with log_to_driver=False. A consumer that is attached
-    while such warnings arrive still prints only its records on stdout; the warnings go to stderr."""
+    while such warnings arrive still prints only its records on stdout; the warnings go to stderr. (Through the
+    CLI agent the consumer process is no Ray driver at all; RAFKA_CLI_AGENT=0 makes it attach to Ray itself.)"""
     cli("topic", "create", "quiet", "-p", "1", "-r", "1")
     consumer = subprocess.Popen(
         [RAFKA, "topic", "consume", "quiet", "-n", "3", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=cli.env,
+        env={**cli.env, "RAFKA_CLI_AGENT": "0"},
     )
     publisher = subprocess.Popen(
         [sys.executable, "-c", PUBLISH_WARNINGS, cli.info["address"]],
@@ -435,3 +436,97 @@ def test_serve_verbs_start_status_stop(cli):
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{url}/health", timeout=5)
     assert cli("serve", "status", check=False).returncode == 1
+
+
+NO_RAY = (
+    "import json, sys\nfrom rafka.cli import main\ncode = main(sys.argv[1:])\n"
+    "print(json.dumps({'code': code, 'ray': 'ray' in sys.modules}), file=sys.stderr)\n"
+)
+
+
+def _in_process(cli, *args, agent: bool = True, home: str | None = None):
+    """`rafka ARGS` in a fresh interpreter that reports (last stderr line) whether it imported Ray."""
+    env = {**cli.env, "RAFKA_CLI_AGENT": "1" if agent else "0", **({"RAFKA_HOME": home} if home else {})}
+    proc = subprocess.run([sys.executable, "-c", NO_RAY, *args], capture_output=True, text=True, env=env, timeout=120)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, proc.stderr
+    return proc.stdout, report["ray"]
+
+
+def _listener_pid(port: int) -> int:
+    """The pid of the process listening on 127.0.0.1:port (from /proc/net/tcp and the fds' socket inodes)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if int(f[1].split(":")[1], 16) == port and f[3] == "0A":
+            inodes.add(f[9])
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+        except OSError:
+            continue
+        if any(f"socket:[{i}]" in links for i in inodes):
+            return int(proc.name)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+def test_verbs_run_in_the_cluster_agent_without_ray_and_fall_back_to_ray(cli, tmp_path):
+    """Through the agent `rafka cluster start` recorded, a verb's process never imports Ray, and prints what
+    the same verb prints attached to Ray itself (RAFKA_CLI_AGENT=0). A state file whose agent is gone (a dead
+    port) or is another cluster's (a wrong token) makes the CLI attach to Ray instead; it still answers."""
+    cli("topic", "create", "agent-a", "agent-b", "-p", "2", "-r", "1")
+    state = json.loads((Path(cli.env["RAFKA_HOME"]) / "cluster.json").read_text())
+    assert oct(os.stat(Path(cli.env["RAFKA_HOME"]) / "cluster.json").st_mode & 0o777) == "0o600"
+    assert state["cli_agent"]["token"] and "token" not in json.dumps(cli.info)  # never printed
+    fast, used_ray = _in_process(cli, "topic", "describe", "agent-a", "agent-b", "--json")
+    assert not used_ray
+    slow, used_ray = _in_process(cli, "topic", "describe", "agent-a", "agent-b", "--json", agent=False)
+    assert used_ray and json.loads(fast) == json.loads(slow)
+    for name, agent in (
+        ("dead-port", {**state["cli_agent"], "port": 1}),
+        ("bad-token", {**state["cli_agent"], "token": "not-the-token"}),
+    ):
+        home = tmp_path / name
+        home.mkdir()
+        (home / "cluster.json").write_text(json.dumps({**state, "cli_agent": agent}))
+        out, used_ray = _in_process(cli, "topic", "list", "--json", home=str(home))
+        assert used_ray and {"agent-a", "agent-b"} <= {t["name"] for t in json.loads(out)}
+
+
+def test_agent_streams_concurrent_verbs_apart_and_a_killed_agent_is_an_error_then_restarts(cli):
+    """A consumer streaming through the agent and a producer sending through it at the same time each get
+    only their own output. SIGKILL of the agent's process ends the streaming client with an error (not a
+    hang, not exit 0); Ray restarts the agent on the same port and the next verb runs there again."""
+    import time
+
+    cli("topic", "create", "agent-stream", "-p", "1", "-r", "1")
+    port = json.loads((Path(cli.env["RAFKA_HOME"]) / "cluster.json").read_text())["cli_agent"]["port"]
+    consumer = subprocess.Popen(
+        [RAFKA, "topic", "consume", "agent-stream", "-f", "%o %v\\n"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+    )
+    try:
+        produced = cli("topic", "produce", "agent-stream", stdin="one\ntwo\nthree\n").stdout
+        assert produced.splitlines() == [f"Produced to partition 0 at offset {i}" for i in range(3)], produced
+        lines = [consumer.stdout.readline() for _ in range(3)]
+        assert lines == ["0 one\n", "1 two\n", "2 three\n"], lines
+        pid = _listener_pid(port)
+        os.kill(pid, 9)
+        out, err = consumer.communicate(timeout=60)
+    finally:
+        consumer.kill()
+    assert consumer.returncode == 1 and "CLI agent went away" in err, (consumer.returncode, out, err)
+    deadline = time.monotonic() + 90
+    while True:  # the restarted agent binds the recorded port again (meanwhile verbs attach to Ray)
+        out, used_ray = _in_process(cli, "topic", "list", "--json")
+        assert "agent-stream" in {t["name"] for t in json.loads(out)}
+        if not used_ray:
+            break
+        assert time.monotonic() < deadline, "the agent did not come back on its port"
+        time.sleep(1)
+    assert _listener_pid(port) != pid

@@ -2,13 +2,16 @@
 controller and leading a partition is SIGKILLed; the files under ``<data_dir>/logs`` then hold the controller
 failover, the fencing, the leader election and the ISR shrink, and, after the broker restarts, its replica
 starting as follower and the leader expanding the ISR again; `rafka cluster health`'s report says
-under-replicated (exit 4), then healthy. The files outlive the cluster's shutdown."""
+under-replicated (exit 4), then healthy. The files outlive the cluster's shutdown. On a 1-broker cluster: a
+topic with a tiny segment.bytes and retention.ms leaves its segment rolls and retention deletes in the broker's
+file, and a consumer group's join leaves its rebalance lines there."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import time
 
 import pytest
 import ray
@@ -17,6 +20,7 @@ from support import SMALL_INTERNAL_TOPICS, clusters, part, wait_until
 import rafka
 from actors import server_log
 from rafka.health import health_report
+from rafka.structs import TopicPartition
 
 pytestmark = pytest.mark.cluster
 
@@ -92,3 +96,68 @@ def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutd
         bad = [x for x in lines if x.startswith("[") and not LINE.match(x)]  # (a traceback's lines follow its line)
         assert not bad, f"{f}: lines not in Kafka's shape: {bad[:3]}"
     assert "shutting down" in _read(other_log)
+
+
+def test_segment_roll_and_delete_and_group_rebalance_are_in_the_broker_log(ray_cluster, cluster_name, tmp_path):
+    data_dir = str(tmp_path)
+    config = {
+        **SMALL_INTERNAL_TOPICS,
+        "offsets.topic.replication.factor": 1,
+        "log.retention.check.interval.ms": 200,  # retention runs every 200 ms instead of 5 min
+        "group.initial.rebalance.delay.ms": 100,
+    }
+    with clusters(cluster_name, data_dir) as start:
+        start(num_brokers=1, config=config)
+        log0 = server_log.broker_log(data_dir, 0)
+        admin = rafka.Admin(cluster_name)
+        # segment.bytes 200: every ~3 records of 60 bytes roll a segment; retention.ms 1000 deletes them
+        admin.create_topic("segs", 1, 1, {"segment.bytes": "200", "retention.ms": "1000"})
+        with rafka.Producer(cluster_name, acks="all", linger_ms=0) as producer:
+            for _ in range(12):
+                producer.send("segs", b"x" * 60, partition=0).get(timeout=30)
+        ctx = "[Partition segs-0 broker=0] "
+        text = wait_until(lambda: _has(log0, ctx + "Rolled new log segment at offset"), 20, "segment roll line")
+        rolls = [int(x) for x in re.findall(r"segs-0 broker=0\] Rolled new log segment at offset (\d+)", text)]
+        assert len(rolls) >= 3 and rolls == sorted(rolls), rolls
+        text = wait_until(
+            lambda: _has(
+                log0,
+                ctx + "Deleting segments of ",
+                "due to retention time 1000ms breach: LogSegment(baseOffset=0, size=",
+                ctx + "Incremented log start offset to ",  # written after the segment files are gone
+            ),
+            30,
+            "retention delete lines",
+        )
+        assert re.search(r"segs-0 broker=0\] Incremented log start offset to \d+ due to segment deletion", text)
+
+        consumer = rafka.Consumer(cluster_name, group_id="g-logs", auto_offset_reset="earliest")
+        consumer.subscribe(["segs"])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=200)
+        assert consumer.assignment() == {TopicPartition("segs", 0)}
+        text = wait_until(
+            lambda: _has(
+                log0,
+                "Preparing to rebalance group g-logs in state PreparingRebalance with old generation 0",
+                "Stabilized group g-logs generation 1 with 1 member(s)",
+            ),
+            20,
+            "group rebalance lines",
+        )
+        assert re.search(r"\[GroupCoordinator id=0\] Stabilized group g-logs generation 1 ", text), text[-2000:]
+        consumer.close()
+        wait_until(  # the member left: a rebalance of generation 1 that ends with nobody
+            lambda: _has(
+                log0,
+                "Preparing to rebalance group g-logs in state PreparingRebalance with old generation 1",
+                "Group g-logs with generation 2 is now empty",
+            ),
+            20,
+            "the leave's rebalance lines",
+        )
+        admin.close()
+    lines = _read(log0).splitlines()
+    bad = [x for x in lines if x.startswith("[") and not LINE.match(x)]
+    assert not bad, bad[:3]

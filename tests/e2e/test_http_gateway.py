@@ -446,6 +446,31 @@ def test_consumer_group_commit_and_resume(gw, e2e_cluster, e2e_topic):
     error(requests.get(f"{gw}/v3/clusters/{cid}/consumer-groups/no-such-group", timeout=30), 404, 40404)
 
 
+def test_consumer_first_get_after_subscribe_returns_records(gw, e2e_topic):
+    """A new instance joins its group as it subscribes, and a records GET made while the group is forming
+    waits for the assignment: no empty round trips before the first records (serve/consumers.py)."""
+    t = e2e_topic(2, 1)
+    values = [b"r%02d" % i for i in range(10)]
+    post(f"{gw}/topics/{t}", {"records": [{"value": b64(v), "partition": i % 2} for i, v in enumerate(values)]})
+    # the first GET right after subscribe returns records (before: [] until JoinGroup/SyncGroup completed)
+    base = _create(gw, f"g-{t}-a", **{"auto.offset.reset": "earliest"})
+    assert requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30).status_code == 204
+    r = requests.get(f"{base}/records", headers={"Accept": BINARY}, timeout=60)
+    assert r.status_code == 200 and r.json(), r.text
+    got = r.json() + _poll(base, len(values) - len(r.json()))
+    assert sorted(base64.b64decode(x["value"]) for x in got) == values
+    assert requests.delete(base, timeout=60).status_code == 204
+    # the join runs without any records GET: the assignment shows up on its own (before: only a GET joined)
+    base = _create(gw, f"g-{t}-b")
+    assert requests.post(f"{base}/subscription", json={"topics": [t]}, timeout=30).status_code == 204
+    deadline, parts = time.monotonic() + 30, []
+    while time.monotonic() < deadline and len(parts) < 2:
+        parts = requests.get(f"{base}/assignments", timeout=30).json()["partitions"]
+        time.sleep(0.05)
+    assert parts == [{"topic": t, "partition": 0}, {"topic": t, "partition": 1}]
+    assert requests.delete(base, timeout=60).status_code == 204
+
+
 def test_consumer_assign_seek_formats_and_max_bytes(gw, e2e_cluster, e2e_topic):
     t = e2e_topic(2, 1)
     post(f"{gw}/topics/{t}/partitions/0", {"records": [{"key": {"k": i}, "value": {"i": i}} for i in range(6)]}, JSONV2)

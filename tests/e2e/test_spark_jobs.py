@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,41 +57,89 @@ def rows_of(ds) -> list[tuple[int, int, bytes | None, bytes]]:
 
 
 # -- the CLI (first: it starts its own Spark in a subprocess) ------------------------------------------
-def test_cli_job_run_clickstream(ray_cluster, e2e_cluster, e2e_topic, tmp_path):
-    topic = e2e_topic(3, 1)
-    stream = ClickStream(users=20, seed=3)
-    produce(e2e_cluster, topic, stream.take(300))
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_terminal_tour() -> list[str]:
+    """The README's terminal tour (the bash block that starts a cluster), one command per entry: lines
+    continued with ``\\`` or a trailing ``|`` are joined."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.S | re.M)
+    (block,) = [b for b in blocks if "rafka cluster start" in b]
+    commands, cur = [], ""
+    for line in block.splitlines():
+        cur += line + "\n"
+        if not line.rstrip().endswith(("\\", "|")):
+            commands.append(cur)
+            cur = ""
+    return commands
+
+
+def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2e_admin, tmp_path):
+    """The terminal tour's steps as written (README.md): create `clicks`, produce its 4 clicks, consume them,
+    `rafka job run clickstream --topic clicks`, on the shared cluster (``.venv/bin/rafka`` is this venv's CLI
+    pointed at it). The job prints what the README says, and writes its Parquet under the cluster's data
+    directory, nothing in the current directory."""
+    tour = readme_terminal_tour()
+    steps = [
+        next(c for c in tour if c.startswith(".venv/bin/rafka topic create clicks ")),
+        next(c for c in tour if c.startswith("printf ") and "topic produce clicks" in c),
+        next(c for c in tour if c.startswith(".venv/bin/rafka topic consume clicks ")),
+        next(c for c in tour if c.startswith(".venv/bin/rafka job run clickstream ")),
+    ]
     # the session's Ray runs without token authentication; a CLI would enter token mode on its own when
     # ~/.ray/auth_token exists, and the GCS then cannot reach it as the owner of the actors it creates
     env = {**os.environ, "RAFKA_HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled"}
     listed = subprocess.run([RAFKA, "job", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
     assert listed.returncode == 0 and [j["name"] for j in json.loads(listed.stdout)] == ["clickstream"]
-    base = [
-        RAFKA,
-        "--address",
-        ray_cluster.address,
-        "--cluster",
-        e2e_cluster.name,
-        "job",
-        "run",
-        "clickstream",
-        "--topic",
-        topic,
-        "--group",
-        f"{topic}-g",
-        "--results-topic",
-        f"{topic}-results",
-        "--parquet",
-        str(tmp_path / "out"),
-    ]
-    proc = subprocess.run(base, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "records" in proc.stdout and "300" in proc.stdout and "TOP PAGE" in proc.stdout
-    assert "reading" in proc.stderr and "committing the transaction" in proc.stderr  # the step lines
-    committed = rafka.Admin(e2e_cluster).list_consumer_group_offsets(f"{topic}-g")
-    assert sum(committed.values()) == 300
-    bad = subprocess.run([*base[:-8], "--topic", "no-such-topic"], capture_output=True, text=True, env=env, timeout=300)
-    assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    cli = f"{RAFKA} --address {ray_cluster.address} --cluster {e2e_cluster.name}"
+    out = []
+    try:
+        for step in steps:
+            proc = subprocess.run(
+                ["bash", "-c", "set -o pipefail\n" + step.replace(".venv/bin/rafka", cli)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=cwd,
+                timeout=300,
+            )
+            assert proc.returncode == 0, f"{step}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+            out.append(proc)
+        consumed = [json.loads(line) for line in out[2].stdout.splitlines()]
+        assert sorted((r["key"], json.loads(r["value"])["page"]) for r in consumed) == [
+            ("user-1", "/cart"),
+            ("user-1", "/home"),
+            ("user-2", "/home"),
+            ("user-2", "/search"),
+        ], out[2].stdout
+        job = out[3]
+        # the README: records 4, pages /home 2, /cart 1, /search 1, 2 sessions
+        rows = dict(re.findall(r"^(records|sessions \(this run\)|pages \(total\))\s+(\S+)", job.stdout, re.M))
+        assert rows == {"records": "4", "sessions (this run)": "2", "pages (total)": "3"}, job.stdout
+        tops = dict(re.findall(r"^(/\w+)\s+(\d+)\s*$", job.stdout, re.M))
+        assert tops == {"/home": "2", "/cart": "1", "/search": "1"}, job.stdout
+        assert "reading" in job.stderr and "committing the transaction" in job.stderr  # the step lines
+        data_dir = Path(e2e_cluster.data_dir).resolve()
+        out_dir = data_dir / "jobs" / "clickstream" / "clickstream"
+        assert str(out_dir / "page_counts" / "run=1") in job.stdout, job.stdout
+        pages = pq.read_table(out_dir / "page_counts" / "run=1").to_pylist()
+        assert sorted((r["page"], r["clicks"]) for r in pages) == [("/cart", 1), ("/home", 2), ("/search", 1)]
+        assert list(cwd.iterdir()) == []  # nothing written to the current directory
+        assert sum(rafka.Admin(e2e_cluster).list_consumer_group_offsets("clickstream").values()) == 4
+        bad = subprocess.run(
+            [*cli.split(), "job", "run", "clickstream", "--topic", "no-such-topic"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
+    finally:
+        left = [t for t in ("clicks", "clickstream-results") if t in e2e_admin.list_topics()]
+        if left:
+            e2e_admin.delete_topics(left)
 
 
 # -- datasource -----------------------------------------------------------------------------------------
