@@ -67,6 +67,7 @@ REPLICA_KEYS = (
     "replica.fetch.backoff.ms",
     "log.retention.check.interval.ms",
     "log.flush.scheduler.interval.ms",
+    "log.cleaner.backoff.ms",
 )
 
 NOT_A_REPLICA, CREATE, RECREATE, UPDATE = "not_a_replica", "create", "recreate", "update"

@@ -25,7 +25,9 @@ class ReplicaHousekeeping:
     def __init__(self, partition: Partition, stats: dict, name: str, start_ms: int):
         self.partition, self.stats, self.name = partition, stats, name
         self.last_flush_ms = self.last_retention_ms = self.last_clean_ms = start_ms
-        self.cleaned_up_to = -1  # active segment's base offset at the last compaction pass
+        # active segment's base offset at the last compaction pass; 0 at first: a log whose active segment
+        # starts at 0 has no closed segment, nothing to clean (no empty pass counted before the first roll)
+        self.cleaned_up_to = 0
 
     async def run(self, conf_of: Callable[[], dict], submit_isr: Callable) -> None:
         """ISR expiration (every lag/2), flush.ms, retention and compaction, until the replica stops."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from actors import leader_and_isr as lai
 from actors.coordinator_host import coordinator_answer, offsets_partition_state
+from actors.replica_config import REPLICA_DEFAULTS
 from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError
 
@@ -93,6 +94,10 @@ def test_replica_props_broker_defaults_replica_settings_then_topic_overrides():
         "min.insync.replicas": 2,
     }
     assert lai.replica_props({}, None) == {}
+    # every replica-level setting of the broker reaches its replicas (log.cleaner.backoff.ms did not: the
+    # cleaner kept Kafka's 15 s default whatever the broker was configured with)
+    every = {k: 7 for k in REPLICA_DEFAULTS}
+    assert lai.replica_props(every, None) == every
 
 
 def test_find_coordinator_answer_and_partition_lookup():
