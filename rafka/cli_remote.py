@@ -17,6 +17,7 @@ then ``{i: bytes}`` (stdin), ``{eof: 1}``, ``{int: 1}`` (Ctrl-C). Agent -> clien
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import struct
 import sys
@@ -121,11 +122,8 @@ def run_remote(argv: list[str], args, out, err=None) -> int | None:
     except (OSError, ValueError, msgpack.UnpackException):
         sock.close()
         return None
-    lock = threading.Lock()
-    if wants_stdin:
-        threading.Thread(target=_pump_stdin, args=(sock, lock), name="rafka-cli-stdin", daemon=True).start()
     try:
-        return _relay(sock, lock, out, err)
+        return _relay(sock, out, err, _stdin_fd() if wants_stdin else None)
     except (AgentGone, OSError, ValueError, msgpack.UnpackException) as exc:
         err.write(f"rafka: {exc}\n")
         return 1
@@ -133,47 +131,92 @@ def run_remote(argv: list[str], args, out, err=None) -> int | None:
         sock.close()
 
 
-def _pump_stdin(sock: socket.socket, lock: threading.Lock) -> None:
-    """This process's stdin, as it arrives, to the verb in the agent; end of input as ``eof``."""
+def _stdin_fd() -> int | None:
     try:
-        fd = sys.stdin.fileno()
+        return sys.stdin.fileno()
     except (AttributeError, ValueError, OSError):
-        fd = None
+        return None
+
+
+def _relay(sock: socket.socket, out, err, stdin_fd: int | None) -> int:
+    """One thread waits on the agent's frames and this process's stdin together, so a Ctrl-C (raised in this
+    thread, the main one, by Python's SIGINT handler) is sent before an end of input read after it: a line
+    typed and then Ctrl-C, even with stdin closed right after, is an interrupted produce, as it is locally."""
+    interrupts = 0
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ, "agent")
+    if stdin_fd is not None:
+        try:
+            sel.register(stdin_fd, selectors.EVENT_READ, "stdin")
+        except (ValueError, OSError):  # a regular file is always readable: pump it without select
+            stdin_fd = _pump_file(sock, stdin_fd)
+    reader = _FrameReader(sock)
     try:
         while True:
-            chunk = os.read(fd, 65536) if fd is not None else sys.stdin.buffer.read1(65536)
-            if not chunk:
-                break
-            send_frame(sock, {"i": chunk}, lock)
-        send_frame(sock, {"eof": 1}, lock)
-    except OSError:
-        return
-
-
-def _relay(sock: socket.socket, lock: threading.Lock, out, err) -> int:
-    interrupts = 0
-    while True:
-        try:
-            frame = recv_frame(sock)
-            if frame is None:
-                raise AgentGone("the cluster's CLI agent went away before the command finished")
-            if "o" in frame:
-                try:
-                    out.write(frame["o"])
-                    out.flush()
-                except BrokenPipeError:  # `rafka topic consume ... | head`: stop the verb, exit quietly
-                    return 0
-            elif "e" in frame:
-                err.write(frame["e"])
-                err.flush()
-            elif "x" in frame:
-                return int(frame["x"])
-        except KeyboardInterrupt:
-            # Ctrl-C goes to the verb (produce flushes what was typed, consume stops); a second one leaves now
-            interrupts += 1
-            if interrupts > 1:
-                return 130
             try:
-                send_frame(sock, {"int": 1}, lock)
-            except OSError:
-                return 130
+                for key, _ in sel.select():
+                    if key.data == "stdin":
+                        chunk = os.read(stdin_fd, 65536)  # type: ignore[arg-type]
+                        if chunk:
+                            send_frame(sock, {"i": chunk})
+                        else:
+                            sel.unregister(stdin_fd)  # type: ignore[arg-type]
+                            send_frame(sock, {"eof": 1})
+                        continue
+                    for frame in reader.read():
+                        if "o" in frame:
+                            try:
+                                out.write(frame["o"])
+                                out.flush()
+                            except BrokenPipeError:  # `rafka topic consume ... | head`: stop the verb, exit quietly
+                                return 0
+                        elif "e" in frame:
+                            err.write(frame["e"])
+                            err.flush()
+                        elif "x" in frame:
+                            return int(frame["x"])
+            except KeyboardInterrupt:
+                # Ctrl-C goes to the verb (produce flushes what was typed, consume stops); a second one leaves now
+                interrupts += 1
+                if interrupts > 1:
+                    return 130
+                try:
+                    send_frame(sock, {"int": 1})
+                except OSError:
+                    return 130
+    finally:
+        sel.close()
+
+
+def _pump_file(sock: socket.socket, fd: int) -> None:
+    """stdin redirected from a regular file (not selectable): send it all, then its end."""
+    while chunk := os.read(fd, 1 << 20):
+        send_frame(sock, {"i": chunk})
+    send_frame(sock, {"eof": 1})
+    return None
+
+
+class _FrameReader:
+    """Frames from a socket that select() said is readable, without blocking on a partial frame."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock, self.buf = sock, bytearray()
+
+    def read(self) -> list[dict]:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise AgentGone("the cluster's CLI agent went away before the command finished")
+        self.buf += chunk
+        frames = []
+        while len(self.buf) >= 4:
+            (size,) = _LEN.unpack_from(self.buf)
+            if size > MAX_FRAME:
+                raise ConnectionError(f"CLI agent frame of {size} bytes exceeds {MAX_FRAME}")
+            if len(self.buf) < 4 + size:
+                break
+            obj = msgpack.unpackb(bytes(self.buf[4 : 4 + size]), raw=False)
+            del self.buf[: 4 + size]
+            if not isinstance(obj, dict):
+                raise ConnectionError("CLI agent frame is not a map")
+            frames.append(obj)
+        return frames

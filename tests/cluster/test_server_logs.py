@@ -61,17 +61,18 @@ def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutd
         pid = ray.get(ch.broker(host).incarnation.remote())["pid"]
         os.kill(pid, signal.SIGKILL)  # the broker's process, with its replicas and the controller
         wait_until(lambda: part(ch, "clicks", led)["leader"] == other, 60, "the survivor leads")
-        text = wait_until(
-            lambda: _has(
-                ctl_log,
-                f"Becoming the active controller of cluster {cluster_name} at epoch",
-                f"Fenced broker {host}",
-                f"Elected leader {other} for partition {tp} (was {host})",
-                f"Shrunk ISR of {tp} from",
-            ),
-            30,
-            "controller failover, fencing, election and ISR shrink in controller.log",
+        needles = (
+            f"Becoming the active controller of cluster {cluster_name} at epoch",
+            f"Fenced broker {host}",
+            f"Elected leader {other} for partition {tp} (was {host})",
+            f"Shrunk ISR of {tp} from",
         )
+        try:
+            text = wait_until(lambda: _has(ctl_log, *needles), 30, "failover lines in controller.log")
+        except AssertionError:
+            body = _read(ctl_log)
+            missing = [n for n in needles if n not in body]
+            raise AssertionError(f"controller.log lacks {missing} after 30 s:\n{body[-4000:]}") from None
         epochs = re.findall(r"Becoming the active controller of cluster \S+ at epoch (\d+)", text)
         assert len(epochs) >= 2 and int(epochs[-1]) > int(epochs[0]), epochs
         wait_until(lambda: _has(other_log, f"[Partition {tp} broker={other}] Leader {tp} starts"), 10, "new leader")
