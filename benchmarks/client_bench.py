@@ -90,8 +90,11 @@ def bench_send(cluster, topic: str, n: int, **producer_conf) -> dict:
     return {"records": n, "seconds": round(dt, 2), "records_per_s": round(n / dt)}
 
 
-def bench_send_batch(cluster, topic: str, n: int, per_call: int = 10_000, **producer_conf) -> dict:
-    value = os.urandom(VALUE)
+def bench_send_batch(
+    cluster, topic: str, n: int, per_call: int = 10_000, value_bytes: int = VALUE, **producer_conf
+) -> dict:
+    """``send_batch`` calls of ``per_call`` records of ``value_bytes`` each, then ``flush``."""
+    value = os.urandom(value_bytes)
     chunk = [(None, value)] * per_call
     with rafka.Producer(cluster, **producer_conf) as p:
         p.send(topic, value).get(60)
@@ -103,11 +106,20 @@ def bench_send_batch(cluster, topic: str, n: int, per_call: int = 10_000, **prod
             sent += k
         p.flush()
         dt = time.perf_counter() - t0
-    return {"records": n, "records_per_call": per_call, "seconds": round(dt, 2), "records_per_s": round(n / dt)}
+    return {
+        "records": n,
+        "records_per_call": per_call,
+        "seconds": round(dt, 2),
+        "records_per_s": round(n / dt),
+        "mb_per_s": round(n * value_bytes / dt / 1e6, 1),
+    }
 
 
-def bench_consume(cluster, topic: str, total: int, partitions: int = PARTITIONS) -> dict:
-    c = rafka.Consumer(cluster, auto_offset_reset="earliest")
+def bench_consume(
+    cluster, topic: str, total: int, partitions: int = PARTITIONS, value_bytes: int = VALUE, **consumer_conf
+) -> dict:
+    """One consumer assigned every partition from the start until it has ``total`` records."""
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", **consumer_conf)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     c.assign(tps)
     c.seek_to_beginning(*tps)
@@ -119,7 +131,13 @@ def bench_consume(cluster, topic: str, total: int, partitions: int = PARTITIONS)
             got += len(recs)
     dt = time.perf_counter() - t0
     c.close()
-    return {"records": got, "seconds": round(dt, 2), "records_per_s": round(got / dt) if got >= total else None}
+    done = got >= total
+    return {
+        "records": got,
+        "seconds": round(dt, 2),
+        "records_per_s": round(got / dt) if done else None,
+        "mb_per_s": round(got * value_bytes / dt / 1e6, 1) if done else None,
+    }
 
 
 def bench_e2e(cluster, topic: str, rate: int, seconds: float, partitions: int, **producer_conf) -> dict:

@@ -31,45 +31,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import psutil  # noqa: E402  (ray depends on it)
 
 import rafka  # noqa: E402
-from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 
 def send_batch(cluster, topic: str, n: int, size: int, per_call_bytes: int = 1 << 20) -> dict:
-    value = os.urandom(size)
+    from client_bench import bench_send_batch
+
     per_call = max(1, min(10_000, per_call_bytes // size))
-    chunk = [(None, value)] * per_call
-    with rafka.Producer(cluster, max_request_size=max(1 << 20, 2 * size + 1024)) as p:
-        p.send(topic, value).get(60)
-        t0 = time.perf_counter()
-        sent = 0
-        while sent < n:
-            k = min(per_call, n - sent)
-            p.send_batch(topic, chunk if k == per_call else chunk[:k])
-            sent += k
-        p.flush()
-        dt = time.perf_counter() - t0
-    return {"records_per_s": round(n / dt), "mb_per_s": round(n * size / dt / 1e6, 1)}
+    res = bench_send_batch(cluster, topic, n, per_call, size, max_request_size=max(1 << 20, 2 * size + 1024))
+    return {k: res[k] for k in ("records_per_s", "mb_per_s")}
 
 
 def consume(cluster, topic: str, partitions: int, total: int, size: int) -> dict:
-    c = rafka.Consumer(cluster, auto_offset_reset="earliest", max_partition_fetch_bytes=max(1 << 20, 2 * size))
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    c.assign(tps)
-    c.seek_to_beginning(*tps)
-    got = 0
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + 300
-    while got < total and time.monotonic() < deadline:
-        for recs in c.poll(timeout_ms=500).values():
-            got += len(recs)
-    dt = time.perf_counter() - t0
-    c.close()
-    done = got >= total
-    return {
-        "records_per_s": round(got / dt) if done else None,
-        "mb_per_s": round(got * size / dt / 1e6, 1) if done else None,
-    }
+    from client_bench import bench_consume
+
+    res = bench_consume(cluster, topic, total, partitions, size, max_partition_fetch_bytes=max(1 << 20, 2 * size))
+    return {k: res[k] for k in ("records_per_s", "mb_per_s")}
 
 
 def replica_uss(cluster) -> tuple[int, float | None]:
