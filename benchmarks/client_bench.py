@@ -65,9 +65,15 @@ GOALS = {
 }
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
+def latency_summary(lat: list[float]) -> dict:
+    """Record count, p50, p99 and max of latencies in milliseconds (peers_bench uses it too)."""
+    s = sorted(lat)
+    return {
+        "records": len(s),
+        "p50_ms": round(statistics.median(s), 3),
+        "p99_ms": round(s[min(len(s) - 1, int(0.99 * len(s)))], 3),
+        "max_ms": round(s[-1], 3),
+    }
 
 
 def wait_high_watermarks(admin, topic: str, partitions: int, total: int, timeout_s: float = 120) -> None:
@@ -179,13 +185,7 @@ def bench_e2e(cluster, topic: str, rate: int, seconds: float, partitions: int, *
     lat = lat[1:] if len(lat) > expected else lat  # the warm-up record
     if not lat:
         return {"records": 0}
-    return {
-        "rate": rate,
-        "records": len(lat),
-        "p50_ms": round(statistics.median(lat), 2),
-        "p99_ms": round(pct(lat, 0.99), 2),
-        "max_ms": round(max(lat), 2),
-    }
+    return {"rate": rate, **latency_summary(lat)}
 
 
 def warm_up_groups(cluster, topic: str) -> float:
@@ -245,8 +245,9 @@ def idle_cores(window_s: float, settle_s: float) -> dict:
 
 
 def bench_http(cluster, topic: str, seconds: float) -> dict:
-    from http_bench import free_port, run_case
+    from http_bench import run_case
 
+    from rafka.clusterctl import free_port
     from serve.gateway import start_gateway, stop_gateway
 
     url = start_gateway(cluster, port=free_port())

@@ -46,18 +46,15 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from client_bench import latency_summary  # noqa: E402
+
 import rafka  # noqa: E402
+from rafka.clusterctl import free_port  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 VALUE = 100
 PARTITIONS = 6
 PIPELINE = 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int, timeout_s: float = 30) -> None:
@@ -69,15 +66,6 @@ def wait_port(port: int, timeout_s: float = 30) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
-def lat_summary(lat: list[float]) -> dict:
-    s = sorted(lat)
-    return {
-        "records": len(s),
-        "p50_ms": round(statistics.median(s), 3),
-        "p99_ms": round(s[min(len(s) - 1, int(0.99 * len(s)))], 3),
-    }
 
 
 # ---- Redis Streams ------------------------------------------------------------------------------------
@@ -188,7 +176,7 @@ class RedisPeer:
                 time.sleep(delay)
             prod.xadd(stream, {"v": struct.pack(">q", time.perf_counter_ns()) + pad})
         t.join(30)
-        return lat_summary(lat)
+        return latency_summary(lat)
 
 
 # ---- NATS JetStream -----------------------------------------------------------------------------------
@@ -326,7 +314,7 @@ class NatsPeer:
             await asyncio.wait_for(done.wait(), 30)
             await sub.unsubscribe()
             await nc.close()
-            return lat_summary(lat)
+            return latency_summary(lat)
 
         return self._run(go())
 

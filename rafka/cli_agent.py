@@ -195,12 +195,13 @@ class _Session:
                 self.interrupt()
 
 
-def run_verb(argv: list[str], address: str | None) -> int:
-    """Parse and run one verb in this thread (its streams are the session's); the exit code."""
+def run_verb(parser, argv: list[str], address: str | None) -> int:
+    """Parse (with the agent's one parser) and run one verb in this thread (its streams are the session's);
+    the exit code."""
     from rafka import cli
 
     try:
-        args = cli.build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         if not getattr(args, "remote", False):
             print(f"rafka: `{' '.join(argv[:2])}` does not run in the CLI agent", file=sys.stderr)
             return cli.EXIT_USAGE
@@ -218,6 +219,13 @@ def run_verb(argv: list[str], address: str | None) -> int:
         return cli.EXIT_ERROR
 
 
+class _Server(socketserver.ThreadingTCPServer):
+    """Rebinds the recorded port at once after a restart (TIME_WAIT); one daemon thread per connection."""
+
+    allow_reuse_address = True
+    daemon_threads = True
+
+
 class CliAgent:
     """The actor: a threaded TCP server on ``host:port`` (the port is fixed by ``rafka cluster start`` so a
     restarted agent binds the same one)."""
@@ -229,28 +237,24 @@ class CliAgent:
             sys.stdin = _Router("stdin", sys.stdin)
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")
         agent = self
+        # the verbs' modules and the parser (its entry points are read from disk) load once, not per command
+        from rafka import cli
+        from rafka.admin import Admin  # noqa: F401
+        from rafka.consumer import Consumer  # noqa: F401
+        from rafka.producer import Producer  # noqa: F401
+
+        self._parser = cli.build_parser()
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 agent._serve(self.request)
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        self._server = socketserver.ThreadingTCPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), Handler)
         self.host, self.port = self._server.server_address[:2]
-        self.sessions = 0
         threading.Thread(target=self._server.serve_forever, name="rafka-cli-agent", daemon=True).start()
-        # the verbs' modules load now, not on the first command
-        from rafka import cli  # noqa: F401
-        from rafka.admin import Admin  # noqa: F401
-        from rafka.consumer import Consumer  # noqa: F401
-        from rafka.producer import Producer  # noqa: F401
 
     def endpoint(self) -> dict:
         return {"host": self.host, "port": self.port, "pid": os.getpid()}
-
-    def served(self) -> int:
-        return self.sessions
 
     def _serve(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -268,7 +272,6 @@ class CliAgent:
         argv = [str(a) for a in hello.get("argv") or ()]
         sock.settimeout(None)
         session = _Session(sock, hello.get("tty") or {})
-        self.sessions += 1
         try:
             send_frame(sock, {"ok": 1})
         except OSError:
@@ -277,7 +280,7 @@ class CliAgent:
         _local.session = session
         code = 1
         try:
-            code = run_verb(argv, self.address)
+            code = run_verb(self._parser, argv, self.address)
         finally:
             try:
                 with session.state_lock:

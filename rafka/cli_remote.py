@@ -56,21 +56,27 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def _frame_size(head) -> int:
+    (size,) = _LEN.unpack_from(head)
+    if size > MAX_FRAME:
+        raise ConnectionError(f"CLI agent frame of {size} bytes exceeds {MAX_FRAME}")
+    return size
+
+
+def _frame_body(body) -> dict:
+    obj = msgpack.unpackb(bytes(body), raw=False)
+    if not isinstance(obj, dict):
+        raise ConnectionError("CLI agent frame is not a map")
+    return obj
+
+
 def recv_frame(sock: socket.socket) -> dict | None:
     """The next frame, or None when the peer closed the connection."""
     head = _recv_exact(sock, 4)
     if head is None:
         return None
-    (size,) = _LEN.unpack(head)
-    if size > MAX_FRAME:
-        raise ConnectionError(f"CLI agent frame of {size} bytes exceeds {MAX_FRAME}")
-    body = _recv_exact(sock, size)
-    if body is None:
-        return None
-    obj = msgpack.unpackb(body, raw=False)
-    if not isinstance(obj, dict):
-        raise ConnectionError("CLI agent frame is not a map")
-    return obj
+    body = _recv_exact(sock, _frame_size(head))
+    return None if body is None else _frame_body(body)
 
 
 def agent_endpoint(args) -> dict | None:
@@ -209,14 +215,9 @@ class _FrameReader:
         self.buf += chunk
         frames = []
         while len(self.buf) >= 4:
-            (size,) = _LEN.unpack_from(self.buf)
-            if size > MAX_FRAME:
-                raise ConnectionError(f"CLI agent frame of {size} bytes exceeds {MAX_FRAME}")
+            size = _frame_size(self.buf)
             if len(self.buf) < 4 + size:
                 break
-            obj = msgpack.unpackb(bytes(self.buf[4 : 4 + size]), raw=False)
+            frames.append(_frame_body(self.buf[4 : 4 + size]))
             del self.buf[: 4 + size]
-            if not isinstance(obj, dict):
-                raise ConnectionError("CLI agent frame is not a map")
-            frames.append(obj)
         return frames

@@ -44,6 +44,17 @@ def _broker(base: str, cluster: str, b: dict) -> dict:
     }
 
 
+def _configs(url: str, kind: str, ids: dict, entries: list[dict], name: str | None, owner: str) -> Response:
+    """A v3 config list (``name`` None: ``<kind>List``) or the one named config of ``owner`` (404 when absent)."""
+    if name is None:
+        data = [_config(url, kind, ids, e) for e in entries]
+        return _json({"kind": f"{kind}List", "metadata": {"self": url}, "data": data}, media=JSON)
+    for e in entries:
+        if e["name"] == name:
+            return _json(_config(url, kind, ids, e), media=JSON)
+    raise GatewayError(404, NOT_FOUND, f"{owner} has no config {name!r}")
+
+
 def _config(base_url: str, kind: str, ids: dict, e: dict) -> dict:
     return {
         "kind": kind,
@@ -151,22 +162,18 @@ def admin_mixin(app) -> type:
 
         @app.get("/v3/clusters/{cluster_id}/brokers/{broker_id}/configs", summary="A broker's configs (v3)")
         async def v3_broker_configs(self, cluster_id: str, broker_id: int, request: Request) -> Response:
+            return await self._v3_broker_configs(cluster_id, broker_id, None, request)
+
+        @app.get("/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", summary="One broker config (v3)")
+        async def v3_broker_config(self, cluster_id: str, broker_id: int, name: str, request: Request) -> Response:
+            return await self._v3_broker_configs(cluster_id, broker_id, name, request)
+
+        async def _v3_broker_configs(self, cluster_id: str, broker_id: int, name: str | None, request) -> Response:
             self._cluster_id(cluster_id)
             url = f"{_base(request)}/v3/clusters/{self.cluster}/brokers/{broker_id}/configs"
             ids = {"cluster_id": self.cluster, "broker_id": broker_id}
             entries = await self.run(self._broker_configs, broker_id)
-            data = [_config(url, "KafkaBrokerConfig", ids, e) for e in entries]
-            return _json({"kind": "KafkaBrokerConfigList", "metadata": {"self": url}, "data": data}, media=JSON)
-
-        @app.get("/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}", summary="One broker config (v3)")
-        async def v3_broker_config(self, cluster_id: str, broker_id: int, name: str, request: Request) -> Response:
-            self._cluster_id(cluster_id)
-            url = f"{_base(request)}/v3/clusters/{self.cluster}/brokers/{broker_id}/configs"
-            for e in await self.run(self._broker_configs, broker_id):
-                if e["name"] == name:
-                    ids = {"cluster_id": self.cluster, "broker_id": broker_id}
-                    return _json(_config(url, "KafkaBrokerConfig", ids, e), media=JSON)
-            raise GatewayError(404, NOT_FOUND, f"broker {broker_id} has no config {name!r}")
+            return _configs(url, "KafkaBrokerConfig", ids, entries, name, f"broker {broker_id}")
 
         # -- v3 topics: create, delete, configs ---------------------------------------------------------
         @app.post("/v3/clusters/{cluster_id}/topics", summary="Create a topic (v3)", status_code=201)
@@ -216,24 +223,18 @@ def admin_mixin(app) -> type:
 
         @app.get("/v3/clusters/{cluster_id}/topics/{topic}/configs", summary="A topic's configs (v3)")
         async def v3_topic_configs(self, cluster_id: str, topic: str, request: Request) -> Response:
+            return await self._v3_topic_configs(cluster_id, topic, None, request)
+
+        @app.get("/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}", summary="One topic config (v3)")
+        async def v3_topic_config(self, cluster_id: str, topic: str, name: str, request: Request) -> Response:
+            return await self._v3_topic_configs(cluster_id, topic, name, request)
+
+        async def _v3_topic_configs(self, cluster_id: str, topic: str, name: str | None, request) -> Response:
             self._cluster_id(cluster_id)
             url = f"{_base(request)}/v3/clusters/{self.cluster}/topics/{topic}/configs"
             ids = {"cluster_id": self.cluster, "topic_name": topic}
             entries = await self.run(self.admin.describe_config_entries, topic)
-            data = [_config(url, "KafkaTopicConfig", ids, e) for e in entries]
-            return _json({"kind": "KafkaTopicConfigList", "metadata": {"self": url}, "data": data}, media=JSON)
-
-        @app.get("/v3/clusters/{cluster_id}/topics/{topic}/configs/{name}", summary="One topic config (v3)")
-        async def v3_topic_config(self, cluster_id: str, topic: str, name: str, request: Request) -> Response:
-            self._cluster_id(cluster_id)
-            url = f"{_base(request)}/v3/clusters/{self.cluster}/topics/{topic}/configs"
-            for e in await self.run(self.admin.describe_config_entries, topic):
-                if e["name"] == name:
-                    return _json(
-                        _config(url, "KafkaTopicConfig", {"cluster_id": self.cluster, "topic_name": topic}, e),
-                        media=JSON,
-                    )
-            raise GatewayError(404, NOT_FOUND, f"topic {topic!r} has no config {name!r}")
+            return _configs(url, "KafkaTopicConfig", ids, entries, name, f"topic {topic!r}")
 
         # -- v3 consumer-group lag summary ----------------------------------------------------------------
         @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}/lag-summary", summary="Max and total lag (v3)")
