@@ -74,6 +74,7 @@ class LogRetention:
         self._log_start_offset = offset
         self._write_checkpoints()
         self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.evict_unretained(offset)
 
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their

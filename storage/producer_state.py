@@ -24,14 +24,19 @@ Use by the owning Log:
 
 Sequence rules (Kafka >= 2.5, KIP-360), checked in this order:
   1. producer id -1 (non-idempotent batch): no checks, no state.
-  2. unknown producer id: accepted with any epoch and any sequence. After retention/DeleteRecords
-     removed all of a producer's batches its state may be gone, so a non-zero sequence is legal.
+  2. unknown producer id: accepted with any epoch and any sequence. When retention/DeleteRecords moves
+     the log start past a producer's last data batch its state is dropped (``evict_unretained``, Kafka's
+     ``onLogStartOffsetIncremented``; ``load`` drops such snapshot entries too), so a non-zero sequence is
+     legal.
   3. epoch < known epoch: ``InvalidProducerEpochError``.
   4. same epoch and ``(base_seq, last_seq)`` equal to one of the cached batches: duplicate.
   5. higher epoch: the first sequence must be 0, else ``OutOfOrderSequenceNumberError``.
   6. same epoch: ``base_seq`` must be ``last_seq + 1`` (0 after 2**31-1), else
-     ``OutOfOrderSequenceNumberError``; a known producer with no cached data batch (only markers)
-     must start at 0.
+     ``OutOfOrderSequenceNumberError``. A producer made known by a marker alone (a COMMIT/ABORT for a
+     producer unknown here) has no sequence to follow on from: its next data batch of that epoch may
+     start anywhere (Kafka refuses a non-zero one, so a producer whose data went to DeleteRecords was
+     accepted or refused depending on whether a marker, or a crash replaying one, came in between). A
+     marker that bumps the epoch of a known producer resets it: the new epoch starts at 0.
 Transactions: the first transactional data batch of a producer opens its transaction at that batch's
 base offset; a COMMIT/ABORT control batch closes it (``update`` returns a ``CompletedTxn`` for the
 transaction index). A closed transaction stays "unreplicated" -- still unstable -- until the high
@@ -125,6 +130,7 @@ class ProducerStateEntry:
         "coordinator_epoch",
         "last_timestamp",
         "current_txn_first_offset",
+        "seq_unknown",
     )
 
     def __init__(
@@ -143,6 +149,9 @@ class ProducerStateEntry:
         self.coordinator_epoch = coordinator_epoch
         self.last_timestamp = last_timestamp
         self.current_txn_first_offset = current_txn_first_offset
+        # Known from a marker only (its data here went to retention/DeleteRecords, or it never wrote
+        # here): the epoch fences, but there is no sequence to follow on from until its next data batch.
+        self.seq_unknown = False
 
     @property
     def last_seq(self) -> int:
@@ -168,6 +177,7 @@ class ProducerStateEntry:
         if epoch != self.producer_epoch:
             self.batches.clear()  # sequences restart with a new epoch
             self.producer_epoch = epoch
+            self.seq_unknown = False
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ProducerStateEntry) and self._key() == other._key()
@@ -180,13 +190,15 @@ class ProducerStateEntry:
             self.coordinator_epoch,
             self.last_timestamp,
             self.current_txn_first_offset,
+            self.seq_unknown,
         )
 
     def __repr__(self) -> str:
         return (
             f"ProducerStateEntry(pid={self.producer_id}, epoch={self.producer_epoch}, "
             f"batches={list(self.batches)}, coordinator_epoch={self.coordinator_epoch}, "
-            f"last_ts={self.last_timestamp}, txn_first_offset={self.current_txn_first_offset})"
+            f"last_ts={self.last_timestamp}, txn_first_offset={self.current_txn_first_offset}, "
+            f"seq_unknown={self.seq_unknown})"
         )
 
 
@@ -360,7 +372,7 @@ class ProducerStateManager:
                     f"invalid sequence {first_seq} for the new epoch {epoch} of producer {pid} "
                     f"(current epoch {entry.producer_epoch}): a new epoch starts at 0"
                 )
-        elif not in_sequence(entry.last_seq, first_seq):
+        elif not entry.seq_unknown and not in_sequence(entry.last_seq, first_seq):
             raise OutOfOrderSequenceNumberError(
                 f"out of order sequence for producer {pid}: {first_seq} (incoming), {entry.last_seq} "
                 f"(current end sequence), epoch {epoch}"
@@ -382,7 +394,8 @@ class ProducerStateManager:
             control = _control_of(header, buf, pos)
             if control is None:  # an empty marker batch: the cleaner removed its transaction
                 return None
-            if entry is None:
+            created = entry is None
+            if created:
                 entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
             control_type, coordinator_epoch = control
             completed = None
@@ -392,6 +405,7 @@ class ProducerStateManager:
                 )
                 self._unreplicated[header.base_offset] = completed
             entry._set_epoch(header.producer_epoch)
+            entry.seq_unknown = entry.seq_unknown or created
             entry.coordinator_epoch = coordinator_epoch
             entry.current_txn_first_offset = None
             entry.last_timestamp = ts
@@ -399,6 +413,7 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
         entry._set_epoch(header.producer_epoch)
+        entry.seq_unknown = False
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence, header.last_sequence, header.base_offset, header.last_offset, header.max_timestamp
@@ -413,6 +428,24 @@ class ProducerStateManager:
         """Closed transactions whose marker is below the high watermark become stable."""
         for marker in [m for m in self._unreplicated if m < high_watermark]:
             del self._unreplicated[marker]
+
+    @staticmethod
+    def _retained(e: ProducerStateEntry, log_start_offset: int) -> bool:
+        """Kafka's ``isProducerRetained``: a data batch at or above the log start (or an open transaction,
+        which bounds the LSO and must stay until its marker)."""
+        return e.current_txn_first_offset is not None or (
+            bool(e.batches) and e.batches[-1].last_offset >= log_start_offset
+        )
+
+    def evict_unretained(self, log_start_offset: int) -> list[int]:
+        """The log start moved (retention, DeleteRecords): forget producers not retained (Kafka's
+        ``onLogStartOffsetIncremented``). Their data is gone, so they are unknown again and may go on at any
+        sequence, exactly as after a reopen (``load`` applies the same rule to snapshot entries, and a
+        marker replayed for an unknown producer leaves its sequence unknown)."""
+        gone = [pid for pid, e in self.producers.items() if not self._retained(e, log_start_offset)]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
 
     def remove_expired_producers(self, now_ms: int) -> list[int]:
         """Forget producers idle for ``producer_id_expiration_ms`` with no open transaction."""
@@ -509,7 +542,7 @@ class ProducerStateManager:
                 continue
             self._reset(max(o, log_start_offset))
             for entry in entries:
-                if now_ms is None or not self._is_expired(entry, now_ms):
+                if (now_ms is None or not self._is_expired(entry, now_ms)) and self._retained(entry, log_start_offset):
                     self.producers[entry.producer_id] = entry
             return self.map_end_offset
         self._reset(log_start_offset)

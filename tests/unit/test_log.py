@@ -4,6 +4,7 @@ index and timestamp lookups, truncation, DeleteRecords, flushing, follower conti
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -29,6 +30,7 @@ from storage.log import (
     LogOffsetSnapshot,
 )
 from storage.records import (
+    CONTROL_ABORT,
     CONTROL_COMMIT,
     RecordBatchBuilder,
     decode_records,
@@ -347,6 +349,34 @@ def test_transactions_last_stable_offset(d):
     lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 1, 0, 5), 0, 2, origin="coordinator")
     lg.update_high_watermark(4)
     assert lg.last_stable_offset == 4
+
+
+@pytest.mark.parametrize("crash", [False, True])
+@pytest.mark.parametrize("second_marker", [False, True])
+def test_transactional_producer_goes_on_after_delete_records(d, tmp_path, crash, second_marker):
+    """Found by the log model: data of a transactional producer, its COMMIT marker, DeleteRecords past both,
+    then (maybe another marker, maybe a crash and reopen) the producer's next sequence. Accepted in every
+    case: a reopen replays only the markers above the log start, and a marker alone leaves the sequence
+    unknown, just as a producer forgotten when the log start passed its data may go on at any sequence."""
+    txn = dict(producer_id=3, producer_epoch=0, is_transactional=True)
+    lg = Log(d, now_ms=0)
+    lg.append_as_leader(batch(1, base_sequence=0, **txn), 0, 1)
+    lg.append_as_leader(build_control_batch(CONTROL_COMMIT, 3, 0, 0, 5), 0, 2, origin="coordinator")
+    lg.update_high_watermark(2)
+    assert lg.delete_records(1) == 1
+    if second_marker:  # a later transaction added the partition but wrote nothing here
+        lg.append_as_leader(build_control_batch(CONTROL_ABORT, 3, 0, 0, 6), 0, 3, origin="coordinator")
+    if crash:
+        copy = str(tmp_path / "crashed")
+        shutil.copytree(d, copy)  # what the OS holds, as a process crash leaves it
+        lg.close()
+        lg = Log(copy, now_ms=0)
+    leo = lg.log_end_offset
+    info = lg.append_as_leader(batch(2, base_sequence=1, **txn), 0, 7)
+    assert (info.first_offset, info.last_offset, info.duplicate) == (leo, leo + 1, False)
+    with pytest.raises(OutOfOrderSequenceNumberError):  # from its next batch on, sequences follow on again
+        lg.append_as_leader(batch(1, base_sequence=9, **txn), 0, 8)
+    lg.close()
 
 
 def test_fetch_offset_snapshot(d):

@@ -311,11 +311,53 @@ def test_load_without_snapshot_replays_from_log_start(tmp_path):
 
 def test_load_snapshot_below_log_start_replays_from_log_start(psm, tmp_path):
     a = Appender(psm)
-    a.append(1, 0, 0, 3)
-    psm.take_snapshot(3)
+    a.append(1, 0, 0, 3)  # offsets 0-2
+    a.append(2, 0, 0, 1, txn=True)  # offset 3: an open transaction
+    a.append(3, 0, 0, 8)  # offsets 4-11
+    a.end_txn(CONTROL_COMMIT, 4, 0)  # offset 12: producer 4 known from a marker only
+    psm.take_snapshot(13)
     fresh = ProducerStateManager(str(tmp_path))
-    assert fresh.load(10, 20) == 10
-    assert fresh.last_entry(1).last_seq == 2
+    assert fresh.load(10, 20) == 13
+    # Kafka's isProducerRetained: 1 (data below the log start) and 4 (no data) are gone; 2 keeps its open
+    # transaction (it bounds the LSO until its marker); 3 has data above the log start.
+    assert set(fresh.producers) == {2, 3} and fresh.last_entry(3).last_seq == 7
+    assert fresh.ongoing_transactions == {2: 3}
+    fresh.update(hdr(1, 0, 5, 1, 13), 5)  # unknown again: any sequence
+    assert fresh.producers[1].last_seq == 5
+
+
+def test_log_start_moving_past_a_producer_forgets_it(psm):
+    a = Appender(psm)
+    a.append(1, 0, 0, 2)  # 0-1
+    a.append(2, 0, 0, 1, txn=True)  # 2, open
+    a.append(3, 0, 0, 1)  # 3
+    assert psm.evict_unretained(3) == [1]  # 2's open transaction keeps it even below the log start
+    assert set(psm.producers) == {2, 3}
+    assert a.append(1, 0, 9)[0] == "ok"  # forgotten: any sequence, as after a reopen
+
+
+def test_marker_for_an_unknown_producer_leaves_its_sequence_unknown(psm):
+    """Data of a transactional producer goes to DeleteRecords, then a marker of the same epoch comes
+    (a later transaction that added the partition but wrote nothing here): its next sequence is accepted,
+    as it is with no marker in between. Kafka refuses it (OUT_OF_ORDER_SEQUENCE_NUMBER) only in the first
+    case, and also after a crash whose replay starts at the marker: the log model found that."""
+    a = Appender(psm)
+    a.append(1, 2, 0, 1, txn=True)
+    a.end_txn(CONTROL_COMMIT, 1, 2)
+    assert psm.evict_unretained(2) == [1]
+    a.end_txn(CONTROL_ABORT, 1, 2)
+    e = psm.last_entry(1)
+    assert e.seq_unknown and e.producer_epoch == 2 and list(e.batches) == []
+    with pytest.raises(InvalidProducerEpochError):  # the marker's epoch still fences older producers
+        a.append(1, 1, 1, txn=True)
+    assert a.append(1, 2, 1, txn=True)[0] == "ok"
+    assert not psm.last_entry(1).seq_unknown  # from here on sequences follow on as usual
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        a.append(1, 2, 5, txn=True)
+    a.end_txn(CONTROL_ABORT, 1, 3)  # a marker that bumps a known producer's epoch: the new one starts at 0
+    assert not psm.last_entry(1).seq_unknown
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        a.append(1, 3, 2, txn=True)
 
 
 def test_load_drops_expired(psm, tmp_path):
