@@ -157,6 +157,12 @@ class ProducerBatch:
             self.payload = b.build()
         return self.payload
 
+    def reseal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """Build the bytes again under a new producer id/epoch and sequence (KIP-360: after a sequence gap
+        the idempotent producer re-sequences the batches it has not had acknowledged)."""
+        self.payload = None
+        return self.seal(producer_id, producer_epoch, base_sequence, self.builder.is_transactional)
+
     def metadata(self, idx: int) -> RecordMetadata:
         ts, ks, vs = self.records[idx]
         if self.log_append_time != -1:
@@ -506,6 +512,13 @@ class RecordAccumulator:
             else:
                 i = len(dq)
             dq.insert(i, batch)
+
+    def sealed(self) -> dict[TopicPartition, list[ProducerBatch]]:
+        """The queued batches that already have a producer id and sequence (retries), per partition, in
+        queue (= sequence) order."""
+        with self._lock:
+            out = {tp: [b for b in dq if b.payload is not None] for tp, dq in self._queues.items()}
+        return {tp: bs for tp, bs in out.items() if bs}
 
     def expired(self, now: float) -> list[ProducerBatch]:
         """Queued (not in flight) batches older than ``delivery_timeout_ms``, removed from the queues."""

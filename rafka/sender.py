@@ -15,8 +15,13 @@ promise in-order execution of calls to an async actor, so ordering is also enfor
 Idempotence: a producer id/epoch comes from a broker's ``init_producer_id()``; sequences are assigned
 per partition when a batch is first drained and baked into its bytes, which retries resend unchanged.
 A retried batch goes alone and ahead of newer ones. OUT_OF_ORDER_SEQUENCE for a batch whose
-predecessor is itself unresolved is retried (it arrived first); otherwise it is fatal for the batch and
-the producer takes a new producer id (Kafka's idempotent-producer reset).
+predecessor is itself unresolved is retried (it arrived first). Otherwise the leader has a real gap (it
+lost acknowledged batches, e.g. to an unclean election): as Kafka's idempotent producer does since
+KIP-360, the batch is retried, nothing more is sent until no call is in flight, then the producer takes a
+new producer id and re-sequences every batch not yet acknowledged from 0, in order (Kafka bumps the epoch
+of the same id; a fresh id is the same to the leader). Only the records the leader lost are lost; the
+producer goes on. A transactional producer's id and epoch are its coordinator's: there such an error
+fails the batch and the transaction can only be aborted.
 
 Errors: retriable Kafka errors (``err.retriable``), a dead or unavailable leader actor and request
 timeouts are retried after ``retry_backoff_ms`` (exponential up to ``retry_backoff_max_ms``) while
@@ -96,6 +101,8 @@ class Sender(threading.Thread):
         self._last_acked: dict[TopicPartition, int] = collections.defaultdict(lambda: -1)
         self.producer_id = -1
         self.producer_epoch = -1
+        self._reset_pending = False  # KIP-360: a new producer id once nothing is in flight
+        self.resets = 0
         self._pid_retry_at = 0.0
         self._pid_warnings = 0
         # calls stay under Ray's inline-argument limit (100 KB) so they travel in order and skip the
@@ -154,7 +161,12 @@ class Sender(threading.Thread):
             self._add_partitions(now)
             if self._adding is None and self.txn.pending and self._add_retry_at > now:
                 wait_ms = min(wait_ms, self._add_retry_at - now)  # retry AddPartitionsToTxn on time, not at the tick
-        elif self.idempotent and self.producer_id < 0:
+        elif self.idempotent and self._reset_pending and not self._in_flight:
+            log.warning("producer id %d has a sequence gap: taking a new one and re-sequencing", self.producer_id)
+            self._reset_pending = False
+            self.producer_id = -1
+            self.resets += 1
+        if self.txn is None and self.idempotent and self.producer_id < 0:
             if not self._ensure_producer_id(now):
                 wait_ms = max(1.0, self._pid_retry_at - now)
                 self._wake.wait(wait_ms / 1000.0)
@@ -173,6 +185,16 @@ class Sender(threading.Thread):
         self._sleep_until = 0.0
         self._wake.clear()
 
+    def _resequence(self) -> None:
+        """Batches sealed under an earlier producer id (retries waiting in the queues) take the new id and
+        sequences from 0 in queue order, so the leader sees the producer start afresh (KIP-360)."""
+        for tp, batches in self.acc.sealed().items():
+            for batch in batches:
+                if batch.producer_id != self.producer_id:
+                    seq = self._next_seq[tp]
+                    self._next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
+                    batch.reseal(self.producer_id, self.producer_epoch, seq)
+
     def _can_send(self, tp: TopicPartition, first: ProducerBatch) -> bool:
         """The in-flight gate. Ray does not keep calls to an async actor in submission order (a big
         argument travels through the object store and can arrive after a later small one), so order
@@ -183,6 +205,8 @@ class Sender(threading.Thread):
         calls = self._tp_calls[tp]
         if first.attempts and calls:
             return False
+        if self._reset_pending or (self.idempotent and self.producer_id < 0):
+            return False  # the in-flight calls drain first, then a new producer id re-sequences the rest
         if self.txn is not None and (self.producer_id < 0 or tp in self.txn.pending):
             return False  # not in the transaction yet: AddPartitionsToTxn first
         if self.idempotent:
@@ -218,6 +242,7 @@ class Sender(threading.Thread):
             log.debug("producer id %d epoch %d from broker %d", self.producer_id, self.producer_epoch, broker_id)
             self._next_seq.clear()
             self._last_acked.clear()
+            self._resequence()
             return True
         (log.warning if self._pid_warnings == 0 else log.debug)(
             "could not get a producer id yet: %s", last or "no live broker"
@@ -341,6 +366,15 @@ class Sender(threading.Thread):
             # it overtook an earlier batch of its partition (still in flight, or failed and coming
             # back): resend it, without backoff, once nothing of the partition is in flight
             retriable = overtaken = True
+        if (
+            not retriable
+            and self.txn is None
+            and self.idempotent
+            and code in _RESET_PID_ERRORS
+            and batch.producer_id == self.producer_id
+        ):
+            # a real gap at the leader (KIP-360): retried under a new producer id, re-sequenced
+            retriable = self._reset_pending = True
         batch.last_error = err
         expired = now - batch.created_ms >= self.cfg.delivery_timeout_ms
         if retriable and batch.attempts < self.cfg.retries and not expired and not self.force_close:
@@ -361,11 +395,6 @@ class Sender(threading.Thread):
                 f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}"
             )
         self._fail(batch, err)
-        if self.txn is not None:
-            return  # a transactional producer's id/epoch is the coordinator's, never reset here
-        if self.idempotent and code in _RESET_PID_ERRORS and batch.producer_id == self.producer_id:
-            log.warning("resetting the producer id after %s on %s", err, batch.tp)
-            self.producer_id = -1
 
     def _fail(self, batch: ProducerBatch, err: BaseException) -> None:
         batch.fail(err)

@@ -395,7 +395,7 @@ class ProducerStateManager:
             if control is None:  # an empty marker batch: the cleaner removed its transaction
                 return None
             created = entry is None
-            if created:
+            if entry is None:
                 entry = self.producers[pid] = ProducerStateEntry(pid, max_batches=self.max_batches)
             control_type, coordinator_epoch = control
             completed = None

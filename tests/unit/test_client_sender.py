@@ -216,3 +216,26 @@ def test_a_dead_leader_actor_is_dropped_and_the_new_leader_looked_up(cluster, cl
     assert values(cluster, T0, 1) == [(0, b"before"), (1, b"after")]
     assert [label for _, label, _ in cluster.methods_called(method="produce")] == ["t-0-b0", "t-0-b0", "t-0-b1"]
     assert cl.metadata.replica_handle(T0, 0) is None  # forgotten, and not found again
+
+
+def test_a_sequence_gap_at_the_leader_resequences_under_a_new_producer_id(cluster, client_factory):
+    """KIP-360: the leader lost acknowledged batches (an unclean election truncated its log), so the
+    producer's next sequence leaves a gap there: OUT_OF_ORDER_SEQUENCE_NUMBER for the very next batch.
+    Kafka's idempotent producer then retries under a bumped epoch with sequences from 0; only what the
+    leader lost is lost, every later record lands once and in order, and the producer goes on."""
+    cl = client_factory(retry_backoff_ms=20, linger_ms=0)
+    assert cl.send(T0, b"a").get(timeout=10).offset == 0
+    assert cl.send(T0, b"b").get(timeout=10).offset == 1
+    assert cl.send(T1, b"other").get(timeout=10).offset == 0
+    pid = cl.sender.producer_id
+    leader = cluster.replica(T0)
+    with cluster.lock:
+        leader.log.truncate_to(1)  # "b" is gone; the leader's producer state now ends at sequence 0
+    futs = [cl.send(T0, b"c%d" % i) for i in range(5)] + [cl.send(T1, b"other-after")]
+    got = [f.get(timeout=10) for f in futs]
+    assert [md.offset for md in got[:5]] == [1, 2, 3, 4, 5] and got[5].offset == 1
+    assert values(cluster, T0) == [(0, b"a")] + [(i + 1, b"c%d" % i) for i in range(5)]
+    assert values(cluster, T1) == [(0, b"other"), (1, b"other-after")]
+    assert cl.sender.producer_id != pid and cl.sender.resets == 1
+    assert cl.send(T0, b"d").get(timeout=10).offset == 6  # and it goes on with the new id
+    assert values(cluster, T0)[-1] == (6, b"d")
