@@ -97,6 +97,7 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
     out = []
     try:
         for step in steps:
+            t0 = time.monotonic()
             proc = subprocess.run(
                 ["bash", "-c", "set -o pipefail\n" + step.replace(".venv/bin/rafka", cli)],
                 capture_output=True,
@@ -106,6 +107,7 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
                 timeout=300,
             )
             assert proc.returncode == 0, f"{step}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+            print(f"{time.monotonic() - t0:6.2f}s {step.splitlines()[0][:70]}")
             out.append(proc)
         consumed = [json.loads(line) for line in out[2].stdout.splitlines()]
         assert sorted((r["key"], json.loads(r["value"])["page"]) for r in consumed) == [
@@ -292,9 +294,7 @@ MALFORMED = [
 ]
 
 
-@pytest.fixture
-def click_topic(e2e_cluster, e2e_topic, tmp_path):
-    topic = e2e_topic(3, 3)
+def click_job(topic: str, tmp_path) -> dict:
     return {
         "topic": topic,
         "group": f"{topic}-job",
@@ -304,8 +304,16 @@ def click_topic(e2e_cluster, e2e_topic, tmp_path):
     }
 
 
+@pytest.fixture
+def click_topic(e2e_cluster, e2e_topic, tmp_path):
+    """The job's input (3 x RF 3: a broker kill leaves every partition readable) and its outputs' names."""
+    return click_job(e2e_topic(3, 3), tmp_path)
+
+
 def run_job(e2e_cluster, spark, job: dict, **kw) -> dict:
-    return clickstream.run(e2e_cluster, spark, **job, read_options=READ, **kw)
+    done = clickstream.run(e2e_cluster, spark, **job, read_options=READ, **kw)
+    print(f"run {done['run']}: {done['records']} records in {done['elapsed_s']}s {done.get('steps_s', {})}")
+    return done
 
 
 def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
@@ -324,8 +332,8 @@ def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
     return runs
 
 
-def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_topic):
-    job = click_topic
+def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, e2e_topic, tmp_path):
+    job = click_job(e2e_topic(3, 1), tmp_path)  # no broker is lost here: RF 1 (3 replica processes, not 9)
     stream = ClickStream(users=40, seed=11)
     produce(e2e_cluster, job["topic"], stream.take(2500) + MALFORMED)
     first = run_job(e2e_cluster, spark, job)
