@@ -89,11 +89,14 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
     # the session's Ray runs without token authentication; a CLI would enter token mode on its own when
     # ~/.ray/auth_token exists, and the GCS then cannot reach it as the owner of the actors it creates
     env = {**os.environ, "RAFKA_HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled"}
-    listed = subprocess.run([RAFKA, "job", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
-    assert listed.returncode == 0 and [j["name"] for j in json.loads(listed.stdout)] == ["clickstream"]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     cli = f"{RAFKA} --address {ray_cluster.address} --cluster {e2e_cluster.name}"
+    # `job list` and a run on a topic that does not exist (refused before Spark starts) run beside the tour's
+    # steps (each CLI process pays its own Python and Ray start); checked after them
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    listing = subprocess.Popen([RAFKA, "job", "list", "--json"], **pipes)
+    missing = subprocess.Popen([*cli.split(), "job", "run", "clickstream", "--topic", "no-such-topic"], **pipes)
     out = []
     try:
         for step in steps:
@@ -130,15 +133,15 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
         assert sorted((r["page"], r["clicks"]) for r in pages) == [("/cart", 1), ("/home", 2), ("/search", 1)]
         assert list(cwd.iterdir()) == []  # nothing written to the current directory
         assert sum(rafka.Admin(e2e_cluster).list_consumer_group_offsets("clickstream").values()) == 4
-        bad = subprocess.run(
-            [*cli.split(), "job", "run", "clickstream", "--topic", "no-such-topic"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
-        assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
+        listed, _ = listing.communicate(timeout=60)
+        assert listing.returncode == 0 and [j["name"] for j in json.loads(listed)] == ["clickstream"]
+        _, bad = missing.communicate(timeout=300)
+        assert missing.returncode == 1 and bad.startswith("rafka: UnknownTopicOrPartitionError"), bad[-2000:]
     finally:
+        for proc in (listing, missing):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         left = [t for t in ("clicks", "clickstream-results") if t in e2e_admin.list_topics()]
         if left:
             e2e_admin.delete_topics(left)
@@ -205,7 +208,7 @@ def test_read_from_group_committed_offsets(e2e_cluster, e2e_admin, loaded_topic)
 
 # -- datasink -------------------------------------------------------------------------------------------
 def test_write_dataset_to_topic_partitions_by_key(e2e_cluster, e2e_topic):
-    topic = e2e_topic(3, 3)
+    topic = e2e_topic(3, 1)  # partitioning by key is the point, not replication: 3 replica processes, not 9
     items = [{"user": f"user-{i % 11}", "event": {"n": i, "page": f"/p/{i % 5}"}} for i in range(500)]
     ds = ray.data.from_items(items, override_num_blocks=4)
     result = write_topic(ds, e2e_cluster, topic, key_column="user", value_column="event", json_values=True)
