@@ -150,13 +150,16 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
 # -- datasource -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def loaded_topic(e2e_cluster, e2e_admin):
-    """3 partitions x RF 3 with 900 keyed records, timestamps 1_000..1_899 in send order, a header on some."""
+    """3 partitions x RF 1 with 900 keyed records, timestamps 1_000..1_899 in send order, a header on some
+    (readers read leaders: followers would only be processes polling for the rest of the package; the topic
+    is deleted with the module)."""
     topic = f"ds-{time.time_ns() % 10**8}"
-    e2e_admin.create_topic(topic, 3, 3)
+    e2e_admin.create_topic(topic, 3, 1)
     pairs = [(f"k{i % 37}".encode(), f"v{i}".encode()) for i in range(900)]
     headers = [[("n", str(i).encode()), ("empty", None)] if i % 100 == 0 else None for i in range(900)]
     sent = produce(e2e_cluster, topic, pairs, timestamps=[1_000 + i for i in range(900)], headers=headers)
-    return topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h] for (p, o, _, _), h in zip(sent, headers) if h}
+    yield topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h] for (p, o, _, _), h in zip(sent, headers) if h}
+    e2e_admin.delete_topics([topic])
 
 
 def test_read_everything_with_schema_and_ranges(e2e_cluster, loaded_topic):
@@ -297,20 +300,28 @@ MALFORMED = [
 ]
 
 
-def click_job(topic: str, tmp_path) -> dict:
-    return {
-        "topic": topic,
-        "group": f"{topic}-job",
-        "results_topic": f"{topic}-results",
-        "parquet_dir": str(tmp_path / "parquet"),
-        "session_gap_ms": GAP_MS,
-    }
-
-
 @pytest.fixture
-def click_topic(e2e_cluster, e2e_topic, tmp_path):
-    """The job's input (3 x RF 3: a broker kill leaves every partition readable) and its outputs' names."""
-    return click_job(e2e_topic(3, 3), tmp_path)
+def click_job(e2e_admin, e2e_topic, tmp_path):
+    """``click_job(rf)`` -> the job's arguments: a fresh 3-partition input topic of that replication factor,
+    its outputs' names. The results topic the job creates (1 x RF 3) is deleted after the test with the input,
+    so its replica processes do not outlive it on the shared cluster."""
+    made: list[str] = []
+
+    def make(rf: int) -> dict:
+        topic = e2e_topic(3, rf)
+        made.append(f"{topic}-results")
+        return {
+            "topic": topic,
+            "group": f"{topic}-job",
+            "results_topic": f"{topic}-results",
+            "parquet_dir": str(tmp_path / "parquet"),
+            "session_gap_ms": GAP_MS,
+        }
+
+    yield make
+    left = [t for t in made if t in e2e_admin.list_topics()]
+    if left:
+        e2e_admin.delete_topics(left)
 
 
 def run_job(e2e_cluster, spark, job: dict, **kw) -> dict:
@@ -335,8 +346,8 @@ def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
     return runs
 
 
-def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, e2e_topic, tmp_path):
-    job = click_job(e2e_topic(3, 1), tmp_path)  # no broker is lost here: RF 1 (3 replica processes, not 9)
+def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_job):
+    job = click_job(1)  # no broker is lost here: RF 1 (3 replica processes, not 9)
     stream = ClickStream(users=40, seed=11)
     produce(e2e_cluster, job["topic"], stream.take(2500) + MALFORMED)
     first = run_job(e2e_cluster, spark, job)
@@ -387,13 +398,13 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert sorted(os.listdir(Path(job["parquet_dir"]) / "sessions")) == ["run=1", "run=2", "run=3"]
 
 
-def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_topic):
+def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_job):
     """The results partition's leader is SIGKILLed (its OS process) just before the run's transaction:
     the run completes, or a rerun does, and the totals equal plain Python's, no double count, no loss."""
     from actors.worker_process import actor_pid
     from protocol.names import RAY_NAMESPACE, broker_name
 
-    job = click_topic
+    job = click_job(3)  # RF 3: the broker kill leaves every input partition readable
     stream = ClickStream(users=30, seed=5)
     produce(e2e_cluster, job["topic"], stream.take(2000))
     clickstream.ensure_results_topic(e2e_admin, job["results_topic"])
