@@ -57,7 +57,6 @@ from .supervision import BrokerHeartbeats
 log = logging.getLogger("rafka.controller")
 
 SNAPSHOT_EVERY = 10_000  # records appended before the metadata log is rewritten as a snapshot
-DIR_LOCK_TIMEOUT_S = 10.0  # the previous controller's process may still be exiting
 
 
 class ControllerActor:
@@ -68,7 +67,10 @@ class ControllerActor:
         # the metadata log's directory is locked like a broker's log directory, before the epoch is
         # claimed: a candidate that cannot own it must not depose the controller that does
         self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
-        self.dir_lock.acquire(DIR_LOCK_TIMEOUT_S)
+        # (polled every 50 ms): the previous controller's process may still be exiting. Bounded by the broker
+        # session timeout, as a broker's own log directory lock is (actors/broker.py): a holder alive longer
+        # than that is a live controller, not a leftover, and a fixed 10 s made every refusal wait 10 s
+        self.dir_lock.acquire(self.config.session_timeout_ms / 1000)
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": int(time.time() * 1000)})
         self.mlog = MetadataLog(os.path.join(data_dir, "controller", "metadata.log"))

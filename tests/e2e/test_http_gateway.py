@@ -160,7 +160,7 @@ def test_topic_reads_v2_and_v3(gw, e2e_cluster, e2e_topic):
 
 # -- produce --------------------------------------------------------------------------------------------
 def test_produce_v2_binary_round_trip(gw, e2e_cluster, e2e_topic):
-    t = e2e_topic(4, 3)
+    t = e2e_topic(4, 1)  # 4 partitions for the key hashing; replication is test_v3_single_and_streaming's (RF 3)
     recs = [{"key": b64(b"user-%d" % (i % 5)), "value": b64(b"click %d" % i)} for i in range(20)]
     recs += [{"value": b64(b"pinned"), "partition": 3}, {"key": None, "value": b64(b"\x00\xff raw")}]
     r = post(f"{gw}/topics/{t}", {"records": recs})
@@ -200,7 +200,7 @@ def test_produce_v2_json_format_and_partition_path(gw, e2e_cluster, e2e_topic):
 
 
 def test_large_batch_in_one_request(gw, e2e_cluster, e2e_topic):
-    t = e2e_topic(6, 3)
+    t = e2e_topic(3, 3)  # 3 x RF 3: every broker leads one partition of the batch (9 replica processes, not 18)
     n = 5000
     recs = [{"key": b64(b"k%d" % (i % 97)), "value": b64(b"%06d" % i + b"x" * 94)} for i in range(n)]
     r = post(f"{gw}/topics/{t}", {"records": recs})

@@ -89,14 +89,18 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
     # the session's Ray runs without token authentication; a CLI would enter token mode on its own when
     # ~/.ray/auth_token exists, and the GCS then cannot reach it as the owner of the actors it creates
     env = {**os.environ, "RAFKA_HOME": str(tmp_path / "home"), "RAY_AUTH_MODE": "disabled"}
-    listed = subprocess.run([RAFKA, "job", "list", "--json"], capture_output=True, text=True, env=env, timeout=60)
-    assert listed.returncode == 0 and [j["name"] for j in json.loads(listed.stdout)] == ["clickstream"]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     cli = f"{RAFKA} --address {ray_cluster.address} --cluster {e2e_cluster.name}"
+    # `job list` and a run on a topic that does not exist (refused before Spark starts) run beside the tour's
+    # steps (each CLI process pays its own Python and Ray start); checked after them
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    listing = subprocess.Popen([RAFKA, "job", "list", "--json"], **pipes)
+    missing = subprocess.Popen([*cli.split(), "job", "run", "clickstream", "--topic", "no-such-topic"], **pipes)
     out = []
     try:
         for step in steps:
+            t0 = time.monotonic()
             proc = subprocess.run(
                 ["bash", "-c", "set -o pipefail\n" + step.replace(".venv/bin/rafka", cli)],
                 capture_output=True,
@@ -106,6 +110,7 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
                 timeout=300,
             )
             assert proc.returncode == 0, f"{step}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+            print(f"{time.monotonic() - t0:6.2f}s {step.splitlines()[0][:70]}")
             out.append(proc)
         consumed = [json.loads(line) for line in out[2].stdout.splitlines()]
         assert sorted((r["key"], json.loads(r["value"])["page"]) for r in consumed) == [
@@ -128,15 +133,15 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
         assert sorted((r["page"], r["clicks"]) for r in pages) == [("/cart", 1), ("/home", 2), ("/search", 1)]
         assert list(cwd.iterdir()) == []  # nothing written to the current directory
         assert sum(rafka.Admin(e2e_cluster).list_consumer_group_offsets("clickstream").values()) == 4
-        bad = subprocess.run(
-            [*cli.split(), "job", "run", "clickstream", "--topic", "no-such-topic"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-        )
-        assert bad.returncode == 1 and bad.stderr.startswith("rafka: UnknownTopicOrPartitionError"), bad.stderr[-2000:]
+        listed, _ = listing.communicate(timeout=60)
+        assert listing.returncode == 0 and [j["name"] for j in json.loads(listed)] == ["clickstream"]
+        _, bad = missing.communicate(timeout=300)
+        assert missing.returncode == 1 and bad.startswith("rafka: UnknownTopicOrPartitionError"), bad[-2000:]
     finally:
+        for proc in (listing, missing):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         left = [t for t in ("clicks", "clickstream-results") if t in e2e_admin.list_topics()]
         if left:
             e2e_admin.delete_topics(left)
@@ -145,13 +150,16 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
 # -- datasource -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def loaded_topic(e2e_cluster, e2e_admin):
-    """3 partitions x RF 3 with 900 keyed records, timestamps 1_000..1_899 in send order, a header on some."""
+    """3 partitions x RF 1 with 900 keyed records, timestamps 1_000..1_899 in send order, a header on some
+    (readers read leaders: followers would only be processes polling for the rest of the package; the topic
+    is deleted with the module)."""
     topic = f"ds-{time.time_ns() % 10**8}"
-    e2e_admin.create_topic(topic, 3, 3)
+    e2e_admin.create_topic(topic, 3, 1)
     pairs = [(f"k{i % 37}".encode(), f"v{i}".encode()) for i in range(900)]
     headers = [[("n", str(i).encode()), ("empty", None)] if i % 100 == 0 else None for i in range(900)]
     sent = produce(e2e_cluster, topic, pairs, timestamps=[1_000 + i for i in range(900)], headers=headers)
-    return topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h] for (p, o, _, _), h in zip(sent, headers) if h}
+    yield topic, sent, {(p, o): [{"key": k, "value": v} for k, v in h] for (p, o, _, _), h in zip(sent, headers) if h}
+    e2e_admin.delete_topics([topic])
 
 
 def test_read_everything_with_schema_and_ranges(e2e_cluster, loaded_topic):
@@ -203,7 +211,7 @@ def test_read_from_group_committed_offsets(e2e_cluster, e2e_admin, loaded_topic)
 
 # -- datasink -------------------------------------------------------------------------------------------
 def test_write_dataset_to_topic_partitions_by_key(e2e_cluster, e2e_topic):
-    topic = e2e_topic(3, 3)
+    topic = e2e_topic(3, 1)  # partitioning by key is the point, not replication: 3 replica processes, not 9
     items = [{"user": f"user-{i % 11}", "event": {"n": i, "page": f"/p/{i % 5}"}} for i in range(500)]
     ds = ray.data.from_items(items, override_num_blocks=4)
     result = write_topic(ds, e2e_cluster, topic, key_column="user", value_column="event", json_values=True)
@@ -293,19 +301,33 @@ MALFORMED = [
 
 
 @pytest.fixture
-def click_topic(e2e_cluster, e2e_topic, tmp_path):
-    topic = e2e_topic(3, 3)
-    return {
-        "topic": topic,
-        "group": f"{topic}-job",
-        "results_topic": f"{topic}-results",
-        "parquet_dir": str(tmp_path / "parquet"),
-        "session_gap_ms": GAP_MS,
-    }
+def click_job(e2e_admin, e2e_topic, tmp_path):
+    """``click_job(rf)`` -> the job's arguments: a fresh 3-partition input topic of that replication factor,
+    its outputs' names. The results topic the job creates (1 x RF 3) is deleted after the test with the input,
+    so its replica processes do not outlive it on the shared cluster."""
+    made: list[str] = []
+
+    def make(rf: int) -> dict:
+        topic = e2e_topic(3, rf)
+        made.append(f"{topic}-results")
+        return {
+            "topic": topic,
+            "group": f"{topic}-job",
+            "results_topic": f"{topic}-results",
+            "parquet_dir": str(tmp_path / "parquet"),
+            "session_gap_ms": GAP_MS,
+        }
+
+    yield make
+    left = [t for t in made if t in e2e_admin.list_topics()]
+    if left:
+        e2e_admin.delete_topics(left)
 
 
 def run_job(e2e_cluster, spark, job: dict, **kw) -> dict:
-    return clickstream.run(e2e_cluster, spark, **job, read_options=READ, **kw)
+    done = clickstream.run(e2e_cluster, spark, **job, read_options=READ, **kw)
+    print(f"run {done['run']}: {done['records']} records in {done['elapsed_s']}s {done.get('steps_s', {})}")
+    return done
 
 
 def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
@@ -324,8 +346,8 @@ def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
     return runs
 
 
-def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_topic):
-    job = click_topic
+def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_job):
+    job = click_job(1)  # no broker is lost here: RF 1 (3 replica processes, not 9)
     stream = ClickStream(users=40, seed=11)
     produce(e2e_cluster, job["topic"], stream.take(2500) + MALFORMED)
     first = run_job(e2e_cluster, spark, job)
@@ -376,13 +398,13 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert sorted(os.listdir(Path(job["parquet_dir"]) / "sessions")) == ["run=1", "run=2", "run=3"]
 
 
-def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_topic):
+def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_job):
     """The results partition's leader is SIGKILLed (its OS process) just before the run's transaction:
     the run completes, or a rerun does, and the totals equal plain Python's, no double count, no loss."""
     from actors.worker_process import actor_pid
     from protocol.names import RAY_NAMESPACE, broker_name
 
-    job = click_topic
+    job = click_job(3)  # RF 3: the broker kill leaves every input partition readable
     stream = ClickStream(users=30, seed=5)
     produce(e2e_cluster, job["topic"], stream.take(2000))
     clickstream.ensure_results_topic(e2e_admin, job["results_topic"])

@@ -11,6 +11,7 @@ import shutil
 import struct
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -52,6 +53,17 @@ def chromium(url: str, out_png, dom: bool = False) -> str:
     return shot.stdout
 
 
+def render_all(pages: dict[str, str], shots) -> dict[str, str]:
+    """``chromium(url, shots/<name>.png, dom=True)`` for every page at once (one browser process each: a run
+    mostly waits, ~2 s for ~0.5 s of CPU); ``{name: DOM}``, every run checked as ``chromium`` checks it."""
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(len(pages)) as pool:
+        futs = {k: pool.submit(chromium, url, shots / f"{k}.png", True) for k, url in pages.items()}
+        doms = {k: f.result() for k, f in futs.items()}
+    print(f"{len(pages)} pages rendered in {time.monotonic() - t0:.2f}s")
+    return doms
+
+
 def cells(html: str) -> list[list[str]]:
     """The table rows of a page as lists of cell texts (tags stripped)."""
     rows = []
@@ -87,8 +99,21 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
     c.commit({TopicPartition(name, 0): 12})
     c.close()
 
+    # every page rendered (and screenshotted) before the forms below change anything, in parallel
+    doms = render_all(
+        {
+            "brokers": f"{console}/console/brokers",
+            "topics": f"{console}/console/topics",
+            "topic": f"{console}/console/topics/{name}",
+            "messages": f"{console}/console/topics/{name}/messages?partition=0&offset=15&limit=3&format=json",
+            "groups": f"{console}/console/groups",
+            "group": f"{console}/console/groups/{group}",
+        },
+        shots,
+    )
+
     # brokers: every broker of the cluster, alive, the active controller marked
-    html = chromium(f"{console}/console/brokers", shots / "brokers.png", dom=True)
+    html = doms["brokers"]
     md = e2e_admin.describe_cluster()
     rows = [r for r in cells(html) if r and r[0].isdigit()]
     assert sorted(int(r[0]) for r in rows) == sorted(b["id"] for b in md["brokers"])
@@ -96,7 +121,7 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
     assert all(r[1] == "alive" for r in rows)
 
     # topics: ours listed, internal ones only on request
-    html = chromium(f"{console}/console/topics", shots / "topics.png", dom=True)
+    html = doms["topics"]
     listed = [r[0] for r in cells(html)]
     assert name in listed and not any(t.startswith("__") for t in listed)
     assert any(
@@ -105,7 +130,7 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
     )
 
     # one topic: partitions with leader/ISR/HW/size, configs with their source
-    html = chromium(f"{console}/console/topics/{name}", shots / "topic.png", dom=True)
+    html = doms["topic"]
     parts = {int(r[0]): r for r in cells(html) if len(r) == 11}
     ends = e2e_admin.list_offsets({TopicPartition(name, q): "latest" for q in (0, 1)})
     assert (
@@ -122,11 +147,7 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
     assert configs["segment.bytes"][1] == "DEFAULT_CONFIG"
 
     # the message browser: json pretty-printed, headers, hex for binary, a page from an offset
-    html = chromium(
-        f"{console}/console/topics/{name}/messages?partition=0&offset=15&limit=3&format=json",
-        shots / "messages.png",
-        dom=True,
-    )
+    html = doms["messages"]
     rows = cells(html)
     assert [int(r[0]) for r in rows] == [15, 16, 17]
     assert rows[0][2] == "k15" and json.loads(rows[0][3]) == {"n": 15} and rows[0][4] == "src: console"
@@ -138,9 +159,9 @@ def test_console_pages_forms_and_figures(console, e2e_cluster, e2e_admin, tmp_pa
     assert [int(r[0]) for r in newest] == [18, 19]
 
     # groups: the group, its committed offset and lag; a reset previewed changes nothing, applied it does
-    html = chromium(f"{console}/console/groups", shots / "groups.png", dom=True)
+    html = doms["groups"]
     assert [r for r in cells(html) if r[0] == group]
-    html = chromium(f"{console}/console/groups/{group}", shots / "group.png", dom=True)
+    html = doms["group"]
     (lag,) = [r for r in cells(html) if len(r) == 6 and r[0] == name]
     assert lag[1:5] == ["0", "12", "20", "8"]
     noshift = requests.post(  # partition 1 has no committed offset: Kafka's tool refuses to shift it too

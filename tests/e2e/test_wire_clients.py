@@ -22,11 +22,19 @@ PARTITIONS = 3
 
 @pytest.fixture
 def topic(e2e_admin):
+    """A replicated topic (RF 3, min.insync.replicas 2) for the clients' acks=all produce."""
     admin = e2e_admin
     name = "wire-" + uuid.uuid4().hex[:6]
     admin.create_topic(name, PARTITIONS, 3, {"min.insync.replicas": "2"})
     yield name
     admin.delete_topics([name])
+
+
+@pytest.fixture
+def plain_topic(e2e_topic):
+    """The same partitions without replicas (RF 1: 3 replica processes, not 9), where replication is not
+    what the test is about (kcat's metadata and consume, bad frames, acks=0)."""
+    return e2e_topic(PARTITIONS, 1)
 
 
 def records(tag: str) -> list[tuple[bytes, bytes]]:
@@ -117,7 +125,8 @@ def test_confluent_idempotent_produce_and_consume_by_assignment(bootstrap, topic
     check(got, sent)
 
 
-def test_kcat_metadata_and_consume(bootstrap, topic):
+def test_kcat_metadata_and_consume(bootstrap, plain_topic):
+    topic = plain_topic
     kcat = shutil.which("kcat")
     assert kcat, "kcat is not installed (.ci/run installs the Debian package)"
     from kafka import KafkaProducer
@@ -157,10 +166,11 @@ def _recv(sock, cls):
     return codec.decode_response(buf, cls)[1]
 
 
-def test_bad_input_closes_one_connection_and_the_broker_goes_on(e2e_cluster, bootstrap, topic):
+def test_bad_input_closes_one_connection_and_the_broker_goes_on(e2e_cluster, bootstrap, plain_topic):
     """Raw sockets at a real broker: an oversize size prefix, an unknown API key, a truncated body and
     garbage each close their own connection; an open healthy connection and the broker process carry on,
     acks=0 produce gets no answer, and OffsetForLeaderEpoch v2 answers the leader epoch's end offset."""
+    topic = plain_topic
     import ray
     from kafka import KafkaProducer
     from kio.schema.api_versions.v3 import ApiVersionsRequest, ApiVersionsResponse
