@@ -28,3 +28,8 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
         else:
             topic[k] = v
     return replica, topic
+
+
+# The broker's warm pool of unbound replica actors (actors/replica_pool.py): how many it keeps started.
+WARM_POOL_SIZE = "replica.warm.pool.size"
+WARM_POOL_DEFAULTS = {WARM_POOL_SIZE: 3}
