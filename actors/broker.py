@@ -231,6 +231,8 @@ class BrokerActor:
             except RayActorError as e:  # a warm actor killed before we took it: the next one
                 log.warning("broker %s: binding %s-%s to a replica actor failed: %s", self.broker_id, topic, p, e)
                 continue
+            finally:
+                self.pool.bound()
             if res.get("error_code"):
                 ray.kill(h, no_restart=True)
                 raise KafkaStorageError(res.get("error_message") or f"binding replica {topic}-{p} failed")

@@ -32,4 +32,4 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
 
 # The broker's warm pool of unbound replica actors (actors/replica_pool.py): how many it keeps started.
 WARM_POOL_SIZE = "replica.warm.pool.size"
-WARM_POOL_DEFAULTS = {WARM_POOL_SIZE: 3}
+WARM_POOL_DEFAULTS = {WARM_POOL_SIZE: 6}

@@ -11,8 +11,8 @@ takes one and ``bind``s it (actors/replica.py), else starts one cold as before.
   fate-share with it like its bound replicas. They are unnamed (a name cannot be given to a process
   later): the broker is the authority for which actor is which replica (``BrokerActor.replica_handle``).
 - Refill: in the background, one actor at a time (Ray starts ~2 workers at a time anyway), and only once
-  no replica was taken for ``REFILL_QUIET_S``: a burst of creates (one LeaderAndIsr of a new topic) is
-  never slowed by its own refill. ``take`` hands out the oldest actor, ready or still starting (a
+  every taken actor's bind answered and none was taken for ``REFILL_QUIET_S``: a burst of creates (one
+  LeaderAndIsr of a new topic, cold starts included) is never slowed by its own refill. ``take`` hands out the oldest actor, ready or still starting (a
   starting one is nearer to ready than a new one).
 - Deaths: each warm actor has a pending ``supervise()`` call; when its process dies (SIGKILL, OOM) the
   call raises, the actor leaves the pool and the refill replaces it. A warm actor's death is harmless: it
@@ -49,6 +49,7 @@ class ReplicaPool:
         self._polls: dict[int, asyncio.Task] = {}
         self._refill: asyncio.Task | None = None
         self._last_take = 0.0
+        self.binding = 0  # actors taken whose bind has not answered yet (cold ones may still be starting)
         self._closed = False
         self.stats = {"taken": 0, "cold": 0, "started": 0, "died": 0}
 
@@ -63,8 +64,10 @@ class ReplicaPool:
         ).remote()
 
     def take(self):
-        """An unbound actor to bind: the oldest warm one, else a cold one. Schedules the refill."""
+        """An unbound actor to bind: the oldest warm one, else a cold one. The caller calls ``bound()`` once
+        its bind answered (the refill waits for that: it must not compete with cold starts)."""
         self._last_take = time.monotonic()
+        self.binding += 1
         if self._warm:
             h = self._warm.pop(0)
             self._forget(h)
@@ -72,8 +75,13 @@ class ReplicaPool:
         else:
             h = self.new_actor()
             self.stats["cold"] += 1
-        self.fill()
         return h
+
+    def bound(self) -> None:
+        """A taken actor's bind answered (or failed)."""
+        self.binding -= 1
+        self._last_take = time.monotonic()
+        self.fill()
 
     def _forget(self, h) -> None:
         self._pids.pop(id(h), None)
@@ -90,8 +98,8 @@ class ReplicaPool:
     async def _fill(self) -> None:
         while not self._closed and not self.b.stopping and len(self._warm) < self.size:
             quiet = REFILL_QUIET_S - (time.monotonic() - self._last_take)
-            if quiet > 0:
-                await asyncio.sleep(quiet)
+            if quiet > 0 or self.binding:
+                await asyncio.sleep(max(quiet, 0.05))
                 continue
             h = self.new_actor()
             self.stats["started"] += 1
