@@ -52,6 +52,8 @@ DOCS = {
     "default.replication.factor": "The replication factor of auto-created topics.",
     "replica.warm.pool.size": "Replica actor processes a broker keeps started and unbound, so creating a "
     "partition replica does not wait for a new process (rafka).",
+    "replica.warm.pool.min.idle.cpus": "Idle CPUs the broker's node must have for a warm replica actor to be "
+    "started; 0: start regardless of load (rafka).",
 }
 
 

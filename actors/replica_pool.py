@@ -14,6 +14,10 @@ takes one and ``bind``s it (actors/replica.py), else starts one cold as before.
   every taken actor's bind answered and none was taken for ``REFILL_QUIET_S``: a burst of creates (one
   LeaderAndIsr of a new topic, cold starts included) is never slowed by its own refill. ``take`` hands out the oldest actor, ready or still starting (a
   starting one is nearer to ready than a new one).
+- Spare CPU only: before each start the node's idle CPU is measured over ``IDLE_SAMPLE_S`` (``/proc/stat``;
+  the pool's actors run on the broker's node); below ``replica.warm.pool.min.idle.cpus`` (0.5) the start
+  waits. The pool is an optimization: it must not slow the work under way (a loaded node keeps creating
+  replicas cold, as without a pool), and a busy machine's tests do not pay for pools they never use.
 - Deaths: each warm actor has a pending ``supervise()`` call; when its process dies (SIGKILL, OOM) the
   call raises, the actor leaves the pool and the refill replaces it. A warm actor's death is harmless: it
   held no partition.
@@ -26,17 +30,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .replica_config import WARM_POOL_DEFAULTS, WARM_POOL_SIZE
+from .replica_config import WARM_POOL_DEFAULTS, WARM_POOL_MIN_IDLE_CPUS, WARM_POOL_SIZE
 
 log = logging.getLogger("rafka.broker")
 
 REFILL_QUIET_S = 0.5  # no take for this long before the pool refills
+IDLE_SAMPLE_S = 0.5  # the window over which the node's idle CPU is measured before each start
+
+
+def cpu_times() -> tuple[float, float] | None:
+    """(idle + iowait, total) jiffies of this node (``/proc/stat``), or None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+async def idle_cpus(window_s: float = IDLE_SAMPLE_S) -> float | None:
+    """Idle CPUs of this node over the next ``window_s`` (e.g. 1.4 of 2), or None when unknown."""
+    a = cpu_times()
+    await asyncio.sleep(window_s)
+    b = cpu_times()
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1)
 
 
 class ReplicaPool:
@@ -44,6 +70,7 @@ class ReplicaPool:
         self.b = broker
         self.cls = actor_cls
         self.size = max(0, int(broker.config.get(WARM_POOL_SIZE, WARM_POOL_DEFAULTS[WARM_POOL_SIZE])))
+        self.min_idle = float(broker.config.get(WARM_POOL_MIN_IDLE_CPUS, WARM_POOL_DEFAULTS[WARM_POOL_MIN_IDLE_CPUS]))
         self._warm: list = []  # unbound actors, oldest first
         self._pids: dict[int, int] = {}  # id(handle) -> pid once its ping answered
         self._polls: dict[int, asyncio.Task] = {}
@@ -51,7 +78,7 @@ class ReplicaPool:
         self._last_take = 0.0
         self.binding = 0  # actors taken whose bind has not answered yet (cold ones may still be starting)
         self._closed = False
-        self.stats = {"taken": 0, "cold": 0, "started": 0, "died": 0}
+        self.stats = {"taken": 0, "cold": 0, "started": 0, "died": 0, "deferred": 0}
 
     # ---- actors ---------------------------------------------------------------------------------------
     def new_actor(self):
@@ -101,6 +128,13 @@ class ReplicaPool:
             if quiet > 0 or self.binding:
                 await asyncio.sleep(max(quiet, 0.05))
                 continue
+            if self.min_idle > 0:
+                idle = await idle_cpus()
+                if idle is not None and idle < self.min_idle:
+                    self.stats["deferred"] += 1  # the node is busy: the pool waits for spare CPU
+                    continue
+                if self._closed or self.b.stopping or self.binding:
+                    continue
             h = self.new_actor()
             self.stats["started"] += 1
             self._warm.append(h)

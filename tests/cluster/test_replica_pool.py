@@ -25,7 +25,13 @@ POOL = 2
 def pool_cluster(ray_cluster, tmp_path_factory):
     name = "wp" + uuid.uuid4().hex[:10]
     with clusters(name, str(tmp_path_factory.mktemp("pool"))) as start:
-        yield start(config={"replica.warm.pool.size": POOL, "replica.lag.time.max.ms": 30000})
+        # min.idle.cpus 0: the pools fill even on a busy machine (by default they wait for spare CPU)
+        config = {
+            "replica.warm.pool.size": POOL,
+            "replica.warm.pool.min.idle.cpus": 0,
+            "replica.lag.time.max.ms": 30000,
+        }
+        yield start(config=config)
 
 
 def pools(ch) -> dict[int, dict]:
