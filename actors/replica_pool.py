@@ -12,12 +12,13 @@ takes one and ``bind``s it (actors/replica.py), else starts one cold as before.
   later): the broker is the authority for which actor is which replica (``BrokerActor.replica_handle``).
 - Refill: in the background, one actor at a time (Ray starts ~2 workers at a time anyway), and only once
   every taken actor's bind answered and none was taken for ``REFILL_QUIET_S``: a burst of creates (one
-  LeaderAndIsr of a new topic, cold starts included) is never slowed by its own refill. ``take`` hands out the oldest actor, ready or still starting (a
-  starting one is nearer to ready than a new one).
+  LeaderAndIsr of a new topic, cold starts included) is never slowed by its own refill. ``take`` hands
+  out the oldest actor, ready or still starting (a starting one is nearer to ready than a new one).
 - Spare CPU only: before each start the node's idle CPU is measured over ``IDLE_SAMPLE_S`` (``/proc/stat``;
-  the pool's actors run on the broker's node); below ``replica.warm.pool.min.idle.cpus`` (0.5) the start
-  waits. The pool is an optimization: it must not slow the work under way (a loaded node keeps creating
-  replicas cold, as without a pool), and a busy machine's tests do not pay for pools they never use.
+  the pool's actors run on the broker's node); below ``replica.warm.pool.min.idle.cpus`` (1.0: a start
+  keeps a core busy ~0.5 s, so it waits for a whole idle core) the start waits. The pool is an
+  optimization: it must not slow the work under way (a loaded node keeps creating replicas cold, as
+  without a pool), and a busy machine's tests do not pay for pools they never use.
 - Deaths: each warm actor has a pending ``supervise()`` call; when its process dies (SIGKILL, OOM) the
   call raises, the actor leaves the pool and the refill replaces it. A warm actor's death is harmless: it
   held no partition.
