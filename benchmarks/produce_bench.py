@@ -181,8 +181,11 @@ def memory_of(handles) -> dict:
 class _LeaderDirectory:
     """``BrokerActor.replica_handle`` of broker 0 in a DirectSetup (no brokers there)."""
 
-    def __init__(self, handles: dict):
-        self.handles = handles
+    def __init__(self):
+        self.handles: dict = {}
+
+    def add(self, topic: str, partition: int, handle) -> None:
+        self.handles[(topic, partition)] = handle
 
     def replica_handle(self, topic: str, partition: int):
         return self.handles.get((topic, partition))
@@ -193,6 +196,7 @@ class DirectSetup:
 
     def __init__(self, cluster: str, root: str):
         self.cluster, self.root, self.actors = cluster, root, []
+        self.directory = None
 
     def start(self, num_brokers: int) -> None:
         self.num_brokers = num_brokers
@@ -223,11 +227,14 @@ class DirectSetup:
             [handles[0].become_leader.remote(state)] + [handles[b].become_follower.remote(state) for b in replicas[1:]]
         )
         # replicas are found through the broker that hosts them (protocol/replica_lookup.py): a stand-in
-        # answers the followers' lookup of the leader (broker 0)
-        directory = _LeaderDirectory.options(
-            name=broker_name(self.cluster, 0), namespace=RAY_NAMESPACE, num_cpus=0
-        ).remote({(name, 0): handles[0]})
-        self.actors += list(handles.values()) + [directory]
+        # answers the followers' lookups of the leader (broker 0)
+        if self.directory is None:
+            self.directory = _LeaderDirectory.options(
+                name=broker_name(self.cluster, 0), namespace=RAY_NAMESPACE, num_cpus=0
+            ).remote()
+            self.actors.append(self.directory)
+        ray.get(self.directory.add.remote(name, 0, handles[0]))
+        self.actors += list(handles.values())
         return handles[0], list(handles.values())
 
     def stop(self) -> None:
