@@ -400,10 +400,17 @@ class BrokerActor:
     def replica_handles(self) -> dict:
         return dict(self.replicas)
 
-    def replica_handle(self, topic: str, partition: int):
+    async def replica_handle(self, topic: str, partition: int):
         """The actor of this broker's replica of ``topic``-``partition``, or None: replicas are unnamed, the
-        broker that hosts one is the authority for its handle (``protocol/replica_lookup.py``)."""
-        return self.replicas.get((topic, int(partition)))
+        broker that hosts one is the authority for its handle (``protocol/replica_lookup.py``). While a
+        LeaderAndIsr of the partition is under way (its replica being bound), the answer waits for it: a
+        replica the controller already assigned here is found as soon as it exists, as a name was."""
+        key = (topic, int(partition))
+        lock = self._locks.get(key)
+        if key not in self.replicas and lock is not None and lock.locked():
+            async with lock:
+                pass
+        return self.replicas.get(key)
 
     def replica_pool(self) -> dict:
         """The warm pool's figures (actors/replica_pool.py ``describe``)."""
