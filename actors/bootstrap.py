@@ -25,7 +25,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from protocol.errors import CoordinatorNotAvailableError, raise_for_code
 from protocol.kv import GcsKV
-from protocol.names import RAY_NAMESPACE, broker_name, controller_name, replica_name
+from protocol.names import RAY_NAMESPACE, broker_name, controller_name
+from protocol.replica_lookup import replica_handle
 
 from .broker import RemoteBroker
 from .metrics_exporter import start_exporter, stop_exporter
@@ -99,10 +100,12 @@ class ServerHandle:
         s = self.describe(topic)["partitions"][partition]
         if s["leader"] < 0:
             return None
-        return ray.get_actor(replica_name(self.cluster, topic, partition, s["leader"]), namespace=RAY_NAMESPACE)
+        return replica_handle(self.cluster, topic, partition, s["leader"])
 
     def replica(self, topic: str, partition: int, broker_id: int):
-        return ray.get_actor(replica_name(self.cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE)
+        """Broker ``broker_id``'s replica actor of the partition (protocol/replica_lookup.py); ValueError if
+        it hosts none."""
+        return replica_handle(self.cluster, topic, partition, broker_id)
 
     def find_coordinator(self, group_id: str, timeout_s: float = 30.0) -> dict:
         """FindCoordinator through any live broker, retried while the group's offsets partition has no

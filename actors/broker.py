@@ -18,6 +18,12 @@ is hard-pinned to its creator's node, so its metadata log sits on that node's di
 broker and controller together (with soft pinning Ray placed it on another node under load, where its
 loss was only noticed by GCS's ~30 s node timeout).
 
+Replica actors are unnamed: the broker starts ``replica.warm.pool.size`` of them ahead of need, unbound
+(actors/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool is empty),
+and refills the pool in the background. It is the authority for which actor is which replica:
+``replica_handle(topic, partition)`` (protocol/replica_lookup.py is the one lookup). A replica locks its
+partition directory at bind, so two live replicas of one partition on one broker cannot both open it.
+
 Replica supervision (actors/replica_supervisor.py). Every replica actor is watched: a dead one (process
 killed) or a frozen one (silent for ``broker.session.timeout.ms``) is reported to the controller, which
 moves leadership and the ISR away at once, and is recreated from its log directory as a follower that
@@ -50,7 +56,6 @@ import shutil
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from protocol.control_messages import (
     LeaderAndIsrPartitionState,
@@ -61,12 +66,12 @@ from protocol.control_messages import (
 from protocol.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
+    KafkaStorageError,
     StaleControllerEpochError,
     UnknownServerError,
     error_response,
 )
 from protocol.kv import GcsKV, read_cluster
-from protocol.names import RAY_NAMESPACE, replica_name
 from storage.partition_metadata import prepare_partition_dir
 
 from . import auto_topic_creation as atc
@@ -77,6 +82,7 @@ from . import server_log
 from .controller_link import ControllerLink, ControllerUnavailable
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
+from .replica_pool import ReplicaPool
 from .replica_supervisor import ReplicaSupervisor
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
@@ -102,6 +108,7 @@ class BrokerActor:
         self.dir_lock = LogDirLock(self.dir)
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
+        self.pool = ReplicaPool(self, _REPLICA_CLS)
         self.controller_epoch = -1
         self.broker_epoch = -1
         self.replicas: dict[tuple[str, int], object] = {}
@@ -131,6 +138,7 @@ class BrokerActor:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
+        self.pool.fill()  # warm replica actors, in the background (actors/replica_pool.py)
         self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
         log.info(
             "started (broker epoch %d, controller epoch %s, log dir %s, pid %d)",
@@ -210,31 +218,26 @@ class BrokerActor:
         return d
 
     async def _create_replica(self, s: LeaderAndIsrPartitionState):
+        """A replica actor for ``s``: a warm pool actor (else a cold one) bound to the partition's directory.
+        A warm actor that died meanwhile is replaced by the next; a bind refused (the directory's lock is
+        held: another live replica of this partition on this broker) raises its Kafka error."""
         topic, p = s.topic, s.partition
         d = await asyncio.to_thread(self._prepare_dir, topic, p, s.topic_id)
-        cls = _REPLICA_CLS
-        name = replica_name(self.cluster, topic, p, self.broker_id)
-        for _attempt in range(100):
+        props = lai.replica_props(self.config, s.configs)
+        for _attempt in range(3):
+            h = self.pool.take()
             try:
-                h = cls.options(
-                    name=name,
-                    namespace=RAY_NAMESPACE,
-                    num_cpus=0,
-                    max_concurrency=1000,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
-                ).remote(
-                    self.cluster,
-                    topic,
-                    p,
-                    s.topic_id,
-                    self.broker_id,
-                    d,
-                    lai.replica_props(self.config, s.configs),
-                )
-                return h
-            except ValueError:  # the previous incarnation's replica still holds the name for a moment
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"replica name {name} stayed taken")
+                res = await h.bind.remote(self.cluster, topic, p, s.topic_id, self.broker_id, d, props)
+            except RayActorError as e:  # a warm actor killed before we took it: the next one
+                log.warning("broker %s: binding %s-%s to a replica actor failed: %s", self.broker_id, topic, p, e)
+                continue
+            finally:
+                self.pool.bound()
+            if res.get("error_code"):
+                ray.kill(h, no_restart=True)
+                raise KafkaStorageError(res.get("error_message") or f"binding replica {topic}-{p} failed")
+            return h
+        raise RuntimeError(f"no replica actor for {topic}-{p} could be started")
 
     async def _apply(self, s: LeaderAndIsrPartitionState):
         """One partition state of a LeaderAndIsr -> its ``LeaderAndIsrPartitionError``."""
@@ -397,6 +400,22 @@ class BrokerActor:
     def replica_handles(self) -> dict:
         return dict(self.replicas)
 
+    async def replica_handle(self, topic: str, partition: int):
+        """The actor of this broker's replica of ``topic``-``partition``, or None: replicas are unnamed, the
+        broker that hosts one is the authority for its handle (``protocol/replica_lookup.py``). While a
+        LeaderAndIsr of the partition is under way (its replica being bound), the answer waits for it: a
+        replica the controller already assigned here is found as soon as it exists, as a name was."""
+        key = (topic, int(partition))
+        lock = self._locks.get(key)
+        if key not in self.replicas and lock is not None and lock.locked():
+            async with lock:
+                pass
+        return self.replicas.get(key)
+
+    def replica_pool(self) -> dict:
+        """The warm pool's figures (actors/replica_pool.py ``describe``)."""
+        return self.pool.describe()
+
     def describe_configs(self) -> list[dict]:
         """This broker's configs with Kafka's sources (actors/config_sources.py): DescribeConfigs of a broker
         resource, ``rafka cluster configs``."""
@@ -411,6 +430,7 @@ class BrokerActor:
     def prepare_shutdown(self) -> dict:
         """Stop heartbeating and watching the controller (a cluster shutdown is under way)."""
         self.stopping = True
+        self.pool.shutdown()
         wire.stop(self.wire)
         for t in self._tasks:
             t.cancel()
@@ -425,6 +445,7 @@ class BrokerActor:
         self.prepare_shutdown()
         keys = list(self.replicas)
         res = await asyncio.gather(*(self._stop_one(k, delete=False) for k in keys))
+        self.pool.shutdown()
         self.dir_lock.release()
         return {"error_code": 0, "partitions": list(res)}
 

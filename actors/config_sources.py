@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from actors.controller_config import ControllerConfig
 from actors.leader_and_isr import BROKER_TOPIC_DEFAULTS
-from actors.replica_config import REPLICA_DEFAULTS
+from actors.replica_config import REPLICA_DEFAULTS, WARM_POOL_DEFAULTS
 from storage.log import LogConfig
 from storage.log_config import config_kinds
 
@@ -50,6 +50,10 @@ DOCS = {
     "auto.create.topics.enable": "Create an unknown topic when a client asks for it in a Metadata request.",
     "num.partitions": "The partition count of auto-created topics.",
     "default.replication.factor": "The replication factor of auto-created topics.",
+    "replica.warm.pool.size": "Replica actor processes a broker keeps started and unbound, so creating a "
+    "partition replica does not wait for a new process (rafka).",
+    "replica.warm.pool.min.idle.cpus": "Idle CPUs the broker's node must have for a warm replica actor to be "
+    "started; 0: start regardless of load (rafka).",
 }
 
 
@@ -70,6 +74,7 @@ def broker_defaults() -> dict[str, str]:
         "connections.max.idle.ms": "600000",
     }
     out |= {k: str(v) for k, v in REPLICA_DEFAULTS.items()}
+    out |= {k: str(v) for k, v in WARM_POOL_DEFAULTS.items()}
     topic_defaults = LogConfig().to_props()
     out |= {b: topic_defaults[t] for b, t in BROKER_TOPIC_DEFAULTS.items()}
     return out

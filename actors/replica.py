@@ -7,10 +7,13 @@ the follower loop is the ReplicaFetcher's (``actors/replica_fetcher.py``, Kafka'
 AlterPartition calls are the AlterPartitionManager's (``actors/alter_partition.py``). This actor keeps
 the RPCs, the timers and the Log's lifecycle, and wires the returned changes to the purgatories.
 
-Created by the broker (a fate-sharing child) as
-``ReplicaActor.options(name=replica_name(cluster, topic, partition, broker_id), namespace=RAY_NAMESPACE,
-num_cpus=0, max_concurrency=1000).remote(cluster, topic, partition, topic_id, broker_id, log_dir,
-config_props)``, then driven by ``become_leader(state)`` / ``become_follower(state)`` (LeaderAndIsr).
+Created by the broker (a fate-sharing child, unnamed, pinned to its node) ahead of need as a warm pool
+actor, ``ReplicaActor.options(num_cpus=0, max_concurrency=1000).remote()`` (actors/replica_pool.py), and
+bound to a partition when a LeaderAndIsr makes the broker a replica of it: ``bind(cluster, topic,
+partition, topic_id, broker_id, log_dir, config_props)`` (what ``__init__(*same arguments)`` does for a
+cold one: lock the partition directory, open the log); then driven by ``become_leader(state)`` /
+``become_follower(state)`` (LeaderAndIsr). Replicas have no Ray names: the broker that hosts one is the
+authority for its handle (``BrokerActor.replica_handle``; ``protocol/replica_lookup.py``).
 
 Leader: ``produce`` appends through the Log (validation, idempotent dedup, offsets), acks=all waits in a
 DelayedProduce until the high watermark passes the batch; followers fetch with ``replica_id`` and their
@@ -47,6 +50,7 @@ import ray
 from actors import server_log
 from actors.alter_partition import AlterPartitionManager
 from actors.group_service import OFFSETS_TOPIC
+from actors.log_dir_lock import LogDirLock
 from actors.metrics import ReplicaStats
 from actors.partition import Partition
 from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
@@ -86,13 +90,25 @@ from storage.log import Log, LogConfig
 log = logging.getLogger(__name__)
 
 
+BIND_LOCK_TIMEOUT_S = 10.0  # a killed predecessor's process releases the partition directory's lock on exit
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 @ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
 class ReplicaActor:
-    def __init__(
+    def __init__(self, *binding):
+        """Unbound (a warm pool actor, actors/replica_pool.py) when called without arguments; else as
+        ``bind(*binding)`` at once."""
+        self.bound = False
+        self.dir_lock: LogDirLock | None = None
+        self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
+        if binding:
+            self._bind(*binding)
+
+    async def bind(
         self,
         cluster: str,
         topic: str,
@@ -101,7 +117,45 @@ class ReplicaActor:
         broker_id: int,
         log_dir: str,
         config_props: dict | None = None,
-    ):
+    ) -> dict:
+        """Make this (warm, unbound) actor the replica of ``topic``-``partition`` on ``broker_id``: what the
+        constructor does for a cold one. Locks ``log_dir/.lock`` first (actors/log_dir_lock.py): a second
+        live replica of one partition on one broker fails here with KAFKA_STORAGE_ERROR (the guard the
+        per-partition actor names gave). Binds once: a bound actor answers INVALID_REQUEST."""
+        if self.bound:
+            return {"error_code": E.InvalidRequestError.code, "error_message": f"already bound to {self.tp}"}
+        lock = LogDirLock(log_dir)
+        deadline = time.monotonic() + BIND_LOCK_TIMEOUT_S
+        try:
+            while not lock.try_acquire():  # a predecessor's process may still be exiting
+                if time.monotonic() >= deadline:
+                    lock.acquire(0)  # raises KafkaStorageError naming the holder's pid
+                await asyncio.sleep(0.05)
+            self._bind(cluster, topic, partition, topic_id, broker_id, log_dir, config_props, lock)
+        except Exception as exc:  # noqa: BLE001 - answered, the broker kills this actor
+            lock.release()
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, "pid": os.getpid()}
+
+    def _bind(
+        self,
+        cluster: str,
+        topic: str,
+        partition: int,
+        topic_id,
+        broker_id: int,
+        log_dir: str,
+        config_props: dict | None = None,
+        lock: LogDirLock | None = None,
+    ) -> None:
+        if lock is None:
+            lock = LogDirLock(log_dir)
+            try:
+                lock.acquire(BIND_LOCK_TIMEOUT_S)
+            except BaseException:
+                lock.release()
+                raise
+        self.dir_lock = lock
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
         server_log.configure(
@@ -122,7 +176,7 @@ class ReplicaActor:
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
-        self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
+        self.bound = True
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
     def _ignored(self, stale: str) -> dict:
@@ -179,7 +233,10 @@ class ReplicaActor:
         return {"error_code": 0, "error_message": None}
 
     async def stop(self, delete: bool = False) -> dict:
-        """StopReplica: answer parked requests, stop the loops, close (and with ``delete`` remove) the log."""
+        """StopReplica: answer parked requests, stop the loops, close (and with ``delete`` remove) the log,
+        release the partition directory's lock. An unbound (pool) actor has nothing to stop."""
+        if not self.bound:
+            return {"error_code": 0, "error_message": None}
         if not self.partition.stop():
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
@@ -196,6 +253,9 @@ class ReplicaActor:
                 self.log.close()
         except Exception as exc:
             return _err(exc)
+        finally:
+            if self.dir_lock is not None:
+                self.dir_lock.release()
         return {"error_code": 0, "error_message": None}
 
     async def update_config(self, config_props: dict) -> dict:
@@ -451,7 +511,7 @@ class ReplicaActor:
     async def supervise(self) -> dict:
         """The broker's long-poll: pending while the replica runs (raises at the caller when the process
         dies), answered when it is stopped on purpose."""
-        if self.partition.role == STOPPED:
+        if self.bound and self.partition.role == STOPPED:
             return {"reason": "stopped"}
         if self._stopped is None:
             self._stopped = asyncio.get_running_loop().create_future()

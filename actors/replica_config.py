@@ -28,3 +28,9 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
         else:
             topic[k] = v
     return replica, topic
+
+
+# The broker's warm pool of unbound replica actors (actors/replica_pool.py): how many it keeps started.
+WARM_POOL_SIZE = "replica.warm.pool.size"
+WARM_POOL_MIN_IDLE_CPUS = "replica.warm.pool.min.idle.cpus"  # a pool actor starts only with this much idle CPU
+WARM_POOL_DEFAULTS: dict[str, float] = {WARM_POOL_SIZE: 6, WARM_POOL_MIN_IDLE_CPUS: 1.0}

@@ -1,7 +1,7 @@
 """The follower's fetch loop for one partition (Kafka's ReplicaFetcherThread, one partition per loop).
 
 Run by the replica actor as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks
-the leader's replica actor up, truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the
+the leader's replica actor up (through the leader's broker: protocol/replica_lookup.py), truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the
 log is a prefix of the leader's, then long-polls the leader's ``fetch`` with its LEO and applies each
 answer through the :class:`~actors.partition.Partition` (append, HW, log start). Retriable trouble
 backs off (``replica.fetch.backoff.ms`` doubling to 1 s); a dead or missing leader is probed until the
@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import ray
 from ray.exceptions import RayActorError
 
 from actors.partition import Partition
 from protocol import errors as E
 from protocol.messages import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
-from protocol.names import RAY_NAMESPACE, replica_name
+from protocol.replica_lookup import replica_handle_async
 
 log = logging.getLogger("actors.replica")
 
@@ -44,9 +43,10 @@ class ReplicaFetcher:
         p = self.partition
         return f"{p.topic}-{p.partition} b{p.broker_id}"
 
-    async def _lookup(self, name: str):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: ray.get_actor(name, namespace=RAY_NAMESPACE))
+    async def _lookup(self, leader_id: int):
+        """The leader's replica actor, through the broker that hosts it (protocol/replica_lookup.py)."""
+        p = self.partition
+        return await replica_handle_async(self.cluster, p.topic, p.partition, leader_id)
 
     def _truncate(self, offset: int, why: str) -> None:
         leo = self.partition.log.log_end_offset
@@ -79,7 +79,6 @@ class ReplicaFetcher:
 
     async def run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict) -> None:
         p = self.partition
-        name = replica_name(self.cluster, p.topic, p.partition, leader_id)
         leader = None
         truncated = False
         backoff = conf["replica.fetch.backoff.ms"] / 1000.0
@@ -87,7 +86,7 @@ class ReplicaFetcher:
         while p.generation == gen:
             try:
                 if leader is None:
-                    leader = await self._lookup(name)
+                    leader = await self._lookup(leader_id)
                 if not truncated:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True

@@ -5,7 +5,7 @@ A partition's leader comes from the cluster metadata in GCS KV, read once and ca
 cache): it is re-read only when a round left a partition unmarked (a leader moved, died or is unknown), and
 the replica actor handles are cached per (partition, leader) likewise, so a transaction's markers cost one
 call per partition, all in parallel, and no GCS round trips. The call goes to the leader's replica actor
-(``replica_name``), which appends the COMMIT/ABORT control batch with acks=all. A deleted
+(looked up through the leader's broker: protocol/replica_lookup.py), which appends the COMMIT/ABORT control batch with acks=all. A deleted
 partition (UNKNOWN_TOPIC_OR_PARTITION, or gone from the metadata) needs no marker. A marker the partition
 refuses because a newer coordinator epoch or producer epoch already wrote there
 (TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH) means this coordinator is stale for the
@@ -25,7 +25,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from actors.txn_state import MarkerJob
 from protocol import errors as E
 from protocol.kv import GcsKV, read_cluster
-from protocol.names import RAY_NAMESPACE, replica_name
+from protocol.replica_lookup import replica_handle_async
 from protocol.txn_messages import WriteTxnMarkersRequest
 
 log = logging.getLogger("rafka.txn_coordinator")
@@ -56,11 +56,11 @@ class TxnMarkerChannel:
             self._md = await asyncio.to_thread(read_cluster, self.kv)
         return self._md
 
-    def _handle(self, topic: str, p: int, leader: int):
+    async def _handle(self, topic: str, p: int, leader: int):
         key = (topic, p, leader)
         h = self._handles.get(key)
         if h is None:
-            h = ray.get_actor(replica_name(self.cluster, topic, p, leader), namespace=RAY_NAMESPACE)
+            h = await replica_handle_async(self.cluster, topic, p, leader)
             if len(self._handles) >= self.MAX_CACHED_HANDLES:
                 self._handles.clear()
             self._handles[key] = h
@@ -87,7 +87,7 @@ class TxnMarkerChannel:
                 if leader < 0:
                     continue
                 try:
-                    h = self._handle(topic, p, leader)
+                    h = await self._handle(topic, p, leader)
                 except ValueError:
                     continue
                 calls[(topic, p)] = (leader, h.write_txn_markers.remote(req))

@@ -34,8 +34,9 @@ VERBS = [
     ("txn list", ["txn", "list"]),
     ("produce 10 records", ["topic", "produce", "bench"]),
     ("consume 10 records", ["topic", "consume", "bench", "-n", "10"]),
-    ("topic create + delete", None),
+    ("topic create 1 x RF 3 / add-partitions / delete", None),  # three rows: each verb timed on its own
 ]
+LIFECYCLE = ("topic create 1 x RF 3", "topic add-partitions +1", "topic delete")
 
 
 def _run(env: dict, args: list[str], stdin: str | None = None) -> float:
@@ -65,21 +66,25 @@ def main() -> int:
         _run(env, ["topic", "consume", "bench", "-g", "bench-g", "-n", "10"])
         paths = {"agent": env, "ray": {**env, "RAFKA_CLI_AGENT": "0"}}
         verbs: dict = {}
+        rf = str(min(3, a.brokers))
         for name, args in VERBS:
-            row = {}
+            rows: dict = {n: {} for n in (LIFECYCLE if args is None else (name,))}
             for path, penv in paths.items():  # interleaved: the two paths see the same machine state
-                times = []
+                times: dict = {n: [] for n in rows}
                 for i in range(a.repeat):
-                    if args is None:
+                    if args is None:  # a topic's life: create (replicas on 3 brokers), grow, delete
                         t = f"bench-{path}-{i}"
-                        times.append(_run(penv, ["topic", "create", t, "-p", "1", "-r", "1"]))
-                        times.append(_run(penv, ["topic", "delete", t]))
+                        times[LIFECYCLE[0]].append(_run(penv, ["topic", "create", t, "-p", "1", "-r", rf]))
+                        times[LIFECYCLE[1]].append(_run(penv, ["topic", "add-partitions", t, "-n", "1"]))
+                        times[LIFECYCLE[2]].append(_run(penv, ["topic", "delete", t]))
                     else:
                         stdin = "".join(f"r{j}\n" for j in range(10)) if "produce" in args else None
-                        times.append(_run(penv, args, stdin))
-                row[path] = {"median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
-            row["speedup"] = round(row["ray"]["median_s"] / row["agent"]["median_s"], 1)
-            verbs[name] = row
+                        times[name].append(_run(penv, args, stdin))
+                for n, ts in times.items():
+                    rows[n][path] = {"median_s": round(statistics.median(ts), 3), "max_s": round(max(ts), 3)}
+            for n, row in rows.items():
+                row["speedup"] = round(row["ray"]["median_s"] / row["agent"]["median_s"], 1)
+                verbs[n] = row
         out["verbs"] = verbs
         out["agent_median_of_medians_s"] = round(statistics.median(v["agent"]["median_s"] for v in verbs.values()), 3)
         out["agent_worst_max_s"] = max(v["agent"]["max_s"] for v in verbs.values())

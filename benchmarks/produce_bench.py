@@ -28,7 +28,7 @@ import ray  # noqa: E402
 
 from protocol.control_messages import LeaderAndIsrPartitionState  # noqa: E402
 from protocol.messages import FetchRequest, ProduceRequest  # noqa: E402
-from protocol.names import RAY_NAMESPACE, replica_name  # noqa: E402
+from protocol.names import RAY_NAMESPACE, broker_name  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 from storage.records import RecordBatchBuilder, decode_records  # noqa: E402
 
@@ -177,11 +177,26 @@ def memory_of(handles) -> dict:
 # ---- two ways to stand replicas up ------------------------------------------------------------------
 
 
+@ray.remote
+class _LeaderDirectory:
+    """``BrokerActor.replica_handle`` of broker 0 in a DirectSetup (no brokers there)."""
+
+    def __init__(self):
+        self.handles: dict = {}
+
+    def add(self, topic: str, partition: int, handle) -> None:
+        self.handles[(topic, partition)] = handle
+
+    def replica_handle(self, topic: str, partition: int):
+        return self.handles.get((topic, partition))
+
+
 class DirectSetup:
     """Replica actors created by hand with LeaderAndIsr states (no controller: the ISR stays put)."""
 
     def __init__(self, cluster: str, root: str):
         self.cluster, self.root, self.actors = cluster, root, []
+        self.directory = None
 
     def start(self, num_brokers: int) -> None:
         self.num_brokers = num_brokers
@@ -194,9 +209,9 @@ class DirectSetup:
         for b in replicas:
             d = os.path.join(self.root, str(b), f"{name}-0")
             os.makedirs(d, exist_ok=True)
-            handles[b] = ReplicaActor.options(
-                name=replica_name(self.cluster, name, 0, b), namespace=RAY_NAMESPACE, num_cpus=0, max_concurrency=1000
-            ).remote(self.cluster, name, 0, name, b, d, configs)
+            handles[b] = ReplicaActor.options(num_cpus=0, max_concurrency=1000).remote(
+                self.cluster, name, 0, name, b, d, configs
+            )
         state = LeaderAndIsrPartitionState(
             topic=name,
             partition=0,
@@ -211,6 +226,14 @@ class DirectSetup:
         ray.get(
             [handles[0].become_leader.remote(state)] + [handles[b].become_follower.remote(state) for b in replicas[1:]]
         )
+        # replicas are found through the broker that hosts them (protocol/replica_lookup.py): a stand-in
+        # answers the followers' lookups of the leader (broker 0)
+        if self.directory is None:
+            self.directory = _LeaderDirectory.options(
+                name=broker_name(self.cluster, 0), namespace=RAY_NAMESPACE, num_cpus=0
+            ).remote()
+            self.actors.append(self.directory)
+        ray.get(self.directory.add.remote(name, 0, handles[0]))
         self.actors += list(handles.values())
         return handles[0], list(handles.values())
 

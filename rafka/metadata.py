@@ -4,7 +4,8 @@ The controller writes the cluster's metadata to GCS KV (layout and reader: ``pro
 ``topics/<name>``, ``brokers/<id>``, and ``metadata_version`` (bumped on every change). Clients read those keys
 directly (~0.4 ms a read) and cache them; a refresh first compares ``metadata_version`` and re-reads the
 topics only when it moved. Produce and fetch go straight to the leader's replica actor,
-``protocol.names.replica_name(cluster, topic, partition, leader)``.
+looked up through the leader's broker (``protocol/replica_lookup.py``: replica actors are unnamed) and
+cached until a call fails.
 
 Thread safety: shared by a client's user thread and its background thread; one lock guards the caches.
 Ray calls (KV reads, ``get_actor``) happen outside the lock.
@@ -17,7 +18,8 @@ import time
 from typing import Any
 
 from protocol import kv as K
-from protocol.names import broker_name, replica_name
+from protocol.names import broker_name
+from protocol.replica_lookup import replica_handle
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from rafka.structs import PartitionInfo, TopicPartition
 from rafka.transport import RAY, Transport
@@ -211,7 +213,7 @@ class ClusterMetadata:
         if h is not None:
             return h
         try:
-            h = self.transport.get_actor(replica_name(self.cluster, tp.topic, tp.partition, broker_id))
+            h = replica_handle(self.cluster, tp.topic, tp.partition, broker_id, self.transport, timeout_s=5.0)
         except ValueError:
             return None
         with self._lock:

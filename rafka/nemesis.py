@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.names import broker_id_of, cluster_prefix, controller_name, replica_name
+from protocol.replica_lookup import replica_handle
 
 __all__ = ["KINDS", "Fault", "Nemesis", "actor_processes"]
 
@@ -58,6 +59,16 @@ def actor_processes(prefix: str) -> dict[str, tuple[int, str]]:
         for v in table.values()
         if v.get("Name", "").startswith(prefix) and v.get("Pid")
     }
+
+
+def actor_process(handle) -> tuple[int, str] | None:
+    """``(pid, node id)`` of an alive actor's worker process (GCS's actor table), or None."""
+    import ray
+
+    info = ray._private.state.state.actor_table(handle._actor_id.hex())
+    if not info or info.get("State") != "ALIVE" or not info.get("Pid"):
+        return None
+    return int(info["Pid"]), info["Address"]["NodeID"]
 
 
 def _remote_kill(pid: int, sig: int) -> bool:
@@ -115,12 +126,23 @@ class Nemesis:
         return name if name in procs else None
 
     def _replica(self, procs, leader: bool) -> str | None:
+        """A live replica of the topic (its leader, else a follower), labelled ``replica_name(...)`` and
+        added to ``procs``: replicas are unnamed, found through their brokers (protocol/replica_lookup.py)."""
         parts = self.admin.describe_topics([self.topic])[0]["partitions"]
         choices = []
         for p in parts:
             ids = [p["leader"]] if leader else [b for b in p["replicas"] if b != p["leader"]]
-            choices += [replica_name(self.name, self.topic, p["partition"], b) for b in ids if b >= 0]
-        choices = [c for c in choices if c in procs]
+            for b in ids:
+                if b < 0:
+                    continue
+                label = replica_name(self.name, self.topic, p["partition"], b)
+                try:
+                    proc = actor_process(replica_handle(self.name, self.topic, p["partition"], b, timeout_s=5.0))
+                except ValueError:
+                    continue
+                if proc is not None:
+                    procs[label] = proc
+                    choices.append(label)
         return self.rng.choice(choices) if choices else None
 
     # -- faults ------------------------------------------------------------------------------------

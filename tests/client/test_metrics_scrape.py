@@ -17,7 +17,7 @@ from support import wait_until
 
 import rafka
 from actors.metrics_exporter import CATALOG
-from protocol.names import RAY_NAMESPACE, replica_name
+from protocol.replica_lookup import replica_handle
 
 pytestmark = pytest.mark.cluster
 
@@ -127,7 +127,7 @@ def test_follower_replica_killed_shows_under_replicated_then_isr_shrink_and_expa
     before = scrape(url)
     shrinks0 = value(before, "kafka_server_replicamanager_isrshrinks_total", broker=leader)
     expands0 = value(before, "kafka_server_replicamanager_isrexpands_total", broker=leader)
-    h = ray.get_actor(replica_name(rafka_cluster.name, topic, 0, follower), namespace=RAY_NAMESPACE)
+    h = replica_handle(rafka_cluster.name, topic, 0, follower)
     pid = ray.get(h.state.remote(), timeout=30)["pid"]
     os.kill(pid, signal.SIGKILL)  # the broker's supervisor reports it: the controller shrinks the ISR
 

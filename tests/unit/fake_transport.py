@@ -226,6 +226,11 @@ class FakeBroker(Endpoint):
         self.cluster.next_producer_id += 1
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
 
+    def replica_handle(self, topic: str, partition: int):
+        """``BrokerActor.replica_handle``: this broker's live replica of the partition, or None."""
+        r = self.cluster.replicas.get((topic, partition, self.broker_id))
+        return None if r is None or r.dead else r
+
     def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
         name = self.cluster.coordinator_name
         if name is None:

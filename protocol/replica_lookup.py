@@ -1,0 +1,71 @@
+"""The one way to find a replica actor: "the handle of replica (topic, p) on broker b".
+
+Replica actors have no Ray names (a broker binds warm, pre-started actors to partitions:
+actors/replica_pool.py, and a name cannot be given to a process after it started). The broker that
+hosts a replica is the authority for its handle: ``BrokerActor.replica_handle(topic, partition)`` answers
+the actor it bound, or None. Brokers are named (``protocol.names.broker_name``), so a lookup is
+``get_actor(broker) + one call`` (~1-2 ms); callers cache the handle and look it up again when a call
+raises ActorDiedError (the replica was replaced) or answers NOT_LEADER_OR_FOLLOWER after a refresh.
+
+``replica_handle(cluster, topic, p, broker_id, transport=None, timeout_s=10)`` blocks (drivers, clients,
+threads); ``replica_handle_async(...)`` is for actors' event loops. Both raise ``ValueError`` when the
+broker is unknown, does not answer, or hosts no replica of the partition -- the error
+``ray.get_actor`` raised for a missing name, so callers keep their handling. ``transport`` is the client's
+seam (rafka/transport.py: ``get_actor``, ``call``, ``get``); Ray by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from protocol.names import RAY_NAMESPACE, broker_name
+
+
+def _missing(cluster: str, topic: str, partition: int, broker_id: int, why: str) -> ValueError:
+    return ValueError(f"no replica of {topic}-{partition} on broker {broker_id} of cluster {cluster}: {why}")
+
+
+def replica_handle(
+    cluster: str, topic: str, partition: int, broker_id: int, transport: Any = None, timeout_s: float = 10.0
+) -> Any:
+    """The actor of broker ``broker_id``'s replica of ``topic``-``partition`` (blocking); ValueError if none."""
+    from ray.exceptions import RayError
+
+    if transport is None:
+        import ray
+
+        try:
+            broker = ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
+            h = ray.get(broker.replica_handle.remote(topic, int(partition)), timeout=timeout_s)
+        except RayError as e:
+            raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
+    else:
+        try:
+            broker = transport.get_actor(broker_name(cluster, broker_id))
+            h = transport.get(transport.call(broker, "replica_handle", topic, int(partition)), timeout=timeout_s)
+        except RayError as e:
+            raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
+    if h is None:
+        raise _missing(cluster, topic, partition, broker_id, "not hosted")
+    return h
+
+
+async def replica_handle_async(
+    cluster: str, topic: str, partition: int, broker_id: int, timeout_s: float = 10.0
+) -> Any:
+    """``replica_handle`` for an actor's event loop (the name lookup runs off the loop)."""
+    import ray
+    from ray.exceptions import RayError
+
+    loop = asyncio.get_running_loop()
+    try:
+        broker = await loop.run_in_executor(
+            None, lambda: ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
+        )
+        h: Any = await asyncio.wait_for(broker.replica_handle.remote(topic, int(partition)), timeout_s)
+    except (RayError, asyncio.TimeoutError) as e:
+        raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
+    if h is None:
+        raise _missing(cluster, topic, partition, broker_id, "not hosted")
+    return h
