@@ -131,6 +131,19 @@ def test_follower_replica_killed_shows_under_replicated_then_isr_shrink_and_expa
     pid = ray.get(h.state.remote(), timeout=30)["pid"]
     os.kill(pid, signal.SIGKILL)  # the broker's supervisor reports it: the controller shrinks the ISR
 
+    # The broker replaces it at once from its warm pool, so the window between shrink and expansion can be
+    # shorter than a scrape. Its replacement is SIGKILLed too: a replica that keeps dying is recreated
+    # after the supervisor's backoff (0.5 s), which holds the partition under-replicated long enough.
+    def replacement():
+        try:
+            h2 = replica_handle(rafka_cluster.name, topic, 0, follower, timeout_s=5)
+            pid2 = ray.get(h2.state.remote(), timeout=5)["pid"]
+        except (ValueError, ray.exceptions.RayError):
+            return None
+        return pid2 if pid2 != pid else None
+
+    os.kill(wait_until(replacement, timeout=60, what="the replaced follower", interval=0.05), signal.SIGKILL)
+
     seen_urp = []
 
     def shrunk():
