@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -388,16 +389,24 @@ def test_logs_from_disk_and_follow(cli):
         [RAFKA, "logs", "--controller", "-f", "-n", "0"], stdout=subprocess.PIPE, text=True, env=cli.env
     )
     try:
-        cli("topic", "create", "followed", "-p", "1", "-r", "1")
-        seen = []
-        timer = threading.Timer(60, follow.kill)
-        timer.start()
-        for line in follow.stdout:
-            seen.append(line)
-            if "Created topic followed" in line:
-                break
-        timer.cancel()
-        assert any("Created topic followed" in x for x in seen), seen
+        # A topic create (~0.2 s with warm replicas) can finish before `logs -f` has opened the file at its end:
+        # topics are created until one of them is printed (each is written after the follower started).
+        seen: list[str] = []
+
+        def pump():
+            for line in follow.stdout:
+                seen.append(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + 60
+        n = 0
+        while not any("Created topic followed-" in x for x in seen) and time.monotonic() < deadline:
+            cli("topic", "create", f"followed-{n}", "-p", "1", "-r", "1")
+            n += 1
+            wait_for = time.monotonic() + 2
+            while time.monotonic() < wait_for and not any("Created topic followed-" in x for x in seen):
+                time.sleep(0.05)
+        assert any("Created topic followed-" in x for x in seen), seen
     finally:
         follow.kill()
         follow.wait()
