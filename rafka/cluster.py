@@ -23,6 +23,7 @@ from typing import Any
 
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.errors import ClusterNotFoundError
+from rafka.output import quiet_worker_pool_warnings
 
 __all__ = [
     "LocalCluster",
@@ -184,6 +185,7 @@ def _ray_init(address: str | None) -> str | None:
         return address
     use_token_auth_if_available()
     address = _resolve_address(address or "auto")
+    quiet_worker_pool_warnings()
     try:
         ray.init(
             address=address,
@@ -305,6 +307,7 @@ class LocalCluster:
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             os.makedirs(self.data_dir, exist_ok=True)
             route_ray_driver_logs(self.data_dir)  # Ray's start-up warnings: to <data_dir>/logs/ray.log
+            quiet_worker_pool_warnings()
             cpus = self.num_cpus or os.cpu_count() or 1
             # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
             # keeps the raylet from warning about "too many worker processes" on small machines

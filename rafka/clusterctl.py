@@ -34,6 +34,7 @@ import time
 from protocol.names import RAY_NAMESPACE, broker_name
 from rafka.cluster import read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError
+from rafka.output import quiet_worker_pool_warnings
 
 
 def last_data_dir_file():
@@ -241,6 +242,7 @@ def start(
         "pids": sorted(ray_processes(temp_dir)),
     }
     try:
+        quiet_worker_pool_warnings()
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
         from actors.bootstrap import start_cluster
 
@@ -283,6 +285,7 @@ def stop() -> dict:
         use_token_auth_if_available()
         try:
             if not ray.is_initialized():
+                quiet_worker_pool_warnings()
                 ray.init(
                     address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING"
                 )
