@@ -143,7 +143,10 @@ class ReplicaPool:
             try:
                 pid = await h.ping.remote()
             except (RayActorError, RayTaskError) as e:
-                log.warning("broker %s: a warm replica actor failed to start: %s", self.b.broker_id, e)
+                why = (str(e).strip().splitlines() or [""])[0]  # one log line, not Ray's multi-line text
+                log.warning(
+                    "broker %s: a warm replica actor failed to start: %s: %s", self.b.broker_id, type(e).__name__, why
+                )
                 self._drop(h)
                 await asyncio.sleep(1.0)
                 continue

@@ -97,8 +97,10 @@ def cmd_logs(args) -> int:
     per_file = []
     for f in files:
         with open(f, "rb") as fh:
+            ino = os.fstat(fh.fileno()).st_ino
             data = fh.read()
-        offsets[f] = (os.stat(f).st_ino, len(data))
+        data = data[: data.rfind(b"\n") + 1]  # whole lines only: a line being written is --follow's
+        offsets[f] = (ino, len(data))
         per_file.append(list(_entries(f, data.decode("utf-8", errors="replace"))))
     merged = list(heapq.merge(*per_file, key=lambda e: e[0]))  # each file is in time order already
     if n is not None:

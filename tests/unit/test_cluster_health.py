@@ -111,3 +111,17 @@ def test_ray_driver_warnings_go_to_the_log_file_errors_still_to_the_terminal(tmp
                 h.close()
         for h, level in saved:
             h.setLevel(level)
+
+
+def test_logs_show_whole_lines_only(tmp_path, capsys):
+    """`rafka logs` reads a file another process is appending to: a last line not yet ended (a write under way)
+    is not shown as an entry of its own (it is --follow's to print once whole)."""
+    from rafka.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    whole = "[2026-11-27 03:00:00,000] INFO [Broker id=0] one (actors.broker)\n"
+    (logs / "broker-0.log").write_text(whole + whole.replace("one", "two") + "[2026-11-27 03:00:01,0")
+    assert main(["logs", "--data-dir", str(tmp_path), "--broker", "0", "-n", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [whole.strip(), whole.replace("one", "two").strip()], out
