@@ -35,17 +35,21 @@ def replica_handle(
     if transport is None:
         import ray
 
-        try:
-            broker = ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
-            h = ray.get(broker.replica_handle.remote(topic, int(partition)), timeout=timeout_s)
-        except RayError as e:
-            raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
+        def get_actor(name):
+            return ray.get_actor(name, namespace=RAY_NAMESPACE)
+
+        def call(actor, method, *args):
+            return getattr(actor, method).remote(*args)
+
+        get = ray.get
     else:
-        try:
-            broker = transport.get_actor(broker_name(cluster, broker_id))
-            h = transport.get(transport.call(broker, "replica_handle", topic, int(partition)), timeout=timeout_s)
-        except RayError as e:
-            raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
+        get_actor, call, get = transport.get_actor, transport.call, transport.get
+    try:
+        h = get(
+            call(get_actor(broker_name(cluster, broker_id)), "replica_handle", topic, int(partition)), timeout=timeout_s
+        )
+    except RayError as e:
+        raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None
     if h is None:
         raise _missing(cluster, topic, partition, broker_id, "not hosted")
     return h
