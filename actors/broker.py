@@ -218,9 +218,9 @@ class BrokerActor:
         return d
 
     async def _create_replica(self, s: LeaderAndIsrPartitionState):
-        """A replica actor for ``s``: a warm pool actor (else a cold one) bound to the partition's directory.
-        A warm actor that died meanwhile is replaced by the next; a bind refused (the directory's lock is
-        held: another live replica of this partition on this broker) raises its Kafka error."""
+        """``(handle, pid)``: a warm pool actor (else a cold one) bound to the partition's directory, its log
+        open. A warm actor that died meanwhile is replaced by the next; a bind refused (the directory's
+        lock is held: another live replica of this partition on this broker) raises its Kafka error."""
         topic, p = s.topic, s.partition
         d = await asyncio.to_thread(self._prepare_dir, topic, p, s.topic_id)
         props = lai.replica_props(self.config, s.configs)
@@ -236,7 +236,7 @@ class BrokerActor:
             if res.get("error_code"):
                 ray.kill(h, no_restart=True)
                 raise KafkaStorageError(res.get("error_message") or f"binding replica {topic}-{p} failed")
-            return h
+            return h, res.get("pid")
         raise RuntimeError(f"no replica actor for {topic}-{p} could be started")
 
     async def _apply(self, s: LeaderAndIsrPartitionState):
@@ -250,9 +250,10 @@ class BrokerActor:
                 if act.kind == lai.RECREATE:
                     await self._stop_one(key, delete=True)
                 if act.kind in (lai.CREATE, lai.RECREATE):
-                    self.replicas[key] = h = await self._create_replica(s)
+                    h, pid = await self._create_replica(s)
+                    self.replicas[key] = h
                     self.topic_ids[key] = s.topic_id
-                    self.supervisor.watch(key, h)
+                    self.supervisor.watch(key, h, pid)
                 h = self.replicas[key]
                 self.topic_configs[key[0]] = dict(s.configs)
                 become = h.become_leader if act.make_leader else h.become_follower

@@ -7,8 +7,8 @@ broker watches every replica actor it creates:
 - a long-poll per replica (``supervise()``, pending while the replica runs, answered when it is stopped
   on purpose) raises ActorDiedError within ~20 ms of the process' death;
 - a probe (``ping()``, every ``broker.heartbeat.interval.ms`` or a tenth of the session timeout, whichever
-  is longer; one in flight per replica) judges the replicas that answered once (a new one may take long
-  to recover its log): one silent for ``broker.session.timeout.ms`` -- the timeout the controller applies
+  is longer; one in flight per replica) judges the replicas whose log is open (their bind answered with
+  their pid, or a probe answered once; a replica still recovering its log may take long): one silent for ``broker.session.timeout.ms`` -- the timeout the controller applies
   to the broker itself -- whose process is stopped (``/proc``: it runs on this node) is frozen. A silent
   process that still runs is only starved on a loaded machine (measured: a broker saw all of its
   replicas silent for 11-15 s at a load average of 8 on 2 cores) and is left alone.
@@ -72,9 +72,11 @@ class ReplicaSupervisor:
         t.add_done_callback(self._tasks.discard)
 
     # ---- the broker tells us --------------------------------------------------------------------------
-    def watch(self, key: tuple, handle) -> None:
-        """A replica actor was just created for ``key`` (the caller holds the partition's lock)."""
-        inc = self.state.started(key, now_ms())
+    def watch(self, key: tuple, handle, pid: int | None = None) -> None:
+        """A replica actor was just bound to ``key`` (the caller holds the partition's lock); ``pid`` when its
+        bind answered it: its log is open, so it is judged by its answers from now on (a replica frozen
+        before the first probe answered would otherwise be judged by its death only, and never die)."""
+        inc = self.state.started(key, now_ms(), pid)
         old = self._polls.pop(key, None)
         if old is not None:
             old.cancel()

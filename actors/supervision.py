@@ -12,7 +12,7 @@ does for broker sessions.
 ``ReplicaSupervision`` tracks the replica actors one broker hosts, one *incarnation* (a created actor)
 at a time per partition. States and their only transitions (asserted)::
 
-    STARTING --answered--> RUNNING
+    STARTING --answered--> RUNNING           (or RUNNING at once: started with the pid its bind answered)
     STARTING | RUNNING --died--> DEAD        (its long-poll raised, or it stayed silent: frozen)
     STARTING | RUNNING --stopped--> STOPPED  (StopReplica, shutdown, a newer incarnation)
 
@@ -96,13 +96,17 @@ class ReplicaSupervision:
     _restarts: dict = field(default_factory=dict)
     _seq: int = 0
 
-    def started(self, key: tuple, now_ms: int) -> Incarnation:
-        """A new replica actor was created for ``key``; an older incarnation still tracked is stopped."""
+    def started(self, key: tuple, now_ms: int, pid: int | None = None) -> Incarnation:
+        """A new replica actor was created for ``key``; an older incarnation still tracked is stopped. With
+        ``pid`` (its bind answered: its log is open) it is RUNNING at once, judged by its answers."""
         old = self.current.get(key)
         if old is not None and old.state in (STARTING, RUNNING):
             old.move(STOPPED)
         self._seq += 1
         inc = Incarnation(key, self._seq, now_ms, SessionTimer(self.session_timeout_ms, now_ms))
+        if pid is not None:
+            inc.move(RUNNING)
+            inc.pid = pid
         self.current[key] = inc
         r = self._restarts.setdefault(key, _Restarts())
         if r.deaths and now_ms - r.last_start_ms >= RESTART_STABLE_MS:

@@ -99,6 +99,20 @@ def test_only_running_replicas_are_judged_frozen():
     assert s.died(K, inc.seq, 6100) and s.frozen(6200) == []
 
 
+def test_a_bound_replica_is_judged_from_its_start():
+    """A replica whose bind answered (its log open, its pid known) is RUNNING at once: one frozen before
+    its first probe answered is still found (CI: a leader SIGSTOPped ~0.1 s after its bind stayed
+    STARTING, judged by its death only, and its partition was never writable again)."""
+    s = ReplicaSupervision(1000)
+    inc = s.started(K, 0, pid=42)
+    assert inc.state == RUNNING and inc.pid == 42
+    for now in range(0, 1001, 100):
+        s.tick(now)
+    assert s.frozen(1000) == []
+    s.tick(1100)
+    assert s.frozen(1100) == [inc]
+
+
 def test_stopped_incarnations_are_forgotten_and_ignore_late_news():
     s = ReplicaSupervision(1000)
     inc = s.started(K, 0)
