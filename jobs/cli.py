@@ -57,6 +57,39 @@ def cmd_job_list(args) -> int:
     return EXIT_OK
 
 
+class SparkStartError(RuntimeError):
+    """Spark (its JVMs, RayDP) did not start: the first line of why."""
+
+
+class SparkStart:
+    """``start()`` (a SparkSession factory) run on a thread of its own from construction; ``session()``
+    waits for it (raising ``SparkStartError`` when it failed), ``stop(stop_fn)`` waits for the start to end
+    either way and stops what it started. PySpark sets its SIGINT handler only on the main thread, so a
+    Ctrl-C during the start is Python's KeyboardInterrupt as before."""
+
+    def __init__(self, start):
+        import concurrent.futures
+
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spark-start")
+        self._future = self._pool.submit(start)
+
+    def session(self):
+        try:
+            return self._future.result()
+        except Exception as exc:  # noqa: BLE001 - whatever the JVM start raised, as one line
+            text = str(exc).strip()
+            raise SparkStartError(text.splitlines()[0] if text else type(exc).__name__) from exc
+
+    def stop(self, stop_fn) -> None:
+        try:
+            self._future.result()
+        except Exception:  # noqa: BLE001 - reported by session(); a half-started Spark is stopped below too
+            pass
+        finally:
+            self._pool.shutdown(wait=True)
+            stop_fn()
+
+
 def _step_printer(args):
     """Each job step as a line on stderr (with the time since the start), unless --json."""
     t0 = time.monotonic()
@@ -107,16 +140,16 @@ def cmd_job_run(args) -> int:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     say(f"starting Spark ({args.executors} executor(s) on Ray)")
     with _stdout_to_stderr():
-        try:
-            spark = init_spark(f"rafka-job-{args.job}", args.executors, args.executor_cores, args.executor_memory)
-        except Exception as exc:  # noqa: BLE001 - a JVM/RayDP start failure is one line, not a Java trace
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            print(f"rafka: Spark did not start: {first}", file=sys.stderr)
-            return EXIT_ERROR
+        # Spark's start (~12 s: JVMs, RayDP's AppMaster, the executor) runs beside the job's first steps
+        # (fencing earlier runs, reading the state, planning), which only use rafka: the job waits for Spark
+        # only when it computes, and a run with nothing new does not wait for it at all
+        starting = SparkStart(
+            lambda: init_spark(f"rafka-job-{args.job}", args.executors, args.executor_cores, args.executor_memory)
+        )
         try:
             summary = clickstream.run(
                 handle,
-                spark,
+                starting.session,
                 topic=args.topic,
                 group=args.group,
                 results_topic=args.results_topic,
@@ -124,9 +157,12 @@ def cmd_job_run(args) -> int:
                 session_gap_ms=args.session_gap_ms,
                 progress=say,
             )
+        except SparkStartError as exc:  # a JVM/RayDP start failure is one line, not a Java trace
+            print(f"rafka: Spark did not start: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         finally:
             say("stopping Spark")
-            stop_spark()
+            starting.stop(stop_spark)
     print_result(args, summary, _summary_text(summary))
     return EXIT_OK
 

@@ -338,7 +338,9 @@ def run(
     read_options: dict | None = None,
     timeout_s: float = 120.0,
 ) -> dict:
-    """One run of the job (see the module doc); returns its summary. ``progress(step)`` is told each step;
+    """One run of the job (see the module doc); returns its summary. ``spark`` is a SparkSession, or a
+    callable that returns one, called only when the run computes (``rafka job run`` starts Spark beside the
+    first steps and passes the wait for it); ``progress(step)`` is told each step;
     ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``); ``timeout_s`` bounds each
     transaction call (a coordinator or leader moving after a broker loss is waited for that long)."""
     from rafka.admin import Admin
@@ -392,6 +394,9 @@ def run(
                 "parquet": {},
                 "elapsed_s": round(time.monotonic() - t0, 3),
             }
+        if callable(spark):
+            say("waiting for Spark")
+            spark = spark()
         out = _compute(spark, name, plan, state, session_gap_ms, parquet_dir, read_options, say)
         run_no = plan["run"]
         say(f"writing {results_topic} and the offsets of group {group} in one transaction")

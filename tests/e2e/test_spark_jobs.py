@@ -120,6 +120,7 @@ def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2
             ("user-2", "/search"),
         ], out[2].stdout
         job = out[3]
+        print("".join(f"    {line}\n" for line in job.stderr.splitlines() if line.startswith("[")))  # the steps
         # the README: records 4, pages /home 2, /cart 1, /search 1, 2 sessions
         rows = dict(re.findall(r"^(records|sessions \(this run\)|pages \(total\))\s+(\S+)", job.stdout, re.M))
         assert rows == {"records": "4", "sessions (this run)": "2", "pages (total)": "3"}, job.stdout
