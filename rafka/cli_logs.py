@@ -13,7 +13,6 @@ file), else the last one ``rafka cluster start`` used (``$RAFKA_HOME/last-data-d
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 import re
@@ -102,7 +101,9 @@ def cmd_logs(args) -> int:
         data = data[: data.rfind(b"\n") + 1]  # whole lines only: a line being written is --follow's
         offsets[f] = (ino, len(data))
         per_file.append(list(_entries(f, data.decode("utf-8", errors="replace"))))
-    merged = list(heapq.merge(*per_file, key=lambda e: e[0]))  # each file is in time order already
+    # a stable sort, not a merge of per-file runs: a broker's file also takes its replica processes' lines, and
+    # one process's timestamp can land after another's later one (a file is in time order only nearly)
+    merged = sorted((e for entries in per_file for e in entries), key=lambda e: e[0])
     if n is not None:
         merged = merged[-n:] if n else []
     for _, path, entry in merged:

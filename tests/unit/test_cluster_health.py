@@ -3,6 +3,7 @@ actors/controller_events.py: the controller's log lines for a commit; actors/ser
 
 from __future__ import annotations
 
+import json
 import logging
 
 from actors import controller_events, server_log
@@ -125,3 +126,20 @@ def test_logs_show_whole_lines_only(tmp_path, capsys):
     assert main(["logs", "--data-dir", str(tmp_path), "--broker", "0", "-n", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [whole.strip(), whole.replace("one", "two").strip()], out
+
+
+def test_logs_are_merged_in_time_order_when_a_file_is_nearly_ordered(tmp_path, capsys):
+    """A broker's file also takes its replica processes' lines, so one process's line can land after another's
+    later one (CI saw ,267 before ,266): `rafka logs` shows every file's entries sorted by time (stable)."""
+    from rafka.cli import main
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = "[2026-11-27 03:00:00,{ms:03d}] INFO [Broker id={b}] {msg} (actors.broker)\n"
+    (logs / "broker-0.log").write_text(
+        line.format(ms=1, b=0, msg="a") + line.format(ms=267, b=0, msg="c") + line.format(ms=266, b=0, msg="b")
+    )
+    (logs / "broker-1.log").write_text(line.format(ms=100, b=1, msg="x") + line.format(ms=300, b=1, msg="y"))
+    assert main(["logs", "--data-dir", str(tmp_path), "--json"]) == 0
+    entries = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [e["message"] for e in entries] == ["a", "x", "b", "c", "y"], entries

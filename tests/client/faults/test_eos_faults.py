@@ -1,7 +1,7 @@
 """Exactly-once under faults (real Ray, SIGKILLed processes): a consume-transform-produce loop while a nemesis
 kills random brokers, and a transactional producer killed with its transaction open.
 
-The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/conftest.py): ``__transaction_state``
+The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/faults/conftest.py): ``__transaction_state``
 and ``__consumer_offsets`` have one partition each (few actors), timed-out transactions are checked every
 300 ms, dead followers leave the ISR after 3 s."""
 

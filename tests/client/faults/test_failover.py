@@ -1,4 +1,4 @@
-"""Faults injected into a real cluster (the fault suites' shared 3-broker cluster, tests/client/conftest.py;
+"""Faults injected into a real cluster (the fault suites' shared 3-broker cluster, tests/client/faults/conftest.py;
 each test restarts the broker it killed): leader loss mid-stream, and a stalled partition."""
 
 from __future__ import annotations

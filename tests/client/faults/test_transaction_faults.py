@@ -1,6 +1,6 @@
 """Transactions under faults (real Ray, killed brokers) and bad input at the coordinator and the leader.
 
-The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/conftest.py): ``__transaction_state``
+The fault suites' shared 3-broker cluster (``fault_cluster``, tests/client/faults/conftest.py): ``__transaction_state``
 has one partition (so the coordinator of every id is one known broker) and timed-out transactions are checked
 every 300 ms."""
 

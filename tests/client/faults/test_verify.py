@@ -21,7 +21,7 @@ RAFKA = str(Path(sys.executable).with_name("rafka"))
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_verify_short_nemesis_run(fault_cluster):
-    """On the fault suites' shared 3-broker cluster (tests/client/conftest.py; replica.lag.time.max.ms 3 s):
+    """On the fault suites' shared 3-broker cluster (tests/client/faults/conftest.py; replica.lag.time.max.ms 3 s):
     the last user of that cluster in this package, so its whole-cluster restart disturbs no other test."""
     cluster = fault_cluster
     cfg = VerifyConfig(
