@@ -9,7 +9,10 @@ In one run, side by side, each producer writing ``--records`` records of ``VALUE
 - ``txn_1000`` / ``txn_10000``: a transactional producer committing every 1,000 / 10,000 records;
   records/s over the whole run (commits included) and the commit latency (``commit_transaction`` calls:
   the flush of the transaction's last records, EndTxn and the PrepareCommit append) p50/p99 in ms;
-  ``ratio_vs_idempotent`` = its records/s over the idempotent run's.
+  ``ratio_vs_idempotent`` = its records/s over the idempotent run's; ``coordinator``: after EndTxn answered,
+  the average time of the markers and of the CompleteCommit append per transaction, and how many of the next
+  transaction's AddPartitionsToTxn waited for them (each transaction pays these in sequence: the next one's
+  records can go out only once its partitions are added, KIP-890).
 
 Then ``consume``: one consumer reads the ``txn_10000`` topic from the start with ``read_uncommitted`` and
 with ``read_committed`` (records/s each, and their ratio). The issue's goals: ``txn_10000`` >= 80% of the
@@ -29,7 +32,10 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import ray  # noqa: E402
+
 import rafka  # noqa: E402
+from protocol.names import RAY_NAMESPACE, txn_coordinator_name  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
@@ -71,6 +77,36 @@ def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) 
             commit_ms_p99=round(q[98], 1),
         )
     return out
+
+
+COORDINATOR_STATS = ("completed", "markers_ms", "complete_ms", "parked_adds", "combined_appends", "marker_retries")
+
+
+def coordinator_stats(cluster) -> dict:
+    """The transaction coordinators' counters summed over the brokers (TxnCoordinatorActor.metrics)."""
+    total = dict.fromkeys(COORDINATOR_STATS, 0.0)
+    for b in cluster.broker_ids():
+        h = ray.get_actor(txn_coordinator_name(cluster.name, b), namespace=RAY_NAMESPACE)
+        stats = ray.get(h.metrics.remote(), timeout=30)["stats"]
+        for k in COORDINATOR_STATS:
+            total[k] += stats.get(k, 0)
+    return total
+
+
+def commit_breakdown(before: dict, after: dict) -> dict:
+    """Where a commit's time went after EndTxn answered, per transaction: the markers (WriteTxnMarkers to every
+    partition leader, acks=all) and the CompleteCommit append; and how many next AddPartitionsToTxn waited for
+    that completion (parked) and went out in the CompleteCommit's append (combined)."""
+    d = {k: after[k] - before[k] for k in COORDINATOR_STATS}
+    n = max(1.0, d["completed"])
+    return {
+        "completed": int(d["completed"]),
+        "markers_ms_avg": round(d["markers_ms"] / n, 1),
+        "complete_append_ms_avg": round(d["complete_ms"] / n, 1),
+        "parked_adds": int(d["parked_adds"]),
+        "combined_appends": int(d["combined_appends"]),
+        "marker_retries": int(d["marker_retries"]),
+    }
 
 
 def consume(cluster, topic: str, n: int, partitions: int, isolation: str) -> dict:
@@ -120,7 +156,9 @@ def main() -> int:
             }
             res["idempotent"] = produce(cluster, topics["idempotent"], n, parts, None)
             for size in (1000, 10000):
+                before = coordinator_stats(cluster)
                 r = produce(cluster, topics[f"txn_{size}"], n, parts, size)
+                r["coordinator"] = commit_breakdown(before, coordinator_stats(cluster))
                 r["ratio_vs_idempotent"] = round(r["records_per_s"] / res["idempotent"]["records_per_s"], 2)
                 res[f"txn_{size}"] = r
             unc = consume(cluster, topics["txn_10000"], n, parts, "read_uncommitted")
