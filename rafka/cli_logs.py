@@ -93,17 +93,17 @@ def cmd_logs(args) -> int:
         )
     n = args.lines if args.lines is not None else (10 if args.follow else None)
     offsets: dict[str, tuple[int, int]] = {}  # path -> (inode, bytes read)
-    per_file = []
+    entries: list[tuple[str, str, str]] = []  # (time, path, entry) of every file
     for f in files:
         with open(f, "rb") as fh:
             ino = os.fstat(fh.fileno()).st_ino
             data = fh.read()
         data = data[: data.rfind(b"\n") + 1]  # whole lines only: a line being written is --follow's
         offsets[f] = (ino, len(data))
-        per_file.append(list(_entries(f, data.decode("utf-8", errors="replace"))))
+        entries += _entries(f, data.decode("utf-8", errors="replace"))
     # a stable sort, not a merge of per-file runs: a broker's file also takes its replica processes' lines, and
     # one process's timestamp can land after another's later one (a file is in time order only nearly)
-    merged = sorted((e for entries in per_file for e in entries), key=lambda e: e[0])
+    merged = sorted(entries, key=lambda e: e[0])
     if n is not None:
         merged = merged[-n:] if n else []
     for _, path, entry in merged:
@@ -134,7 +134,7 @@ def _follow(args, files: list[str], offsets: dict[str, tuple[int, int]]) -> int:
                 data = fh.read()
             cut = data.rfind(b"\n") + 1  # whole lines only: a line being written is read next time
             offsets[f] = (st.st_ino, pos + cut)
-            fresh += list(_entries(f, data[:cut].decode("utf-8", errors="replace")))
+            fresh += _entries(f, data[:cut].decode("utf-8", errors="replace"))
         for _, path, entry in sorted(fresh, key=lambda e: e[0]):
             _emit(args, path, entry)
         output_stream().flush()

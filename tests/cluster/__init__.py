@@ -1,1 +1,1 @@
-"""A package, so its package-scoped fixtures (shared clusters) end with it rather than with the session."""
+"""A package like client/ and e2e/ (whose package-scoped clusters end with their directory, not the session)."""
