@@ -378,7 +378,9 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
         h, _ = ch.group_coordinator(group)
         res = ray.get(
             h.offset_commit.remote(
-                M.OffsetCommitRequest(group, [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 101}]}])
+                M.OffsetCommitRequest(
+                    group, [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 101}]}]
+                )
             )
         )
         assert _code(res) == 15, res  # NOT_ENOUGH_REPLICAS -> COORDINATOR_NOT_AVAILABLE (retriable)
