@@ -21,6 +21,7 @@ import contextvars
 import datetime
 import logging
 import sys
+from collections.abc import Awaitable
 from dataclasses import fields
 from types import ModuleType
 
@@ -140,6 +141,26 @@ class KafkaApis:
 
     def __init__(self, backend):
         self.backend = backend
+
+    def prepare(self, payload: bytes | memoryview) -> tuple[Awaitable[bytes | None], bool]:
+        """``(answer, concurrent)``: with ``concurrent`` the request is already submitted (a Produce that
+        handlers/produce.py may pipeline: its writes are on their way, in request order) and ``answer``
+        only collects the response; otherwise ``answer`` is the not yet started handling of the request,
+        to be awaited once every earlier request of the connection is answered. RequestError when a
+        Produce does not parse (other requests raise it from ``answer``)."""
+        api_key, version, correlation_id = codec.header_prefix(payload)
+        if api_key != versions.PRODUCE or not versions.supports(api_key, version):
+            return self.handle(payload), False
+        header, request = codec.decode_request(payload, api_key, version)
+        CLIENT_ID.set(header.client_id)
+        if not produce.pipelinable(request):
+            return self._encoded(correlation_id, produce.handle(self.backend, request, version)), False
+        return self._encoded(correlation_id, produce.submit(self.backend, request, version)), True
+
+    @staticmethod
+    async def _encoded(correlation_id: int, response: Awaitable) -> bytes | None:
+        answer = await response
+        return None if answer is None else codec.encode_response(correlation_id, answer)
 
     async def handle(self, payload: bytes | memoryview) -> bytes | None:
         api_key, version, correlation_id = codec.header_prefix(payload)

@@ -1,37 +1,74 @@
 """Produce (api key 0, v3-11): each partition's record batches go to the partition's leader replica as one
 ``protocol.messages.ProduceRequest``, bytes untouched (the leader validates, assigns offsets, checks the
 idempotent producer's id/epoch/sequence, and with acks=all waits for the high watermark). Partitions are
-written concurrently. acks=0 answers nothing (the writes still happen, in order with the connection)."""
+written concurrently. acks=0 answers nothing (the writes still happen, in order with the connection).
+
+``submit`` hands every partition's write to the backend at once (synchronously, in request order) and
+returns the awaitable answer: the Processor runs a connection's non-transactional Produce requests that way
+one after another without waiting for the earlier answers (``pipelinable``), so their writes reach each
+leader in the order they were sent while their acks=all waits overlap (see network.py). A write submitted
+through Ray keeps its order only while it travels inline (Ray's 100 KB inline-argument limit; larger
+arguments go through the object store and a later call can overtake them): a request carrying a partition's
+batches above ``PIPELINE_MAX_PARTITION_BYTES`` is handled alone, as is a transactional one (its first write
+to a partition waits for the KIP-890 verification, so a later write could pass it)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import Awaitable
 
 from protocol.messages import ProduceRequest
 
 CORRUPT_MESSAGE = 2
 EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+PIPELINE_MAX_PARTITION_BYTES = 90 * 1024
 
 
-async def _one(backend, topic: str, partition: int, records, acks: int, timeout_ms: int, txn_id) -> dict:
+def pipelinable(request) -> bool:
+    """May this Produce request be submitted before the connection's earlier requests are answered?"""
+    if getattr(request, "transactional_id", None) is not None:
+        return False
+    return all(
+        pd.records is None or len(pd.records) <= PIPELINE_MAX_PARTITION_BYTES
+        for t in request.topic_data
+        for pd in t.partition_data
+    )
+
+
+def _answered(answer: dict) -> asyncio.Future:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(answer)
+    return fut
+
+
+def _submit_one(backend, topic: str, partition: int, records, acks: int, timeout_ms: int, txn_id) -> Awaitable[dict]:
     if not records:
-        return {"error_code": CORRUPT_MESSAGE, "error_message": "no record batch"}
+        return _answered({"error_code": CORRUPT_MESSAGE, "error_message": "no record batch"})
     req = ProduceRequest(records=bytes(records), acks=acks, timeout_ms=timeout_ms, transactional_id=txn_id)
-    return await backend.produce(topic, partition, req)
+    submit = getattr(backend, "submit_produce", None)
+    if submit is not None:  # the write is on its way when this returns
+        return submit(topic, partition, req)
+    return asyncio.ensure_future(backend.produce(topic, partition, req))  # starts before any later task
 
 
-async def handle(backend, request, version: int):
-    from .. import apis
-
+def submit(backend, request, version: int) -> Awaitable:
+    """Submit every partition's write now, in request order; the returned awaitable gives the response
+    entity (None for acks=0)."""
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     txn_id = getattr(request, "transactional_id", None)
     calls, where = [], []
     for t in request.topic_data:
         for pd in t.partition_data:
-            calls.append(_one(backend, t.name, pd.index, pd.records, acks, timeout_ms, txn_id))
+            calls.append(_submit_one(backend, t.name, pd.index, pd.records, acks, timeout_ms, txn_id))
             where.append((t.name, pd.index))
+    return _respond(calls, where, acks, version)
+
+
+async def _respond(calls: list, where: list, acks: int, version: int):
+    from .. import apis
+
     results = await asyncio.gather(*calls)
     if acks == 0:
         return None
@@ -41,6 +78,10 @@ async def handle(backend, request, version: int):
         apis.make(mod, "TopicProduceResponse", name=n, partition_responses=ps) for n, ps in per_topic.items()
     )
     return apis.make(mod, "ProduceResponse", responses=topics, throttle_time=apis.ZERO)
+
+
+async def handle(backend, request, version: int):
+    return await submit(backend, request, version)
 
 
 def _partition_answer(mod, p: int, r: dict):
