@@ -44,6 +44,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench_util import replica_pools, wait_pools_full  # noqa: E402
+
 import rafka  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
@@ -200,23 +202,6 @@ def warm_up_groups(cluster, topic: str) -> float:
     while not c.assignment() and time.monotonic() < deadline:
         c.poll(timeout_ms=200)
     c.close()
-    return round(time.perf_counter() - t0, 2)
-
-
-def replica_pools(cluster) -> dict:
-    """Every broker's warm pool (actors/replica_pool.py): ``{broker id: {size, warm, ready, taken, cold, ...}}``."""
-    import ray
-
-    return {i: ray.get(b.replica_pool.remote(), timeout=30) for i, b in cluster.server.brokers.items()}
-
-
-def wait_pools_full(cluster, timeout_s: float = 60.0) -> float:
-    """Seconds until every broker's warm pool is full (started and answering)."""
-    t0 = time.perf_counter()
-    while not all(p["ready"] >= p["size"] for p in replica_pools(cluster).values()):
-        if time.perf_counter() - t0 > timeout_s:
-            break
-        time.sleep(0.05)
     return round(time.perf_counter() - t0, 2)
 
 

@@ -14,7 +14,7 @@ In one run, side by side, each on its own topic:
 Each throughput figure comes with ``client_cpu_cores`` (this process: the client and its threads) and
 ``cluster_cpu_cores`` (the ``ray::`` actor processes) over its run: on a 2-core machine a client that uses
 most of a core per 40k records/s caps the figure whatever the server does. Each producer starts once the
-brokers' warm pools of replica actors are full again (``quiesce_s``: the first wait, after creating the
+brokers' warm pools of replica actors are full again (``pools_fill_s``: the first wait, after creating the
 topics), so the paced latency run is not measured against a cluster busy starting actors.
 
 The issue's goals: librdkafka's producer >= 200k records/s and consumer >= 500k records/s, and no slower
@@ -32,10 +32,10 @@ import tempfile
 import time
 import uuid
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import psutil  # noqa: E402  (ray depends on it)
-import ray  # noqa: E402
+from bench_util import CpuMeter, wait_pools_full  # noqa: E402
 
 import rafka  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
@@ -60,51 +60,6 @@ def _rate(n: int, secs: float) -> dict:
         "records_per_s": round(n / secs),
         "mb_per_s": round(n * VALUE_BYTES / secs / 1e6, 1),
     }
-
-
-class CpuMeter:
-    """Cores used between ``start()`` and ``stop()``: by this process (the client under test, every thread:
-    librdkafka's broker threads or rafka's sender) and by the cluster's actor processes (``ray::*``)."""
-
-    def __init__(self):
-        self.t0 = time.monotonic()
-        self.me0, self.srv0 = self._me(), self._servers()
-
-    @staticmethod
-    def _me() -> float:
-        t = psutil.Process().cpu_times()
-        return t.user + t.system
-
-    @staticmethod
-    def _servers() -> dict[int, float]:
-        out = {}
-        for proc in psutil.process_iter(["cmdline", "cpu_times"]):
-            cmd = proc.info.get("cmdline") or []
-            t = proc.info.get("cpu_times")
-            if cmd and cmd[0].startswith("ray::") and t is not None:
-                out[proc.pid] = t.user + t.system
-        return out
-
-    def stop(self) -> dict:
-        secs = max(time.monotonic() - self.t0, 1e-6)
-        srv = self._servers()
-        used = sum(v - self.srv0.get(pid, v) for pid, v in srv.items())
-        return {
-            "client_cpu_cores": round((self._me() - self.me0) / secs, 2),
-            "cluster_cpu_cores": round(used / secs, 2),
-        }
-
-
-def quiesce(cluster, timeout_s: float = 60.0) -> float:
-    """Wait until every broker's warm pool of replica actors is full again (a topic create takes actors from
-    it and the refill starts new ones, ~0.5 s of CPU each): timed runs start on an idle cluster. Seconds."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        pools = [ray.get(b.replica_pool.remote(), timeout=30) for b in cluster.server.brokers.values()]
-        if all(p["ready"] >= p["size"] for p in pools):
-            break
-        time.sleep(0.5)
-    return round(time.monotonic() - t0, 1)
 
 
 def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
@@ -254,9 +209,9 @@ def main() -> int:
                 )
             bootstrap = cluster.bootstrap_servers
             res: dict = {"brokers": 3, "replication_factor": 3, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES}
-            res["quiesce_s"] = quiesce(cluster)
+            res["pools_fill_s"] = wait_pools_full(cluster)
             res["librdkafka_produce"] = librdkafka_produce(bootstrap, topics["librdkafka"], n, args.latency_records)
-            quiesce(cluster)
+            wait_pools_full(cluster)
             res["rafka_produce"] = rafka_produce(cluster, topics["rafka"], n, args.latency_records)
             warm_up_groups(bootstrap, topics["librdkafka"])
             res["librdkafka_consume"] = librdkafka_consume(bootstrap, topics["librdkafka"], n)

@@ -1,0 +1,61 @@
+"""What several benchmarks share: the brokers' warm pools of replica actors (wait until they are full, so a
+timed run does not share the machine with actor starts) and a CPU meter for the client and the cluster."""
+
+from __future__ import annotations
+
+import time
+
+
+def replica_pools(cluster) -> dict:
+    """Every broker's warm pool (actors/replica_pool.py): ``{broker id: {size, warm, ready, taken, cold, ...}}``."""
+    import ray
+
+    return {i: ray.get(b.replica_pool.remote(), timeout=30) for i, b in cluster.server.brokers.items()}
+
+
+def wait_pools_full(cluster, timeout_s: float = 60.0) -> float:
+    """Seconds until every broker's warm pool is full (started and answering). Creating a topic takes actors
+    from the pools and the refill starts new ones (~0.5 s of CPU each, 2 at a time): a timed run started
+    during the refill measures the actor starts as much as rafka."""
+    t0 = time.perf_counter()
+    while not all(p["ready"] >= p["size"] for p in replica_pools(cluster).values()):
+        if time.perf_counter() - t0 > timeout_s:
+            break
+        time.sleep(0.05)
+    return round(time.perf_counter() - t0, 2)
+
+
+class CpuMeter:
+    """Cores used from construction to ``stop()``: by this process (the client under test with all its
+    threads: librdkafka's broker threads, rafka's sender) and by the cluster's actor processes (``ray::*``)."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.me0, self.srv0 = self._me(), self._servers()
+
+    @staticmethod
+    def _me() -> float:
+        import psutil
+
+        t = psutil.Process().cpu_times()
+        return t.user + t.system
+
+    @staticmethod
+    def _servers() -> dict[int, float]:
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter(["cmdline", "cpu_times"]):
+            cmd = proc.info.get("cmdline") or []
+            t = proc.info.get("cpu_times")
+            if cmd and cmd[0].startswith("ray::") and t is not None:
+                out[proc.pid] = t.user + t.system
+        return out
+
+    def stop(self) -> dict:
+        secs = max(time.monotonic() - self.t0, 1e-6)
+        used = sum(v - self.srv0.get(pid, v) for pid, v in self._servers().items())
+        return {
+            "client_cpu_cores": round((self._me() - self.me0) / secs, 2),
+            "cluster_cpu_cores": round(used / secs, 2),
+        }
