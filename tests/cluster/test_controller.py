@@ -292,8 +292,16 @@ def test_hung_broker_session_timeout_and_auto_rebalance(cluster):
     print(f"hung broker fenced after {time.monotonic() - t0:.2f}s")
     assert p["leader_epoch"] > before["leader_epoch"] and p["leader"] in before["isr"]
     # it wakes up, learns it was fenced (STALE_BROKER_EPOCH), registers again with a new epoch ...
-    ch.wait_for(lambda md: next(b for b in md["brokers"] if b["id"] == hung)["alive"], 15, what="re-registered")
-    assert ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"] > epoch
+    md = ch.wait_for(
+        lambda md: next(b for b in md["brokers"] if b["id"] == hung)["alive"] and md, 15, what="re-registered"
+    )
+    registered = next(b for b in md["brokers"] if b["id"] == hung)["epoch"]
+    assert registered > epoch
+    # the controller commits the registration before the broker reads its answer: poll the broker's own view
+    deadline = time.monotonic() + 10
+    while ray.get(ch.broker(hung).incarnation.remote())["broker_epoch"] != registered:
+        assert time.monotonic() < deadline, "the broker never took its new broker epoch"
+        time.sleep(0.05)
     # ... re-enters the ISR, and the periodic imbalance check gives it its preferred leadership back
     p = wait_part(ch, "h", 0, lambda p: p["leader"] == hung and p, "auto leader rebalance", 30)
     assert hung in p["isr"] and p["replicas"][0] == hung
