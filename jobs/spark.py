@@ -13,6 +13,7 @@ progress on stderr); Spark's own INFO logs are turned down to WARN.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
@@ -82,6 +83,7 @@ def init_spark(
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not initialized: connect to the rafka cluster first (rafka.connect())")
+    warm_data_workers()  # beside the JVMs' start, which takes seconds anyway
     # PySpark tells executors which Python runs its UDFs (to_spark's Arrow conversion is one) from this
     # variable only, default "python3" on the executor's PATH: use this interpreter, which has pyspark
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -94,6 +96,37 @@ def init_spark(
     )
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+_WARMING: list = []
+
+
+@functools.lru_cache(maxsize=None)
+def _warm_task():
+    import ray
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def warm() -> int:
+        import pyarrow  # noqa: F401
+        import ray.data  # noqa: F401
+
+        import jobs.datasource  # noqa: F401
+
+        return os.getpid()
+
+    return warm
+
+
+def warm_data_workers(n: int = 2) -> list:
+    """Start ``n`` Ray worker processes that import what a topic read task needs (pyarrow, Ray Data,
+    jobs.datasource) and leave them idle for the read's tasks, which Ray runs on idle workers of the same
+    job whatever their CPU request. Without it the first read of a job process starts its workers then:
+    under Spark's start on a 2-core machine that read took 19 s for 4 records (README tour, measured), most
+    of it worker starts and imports. ``num_cpus=0``: Spark's executors may hold every CPU by then. Returns
+    the ObjectRefs (each the worker's pid); nothing waits for them."""
+    refs = [_warm_task().remote() for _ in range(n)]
+    _WARMING[:] = refs  # keep the latest refs alive while the tasks run
+    return refs
 
 
 def stop_spark() -> None:
