@@ -190,6 +190,12 @@ def test_leader_replica_sigstop_is_replaced(shared):
         t0 = time.monotonic()
         try:
             took = send_until_acked(prod, topic, 0, b"after", t0, 40)
+            # a SIGKILLed process with Ray's dozens of threads takes a moment to exit on a loaded machine (a CI
+            # run saw it still there when the write was acked, 37 ms after the broker's kill line): give it 5 s
+            # before the SIGCONT below. A stopped process cannot exit by itself, so gone means killed.
+            deadline = time.monotonic() + 5
+            while pid_alive(old["pid"]) and time.monotonic() < deadline:
+                time.sleep(0.01)
         finally:
             stopped_still = pid_alive(old["pid"])
             _signal(old["pid"], signal.SIGCONT)
