@@ -32,9 +32,6 @@ class Backend(Protocol):
 
     async def produce(self, topic: str, partition: int, req) -> dict: ...
 
-    # optional: def submit_produce(self, topic, partition, req) -> Awaitable[dict], the write submitted in
-    # call order before it returns (handlers/produce.py falls back to a task per produce() call)
-
     async def fetch(self, topic: str, partition: int, req) -> dict: ...
 
     async def list_offsets(self, topic: str, partition: int, req) -> dict: ...
@@ -123,45 +120,19 @@ class BrokerBackend:
         out[self.broker_id] = (self.advertised[0], self.advertised[1], mine.get("rack"))
         return out
 
-    def _submit(self, method: str, topic: str, partition: int, req):
-        """The replica call submitted now (Ray keeps a caller's inline calls to one actor in order); the
-        returned coroutine awaits its answer."""
+    async def _call(self, method: str, topic: str, partition: int, req) -> dict:
         import ray
 
         h = self.broker.replicas.get((topic, partition))
         if h is None:
-            return self._not_hosted(topic, partition)
+            md = await self.broker.metadata()
+            exists = partition in md["topics"].get(topic, {}).get("partitions", {})
+            code = NOT_LEADER_OR_FOLLOWER if exists else UNKNOWN_TOPIC_OR_PARTITION
+            return {"error_code": code, "error_message": f"{topic}-{partition} is not led by broker {self.broker_id}"}
         try:
-            ref = getattr(h, method).remote(req)
-        except ray.exceptions.RayError as e:
-            return self._unavailable(e)
-        return self._answer(ref)
-
-    async def _not_hosted(self, topic: str, partition: int) -> dict:
-        md = await self.broker.metadata()
-        exists = partition in md["topics"].get(topic, {}).get("partitions", {})
-        code = NOT_LEADER_OR_FOLLOWER if exists else UNKNOWN_TOPIC_OR_PARTITION
-        return {"error_code": code, "error_message": f"{topic}-{partition} is not led by broker {self.broker_id}"}
-
-    @staticmethod
-    async def _unavailable(e: Exception) -> dict:  # the replica died or is being recreated: the client retries
-        return {"error_code": NOT_LEADER_OR_FOLLOWER, "error_message": f"replica unavailable: {e}"[:200]}
-
-    async def _answer(self, ref) -> dict:
-        import ray
-
-        try:
-            return await ref
-        except ray.exceptions.RayError as e:
-            return await self._unavailable(e)
-
-    async def _call(self, method: str, topic: str, partition: int, req) -> dict:
-        return await self._submit(method, topic, partition, req)
-
-    def submit_produce(self, topic, partition, req):
-        """The write on its way to the leader replica when this returns (handlers/produce.py pipelines a
-        connection's Produce requests on it); await the result for the answer."""
-        return self._submit("produce", topic, partition, req)
+            return await getattr(h, method).remote(req)
+        except ray.exceptions.RayError as e:  # the replica died or is being recreated: the client retries
+            return {"error_code": NOT_LEADER_OR_FOLLOWER, "error_message": f"replica unavailable: {e}"[:200]}
 
     async def produce(self, topic, partition, req) -> dict:
         return await self._call("produce", topic, partition, req)

@@ -78,17 +78,6 @@ class RequestChannel:
         self.failed = 0
         self.in_flight = 0
 
-    async def send_request(self, payload: bytes) -> bytes | None:
-        self.requests += 1
-        self.in_flight += 1
-        try:
-            return await self.apis.handle(payload)
-        except RequestError:
-            self.failed += 1
-            raise
-        finally:
-            self.in_flight -= 1
-
     def prepare(self, payload: bytes) -> tuple[Awaitable[bytes | None], bool]:
         """KafkaApis.prepare with the channel's counters: ``(answer, concurrent)``."""
         self.requests += 1
@@ -111,7 +100,7 @@ class RequestChannel:
 
 
 class Processor:
-    """One connection: frames in, answers out, in order, one at a time."""
+    """One connection: frames in, answers out in request order (see the module docstring)."""
 
     def __init__(
         self,

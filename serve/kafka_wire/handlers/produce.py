@@ -3,8 +3,9 @@
 idempotent producer's id/epoch/sequence, and with acks=all waits for the high watermark). Partitions are
 written concurrently. acks=0 answers nothing (the writes still happen, in order with the connection).
 
-``submit`` hands every partition's write to the backend at once (synchronously, in request order) and
-returns the awaitable answer: the Processor runs a connection's non-transactional Produce requests that way
+``submit`` starts every partition's write at once, as tasks created in request order (each submits its
+replica call in its first step, and asyncio starts tasks in creation order), and returns the awaitable
+answer: the Processor runs a connection's non-transactional Produce requests that way
 one after another without waiting for the earlier answers (``pipelinable``), so their writes reach each
 leader in the order they were sent while their acks=all waits overlap (see network.py). A write submitted
 through Ray keeps its order only while it travels inline (Ray's 100 KB inline-argument limit; larger
@@ -46,10 +47,9 @@ def _submit_one(backend, topic: str, partition: int, records, acks: int, timeout
     if not records:
         return _answered({"error_code": CORRUPT_MESSAGE, "error_message": "no record batch"})
     req = ProduceRequest(records=bytes(records), acks=acks, timeout_ms=timeout_ms, transactional_id=txn_id)
-    submit = getattr(backend, "submit_produce", None)
-    if submit is not None:  # the write is on its way when this returns
-        return submit(topic, partition, req)
-    return asyncio.ensure_future(backend.produce(topic, partition, req))  # starts before any later task
+    # a task: asyncio starts tasks in creation order, and backend.produce submits its replica call before
+    # its first suspension, so a later request's writes are submitted after this one's
+    return asyncio.ensure_future(backend.produce(topic, partition, req))
 
 
 def submit(backend, request, version: int) -> Awaitable:
