@@ -1,26 +1,28 @@
 """Transactional produce and read_committed consume on an embedded 3-broker LocalCluster (RF 3, 100 B records).
 
-    python benchmarks/txn_bench.py --json [--records 200000] [--partitions 3]
+    python benchmarks/txn_bench.py --json [--records 200000] [--partitions 3] [--rounds 3]
 
-In one run, side by side, each producer writing ``--records`` records of ``VALUE_BYTES`` to its own topic of
-``--partitions`` partitions (RF 3, acks=all):
+Side by side in one cluster, ``--rounds`` interleaved rounds of three producers, each run writing
+``--records`` records of ``VALUE_BYTES`` to a fresh topic of ``--partitions`` partitions (RF 3, acks=all):
 
 - ``idempotent``: the plain idempotent producer (no transactions), one flush at the end;
 - ``txn_1000`` / ``txn_10000``: a transactional producer committing every 1,000 / 10,000 records;
   records/s over the whole run (commits included) and the commit latency (``commit_transaction`` calls:
   the flush of the transaction's last records, EndTxn and the PrepareCommit append) p50/p99 in ms;
-  ``ratio_vs_idempotent`` = its records/s over the idempotent run's; ``coordinator``: after EndTxn answered,
+  ``ratio_vs_idempotent`` = the median of its runs' records/s over the idempotent runs' median, with each
+  round's own ratio beside it (the spread is the machine's noise); ``coordinator``: after EndTxn answered,
   the average time of the markers and of the CompleteCommit append per transaction, and how many of the next
   transaction's AddPartitionsToTxn waited for them (each transaction pays these in sequence: the next one's
   records can go out only once its partitions are added, KIP-890).
 
-Then ``consume``: one consumer reads the ``txn_10000`` topic from the start with ``read_uncommitted`` and
-with ``read_committed``, alternated ``CONSUME_ROUNDS`` times (records/s of each run, the medians and their
-ratio: one read takes under a second, so a single pair is mostly noise). The idempotent producer runs
-before and after the transactional ones, each time on a fresh topic, and the median is the reference of
-``ratio_vs_idempotent``; every timed produce starts once the brokers' warm pools of replica actors are full
-again (a topic create starts new ones in the background). The issue's goals: ``txn_10000`` >= 80% of the
-idempotent rate, read_committed >= 90% of read_uncommitted.
+Every run's topic is created just before it, the run starts once the brokers' warm pools of replica actors
+are full again (a topic create starts new ones in the background), and the topic is deleted after it: a
+replica at rest costs CPU (its follower long-polls and Ray's own timers), so topics left behind would tax
+each later run and skew the comparison. Then ``consume``: one consumer reads the last ``txn_10000`` topic
+from the start with ``read_uncommitted`` and with ``read_committed``, alternated ``CONSUME_ROUNDS`` times
+(records/s of each run, the medians and their ratio: one read takes under a second, so a single pair is
+mostly noise). The issue's goals: ``txn_10000`` >= 80% of the idempotent rate, read_committed >= 90% of
+read_uncommitted.
 """
 
 from __future__ import annotations
@@ -129,10 +131,14 @@ def consume(cluster, topic: str, n: int, partitions: int, isolation: str) -> dic
     return {"records": got, "seconds": round(secs, 2), "records_per_s": round(got / secs), "complete": got == n}
 
 
+KINDS = {"idempotent": None, "txn_1000": 1000, "txn_10000": 10000}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every producer (medians)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
     args = ap.parse_args()
     stdout = claim_stdout()
@@ -143,11 +149,6 @@ def main() -> int:
         try:
             start_s = time.monotonic() - t
             admin = rafka.Admin(cluster)
-            topics = {
-                k: f"txb-{k}-{uuid.uuid4().hex[:6]}" for k in ("idempotent", "txn_1000", "txn_10000", "idempotent_2")
-            }
-            for name in topics.values():
-                admin.create_topic(name, num_partitions=parts, replication_factor=3)
             # the first transactional producer creates __transaction_state and loads its coordinators: a
             # one-time cost, timed here and kept out of the figures
             t = time.monotonic()
@@ -160,34 +161,56 @@ def main() -> int:
                 "replication_factor": 3,
                 "partitions": parts,
                 "value_bytes": VALUE_BYTES,
+                "rounds": args.rounds,
                 "cluster_start_s": round(start_s, 2),
                 "txn_state_warmup_s": round(warm_s, 2),
             }
-            # the idempotent producer runs before and after the transactional ones (each on a fresh topic) and
-            # its median is the reference; every timed run starts once the warm pools are full again
-            res["pools_fill_s"] = wait_pools_full(cluster)
-            idem = [produce(cluster, topics["idempotent"], n, parts, None)]
-            for size in (1000, 10000):
-                wait_pools_full(cluster)
-                before = coordinator_stats(cluster)
-                r = produce(cluster, topics[f"txn_{size}"], n, parts, size)
-                r["coordinator"] = commit_breakdown(before, coordinator_stats(cluster))
-                res[f"txn_{size}"] = r
-            wait_pools_full(cluster)
-            idem.append(produce(cluster, topics["idempotent_2"], n, parts, None))
-            ref = statistics.median(r["records_per_s"] for r in idem)
-            res["idempotent"] = {"records_per_s": round(ref), "runs": idem}
-            for size in (1000, 10000):
-                res[f"txn_{size}"]["ratio_vs_idempotent"] = round(res[f"txn_{size}"]["records_per_s"] / ref, 2)
-            runs: dict[str, list] = {"read_uncommitted": [], "read_committed": []}
-            for _ in range(CONSUME_ROUNDS):  # alternated; each reads the txn_10000 topic from the start
-                for iso in runs:
-                    runs[iso].append(consume(cluster, topics["txn_10000"], n, parts, iso))
-            med = {iso: statistics.median(r["records_per_s"] for r in rs) for iso, rs in runs.items()}
+            # Interleaved rounds (idempotent, txn_1000, txn_10000), each run on a fresh topic that is deleted
+            # after it: every run meets the same cluster (replicas at rest cost CPU: ~0.01 core each here, so
+            # topics left behind would tax the later runs), and starts once the warm pools are full again.
+            runs: dict[str, list[dict]] = {k: [] for k in KINDS}
+            pool_waits: list[float] = []
+            consume_topic = None
+            for rnd in range(args.rounds):
+                for kind, size in KINDS.items():
+                    topic = f"txb-{kind}-{uuid.uuid4().hex[:6]}"
+                    admin.create_topic(topic, num_partitions=parts, replication_factor=3)
+                    pool_waits.append(wait_pools_full(cluster))
+                    before = coordinator_stats(cluster) if size else None
+                    r = produce(cluster, topic, n, parts, size)
+                    if size:
+                        r["coordinator"] = commit_breakdown(before, coordinator_stats(cluster))
+                    runs[kind].append(r)
+                    if kind == "txn_10000" and rnd == args.rounds - 1:
+                        consume_topic = topic  # read below, then deleted
+                    else:
+                        admin.delete_topics([topic])
+            res["pools_wait_s"] = pool_waits
+            med = {k: statistics.median(r["records_per_s"] for r in rs) for k, rs in runs.items()}
+            res["idempotent"] = {"records_per_s": round(med["idempotent"]), "runs": runs["idempotent"]}
+            for kind in ("txn_1000", "txn_10000"):
+                rs = runs[kind]
+                res[kind] = {
+                    "records_per_s": round(med[kind]),
+                    "ratio_vs_idempotent": round(med[kind] / med["idempotent"], 2),
+                    # each round's own ratio (its run over that round's idempotent run): the spread of the noise
+                    "round_ratios": [
+                        round(r["records_per_s"] / i["records_per_s"], 2) for r, i in zip(rs, runs["idempotent"])
+                    ],
+                    "commit_ms_p50": statistics.median(r["commit_ms_p50"] for r in rs),
+                    "commit_ms_p99": max(r["commit_ms_p99"] for r in rs),
+                    "runs": rs,
+                }
+            cons: dict[str, list] = {"read_uncommitted": [], "read_committed": []}
+            for _ in range(CONSUME_ROUNDS):  # alternated; each reads the last txn_10000 topic from the start
+                for iso in cons:
+                    cons[iso].append(consume(cluster, consume_topic, n, parts, iso))
+            cmed = {iso: statistics.median(r["records_per_s"] for r in rs) for iso, rs in cons.items()}
             res["consume"] = {
-                **{iso: {"records_per_s": round(med[iso]), "runs": rs} for iso, rs in runs.items()},
-                "ratio_committed_vs_uncommitted": round(med["read_committed"] / max(1, med["read_uncommitted"]), 2),
+                **{iso: {"records_per_s": round(cmed[iso]), "runs": rs} for iso, rs in cons.items()},
+                "ratio_committed_vs_uncommitted": round(cmed["read_committed"] / max(1, cmed["read_uncommitted"]), 2),
             }
+            admin.delete_topics([consume_topic])
             res["cpus"] = os.cpu_count()
         finally:
             cluster.stop()
