@@ -74,7 +74,8 @@ def test_abandoned_transaction_is_aborted_by_its_timeout_and_never_read(txn_clus
     topic = "abandon-" + uuid.uuid4().hex[:6]
     admin.create_topic(topic, 1, 3)
     t = tid()
-    p = rafka.Producer(txn_cluster, transactional_id=t, transaction_timeout_ms=1500, linger_ms=1)
+    # 5 s: the checks below run while it is still open (with 1.5 s a slow machine let the abort come first)
+    p = rafka.Producer(txn_cluster, transactional_id=t, transaction_timeout_ms=5000, linger_ms=1)
     p.init_transactions(timeout=90)
     p.begin_transaction()
     for i in range(5):
