@@ -74,7 +74,8 @@ class ControllerActor:
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": int(time.time() * 1000)})
         self.mlog = MetadataLog(os.path.join(data_dir, "controller", "metadata.log"))
-        self.logic = ControllerLogic(load_image(self.kv, self.mlog), self.config, random.Random())
+        image, unlogged_base, unlogged = load_image(self.kv, self.mlog)
+        self.logic = ControllerLogic(image, self.config, random.Random())
         self.channels = ControllerChannelManager(self)
         self.heartbeats = BrokerHeartbeats(self.config.session_timeout_ms / 1000)
         self.leader_acks = cr.LeaderAcks()
@@ -96,6 +97,12 @@ class ControllerActor:
             self.logic.image.version,
             os.getpid(),
         )
+        if unlogged_base is not None and unlogged:
+            # the previous controller's last commits reached the metadata log but not its KV write, so it died
+            # before logging them (its own host broker's fencing, typically): log them now, marked as such
+            log.info("Replaying %d metadata records the previous controller committed but did not publish", len(unlogged))
+            for level, line in controller_events.describe(unlogged, cr.prior_state(unlogged_base, unlogged)):
+                log.log(level, "(committed by the previous controller) %s", line)
 
     @property
     def image(self) -> MetadataImage:

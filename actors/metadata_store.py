@@ -149,12 +149,18 @@ class ClusterKV(GcsKV):
         self.persist(image, set(image.topics), set(image.brokers), True)
 
 
-def load_image(kv: ClusterKV, mlog: MetadataLog) -> MetadataImage:
+def load_image(kv: ClusterKV, mlog: MetadataLog) -> tuple[MetadataImage, MetadataImage | None, list[dict]]:
     """A new controller's image: GCS KV when it is at least as new as the local metadata log, else the log
     (a whole-cluster restart: GCS is in memory, the log on disk is the durable copy; KV is rewritten from
     it). Either way the log is rewritten as a snapshot in a new file, so a replaced controller's open
-    descriptor can only append to the old one."""
-    local = None
+    descriptor can only append to the old one.
+
+    Also returns what the previous controller wrote to the log but not yet to KV: the image at KV's version
+    and the records after it. A controller logs a commit's lines after its append and before its KV write,
+    so a controller killed in between (its host broker's process died mid-commit: the fencing of that very
+    broker) left records no controller.log line describes; the caller logs them. ``(image, None, [])``
+    when KV is absent (a whole-cluster restart) or not behind the log."""
+    local, records = None, []
     try:
         records = mlog.read_all()
         local = MetadataImage.from_records(records) if records else None
@@ -162,9 +168,25 @@ def load_image(kv: ClusterKV, mlog: MetadataLog) -> MetadataImage:
         log.error("metadata log unusable (%s); relying on GCS KV", e)
     kv_img = kv.load_image()
     if kv_img is not None and (local is None or kv_img.version >= local.version):
-        image = kv_img
+        image, base, tail = kv_img, None, []
     else:
         image = local or MetadataImage()
         kv.write_all(image)
+        base, tail = (None, []) if kv_img is None else _split_at(records, kv_img.version)
     mlog.rewrite(image.snapshot_records())
-    return image
+    return image, base, tail
+
+
+def _split_at(records: list[dict], version: int) -> tuple[MetadataImage | None, list[dict]]:
+    """The image replayed up to metadata ``version`` and the records after it; ``(None, [])`` when the log
+    does not hold that version (it begins with a snapshot taken after it). Only the records after the log's
+    last snapshot count: within a snapshot the version is not an offset until its SnapshotVersion."""
+    snap = max((i for i, r in enumerate(records) if r["type"] == "SnapshotVersion"), default=-1)
+    img = MetadataImage()
+    for r in records[: snap + 1]:
+        img.replay(r)
+    for i in range(snap + 1, len(records)):
+        if img.version == version:
+            return img, records[i:]
+        img.replay(records[i])
+    return None, []
