@@ -160,7 +160,10 @@ def load_image(kv: ClusterKV, mlog: MetadataLog) -> tuple[MetadataImage, Metadat
     so a controller killed in between (its host broker's process died mid-commit: the fencing of that very
     broker) left records no controller.log line describes; the caller logs them. ``(image, None, [])``
     when KV is absent (a whole-cluster restart) or not behind the log."""
-    local, records = None, []
+    local: MetadataImage | None = None
+    records: list[dict] = []
+    base: MetadataImage | None = None
+    tail: list[dict] = []
     try:
         records = mlog.read_all()
         local = MetadataImage.from_records(records) if records else None
@@ -168,11 +171,12 @@ def load_image(kv: ClusterKV, mlog: MetadataLog) -> tuple[MetadataImage, Metadat
         log.error("metadata log unusable (%s); relying on GCS KV", e)
     kv_img = kv.load_image()
     if kv_img is not None and (local is None or kv_img.version >= local.version):
-        image, base, tail = kv_img, None, []
+        image = kv_img
     else:
         image = local or MetadataImage()
         kv.write_all(image)
-        base, tail = (None, []) if kv_img is None else _split_at(records, kv_img.version)
+        if kv_img is not None:
+            base, tail = _split_at(records, kv_img.version)
     mlog.rewrite(image.snapshot_records())
     return image, base, tail
 
