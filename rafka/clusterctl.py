@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from protocol.names import RAY_NAMESPACE, broker_name
-from rafka.cluster import read_state, state_file
+from rafka.cluster import WORKER_NICENESS, read_state, state_file
 from rafka.errors import ClusterNotFoundError, KafkaError
 from rafka.output import quiet_worker_pool_warnings
 
@@ -209,7 +209,11 @@ def start(
     ]
     ensure_token()
     proc = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": str(WORKER_NICENESS)},
     )
     from actors import server_log
 

@@ -25,6 +25,7 @@ def ray_cluster():
     from ray.cluster_utils import Cluster
 
     from protocol.names import RAY_NAMESPACE
+    from rafka.cluster import WORKER_NICENESS
 
     # ray.init canonicalizes 127.0.0.1 to the machine's routable IP, where a loopback-only GCS does not
     # listen ("Timed out while waiting for GCS"): keep loopback addresses as given in this driver.
@@ -32,7 +33,13 @@ def ray_cluster():
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "include_dashboard": False, "node_ip_address": "127.0.0.1"},
+        head_node_args={
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "node_ip_address": "127.0.0.1",
+            # as LocalCluster and `rafka cluster start` run rafka's actors (rafka/cluster.py)
+            "_system_config": {"worker_niceness": WORKER_NICENESS},
+        },
     )
     ray.init(address=cluster.address, namespace=RAY_NAMESPACE, log_to_driver=False)
     yield cluster

@@ -75,6 +75,19 @@ def test_start_attach_from_a_fresh_process(cli):
 
     body = urllib.request.urlopen(info["metrics_url"], timeout=60).read().decode()
     assert 'kafka_controller_kafkacontroller_activecontrollercount{broker="0"} 1.0' in body
+    # the cluster's actors run at rafka's worker niceness, not Ray's 15 (rafka/cluster.py WORKER_NICENESS)
+    from rafka.cluster import WORKER_NICENESS
+    from rafka.clusterctl import ray_processes
+
+    nice = {}
+    for pid in ray_processes(info["temp_dir"]):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+            if title.startswith(("ray::BrokerActor", "ray::ReplicaActor", "ray::ControllerActor")):
+                nice[title.split(".")[0]] = os.getpriority(os.PRIO_PROCESS, pid)
+        except (OSError, UnicodeDecodeError):
+            continue  # a process that ended meanwhile
+    assert nice == dict.fromkeys(("ray::BrokerActor", "ray::ReplicaActor", "ray::ControllerActor"), WORKER_NICENESS)
 
 
 def test_topic_lifecycle_and_round_trip(cli):
