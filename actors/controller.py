@@ -100,9 +100,7 @@ class ControllerActor:
         if unlogged_base is not None and unlogged:
             # the previous controller's last commits reached the metadata log but not its KV write, so it died
             # before logging them (its own host broker's fencing, typically): log them now, marked as such
-            log.info(
-                "Replaying %d metadata records the previous controller committed but did not publish", len(unlogged)
-            )
+            log.info("Logging %d metadata records the previous controller committed but did not publish", len(unlogged))
             for level, line in controller_events.describe(unlogged, cr.prior_state(unlogged_base, unlogged)):
                 log.log(level, "(committed by the previous controller) %s", line)
 

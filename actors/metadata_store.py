@@ -182,15 +182,11 @@ def load_image(kv: ClusterKV, mlog: MetadataLog) -> tuple[MetadataImage, Metadat
 
 
 def _split_at(records: list[dict], version: int) -> tuple[MetadataImage | None, list[dict]]:
-    """The image replayed up to metadata ``version`` and the records after it; ``(None, [])`` when the log
-    does not hold that version (it begins with a snapshot taken after it). Only the records after the log's
-    last snapshot count: within a snapshot the version is not an offset until its SnapshotVersion."""
+    """The image at metadata ``version`` and the records after it; ``(None, [])`` when the log does not hold
+    that version. After the log's last snapshot (its SnapshotVersion record sets the version) each record is
+    one version, so the split index follows from the versions alone; the prefix is replayed once."""
     snap = max((i for i, r in enumerate(records) if r["type"] == "SnapshotVersion"), default=-1)
-    img = MetadataImage()
-    for r in records[: snap + 1]:
-        img.replay(r)
-    for i in range(snap + 1, len(records)):
-        if img.version == version:
-            return img, records[i:]
-        img.replay(records[i])
-    return None, []
+    at = snap + 1 + version - (records[snap]["version"] if snap >= 0 else 0)
+    if not snap + 1 <= at <= len(records):
+        return None, []
+    return MetadataImage.from_records(records[:at]), records[at:]
