@@ -43,14 +43,31 @@ def last_data_dir_file():
     return state_file().parent / "last-data-dir"
 
 
-def free_port() -> int:
-    """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
-    while True:
-        with socket.socket() as s:
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports from the ephemeral range (outside Ray's worker range 10002-19999).
+
+    Every socket stays bound until all ``n`` are picked: ports picked one at a time can repeat, since the
+    kernel may hand out a port again as soon as its probe socket is closed (two of `ray start`'s ports were
+    once the same, and Ray refused to start)."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            held.append(s)
             s.bind(("", 0))
             port = s.getsockname()[1]
-        if not 10002 <= port <= 19999:
-            return port
+            if not 10002 <= port <= 19999:
+                ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    return ports
+
+
+def free_port() -> int:
+    """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
+    return free_ports(1)[0]
 
 
 def proc_table() -> tuple[dict[int, str], dict[int, int]]:
@@ -187,8 +204,9 @@ def start(
     data_dir = os.path.abspath(data_dir or os.path.join(state_file().parent, "data"))
     os.makedirs(data_dir, exist_ok=True)
     temp_dir = tempfile.mkdtemp(prefix="rafka-ray-", dir="/tmp")
-    gcs_port = port or free_port()
-    client_port = free_port()
+    # the user's --port is kept out of the other two, or Ray refuses to start
+    gcs_port, client_port, agent_port = [p for p in free_ports(4) if p != port][:3]
+    gcs_port = port or gcs_port
     ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [
         ray_bin if os.path.exists(ray_bin) else "ray",
@@ -201,7 +219,7 @@ def start(
         "--ray-client-server-port",
         str(client_port),
         "--dashboard-agent-listen-port",
-        str(free_port()),
+        str(agent_port),
         "--include-dashboard=false",
         "--disable-usage-stats",
         "--num-cpus",
