@@ -196,6 +196,7 @@ def test_topic_admin_delete_add_partitions_configs(cluster, tmp_path):
     assert read_all(ch.leader_replica("t", 0)) == []
 
 
+@pytest.mark.slow
 def test_broker_loss_return_and_preferred_election(cluster):
     ch = cluster()
     ch.create_topic("p", partitions=3, rf=3, configs={"min.insync.replicas": 2})
@@ -277,6 +278,7 @@ def test_broker_loss_return_and_preferred_election(cluster):
     assert read_all(ch.leader_replica("p", q)) == [b"before-%d" % q, b"after"]
 
 
+@pytest.mark.slow
 def test_hung_broker_session_timeout_and_auto_rebalance(cluster):
     ch = cluster(config={"broker.session.timeout.ms": 2000, "leader.imbalance.check.interval.seconds": 1})
     ch.create_topic("h", partitions=3, rf=3)
@@ -385,6 +387,7 @@ def test_whole_cluster_restart_keeps_topics_and_data(cluster, cluster_name, tmp_
     assert read_all(ch2.leader_replica("keep", 1)) == [b"z"]
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_broker_on_removed_node_is_detected(ray_cluster, cluster):
     node = ray_cluster.add_node(num_cpus=0)

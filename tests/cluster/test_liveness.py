@@ -28,7 +28,7 @@ from protocol.names import RAY_NAMESPACE, controller_name
 from rafka import TopicPartition
 from rafka.clusterctl import pid_alive
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 FAST = {
     "broker.heartbeat.interval.ms": 200,

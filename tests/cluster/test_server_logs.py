@@ -41,6 +41,7 @@ def _has(path: str, *needles: str):
     return text if all(n in text for n in needles) else None
 
 
+@pytest.mark.slow
 def test_leader_change_and_controller_failover_are_in_the_logs_and_survive_shutdown(
     ray_cluster, cluster_name, tmp_path
 ):

@@ -74,6 +74,7 @@ def readme_terminal_tour() -> list[str]:
     return commands
 
 
+@pytest.mark.slow
 def test_cli_job_run_clickstream_as_the_readme_tour(ray_cluster, e2e_cluster, e2e_admin, tmp_path):
     """The terminal tour's steps as written (README.md): create `clicks`, produce its 4 clicks, consume them,
     `rafka job run clickstream --topic clicks`, on the shared cluster (``.venv/bin/rafka`` is this venv's CLI
@@ -347,6 +348,7 @@ def runs_in_log(e2e_cluster, results_topic: str) -> list[int]:
     return runs
 
 
+@pytest.mark.slow
 def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark, click_job):
     job = click_job(1)  # no broker is lost here: RF 1 (3 replica processes, not 9)
     stream = ClickStream(users=40, seed=11)
@@ -399,6 +401,7 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert sorted(os.listdir(Path(job["parquet_dir"]) / "sessions")) == ["run=1", "run=2", "run=3"]
 
 
+@pytest.mark.slow
 def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_job):
     """The results partition's leader is SIGKILLed (its OS process) just before the run's transaction:
     the run completes, or a rerun does, and the totals equal plain Python's, no double count, no loss."""

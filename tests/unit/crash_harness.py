@@ -12,7 +12,7 @@ before the kill stay, user-space buffers are lost: exactly a process crash.
 
 Children are forked by a small server process (``serve``), started once per test session from a clean
 interpreter: forking the test process itself would fork whatever threads it runs (a Ray driver in a
-full ``make test``). Requests and answers are JSON lines on the server's stdin/stdout.
+full pytest session). Requests and answers are JSON lines on the server's stdin/stdout.
 
 Scenarios (``SCENARIOS``, built in crash_scenarios.py) name a template directory built once, a
 ``setup`` that brings a copy of it to the operation's start (not counted) and the ``op`` (counted).
