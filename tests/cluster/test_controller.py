@@ -388,7 +388,6 @@ def test_whole_cluster_restart_keeps_topics_and_data(cluster, cluster_name, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_broker_on_removed_node_is_detected(ray_cluster, cluster):
     node = ray_cluster.add_node(num_cpus=0)
     ray_cluster.wait_for_nodes()
