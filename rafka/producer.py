@@ -206,6 +206,7 @@ class Producer:
         limit = self._max_record_size - RECORD_OVERHEAD - 61
         items: list = []
         last_p = None
+        txn_state = self._txn.state if self._txn is not None else None
         for r in records:
             n = len(r)
             kb, vb = r[0], r[1]
@@ -243,13 +244,19 @@ class Producer:
                 items = by_part.get(p)
                 if items is None:
                     items = by_part[p] = []
+                    if txn_state is not None and tm.tps[p] not in txn_state.partitions:
+                        # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn
+                        # goes out now (the sender has it within a thread switch, ~5 ms, with the partitions
+                        # seen by then), not after the whole call is checked, so it overlaps this loop and
+                        # the coordinator's wait for the previous transaction's markers. Should a later
+                        # record fail the call, the partition is in the transaction with nothing written,
+                        # which its marker ends like any other.
+                        txn_state.maybe_add(tm.tps[p])
+                        self.sender.wakeup()
                 last_p = p
             where.append(p)
             items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
         futures: dict[int, list[FutureRecordMetadata]] = {}
-        if self._txn is not None:  # every partition first: one AddPartitionsToTxn for the call, not one per partition
-            for p in by_part:
-                self._txn.state.maybe_add(tm.tps[p])
         for p, items in by_part.items():
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
