@@ -296,25 +296,39 @@ class CliAgent:
                 _local.session = None
 
 
-def start_agent(cluster: str, address: str, port: int, token: str) -> dict:
-    """Start the agent (detached, restarted if its process dies, on this node) and return its endpoint."""
+def start_agent(cluster: str, address: str, port: int, token: str, pick_port=None, attempts: int = 3) -> dict:
+    """Start the agent (detached, restarted if its process dies, on this node) and return its endpoint.
+
+    ``port`` was free when it was probed, but any process may bind it before the agent does (an outgoing
+    connection takes a free port of the same range): the agent's constructor then fails with EADDRINUSE,
+    which Ray does not retry (a failed creation is a dead actor, whatever ``max_restarts``), so with
+    ``pick_port`` another port is tried, up to ``attempts`` in all."""
     import ray
+    from ray.exceptions import RayActorError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from protocol.names import RAY_NAMESPACE
 
     node = ray.get_runtime_context().get_node_id()
-    actor = (
-        ray.remote(CliAgent)
-        .options(
-            name=AGENT_NAME.format(cluster=cluster),
-            namespace=RAY_NAMESPACE,
-            lifetime="detached",
-            num_cpus=0,
-            max_restarts=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+    for attempt in range(attempts):
+        actor = (
+            ray.remote(CliAgent)
+            .options(
+                name=AGENT_NAME.format(cluster=cluster),
+                namespace=RAY_NAMESPACE,
+                lifetime="detached",
+                num_cpus=0,
+                max_restarts=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            )
+            .remote(cluster, address, token, "127.0.0.1", port)
         )
-        .remote(cluster, address, token, "127.0.0.1", port)
-    )
-    ep = ray.get(actor.endpoint.remote(), timeout=60)
-    return {"host": ep["host"], "port": ep["port"], "token": token}
+        try:
+            ep = ray.get(actor.endpoint.remote(), timeout=60)
+        except RayActorError as e:
+            if pick_port is None or attempt == attempts - 1 or "Address already in use" not in str(e):
+                raise
+            port = pick_port()
+            continue
+        return {"host": ep["host"], "port": ep["port"], "token": token}
+    raise AssertionError("unreachable: the last attempt returns or raises")

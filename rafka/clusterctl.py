@@ -275,7 +275,7 @@ def start(
         info["metrics_url"] = server.metrics_url()
         from rafka.cli_agent import start_agent
 
-        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24))
+        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24), pick_port=free_port)
         info["cli_agent"] = f"{agent['host']}:{agent['port']}"
     except BaseException:
         if ray.is_initialized():
