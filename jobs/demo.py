@@ -585,6 +585,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8082, help="the HTTP gateway's port (loopback)")
     ap.add_argument("--data-dir", default=None, help="keep the logs here (default: a temporary directory)")
     args = ap.parse_args(argv)
+    if not sys.stdout.isatty():
+        # without a terminal (make demo > file, CI) Ray Data logs its progress as INFO lines every 10 s, dozens
+        # between the demo's own steps; its warnings and errors still show
+        import logging
+
+        import ray.data  # noqa: F401  (configures the ray.data logger on import)
+
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     return 0 if run(args.records, args.users, args.data_dir, Console(), more=args.more, gateway_port=args.port) else 1
 
 
