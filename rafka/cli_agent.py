@@ -310,25 +310,22 @@ def start_agent(cluster: str, address: str, port: int, token: str, pick_port=Non
     from protocol.names import RAY_NAMESPACE
 
     node = ray.get_runtime_context().get_node_id()
-    for attempt in range(attempts):
-        actor = (
-            ray.remote(CliAgent)
-            .options(
-                name=AGENT_NAME.format(cluster=cluster),
-                namespace=RAY_NAMESPACE,
-                lifetime="detached",
-                num_cpus=0,
-                max_restarts=-1,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            )
-            .remote(cluster, address, token, "127.0.0.1", port)
-        )
+    agent = ray.remote(CliAgent).options(
+        name=AGENT_NAME.format(cluster=cluster),
+        namespace=RAY_NAMESPACE,
+        lifetime="detached",
+        num_cpus=0,
+        max_restarts=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+    )
+    while True:
+        attempts -= 1
+        actor = agent.remote(cluster, address, token, "127.0.0.1", port)
         try:
             ep = ray.get(actor.endpoint.remote(), timeout=60)
         except RayActorError as e:
-            if pick_port is None or attempt == attempts - 1 or "Address already in use" not in str(e):
+            if pick_port is None or attempts <= 0 or "Address already in use" not in str(e):
                 raise
             port = pick_port()
             continue
         return {"host": ep["host"], "port": ep["port"], "token": token}
-    raise AssertionError("unreachable: the last attempt returns or raises")

@@ -162,13 +162,13 @@ class Producer:
             sticky = True
         ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
         left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-        if self._txn is not None:
-            self._txn.state.maybe_add(tm.tps[part])
+        if self._txn is not None and self._txn.state.maybe_add(tm.tps[part]):
+            self.sender.wakeup()  # its AddPartitionsToTxn goes now, not when the batch is ready
         fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, left_ms if left_ms > 0 else 0.0, sticky)
         if fut is None:  # KIP-480: the sticky partition's batch is full or sent: move on
             part = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, part)
-            if self._txn is not None:
-                self._txn.state.maybe_add(tm.tps[part])
+            if self._txn is not None and self._txn.state.maybe_add(tm.tps[part]):
+                self.sender.wakeup()
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
             fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, max(0.0, left_ms))
         return fut
@@ -244,14 +244,12 @@ class Producer:
                 items = by_part.get(p)
                 if items is None:
                     items = by_part[p] = []
-                    if txn_state is not None and tm.tps[p] not in txn_state.partitions:
-                        # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn
-                        # goes out now (the sender has it within a thread switch, ~5 ms, with the partitions
-                        # seen by then), not after the whole call is checked, so it overlaps this loop and
-                        # the coordinator's wait for the previous transaction's markers. Should a later
-                        # record fail the call, the partition is in the transaction with nothing written,
-                        # which its marker ends like any other.
-                        txn_state.maybe_add(tm.tps[p])
+                    # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
+                    # out while this loop runs (the Sender sends it once it gets the GIL, with the partitions
+                    # seen by then), not after the whole call is checked, so it overlaps the coordinator's
+                    # wait for the previous transaction's markers. Should a later record fail the call, the
+                    # partition is in the transaction with nothing written, which its marker ends like any other.
+                    if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
                         self.sender.wakeup()
                 last_p = p
             where.append(p)

@@ -118,9 +118,13 @@ class TransactionState:
             raise self.error
         raise IllegalStateError(f"Cannot send a record while the transactional producer is {self.state}")
 
-    def maybe_add(self, tp: TopicPartition) -> None:
-        if tp not in self.partitions:
-            self.pending.add(tp)
+    def maybe_add(self, tp: TopicPartition) -> bool:
+        """Queue ``tp`` for AddPartitionsToTxn; True when it was neither added nor queued before (the Sender
+        should be woken to send the request now)."""
+        if tp in self.partitions or tp in self.pending:
+            return False
+        self.pending.add(tp)
+        return True
 
     def needs_add(self, tp: TopicPartition) -> bool:
         """The Sender holds ``tp``'s batches until the coordinator added the partition."""

@@ -31,12 +31,12 @@ def test_happy_path_and_partition_bookkeeping():
         t.check_can_send()  # not in a transaction
     t.begin()
     t.check_can_send()
-    t.maybe_add(A0)
-    t.maybe_add(A0)
+    assert t.maybe_add(A0) is True  # newly queued: the Sender is woken
+    assert t.maybe_add(A0) is False  # already queued
     assert t.needs_add(A0) and not t.has_partitions
     t.added([A0])
     assert not t.needs_add(A0) and t.has_partitions
-    t.maybe_add(A0)
+    assert t.maybe_add(A0) is False
     assert not t.needs_add(A0)  # already in the transaction
     t.start_commit()
     t.completed()
