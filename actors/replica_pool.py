@@ -4,8 +4,9 @@ A Ray actor is a worker process of its own: starting one costs 0.5-0.64 CPU-seco
 core worker, rafka's imports), and Ray does not reuse idle task workers for actors. Creating the replicas
 of a topic on LeaderAndIsr paid that on the critical path (a 6 x RF 3 topic: 7.8 s on 2 cores). The
 broker therefore keeps ``size`` ReplicaActor processes started ahead of need and *unbound*
-(``ReplicaActor.__init__()`` with no arguments: imports done, no partition, no log); a LeaderAndIsr CREATE
-takes one and ``bind``s it (actors/replica.py), else starts one cold as before.
+(``ReplicaActor.__init__()`` with no arguments: imports done, no partition, no log; then ``preload``: the
+classes of the broker and transaction coordinator it will call loaded too); a LeaderAndIsr CREATE takes one
+and ``bind``s it (actors/replica.py), else starts one cold as before.
 
 - Ownership: pool actors are created by the broker, non-detached, hard-pinned to its node: they
   fate-share with it like its bound replicas. They are unnamed (a name cannot be given to a process
@@ -79,7 +80,7 @@ class ReplicaPool:
         self._last_take = 0.0
         self.binding = 0  # actors taken whose bind has not answered yet (cold ones may still be starting)
         self._closed = False
-        self.stats = {"taken": 0, "cold": 0, "started": 0, "died": 0, "deferred": 0}
+        self.stats = {"taken": 0, "cold": 0, "started": 0, "died": 0, "deferred": 0, "preloaded": 0}
 
     # ---- actors ---------------------------------------------------------------------------------------
     def new_actor(self):
@@ -142,6 +143,9 @@ class ReplicaPool:
             self._polls[id(h)] = asyncio.get_running_loop().create_task(self._watch(h))
             try:
                 pid = await h.ping.remote()
+                # the classes a bound replica will call, loaded now (ReplicaActor.preload): ready means ready
+                if (await h.preload.remote(self.b.cluster, self.b.broker_id))["loaded"]:
+                    self.stats["preloaded"] += 1
             except (RayActorError, RayTaskError) as e:
                 why = (str(e).strip().splitlines() or [""])[0]  # one log line, not Ray's multi-line text
                 log.warning(
@@ -178,7 +182,8 @@ class ReplicaPool:
 
     # ---- views and shutdown ---------------------------------------------------------------------------
     def describe(self) -> dict:
-        """``{size, warm, ready, pids, taken, cold, started, died}``: ``pids`` of the ready warm actors."""
+        """``{size, warm, ready, pids, taken, cold, started, died, deferred, preloaded}``: ``pids`` of the ready
+        warm actors; ``preloaded``: started actors whose ``preload`` loaded a class."""
         pids = [self._pids[id(h)] for h in self._warm if id(h) in self._pids]
         return {"size": self.size, "warm": len(self._warm), "ready": len(pids), "pids": pids, **self.stats}
 

@@ -127,13 +127,16 @@ class TxnVerifier:
         coordinator = self._coordinators.get(transactional_id)
         if coordinator is None:
             if self._broker is None:
-                self._broker = ray.get_actor(broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+                # off the event loop: a first handle of a class imports its module (ReplicaActor.preload)
+                self._broker = await asyncio.to_thread(
+                    ray.get_actor, broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE
+                )
             found = await asyncio.wait_for(
                 self._broker.find_coordinator.remote(transactional_id, TXN_KEY), VERIFY_TIMEOUT_S
             )
             if found["error_code"]:
                 raise E.NotEnoughReplicasError(f"transaction coordinator unavailable: {found.get('error_message')}")
-            coordinator = ray.get_actor(found["coordinator"], namespace=RAY_NAMESPACE)
+            coordinator = await asyncio.to_thread(ray.get_actor, found["coordinator"], namespace=RAY_NAMESPACE)
             if len(self._coordinators) >= self.MAX_CACHED:
                 self._coordinators.clear()
             self._coordinators[transactional_id] = coordinator
