@@ -32,6 +32,7 @@ from rafka.errors import (
     OffsetOutOfRangeError,
     for_code,
 )
+from rafka.gc_pause import gc_paused
 from rafka.metadata import ClusterMetadata
 from rafka.read_committed import AbortedTransactionFilter
 from rafka.structs import ConsumerRecord, TopicPartition
@@ -59,41 +60,45 @@ class CompletedFetch:
 
     def decode(self, st: TopicPartitionState, check_crcs: bool) -> list:
         if self.records is None:
-            topic, part = st.tp
-            start = st.position
-            out: list = []
-            plain = True
-            headers = []
-            # CRCs (check_crcs) are checked once, here; decoding below skips them.
-            keep = AbortedTransactionFilter(self.aborted).keep if self.aborted is not None else None
-            for pos, h in iter_batch_headers(self.raw, validate=check_crcs):
-                if keep is not None and not keep(h, self.raw, pos):
-                    plain = False  # an aborted transaction's batch or a marker: never handed out
+            with gc_paused():  # one object per record, all kept: the collector's passes would free nothing
+                self._decode(st, check_crcs)
+        return self.records  # type: ignore[return-value]
+
+    def _decode(self, st: TopicPartitionState, check_crcs: bool) -> None:
+        topic, part = st.tp
+        start = st.position
+        out: list = []
+        plain = True
+        headers = []
+        # CRCs (check_crcs) are checked once, here; decoding below skips them.
+        keep = AbortedTransactionFilter(self.aborted).keep if self.aborted is not None else None
+        for pos, h in iter_batch_headers(self.raw, validate=check_crcs):
+            if keep is not None and not keep(h, self.raw, pos):
+                plain = False  # an aborted transaction's batch or a marker: never handed out
+                continue
+            headers.append((pos, h))
+            if h.is_control or h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
+                plain = False
+        if plain:
+            epoch = headers[0][1].partition_leader_epoch if headers else -1
+            out = [
+                _new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
+                for r in decode_records(self.raw, validate=False)
+                if r[0] >= start
+            ]
+        else:
+            for pos, h in headers:
+                if h.is_control or h.next_offset <= start:
                     continue
-                headers.append((pos, h))
-                if h.is_control or h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-                    plain = False
-            if plain:
-                epoch = headers[0][1].partition_leader_epoch if headers else -1
-                out = [
-                    _new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
-                    for r in decode_records(self.raw, validate=False)
+                end = pos + h.size_in_bytes
+                tst, epoch = h.timestamp_type, h.partition_leader_epoch
+                out.extend(
+                    _new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
+                    for r in decode_records(self.raw[pos:end], validate=False)
                     if r[0] >= start
-                ]
-            else:
-                for pos, h in headers:
-                    if h.is_control or h.next_offset <= start:
-                        continue
-                    end = pos + h.size_in_bytes
-                    tst, epoch = h.timestamp_type, h.partition_leader_epoch
-                    out.extend(
-                        _new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
-                        for r in decode_records(self.raw[pos:end], validate=False)
-                        if r[0] >= start
-                    )
-            self.records = out
-            self.raw = b""
-        return self.records
+                )
+        self.records = out
+        self.raw = b""
 
     def remaining(self) -> int:
         return 0 if self.records is None else len(self.records) - self.index

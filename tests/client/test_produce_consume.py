@@ -212,9 +212,9 @@ def test_send_batch_pauses_the_cyclic_collector_and_restores_it(rafka_cluster, n
         finally:
             gc.callbacks.remove(seen)
         assert gc.isenabled()
-        # at most the one young-generation pass that the allocations counted while it was off start as soon
-        # as it is on again (with the collector running through the call: ~130 passes)
-        assert passes in ([], [0]), f"{len(passes)} collector passes during send_batch: {passes[:10]}"
+        # at most the one pass that the allocations counted while it was off start as soon as it is on again
+        # (with the collector running through the call: ~130 passes)
+        assert len(passes) <= 1, f"{len(passes)} collector passes during send_batch: {passes[:10]}"
         gc.disable()
         try:
             p.send_batch(topic, records[:10])

@@ -80,3 +80,33 @@ def test_cli_helpers():
     r = ConsumerRecord("t", 1, 5, 77, 0, b"k", b"v\xff", ())
     assert format_record("%t/%p/%o %k=%v\\n", r) == "t/1/5 k=v\\xff\n"  # undecodable bytes escaped, not replaced
     assert '"offset": 5' in format_record("json", r)
+
+
+def test_decoding_a_fetch_pauses_the_cyclic_collector_and_restores_it():
+    """A fetch's records are decoded with Python's cyclic collector paused (rafka.gc_pause): one
+    ConsumerRecord per record, all kept, so its passes would free nothing (852 passes for 300,000 records:
+    354-432k records/s; 603k-989k with the pause). It is on again after, and off if the caller had it off."""
+    import gc
+
+    raw = b"".join(batch(base, [b"v%d" % i for i in range(1000)]) for base in range(0, 30_000, 1000))
+    passes: list[int] = []
+
+    def seen(phase, info):
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        recs = CompletedFetch(raw, 30_000).decode(state(0), True)
+    finally:
+        gc.callbacks.remove(seen)
+    assert gc.isenabled()
+    # at most the one pass the allocations counted while it was off start once it is on again (85 without)
+    assert len(passes) <= 1, f"{len(passes)} collector passes while decoding: {passes[:10]}"
+    assert len(recs) == 30_000 and recs[-1].offset == 29_999 and recs[-1].value == b"v999"
+    gc.disable()
+    try:
+        CompletedFetch(batch(0, [b"x"]), 1).decode(state(0), True)
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
