@@ -222,7 +222,20 @@ def test_kcat_producing_to_a_new_topic_auto_creates_it(bootstrap, e2e_admin, cle
     cleanup.append(t)
     lines = [f"line-{i}" for i in range(5)]
     prod = subprocess.run(
-        ["kcat", "-b", bootstrap, "-P", "-t", t, "-X", "topic.request.required.acks=all"],
+        # idempotent: the first sends to a topic being auto-created can be retried, and librdkafka keeps a
+        # partition's order across retries only with idempotence (Kafka's rule for max.in.flight > 1)
+        [
+            "kcat",
+            "-b",
+            bootstrap,
+            "-P",
+            "-t",
+            t,
+            "-X",
+            "topic.request.required.acks=all",
+            "-X",
+            "enable.idempotence=true",
+        ],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
