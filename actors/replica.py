@@ -83,6 +83,7 @@ from protocol.messages import (
     check_request,
 )
 from protocol.names import RAY_NAMESPACE, broker_name, group_coordinator_name
+from protocol.replica_lookup import broker_handle_async
 from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
 from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
 from storage.batch_header import parse_header
@@ -100,17 +101,6 @@ def now_ms() -> int:
 
 # the modules a broker handle makes Ray import (actors.broker imports the coordinators' actor modules)
 PRELOADED_MODULES = ("actors.broker", "actors.group_coordinator", "actors.txn_coordinator")
-
-
-def _load_broker_class(cluster: str, broker_id: int) -> list[str]:
-    """``ray.get_actor`` of this broker: the handle is dropped, the classes Ray imported for it stay loaded
-    (``ReplicaActor.preload``); ``[]`` when the broker is not there."""
-    name = broker_name(cluster, broker_id)
-    try:
-        ray.get_actor(name, namespace=RAY_NAMESPACE)
-    except ValueError:
-        return []
-    return [name]
 
 
 @ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
@@ -525,11 +515,15 @@ class ReplicaActor:
         needs (~100 ms of CPU on an idle node, 200-360 ms measured under load). A follower takes one at its
         first leader lookup, and a leader at its first transactional produce (KIP-890 verification through
         the broker, then the transaction coordinator): that import made every fresh partition's first
-        transaction 300-500 ms slower. Done here, in a thread (the event loop keeps answering), it costs the
+        transaction 300-500 ms slower. Done here, off the event loop (it keeps answering), it costs the
         pool's spare CPU instead. One handle of this broker is enough: ``actors.broker`` imports the group and
         transaction coordinators' modules. ``{"loaded": [the broker's name], "modules": [those modules now
         imported here]}``; a missing broker loads nothing (the first call that needs the class pays)."""
-        loaded = await asyncio.to_thread(_load_broker_class, cluster, int(broker_id))
+        try:
+            await broker_handle_async(cluster, int(broker_id))  # dropped: the class Ray loaded for it stays
+            loaded = [broker_name(cluster, int(broker_id))]
+        except ValueError:  # no such broker
+            loaded = []
         return {"loaded": loaded, "modules": sorted(m for m in PRELOADED_MODULES if m in sys.modules)}
 
     @ray.method(concurrency_group="liveness")

@@ -18,7 +18,8 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from protocol import errors as E
-from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.names import RAY_NAMESPACE
+from protocol.replica_lookup import broker_handle_async
 from protocol.txn_messages import AddPartitionsToTxnRequest
 
 TXN_KEY = 1
@@ -127,10 +128,7 @@ class TxnVerifier:
         coordinator = self._coordinators.get(transactional_id)
         if coordinator is None:
             if self._broker is None:
-                # off the event loop: a first handle of a class imports its module (ReplicaActor.preload)
-                self._broker = await asyncio.to_thread(
-                    ray.get_actor, broker_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE
-                )
+                self._broker = await broker_handle_async(self.cluster, self.broker_id)
             found = await asyncio.wait_for(
                 self._broker.find_coordinator.remote(transactional_id, TXN_KEY), VERIFY_TIMEOUT_S
             )

@@ -55,18 +55,25 @@ def replica_handle(
     return h
 
 
+async def broker_handle_async(cluster: str, broker_id: int) -> Any:
+    """Broker ``broker_id``'s actor, looked up off the event loop: the name lookup is a blocking GCS call, and a
+    process's first handle of the class imports ``actors.broker`` (Ray loads an actor's class per process).
+    ValueError if there is none."""
+    import ray
+
+    return await asyncio.get_running_loop().run_in_executor(
+        None, lambda: ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
+    )
+
+
 async def replica_handle_async(
     cluster: str, topic: str, partition: int, broker_id: int, timeout_s: float = 10.0
 ) -> Any:
     """``replica_handle`` for an actor's event loop (the name lookup runs off the loop)."""
-    import ray
     from ray.exceptions import RayError
 
-    loop = asyncio.get_running_loop()
     try:
-        broker = await loop.run_in_executor(
-            None, lambda: ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
-        )
+        broker = await broker_handle_async(cluster, broker_id)
         h: Any = await asyncio.wait_for(broker.replica_handle.remote(topic, int(partition)), timeout_s)
     except (RayError, asyncio.TimeoutError) as e:
         raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None

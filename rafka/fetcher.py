@@ -61,10 +61,12 @@ class CompletedFetch:
     def decode(self, st: TopicPartitionState, check_crcs: bool) -> list:
         if self.records is None:
             with gc_paused():  # one object per record, all kept: the collector's passes would free nothing
-                self._decode(st, check_crcs)
-        return self.records  # type: ignore[return-value]
+                self.records = self._decode(st, check_crcs)
+            self.raw = b""
+        return self.records
 
-    def _decode(self, st: TopicPartitionState, check_crcs: bool) -> None:
+    def _decode(self, st: TopicPartitionState, check_crcs: bool) -> list:
+        """The records of ``raw`` from the partition's position on (control and aborted batches left out)."""
         topic, part = st.tp
         start = st.position
         out: list = []
@@ -97,8 +99,7 @@ class CompletedFetch:
                     for r in decode_records(self.raw[pos:end], validate=False)
                     if r[0] >= start
                 )
-        self.records = out
-        self.raw = b""
+        return out
 
     def remaining(self) -> int:
         return 0 if self.records is None else len(self.records) - self.index

@@ -194,13 +194,15 @@ class Producer:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
         if self._txn is not None:
             self._txn.state.check_can_send()
-        with gc_paused():
-            return self._send_batch(topic, records, partition)
-
-    def _send_batch(self, topic: str, records: Iterable, partition: int | None) -> list[FutureRecordMetadata]:
-        cfg = self.config
         start = time.monotonic()
-        tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
+        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)  # (a wait: the collector stays on)
+        with gc_paused():
+            return self._send_batch(topic, records, partition, tm, start)
+
+    def _send_batch(
+        self, topic: str, records: Iterable, partition: int | None, tm, start: float
+    ) -> list[FutureRecordMetadata]:
+        cfg = self.config
         default_ts = now_ms()
         by_part: dict[int, list] = {}
         where: list[int] = []  # each record's partition, in order
