@@ -132,48 +132,53 @@ def test_follower_replica_killed_shows_under_replicated_then_isr_shrink_and_expa
     os.kill(pid, signal.SIGKILL)  # the broker's supervisor reports it: the controller shrinks the ISR
 
     # The broker replaces it at once from its warm pool, so the window between shrink and expansion can be
-    # shorter than a scrape. Its replacement is SIGKILLed too: a replica that keeps dying is recreated
-    # after the supervisor's backoff (0.5 s), which holds the partition under-replicated long enough.
-    def replacement():
+    # shorter than a scrape. Each replacement is SIGKILLed too until a scrape has seen the window: a replica
+    # that keeps dying is recreated after the supervisor's growing backoff (0.5 s, 1 s, 2 s, ...), which holds
+    # the partition under-replicated longer each time.
+    killed = {pid}
+
+    def kill_replacement(timeout_s: float) -> int | None:
         try:
-            h2 = replica_handle(rafka_cluster.name, topic, 0, follower, timeout_s=5)
-            pid2 = ray.get(h2.state.remote(), timeout=5)["pid"]
+            h2 = replica_handle(rafka_cluster.name, topic, 0, follower, timeout_s=timeout_s)
+            pid2 = ray.get(h2.state.remote(), timeout=timeout_s)["pid"]
         except (ValueError, ray.exceptions.RayError):
             return None
-        return pid2 if pid2 != pid else None
+        if pid2 in killed:
+            return None
+        killed.add(pid2)
+        try:
+            os.kill(pid2, signal.SIGKILL)
+        except ProcessLookupError:  # it died on its own meanwhile
+            pass
+        return pid2
 
-    os.kill(wait_until(replacement, timeout=60, what="the replaced follower", interval=0.05), signal.SIGKILL)
+    wait_until(lambda: kill_replacement(5), timeout=60, what="the replaced follower", interval=0.05)
 
-    seen_urp = []
-
-    def shrunk():
+    # the window between shrink and expansion is seen by a scrape: under-replicated 1, on the leader's broker
+    # too, and the ISR one short. The partition's figure comes from the controller's metadata, the broker's from
+    # the leader replica, which learns of the shrink one LeaderAndIsr later: a scrape can fall in between, so
+    # the follower is kept down (each new incarnation killed) until one scrape has all three
+    def window_seen():
         m = scrape(url)
-        if value(m, "kafka_cluster_partition_underreplicated", topic=topic, partition=0) == 1:
-            seen_urp.append(m)
-        return value(m, "kafka_server_replicamanager_isrshrinks_total", broker=leader) > shrinks0
+        if (
+            value(m, "kafka_cluster_partition_underreplicated", topic=topic, partition=0) == 1
+            and value(m, "kafka_server_replicamanager_underreplicatedpartitions", broker=leader) >= 1
+            and value(m, "kafka_cluster_partition_insyncreplicascount", topic=topic, partition=0) == 2
+        ):
+            return m
+        kill_replacement(0.5)
+        return None
 
-    wait_until(shrunk, timeout=60, what="an ISR shrink counted", interval=0.0)
+    m = wait_until(window_seen, timeout=90, what="a scrape with the partition under-replicated, ISR 2", interval=0)
+    assert value(m, "kafka_server_replicamanager_isrshrinks_total", broker=leader) > shrinks0
 
     # the follower is recreated, catches up and rejoins: the expansion is counted, the partition is whole again
     def whole_again():
         m = scrape(url)
-        if value(m, "kafka_cluster_partition_underreplicated", topic=topic, partition=0) == 1:
-            seen_urp.append(m)
         expanded = value(m, "kafka_server_replicamanager_isrexpands_total", broker=leader) > expands0
         whole = value(m, "kafka_cluster_partition_underreplicated", topic=topic, partition=0) == 0
         return m if expanded and whole else None
 
-    m = wait_until(whole_again, timeout=90, what="the ISR expanded back", interval=0.0)
+    m = wait_until(whole_again, timeout=120, what="the ISR expanded back", interval=0.0)
     assert value(m, "kafka_cluster_partition_insyncreplicascount", topic=topic, partition=0) == 3
-    # the window between shrink and expansion was seen by a scrape: under-replicated 1, on the leader's broker
-    # too, and the ISR one short. The partition's figure comes from the controller's metadata, the broker's from
-    # the leader replica, which learns of the shrink one LeaderAndIsr later: a scrape can fall in between
-    assert seen_urp, "no scrape saw the partition under-replicated"
-    both = [
-        u
-        for u in seen_urp
-        if value(u, "kafka_server_replicamanager_underreplicatedpartitions", broker=leader) >= 1
-        and value(u, "kafka_cluster_partition_insyncreplicascount", topic=topic, partition=0) == 2
-    ]
-    assert both, f"none of {len(seen_urp)} under-replicated scrapes had the leader's broker count it with ISR 2"
     assert value(m, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
