@@ -197,7 +197,12 @@ class Producer:
         start = time.monotonic()
         tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)  # (a wait: the collector stays on)
         with gc_paused():
-            return self._send_batch(topic, records, partition, tm, start)
+            try:
+                return self._send_batch(topic, records, partition, tm, start)
+            except BaseException:
+                if self._txn is not None and self._txn.state.pending:
+                    self.sender.wakeup()  # partitions queued before a bad record: the Sender adds them
+                raise
 
     def _send_batch(
         self, topic: str, records: Iterable, partition: int | None, tm, start: float
@@ -214,6 +219,7 @@ class Producer:
         items: list = []
         last_p = None
         txn_state = self._txn.state if self._txn is not None else None
+        new_in_txn = False
         for r in records:
             n = len(r)
             kb, vb = r[0], r[1]
@@ -253,14 +259,18 @@ class Producer:
                     items = by_part[p] = []
                     # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
                     # out while this loop runs (the Sender sends it once it gets the GIL, with the partitions
-                    # seen by then), not after the whole call is checked, so it overlaps the coordinator's
-                    # wait for the previous transaction's markers. Should a later record fail the call, the
-                    # partition is in the transaction with nothing written, which its marker ends like any other.
+                    # seen by then) or, at the latest, from this thread once every record is placed (below),
+                    # so it overlaps the coordinator's wait for the previous transaction's markers. Should a
+                    # later record fail the call, the partition is in the transaction with nothing written,
+                    # which its marker ends like any other.
                     if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
+                        new_in_txn = True
                         self.sender.wakeup()
                 last_p = p
             where.append(p)
             items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
+        if new_in_txn:
+            self.sender.add_partitions_now()  # unless the Sender did: one request, every partition of the call
         futures: dict[int, list[FutureRecordMetadata]] = {}
         for p, items in by_part.items():
             left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000

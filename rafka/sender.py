@@ -116,6 +116,8 @@ class Sender(threading.Thread):
         self.txn_client = None
         self._adding: tuple[Any, list[TopicPartition]] | None = None  # the AddPartitionsToTxn in flight
         self._add_retry_at = 0.0
+        # _adding is started from the Sender's loop and from the caller's thread (add_partitions_now)
+        self._add_lock = threading.Lock()
         accumulator.wakeup = self._wake.set
         accumulator.wake_by = self.wake_by
         self._sleep_until = 0.0  # monotonic ms the loop sleeps until; 0.0 while it runs
@@ -158,7 +160,8 @@ class Sender(threading.Thread):
         self._check_request_timeouts(now)
         wait_ms = 50.0
         if self.txn is not None:
-            self._add_partitions(now)
+            with self._add_lock:
+                self._add_partitions(now)
             if self._adding is None and self.txn.pending and self._add_retry_at > now:
                 wait_ms = min(wait_ms, self._add_retry_at - now)  # retry AddPartitionsToTxn on time, not at the tick
         elif self.idempotent and self._reset_pending and not self._in_flight:
@@ -413,6 +416,22 @@ class Sender(threading.Thread):
         self._last_acked.clear()
         self.wakeup()
 
+    def add_partitions_now(self) -> None:
+        """Send the AddPartitionsToTxn of the partitions queued so far from the caller's thread, at once, when
+        none is in flight and the coordinator is known (else the loop sends it: finding the coordinator
+        blocks). ``send_batch`` calls it once it has placed every record, so the request goes out before
+        the records are encoded even when the loop did not get the GIL during the call (it waits up to
+        the 5 ms switch interval for it, and then for its turn: 12-21 ms after the call began for 10,000
+        records, often after the previous transaction's markers were done, when the coordinator can no
+        longer fold the Ongoing record into their CompleteCommit append)."""
+        if self.txn is None or self.txn_client is None or self.txn_client._handle is None:
+            self._wake.set()
+            return
+        with self._add_lock:
+            if self._adding is None:
+                self._add_partitions(monotonic_ms())
+        self._wake.set()
+
     def _add_partitions(self, now: float) -> None:
         """Kafka's AddPartitionsToTxnHandler: one request for every partition written to and not yet in the
         transaction; their batches wait (``_can_send``) until it is answered."""
@@ -423,11 +442,12 @@ class Sender(threading.Thread):
             res = call.poll(0.0)
             if res is None:
                 return
-            self._adding = None
             code = res.get("error_code", 0)
             if code == 0:
-                txn.added(tps)
+                txn.added(tps)  # (before _adding clears: a reader sees them in flight or added)
+                self._adding = None
                 return
+            self._adding = None
             err = for_code(code)(res.get("error_message"))
             if txn.is_retriable(code):
                 # the previous transaction's markers are still going out: Kafka retries this one after 20 ms

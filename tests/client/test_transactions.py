@@ -203,3 +203,22 @@ def test_consume_transform_produce_commits_offsets_with_the_output(rafka_cluster
     p.close()
     out = read(rafka_cluster, dst, 1, "read_committed", until=b"x9")
     assert out == [b"x%d" % i for i in range(10)]
+
+
+def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, new_topic):
+    """The AddPartitionsToTxn of every partition a ``send_batch`` call writes to is in flight (or answered)
+    when the call returns: sent from the caller's thread once the records are placed, not whenever the
+    Sender's loop gets the GIL after the call."""
+    topic = new_topic(3, 3)
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
+    p.init_transactions(timeout=90)
+    every = {TopicPartition(topic, q) for q in range(3)}
+    for round_ in range(3):
+        p.begin_transaction()
+        p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(3)])
+        adding = p.sender._adding
+        sent = set(adding[1]) if adding is not None else set()
+        assert sent | p._txn.state.partitions == every, (round_, adding, p._txn.state.partitions)
+        p.commit_transaction(timeout=60)
+    p.close()
+    assert len(read(rafka_cluster, topic, 3, "read_committed", until=b"r2-2")) == 9
