@@ -179,6 +179,7 @@ class ReplicaActor:
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
+        self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
@@ -361,9 +362,14 @@ class ReplicaActor:
         producer's pending offsets (Kafka's onTransactionCompleted). If it is not there, the partition's next
         load reads the marker from the log."""
         try:
-            gc = ray.get_actor(group_coordinator_name(self.cluster, self.broker_id), namespace=RAY_NAMESPACE)
+            gc = self._group_coordinator
+            if gc is None:  # looked up once, off the event loop (ray.get_actor blocks on GCS)
+                name = group_coordinator_name(self.cluster, self.broker_id)
+                gc = await asyncio.to_thread(ray.get_actor, name, namespace=RAY_NAMESPACE)
+                self._group_coordinator = gc
             await asyncio.wait_for(gc.complete_transaction.remote(self.partition.partition, producer_id, committed), 30)
         except (ValueError, ray.exceptions.RayError, asyncio.TimeoutError) as e:
+            self._group_coordinator = None  # gone or restarted: look it up again next time
             log.warning("%s b%d: group coordinator not told of a marker: %s", self.tp, self.broker_id, e)
 
     # ---- fetch ------------------------------------------------------------------------------------

@@ -208,17 +208,35 @@ def test_consume_transform_produce_commits_offsets_with_the_output(rafka_cluster
 def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, new_topic):
     """The AddPartitionsToTxn of every partition a ``send_batch`` call writes to is in flight (or answered)
     when the call returns: sent from the caller's thread once the records are placed, not whenever the
-    Sender's loop gets the GIL after the call."""
+    Sender's loop gets the GIL after the call. Once every partition of the topic has a record, it goes out
+    at once, while the call is still going through its records."""
     topic = new_topic(3, 3)
     p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
     p.init_transactions(timeout=90)
     every = {TopicPartition(topic, q) for q in range(3)}
+
+    def sent_or_added() -> set:
+        adding = p.sender._adding  # (read first: the answer marks them added before _adding clears)
+        return (set(adding[1]) if adding is not None else set()) | p._txn.state.partitions
+
     for round_ in range(3):
         p.begin_transaction()
-        p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(3)])
-        adding = p.sender._adding
-        sent = set(adding[1]) if adding is not None else set()
-        assert sent | p._txn.state.partitions == every, (round_, adding, p._txn.state.partitions)
+        if round_ == 0:  # one record per partition: the call's end sends it
+            p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(3)])
+        else:
+            mid: list[set] = []
+
+            def records():
+                for i in range(3):
+                    yield (None, b"r%d-%d" % (round_, i), i)
+                mid.append(sent_or_added())  # the loop placed all three; more records follow
+                for i in range(3, 300):
+                    yield (None, b"r%d-%d" % (round_, i), i % 3)
+
+            p.send_batch(topic, records())
+            assert mid == [every], (round_, mid)
+        assert sent_or_added() == every, (round_, p.sender._adding, p._txn.state.partitions)
         p.commit_transaction(timeout=60)
     p.close()
-    assert len(read(rafka_cluster, topic, 3, "read_committed", until=b"r2-2")) == 9
+    got = read(rafka_cluster, topic, 3, "read_committed", until=b"r2-299")
+    assert len(got) == 3 + 2 * 300 and len(set(got)) == len(got)
