@@ -427,9 +427,12 @@ class Sender(threading.Thread):
         if self.txn is None or self.txn_client is None or self.txn_client._handle is None:
             self._wake.set()
             return
-        with self._add_lock:
-            if self._adding is None:
-                self._add_partitions(monotonic_ms())
+        if self._add_lock.acquire(blocking=False):  # (held: the loop is sending one right now)
+            try:
+                if self._adding is None:
+                    self._add_partitions(monotonic_ms())
+            finally:
+                self._add_lock.release()
         self._wake.set()
 
     def _add_partitions(self, now: float) -> None:
