@@ -82,8 +82,8 @@ from protocol.messages import (
     ProduceResponse,
     check_request,
 )
-from protocol.names import RAY_NAMESPACE, broker_name, group_coordinator_name
-from protocol.replica_lookup import broker_handle_async
+from protocol.names import broker_name, group_coordinator_name
+from protocol.replica_lookup import broker_handle_async, named_actor_async
 from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
 from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
 from storage.batch_header import parse_header
@@ -363,9 +363,8 @@ class ReplicaActor:
         load reads the marker from the log."""
         try:
             gc = self._group_coordinator
-            if gc is None:  # looked up once, off the event loop (ray.get_actor blocks on GCS)
-                name = group_coordinator_name(self.cluster, self.broker_id)
-                gc = await asyncio.to_thread(ray.get_actor, name, namespace=RAY_NAMESPACE)
+            if gc is None:  # looked up once, off the event loop
+                gc = await named_actor_async(group_coordinator_name(self.cluster, self.broker_id))
                 self._group_coordinator = gc
             await asyncio.wait_for(gc.complete_transaction.remote(self.partition.partition, producer_id, committed), 30)
         except (ValueError, ray.exceptions.RayError, asyncio.TimeoutError) as e:

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 
-import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from protocol import errors as E
-from protocol.names import RAY_NAMESPACE
-from protocol.replica_lookup import broker_handle_async
+from protocol.replica_lookup import broker_handle_async, named_actor_async
 from protocol.txn_messages import AddPartitionsToTxnRequest
 
 TXN_KEY = 1
@@ -134,7 +132,7 @@ class TxnVerifier:
             )
             if found["error_code"]:
                 raise E.NotEnoughReplicasError(f"transaction coordinator unavailable: {found.get('error_message')}")
-            coordinator = await asyncio.to_thread(ray.get_actor, found["coordinator"], namespace=RAY_NAMESPACE)
+            coordinator = await named_actor_async(found["coordinator"])
             if len(self._coordinators) >= self.MAX_CACHED:
                 self._coordinators.clear()
             self._coordinators[transactional_id] = coordinator

@@ -55,15 +55,18 @@ def replica_handle(
     return h
 
 
-async def broker_handle_async(cluster: str, broker_id: int) -> Any:
-    """Broker ``broker_id``'s actor, looked up off the event loop: the name lookup is a blocking GCS call, and a
-    process's first handle of the class imports ``actors.broker`` (Ray loads an actor's class per process).
-    ValueError if there is none."""
+async def named_actor_async(name: str) -> Any:
+    """The named actor ``name`` (rafka's namespace), looked up off the event loop: the name lookup is a blocking
+    GCS call, and a process's first handle of a class imports the class's module (Ray loads an actor's class per
+    process). ValueError if there is none."""
     import ray
 
-    return await asyncio.get_running_loop().run_in_executor(
-        None, lambda: ray.get_actor(broker_name(cluster, broker_id), namespace=RAY_NAMESPACE)
-    )
+    return await asyncio.to_thread(ray.get_actor, name, namespace=RAY_NAMESPACE)
+
+
+async def broker_handle_async(cluster: str, broker_id: int) -> Any:
+    """Broker ``broker_id``'s actor (``named_actor_async``; the first one imports ``actors.broker``)."""
+    return await named_actor_async(broker_name(cluster, broker_id))
 
 
 async def replica_handle_async(

@@ -63,6 +63,11 @@ class GroupCoordinatorClient:
                 return None
         return None
 
+    @property
+    def found(self) -> bool:
+        """The coordinator's handle is known: a call starts without a (blocking) FindCoordinator."""
+        return self._handle is not None
+
     def forget(self) -> None:
         """Drop the cached coordinator: the next call finds it again (a per-key answer said it moved)."""
         self._handle = None

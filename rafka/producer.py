@@ -219,7 +219,6 @@ class Producer:
         items: list = []
         last_p = None
         txn_state = self._txn.state if self._txn is not None else None
-        new_in_txn = False
         for r in records:
             n = len(r)
             kb, vb = r[0], r[1]
@@ -267,7 +266,6 @@ class Producer:
                     # Should a later record fail the call, the partition is in the transaction with nothing
                     # written, which its marker ends like any other.
                     if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
-                        new_in_txn = True
                         if len(by_part) == len(tm.partition_ids):
                             self.sender.add_partitions_now()
                         else:
@@ -275,7 +273,7 @@ class Producer:
                 last_p = p
             where.append(p)
             items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
-        if new_in_txn:
+        if txn_state is not None and txn_state.pending:
             self.sender.add_partitions_now()  # unless the Sender did: one request, every partition of the call
         futures: dict[int, list[FutureRecordMetadata]] = {}
         for p, items in by_part.items():

@@ -419,12 +419,12 @@ class Sender(threading.Thread):
     def add_partitions_now(self) -> None:
         """Send the AddPartitionsToTxn of the partitions queued so far from the caller's thread, at once, when
         none is in flight and the coordinator is known (else the loop sends it: finding the coordinator
-        blocks). ``send_batch`` calls it once it has placed every record, so the request goes out before
-        the records are encoded even when the loop did not get the GIL during the call (it waits up to
-        the 5 ms switch interval for it, and then for its turn: 12-21 ms after the call began for 10,000
-        records, often after the previous transaction's markers were done, when the coordinator can no
-        longer fold the Ongoing record into their CompleteCommit append)."""
-        if self.txn is None or self.txn_client is None or self.txn_client._handle is None:
+        blocks). ``send_batch`` calls it once every partition of the topic has a record, and at the latest
+        once the call's records are placed: the loop gets the GIL only after the 5 ms switch interval and
+        its turn (17-35 ms after the call began for 10,000 records), often after the previous transaction's
+        markers were done, when the coordinator can no longer fold the Ongoing record into their
+        CompleteCommit append."""
+        if self.txn is None or self.txn_client is None or not self.txn_client.found:
             self._wake.set()
             return
         if self._add_lock.acquire(blocking=False):  # (held: the loop is sending one right now)
