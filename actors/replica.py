@@ -50,6 +50,7 @@ import ray
 
 from actors import server_log
 from actors.alter_partition import AlterPartitionManager
+from actors.call_order import CallOrder
 from actors.group_service import OFFSETS_TOPIC
 from actors.log_dir_lock import LogDirLock
 from actors.metrics import ReplicaStats
@@ -179,6 +180,7 @@ class ReplicaActor:
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
+        self.call_order = CallOrder()  # the wire listener's per-connection produce order (actors/call_order.py)
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
@@ -287,11 +289,23 @@ class ReplicaActor:
     # ---- produce ----------------------------------------------------------------------------------
     async def produce(self, req: ProduceRequest) -> dict:
         t0 = time.perf_counter()
-        answer = await self._produce(req)
+        order = getattr(req, "order", None)
+        try:
+            await self.call_order.enter(order)  # a channel's earlier produce calls append first
+        except Exception as exc:
+            order = None
+            answer = error_answer(ProduceResponse, exc)
+        else:
+            try:
+                answer = await self._produce(req, order)
+            finally:
+                self.call_order.leave(order)
         self.metrics_stats.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
         return answer
 
-    async def _produce(self, req: ProduceRequest) -> dict:
+    async def _produce(self, req: ProduceRequest, order=None) -> dict:
+        """The append, then (acks=all) the wait for the high watermark; ``order``'s turn is passed on
+        (``CallOrder.leave``) as soon as the append is done or refused, not after the wait."""
         p = self.partition
         try:
             req = check_request(req, ProduceRequest, "produce")
@@ -309,7 +323,10 @@ class ReplicaActor:
                 err = p.check_leader(req.current_leader_epoch)  # still the leader after the wait?
                 if err is not None:
                     raise err
-            info, change = p.append_records_to_leader(batches, req.acks, now_ms(), req.origin)
+            try:
+                info, change = p.append_records_to_leader(batches, req.acks, now_ms(), req.origin)
+            finally:
+                self.call_order.leave(order)
             self.replica_manager.complete_delayed_requests(change)
             response = ProduceResponse(
                 base_offset=info.first_offset,

@@ -12,6 +12,7 @@ producer calls) when FindCoordinator names this broker for the key, else they an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import Protocol
 
@@ -120,7 +121,9 @@ class BrokerBackend:
         out[self.broker_id] = (self.advertised[0], self.advertised[1], mine.get("rack"))
         return out
 
-    async def _call(self, method: str, topic: str, partition: int, req) -> dict:
+    async def _call(self, method: str, topic: str, partition: int, req, channel=None) -> dict:
+        """``req`` to the partition's replica actor here; with ``channel`` (an OrderedChannel) the call is
+        numbered so the replica runs the channel's calls in the order they were made."""
         import ray
 
         h = self.broker.replicas.get((topic, partition))
@@ -129,13 +132,18 @@ class BrokerBackend:
             exists = partition in md["topics"].get(topic, {}).get("partitions", {})
             code = NOT_LEADER_OR_FOLLOWER if exists else UNKNOWN_TOPIC_OR_PARTITION
             return {"error_code": code, "error_message": f"{topic}-{partition} is not led by broker {self.broker_id}"}
+        if channel is not None:
+            req = dataclasses.replace(req, order=channel.stamp((topic, partition), h._actor_id))
         try:
             return await getattr(h, method).remote(req)
         except ray.exceptions.RayError as e:  # the replica died or is being recreated: the client retries
             return {"error_code": NOT_LEADER_OR_FOLLOWER, "error_message": f"replica unavailable: {e}"[:200]}
 
     async def produce(self, topic, partition, req) -> dict:
-        return await self._call("produce", topic, partition, req)
+        from .network import PRODUCE_CHANNEL
+
+        # this connection's earlier produce calls to the replica append first (Ray may reorder calls)
+        return await self._call("produce", topic, partition, req, PRODUCE_CHANNEL.get())
 
     async def fetch(self, topic, partition, req) -> dict:
         return await self._call("fetch", topic, partition, req)

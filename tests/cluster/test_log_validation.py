@@ -110,3 +110,40 @@ def test_producer_sees_kafka_errors(vcluster):
         with pytest.raises(rafka.errors.InvalidTimestampError, match="out of range"):
             fut.get(timeout=30)
         assert p.send(_topic_of({}), b"fine").get(timeout=30).offset >= 2
+
+
+def test_leader_appends_one_channels_calls_in_their_order(vcluster):
+    """Ray may run calls to an actor out of order (actors/call_order.py), so the wire listener numbers a
+    connection's produce calls. Call 1 of a channel sent first waits for call 0; a lost call 0 is skipped
+    after the gap wait and arrives late afterwards; a malformed order is INVALID_REQUEST and the leader
+    takes writes after it."""
+    from actors.call_order import GAP_WAIT_S
+
+    ch, _ = vcluster
+    name = "order-" + uuid.uuid4().hex[:6]
+    ch.create_topic(name, 1, 1, {})
+    h = ch.wait_for(lambda md: ch.leader_replica(name, 0), what=f"{name} leader")
+
+    def produce(value: bytes, order):
+        return h.produce.remote(ProduceRequest(build(1, value=value), 1, 10000, order=order))
+
+    second = produce(b"second", ("conn-a", 1))
+    ready, _ = ray.wait([second], timeout=0.5)
+    assert not ready  # held until call 0 has appended
+    first = produce(b"first", ("conn-a", 0))
+    answers = ray.get([first, second], timeout=30)
+    assert [a["error_code"] for a in answers] == [0, 0], answers
+    assert [a["base_offset"] for a in answers] == [0, 1]
+    assert values(h) == [b"first", b"second"]
+
+    t0 = time.monotonic()
+    r = ray.get(produce(b"after a gap", ("conn-b", 1)), timeout=30)  # call 0 of conn-b never comes in time
+    assert r["error_code"] == 0 and time.monotonic() - t0 >= GAP_WAIT_S * 0.9, r
+    assert ray.get(produce(b"late", ("conn-b", 0)), timeout=30)["error_code"] == 0
+    assert ray.get(produce(b"next", ("conn-b", 2)), timeout=30)["error_code"] == 0
+    assert values(h)[2:] == [b"after a gap", b"late", b"next"]
+
+    bad = ray.get(produce(b"bad", ("conn-c", -1)), timeout=30)
+    assert bad["error_code"] == 42 and "order must be" in bad["error_message"], bad  # INVALID_REQUEST
+    assert ray.get(produce(b"fine", None), timeout=30)["error_code"] == 0
+    assert values(h)[5:] == [b"fine"]
