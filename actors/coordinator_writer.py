@@ -2,9 +2,11 @@
 narrow interface a coordinator needs to write its log): a handler's durable records go out as one
 RecordBatch to the leading replica's ``produce(acks=-1, current_leader_epoch=epoch)``.
 
-Appends are chained on the partition's ``tail``: each append's task answers its own error code (0 =
-acknowledged) or the first failure of an earlier append, so a request is answered only once its records
-and every earlier record are acknowledged (the coordinator's answers keep handler order).
+Appends are numbered (``ProduceRequest.order``, actors/call_order.py): Ray may run calls to the replica
+out of order, and the replica appends them in the order submitted, so the log (what a reload replays) has
+the records in handler order. They are chained on the partition's ``tail``: each append's task answers its
+own error code (0 = acknowledged) or the first failure of an earlier append, so a request is answered only
+once its records and every earlier record are acknowledged (the coordinator's answers keep handler order).
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ def append(
     part: CoordinatorContext, records, commit_timeout_ms: int, now_ms: int, txn: TxnWrite | None = None
 ) -> asyncio.Task:
     """Submit ``records`` now (synchronously, so appends keep handler order); the task is the new tail."""
+    order = part.order.stamp(part.partition, None)  # one replica per context: numbered from 0
     if txn is None:
-        req = ProduceRequest(records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch)
+        req = ProduceRequest(
+            records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch, order=order
+        )
     else:
         req = ProduceRequest(
             records_batch(records, now_ms, txn.producer_id, txn.producer_epoch),
@@ -41,6 +46,7 @@ def append(
             current_leader_epoch=part.epoch,
             transactional_id=txn.transactional_id,
             origin="coordinator",
+            order=order,
         )
     ref = part.replica.produce.remote(req)
     part.appends += 1

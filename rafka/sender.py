@@ -9,8 +9,10 @@ In-flight budget per partition (its leader is one actor, Kafka's "connection"): 
 ``max_in_flight_requests_per_connection`` (<= 5) *batches*, so the leader's 5-batch duplicate window
 covers every retry; without it, that many *calls*. One call carries several ready batches of a
 partition, concatenated up to 96 KB (under Ray's 100 KB inline-argument limit: such calls skip the
-object store and arrive in order), so calls stay large (Ray's per-call cost is ~1 ms). Ray does not
-promise in-order execution of calls to an async actor, so ordering is also enforced by ``_can_send``.
+object store), so calls stay large (Ray's per-call cost is ~1 ms). Ray does not run calls to an async
+actor in order (measured: 600-1,200 inversions in 20,000 calls, actors/call_order.py), so ordering is
+enforced by ``_can_send`` and the OUT_OF_ORDER_SEQUENCE retry below (0-2 retries per 150,000 records sent
+measured: the budget keeps few calls of a partition in flight).
 
 Idempotence: a producer id/epoch comes from a broker's ``init_producer_id()``; sequences are assigned
 per partition when a batch is first drained and baked into its bytes, which retries resend unchanged.
@@ -105,8 +107,8 @@ class Sender(threading.Thread):
         self.resets = 0
         self._pid_retry_at = 0.0
         self._pid_warnings = 0
-        # calls stay under Ray's inline-argument limit (100 KB) so they travel in order and skip the
-        # object store; a single larger batch still goes (alone)
+        # calls stay under Ray's inline-argument limit (100 KB) so they skip the object store; a single
+        # larger batch still goes (alone)
         self._max_call_bytes = min(config.max_request_size, INLINE_CALL_BYTES)
         self.running = True
         self.force_close = False

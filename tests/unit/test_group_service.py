@@ -102,3 +102,40 @@ def test_records_batch_and_context():
         assert list_groups({1: other, 0: ctx}) == ([], svc.COORDINATOR_LOAD_IN_PROGRESS, [])
 
     asyncio.run(run())
+
+
+def test_coordinator_appends_are_numbered_in_submission_order():
+    """The writer numbers a context's appends (plain and transactional) from 0, so the replica writes them in
+    handler order whatever order Ray delivers them in (actors/call_order.py); a reloaded context (new epoch)
+    is a new channel."""
+    from actors.coordinator_writer import TxnWrite, append
+
+    class _Ref:
+        def __await__(self):
+            return self._answer().__await__()
+
+        async def _answer(self):
+            return {"error_code": 0}
+
+    class _Replica:
+        def __init__(self):
+            self.reqs = []
+            self.produce = self
+
+        def remote(self, req):
+            self.reqs.append(req)
+            return _Ref()
+
+    async def run():
+        replica = _Replica()
+        ctx = CoordinatorContext(0, 3, replica, GroupCoordinatorConfig())
+        tasks = [append(ctx, [_Rec(b"k", b"%d" % i)], 5000, 1234) for i in range(3)]
+        tasks.append(append(ctx, [_Rec(b"k", b"t")], 5000, 1234, TxnWrite(7, 0, "tx")))
+        assert await asyncio.gather(*tasks) == [0, 0, 0, 0]
+        channels = {r.order[0] for r in replica.reqs}
+        assert len(channels) == 1 and [r.order[1] for r in replica.reqs] == [0, 1, 2, 3]
+        again = CoordinatorContext(0, 4, replica, GroupCoordinatorConfig())
+        await append(again, [_Rec(b"k", b"x")], 5000, 1234)
+        assert replica.reqs[-1].order[1] == 0 and replica.reqs[-1].order[0] not in channels
+
+    asyncio.run(run())
