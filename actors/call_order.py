@@ -70,11 +70,10 @@ class OrderedChannel:
 
 
 class _Channel:
-    __slots__ = ("turn", "left", "waiters")
+    __slots__ = ("turn", "waiters")
 
-    def __init__(self, turn: int):
-        self.turn = turn  # the lowest number that has not left
-        self.left: set[int] = set()  # numbers above ``turn`` that left already (they ran after a skipped gap)
+    def __init__(self):
+        self.turn = 0  # the lowest number that has not left; it only grows
         self.waiters: dict[int, asyncio.Future] = {}
 
 
@@ -85,12 +84,12 @@ class CallOrder:
         self._channels: OrderedDict[str, _Channel] = OrderedDict()
         self.stats = {"waited": 0, "gaps_skipped": 0, "late": 0}
 
-    def _channel(self, name: str, n: int) -> _Channel:
+    def _channel(self, name: str) -> _Channel:
         ch = self._channels.get(name)
         if ch is None:
             # a new channel starts at 0; one forgotten beyond max_channels comes back with a higher number,
             # and a number seen first cannot be told from either: waiting for 0 is bounded by the gap wait
-            ch = self._channels[name] = _Channel(0)
+            ch = self._channels[name] = _Channel()
             self._prune()
         else:
             self._channels.move_to_end(name)
@@ -111,7 +110,7 @@ class CallOrder:
         if order is None:
             return
         name, n = order
-        ch = self._channel(name, n)
+        ch = self._channel(name)
         if n < ch.turn:
             self.stats["late"] += 1
             return
@@ -142,25 +141,19 @@ class CallOrder:
                 del ch.waiters[n]
 
     def leave(self, order) -> None:
-        """Call ``order`` did what had to happen in order: the channel's next call may start. Idempotent."""
+        """Call ``order`` did what had to happen in order: the channel's next call may start. Idempotent. A
+        call only runs once ``turn`` reached its number, so it leaves at ``turn`` or (late) below it."""
         if order is None:
             return
         name, n = order
         ch = self._channels.get(name)
-        if ch is None or n < ch.turn:
-            return
-        if n > ch.turn:
-            ch.left.add(n)
+        if ch is None or n != ch.turn:
             return
         ch.turn = n + 1
         self._advance(ch)
 
     @staticmethod
     def _advance(ch: _Channel) -> None:
-        while ch.turn in ch.left:
-            ch.left.discard(ch.turn)
-            ch.turn += 1
-        ch.left = {x for x in ch.left if x > ch.turn}
         for n, fut in ch.waiters.items():  # the next call, and any below it once a gap was skipped
             if n <= ch.turn and not fut.done():
                 fut.set_result(None)

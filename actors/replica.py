@@ -493,6 +493,7 @@ class ReplicaActor:
                 segments=len(lg.segments),
             )
         st["stats"] = dict(self._stats)
+        st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
         ls = p.leader_state
         if ls is not None:

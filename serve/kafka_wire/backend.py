@@ -16,6 +16,8 @@ import dataclasses
 import logging
 from typing import Protocol
 
+from .network import PRODUCE_CHANNEL
+
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_CONTROLLER = 3, 6, 7, 41
@@ -140,8 +142,6 @@ class BrokerBackend:
             return {"error_code": NOT_LEADER_OR_FOLLOWER, "error_message": f"replica unavailable: {e}"[:200]}
 
     async def produce(self, topic, partition, req) -> dict:
-        from .network import PRODUCE_CHANNEL
-
         # this connection's earlier produce calls to the replica append first (Ray may reorder calls)
         return await self._call("produce", topic, partition, req, PRODUCE_CHANNEL.get())
 

@@ -142,6 +142,8 @@ def test_leader_appends_one_channels_calls_in_their_order(vcluster):
     assert ray.get(produce(b"late", ("conn-b", 0)), timeout=30)["error_code"] == 0
     assert ray.get(produce(b"next", ("conn-b", 2)), timeout=30)["error_code"] == 0
     assert values(h)[2:] == [b"after a gap", b"late", b"next"]
+    seen = ray.get(h.state.remote(), timeout=30)["call_order"]
+    assert seen["waited"] >= 2 and seen["gaps_skipped"] == 1 and seen["late"] == 1, seen
 
     bad = ray.get(produce(b"bad", ("conn-c", -1)), timeout=30)
     assert bad["error_code"] == 42 and "order must be" in bad["error_message"], bad  # INVALID_REQUEST
