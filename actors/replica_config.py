@@ -10,6 +10,7 @@ REPLICA_DEFAULTS = {
     "replica.fetch.max.bytes": 4 * 1024 * 1024,
     "replica.fetch.wait.max.ms": 500,
     "replica.fetch.backoff.ms": 50,
+    "replica.socket.timeout.ms": 30000,
     "log.retention.check.interval.ms": 300000,
     "log.flush.scheduler.interval.ms": 1000,
     "log.cleaner.backoff.ms": 15000,

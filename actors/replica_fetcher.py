@@ -3,7 +3,9 @@
 Run by the replica actor as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks
 the leader's replica actor up (through the leader's broker: protocol/replica_lookup.py), truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the
 log is a prefix of the leader's, then long-polls the leader's ``fetch`` with its LEO and applies each
-answer through the :class:`~actors.partition.Partition` (append, HW, log start). Retriable trouble
+answer through the :class:`~actors.partition.Partition` (append, HW, log start). The fetches go over a
+TCP connection to the leader's replication listener (actors/replication_channel.py; its endpoint is asked
+through Ray), not as Ray calls; a broken connection is handled like a dead leader actor. Retriable trouble
 backs off (``replica.fetch.backoff.ms`` doubling to 1 s); a dead or missing leader is probed until the
 next LeaderAndIsr bumps the partition's ``generation``, which ends the loop.
 
@@ -19,6 +21,7 @@ import logging
 from ray.exceptions import RayActorError
 
 from actors.partition import Partition
+from actors.replication_channel import ConnectionLost, ReplicationConnection
 from protocol import errors as E
 from protocol.messages import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from protocol.replica_lookup import replica_handle_async
@@ -37,6 +40,7 @@ class ReplicaFetcher:
     def __init__(self, cluster: str, partition: Partition):
         self.cluster, self.partition = cluster, partition
         self.fetches = 0
+        self.connections = 0  # replication connections opened (one per leader, more after breaks)
         self.error: str | None = None
 
     def _name(self) -> str:
@@ -77,16 +81,47 @@ class ReplicaFetcher:
                 return
         raise _Retry("epoch truncation did not converge")
 
+    async def _connect(self, leader, gen: int) -> ReplicationConnection:
+        """A connection to the leader replica's replication listener (its endpoint asked through Ray)."""
+        p = self.partition
+        ep = await leader.replication_endpoint.remote()
+        if p.generation != gen:
+            raise asyncio.CancelledError()
+        if ep.get("error_code"):
+            raise _Retry(f"replication_endpoint: {E.for_code(ep['error_code']).name}: {ep.get('error_message')}")
+        conn = await ReplicationConnection.open(ep, p.broker_id, self._timeout_s)
+        self.connections += 1
+        return conn
+
+    @staticmethod
+    def _drop(holder: list) -> None:
+        if holder[0] is not None:
+            holder[0].close()
+            holder[0] = None
+
     async def run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict) -> None:
+        """The loop; its connection is closed however it ends (cancelled by a new LeaderAndIsr, or done)."""
+        holder: list[ReplicationConnection | None] = [None]
+        try:
+            await self._run(gen, leader_id, leader_epoch, conf, holder)
+        finally:
+            if holder[0] is not None:
+                holder[0].close()
+
+    async def _run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict, holder: list) -> None:
         p = self.partition
         leader = None
+        conn: ReplicationConnection | None = None
         truncated = False
         backoff = conf["replica.fetch.backoff.ms"] / 1000.0
+        self._timeout_s = conf["replica.socket.timeout.ms"] / 1000.0
         delay = backoff
         while p.generation == gen:
             try:
                 if leader is None:
                     leader = await self._lookup(leader_id)
+                if conn is None:
+                    conn = holder[0] = await self._connect(leader, gen)
                 if not truncated:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True
@@ -98,7 +133,7 @@ class ReplicaFetcher:
                     replica_id=p.broker_id,
                     current_leader_epoch=leader_epoch,
                 )
-                resp = FetchResponse.from_dict(await leader.fetch.remote(req))
+                resp = FetchResponse.from_dict(await conn.fetch(req))
                 if p.generation != gen:
                     return
                 self.fetches += 1
@@ -115,10 +150,13 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 return
             except RayActorError as exc:  # leader died: wait for the next LeaderAndIsr, probing slowly
-                leader = None
+                leader = conn = self._drop(holder)
                 self.error = f"leader b{leader_id} unavailable: {type(exc).__name__}"
+            except ConnectionLost as exc:  # the leader's process died or its listener closed: look it up again
+                leader = conn = self._drop(holder)
+                self.error = f"leader b{leader_id}: {exc}"
             except ValueError as exc:  # the leader's replica actor is not created (yet)
-                leader = None
+                leader = conn = self._drop(holder)
                 self.error = f"leader b{leader_id} not found: {exc}"
             except E.UnexpectedAppendOffsetError as exc:
                 truncated = False

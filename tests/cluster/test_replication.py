@@ -395,3 +395,56 @@ def test_delayed_fetch(steady_cluster):
     r = ray.get(parked, timeout=15)
     assert [x.value for x in decode_records(r["records"])] == [b"later"]
     assert r["high_watermark"] == 4
+
+
+def _raw_peer(ep: dict, payload: bytes) -> bytes:
+    """A TCP peer of a leader's replication listener: sends ``payload``, returns what came back before close."""
+    import socket
+
+    with socket.create_connection((ep["host"], ep["port"]), timeout=20) as s:
+        s.sendall(payload)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        return got
+
+
+def test_followers_fetch_over_the_leaders_replication_listener(steady_cluster):
+    """The followers' fetches travel on TCP connections to the leader's listener (not Ray calls); a stranger
+    with a wrong token, a broker that is not a replica (right token) and garbage are closed without an answer,
+    and replication goes on through the same followers' connections."""
+    import msgpack
+
+    from actors.replication_channel import encode_request
+
+    ch = steady_cluster
+    ch.create_topic("rl", 1, 3, {"min.insync.replicas": "3"})
+    b, h = full_isr(ch, "rl")
+    for i in range(5):
+        r = ray.get(h.produce.remote(ProduceRequest(batch([b"v%d" % i]), -1, 10000)))
+        assert r["error_code"] == 0, r
+    followers = [ch.replica("rl", 0, x) for x in part(ch, "rl")["replicas"] if x != b]
+    before = rstate(h)["replication_listener"]
+    assert before["connections"] == 2 and before["fetches"] >= 5 and before["bad_frames"] == 0, before
+    for fh in followers:
+        st = rstate(fh)
+        assert st["follower_connections"] == 1 and st["log_end_offset"] == 5 and st["follower_error"] is None, st
+
+    ep = ray.get(h.replication_endpoint.remote())
+    assert ep["error_code"] == 0 and ep["port"] == before["port"] and len(ep["token"]) == 16
+
+    def frame(obj) -> bytes:
+        body = msgpack.packb(obj)
+        return len(body).to_bytes(4, "big") + body
+
+    fetch = encode_request(FetchRequest(0, replica_id=b, current_leader_epoch=rstate(h)["leader_epoch"]))
+    assert _raw_peer(ep, frame({"token": b"\0" * 16, "replica_id": b}) + fetch) == b""
+    assert _raw_peer(ep, frame({"token": ep["token"], "replica_id": 99}) + fetch) == b""
+    assert _raw_peer(ep, b"\xff" * 64) == b""
+    after = rstate(h)["replication_listener"]
+    assert after["bad_frames"] == 3 and after["connections"] == 2, after
+
+    r = ray.get(h.produce.remote(ProduceRequest(batch([b"after"]), -1, 10000)))  # min ISR 3: both followers
+    assert r["error_code"] == 0 and r["base_offset"] == 5, r
+    for fh in followers:
+        assert rstate(fh)["follower_connections"] == 1  # the strangers did not break the followers' connections
