@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from actors.replica_config import REPLICA_DEFAULTS
 from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError, error_response
 
@@ -60,15 +61,7 @@ BROKER_TOPIC_DEFAULTS = {
     "log.message.timestamp.type": "message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
 }
-REPLICA_KEYS = (
-    "replica.lag.time.max.ms",
-    "replica.fetch.max.bytes",
-    "replica.fetch.wait.max.ms",
-    "replica.fetch.backoff.ms",
-    "log.retention.check.interval.ms",
-    "log.flush.scheduler.interval.ms",
-    "log.cleaner.backoff.ms",
-)
+REPLICA_KEYS = tuple(REPLICA_DEFAULTS)  # the broker settings its replicas take (replica_config.py)
 
 NOT_A_REPLICA, CREATE, RECREATE, UPDATE = "not_a_replica", "create", "recreate", "update"
 
