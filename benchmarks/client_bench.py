@@ -9,6 +9,8 @@ min.insync.replicas 2 and the producer's defaults (acks=all, idempotent, linger 
 - ``topic_create_s``: ``Admin.create_topic`` of 6 partitions x RF 3 (returns once every partition has a leader),
   once the brokers' warm replica pools are full (``replica_pool_fill_s`` after the cluster is ready;
   ``detail.replica_pools_after_create``: replicas bound from each pool, ``taken``, or started cold, ``cold``);
+- every timed figure starts once the warm pools have refilled after its topic's create (``detail.pool_refill_s_*``:
+  a refill starts actors, ~0.5 s of CPU each, and would be measured with rafka);
 - ``send_records_per_s``: ``Producer.send`` per record, then ``flush``;
 - ``send_batch_records_per_s``: ``Producer.send_batch`` in calls of 10,000 records, then ``flush``;
 - ``consume_records_per_s``: one ``Consumer`` assigned the 6 partitions from the start, until it has them all;
@@ -290,6 +292,7 @@ def main() -> int:
             admin.create_topic("send", PARTITIONS, 3, TOPIC_CONF)
             out["topic_create_s"] = round(time.perf_counter() - t0, 2)
             detail["replica_pools_after_create"] = replica_pools(cluster)
+            detail["pool_refill_s_send"] = wait_pools_full(cluster)  # timed runs start with full pools
             # each figure sees only its own topic: an idle replica costs ~0.01 cores (docs/internals.md, cost
             # model), so topics left behind would tax every later figure
             detail["send"] = bench_send(cluster, "send", a.records)
@@ -300,6 +303,7 @@ def main() -> int:
             admin.delete_topics(["send"])
 
             admin.create_topic("batch", PARTITIONS, 3, TOPIC_CONF)
+            detail["pool_refill_s_batch"] = wait_pools_full(cluster)  # timed runs start with full pools
             detail["send_batch"] = bench_send_batch(cluster, "batch", a.batch_records)
             out["send_batch_records_per_s"] = detail["send_batch"]["records_per_s"]
             wait_high_watermarks(admin, "batch", PARTITIONS, a.batch_records + 1)
@@ -309,10 +313,12 @@ def main() -> int:
             admin.delete_topics(["batch"])
 
             admin.create_topic("e2e", PARTITIONS, 3, TOPIC_CONF)
+            detail["pool_refill_s_e2e"] = wait_pools_full(cluster)  # timed runs start with full pools
             detail["e2e"] = bench_e2e(cluster, "e2e", a.e2e_rate, a.e2e_seconds, PARTITIONS)
             out["e2e_p50_ms"], out["e2e_p99_ms"] = detail["e2e"].get("p50_ms"), detail["e2e"].get("p99_ms")
             admin.delete_topics(["e2e"])
             admin.create_topic("e2e-rf1", PARTITIONS, 1)
+            detail["pool_refill_s_e2e-rf1"] = wait_pools_full(cluster)  # timed runs start with full pools
             detail["e2e_acks1_rf1"] = bench_e2e(cluster, "e2e-rf1", a.e2e_rate, a.e2e_seconds, PARTITIONS, acks=1)
             out["e2e_acks1_rf1_p50_ms"] = detail["e2e_acks1_rf1"].get("p50_ms")
             admin.delete_topics(["e2e-rf1"])
