@@ -131,13 +131,10 @@ class ReplicationListener:
         return await reader.readexactly(n)
 
     async def _hello(self, reader: asyncio.StreamReader) -> int:
+        body = await self._read_frame(reader)
         try:
-            d = msgpack.unpackb(await self._read_frame(reader), raw=False)
-        except BadFrame:
-            raise
-        except (asyncio.IncompleteReadError, ConnectionError):
-            raise
-        except Exception:  # noqa: BLE001
+            d = msgpack.unpackb(body, raw=False)
+        except Exception:  # noqa: BLE001 - any msgpack failure is a bad frame
             raise BadFrame("hello is not msgpack") from None
         if not isinstance(d, dict) or not isinstance(d.get("token"), bytes) or type(d.get("replica_id")) is not int:
             raise BadFrame("hello needs token and replica_id")
@@ -204,8 +201,12 @@ class ReplicationConnection:
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
             self.close()
             raise ConnectionLost(f"replication connection lost: {type(exc).__name__} {exc}") from None
-        answer = msgpack.unpackb(meta, raw=False)
-        answer["records"] = records
+        try:
+            answer = msgpack.unpackb(meta, raw=False)
+            answer["records"] = records
+        except Exception as exc:  # noqa: BLE001 - out of step with the leader: start a new connection
+            self.close()
+            raise ConnectionLost(f"malformed answer from the leader: {type(exc).__name__}") from None
         return answer
 
     def close(self) -> None:

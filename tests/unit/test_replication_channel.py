@@ -198,3 +198,22 @@ def test_a_leader_that_never_answers_times_out():
         return waited
 
     assert 0.35 <= run(go()) < 5
+
+
+def test_a_malformed_answer_is_connection_lost_not_a_crash():
+    async def go():
+        async def serve(reader, writer):
+            await reader.read(100)
+            writer.write(struct.pack(">II", 2, 0) + b"\xc1\xc1")  # meta that is not msgpack
+            await writer.drain()
+
+        server = await asyncio.start_server(serve, HOST, 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = await ReplicationConnection.open({"host": HOST, "port": port, "token": b"t" * 16}, 2, timeout_s=5)
+        try:
+            with pytest.raises(ConnectionLost, match="malformed answer"):
+                await conn.fetch(req(1))
+        finally:
+            server.close()
+
+    run(go())
