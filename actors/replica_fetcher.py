@@ -81,7 +81,7 @@ class ReplicaFetcher:
                 return
         raise _Retry("epoch truncation did not converge")
 
-    async def _connect(self, leader, gen: int) -> ReplicationConnection:
+    async def _connect(self, leader, gen: int, timeout_s: float) -> ReplicationConnection:
         """A connection to the leader replica's replication listener (its endpoint asked through Ray)."""
         p = self.partition
         ep = await leader.replication_endpoint.remote()
@@ -89,39 +89,33 @@ class ReplicaFetcher:
             raise asyncio.CancelledError()
         if ep.get("error_code"):
             raise _Retry(f"replication_endpoint: {E.for_code(ep['error_code']).name}: {ep.get('error_message')}")
-        conn = await ReplicationConnection.open(ep, p.broker_id, self._timeout_s)
+        conn = await ReplicationConnection.open(ep, p.broker_id, timeout_s)
         self.connections += 1
         return conn
 
-    @staticmethod
-    def _drop(holder: list) -> None:
-        if holder[0] is not None:
-            holder[0].close()
-            holder[0] = None
-
     async def run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict) -> None:
-        """The loop; its connection is closed however it ends (cancelled by a new LeaderAndIsr, or done)."""
-        holder: list[ReplicationConnection | None] = [None]
+        """The loop. Its connection is its own (``link``, not the fetcher's: a cancelled loop's cleanup may run
+        after the next loop started) and is closed however the loop ends."""
+        link: list[ReplicationConnection] = []  # the open connection, if any
         try:
-            await self._run(gen, leader_id, leader_epoch, conf, holder)
+            await self._run(gen, leader_id, leader_epoch, conf, link)
         finally:
-            if holder[0] is not None:
-                holder[0].close()
+            for conn in link:
+                conn.close()
 
-    async def _run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict, holder: list) -> None:
+    async def _run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict, link: list) -> None:
         p = self.partition
         leader = None
-        conn: ReplicationConnection | None = None
         truncated = False
         backoff = conf["replica.fetch.backoff.ms"] / 1000.0
-        self._timeout_s = conf["replica.socket.timeout.ms"] / 1000.0
+        timeout_s = conf["replica.socket.timeout.ms"] / 1000.0
         delay = backoff
         while p.generation == gen:
             try:
                 if leader is None:
                     leader = await self._lookup(leader_id)
-                if conn is None:
-                    conn = holder[0] = await self._connect(leader, gen)
+                if not link:
+                    link.append(await self._connect(leader, gen, timeout_s))
                 if not truncated:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True
@@ -133,7 +127,7 @@ class ReplicaFetcher:
                     replica_id=p.broker_id,
                     current_leader_epoch=leader_epoch,
                 )
-                resp = FetchResponse.from_dict(await conn.fetch(req))
+                resp = FetchResponse.from_dict(await link[0].fetch(req))
                 if p.generation != gen:
                     return
                 self.fetches += 1
@@ -149,15 +143,13 @@ class ReplicaFetcher:
                 raise _Retry(E.for_code(code).name + ": " + str(resp.error_message))
             except asyncio.CancelledError:
                 return
-            except RayActorError as exc:  # leader died: wait for the next LeaderAndIsr, probing slowly
-                leader = conn = self._drop(holder)
-                self.error = f"leader b{leader_id} unavailable: {type(exc).__name__}"
-            except ConnectionLost as exc:  # the leader's process died or its listener closed: look it up again
-                leader = conn = self._drop(holder)
-                self.error = f"leader b{leader_id}: {exc}"
-            except ValueError as exc:  # the leader's replica actor is not created (yet)
-                leader = conn = self._drop(holder)
-                self.error = f"leader b{leader_id} not found: {exc}"
+            except (RayActorError, ConnectionLost, ValueError) as exc:
+                # the leader's actor died, its connection broke, or it is not created (yet): close the
+                # connection, look the leader up again after the backoff, until the next LeaderAndIsr
+                leader = None
+                while link:
+                    link.pop().close()
+                self.error = f"leader b{leader_id} unavailable: {type(exc).__name__}: {exc}"
             except E.UnexpectedAppendOffsetError as exc:
                 truncated = False
                 self.error = str(exc)
