@@ -54,6 +54,7 @@ import ray
 from actors import server_log
 from actors.alter_partition import AlterPartitionManager
 from actors.call_order import CallOrder
+from actors.client_channel import ClientListener
 from actors.group_service import OFFSETS_TOPIC
 from actors.log_dir_lock import LogDirLock
 from actors.metrics import ReplicaStats
@@ -185,7 +186,9 @@ class ReplicaActor:
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
         self.replication = ReplicationListener(self.fetch, lambda: self.partition.replicas, f"{self.tp} b{broker_id}")
-        self.call_order = CallOrder()  # the wire listener's per-connection produce order (actors/call_order.py)
+        self.clients = ClientListener(self.produce, self.fetch, f"{self.tp} b{broker_id}")
+        # per-connection produce order of the wire listener's and the client listener's connections
+        self.call_order = CallOrder()
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
@@ -256,6 +259,7 @@ class ReplicaActor:
         self._cancel_follower()
         self.alter_partition.cancel()
         self.replication.close()
+        self.clients.close()
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
         self.replica_manager.shutdown()
@@ -406,6 +410,18 @@ class ReplicaActor:
             return _err(exc)
         return {"error_code": 0, "error_message": None, **ep}
 
+    async def client_endpoint(self) -> dict:
+        """Where clients produce and fetch over TCP (actors/client_channel.py): host, port and the token a
+        connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
+        answers (a follower's listener refuses produce and leader-only fetches like its Ray calls do)."""
+        try:
+            if not self.bound or self.partition.role == STOPPED:
+                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            ep = await self.clients.start(ray.util.get_node_ip_address())
+        except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, **ep}
+
     async def fetch(self, req: FetchRequest) -> dict:
         t0 = time.perf_counter()
         answer = await self._fetch(req)
@@ -511,6 +527,7 @@ class ReplicaActor:
             )
         st["stats"] = dict(self._stats)
         st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
+        st["client_listener"] = self.clients.describe()
         st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
         ls = p.leader_state

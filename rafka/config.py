@@ -135,10 +135,16 @@ class _Config:
         return f"{type(self).__name__}({shown})"
 
 
+# rafka's own key (no Kafka equivalent): how produce/fetch reach the leader replica: "tcp", its client
+# listener's connection (rafka/channel.py, the default), or "ray", one Ray actor call per request
+DATA_CHANNEL = ("tcp", _choice("tcp", "ray"))
+
+
 class ProducerConfig(_Config):
     KIND = "producer"
     SPEC = {
         "client_id": (None, _str_or_none),
+        "data_channel": DATA_CHANNEL,
         "acks": ("all", _acks),
         "linger_ms": (5, _int(0)),
         "batch_size": (16384, _int(0)),
@@ -202,6 +208,7 @@ class ConsumerConfig(_Config):
     KIND = "consumer"
     SPEC = {
         "client_id": (None, _str_or_none),
+        "data_channel": DATA_CHANNEL,
         "fetch_min_bytes": (1, _int(0)),
         "fetch_max_bytes": (52428800, _int(0)),
         "fetch_max_wait_ms": (500, _int(0)),

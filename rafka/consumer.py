@@ -21,6 +21,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from rafka.channel import data_transport
 from rafka.cluster import resolve_cluster
 from rafka.config import ConsumerConfig
 from rafka.errors import IllegalStateError
@@ -54,7 +55,9 @@ class Consumer:
         self.subscriptions = SubscriptionState()
         self.subscriptions.pending = lambda: self._iter_buffer[self._iter_pos :]
         self.subscriptions.on_assignment_change(self._clear_iter_buffer)
-        self._fetcher = Fetcher(self.metadata, self.config, subscriptions=self.subscriptions)
+        self._fetcher = Fetcher(
+            self.metadata, self.config, subscriptions=self.subscriptions, transport=data_transport(self.config)
+        )
         self._closed = False
         self._group: ConsumerCoordinator | None = None
         self._async_commits = None  # one worker thread: async commits complete in the order they were made

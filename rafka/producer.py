@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from rafka.accumulator import RECORD_OVERHEAD, FutureRecordMetadata, RecordAccumulator, now_ms
+from rafka.channel import data_transport
 from rafka.cluster import resolve_cluster
 from rafka.config import ProducerConfig
 from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
@@ -85,7 +86,9 @@ class Producer:
             self.config.retry_backoff_max_ms,
             self.config.delivery_timeout_ms,
         )
-        self.sender = Sender(self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id)
+        self.sender = Sender(
+            self.cluster_name, self.config, self.accumulator, self.metadata, self.client_id, data_transport(self.config)
+        )
         self._max_record_size = min(self.config.max_request_size, self.config.buffer_memory)
         self._legal_topics: set[str] = set()  # names already checked by validate_topic_name
         self._closed = False

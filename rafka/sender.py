@@ -107,9 +107,11 @@ class Sender(threading.Thread):
         self.resets = 0
         self._pid_retry_at = 0.0
         self._pid_warnings = 0
-        # calls stay under Ray's inline-argument limit (100 KB) so they skip the object store; a single
-        # larger batch still goes (alone)
-        self._max_call_bytes = min(config.max_request_size, INLINE_CALL_BYTES)
+        # Ray calls stay under Ray's inline-argument limit (100 KB) so they skip the object store (a single
+        # larger batch still goes, alone); the TCP channel takes requests up to max.request.size
+        self._max_call_bytes = config.max_request_size
+        if getattr(transport, "inline_calls_only", True):
+            self._max_call_bytes = min(config.max_request_size, INLINE_CALL_BYTES)
         self.running = True
         self.force_close = False
         self.fatal_error: BaseException | None = None

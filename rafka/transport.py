@@ -41,6 +41,8 @@ class RayTransport:
     """Endpoints are Ray actors in the ``rafka`` namespace; calls are ObjectRefs."""
 
     __slots__ = ()
+    # arguments over Ray's inline limit (100 KB) go through the object store: callers keep calls under it
+    inline_calls_only = True
 
     def get_actor(self, name: str) -> Any:
         import ray

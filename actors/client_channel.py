@@ -1,0 +1,178 @@
+"""Clients' produce and fetch over a plain TCP connection to the leader replica (the data plane), not Ray calls.
+
+Why: a Ray actor call costs ~1.4 ms of CPU across the processes it touches on this machine and adds 4-6 ms
+of delay each way beside a busy cluster (measured: docs/internals.md, the cost model). The follower fetch
+moved to TCP first (actors/replication_channel.py); this does the same for the clients' own hot calls, as
+Kafka's clients talk to the broker's listener: the Python Producer's produce and the Consumer's fetch
+travel on one connection per leader replica (rafka/channel.py), Ray stays the control plane (metadata,
+names, the endpoint query, coordinators, list offsets, admin).
+
+Leader side, :class:`ClientListener`: an asyncio server on the Ray node's IP and an ephemeral port, started
+on the first ``ReplicaActor.client_endpoint()`` Ray call. The endpoint carries a random token (a 16-byte
+secret handed out only through Ray, so only what can call the replica actor can connect); a connection's
+first frame must present it or the connection is closed with a log line. A client connection can only
+produce (origin ``client``) and fetch as a consumer (replica id -1): it can never pose as a follower
+(a follower's fetch offset moves the high watermark) nor as a coordinator.
+
+Requests are answered by the replica's own ``produce`` and ``fetch`` (same checks, same purgatory, same
+metrics), several at a time per connection (long-polls and acks=all waits overlap); a connection's produce
+requests append in the order they were sent (the replica's ``CallOrder``, one channel per connection, as a
+Kafka broker handles one connection's requests in order) and answers carry the request's correlation id.
+
+Frames (big-endian):
+
+- hello: ``u32 length`` + msgpack ``{"token": bytes}``;
+- request: ``u32 length, u32 correlation id, u8 api, u32 meta length`` + a msgpack map of the request's
+  fields + (produce) the record batches as sent; ``length`` counts everything after itself and is at most
+  ``MAX_FRAME_BYTES`` (Kafka's ``socket.request.max.bytes``);
+- answer: ``u32 correlation id, u32 meta length, u32 records length`` + the msgpack map of the answer but
+  ``records`` + the records' bytes (never re-packed).
+
+A malformed frame (bad hello, unknown api or field, a field of the wrong type, an oversize length) closes
+that connection and counts in ``stats["bad_frames"]``; the replica and its other connections go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+
+from protocol.data_channel import (
+    API_FETCH,
+    API_PRODUCE,
+    MAX_FRAME_BYTES,
+    MAX_HELLO_BYTES,
+    REQUEST_HEAD,
+    U32,
+    BadFrame,
+    decode_fetch,
+    decode_produce,
+    encode_answer,
+)
+from protocol.messages import FetchRequest, ProduceRequest
+
+log = logging.getLogger("actors.replica")
+
+MAX_IN_FLIGHT_PER_CONNECTION = 256  # beyond it the listener stops reading that connection until answers go out
+_ids = itertools.count()
+
+
+class ClientListener:
+    """The leader replica's client server. ``produce`` and ``fetch`` are the replica's own handlers (a
+    request -> its answer dict)."""
+
+    def __init__(
+        self,
+        produce: Callable[[ProduceRequest], Awaitable[dict]],
+        fetch: Callable[[FetchRequest], Awaitable[dict]],
+        name: str,
+        max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
+    ):
+        self.produce, self.fetch, self.name = produce, fetch, name
+        self.max_in_flight = max_in_flight
+        self.token = secrets.token_bytes(16)
+        self.server: asyncio.AbstractServer | None = None
+        self.host, self.port = "", 0
+        self._conns: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self.stats = {"connections": 0, "open": 0, "refused": 0, "bad_frames": 0, "produces": 0, "fetches": 0}
+
+    async def start(self, host: str) -> dict:
+        if self.server is None:
+            self.server = await asyncio.start_server(self._serve, host, 0)
+            self.host, self.port = host, self.server.sockets[0].getsockname()[1]
+        return self.endpoint()
+
+    def endpoint(self) -> dict:
+        return {"host": self.host, "port": self.port, "token": self.token}
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        for w in list(self._conns):
+            w.close()
+        self._conns.clear()
+        for t in list(self._tasks):
+            t.cancel()
+
+    async def _hello(self, reader: asyncio.StreamReader) -> None:
+        (n,) = U32.unpack(await reader.readexactly(4))
+        if n > MAX_HELLO_BYTES:
+            raise BadFrame(f"hello of {n} bytes")
+        body = await reader.readexactly(n)
+        try:
+            d = msgpack.unpackb(body, raw=False)
+        except Exception:  # noqa: BLE001 - any msgpack failure is a bad frame
+            raise BadFrame("hello is not msgpack") from None
+        if not isinstance(d, dict) or not isinstance(d.get("token"), bytes):
+            raise BadFrame("hello needs the endpoint's token")
+        if not hmac.compare_digest(d["token"], self.token):
+            raise BadFrame("wrong token")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        self._conns.add(writer)
+        channel = f"tcp{next(_ids)}"  # the connection's produce order at the replica (CallOrder)
+        sent = 0
+        room = asyncio.Semaphore(self.max_in_flight)
+        try:
+            await asyncio.wait_for(self._hello(reader), 10)
+            self.stats["connections"] += 1
+            self.stats["open"] += 1
+            try:
+                while True:
+                    length, corr, api, meta_len = REQUEST_HEAD.unpack(await reader.readexactly(REQUEST_HEAD.size))
+                    if length > MAX_FRAME_BYTES or meta_len > length - 9:
+                        raise BadFrame(f"frame of {length} bytes (meta {meta_len}) is over the limit or inconsistent")
+                    meta = await reader.readexactly(meta_len)
+                    payload = await reader.readexactly(length - 9 - meta_len) if length - 9 > meta_len else b""
+                    await room.acquire()
+                    if api == API_PRODUCE:
+                        call = self.produce(decode_produce(meta, payload, (channel, sent)))
+                        sent += 1
+                        self.stats["produces"] += 1
+                    elif api == API_FETCH and not payload:
+                        call = self.fetch(decode_fetch(meta))
+                        self.stats["fetches"] += 1
+                    else:
+                        raise BadFrame(f"unknown api {api} (or a fetch with a payload)")
+                    task = asyncio.ensure_future(self._answer(writer, corr, call, room))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            finally:
+                self.stats["open"] -= 1
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client went away (or we are closing)
+        except (BadFrame, asyncio.TimeoutError) as exc:
+            self.stats["bad_frames" if isinstance(exc, BadFrame) else "refused"] += 1
+            log.warning("%s: client connection from %s closed: %s", self.name, peer, exc or "no hello in 10 s")
+        except Exception:  # noqa: BLE001 - never let one connection take the replica down
+            log.exception("%s: client connection from %s failed", self.name, peer)
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter, corr: int, call: Awaitable[dict], room) -> None:
+        try:
+            answer = await call
+            if not writer.is_closing():
+                writer.writelines(encode_answer(corr, answer))
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        except Exception:  # noqa: BLE001 - the replica's handlers answer errors; anything else ends the connection
+            log.exception("%s: answering a client request failed", self.name)
+            writer.close()
+        finally:
+            room.release()
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self.stats, port=self.port)

@@ -1,0 +1,270 @@
+"""The clients' data channel (actors/client_channel.py's listener, rafka/channel.py's transport) over real
+loopback sockets, without Ray: requests and answers round-trip whole, a connection's produces reach the
+replica in the order they were sent while its long-polls overlap them, a broken or silent replica fails the
+requests with Kafka's retriable errors, and every bad peer (no or wrong token, garbage, an unknown api or
+field, a follower's replica id, an oversize frame) gets its connection closed, its request never reaching
+the replica, while the listener keeps serving the others.
+
+The replica actor's handle is the one stand-in: an object whose ``client_endpoint.remote().future()`` answers
+the listener's endpoint as the Ray call does (tests/cluster/test_client_channel_cluster.py runs it all on a
+real cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import random
+import socket
+import struct
+import threading
+import time
+
+import msgpack
+import pytest
+
+import rafka.channel as channel
+from actors.call_order import CallOrder
+from actors.client_channel import ClientListener
+from protocol.data_channel import REQUEST_HEAD, BadFrame, decode_fetch, decode_produce, encode_request
+from protocol.errors import NotLeaderOrFollowerError, RequestTimedOutError
+from protocol.messages import FetchRequest, ProduceRequest
+
+HOST = "127.0.0.1"
+
+
+class FakeReplica:
+    """Handlers like ReplicaActor.produce/fetch on their own event loop (a thread, as the actor's)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.order = CallOrder()
+        self.appended: list[bytes] = []
+        self.requests: list = []
+        self.hang = False
+        self.endpoint_answer: dict | None = None
+        self.endpoint_calls = 0
+        self.listener = ClientListener(self.produce, self.fetch, "t-0 b1")
+        self.do(self.listener.start(HOST))
+
+    def do(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    async def produce(self, req: ProduceRequest) -> dict:
+        self.requests.append(req)
+        await self.order.enter(req.order)
+        try:
+            for _ in range(random.randrange(4)):  # appends that yield to other calls a varying number of times
+                await asyncio.sleep(0)
+            self.appended.append(bytes(req.records))
+        finally:
+            self.order.leave(req.order)
+        if self.hang:
+            await asyncio.sleep(3600)
+        return {"error_code": 0, "error_message": None, "base_offset": len(self.appended) - 1, "log_append_time": -1}
+
+    async def fetch(self, req: FetchRequest) -> dict:
+        self.requests.append(req)
+        if req.max_wait_ms:
+            await asyncio.sleep(req.max_wait_ms / 1000)
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "high_watermark": req.fetch_offset + 1,
+            "records": bytes([req.fetch_offset % 251]) * req.fetch_offset,
+            "aborted_transactions": [(7, 3), (8, 5)],
+        }
+
+    # the Ray handle's surface the channel uses: handle.client_endpoint.remote().future()
+    @property
+    def client_endpoint(self):
+        return self
+
+    def remote(self):
+        return self
+
+    def future(self):
+        self.endpoint_calls += 1
+        f: concurrent.futures.Future = concurrent.futures.Future()
+        f.set_result(self.endpoint_answer or {"error_code": 0, "error_message": None, **self.listener.endpoint()})
+        return f
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.listener.close)
+
+
+@pytest.fixture
+def replica():
+    r = FakeReplica()
+    yield r
+    r.close()
+
+
+T = channel.ChannelTransport()
+
+
+def produce(replica, payload: bytes, **kw):
+    return T.call(replica, "produce", ProduceRequest(payload, **kw))
+
+
+def test_produce_and_fetch_round_trip_and_records_pass_through(replica):
+    big = bytes(range(256)) * 1200  # 300 KB: over Ray's inline limit, one frame here
+    ans = T.get(produce(replica, big, acks=1, timeout_ms=1234, current_leader_epoch=3, transactional_id="tx"), 10)
+    assert ans["error_code"] == 0 and ans["base_offset"] == 0 and ans["records"] == b""
+    got = replica.requests[-1]
+    assert (got.acks, got.timeout_ms, got.current_leader_epoch, got.transactional_id) == (1, 1234, 3, "tx")
+    assert got.origin == "client" and got.order[1] == 0 and bytes(got.records) == big
+    f = T.call(
+        replica, "fetch", FetchRequest(70000, max_bytes=9, min_bytes=2, current_leader_epoch=3, isolation_level=1)
+    )
+    ans = T.get(f, 10)
+    assert ans["records"] == bytes([70000 % 251]) * 70000 and ans["high_watermark"] == 70001
+    assert ans["aborted_transactions"] == ((7, 3), (8, 5))  # as the replica's dict carries them
+    got = replica.requests[-1]
+    assert (got.fetch_offset, got.max_bytes, got.min_bytes, got.isolation_level, got.replica_id) == (70000, 9, 2, 1, -1)
+    assert replica.endpoint_calls == 1  # one connection for both
+    assert replica.listener.stats["connections"] == 1
+
+
+def test_pipelined_produces_append_in_sent_order_while_a_long_poll_waits(replica):
+    poll = T.call(replica, "fetch", FetchRequest(5, max_wait_ms=1500))
+    calls = [produce(replica, i.to_bytes(4, "big")) for i in range(300)]
+    done, _ = T.wait(calls, num_returns=len(calls), timeout=20)
+    assert len(done) == 300 and not poll.done()  # the long-poll did not hold the connection's produces
+    assert replica.appended == [i.to_bytes(4, "big") for i in range(300)]
+    assert [c.result()["base_offset"] for c in calls] == list(range(300))
+    assert T.get(poll, 10)["high_watermark"] == 6
+
+
+def test_wait_returns_the_first_ready_and_respects_the_timeout(replica):
+    slow = T.call(replica, "fetch", FetchRequest(1, max_wait_ms=800))
+    fast = T.call(replica, "fetch", FetchRequest(2))
+    ready, rest = T.wait([slow, fast], num_returns=1, timeout=5)
+    assert ready == [fast] and rest == [slow]
+    t0 = time.monotonic()
+    ready, rest = T.wait([slow], num_returns=1, timeout=0.1)
+    assert ready == [] and rest == [slow] and time.monotonic() - t0 < 0.7
+    assert T.wait([slow], num_returns=1, timeout=5)[0] == [slow]
+
+
+def test_a_closed_listener_fails_pending_requests_as_not_leader_then_the_next_call_reconnects(replica):
+    replica.hang = True
+    pending = produce(replica, b"x")
+    time.sleep(0.3)
+    old = replica.listener
+    replica.loop.call_soon_threadsafe(old.close)
+    with pytest.raises(NotLeaderOrFollowerError):
+        T.get(pending, 10)
+    replica.hang = False
+    replica.listener = ClientListener(replica.produce, replica.fetch, "t-0 b1 again")
+    replica.do(replica.listener.start(HOST))
+    assert T.get(produce(replica, b"y"), 10)["error_code"] == 0
+    assert replica.endpoint_calls == 2  # asked for the endpoint again
+
+
+def test_an_endpoint_refusal_answers_its_kafka_error(replica):
+    replica.endpoint_answer = {"error_code": NotLeaderOrFollowerError.code, "error_message": "stopped"}
+    with pytest.raises(NotLeaderOrFollowerError, match="stopped"):
+        T.get(produce(replica, b"x"), 10)
+    assert replica.requests == []
+
+
+def test_a_silent_replica_times_out_and_the_connection_is_closed(replica, monkeypatch):
+    monkeypatch.setattr(channel, "PRODUCE_SLACK_S", 0.3)
+    replica.hang = True
+    t0 = time.monotonic()
+    with pytest.raises(RequestTimedOutError):
+        T.get(produce(replica, b"x", timeout_ms=100), 10)
+    assert time.monotonic() - t0 < 5
+    deadline = time.monotonic() + 5
+    while replica.listener.stats["open"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert replica.listener.stats["open"] == 0
+
+
+# ---- bad peers -----------------------------------------------------------------------------------------
+def frame(obj) -> bytes:
+    body = obj if isinstance(obj, bytes) else msgpack.packb(obj)
+    return struct.pack(">I", len(body)) + body
+
+
+def request(api: int, fields, payload: bytes = b"", corr: int = 1) -> bytes:
+    meta = fields if isinstance(fields, bytes) else msgpack.packb(fields)
+    return REQUEST_HEAD.pack(9 + len(meta) + len(payload), corr, api, len(meta)) + meta + payload
+
+
+def raw_peer(replica, *frames: bytes) -> bytes:
+    async def go():
+        reader, writer = await asyncio.open_connection(HOST, replica.listener.port)
+        for f in frames:
+            writer.write(f)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 15)
+        writer.close()
+        return data
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wrong token",
+        "hello not msgpack",
+        "hello without token",
+        "unknown api",
+        "unknown field",
+        "follower replica id",
+        "string offset",
+        "bool acks",
+        "fetch with payload",
+        "oversize frame",
+        "meta longer than frame",
+        "origin coordinator",
+    ],
+)
+def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case):
+    good = frame({"token": replica.listener.token})
+    frames = {
+        "wrong token": [frame({"token": b"x" * 16}), request(0, {"acks": 1}, b"rec")],
+        "hello not msgpack": [frame(b"\xc1\xc1"), request(0, {"acks": 1}, b"rec")],
+        "hello without token": [frame({"replica_id": 2}), request(0, {"acks": 1}, b"rec")],
+        "unknown api": [good, request(7, {"acks": 1}, b"rec")],
+        "unknown field": [good, request(0, {"acks": 1, "records": b"x"}, b"rec")],
+        "follower replica id": [good, request(1, {"fetch_offset": 0, "replica_id": 2})],
+        "string offset": [good, request(1, {"fetch_offset": "0"})],
+        "bool acks": [good, request(0, {"acks": True}, b"rec")],
+        "fetch with payload": [good, request(1, {"fetch_offset": 0}, b"junk")],
+        "oversize frame": [good, REQUEST_HEAD.pack(200 * 1024 * 1024, 1, 0, 2)],
+        "meta longer than frame": [good, REQUEST_HEAD.pack(12, 1, 0, 50) + b"\x80" * 3],
+        "origin coordinator": [good, request(0, {"acks": 1, "origin": "coordinator"}, b"rec")],
+    }[case]
+    assert raw_peer(replica, *frames) == b""
+    assert replica.requests == []
+    assert replica.listener.stats["bad_frames"] == 1
+    assert T.get(produce(replica, b"ok"), 10)["error_code"] == 0  # a good client is served after each
+
+
+def test_a_peer_without_hello_does_not_block_others(replica):
+    silent = socket.create_connection((HOST, replica.listener.port))
+    silent.sendall(b"\x00\x00")  # half a length
+    assert T.get(T.call(replica, "fetch", FetchRequest(3)), 10)["high_watermark"] == 4
+    silent.close()
+
+
+def test_frame_codecs_refuse_what_is_not_a_client_request():
+    order = ("tcp0", 0)
+    assert decode_produce(msgpack.packb({"acks": -1}), b"r", order).origin == "client"
+    with pytest.raises(BadFrame):
+        decode_produce(msgpack.packb({"acks": 1, "order": ["x", 1]}), b"r", order)
+    with pytest.raises(BadFrame):
+        decode_produce(msgpack.packb({"transactional_id": 5}), b"r", order)
+    with pytest.raises(BadFrame):
+        decode_fetch(msgpack.packb({"max_bytes": 5}))  # no fetch_offset
+    with pytest.raises(BadFrame):
+        decode_fetch(msgpack.packb([1, 2]))
+    with pytest.raises(BadFrame):
+        decode_fetch(msgpack.packb({"fetch_offset": 1 << 63}))
+    parts = encode_request(9, 1, {"fetch_offset": 4})
+    length, corr, api, meta_len = REQUEST_HEAD.unpack(parts[0])
+    assert (corr, api, length) == (9, 1, 9 + meta_len) and decode_fetch(parts[1]).fetch_offset == 4
