@@ -112,8 +112,8 @@ class ClientListener:
             d = msgpack.unpackb(body, raw=False)
         except Exception:  # noqa: BLE001 - any msgpack failure is a bad frame
             raise BadFrame("hello is not msgpack") from None
-        if not isinstance(d, dict) or not isinstance(d.get("token"), bytes):
-            raise BadFrame("hello needs the endpoint's token")
+        if not isinstance(d, dict) or set(d) != {"token"} or not isinstance(d["token"], bytes):
+            raise BadFrame("hello must be the endpoint's token alone")
         if not hmac.compare_digest(d["token"], self.token):
             raise BadFrame("wrong token")
 

@@ -212,6 +212,7 @@ def raw_peer(replica, *frames: bytes) -> bytes:
         "wrong token",
         "hello not msgpack",
         "hello without token",
+        "hello posing as a follower",
         "unknown api",
         "unknown field",
         "follower replica id",
@@ -229,6 +230,10 @@ def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case)
         "wrong token": [frame({"token": b"x" * 16}), request(0, {"acks": 1}, b"rec")],
         "hello not msgpack": [frame(b"\xc1\xc1"), request(0, {"acks": 1}, b"rec")],
         "hello without token": [frame({"replica_id": 2}), request(0, {"acks": 1}, b"rec")],
+        "hello posing as a follower": [
+            frame({"token": replica.listener.token, "replica_id": 2}),
+            request(1, {"fetch_offset": 0}),
+        ],
         "unknown api": [good, request(7, {"acks": 1}, b"rec")],
         "unknown field": [good, request(0, {"acks": 1, "records": b"x"}, b"rec")],
         "follower replica id": [good, request(1, {"fetch_offset": 0, "replica_id": 2})],

@@ -1,0 +1,113 @@
+"""The clients' data channel on a real cluster (rafka/channel.py, actors/client_channel.py): the Producer and
+Consumer reach the leader replica's client listener over TCP by default and send it their produce and fetch
+requests (``data_channel="ray"`` keeps one Ray call each; both give the same log); a stranger's connection is
+closed without reaching the log. The process faults (SIGSTOP/SIGKILL of the leader replica's worker under a
+running producer and consumer) are in tests/client/faults/test_data_channel_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgpack
+import ray
+
+import rafka
+from protocol.data_channel import ANSWER_HEAD, REQUEST_HEAD
+from protocol.errors import CorruptMessageError
+from protocol.replica_lookup import replica_handle
+from rafka import TopicPartition
+
+
+def leader_state(cluster, topic: str, p: int = 0) -> dict:
+    leader = cluster.server.describe(topic)["partitions"][p]["leader"]
+    h = replica_handle(cluster.name, topic, p, leader)
+    return ray.get(h.state.remote(), timeout=30)
+
+
+def consume_all(cluster, topic: str, partitions: int, n: int, **conf) -> list:
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", **conf)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got: list = []
+    for _ in range(200):
+        for recs in c.poll(200).values():
+            got += recs
+        if len(got) >= n:
+            break
+    c.close()
+    return got
+
+
+def test_producer_and_consumer_use_the_leaders_client_listener_and_ray_calls_give_the_same_log(
+    rafka_cluster, new_topic
+):
+    topic = new_topic(2, 3)
+    with rafka.Producer(rafka_cluster, linger_ms=2) as p:
+        futs = [p.send(topic, b"tcp-%d" % i, key=b"k%d" % (i % 7)) for i in range(3000)]
+        p.flush()
+    with rafka.Producer(rafka_cluster, linger_ms=2, data_channel="ray") as p:
+        before = [leader_state(rafka_cluster, topic, q)["client_listener"]["produces"] for q in range(2)]
+        futs += [p.send(topic, b"ray-%d" % i, key=b"k%d" % (i % 7)) for i in range(3000)]
+        p.flush()
+        after = [leader_state(rafka_cluster, topic, q)["client_listener"]["produces"] for q in range(2)]
+    assert before == after  # the ray-channel producer made no request on the listeners
+    acked = sorted((md.partition, md.offset) for md in (f.get() for f in futs))
+    assert len(set(acked)) == 6000
+    states = [leader_state(rafka_cluster, topic, q)["client_listener"] for q in range(2)]
+    assert all(s["connections"] >= 1 and s["produces"] >= 1 for s in states), states
+    assert sum(s["produces"] for s in states) < 3000  # batched: far fewer requests than records
+
+    got_tcp = consume_all(rafka_cluster, topic, 2, 6000)
+    fetches = sum(leader_state(rafka_cluster, topic, q)["client_listener"]["fetches"] for q in range(2))
+    got_ray = consume_all(rafka_cluster, topic, 2, 6000, data_channel="ray")
+    assert fetches >= 2
+    assert fetches == sum(leader_state(rafka_cluster, topic, q)["client_listener"]["fetches"] for q in range(2))
+    as_tuples = [sorted((r.partition, r.offset, r.key, r.value) for r in g) for g in (got_tcp, got_ray)]
+    assert as_tuples[0] == as_tuples[1] and len(as_tuples[0]) == 6000
+    assert sorted((r.partition, r.offset) for r in got_tcp) == acked
+    for q in range(2):  # per-key order within each producer's records
+        for prefix in (b"tcp-", b"ray-"):
+            by_key: dict = {}
+            for r in sorted(got_tcp, key=lambda r: r.offset):
+                if r.partition == q and r.value.startswith(prefix):
+                    by_key.setdefault(r.key, []).append(int(r.value[len(prefix) :]))
+            assert all(v == sorted(v) for v in by_key.values())
+
+
+def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(rafka_cluster, new_topic):
+    topic = new_topic(1, 1)
+    with rafka.Producer(rafka_cluster) as p:
+        p.send(topic, b"first").get(timeout=30)
+    st = leader_state(rafka_cluster, topic)
+    leader = rafka_cluster.server.describe(topic)["partitions"][0]["leader"]
+    ep = ray.get(replica_handle(rafka_cluster.name, topic, 0, leader).client_endpoint.remote(), timeout=30)
+    assert ep["error_code"] == 0 and ep["port"] == st["client_listener"]["port"]
+
+    async def stranger(hello: dict, close_after_answer: bool = False) -> bytes:
+        reader, writer = await asyncio.open_connection(ep["host"], ep["port"])
+        body = msgpack.packb(hello)
+        meta = msgpack.packb({"acks": 1})
+        recs = b"\x00" * 80
+        writer.write(struct.pack(">I", len(body)) + body + REQUEST_HEAD.pack(9 + len(meta) + 80, 1, 0, len(meta)))
+        writer.write(meta + recs)
+        await writer.drain()
+        if close_after_answer:
+            data = await asyncio.wait_for(reader.readexactly(ANSWER_HEAD.size), 15)
+            data += await asyncio.wait_for(reader.readexactly(sum(ANSWER_HEAD.unpack(data)[1:])), 15)
+        else:
+            data = await asyncio.wait_for(reader.read(), 15)
+        writer.close()
+        return data
+
+    assert asyncio.run(stranger({"token": b"\x00" * 16})) == b""  # wrong token: closed, unanswered
+    assert asyncio.run(stranger({"token": ep["token"], "replica_id": 1})) == b""  # posing as a follower
+    # the right token and 80 zero bytes for records: answered CORRUPT_MESSAGE, the connection and log go on
+    answer = asyncio.run(stranger({"token": ep["token"]}, close_after_answer=True))
+    corr, meta_len, rec_len = ANSWER_HEAD.unpack(answer[: ANSWER_HEAD.size])
+    meta = msgpack.unpackb(answer[ANSWER_HEAD.size : ANSWER_HEAD.size + meta_len])
+    assert corr == 1 and rec_len == 0 and meta["error_code"] == CorruptMessageError.code, meta
+    after = leader_state(rafka_cluster, topic)
+    assert after["client_listener"]["bad_frames"] == st["client_listener"]["bad_frames"] + 2
+    assert after["log_end_offset"] == st["log_end_offset"] == 1
+    got = consume_all(rafka_cluster, topic, 1, 1)
+    assert [r.value for r in got] == [b"first"]
