@@ -1,4 +1,5 @@
-"""The client data channel's frames (actors/client_channel.py serves them, rafka/channel.py sends them).
+"""The client data channel: its frames (actors/client_channel.py serves them) and the client side's connections
+(:class:`ChannelIO`: rafka/channel.py's transport for the Python clients, and the broker's Kafka listener).
 
 Big-endian: a hello is ``u32 length`` + msgpack ``{"token": bytes}``; a request is ``u32 length, u32
 correlation id, u8 api, u32 meta length`` + a msgpack map of the request's fields + (produce) the record
@@ -8,10 +9,18 @@ answer but ``records`` + the records' bytes.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import itertools
+import os
 import struct
+import threading
+import time
+from typing import Any
 
 import msgpack
 
+from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
 from protocol.messages import FetchRequest, ProduceRequest
 
 MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
@@ -74,3 +83,218 @@ def encode_answer(corr: int, answer: dict) -> list:
     records = answer.get("records") or b""
     meta = msgpack.packb({k: v for k, v in answer.items() if k != "records"})
     return [ANSWER_HEAD.pack(corr, len(meta), len(records)), meta, records]
+
+
+# ---- the client side: one connection per replica actor on an asyncio loop ----------------------------
+CONNECTIONS_MAX_IDLE_S = 540.0  # connections.max.idle.ms
+REQUEST_TIMEOUT_S = 30.0  # request.timeout.ms: added to a fetch's max_wait_ms and to the endpoint query
+PRODUCE_SLACK_S = 5.0  # a produce's leader answers REQUEST_TIMED_OUT itself at timeout_ms
+_PRODUCE_KEYS = ("acks", "timeout_ms", "current_leader_epoch", "transactional_id")
+_FETCH_KEYS = ("fetch_offset", "max_bytes", "max_wait_ms", "min_bytes", "current_leader_epoch", "isolation_level")
+
+
+def _actor_key(handle: Any) -> Any:
+    aid = getattr(handle, "_actor_id", None)
+    return aid.binary() if aid is not None else id(handle)
+
+
+class _Connection:
+    """One connection to one replica's client listener; lives on the I/O loop only."""
+
+    def __init__(self, io: ChannelIO, key: Any, handle: Any):
+        self.io, self.key, self.handle = io, key, handle
+        self.pending: dict[int, tuple[concurrent.futures.Future, asyncio.TimerHandle]] = {}
+        self.corr = itertools.count()
+        self.writer: asyncio.StreamWriter | None = None
+        self.queue: list[tuple[int, list]] | None = []  # frames waiting for the connection to open
+        self.closed = False
+        self.last_used = time.monotonic()
+
+    async def open(self) -> None:
+        try:
+            ref = self.handle.client_endpoint.remote()
+            ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
+            if ep.get("error_code"):
+                raise for_code(ep["error_code"])(ep.get("error_message") or None)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(ep["host"], ep["port"]), REQUEST_TIMEOUT_S)
+        except KafkaError as exc:
+            self.close(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a dead actor, a refused connect, a timeout: look it up again
+            self.close(NotLeaderOrFollowerError(f"no connection to the leader replica: {type(exc).__name__} {exc}"))
+            return
+        if self.closed:
+            writer.close()
+            return
+        hello = msgpack.packb({"token": ep["token"]})
+        writer.write(U32.pack(len(hello)) + hello)
+        self.writer = writer
+        for _corr, parts in self.queue or ():
+            writer.writelines(parts)
+        self.queue = None
+        self.io.loop.create_task(self._read(reader))
+
+    def send(self, fields: dict, api: int, payload: bytes, timeout_s: float, fut: concurrent.futures.Future) -> None:
+        if self.closed:
+            fut.set_exception(NotLeaderOrFollowerError("connection to the leader replica closed"))
+            return
+        corr = next(self.corr) & 0xFFFFFFFF
+        timer = self.io.loop.call_later(timeout_s, self._expired, corr, timeout_s)
+        self.pending[corr] = (fut, timer)
+        self.last_used = time.monotonic()
+        parts = encode_request(corr, api, fields, payload)
+        if self.queue is not None:
+            self.queue.append((corr, parts))
+        else:
+            assert self.writer is not None
+            self.writer.writelines(parts)
+
+    def _expired(self, corr: int, timeout_s: float) -> None:
+        entry = self.pending.pop(corr, None)
+        if entry is not None:
+            _fail(entry[0], RequestTimedOutError(f"no answer from the leader replica in {timeout_s:.1f} s"))
+            self.close(NotLeaderOrFollowerError("connection closed after a request timed out"))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                corr, meta_len, rec_len = ANSWER_HEAD.unpack(await reader.readexactly(ANSWER_HEAD.size))
+                meta = await reader.readexactly(meta_len)
+                records = await reader.readexactly(rec_len) if rec_len else b""
+                entry = self.pending.pop(corr, None)
+                if entry is None:
+                    continue  # timed out meanwhile
+                fut, timer = entry
+                timer.cancel()
+                self.last_used = time.monotonic()
+                try:
+                    answer = msgpack.unpackb(meta, raw=False)
+                    answer["records"] = records
+                    aborted = answer.get("aborted_transactions")
+                    if aborted is not None:
+                        answer["aborted_transactions"] = tuple(tuple(a) for a in aborted)
+                except Exception as exc:  # noqa: BLE001 - out of step with the server: start afresh
+                    _fail(fut, NotLeaderOrFollowerError(f"malformed answer from the leader replica: {exc}"))
+                    raise
+                if not fut.done():
+                    fut.set_result(answer)
+        except asyncio.CancelledError:
+            self.close(NotLeaderOrFollowerError("client channel shut down"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - EOF, reset, malformed: every pending request is retried
+            self.close(NotLeaderOrFollowerError(f"connection to the leader replica lost: {type(exc).__name__}"))
+
+    def close(self, err: BaseException) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.io.conns.get(self.key) is self:
+            del self.io.conns[self.key]
+        if self.writer is not None:
+            self.writer.close()
+        for fut, timer in self.pending.values():
+            timer.cancel()
+            _fail(fut, err)
+        self.pending.clear()
+        self.queue = None  # the queued requests' futures were in pending: failed above
+
+
+def _fail(fut: concurrent.futures.Future, err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)
+
+
+class ChannelIO:
+    """One connection per replica actor on an asyncio loop: the process's I/O thread's (``ChannelIO()``, for
+    the threaded clients), or a running loop's own (``ChannelIO(loop)``, for a server actor such as the
+    broker's Kafka listener: ``submit_here`` from that loop, no thread hop)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+        self.conns: dict[Any, _Connection] = {}
+        if loop is not None:
+            self.loop = loop
+            self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
+            return
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="rafka-channel-io", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
+        self.loop.run_forever()
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for conn in list(self.conns.values()):
+            if not conn.pending and now - conn.last_used > CONNECTIONS_MAX_IDLE_S:
+                conn.close(NotLeaderOrFollowerError("idle connection closed"))
+        self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
+
+    def submit(
+        self, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float
+    ) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self.loop.call_soon_threadsafe(self._submit, handle, api, fields, payload, timeout_s, fut)
+        return fut
+
+    def submit_here(self, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float) -> asyncio.Future:
+        """``submit`` from the loop's own thread: an asyncio future of the answer."""
+        fut = self.loop.create_future()
+        self._submit(handle, api, fields, payload, timeout_s, fut)
+        return fut
+
+    def _submit(self, handle, api, fields, payload, timeout_s, fut) -> None:
+        key = _actor_key(handle)
+        conn = self.conns.get(key)
+        if conn is None:
+            conn = self.conns[key] = _Connection(self, key, handle)
+            self.loop.create_task(conn.open())
+        try:
+            conn.send(fields, api, payload, timeout_s, fut)
+        except Exception as exc:  # noqa: BLE001 - e.g. a field msgpack cannot carry: that request fails alone
+            _fail(fut, exc)
+
+    def connections(self) -> int:
+        return len(self.conns)
+
+
+_io: ChannelIO | None = None
+_io_pid = 0
+_io_lock = threading.Lock()
+
+
+def channel_io() -> ChannelIO:
+    global _io, _io_pid
+    with _io_lock:
+        if _io is None or _io_pid != os.getpid():
+            _io, _io_pid = ChannelIO(), os.getpid()
+        return _io
+
+
+_loop_ios: dict[asyncio.AbstractEventLoop, ChannelIO] = {}
+
+
+def loop_channel() -> ChannelIO:
+    """The running loop's own ChannelIO (made on first use)."""
+    loop = asyncio.get_running_loop()
+    io = _loop_ios.get(loop)
+    if io is None:
+        io = _loop_ios[loop] = ChannelIO(loop)
+    return io
+
+
+def produce_fields(req: Any) -> dict:
+    return {k: getattr(req, k) for k in _PRODUCE_KEYS}
+
+
+def fetch_fields(req: Any) -> dict:
+    return {k: getattr(req, k) for k in _FETCH_KEYS}
+
+
+def produce_timeout_s(req: Any) -> float:
+    return req.timeout_ms / 1000 + PRODUCE_SLACK_S
+
+
+def fetch_timeout_s(req: Any) -> float:
+    return req.max_wait_ms / 1000 + REQUEST_TIMEOUT_S

@@ -22,195 +22,21 @@ unknown, as Kafka's NetworkClient does). Connections idle for ``connections.max.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import itertools
-import logging
-import os
-import threading
 import time
 from typing import Any
 
-import msgpack
-
-from protocol.data_channel import ANSWER_HEAD, API_FETCH, API_PRODUCE, U32, encode_request
-from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
+from protocol.data_channel import (
+    API_FETCH,
+    API_PRODUCE,
+    channel_io,
+    fetch_fields,
+    fetch_timeout_s,
+    produce_fields,
+    produce_timeout_s,
+)
+from protocol.errors import RequestTimedOutError
 from rafka.transport import RAY, RayTransport
-
-log = logging.getLogger("rafka.channel")
-
-CONNECTIONS_MAX_IDLE_S = 540.0  # connections.max.idle.ms
-REQUEST_TIMEOUT_S = 30.0  # request.timeout.ms: added to a fetch's max_wait_ms and to the endpoint query
-PRODUCE_SLACK_S = 5.0  # a produce's leader answers REQUEST_TIMED_OUT itself at timeout_ms
-_PRODUCE_KEYS = ("acks", "timeout_ms", "current_leader_epoch", "transactional_id")
-_FETCH_KEYS = ("fetch_offset", "max_bytes", "max_wait_ms", "min_bytes", "current_leader_epoch", "isolation_level")
-
-
-def _actor_key(handle: Any) -> Any:
-    aid = getattr(handle, "_actor_id", None)
-    return aid.binary() if aid is not None else id(handle)
-
-
-class _Connection:
-    """One connection to one replica's client listener; lives on the I/O loop only."""
-
-    def __init__(self, io: ChannelIO, key: Any, handle: Any):
-        self.io, self.key, self.handle = io, key, handle
-        self.pending: dict[int, tuple[concurrent.futures.Future, asyncio.TimerHandle]] = {}
-        self.corr = itertools.count()
-        self.writer: asyncio.StreamWriter | None = None
-        self.queue: list[tuple[int, list]] | None = []  # frames waiting for the connection to open
-        self.closed = False
-        self.last_used = time.monotonic()
-
-    async def open(self) -> None:
-        try:
-            ref = self.handle.client_endpoint.remote()
-            ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
-            if ep.get("error_code"):
-                raise for_code(ep["error_code"])(ep.get("error_message") or None)
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(ep["host"], ep["port"]), REQUEST_TIMEOUT_S)
-        except KafkaError as exc:
-            self.close(exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - a dead actor, a refused connect, a timeout: look it up again
-            self.close(NotLeaderOrFollowerError(f"no connection to the leader replica: {type(exc).__name__} {exc}"))
-            return
-        if self.closed:
-            writer.close()
-            return
-        hello = msgpack.packb({"token": ep["token"]})
-        writer.write(U32.pack(len(hello)) + hello)
-        self.writer = writer
-        for _corr, parts in self.queue or ():
-            writer.writelines(parts)
-        self.queue = None
-        self.io.loop.create_task(self._read(reader))
-
-    def send(self, fields: dict, api: int, payload: bytes, timeout_s: float, fut: concurrent.futures.Future) -> None:
-        if self.closed:
-            fut.set_exception(NotLeaderOrFollowerError("connection to the leader replica closed"))
-            return
-        corr = next(self.corr) & 0xFFFFFFFF
-        timer = self.io.loop.call_later(timeout_s, self._expired, corr, timeout_s)
-        self.pending[corr] = (fut, timer)
-        self.last_used = time.monotonic()
-        parts = encode_request(corr, api, fields, payload)
-        if self.queue is not None:
-            self.queue.append((corr, parts))
-        else:
-            assert self.writer is not None
-            self.writer.writelines(parts)
-
-    def _expired(self, corr: int, timeout_s: float) -> None:
-        entry = self.pending.pop(corr, None)
-        if entry is not None:
-            _fail(entry[0], RequestTimedOutError(f"no answer from the leader replica in {timeout_s:.1f} s"))
-            self.close(NotLeaderOrFollowerError("connection closed after a request timed out"))
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                corr, meta_len, rec_len = ANSWER_HEAD.unpack(await reader.readexactly(ANSWER_HEAD.size))
-                meta = await reader.readexactly(meta_len)
-                records = await reader.readexactly(rec_len) if rec_len else b""
-                entry = self.pending.pop(corr, None)
-                if entry is None:
-                    continue  # timed out meanwhile
-                fut, timer = entry
-                timer.cancel()
-                self.last_used = time.monotonic()
-                try:
-                    answer = msgpack.unpackb(meta, raw=False)
-                    answer["records"] = records
-                    aborted = answer.get("aborted_transactions")
-                    if aborted is not None:
-                        answer["aborted_transactions"] = tuple(tuple(a) for a in aborted)
-                except Exception as exc:  # noqa: BLE001 - out of step with the server: start afresh
-                    _fail(fut, NotLeaderOrFollowerError(f"malformed answer from the leader replica: {exc}"))
-                    raise
-                if not fut.done():
-                    fut.set_result(answer)
-        except asyncio.CancelledError:
-            self.close(NotLeaderOrFollowerError("client channel shut down"))
-            raise
-        except Exception as exc:  # noqa: BLE001 - EOF, reset, malformed: every pending request is retried
-            self.close(NotLeaderOrFollowerError(f"connection to the leader replica lost: {type(exc).__name__}"))
-
-    def close(self, err: BaseException) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if self.io.conns.get(self.key) is self:
-            del self.io.conns[self.key]
-        if self.writer is not None:
-            self.writer.close()
-        for fut, timer in self.pending.values():
-            timer.cancel()
-            _fail(fut, err)
-        self.pending.clear()
-        self.queue = None  # the queued requests' futures were in pending: failed above
-
-
-def _fail(fut: concurrent.futures.Future, err: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(err)
-
-
-class ChannelIO:
-    """The process's I/O thread: an asyncio loop holding one connection per replica actor."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.conns: dict[Any, _Connection] = {}
-        self.thread = threading.Thread(target=self._run, name="rafka-channel-io", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
-        self.loop.run_forever()
-
-    def _reap(self) -> None:
-        now = time.monotonic()
-        for conn in list(self.conns.values()):
-            if not conn.pending and now - conn.last_used > CONNECTIONS_MAX_IDLE_S:
-                conn.close(NotLeaderOrFollowerError("idle connection closed"))
-        self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
-
-    def submit(
-        self, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float
-    ) -> concurrent.futures.Future:
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        self.loop.call_soon_threadsafe(self._submit, handle, api, fields, payload, timeout_s, fut)
-        return fut
-
-    def _submit(self, handle, api, fields, payload, timeout_s, fut) -> None:
-        key = _actor_key(handle)
-        conn = self.conns.get(key)
-        if conn is None:
-            conn = self.conns[key] = _Connection(self, key, handle)
-            self.loop.create_task(conn.open())
-        try:
-            conn.send(fields, api, payload, timeout_s, fut)
-        except Exception as exc:  # noqa: BLE001 - e.g. a field msgpack cannot carry: that request fails alone
-            _fail(fut, exc)
-
-    def connections(self) -> int:
-        return len(self.conns)
-
-
-_io: ChannelIO | None = None
-_io_pid = 0
-_io_lock = threading.Lock()
-
-
-def channel_io() -> ChannelIO:
-    global _io, _io_pid
-    with _io_lock:
-        if _io is None or _io_pid != os.getpid():
-            _io, _io_pid = ChannelIO(), os.getpid()
-        return _io
 
 
 class ChannelTransport(RayTransport):
@@ -224,13 +50,11 @@ class ChannelTransport(RayTransport):
         if not kw and len(args) == 1:
             req = args[0]
             if method == "produce":
-                f = {k: getattr(req, k) for k in _PRODUCE_KEYS}
                 return channel_io().submit(
-                    endpoint, API_PRODUCE, f, req.records, req.timeout_ms / 1000 + PRODUCE_SLACK_S
+                    endpoint, API_PRODUCE, produce_fields(req), req.records, produce_timeout_s(req)
                 )
             if method == "fetch" and getattr(req, "replica_id", 0) < 0:
-                f = {k: getattr(req, k) for k in _FETCH_KEYS}
-                return channel_io().submit(endpoint, API_FETCH, f, b"", req.max_wait_ms / 1000 + REQUEST_TIMEOUT_S)
+                return channel_io().submit(endpoint, API_FETCH, fetch_fields(req), b"", fetch_timeout_s(req))
         return super().call(endpoint, method, *args, **kw)
 
     def future(self, call: Any) -> Any:

@@ -2,7 +2,8 @@
 
 ``Backend`` is the narrow async interface KafkaApis' handlers use; ``BrokerBackend`` serves it from inside
 the broker actor's process: metadata from the broker's cached view (GCS KV), partition requests to the
-replica actors the broker hosts (a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
+replica actors the broker hosts (produce and consumer fetch over each one's client listener,
+protocol/data_channel.py; a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
 does not host gets NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION when no such partition exists),
 and the other brokers' advertised endpoints from their ``incarnation()`` (cached per broker epoch).
 Transactional calls go to this broker's transaction / group coordinator actor (the same ones rafka's Python
@@ -12,17 +13,33 @@ producer calls) when FindCoordinator names this broker for the key, else they an
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
+from collections.abc import Awaitable
 from typing import Protocol
 
-from .network import PRODUCE_CHANNEL
+from protocol.data_channel import (
+    API_FETCH,
+    API_PRODUCE,
+    fetch_fields,
+    fetch_timeout_s,
+    loop_channel,
+    produce_fields,
+    produce_timeout_s,
+)
+from protocol.errors import KafkaError
 
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_CONTROLLER = 3, 6, 7, 41
 NOT_COORDINATOR = 16
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
+
+
+async def _answer_or_error(fut: asyncio.Future) -> dict:
+    try:
+        return await fut
+    except KafkaError as e:  # the replica's connection broke (NOT_LEADER_OR_FOLLOWER) or timed out: the client retries
+        return {"error_code": e.code, "error_message": str(e)[:200]}
 
 
 class Backend(Protocol):
@@ -123,9 +140,9 @@ class BrokerBackend:
         out[self.broker_id] = (self.advertised[0], self.advertised[1], mine.get("rack"))
         return out
 
-    async def _call(self, method: str, topic: str, partition: int, req, channel=None) -> dict:
-        """``req`` to the partition's replica actor here; with ``channel`` (an OrderedChannel) the call is
-        numbered so the replica runs the channel's calls in the order they were made."""
+    async def _call(self, method: str, topic: str, partition: int, req) -> dict:
+        """``req`` to the partition's replica actor here: produce and consumer fetch on the replica's client
+        listener, the rest as Ray calls."""
         import ray
 
         h = self.broker.replicas.get((topic, partition))
@@ -134,16 +151,26 @@ class BrokerBackend:
             exists = partition in md["topics"].get(topic, {}).get("partitions", {})
             code = NOT_LEADER_OR_FOLLOWER if exists else UNKNOWN_TOPIC_OR_PARTITION
             return {"error_code": code, "error_message": f"{topic}-{partition} is not led by broker {self.broker_id}"}
-        if channel is not None:
-            req = dataclasses.replace(req, order=channel.stamp((topic, partition), h._actor_id))
+        if method == "produce" or (method == "fetch" and req.replica_id < 0):
+            # the replica's client listener (protocol/data_channel.py): one TCP connection per replica from
+            # this broker, submitted now (before this task's first suspension), so a Kafka connection's
+            # produce requests reach the replica in the order they came and append in that order
+            return await self._on_channel(method, req, h)
         try:
             return await getattr(h, method).remote(req)
         except ray.exceptions.RayError as e:  # the replica died or is being recreated: the client retries
             return {"error_code": NOT_LEADER_OR_FOLLOWER, "error_message": f"replica unavailable: {e}"[:200]}
 
+    def _on_channel(self, method: str, req, h) -> Awaitable[dict]:
+        io = loop_channel()
+        if method == "produce":
+            fut = io.submit_here(h, API_PRODUCE, produce_fields(req), req.records, produce_timeout_s(req))
+        else:
+            fut = io.submit_here(h, API_FETCH, fetch_fields(req), b"", fetch_timeout_s(req))
+        return _answer_or_error(fut)
+
     async def produce(self, topic, partition, req) -> dict:
-        # this connection's earlier produce calls to the replica append first (Ray may reorder calls)
-        return await self._call("produce", topic, partition, req, PRODUCE_CHANNEL.get())
+        return await self._call("produce", topic, partition, req)
 
     async def fetch(self, topic, partition, req) -> dict:
         return await self._call("fetch", topic, partition, req)

@@ -12,9 +12,9 @@ A request is handled only once every earlier one on the connection is answered, 
 next frame is read (Kafka mutes a channel the same way), with one exception: a run of non-transactional
 Produce requests whose partitions' batches travel inline (handlers/produce.py ``pipelinable``) is
 pipelined, up to MAX_PIPELINED unanswered: each is submitted as it is read, and their replication waits
-overlap. Ray may run calls to an actor out of order (measured: 600-1,200 inversions in 20,000 calls), so
-each connection numbers its produce calls per replica (``PRODUCE_CHANNEL``, actors/call_order.py) and the
-replica appends one connection's calls in that order, as Kafka's broker does. Without that a connection carries
+overlap. Their writes are submitted in request order on the broker's TCP connection to each replica's client
+listener (protocol/data_channel.py), and the replica appends one connection's writes in the order they came
+(actors/call_order.py), as Kafka's broker does. Without pipelining a connection carries
 one Produce per replica round trip: librdkafka's paced produce measured p50 0.8 s (acks=all) and 2-3 s
 (acks=1, unbounded in-flight requests queued in the socket) on a 2-core machine. Other connections are
 separate tasks and go on. A request that cannot be served (unknown key or version, malformed body) closes
@@ -40,10 +40,7 @@ import asyncio
 import contextvars
 import logging
 import time
-import uuid
 from collections.abc import Awaitable
-
-from actors.call_order import OrderedChannel
 
 from .codec import SIZE, RequestError
 from .config import DEFAULT_CONNECTIONS_MAX_IDLE_MS
@@ -55,11 +52,6 @@ MAX_PIPELINED = 16
 
 # the peer address of the connection whose request is being handled (set in its Processor's task)
 CLIENT_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("kafka_client_host", default="")
-# the connection's numbering of its produce calls per replica (actors/call_order.py): Ray may run calls to
-# an actor out of order, the replica puts one connection's back in order
-PRODUCE_CHANNEL: contextvars.ContextVar[OrderedChannel | None] = contextvars.ContextVar(
-    "kafka_produce_channel", default=None
-)
 
 
 class IdleConnection(Exception):
@@ -259,7 +251,6 @@ class Acceptor:
         self.server: asyncio.base_events.Server | None = None
         self.processors: set[asyncio.Task] = set()
         self._next = 0
-        self._token = uuid.uuid4().hex[:12]  # this listener's incarnation: channel names never repeat
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -276,7 +267,6 @@ class Acceptor:
         self._next += 1
         peer = writer.get_extra_info("peername")
         CLIENT_HOST.set(str(peer[0]) if isinstance(peer, tuple) and peer else "")
-        PRODUCE_CHANNEL.set(OrderedChannel(f"kafka:{self._token}:{self._next}"))
         proc = Processor(
             self.channel, reader, writer, self.max_request_bytes, f"{self._next}:{peer}", self.connections_max_idle_ms
         )

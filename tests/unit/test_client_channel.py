@@ -22,6 +22,7 @@ import time
 import msgpack
 import pytest
 
+import protocol.data_channel as data_channel
 import rafka.channel as channel
 from actors.call_order import CallOrder
 from actors.client_channel import ClientListener
@@ -170,7 +171,7 @@ def test_an_endpoint_refusal_answers_its_kafka_error(replica):
 
 
 def test_a_silent_replica_times_out_and_the_connection_is_closed(replica, monkeypatch):
-    monkeypatch.setattr(channel, "PRODUCE_SLACK_S", 0.3)
+    monkeypatch.setattr(data_channel, "PRODUCE_SLACK_S", 0.3)
     replica.hang = True
     t0 = time.monotonic()
     with pytest.raises(RequestTimedOutError):

@@ -6,12 +6,13 @@ written concurrently. acks=0 answers nothing (the writes still happen, in order 
 ``submit`` starts every partition's write at once, as tasks created in request order (each submits its
 replica call in its first step, and asyncio starts tasks in creation order), and returns the awaitable
 answer: the Processor runs a connection's non-transactional Produce requests that way one after another
-without waiting for the earlier answers (``pipelinable``), so their acks=all waits overlap. Ray may run
-calls to an actor out of order, so the backend numbers each connection's calls per replica and the replica
-appends them in that order (actors/call_order.py). A request carrying a partition's batches above
-``PIPELINE_MAX_PARTITION_BYTES`` (they travel through Ray's object store) is handled alone, as is a
-transactional one (its first write to a partition waits for the KIP-890 verification): pipelining them
-measured no gain (librdkafka 47-71k records/s either way, alternated runs)."""
+without waiting for the earlier answers (``pipelinable``), so their acks=all waits overlap. The writes reach
+each replica in submission order on the broker's connection to its client listener, and the replica appends
+one connection's writes in that order (protocol/data_channel.py, actors/call_order.py). A request carrying a
+partition's batches above ``PIPELINE_MAX_PARTITION_BYTES`` is handled alone (sized when writes were Ray calls,
+whose larger arguments went through the object store), as is a transactional one (its first write to a
+partition waits for the KIP-890 verification): pipelining them measured no gain then (librdkafka 47-71k
+records/s either way, alternated runs)."""
 
 from __future__ import annotations
 
