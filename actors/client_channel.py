@@ -47,16 +47,19 @@ import msgpack
 from protocol.data_channel import (
     API_FETCH,
     API_PRODUCE,
+    API_TXN_MARKERS,
     MAX_FRAME_BYTES,
     MAX_HELLO_BYTES,
     REQUEST_HEAD,
     U32,
     BadFrame,
     decode_fetch,
+    decode_markers,
     decode_produce,
     encode_answer,
 )
 from protocol.messages import FetchRequest, ProduceRequest
+from protocol.txn_messages import WriteTxnMarkersRequest
 
 log = logging.getLogger("actors.replica")
 
@@ -73,16 +76,30 @@ class ClientListener:
         produce: Callable[[ProduceRequest], Awaitable[dict]],
         fetch: Callable[[FetchRequest], Awaitable[dict]],
         name: str,
+        write_txn_markers: Callable[[WriteTxnMarkersRequest], Awaitable[dict]] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
     ):
         self.produce, self.fetch, self.name = produce, fetch, name
+        self.write_txn_markers = write_txn_markers
         self.max_in_flight = max_in_flight
         self.token = secrets.token_bytes(16)
+        # a second token for the brokers' coordinators (``internal_endpoint``): their connections may also
+        # append as a coordinator and write transaction markers, which a client connection never may
+        self.internal_token = secrets.token_bytes(16)
         self.server: asyncio.AbstractServer | None = None
         self.host, self.port = "", 0
         self._conns: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
-        self.stats = {"connections": 0, "open": 0, "refused": 0, "bad_frames": 0, "produces": 0, "fetches": 0}
+        self.stats = {
+            "connections": 0,
+            "open": 0,
+            "refused": 0,
+            "bad_frames": 0,
+            "produces": 0,
+            "fetches": 0,
+            "markers": 0,
+            "internal": 0,
+        }
 
     async def start(self, host: str) -> dict:
         if self.server is None:
@@ -90,8 +107,8 @@ class ClientListener:
             self.host, self.port = host, self.server.sockets[0].getsockname()[1]
         return self.endpoint()
 
-    def endpoint(self) -> dict:
-        return {"host": self.host, "port": self.port, "token": self.token}
+    def endpoint(self, internal: bool = False) -> dict:
+        return {"host": self.host, "port": self.port, "token": self.internal_token if internal else self.token}
 
     def close(self) -> None:
         if self.server is not None:
@@ -103,7 +120,8 @@ class ClientListener:
         for t in list(self._tasks):
             t.cancel()
 
-    async def _hello(self, reader: asyncio.StreamReader) -> None:
+    async def _hello(self, reader: asyncio.StreamReader) -> bool:
+        """The connection's privilege: True for the internal token, False for the client token."""
         (n,) = U32.unpack(await reader.readexactly(4))
         if n > MAX_HELLO_BYTES:
             raise BadFrame(f"hello of {n} bytes")
@@ -114,8 +132,11 @@ class ClientListener:
             raise BadFrame("hello is not msgpack") from None
         if not isinstance(d, dict) or set(d) != {"token"} or not isinstance(d["token"], bytes):
             raise BadFrame("hello must be the endpoint's token alone")
+        if hmac.compare_digest(d["token"], self.internal_token):
+            return True
         if not hmac.compare_digest(d["token"], self.token):
             raise BadFrame("wrong token")
+        return False
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -124,8 +145,9 @@ class ClientListener:
         sent = 0
         room = asyncio.Semaphore(self.max_in_flight)
         try:
-            await asyncio.wait_for(self._hello(reader), 10)
+            internal = await asyncio.wait_for(self._hello(reader), 10)
             self.stats["connections"] += 1
+            self.stats["internal"] += internal
             self.stats["open"] += 1
             try:
                 while True:
@@ -136,14 +158,17 @@ class ClientListener:
                     payload = await reader.readexactly(length - 9 - meta_len) if length - 9 > meta_len else b""
                     await room.acquire()
                     if api == API_PRODUCE:
-                        call = self.produce(decode_produce(meta, payload, (channel, sent)))
+                        call = self.produce(decode_produce(meta, payload, (channel, sent), internal))
                         sent += 1
                         self.stats["produces"] += 1
                     elif api == API_FETCH and not payload:
                         call = self.fetch(decode_fetch(meta))
                         self.stats["fetches"] += 1
+                    elif api == API_TXN_MARKERS and internal and not payload and self.write_txn_markers is not None:
+                        call = self.write_txn_markers(decode_markers(meta))
+                        self.stats["markers"] += 1
                     else:
-                        raise BadFrame(f"unknown api {api} (or a fetch with a payload)")
+                        raise BadFrame(f"api {api} is not served on this connection (or carries a payload)")
                     task = asyncio.ensure_future(self._answer(writer, corr, call, room))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)

@@ -186,7 +186,7 @@ class ReplicaActor:
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
         self.replication = ReplicationListener(self.fetch, lambda: self.partition.replicas, f"{self.tp} b{broker_id}")
-        self.clients = ClientListener(self.produce, self.fetch, f"{self.tp} b{broker_id}")
+        self.clients = ClientListener(self.produce, self.fetch, f"{self.tp} b{broker_id}", self.write_txn_markers)
         # per-connection produce order of the wire listener's and the client listener's connections
         self.call_order = CallOrder()
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
@@ -411,16 +411,24 @@ class ReplicaActor:
         return {"error_code": 0, "error_message": None, **ep}
 
     async def client_endpoint(self) -> dict:
+        return await self._endpoint(False)
+
+    async def internal_endpoint(self) -> dict:
+        """``client_endpoint`` with the internal token, for the brokers' coordinators: their connections may
+        also append as a coordinator and write transaction markers (actors/txn_markers.py)."""
+        return await self._endpoint(True)
+
+    async def _endpoint(self, internal: bool) -> dict:
         """Where clients produce and fetch over TCP (actors/client_channel.py): host, port and the token a
         connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
-        answers (a follower's listener refuses produce and leader-only fetches like its Ray calls do)."""
+        answers (a follower refuses produce and leader-only fetches there as it does over Ray)."""
         try:
             if not self.bound or self.partition.role == STOPPED:
                 raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
-            ep = await self.clients.start(ray.util.get_node_ip_address())
+            await self.clients.start(ray.util.get_node_ip_address())
         except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
             return _err(exc)
-        return {"error_code": 0, "error_message": None, **ep}
+        return {"error_code": 0, "error_message": None, **self.clients.endpoint(internal)}
 
     async def fetch(self, req: FetchRequest) -> dict:
         t0 = time.perf_counter()

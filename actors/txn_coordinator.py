@@ -41,6 +41,7 @@ from actors.txn_records import TxnRecord, decode_key, decode_value
 from actors.txn_service import ACTIVE, FAILED, LOADING, TxnPartition
 from actors.txn_state import STATE_NAMES, MarkerJob, TxnCoordinatorShard, TxnResult
 from protocol import errors as E
+from protocol.data_channel import API_PRODUCE, internal_produce_fields, loop_channel, produce_timeout_s
 from protocol.kv import GcsKV
 from protocol.messages import FetchRequest, ProduceRequest
 from protocol.names import RAY_NAMESPACE, broker_name
@@ -223,14 +224,15 @@ class TxnCoordinatorActor:
             return res.response
         gen = part.gen
         self.stats["appends"] += 1
-        try:
-            ans = await part.replica.produce.remote(
-                ProduceRequest(
-                    records_batch(res.records, now_ms()), -1, self.append_timeout_ms, current_leader_epoch=part.epoch
-                )
+        req = ProduceRequest(
+            records_batch(res.records, now_ms()), -1, self.append_timeout_ms, current_leader_epoch=part.epoch
+        )
+        try:  # on the replica's internal channel (protocol/data_channel.py), not a Ray call
+            ans = await loop_channel(internal=True).submit_here(
+                part.replica, API_PRODUCE, internal_produce_fields(req), req.records, produce_timeout_s(req)
             )
             code = ans["error_code"]
-        except (RayActorError, RayTaskError):
+        except E.KafkaError:  # the replica died or its connection broke or timed out
             code = E.NotCoordinatorError.code
         if not self._current(part, gen):
             return _error(E.NotCoordinatorError(f"{svc.TXN_TOPIC}-{part.partition} moved while appending"))

@@ -4,13 +4,15 @@ the leader replica of every partition of a transaction, retried until each took 
 A partition's leader comes from the cluster metadata in GCS KV, read once and cached (Kafka's metadata
 cache): it is re-read only when a round left a partition unmarked (a leader moved, died or is unknown), and
 the replica actor handles are cached per (partition, leader) likewise, so a transaction's markers cost one
-call per partition, all in parallel, and no GCS round trips. The call goes to the leader's replica actor
-(looked up through the leader's broker: protocol/replica_lookup.py), which appends the COMMIT/ABORT control batch with acks=all. A deleted
+call per partition, all in parallel, and no GCS round trips. The request goes to the leader's replica actor
+(looked up through the leader's broker: protocol/replica_lookup.py) on its internal channel (a TCP
+connection with the listener's internal token, protocol/data_channel.py; a client connection cannot write
+markers), and it appends the COMMIT/ABORT control batch with acks=all. A deleted
 partition (UNKNOWN_TOPIC_OR_PARTITION, or gone from the metadata) needs no marker. A marker the partition
 refuses because a newer coordinator epoch or producer epoch already wrote there
 (TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH) means this coordinator is stale for the
-transaction: the job is abandoned (the current coordinator completes it). Ray is used only here and in the
-actor; the retry policy is plain asyncio.
+transaction: the job is abandoned (the current coordinator completes it). A dead replica or a broken or
+timed-out connection drops the cached handle and the partition is retried. The retry policy is plain asyncio.
 """
 
 from __future__ import annotations
@@ -19,11 +21,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import ray
-from ray.exceptions import RayActorError, RayTaskError
-
 from actors.txn_state import MarkerJob
 from protocol import errors as E
+from protocol.data_channel import API_TXN_MARKERS, loop_channel, marker_fields
 from protocol.kv import GcsKV, read_cluster
 from protocol.replica_lookup import replica_handle_async
 from protocol.txn_messages import WriteTxnMarkersRequest
@@ -31,6 +31,7 @@ from protocol.txn_messages import WriteTxnMarkersRequest
 log = logging.getLogger("rafka.txn_coordinator")
 ABANDON = {E.TransactionCoordinatorFencedError.code, E.InvalidProducerEpochError.code}
 MAX_BACKOFF_S = 1.0
+MARKER_TIMEOUT_S = 35.0  # the replica answers REQUEST_TIMED_OUT itself after its 30 s acks=all wait
 
 
 def partition_leader(md: dict, topic: str, p: int) -> int | None:
@@ -76,7 +77,8 @@ class TxnMarkerChannel:
             if not current():
                 return False
             md = await self._metadata(refresh)
-            calls: dict[tuple[str, int], tuple[int, ray.ObjectRef]] = {}
+            calls: dict[tuple[str, int], tuple[int, asyncio.Future]] = {}
+            io = loop_channel(internal=True)  # markers travel on the replicas' internal channel
             for topic, p in sorted(remaining):
                 leader = partition_leader(md, topic, p)
                 if leader is None and not refresh:
@@ -90,11 +92,14 @@ class TxnMarkerChannel:
                     h = await self._handle(topic, p, leader)
                 except ValueError:
                     continue
-                calls[(topic, p)] = (leader, h.write_txn_markers.remote(req))
-            for tp, (leader, ref) in calls.items():
+                calls[(topic, p)] = (
+                    leader,
+                    io.submit_here(h, API_TXN_MARKERS, marker_fields(req), b"", MARKER_TIMEOUT_S),
+                )
+            for tp, (leader, fut) in calls.items():
                 try:
-                    ans = await ref
-                except (RayActorError, RayTaskError):
+                    ans = await fut
+                except E.KafkaError:  # the replica died, or its connection broke or timed out: look it up again
                     self._handles.pop((tp[0], tp[1], leader), None)
                     continue
                 code = ans["error_code"]

@@ -22,15 +22,27 @@ import msgpack
 
 from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
 from protocol.messages import FetchRequest, ProduceRequest
+from protocol.txn_messages import WriteTxnMarkersRequest
 
 MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
 MAX_HELLO_BYTES = 4096
-API_PRODUCE, API_FETCH = 0, 1
+API_PRODUCE, API_FETCH, API_TXN_MARKERS = 0, 1, 2
 U32 = struct.Struct(">I")
 REQUEST_HEAD = struct.Struct(">IIBI")  # length, correlation id, api, meta length
 ANSWER_HEAD = struct.Struct(">III")  # correlation id, meta length, records length
 
 PRODUCE_FIELDS = {"acks": int, "timeout_ms": int, "current_leader_epoch": int, "transactional_id": (str, type(None))}
+# an internal connection (a broker's coordinators, with the listener's internal token) may also append as a
+# coordinator and write transaction markers; a client connection never can
+INTERNAL_PRODUCE_FIELDS = {**PRODUCE_FIELDS, "origin": str}
+ORIGINS = ("client", "coordinator")
+MARKER_FIELDS = {
+    "producer_id": int,
+    "producer_epoch": int,
+    "committed": bool,
+    "coordinator_epoch": int,
+    "transactional_id": str,
+}
 FETCH_FIELDS = {
     "fetch_offset": int,
     "max_bytes": int,
@@ -57,14 +69,28 @@ def _fields(meta: bytes, spec: dict, required: str | None) -> dict:
         if kind is int:
             if type(v) is not int or not -(1 << 63) <= v < (1 << 63):
                 raise BadFrame(f"{k} must be an int64")
+        elif kind is bool:
+            if type(v) is not bool:
+                raise BadFrame(f"{k} must be a bool")
         elif not isinstance(v, kind) or type(v) is bool:
             raise BadFrame(f"{k} has the wrong type")
     return d
 
 
-def decode_produce(meta: bytes, records: bytes, order: tuple[str, int]) -> ProduceRequest:
-    """A client's ProduceRequest (origin is always ``client``); BadFrame unless the fields are known and typed."""
-    return ProduceRequest(records, **_fields(meta, PRODUCE_FIELDS, None), order=order)
+def decode_produce(meta: bytes, records: bytes, order: tuple[str, int], internal: bool = False) -> ProduceRequest:
+    """A client's ProduceRequest (origin is always ``client``; an internal connection may say ``coordinator``);
+    BadFrame unless the fields are known and typed."""
+    d = _fields(meta, INTERNAL_PRODUCE_FIELDS if internal else PRODUCE_FIELDS, None)
+    if d.get("origin", "client") not in ORIGINS:
+        raise BadFrame(f"origin must be one of {ORIGINS}")
+    return ProduceRequest(records, **d, order=order)
+
+
+def decode_markers(meta: bytes) -> WriteTxnMarkersRequest:
+    d = _fields(meta, MARKER_FIELDS, None)
+    if set(d) < set(MARKER_FIELDS) - {"transactional_id"}:
+        raise BadFrame("WriteTxnMarkers needs producer_id, producer_epoch, committed and coordinator_epoch")
+    return WriteTxnMarkersRequest(**d)
 
 
 def decode_fetch(meta: bytes) -> FetchRequest:
@@ -112,7 +138,7 @@ class _Connection:
 
     async def open(self) -> None:
         try:
-            ref = self.handle.client_endpoint.remote()
+            ref = getattr(self.handle, self.io.endpoint_method).remote()
             ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
             if ep.get("error_code"):
                 raise for_code(ep["error_code"])(ep.get("error_message") or None)
@@ -209,8 +235,10 @@ class ChannelIO:
     the threaded clients), or a running loop's own (``ChannelIO(loop)``, for a server actor such as the
     broker's Kafka listener: ``submit_here`` from that loop, no thread hop)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None, internal: bool = False):
         self.conns: dict[Any, _Connection] = {}
+        # internal: the replicas' internal endpoint (a broker's coordinators: coordinator appends, markers)
+        self.endpoint_method = "internal_endpoint" if internal else "client_endpoint"
         if loop is not None:
             self.loop = loop
             self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
@@ -272,20 +300,33 @@ def channel_io() -> ChannelIO:
         return _io
 
 
-_loop_ios: dict[asyncio.AbstractEventLoop, ChannelIO] = {}
+_loop_ios: dict[tuple[asyncio.AbstractEventLoop, bool], ChannelIO] = {}
 
 
-def loop_channel() -> ChannelIO:
-    """The running loop's own ChannelIO (made on first use)."""
+def loop_channel(internal: bool = False) -> ChannelIO:
+    """The running loop's own ChannelIO (made on first use); ``internal``: on the replicas' internal endpoint."""
     loop = asyncio.get_running_loop()
-    io = _loop_ios.get(loop)
+    io = _loop_ios.get((loop, internal))
     if io is None:
-        io = _loop_ios[loop] = ChannelIO(loop)
+        io = _loop_ios[(loop, internal)] = ChannelIO(loop, internal)
     return io
 
 
 def produce_fields(req: Any) -> dict:
     return {k: getattr(req, k) for k in _PRODUCE_KEYS}
+
+
+def marker_fields(req: WriteTxnMarkersRequest) -> dict:
+    return {k: getattr(req, k) for k in MARKER_FIELDS}
+
+
+def internal_produce_fields(req: ProduceRequest) -> dict:
+    return {**produce_fields(req), "origin": req.origin}
+
+
+async def channel_call(io: ChannelIO, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float) -> dict:
+    """One request on ``io`` (from its loop): the answer, or the KafkaError the connection failed with."""
+    return await io.submit_here(handle, api, fields, payload, timeout_s)
 
 
 def fetch_fields(req: Any) -> dict:

@@ -29,6 +29,7 @@ from actors.client_channel import ClientListener
 from protocol.data_channel import REQUEST_HEAD, BadFrame, decode_fetch, decode_produce, encode_request
 from protocol.errors import NotLeaderOrFollowerError, RequestTimedOutError
 from protocol.messages import FetchRequest, ProduceRequest
+from protocol.txn_messages import WriteTxnMarkersRequest
 
 HOST = "127.0.0.1"
 
@@ -45,7 +46,7 @@ class FakeReplica:
         self.hang = False
         self.endpoint_answer: dict | None = None
         self.endpoint_calls = 0
-        self.listener = ClientListener(self.produce, self.fetch, "t-0 b1")
+        self.listener = ClientListener(self.produce, self.fetch, "t-0 b1", self.write_txn_markers)
         self.do(self.listener.start(HOST))
 
     def do(self, coro):
@@ -64,6 +65,10 @@ class FakeReplica:
             await asyncio.sleep(3600)
         return {"error_code": 0, "error_message": None, "base_offset": len(self.appended) - 1, "log_append_time": -1}
 
+    async def write_txn_markers(self, req: WriteTxnMarkersRequest) -> dict:
+        self.requests.append(req)
+        return {"error_code": 0, "error_message": None}
+
     async def fetch(self, req: FetchRequest) -> dict:
         self.requests.append(req)
         if req.max_wait_ms:
@@ -76,9 +81,15 @@ class FakeReplica:
             "aborted_transactions": [(7, 3), (8, 5)],
         }
 
-    # the Ray handle's surface the channel uses: handle.client_endpoint.remote().future()
+    # the Ray handle's surface the channel uses: handle.client_endpoint.remote().future() (or internal_endpoint)
     @property
     def client_endpoint(self):
+        self.internal = False
+        return self
+
+    @property
+    def internal_endpoint(self):
+        self.internal = True
         return self
 
     def remote(self):
@@ -87,7 +98,8 @@ class FakeReplica:
     def future(self):
         self.endpoint_calls += 1
         f: concurrent.futures.Future = concurrent.futures.Future()
-        f.set_result(self.endpoint_answer or {"error_code": 0, "error_message": None, **self.listener.endpoint()})
+        ep = self.listener.endpoint(self.internal)
+        f.set_result(self.endpoint_answer or {"error_code": 0, "error_message": None, **ep})
         return f
 
     def close(self):
@@ -223,6 +235,9 @@ def raw_peer(replica, *frames: bytes) -> bytes:
         "oversize frame",
         "meta longer than frame",
         "origin coordinator",
+        "markers on a client connection",
+        "internal origin not a known one",
+        "markers with a string epoch",
     ],
 )
 def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case):
@@ -244,6 +259,18 @@ def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case)
         "oversize frame": [good, REQUEST_HEAD.pack(200 * 1024 * 1024, 1, 0, 2)],
         "meta longer than frame": [good, REQUEST_HEAD.pack(12, 1, 0, 50) + b"\x80" * 3],
         "origin coordinator": [good, request(0, {"acks": 1, "origin": "coordinator"}, b"rec")],
+        "markers on a client connection": [
+            good,
+            request(2, {"producer_id": 1, "producer_epoch": 0, "committed": True, "coordinator_epoch": 0}),
+        ],
+        "internal origin not a known one": [
+            frame({"token": replica.listener.internal_token}),
+            request(0, {"acks": 1, "origin": "controller"}, b"rec"),
+        ],
+        "markers with a string epoch": [
+            frame({"token": replica.listener.internal_token}),
+            request(2, {"producer_id": 1, "producer_epoch": "0", "committed": True, "coordinator_epoch": 0}),
+        ],
     }[case]
     assert raw_peer(replica, *frames) == b""
     assert replica.requests == []
@@ -274,3 +301,23 @@ def test_frame_codecs_refuse_what_is_not_a_client_request():
     parts = encode_request(9, 1, {"fetch_offset": 4})
     length, corr, api, meta_len = REQUEST_HEAD.unpack(parts[0])
     assert (corr, api, length) == (9, 1, 9 + meta_len) and decode_fetch(parts[1]).fetch_offset == 4
+
+
+def test_the_internal_endpoint_may_append_as_a_coordinator_and_write_markers(replica):
+    io = data_channel.ChannelIO(internal=True)
+    req = ProduceRequest(b"state", acks=-1, current_leader_epoch=2, origin="coordinator")
+    ans = io.submit(replica, data_channel.API_PRODUCE, data_channel.internal_produce_fields(req), req.records, 10)
+    assert ans.result(10)["error_code"] == 0
+    assert replica.requests[-1].origin == "coordinator" and replica.requests[-1].current_leader_epoch == 2
+    m = WriteTxnMarkersRequest(77, 3, False, 9, "tx-1")
+    assert io.submit(replica, data_channel.API_TXN_MARKERS, data_channel.marker_fields(m), b"", 10).result(10) == {
+        "error_code": 0,
+        "error_message": None,
+        "records": b"",
+    }
+    assert replica.requests[-1] == m
+    assert replica.listener.stats["internal"] == 1 and replica.listener.stats["markers"] == 1
+    # the client transport never carries an origin: a coordinator's request sent that way appends as a client
+    assert T.get(T.call(replica, "produce", req), 10)["error_code"] == 0
+    assert replica.requests[-1].origin == "client"
+    assert replica.listener.stats["connections"] == 2 and replica.listener.stats["bad_frames"] == 0
