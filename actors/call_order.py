@@ -1,24 +1,21 @@
-"""Kafka's per-connection request order over Ray, which does not keep it.
+"""Kafka's per-connection request order at a replica.
 
 A Kafka broker handles one connection's requests in the order they were sent, so a producer with several
 Produce requests in flight (librdkafka: up to 5 with idempotence, 1,000,000 without) has its batches
-appended in that order. Ray does not promise that for an async actor: measured on Ray 2.60, 20,000 calls
-from one caller (an async actor or the driver) to an async actor ran with 600-1,200 inversions, and 10-13
-of 3,000 calls paced 1 ms apart. An idempotent librdkafka producer paced at 200 records/s then got
-OUT_OF_ORDER_SEQUENCE_NUMBER within seconds (sequence 70 reached the leader before 68-69), which
-librdkafka treats as fatal; a non-idempotent producer's records would silently change order.
+appended in that order. The replica serves a connection's requests concurrently (its acks=all waits and
+long-polls overlap, actors/client_channel.py), and a produce may suspend before its append (KIP-890
+verification), so ordered produces carry ``order = (channel, n)``: the n-th produce (from 0) of
+``channel``. The client listener numbers each TCP connection's produces as they arrive; a Ray caller may
+stamp its own (Ray does not keep call order for an async actor: measured on Ray 2.60, 20,000 calls from one
+caller ran with 600-1,200 inversions, and an idempotent librdkafka producer paced at 200 records/s got
+OUT_OF_ORDER_SEQUENCE_NUMBER within seconds when its writes were Ray calls).
 
-So ordered calls carry ``order = (channel, n)``: the n-th call (from 0) of ``channel`` to this callee.
-
-- ``OrderedChannel`` (the caller's side) numbers a channel's calls per callee. A channel is one Kafka
-  connection of the wire listener; its numbers restart at 0 when the callee's actor changes (a replica
-  recreated), since the new actor has never seen the channel.
-- ``CallOrder`` (the callee's side) lets call n of a channel start once call n-1 left (``leave``: it did
-  what must happen in order, e.g. its append) and makes it wait otherwise. A gap that does not fill within
-  ``gap_wait_s`` (a call lost with its caller) is logged and skipped, so one lost call never stalls a
-  channel for good; a call numbered below the channel's turn (one that arrived after its gap was skipped)
-  runs at once. Channels without waiters are forgotten least recently used first beyond ``max_channels``;
-  a forgotten channel that comes back starts at the number it brings.
+``CallOrder`` (the callee's side) lets call n of a channel start once call n-1 left (``leave``: it did what
+must happen in order, e.g. its append) and makes it wait otherwise. A gap that does not fill within
+``gap_wait_s`` (a call lost with its caller) is logged and skipped, so one lost call never stalls a channel
+for good; a call numbered below the channel's turn (one that arrived after its gap was skipped) runs at
+once. Channels without waiters are forgotten least recently used first beyond ``max_channels``; a forgotten
+channel that comes back starts at the number it brings.
 
 Concurrency: the callee's event loop only (futures are resolved on it).
 """
@@ -50,23 +47,6 @@ def check_order(order) -> tuple[str, int] | None:
     ):
         raise InvalidRequestError(f"order must be (channel: str, n: int >= 0), got {order!r:.60}")
     return order
-
-
-class OrderedChannel:
-    """A caller's numbering of its calls: ``stamp(key, actor_id)`` gives ``(channel, n)`` for the next call
-    to ``key``'s actor, restarting at 0 when ``actor_id`` changes."""
-
-    __slots__ = ("id", "_next")
-
-    def __init__(self, channel_id: str):
-        self.id = channel_id
-        self._next: dict = {}  # key -> (actor id, next number)
-
-    def stamp(self, key, actor_id) -> tuple[str, int]:
-        prev = self._next.get(key)
-        n = prev[1] if prev is not None and prev[0] == actor_id else 0
-        self._next[key] = (actor_id, n + 1)
-        return (self.id, n)
 
 
 class _Channel:

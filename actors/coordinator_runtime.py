@@ -7,9 +7,7 @@ futures and its timer. Plain asyncio, no Ray: the actor (actors/group_coordinato
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-from actors.call_order import OrderedChannel
 from actors.group_model import GroupCoordinatorConfig
 from actors.group_service import ACTIVE, COORDINATOR_LOAD_IN_PROGRESS, LOADING, NONE
 from actors.group_state import GroupCoordinatorShard
@@ -47,9 +45,6 @@ class CoordinatorContext:
         self.state = LOADING
         self.gen = 0  # bumped on every (re)load and unload: stale tasks stop
         self.tail: asyncio.Task | None = None  # the latest append's outcome (error code, 0 = acked)
-        # appends are numbered so the replica writes them in handler order (Ray may reorder calls, and a
-        # reload replays the log: a later commit overtaken by an earlier one would come back older)
-        self.order = OrderedChannel(f"group-coordinator:{uuid.uuid4().hex[:12]}:{partition}:{epoch}")
         self.parked: dict[tuple, list[asyncio.Future]] = {}
         self.timer: asyncio.Task | None = None
         self.timer_deadline: int | None = None

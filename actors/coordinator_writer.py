@@ -2,8 +2,9 @@
 narrow interface a coordinator needs to write its log): a handler's durable records go out as one
 RecordBatch to the leading replica's ``produce(acks=-1, current_leader_epoch=epoch)``.
 
-Appends are numbered (``ProduceRequest.order``, actors/call_order.py): Ray may run calls to the replica
-out of order, and the replica appends them in the order submitted, so the log (what a reload replays) has
+Appends travel on the replica's internal channel (protocol/data_channel.py: one TCP connection per replica
+from this coordinator's event loop, submitted synchronously in handler order), and the replica appends one
+connection's requests in the order they came (actors/call_order.py), so the log (what a reload replays) has
 the records in handler order. They are chained on the partition's ``tail``: each append's task answers its
 own error code (0 = acknowledged) or the first failure of an earlier append, so a request is answered only
 once its records and every earlier record are acknowledged (the coordinator's answers keep handler order).
@@ -14,10 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import NamedTuple
 
-from ray.exceptions import RayActorError, RayTaskError
-
 from actors import group_service as svc
 from actors.coordinator_runtime import CoordinatorContext, records_batch
+from protocol.data_channel import API_PRODUCE, internal_produce_fields, loop_channel, produce_timeout_s
+from protocol.errors import KafkaError
 from protocol.messages import ProduceRequest
 
 
@@ -33,11 +34,8 @@ def append(
     part: CoordinatorContext, records, commit_timeout_ms: int, now_ms: int, txn: TxnWrite | None = None
 ) -> asyncio.Task:
     """Submit ``records`` now (synchronously, so appends keep handler order); the task is the new tail."""
-    order = part.order.stamp(part.partition, None)  # one replica per context: numbered from 0
     if txn is None:
-        req = ProduceRequest(
-            records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch, order=order
-        )
+        req = ProduceRequest(records_batch(records, now_ms), -1, commit_timeout_ms, current_leader_epoch=part.epoch)
     else:
         req = ProduceRequest(
             records_batch(records, now_ms, txn.producer_id, txn.producer_epoch),
@@ -46,21 +44,22 @@ def append(
             current_leader_epoch=part.epoch,
             transactional_id=txn.transactional_id,
             origin="coordinator",
-            order=order,
         )
-    ref = part.replica.produce.remote(req)
+    fut = loop_channel(internal=True).submit_here(
+        part.replica, API_PRODUCE, internal_produce_fields(req), req.records, produce_timeout_s(req)
+    )
     part.appends += 1
-    task = asyncio.get_running_loop().create_task(acked(ref, part.tail))
+    task = asyncio.get_running_loop().create_task(acked(fut, part.tail))
     part.tail = task
     return task
 
 
-async def acked(ref, previous: asyncio.Task | None) -> int:
+async def acked(fut: asyncio.Future, previous: asyncio.Task | None) -> int:
     """The replica's error code for this append (0 = acknowledged), or the first earlier failure."""
     try:
-        res = await ref
+        res = await fut
         code = res["error_code"] or svc.NONE
-    except (RayActorError, RayTaskError):
+    except KafkaError:  # the replica died, or its connection broke or timed out
         code = svc.NOT_COORDINATOR
     if previous is not None:  # an append is acknowledged only if every earlier one was
         prev = await asyncio.shield(previous)

@@ -110,8 +110,8 @@ class ProduceRequest:
     # Kafka's AppendOrigin: "client" (producers), "coordinator" (a group/transaction coordinator's own
     # records: no sequence check); set only by rafka's coordinators, never by a client or gateway
     origin: str = "client"
-    # (channel, n): the n-th produce call of one ordered channel (a Kafka connection of the wire listener) to
-    # this replica, appended after the channel's earlier ones (actors/call_order.py: Ray may reorder calls)
+    # (channel, n): the n-th produce of one ordered channel to this replica (a client listener connection:
+    # actors/client_channel.py numbers them), appended after the channel's earlier ones (actors/call_order.py)
     order: tuple[str, int] | None = None
 
 

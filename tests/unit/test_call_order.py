@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from actors.call_order import CallOrder, OrderedChannel, check_order
+from actors.call_order import CallOrder, check_order
 from protocol.errors import InvalidRequestError
 
 
@@ -165,11 +165,3 @@ def test_idle_channels_are_forgotten_beyond_the_cap_but_not_ones_with_waiters():
         await asyncio.wait_for(held, 1)
 
     run(main())
-
-
-def test_the_callers_numbering_restarts_for_a_new_actor():
-    ch = OrderedChannel("conn-1")
-    assert [ch.stamp(("t", 0), "actor-a") for _ in range(3)] == [("conn-1", 0), ("conn-1", 1), ("conn-1", 2)]
-    assert ch.stamp(("t", 1), "actor-b") == ("conn-1", 0)  # another partition counts on its own
-    assert ch.stamp(("t", 0), "actor-c") == ("conn-1", 0)  # the replica was recreated: a new count
-    assert ch.stamp(("t", 0), "actor-c") == ("conn-1", 1)
