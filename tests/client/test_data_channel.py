@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import uuid
 
 import msgpack
 import ray
@@ -111,3 +112,34 @@ def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(ra
     assert after["log_end_offset"] == st["log_end_offset"] == 1
     got = consume_all(rafka_cluster, topic, 1, 1)
     assert [r.value for r in got] == [b"first"]
+
+
+def test_coordinators_append_and_write_markers_on_the_replicas_internal_channel(rafka_cluster, new_topic):
+    """A committed transaction with consumer offsets: the transaction coordinator's __transaction_state appends,
+    its markers on the data partition and the group coordinator's __consumer_offsets appends all travel on
+    the replicas' internal channel (internal connections, markers counted by the data leader's listener)."""
+    topic = new_topic(1, 3)
+    group = "chan-g-" + uuid.uuid4().hex[:6]
+    before = leader_state(rafka_cluster, topic)["client_listener"]
+    p = rafka.Producer(rafka_cluster, transactional_id="chan-" + uuid.uuid4().hex[:6])
+    p.init_transactions()
+    for committed in (True, False, True):
+        p.begin_transaction()
+        p.send(topic, b"committed" if committed else b"aborted")
+        p.send_offsets_to_transaction({TopicPartition(topic, 0): 5}, group)
+        p.commit_transaction() if committed else p.abort_transaction()
+    p.close()
+    after = leader_state(rafka_cluster, topic)["client_listener"]
+    assert after["markers"] - before["markers"] == 3 and after["internal"] >= 1  # COMMIT, ABORT, COMMIT
+    internal = {}
+    for name in ("__transaction_state", "__consumer_offsets"):
+        parts = rafka_cluster.server.describe(name)["partitions"]
+        internal[name] = sum(
+            leader_state(rafka_cluster, name, q["partition"])["client_listener"]["internal"] for q in parts
+        )
+    assert internal["__transaction_state"] >= 1 and internal["__consumer_offsets"] >= 1, internal
+    got = consume_all(rafka_cluster, topic, 1, 2, isolation_level="read_committed")
+    assert [r.value for r in got] == [b"committed", b"committed"]
+    c = rafka.Consumer(rafka_cluster, group_id=group)
+    assert c.committed(TopicPartition(topic, 0)).offset == 5  # the committed transactions' offsets
+    c.close()
