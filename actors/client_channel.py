@@ -44,6 +44,7 @@ from typing import Any
 
 import msgpack
 
+from actors.replication_channel import serving
 from protocol.data_channel import (
     API_FETCH,
     API_PRODUCE,
@@ -139,12 +140,10 @@ class ClientListener:
         return False
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        self._conns.add(writer)
         channel = f"tcp{next(_ids)}"  # the connection's produce order at the replica (CallOrder)
         sent = 0
         room = asyncio.Semaphore(self.max_in_flight)
-        try:
+        with serving(self._conns, writer, self.stats, self.name, "client"):
             internal = await asyncio.wait_for(self._hello(reader), 10)
             self.stats["connections"] += 1
             self.stats["internal"] += internal
@@ -174,16 +173,6 @@ class ClientListener:
                     task.add_done_callback(self._tasks.discard)
             finally:
                 self.stats["open"] -= 1
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the client went away (or we are closing)
-        except (BadFrame, asyncio.TimeoutError) as exc:
-            self.stats["bad_frames" if isinstance(exc, BadFrame) else "refused"] += 1
-            log.warning("%s: client connection from %s closed: %s", self.name, peer, exc or "no hello in 10 s")
-        except Exception:  # noqa: BLE001 - never let one connection take the replica down
-            log.exception("%s: client connection from %s failed", self.name, peer)
-        finally:
-            self._conns.discard(writer)
-            writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, corr: int, call: Awaitable[dict], room) -> None:
         try:

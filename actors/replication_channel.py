@@ -29,15 +29,17 @@ treats like a dead leader actor (look it up again, back off). Cancellation (a ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import secrets
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import msgpack
 
+from protocol.data_channel import BadFrame  # one class for both listeners' bad frames (``serving``)
 from protocol.messages import FetchRequest
 
 log = logging.getLogger("actors.replica")
@@ -58,10 +60,6 @@ _INT_FIELDS = (
 
 class ConnectionLost(Exception):
     """The replication connection to the leader broke, timed out or was refused."""
-
-
-class BadFrame(ValueError):
-    """A frame that is not a valid hello or FetchRequest."""
 
 
 def encode_request(req: FetchRequest) -> bytes:
@@ -88,6 +86,27 @@ def encode_answer(answer: dict) -> list:
     records = answer.get("records") or b""
     meta = msgpack.packb({k: v for k, v in answer.items() if k != "records"})
     return [_ANSWER.pack(len(meta), len(records)), meta, records]
+
+
+@contextlib.contextmanager
+def serving(conns: set, writer: asyncio.StreamWriter, stats: dict, name: str, what: str) -> Iterator[None]:
+    """One accepted connection's life: a peer that goes away ends it quietly, a bad frame or a missing hello
+    closes it with a log line and a count in ``stats``, anything else is logged; the listener and its other
+    connections go on. Used by this module's listener and the client listener (actors/client_channel.py)."""
+    peer = writer.get_extra_info("peername")
+    conns.add(writer)
+    try:
+        yield
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+        pass  # the peer went away (or we are closing)
+    except (BadFrame, asyncio.TimeoutError) as exc:
+        stats["bad_frames" if isinstance(exc, BadFrame) else "refused"] += 1
+        log.warning("%s: %s connection from %s closed: %s", name, what, peer, exc or "no hello in 10 s")
+    except Exception:  # noqa: BLE001 - never let one connection take the replica down
+        log.exception("%s: %s connection from %s failed", name, what, peer)
+    finally:
+        conns.discard(writer)
+        writer.close()
 
 
 class ReplicationListener:
@@ -145,9 +164,7 @@ class ReplicationListener:
         return d["replica_id"]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        self._conns.add(writer)
-        try:
+        with serving(self._conns, writer, self.stats, self.name, "replication"):
             replica_id = await asyncio.wait_for(self._hello(reader), 10)
             self.stats["connections"] += 1
             while True:
@@ -158,16 +175,6 @@ class ReplicationListener:
                 self.stats["fetches"] += 1
                 writer.writelines(encode_answer(answer))
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the follower went away (or we are closing)
-        except (BadFrame, asyncio.TimeoutError) as exc:
-            self.stats["bad_frames" if isinstance(exc, BadFrame) else "refused"] += 1
-            log.warning("%s: replication connection from %s closed: %s", self.name, peer, exc or "no hello in 10 s")
-        except Exception:  # noqa: BLE001 - never let one connection take the leader down
-            log.exception("%s: replication connection from %s failed", self.name, peer)
-        finally:
-            self._conns.discard(writer)
-            writer.close()
 
 
 class ReplicationConnection:
