@@ -44,7 +44,7 @@ from typing import Any
 
 import msgpack
 
-from actors.replication_channel import serving
+from actors.replication_channel import TokenListener, serving
 from protocol.data_channel import (
     API_FETCH,
     API_PRODUCE,
@@ -68,7 +68,7 @@ MAX_IN_FLIGHT_PER_CONNECTION = 256  # beyond it the listener stops reading that 
 _ids = itertools.count()
 
 
-class ClientListener:
+class ClientListener(TokenListener):
     """The leader replica's client server. ``produce`` and ``fetch`` are the replica's own handlers (a
     request -> its answer dict)."""
 
@@ -80,16 +80,13 @@ class ClientListener:
         write_txn_markers: Callable[[WriteTxnMarkersRequest], Awaitable[dict]] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
     ):
-        self.produce, self.fetch, self.name = produce, fetch, name
+        super().__init__(name)
+        self.produce, self.fetch = produce, fetch
         self.write_txn_markers = write_txn_markers
         self.max_in_flight = max_in_flight
-        self.token = secrets.token_bytes(16)
         # a second token for the brokers' coordinators (``internal_endpoint``): their connections may also
         # append as a coordinator and write transaction markers, which a client connection never may
         self.internal_token = secrets.token_bytes(16)
-        self.server: asyncio.AbstractServer | None = None
-        self.host, self.port = "", 0
-        self._conns: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
         self.stats = {
             "connections": 0,
@@ -102,22 +99,11 @@ class ClientListener:
             "internal": 0,
         }
 
-    async def start(self, host: str) -> dict:
-        if self.server is None:
-            self.server = await asyncio.start_server(self._serve, host, 0)
-            self.host, self.port = host, self.server.sockets[0].getsockname()[1]
-        return self.endpoint()
-
     def endpoint(self, internal: bool = False) -> dict:
-        return {"host": self.host, "port": self.port, "token": self.internal_token if internal else self.token}
+        return {**super().endpoint(), **({"token": self.internal_token} if internal else {})}
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for w in list(self._conns):
-            w.close()
-        self._conns.clear()
+        super().close()
         for t in list(self._tasks):
             t.cancel()
 

@@ -109,22 +109,19 @@ def serving(conns: set, writer: asyncio.StreamWriter, stats: dict, name: str, wh
         writer.close()
 
 
-class ReplicationListener:
-    """The leader replica's server. ``handler`` is the replica's ``fetch`` (a FetchRequest -> answer dict);
-    ``replicas`` says which broker ids may fetch (the partition's assignment, read at each hello)."""
+class TokenListener:
+    """An asyncio server on an ephemeral port whose connections present a token (handed out through Ray);
+    the replication and client listeners build on it. ``_serve`` is the subclass's connection handler."""
 
-    def __init__(
-        self,
-        handler: Callable[[FetchRequest], Awaitable[dict]],
-        replicas: Callable[[], Any],
-        name: str,
-    ):
-        self.handler, self.replicas, self.name = handler, replicas, name
+    def __init__(self, name: str):
+        self.name = name
         self.token = secrets.token_bytes(16)
         self.server: asyncio.AbstractServer | None = None
         self.host, self.port = "", 0
         self._conns: set[asyncio.StreamWriter] = set()
-        self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0}
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
     async def start(self, host: str) -> dict:
         if self.server is None:
@@ -142,6 +139,21 @@ class ReplicationListener:
         for w in list(self._conns):
             w.close()
         self._conns.clear()
+
+
+class ReplicationListener(TokenListener):
+    """The leader replica's server. ``handler`` is the replica's ``fetch`` (a FetchRequest -> answer dict);
+    ``replicas`` says which broker ids may fetch (the partition's assignment, read at each hello)."""
+
+    def __init__(
+        self,
+        handler: Callable[[FetchRequest], Awaitable[dict]],
+        replicas: Callable[[], Any],
+        name: str,
+    ):
+        super().__init__(name)
+        self.handler, self.replicas = handler, replicas
+        self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0}
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes:
         (n,) = _U32.unpack(await reader.readexactly(4))
