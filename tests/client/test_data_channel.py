@@ -96,7 +96,10 @@ def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(ra
             data = await asyncio.wait_for(reader.readexactly(ANSWER_HEAD.size), 15)
             data += await asyncio.wait_for(reader.readexactly(sum(ANSWER_HEAD.unpack(data)[1:])), 15)
         else:
-            data = await asyncio.wait_for(reader.read(), 15)
+            try:
+                data = await asyncio.wait_for(reader.read(), 15)
+            except ConnectionResetError:  # closed with our request unread: the kernel resets, nothing was answered
+                data = b""
         writer.close()
         return data
 

@@ -104,38 +104,52 @@ def test_records_batch_and_context():
     asyncio.run(run())
 
 
-def test_coordinator_appends_are_numbered_in_submission_order():
-    """The writer numbers a context's appends (plain and transactional) from 0, so the replica writes them in
-    handler order whatever order Ray delivers them in (actors/call_order.py); a reloaded context (new epoch)
-    is a new channel."""
+def test_coordinator_appends_go_on_the_internal_channel_in_submission_order():
+    """The writer submits a context's appends (plain and transactional) synchronously on the replica's internal
+    channel (a real client listener on loopback here), so the replica receives them in handler order and
+    numbers them on one connection (actors/call_order.py); the transactional one appends as the coordinator.
+    A broken connection answers NOT_COORDINATOR."""
+    import concurrent.futures
+
+    from actors.client_channel import ClientListener
     from actors.coordinator_writer import TxnWrite, append
 
-    class _Ref:
-        def __await__(self):
-            return self._answer().__await__()
-
-        async def _answer(self):
-            return {"error_code": 0}
-
-    class _Replica:
-        def __init__(self):
-            self.reqs = []
-            self.produce = self
-
-        def remote(self, req):
-            self.reqs.append(req)
-            return _Ref()
-
     async def run():
-        replica = _Replica()
-        ctx = CoordinatorContext(0, 3, replica, GroupCoordinatorConfig())
+        seen = []
+
+        async def produce(req):
+            seen.append(req)
+            await asyncio.sleep(0.01 * (3 - len(seen)) if len(seen) < 3 else 0)  # answers come back out of order
+            return {"error_code": 0, "error_message": None}
+
+        async def fetch(req):
+            return {"error_code": 0, "error_message": None}
+
+        listener = ClientListener(produce, fetch, "__consumer_offsets-0 b1")
+        await listener.start("127.0.0.1")
+
+        class Handle:  # the replica actor handle's surface: handle.internal_endpoint.remote().future()
+            internal_endpoint = property(lambda self: self)
+
+            def remote(self):
+                return self
+
+            def future(self):
+                f = concurrent.futures.Future()
+                f.set_result({"error_code": 0, "error_message": None, **listener.endpoint(internal=True)})
+                return f
+
+        ctx = CoordinatorContext(0, 3, Handle(), GroupCoordinatorConfig())
         tasks = [append(ctx, [_Rec(b"k", b"%d" % i)], 5000, 1234) for i in range(3)]
         tasks.append(append(ctx, [_Rec(b"k", b"t")], 5000, 1234, TxnWrite(7, 0, "tx")))
         assert await asyncio.gather(*tasks) == [0, 0, 0, 0]
-        channels = {r.order[0] for r in replica.reqs}
-        assert len(channels) == 1 and [r.order[1] for r in replica.reqs] == [0, 1, 2, 3]
-        again = CoordinatorContext(0, 4, replica, GroupCoordinatorConfig())
-        await append(again, [_Rec(b"k", b"x")], 5000, 1234)
-        assert replica.reqs[-1].order[1] == 0 and replica.reqs[-1].order[0] not in channels
+        assert [decode_records(r.records)[0][3] for r in seen] == [b"0", b"1", b"2", b"t"]
+        assert [r.origin for r in seen] == ["client"] * 3 + ["coordinator"]
+        assert seen[-1].transactional_id == "tx" and {r.current_leader_epoch for r in seen} == {3}
+        assert len({r.order[0] for r in seen}) == 1 and [r.order[1] for r in seen] == [0, 1, 2, 3]
+        assert listener.stats["internal"] == 1
+        listener.close()
+        await asyncio.sleep(0.05)
+        assert await append(ctx, [_Rec(b"k", b"x")], 5000, 1234) == svc.NOT_COORDINATOR
 
     asyncio.run(run())
