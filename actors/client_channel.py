@@ -80,7 +80,7 @@ class ClientListener(TokenListener):
         write_txn_markers: Callable[[WriteTxnMarkersRequest], Awaitable[dict]] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
     ):
-        super().__init__(name)
+        super().__init__(name, self._serve)
         self.produce, self.fetch = produce, fetch
         self.write_txn_markers = write_txn_markers
         self.max_in_flight = max_in_flight

@@ -111,21 +111,18 @@ def serving(conns: set, writer: asyncio.StreamWriter, stats: dict, name: str, wh
 
 class TokenListener:
     """An asyncio server on an ephemeral port whose connections present a token (handed out through Ray);
-    the replication and client listeners build on it. ``_serve`` is the subclass's connection handler."""
+    the replication and client listeners build on it. ``serve`` handles one accepted connection."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]):
+        self.name, self._handle_connection = name, serve
         self.token = secrets.token_bytes(16)
         self.server: asyncio.AbstractServer | None = None
         self.host, self.port = "", 0
         self._conns: set[asyncio.StreamWriter] = set()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
-
     async def start(self, host: str) -> dict:
         if self.server is None:
-            self.server = await asyncio.start_server(self._serve, host, 0)
+            self.server = await asyncio.start_server(self._handle_connection, host, 0)
             self.host, self.port = host, self.server.sockets[0].getsockname()[1]
         return self.endpoint()
 
@@ -151,7 +148,7 @@ class ReplicationListener(TokenListener):
         replicas: Callable[[], Any],
         name: str,
     ):
-        super().__init__(name)
+        super().__init__(name, self._serve)
         self.handler, self.replicas = handler, replicas
         self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0}
 

@@ -4,6 +4,7 @@ sys.path through its conftest). Pure helpers; each suite keeps only what is part
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
@@ -134,3 +135,12 @@ def clusters(default_name: str, default_dir: str, defaults: dict | None = None):
     finally:
         for ch in started:
             ch.shutdown()
+
+
+async def read_until_closed(reader) -> bytes:
+    """What a peer got before the server closed its connection; a reset (the server closed with our request
+    unread, so the kernel resets) counts as closed with nothing answered."""
+    try:
+        return await asyncio.wait_for(reader.read(), 15)
+    except ConnectionResetError:
+        return b""

@@ -12,6 +12,7 @@ import uuid
 
 import msgpack
 import ray
+from support import read_until_closed
 
 import rafka
 from protocol.data_channel import ANSWER_HEAD, REQUEST_HEAD
@@ -96,10 +97,7 @@ def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(ra
             data = await asyncio.wait_for(reader.readexactly(ANSWER_HEAD.size), 15)
             data += await asyncio.wait_for(reader.readexactly(sum(ANSWER_HEAD.unpack(data)[1:])), 15)
         else:
-            try:
-                data = await asyncio.wait_for(reader.read(), 15)
-            except ConnectionResetError:  # closed with our request unread: the kernel resets, nothing was answered
-                data = b""
+            data = await read_until_closed(reader)
         writer.close()
         return data
 

@@ -21,6 +21,7 @@ import time
 
 import msgpack
 import pytest
+from support import read_until_closed
 
 import protocol.data_channel as data_channel
 import rafka.channel as channel
@@ -212,10 +213,7 @@ def raw_peer(replica, *frames: bytes) -> bytes:
         for f in frames:
             writer.write(f)
         await writer.drain()
-        try:
-            data = await asyncio.wait_for(reader.read(), 15)
-        except ConnectionResetError:  # closed with our request unread: the kernel resets, nothing was answered
-            data = b""
+        data = await read_until_closed(reader)
         writer.close()
         return data
 

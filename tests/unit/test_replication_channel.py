@@ -10,6 +10,7 @@ import struct
 
 import msgpack
 import pytest
+from support import read_until_closed
 
 from actors.replication_channel import (
     MAX_REQUEST_BYTES,
@@ -65,10 +66,7 @@ async def raw_peer(lst: ReplicationListener, *frames: bytes) -> bytes:
     for f in frames:
         writer.write(f)
     await writer.drain()
-    try:
-        data = await asyncio.wait_for(reader.read(), 15)
-    except ConnectionResetError:  # closed with our request unread: the kernel resets, nothing was answered
-        data = b""
+    data = await read_until_closed(reader)
     writer.close()
     return data
 
