@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 import time
 
 import ray
@@ -55,23 +54,23 @@ from actors import server_log
 from actors.alter_partition import AlterPartitionManager
 from actors.call_order import CallOrder
 from actors.client_channel import ClientListener
-from actors.group_service import OFFSETS_TOPIC
 from actors.log_dir_lock import LogDirLock
 from actors.metrics import ReplicaStats
 from actors.partition import Partition
-from actors.partition_state import FOLLOWER, STOPPED, LeaderHwChange
+from actors.partition_state import STOPPED, LeaderHwChange
 from actors.replica_config import split_config
 from actors.replica_fetcher import ReplicaFetcher
 from actors.replica_housekeeping import ReplicaHousekeeping
 from actors.replica_manager import (
     DelayedFetch,
-    DelayedProduce,
     ReplicaManager,
     _err,
     error_answer,
     fetch_answer,
     fetch_error,
 )
+from actors.replica_status import ReplicaStatus
+from actors.replica_writes import ReplicaWrites, now_ms
 from actors.replication_channel import ReplicationListener
 from actors.txn_verification import TxnVerifier
 from protocol import errors as E
@@ -84,15 +83,8 @@ from protocol.messages import (
     ListOffsetsResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
-    ProduceRequest,
-    ProduceResponse,
     check_request,
 )
-from protocol.names import broker_name, group_coordinator_name
-from protocol.replica_lookup import broker_handle_async, named_actor_async
-from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
-from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
-from storage.batch_header import parse_header
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
@@ -101,16 +93,8 @@ log = logging.getLogger(__name__)
 BIND_LOCK_TIMEOUT_S = 10.0  # a killed predecessor's process releases the partition directory's lock on exit
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# the modules a broker handle makes Ray import (actors.broker imports the coordinators' actor modules)
-PRELOADED_MODULES = ("actors.broker", "actors.group_coordinator", "actors.txn_coordinator")
-
-
 @ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
-class ReplicaActor:
+class ReplicaActor(ReplicaWrites, ReplicaStatus):
     def __init__(self, *binding):
         """Unbound (a warm pool actor, actors/replica_pool.py) when called without arguments; else as
         ``bind(*binding)`` at once."""
@@ -296,140 +280,7 @@ class ReplicaActor:
             self._follower_task.cancel()
             self._follower_task = None
 
-    # ---- produce ----------------------------------------------------------------------------------
-    async def produce(self, req: ProduceRequest) -> dict:
-        t0 = time.perf_counter()
-        order = getattr(req, "order", None)
-        try:
-            await self.call_order.enter(order)  # a channel's earlier produce calls append first
-        except Exception as exc:
-            order = None
-            answer = error_answer(ProduceResponse, exc)
-        else:
-            try:
-                answer = await self._produce(req, order)
-            finally:
-                self.call_order.leave(order)
-        self.metrics_stats.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
-        return answer
-
-    async def _produce(self, req: ProduceRequest, order=None) -> dict:
-        """The append, then (acks=all) the wait for the high watermark; ``order``'s turn is passed on
-        (``CallOrder.leave``) as soon as the append is done or refused, not after the wait."""
-        p = self.partition
-        try:
-            req = check_request(req, ProduceRequest, "produce")
-            if req.acks not in (0, 1, -1):
-                raise E.InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), got {req.acks!r}")
-            err = p.check_leader(req.current_leader_epoch)
-            if err is not None:
-                raise err
-            batches = req.records
-            if not isinstance(batches, (bytes, bytearray, memoryview)) or len(batches) == 0:
-                raise E.CorruptMessageError("produce needs one or more record batches as bytes")
-            h = parse_header(batches, 0) if len(batches) >= HEADER_SIZE else None
-            if h is not None and h.is_transactional and not h.is_control and not p.in_open_transaction(h.producer_id):
-                await self.verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch)  # KIP-890
-                err = p.check_leader(req.current_leader_epoch)  # still the leader after the wait?
-                if err is not None:
-                    raise err
-            try:
-                info, change = p.append_records_to_leader(batches, req.acks, now_ms(), req.origin)
-            finally:
-                self.call_order.leave(order)
-            self.replica_manager.complete_delayed_requests(change)
-            response = ProduceResponse(
-                base_offset=info.first_offset,
-                log_append_time=info.log_append_time,
-                log_start_offset=self.log.log_start_offset,
-                duplicate=bool(info.duplicate),
-            ).to_dict()
-            if req.acks != -1:
-                return response
-            op = DelayedProduce(p, req.timeout_ms, info.last_offset + 1, response)
-            t0 = time.perf_counter()
-            result = await self.replica_manager.wait_produce(op)
-            self._stats["acks_all_produces"] += 1
-            self._stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
-            return result
-        except Exception as exc:
-            return error_answer(ProduceResponse, exc)
-
-    async def write_txn_markers(self, req: WriteTxnMarkersRequest) -> dict:
-        """WriteTxnMarkers from the transaction coordinator: the COMMIT/ABORT marker, acks=all."""
-        p = self.partition
-        try:
-            if type(req) is not WriteTxnMarkersRequest:
-                raise E.InvalidRequestError(f"write_txn_markers takes one WriteTxnMarkersRequest, got {req!r:.60}")
-            err = p.check_leader(-1)
-            if err is not None:
-                raise err
-            info, change = p.append_txn_marker(
-                req.producer_id, req.producer_epoch, bool(req.committed), req.coordinator_epoch, now_ms()
-            )
-            self.verifier.state.marker_written(req.producer_id)
-            self.replica_manager.complete_delayed_requests(change)
-            done = TxnResponse().to_dict()
-            ans = await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
-            if not ans["error_code"] and self.topic == OFFSETS_TOPIC:
-                await self._offsets_marker(req.producer_id, bool(req.committed))
-            return ans
-        except Exception as exc:
-            return TxnResponse(*E.error_response(exc)).to_dict()
-
-    async def describe_producers(self) -> dict:
-        """DescribeProducers: the producers of this partition (leader only)."""
-        err = self.partition.check_leader(-1)
-        if err is not None:
-            return {**TxnResponse(*E.error_response(err)).to_dict(), "producers": []}
-        return {"error_code": 0, "error_message": None, "producers": self.partition.describe_producers()}
-
-    async def _offsets_marker(self, producer_id: int, committed: bool) -> None:
-        """A marker on a ``__consumer_offsets`` partition: this broker's group coordinator applies the
-        producer's pending offsets (Kafka's onTransactionCompleted). If it is not there, the partition's next
-        load reads the marker from the log."""
-        try:
-            gc = self._group_coordinator
-            if gc is None:  # looked up once, off the event loop
-                gc = await named_actor_async(group_coordinator_name(self.cluster, self.broker_id))
-                self._group_coordinator = gc
-            await asyncio.wait_for(gc.complete_transaction.remote(self.partition.partition, producer_id, committed), 30)
-        except (ValueError, ray.exceptions.RayError, asyncio.TimeoutError) as e:
-            self._group_coordinator = None  # gone or restarted: look it up again next time
-            log.warning("%s b%d: group coordinator not told of a marker: %s", self.tp, self.broker_id, e)
-
     # ---- fetch ------------------------------------------------------------------------------------
-    async def replication_endpoint(self) -> dict:
-        """Where this replica's followers fetch (actors/replication_channel.py): host, port and the token a
-        connection presents; the listener starts on the first call, on this Ray node's IP."""
-        try:
-            if not self.bound or self.partition.role == STOPPED:
-                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
-            ep = await self.replication.start(ray.util.get_node_ip_address())
-        except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
-            return _err(exc)
-        return {"error_code": 0, "error_message": None, **ep}
-
-    async def client_endpoint(self) -> dict:
-        return await self._endpoint(False)
-
-    async def internal_endpoint(self) -> dict:
-        """``client_endpoint`` with the internal token, for the brokers' coordinators: their connections may
-        also append as a coordinator and write transaction markers (actors/txn_markers.py)."""
-        return await self._endpoint(True)
-
-    async def _endpoint(self, internal: bool) -> dict:
-        """Where clients produce and fetch over TCP (actors/client_channel.py): host, port and the token a
-        connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
-        answers (a follower refuses produce and leader-only fetches there as it does over Ray)."""
-        try:
-            if not self.bound or self.partition.role == STOPPED:
-                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
-            await self.clients.start(ray.util.get_node_ip_address())
-        except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
-            return _err(exc)
-        return {"error_code": 0, "error_message": None, **self.clients.endpoint(internal)}
-
     async def fetch(self, req: FetchRequest) -> dict:
         t0 = time.perf_counter()
         answer = await self._fetch(req)
@@ -504,94 +355,6 @@ class ReplicaActor:
 
     async def _housekeeping(self) -> None:
         await self.housekeeping.run(lambda: self.replica_conf, self.alter_partition.submit)
-
-    # ---- introspection ----------------------------------------------------------------------------
-    async def state(self) -> dict:
-        lg, p = self.log, self.partition
-        st = {
-            "cluster": self.cluster,
-            "topic": self.topic,
-            "partition": p.partition,
-            "topic_id": p.topic_id,
-            "broker_id": self.broker_id,
-            "role": p.role,
-            "leader": p.leader_id,
-            "leader_epoch": p.leader_epoch,
-            "partition_epoch": p.partition_epoch,
-            "controller_epoch": p.controller_epoch,
-            "isr": list(p.isr),
-            "replicas": list(p.replicas),
-            "pid": os.getpid(),
-        }
-        if p.role != STOPPED:
-            snap = lg.fetch_offset_snapshot()
-            st.update(
-                log_start_offset=snap.log_start_offset,
-                log_end_offset=snap.log_end_offset,
-                high_watermark=snap.high_watermark,
-                latest_epoch=lg.latest_epoch,
-                size_bytes=lg.size_in_bytes,
-                segments=len(lg.segments),
-            )
-        st["stats"] = dict(self._stats)
-        st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
-        st["client_listener"] = self.clients.describe()
-        st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
-        st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
-        ls = p.leader_state
-        if ls is not None:
-            st["pending_isr"] = list(ls.pending_isr) if ls.pending_isr else None
-            st["followers"] = {
-                b: {"log_end_offset": f.log_end_offset, "last_caught_up_time_ms": f.last_caught_up_time_ms}
-                for b, f in ls.followers.items()
-            }
-        if p.role == FOLLOWER:
-            st["follower_fetches"] = self.fetcher.fetches
-            st["follower_connections"] = self.fetcher.connections
-            st["follower_error"] = self.fetcher.error
-        return st
-
-    async def metrics(self) -> dict:
-        """The exporter's scrape (actors/metrics_exporter.py): this replica's counters and log figures."""
-        lg, p = self.log, self.partition
-        out = {
-            "topic": self.topic,
-            "partition": p.partition,
-            "broker": self.broker_id,
-            "role": p.role,
-            "leader": p.leader_id,
-            "isr": list(p.isr),
-            "replicas": list(p.replicas),
-            "min_isr": self.config.min_insync_replicas,
-            **self.metrics_stats.snapshot(),
-        }
-        if p.role != STOPPED:
-            out.update(
-                log_start_offset=lg.log_start_offset,
-                log_end_offset=lg.log_end_offset,
-                high_watermark=lg.high_watermark,
-                size=lg.size_in_bytes,
-                segments=len(lg.segments),
-            )
-        return out
-
-    async def preload(self, cluster: str, broker_id: int) -> dict:
-        """Load the actor classes a bound replica calls while it waits in the warm pool: Ray turns every
-        actor handle this process takes (``ray.get_actor`` or an argument) into a class by importing the
-        class's module the first time, and a handle to a broker imports ``actors.broker`` with everything it
-        needs (~100 ms of CPU on an idle node, 200-360 ms measured under load). A follower takes one at its
-        first leader lookup, and a leader at its first transactional produce (KIP-890 verification through
-        the broker, then the transaction coordinator): that import made every fresh partition's first
-        transaction 300-500 ms slower. Done here, off the event loop (it keeps answering), it costs the
-        pool's spare CPU instead. One handle of this broker is enough: ``actors.broker`` imports the group and
-        transaction coordinators' modules. ``{"loaded": [the broker's name], "modules": [those modules now
-        imported here]}``; a missing broker loads nothing (the first call that needs the class pays)."""
-        try:
-            await broker_handle_async(cluster, int(broker_id))  # dropped: the class Ray loaded for it stays
-            loaded = [broker_name(cluster, int(broker_id))]
-        except ValueError:  # no such broker
-            loaded = []
-        return {"loaded": loaded, "modules": sorted(m for m in PRELOADED_MODULES if m in sys.modules)}
 
     @ray.method(concurrency_group="liveness")
     async def ping(self) -> int:

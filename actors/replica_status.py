@@ -1,0 +1,142 @@
+"""The replica actor's endpoints and introspection (a mixin of ``ReplicaActor``, actors/replica.py): where
+followers and clients connect (the replication and client listeners' endpoints), ``state()``, ``metrics()``
+and ``preload()``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import ray
+
+from actors.partition_state import FOLLOWER, STOPPED
+from actors.replica_manager import (
+    _err,
+)
+from protocol import errors as E
+from protocol.names import broker_name
+from protocol.replica_lookup import broker_handle_async
+
+# the modules a broker handle makes Ray import (actors.broker imports the coordinators' actor modules)
+PRELOADED_MODULES = ("actors.broker", "actors.group_coordinator", "actors.txn_coordinator")
+
+
+class ReplicaStatus:
+    async def replication_endpoint(self) -> dict:
+        """Where this replica's followers fetch (actors/replication_channel.py): host, port and the token a
+        connection presents; the listener starts on the first call, on this Ray node's IP."""
+        try:
+            if not self.bound or self.partition.role == STOPPED:
+                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            ep = await self.replication.start(ray.util.get_node_ip_address())
+        except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, **ep}
+
+    async def client_endpoint(self) -> dict:
+        return await self._endpoint(False)
+
+    async def internal_endpoint(self) -> dict:
+        """``client_endpoint`` with the internal token, for the brokers' coordinators: their connections may
+        also append as a coordinator and write transaction markers (actors/txn_markers.py)."""
+        return await self._endpoint(True)
+
+    async def _endpoint(self, internal: bool) -> dict:
+        """Where clients produce and fetch over TCP (actors/client_channel.py): host, port and the token a
+        connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
+        answers (a follower refuses produce and leader-only fetches there as it does over Ray)."""
+        try:
+            if not self.bound or self.partition.role == STOPPED:
+                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            await self.clients.start(ray.util.get_node_ip_address())
+        except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, **self.clients.endpoint(internal)}
+
+    # ---- introspection ----------------------------------------------------------------------------
+    async def state(self) -> dict:
+        lg, p = self.log, self.partition
+        st = {
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "partition": p.partition,
+            "topic_id": p.topic_id,
+            "broker_id": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch,
+            "controller_epoch": p.controller_epoch,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "pid": os.getpid(),
+        }
+        if p.role != STOPPED:
+            snap = lg.fetch_offset_snapshot()
+            st.update(
+                log_start_offset=snap.log_start_offset,
+                log_end_offset=snap.log_end_offset,
+                high_watermark=snap.high_watermark,
+                latest_epoch=lg.latest_epoch,
+                size_bytes=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        st["stats"] = dict(self._stats)
+        st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
+        st["client_listener"] = self.clients.describe()
+        st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
+        st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
+        ls = p.leader_state
+        if ls is not None:
+            st["pending_isr"] = list(ls.pending_isr) if ls.pending_isr else None
+            st["followers"] = {
+                b: {"log_end_offset": f.log_end_offset, "last_caught_up_time_ms": f.last_caught_up_time_ms}
+                for b, f in ls.followers.items()
+            }
+        if p.role == FOLLOWER:
+            st["follower_fetches"] = self.fetcher.fetches
+            st["follower_connections"] = self.fetcher.connections
+            st["follower_error"] = self.fetcher.error
+        return st
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): this replica's counters and log figures."""
+        lg, p = self.log, self.partition
+        out = {
+            "topic": self.topic,
+            "partition": p.partition,
+            "broker": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "min_isr": self.config.min_insync_replicas,
+            **self.metrics_stats.snapshot(),
+        }
+        if p.role != STOPPED:
+            out.update(
+                log_start_offset=lg.log_start_offset,
+                log_end_offset=lg.log_end_offset,
+                high_watermark=lg.high_watermark,
+                size=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        return out
+
+    async def preload(self, cluster: str, broker_id: int) -> dict:
+        """Load the actor classes a bound replica calls while it waits in the warm pool: Ray turns every
+        actor handle this process takes (``ray.get_actor`` or an argument) into a class by importing the
+        class's module the first time, and a handle to a broker imports ``actors.broker`` with everything it
+        needs (~100 ms of CPU on an idle node, 200-360 ms measured under load). A follower takes one at its
+        first leader lookup, and a leader at its first transactional produce (KIP-890 verification through
+        the broker, then the transaction coordinator): that import made every fresh partition's first
+        transaction 300-500 ms slower. Done here, off the event loop (it keeps answering), it costs the
+        pool's spare CPU instead. One handle of this broker is enough: ``actors.broker`` imports the group and
+        transaction coordinators' modules. ``{"loaded": [the broker's name], "modules": [those modules now
+        imported here]}``; a missing broker loads nothing (the first call that needs the class pays)."""
+        try:
+            await broker_handle_async(cluster, int(broker_id))  # dropped: the class Ray loaded for it stays
+            loaded = [broker_name(cluster, int(broker_id))]
+        except ValueError:  # no such broker
+            loaded = []
+        return {"loaded": loaded, "modules": sorted(m for m in PRELOADED_MODULES if m in sys.modules)}
