@@ -283,9 +283,6 @@ class ChannelIO:
         except Exception as exc:  # noqa: BLE001 - e.g. a field msgpack cannot carry: that request fails alone
             _fail(fut, exc)
 
-    def connections(self) -> int:
-        return len(self.conns)
-
 
 _io: ChannelIO | None = None
 _io_pid = 0
@@ -322,11 +319,6 @@ def marker_fields(req: WriteTxnMarkersRequest) -> dict:
 
 def internal_produce_fields(req: ProduceRequest) -> dict:
     return {**produce_fields(req), "origin": req.origin}
-
-
-async def channel_call(io: ChannelIO, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float) -> dict:
-    """One request on ``io`` (from its loop): the answer, or the KafkaError the connection failed with."""
-    return await io.submit_here(handle, api, fields, payload, timeout_s)
 
 
 def fetch_fields(req: Any) -> dict:
