@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import os
 import secrets
 import struct
 from collections.abc import Awaitable, Callable, Iterator
@@ -40,7 +39,6 @@ from typing import Any
 
 import msgpack
 
-from protocol import local_socket
 from protocol.data_channel import BadFrame  # one class for both listeners' bad frames (``serving``)
 from protocol.messages import FetchRequest
 
@@ -113,67 +111,31 @@ def serving(conns: set, writer: asyncio.StreamWriter, stats: dict, name: str, wh
 
 class TokenListener:
     """An asyncio server on an ephemeral port whose connections present a token (handed out through Ray);
-    the replication and client listeners build on it. ``serve`` handles one accepted connection. Beside the
-    TCP port it serves a Unix socket that peers on the same node use (protocol/local_socket.py); a
-    connection over it counts in ``stats["unix_connections"]``."""
+    the replication and client listeners build on it. ``serve`` handles one accepted connection."""
 
     def __init__(self, name: str, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]):
         self.name, self._handle_connection = name, serve
         self.token = secrets.token_bytes(16)
         self.server: asyncio.AbstractServer | None = None
-        self.unix_server: asyncio.AbstractServer | None = None
         self.host, self.port = "", 0
-        self.unix_path: str | None = None
         self._conns: set[asyncio.StreamWriter] = set()
 
     async def start(self, host: str) -> dict:
         if self.server is None:
             self.server = await asyncio.start_server(self._handle_connection, host, 0)
             self.host, self.port = host, self.server.sockets[0].getsockname()[1]
-            await self._start_unix()
         return self.endpoint()
 
-    async def _start_unix(self) -> None:
-        global _reaped
-        try:
-            if not _reaped:
-                _reaped = True
-                local_socket.reap_stale()
-            path = local_socket.socket_path(secrets.token_hex(8))
-            if path is None:
-                return
-            self.unix_server = await asyncio.start_unix_server(self._unix_connection, path)
-            self.unix_path = path
-        except OSError as exc:  # TCP only: peers on this node connect over TCP as others do
-            log.warning("%s: no Unix socket (%s); same-node peers use TCP", self.name, exc)
-
-    async def _unix_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stats = getattr(self, "stats", None)
-        if isinstance(stats, dict):
-            stats["unix_connections"] = stats.get("unix_connections", 0) + 1
-        await self._handle_connection(reader, writer)
-
     def endpoint(self) -> dict:
-        ep = {"host": self.host, "port": self.port, "token": self.token}
-        if self.unix_path is not None:
-            ep.update(uds=self.unix_path, node=local_socket.node_key())
-        return ep
+        return {"host": self.host, "port": self.port, "token": self.token}
 
     def close(self) -> None:
-        for server in (self.server, self.unix_server):
-            if server is not None:
-                server.close()
-        self.server = self.unix_server = None
-        if self.unix_path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(self.unix_path)
-            self.unix_path = None
+        if self.server is not None:
+            self.server.close()
+            self.server = None
         for w in list(self._conns):
             w.close()
         self._conns.clear()
-
-
-_reaped = False  # this process removed the sockets of dead processes once (protocol/local_socket.py)
 
 
 class ReplicationListener(TokenListener):
@@ -233,7 +195,9 @@ class ReplicationConnection:
     @classmethod
     async def open(cls, endpoint: dict, replica_id: int, timeout_s: float) -> ReplicationConnection:
         try:
-            reader, writer = await local_socket.open_stream(endpoint, timeout_s)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(endpoint["host"], endpoint["port"]), timeout_s
+            )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectionLost(f"connect to {endpoint['host']}:{endpoint['port']}: {exc or 'timed out'}") from None
         hello = msgpack.packb({"token": endpoint["token"], "replica_id": replica_id})

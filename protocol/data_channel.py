@@ -20,7 +20,6 @@ from typing import Any
 
 import msgpack
 
-from protocol import local_socket
 from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
 from protocol.messages import FetchRequest, ProduceRequest
 from protocol.txn_messages import WriteTxnMarkersRequest
@@ -143,7 +142,7 @@ class _Connection:
             ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
             if ep.get("error_code"):
                 raise for_code(ep["error_code"])(ep.get("error_message") or None)
-            reader, writer = await local_socket.open_stream(ep, REQUEST_TIMEOUT_S)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(ep["host"], ep["port"]), REQUEST_TIMEOUT_S)
         except KafkaError as exc:
             self.close(exc)
             return
