@@ -23,8 +23,8 @@ from the start with ``read_uncommitted`` and with ``read_committed``, alternated
 each isolation first in every other round (records/s of each run, the medians and their ratio: one read
 takes under a second, and single runs of the same read spread from 270k to 520k records/s, so a single pair
 is mostly noise: 9 pairs, as 5 still gave ratios from 0.72 to 0.91 between sittings while 8 alternated pairs
-in one process measured read_committed at 754k against read_uncommitted 629k, medians). The issue's goals: ``txn_10000`` >= 80% of the idempotent rate, read_committed >= 90% of
-read_uncommitted.
+in one process measured read_committed at 754k against read_uncommitted 629k, medians). The issue's goals:
+``txn_10000`` >= 80% of the idempotent rate, read_committed >= 90% of read_uncommitted.
 """
 
 from __future__ import annotations
