@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install system-deps lint lint-types format test test-slow test-fast demo bench bench-client bench-peers clean
 
-$(STAMP): pyproject.toml setup.py storage/_crecords.c
+$(STAMP): pyproject.toml setup.py $(wildcard storage/_crecords*.c storage/_crecords.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)

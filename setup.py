@@ -10,7 +10,8 @@ setup(
     ext_modules=[
         Extension(
             "storage._crecords",
-            sources=["storage/_crecords.c"],
+            sources=["storage/_crecords.c", "storage/_crecords_encode.c", "storage/_crecords_validate.c"],
+            depends=["storage/_crecords.h"],
         ),
     ],
 )

@@ -74,6 +74,11 @@ class StickyPartitionCache:
         self._current: dict[str, int] = {}
         self._rng = rng or random.Random()
 
+    def current(self, topic: str) -> int | None:
+        """The topic's sticky partition now, or None: a lock-free read (a dict read is atomic; writes hold the
+        lock), for the producer's fast path, which falls back to ``partition`` on None."""
+        return self._current.get(topic)
+
     def partition(self, topic: str, all_partitions: Sequence[int], available: Sequence[int]) -> int:
         with self._lock:
             part = self._current.get(topic)

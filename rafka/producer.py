@@ -32,6 +32,7 @@ from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeErr
 from rafka.gc_pause import gc_paused
 from rafka.metadata import ClusterMetadata
 from rafka.partitioner import DefaultPartitioner, partition_for_key
+from rafka.send_batch import _headers, place_and_append, to_bytes
 from rafka.sender import Sender
 from rafka.structs import PartitionInfo
 from rafka.transactions import Transactions
@@ -40,32 +41,6 @@ from storage.topic import validate_topic_name
 __all__ = ["Producer"]
 
 _ids = itertools.count(1)
-
-
-def to_bytes(data: Any, what: str, serializer: Callable | None) -> bytes | None:
-    if serializer is not None and data is not None:
-        data = serializer(data)
-    if data is None or type(data) is bytes:
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    raise TypeError(
-        f"{what} of type {type(data).__name__} needs a {what}_serializer (bytes and str are sent as they are)"
-    )
-
-
-def _headers(headers) -> tuple:
-    if not headers:
-        return ()
-    items = headers.items() if isinstance(headers, dict) else headers
-    out = []
-    for k, v in items:
-        if not isinstance(k, str):
-            raise TypeError(f"header keys must be str, not {type(k).__name__}")
-        out.append((k, to_bytes(v, "header value", None)))
-    return tuple(out)
 
 
 class Producer:
@@ -94,6 +69,9 @@ class Producer:
         self._closed = False
         self._close_lock = threading.Lock()
         self._txn = Transactions(self) if self.config.transactional_id is not None else None
+        cfg = self.config  # send()'s fast path takes records that need no serializer, partitioner or transaction
+        self._plain = cfg.key_serializer is None and cfg.value_serializer is None and self._user_partitioner is None
+        self._plain = self._plain and self._txn is None
         self.sender.start()
 
     # -- sending -----------------------------------------------------------------------------------
@@ -114,46 +92,26 @@ class Producer:
         Kafka forbids (before any metadata wait), ``RecordTooLargeError``, and ``KafkaTimeoutError`` when
         metadata or buffer space did not come within ``max_block_ms``.
         """
-        if type(topic) is not str or topic not in self._legal_topics:
-            self._check_topic(topic)
-        if self._closed:
-            raise IllegalStateError("cannot send after the producer is closed")
-        if self.sender.fatal_error is not None:
-            raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
-        if self._txn is not None:
-            self._txn.state.check_can_send()
+        if (
+            self._plain
+            and headers is None
+            and partition is None
+            and timestamp_ms is None
+            and callback is None
+            and (value is None or type(value) is bytes)
+            and (key is None or type(key) is bytes)
+        ):
+            fut = self._send_plain(topic, key, value)
+            if fut is not None:
+                return fut
+        self._check_can_send(topic)
         cfg = self.config
-        kb = (
-            key
-            if (key is None or type(key) is bytes) and cfg.key_serializer is None
-            else to_bytes(key, "key", cfg.key_serializer)
-        )
-        vb = (
-            value
-            if (value is None or type(value) is bytes) and cfg.value_serializer is None
-            else to_bytes(value, "value", cfg.value_serializer)
-        )
-        hdrs = _headers(headers) if headers else ()
-        size = (len(kb) if kb else 0) + (len(vb) if vb else 0) + RECORD_OVERHEAD + 61
-        if hdrs:
-            size += sum(len(k) + len(v or b"") for k, v in hdrs)
-        if size > self._max_record_size:
-            limit = "max_request_size" if size > cfg.max_request_size else "buffer_memory"
-            raise RecordTooLargeError(
-                f"the record is {size} bytes when serialized, which is larger than {limit} ({getattr(cfg, limit)})"
-            )
+        kb, vb, hdrs = self._serialize(key, value, headers)
         start = time.monotonic()
         tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
         sticky = False
         if partition is not None:
-            if partition not in tm.partitions:  # maybe added since we looked: refresh once
-                self.metadata.refresh([topic], force=True)
-                tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
-            if partition not in tm.partitions:
-                raise ValueError(
-                    f"invalid partition {partition} for topic {topic!r}: it has partitions "
-                    f"0..{len(tm.partition_ids) - 1}"
-                )
+            tm = self._check_partition(topic, tm, partition)  # maybe added since we looked: refreshed once
             part = partition
         elif self._user_partitioner is not None:
             part = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
@@ -177,6 +135,26 @@ class Producer:
             fut = self.accumulator.append(tm.tps[part], ts, kb, vb, hdrs, callback, max(0.0, left_ms))
         return fut
 
+    def _send_plain(self, topic, key: bytes | None, value: bytes | None) -> FutureRecordMetadata | None:
+        """``send``'s fast path for a plain record to a topic already sent to: the fresh cached metadata, the
+        partition (murmur2 of the key, else the current sticky one) and a lock-free append to its open batch
+        (``RecordAccumulator.append_plain``). None when anything needs the full path (a new batch, a stale
+        cache, a size to check against the limits, a closed producer), which then runs from the start."""
+        if topic not in self._legal_topics or self._closed or self.sender.fatal_error is not None:
+            return None
+        tm = self.metadata.topic(topic)
+        if tm is None or not tm.partitions:
+            return None
+        if (len(key) if key else 0) + (len(value) if value else 0) + RECORD_OVERHEAD + 61 > self._max_record_size:
+            return None
+        if key is None:
+            part = self._default_partitioner.sticky.current(topic)
+            if part is None or part not in tm.partitions:
+                return None
+        else:
+            part = partition_for_key(key, len(tm.partition_ids))
+        return self.accumulator.append_plain(tm.tps[part], now_ms(), key, value)
+
     def send_batch(self, topic: str, records: Iterable, partition: int | None = None) -> list[FutureRecordMetadata]:
         """Queue many records of one topic in one go; returns their futures in order.
 
@@ -189,6 +167,18 @@ class Producer:
         one accumulator lock per batch. Why: ``send`` costs ~8-15 us per record in Python, and callers such
         as the HTTP gateway hand over thousands of records at a time.
         """
+        self._check_can_send(topic)
+        start = time.monotonic()
+        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)  # (a wait: the collector stays on)
+        with gc_paused():
+            try:
+                return place_and_append(self, topic, records, partition, tm, start)
+            except BaseException:
+                if self._txn is not None and self._txn.state.pending:
+                    self.sender.wakeup()  # partitions queued before a bad record: the Sender adds them
+                raise
+
+    def _check_can_send(self, topic) -> None:
         if type(topic) is not str or topic not in self._legal_topics:
             self._check_topic(topic)
         if self._closed:
@@ -197,97 +187,6 @@ class Producer:
             raise IllegalStateError(f"the producer's sender failed: {self.sender.fatal_error}")
         if self._txn is not None:
             self._txn.state.check_can_send()
-        start = time.monotonic()
-        tm = self.metadata.wait_for_topic(topic, self.config.max_block_ms)  # (a wait: the collector stays on)
-        with gc_paused():
-            try:
-                return self._send_batch(topic, records, partition, tm, start)
-            except BaseException:
-                if self._txn is not None and self._txn.state.pending:
-                    self.sender.wakeup()  # partitions queued before a bad record: the Sender adds them
-                raise
-
-    def _send_batch(
-        self, topic: str, records: Iterable, partition: int | None, tm, start: float
-    ) -> list[FutureRecordMetadata]:
-        cfg = self.config
-        default_ts = now_ms()
-        by_part: dict[int, list] = {}
-        where: list[int] = []  # each record's partition, in order
-        sticky: int | None = None
-        sticky_bytes = 0
-        batch_size = cfg.batch_size
-        plain = cfg.key_serializer is None and cfg.value_serializer is None
-        limit = self._max_record_size - RECORD_OVERHEAD - 61
-        items: list = []
-        last_p = None
-        txn_state = self._txn.state if self._txn is not None else None
-        for r in records:
-            n = len(r)
-            kb, vb = r[0], r[1]
-            hdrs = r[3] if n > 3 else None
-            if (
-                plain
-                and not hdrs
-                and (kb is None or type(kb) is bytes)
-                and (vb is None or type(vb) is bytes)
-                and (size := (len(kb) if kb else 0) + (len(vb) if vb else 0)) <= limit
-            ):
-                hdrs = ()  # the common case, inline: bytes in, nothing to convert or check
-            else:
-                kb, vb, hdrs = self._serialize(kb, vb, hdrs)
-                size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
-            p = partition if partition is not None else (r[2] if n > 2 else None)
-            if p is not None:
-                if p not in tm.partitions:
-                    tm = self._check_partition(topic, tm, p)
-            elif self._user_partitioner is not None:
-                p = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
-                if p not in tm.partitions:
-                    raise ValueError(f"partitioner returned {p}, not a partition of {topic!r}")
-            elif kb is not None:
-                p = partition_for_key(kb, len(tm.partition_ids))
-            else:
-                if sticky is None:
-                    sticky = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
-                elif sticky_bytes + size > batch_size and sticky_bytes:
-                    sticky = self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, sticky)
-                    sticky_bytes = 0
-                sticky_bytes += size + 10
-                p = sticky
-            if p != last_p:
-                items = by_part.get(p)
-                if items is None:
-                    items = by_part[p] = []
-                    # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
-                    # out while this loop runs, so it overlaps the coordinator's wait for the previous
-                    # transaction's markers: from this thread as soon as every partition of the topic has a
-                    # record (no other can join), else from the Sender once it gets the GIL (with the
-                    # partitions seen by then), at the latest from this thread once every record is placed
-                    # (below). Placing 10,000 records takes 20-30 ms, about as long as the markers: an add
-                    # sent after them is one more acks=all round (its own Ongoing append) per transaction.
-                    # Should a later record fail the call, the partition is in the transaction with nothing
-                    # written, which its marker ends like any other.
-                    if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
-                        if len(by_part) == len(tm.partition_ids):
-                            self.sender.add_partitions_now()
-                        else:
-                            self.sender.wakeup()
-                last_p = p
-            where.append(p)
-            items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
-        if txn_state is not None and txn_state.pending:
-            self.sender.add_partitions_now()  # unless the Sender did: one request, every partition of the call
-        futures: dict[int, list[FutureRecordMetadata]] = {}
-        for p, items in by_part.items():
-            left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-            futures[p], opened = self.accumulator.append_many(tm.tps[p], items, max(0.0, left_ms))
-            if p == sticky and opened:
-                self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
-        if len(futures) == 1:
-            return futures[where[0]]
-        its = {p: iter(f) for p, f in futures.items()}
-        return [next(its[p]) for p in where]
 
     def _check_topic(self, topic) -> None:
         """Kafka's ``Topic.validate`` (InvalidTopicError), remembered per legal name: a bad name fails the

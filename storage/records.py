@@ -273,6 +273,10 @@ class RecordBatchBuilder:
         return self._size
 
     def append(self, timestamp_ms: int, key, value, headers=(), offset: int | None = None) -> bool:
+        if not headers and offset is None and _c_append is not None:  # the compiled path (Producer.send)
+            done = _c_append(self, timestamp_ms, key, value)
+            if done is not None:
+                return done
         if type(key) is not bytes and key is not None:
             key = _as_bytes(key, "key")
         if type(value) is not bytes and value is not None:
@@ -418,19 +422,21 @@ def _encode_headers(headers) -> bytes:
 
 
 def _load_accelerator() -> tuple:
-    """``(decode_into, encode_many)`` of ``storage._crecords`` (the decoder bound to ``Record``), or
-    ``(None, None)`` when it is not built or RAFKA_PURE_PYTHON is set."""
+    """``(decode_into, encode_many, append_one, batch_append)`` of ``storage._crecords`` (the decoder bound to
+    ``Record``), or four Nones when it is not built or RAFKA_PURE_PYTHON is set. ``batch_append`` is the
+    producer accumulator's lock-free append (rafka/accumulator.py)."""
     if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
-        return None, None
+        return None, None, None, None
     try:
         from storage import _crecords
     except ImportError:
-        return None, None
+        return None, None, None, None
     _crecords.set_record_type(Record)
-    return _crecords.decode_into, _crecords.encode_many
+    return _crecords.decode_into, _crecords.encode_many, _crecords.append_one, _crecords.batch_append
 
 
-_c_decode, _c_encode = _load_accelerator()  # read at each call, so tests can swap paths
+# read at each call, so tests can swap paths
+_c_decode, _c_encode, _c_append, _c_batch_append = _load_accelerator()
 ACCELERATED: bool = _c_decode is not None
 
 

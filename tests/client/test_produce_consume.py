@@ -337,3 +337,28 @@ def test_poll_prefetches_while_the_app_works(rafka_cluster, new_topic):
     assert total == 30000
     waits.sort()
     assert waits[len(waits) // 2] < 0.05  # the median poll found its data already there (no round trip)
+
+
+def test_plain_sends_take_the_lock_free_path_and_report_their_metadata(rafka_cluster, new_topic):
+    """Plain records (bytes, no headers, callback or serializer) go through ``Producer._send_plain``: only the
+    first record of each batch takes the locked ``RecordAccumulator.append``; the futures still report each
+    record's own timestamp and sizes, read back from the batch bytes, and the sticky partitioner still moves
+    on as batches fill (KIP-480)."""
+    topic = new_topic(3, 1)
+    with rafka.Producer(rafka_cluster, linger_ms=50, batch_size=2048) as p:
+        p.send(topic, b"warm").get(30)  # metadata and producer id
+        locked = []
+        real = p.accumulator.append
+        p.accumulator.append = lambda *a, **k: locked.append(a[0]) or real(*a, **k)
+        t0 = int(time.time() * 1000)
+        futs = [p.send(topic, b"v%04d" % i, key=None if i % 2 else b"k%d" % (i % 7)) for i in range(600)]
+        t1 = int(time.time() * 1000)
+        mds = [f.get(30) for f in futs]
+    assert 0 < len(locked) < 60  # one per new batch, not one per record
+    assert all(t0 <= md.timestamp <= t1 for md in mds)
+    assert [md.serialized_value_size for md in mds] == [5] * 600
+    assert [md.serialized_key_size for md in mds] == [-1 if i % 2 else 2 for i in range(600)]
+    assert len({md.partition for i, md in enumerate(mds) if i % 2}) > 1  # keyless records moved on
+    got = consume_all(rafka_cluster, topic, 3, 601)
+    values = sorted(r.value for recs in got.values() for r in recs)
+    assert values == sorted([b"warm"] + [b"v%04d" % i for i in range(600)])

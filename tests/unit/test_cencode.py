@@ -1,9 +1,11 @@
-"""The C record encoder (``encode_many`` in storage/_crecords.c) behind ``RecordBatchBuilder.append_many``.
+"""The C record encoders (storage/_crecords_encode.c): ``encode_many`` behind ``RecordBatchBuilder.append_many``
+and ``append_one``, the fast path of ``RecordBatchBuilder.append`` (``Producer.send``'s per-record call).
 
-Differential: ``append_many`` over random items (None/bytes/bytearray keys and values, str/bytes header names,
+Differential: ``append_many`` and ``append`` with the C fast path over random items (None/bytes/bytearray keys and values, str/bytes header names,
 timestamps before the base, far from it, past 64 bits or invalid, wrong types, tiny batch sizes so batches
 fill mid-run, builders that already hold records) must leave the builder exactly as ``append`` called item by
-item does: the same index where it stopped, the same batch bytes, the same exception type on bad input.
+item does through pure Python: the same index where it stopped, the same batch bytes, the same exception type on
+bad input.
 """
 
 from __future__ import annotations
@@ -62,14 +64,15 @@ def run(path: str, items: list, batch_size: int, prefix: list, start: int):
     b = RecordBatchBuilder(batch_size=batch_size)
     for ts, k, v, h in prefix:
         b.append(ts, k, v, h)
-    saved = records._c_encode
+    saved = records._c_encode, records._c_append
     records._c_encode = _crecords.encode_many if path == "c" else None
+    records._c_append = _crecords.append_one if path == "c_single" else None
     try:
-        nxt = b.append_many(items, start) if path != "single" else one_by_one(b, items, start)
+        nxt = b.append_many(items, start) if path in ("c", "pure") else one_by_one(b, items, start)
     except (TypeError, ValueError, KafkaError, UnicodeError) as e:
         return ("error", type(e), b.record_count, b.build())
     finally:
-        records._c_encode = saved
+        records._c_encode, records._c_append = saved
     return ("ok", nxt, b.record_count, b.build())
 
 
@@ -85,6 +88,7 @@ def test_append_many_matches_append(items, batch_size, prefix, start):
     single = run("single", items, batch_size, prefix, start)
     assert run("c", items, batch_size, prefix, start) == single
     assert run("pure", items, batch_size, prefix, start) == single
+    assert run("c_single", items, batch_size, prefix, start) == single
 
 
 @DIFF
@@ -125,3 +129,26 @@ def test_encode_many_rejects_bad_arguments():
     # items that are not (ts, key, value) tuples stop the fast path at once
     assert _crecords.encode_many([[1, b"k", b"v"]], 0, None, -1, 61, 100, 0)[1] == 0
     assert _crecords.encode_many([(1, b"k")], 0, None, -1, 61, 100, 0)[1] == 0
+
+
+def test_append_one_fast_path_and_fallbacks():
+    b = RecordBatchBuilder(batch_size=200)
+    assert _crecords.append_one(b, BASE, b"k", b"v" * 50) is True
+    assert (b.record_count, b._base_ts, b._last_delta, b._max_ts) == (1, BASE, 0, BASE)
+    assert _crecords.append_one(b, BASE - 5, None, None) is True  # an earlier timestamp: max stays
+    assert (b.record_count, b._max_ts) == (2, BASE)
+    assert _crecords.append_one(b, BASE, None, b"v" * 200) is False  # the batch is full: nothing changed
+    before = (b.record_count, b.estimated_size, b.build())
+    for ts, k, v in [(BASE, bytearray(b"k"), b"v"), (BASE, b"k", "text"), (-2, None, b"v"), (2**63, None, None)]:
+        assert _crecords.append_one(b, ts, k, v) is None  # not the fast path's: the caller uses Python
+    assert (b.record_count, b.estimated_size, b.build()) == before
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(b.build())] == [
+        (0, BASE, b"k", b"v" * 50),
+        (1, BASE - 5, None, None),
+    ]
+    empty = RecordBatchBuilder(batch_size=10)  # an empty batch takes one record however large
+    assert _crecords.append_one(empty, BASE, None, b"x" * 100) is True and empty.record_count == 1
+    with pytest.raises(TypeError):
+        _crecords.append_one(b, BASE, None)
+    with pytest.raises(AttributeError):
+        _crecords.append_one(object(), BASE, None, None)

@@ -1,0 +1,279 @@
+"""A producer batch and the record futures that point into it (Kafka's ``ProducerBatch``,
+``FutureRecordMetadata``, ``BufferPool``), for rafka/accumulator.py and the sender.
+
+A record's future is a light ``FutureRecordMetadata``: its batch and its index in it, as in the Java client:
+one event per batch, not per record. A batch keeps nothing per record but the bytes; each record's
+``RecordMetadata`` (timestamp, serialized sizes) is read back from them when first asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from rafka.errors import KafkaTimeoutError, RecordTooLargeError
+from rafka.structs import RecordMetadata, TopicPartition
+from storage.records import NO_SEQUENCE, RecordBatchBuilder, decode_records
+
+log = logging.getLogger("rafka.producer")
+
+_new_metadata = tuple.__new__  # RecordMetadata(...) minus NamedTuple's Python-level __new__
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class BufferPool:
+    """``buffer_memory`` bytes handed out per batch; allocation blocks, fairly, up to a deadline."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.available = total
+        self._cond = threading.Condition()
+        self.waiters = 0
+
+    def allocate(self, size: int, max_block_ms: float) -> None:
+        if size > self.total:
+            raise RecordTooLargeError(f"a batch of {size} bytes is larger than buffer_memory ({self.total})")
+        deadline = time.monotonic() + max_block_ms / 1000.0
+        with self._cond:
+            if self.available >= size and not self.waiters:
+                self.available -= size
+                return
+            self.waiters += 1
+            try:
+                while self.available < size:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise KafkaTimeoutError(
+                            f"failed to allocate {size} bytes within max_block_ms ({max_block_ms:.0f} ms): "
+                            f"buffer_memory ({self.total} bytes) is full"
+                        )
+                    self._cond.wait(left)
+                self.available -= size
+            finally:
+                self.waiters -= 1
+                self._cond.notify_all()
+
+    def release(self, size: int) -> None:
+        with self._cond:
+            self.available += size
+            self._cond.notify_all()
+
+
+class ProducerBatch:
+    """One RecordBatch being filled, then in flight, then done (base offset) or failed (error)."""
+
+    __slots__ = (
+        "tp",
+        "builder",
+        "created_ms",
+        "reserved",
+        "callbacks",
+        "attempts",
+        "next_attempt_ms",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "payload",
+        "base_offset",
+        "log_append_time",
+        "error",
+        "done",
+        "closed",
+        "_meta",
+        "last_error",
+        "_cb_lock",
+    )
+
+    def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, created_ms: float, reserved: int):
+        self.tp = tp
+        self.builder = builder
+        self.created_ms = created_ms
+        self.reserved = reserved
+        self.callbacks: list = []
+        self.attempts = 0
+        self.next_attempt_ms = 0.0
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.base_sequence = NO_SEQUENCE
+        self.payload: bytes | None = None
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+        self.last_error: BaseException | None = None
+        self.done = threading.Event()
+        self._cb_lock = threading.Lock()
+        self.closed = False  # no more appends (drained at least once)
+        self._meta: list[tuple[int, int, int]] | None = None  # (timestamp, key size, value size), on demand
+
+    @property
+    def record_count(self) -> int:
+        return self.builder._count
+
+    def try_append(
+        self, timestamp: int, key: bytes | None, value: bytes | None, headers, callback: Callable | None
+    ) -> "FutureRecordMetadata | None":
+        if self.closed or not self.builder.append(timestamp, key, value, headers):
+            return None
+        idx = self.builder._count - 1
+        if callback is not None:
+            self.callbacks.append((idx, callback))
+        return FutureRecordMetadata(self, idx)
+
+    def is_full(self) -> bool:
+        return self.builder.estimated_size >= self.builder.batch_size
+
+    def seal(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False) -> bytes:
+        """Freeze the batch and build its bytes once; retries resend exactly these bytes."""
+        if self.payload is None:
+            self.closed = True
+            b = self.builder
+            b.producer_id, b.producer_epoch, b.base_sequence = producer_id, producer_epoch, base_sequence
+            b.is_transactional = transactional
+            self.producer_id, self.producer_epoch, self.base_sequence = producer_id, producer_epoch, base_sequence
+            self.payload = b.build()
+        return self.payload
+
+    def reseal(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """Build the bytes again under a new producer id/epoch and sequence (KIP-360: after a sequence gap
+        the idempotent producer re-sequences the batches it has not had acknowledged)."""
+        self.payload = None
+        return self.seal(producer_id, producer_epoch, base_sequence, self.builder.is_transactional)
+
+    def record_meta(self) -> list[tuple[int, int, int]]:
+        """Each record's (timestamp, serialized key size, serialized value size), read back from the batch's
+        bytes the first time a RecordMetadata is asked for: ``send`` keeps nothing per record but the bytes."""
+        meta = self._meta
+        if meta is None:
+            raw = self.payload if self.payload is not None else self.builder.build()
+            meta = self._meta = [
+                (r.timestamp, -1 if r.key is None else len(r.key), -1 if r.value is None else len(r.value))
+                for r in decode_records(raw)
+            ]
+        return meta
+
+    def metadata(self, idx: int) -> RecordMetadata:
+        ts, ks, vs = self.record_meta()[idx]
+        if self.log_append_time != -1:
+            ts = self.log_append_time
+        off = self.base_offset + idx if self.base_offset >= 0 else -1
+        return _new_metadata(RecordMetadata, (self.tp.topic, self.tp.partition, off, ts, ks, vs))
+
+    def complete(self, base_offset: int, log_append_time: int = -1) -> None:
+        with self._cb_lock:
+            if self.done.is_set():
+                return
+            self.base_offset, self.log_append_time = base_offset, log_append_time
+            self.done.set()
+            callbacks = self.callbacks
+        for idx, cb in callbacks:
+            _run_callback(cb, self.metadata(idx), None)
+
+    def fail(self, exc: BaseException) -> None:
+        with self._cb_lock:
+            if self.done.is_set():
+                return
+            self.error = exc
+            self.done.set()
+            callbacks = self.callbacks
+        for _idx, cb in callbacks:
+            _run_callback(cb, None, exc)
+
+    def add_callback(self, idx: int, fn: Callable) -> None:
+        with self._cb_lock:
+            if not self.done.is_set():
+                self.callbacks.append((idx, fn))
+                return
+        _run_callback(fn, None if self.error else self.metadata(idx), self.error)
+
+
+def _run_callback(cb: Callable, metadata, exc) -> None:
+    try:
+        cb(metadata, exc)
+    except Exception:  # a user callback must never kill the sender thread
+        log.exception("producer callback raised")
+
+
+class FutureRecordMetadata:
+    """The result of ``Producer.send``: resolves to ``RecordMetadata`` or raises the batch's error."""
+
+    __slots__ = ("_batch", "_idx")
+
+    def __init__(self, batch: ProducerBatch, idx: int):
+        self._batch, self._idx = batch, idx
+
+    def done(self) -> bool:
+        return self._batch.done.is_set()
+
+    is_done = property(done)
+
+    def succeeded(self) -> bool:
+        return self.done() and self._batch.error is None
+
+    def failed(self) -> bool:
+        return self.done() and self._batch.error is not None
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._batch.done.wait(timeout):
+            raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+        return self._batch.error
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Block until the record is acknowledged (``timeout`` in seconds) and return where it landed."""
+        err = self.exception(timeout)
+        if err is not None:
+            raise err
+        return self._batch.metadata(self._idx)
+
+    result = get
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        return self._batch.metadata(self._idx) if self.succeeded() else None
+
+    def add_callback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+        """``fn(*args, metadata)`` on success (kafka-python's signature)."""
+        return self.add_both(lambda md, exc: fn(*args, md) if exc is None else None)
+
+    def add_errback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+        """``fn(*args, exception)`` on failure."""
+        return self.add_both(lambda md, exc: fn(*args, exc) if exc is not None else None)
+
+    def add_both(self, fn: Callable) -> "FutureRecordMetadata":
+        """``fn(metadata, exception)`` once done (Java's ``Callback.onCompletion`` order)."""
+        self._batch.add_callback(self._idx, fn)
+        return self
+
+
+def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, offsets_only: bool = False) -> list:
+    """Each future's ``RecordMetadata`` (``(partition, offset)`` with ``offsets_only``) or its batch's error,
+    in order, with one wait per batch instead of one per record (``Producer.send_batch`` callers hand over
+    thousands of records). Raises ``KafkaTimeoutError`` when a record is not acknowledged within
+    ``timeout`` seconds overall."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out: list = []
+    append = out.append
+    last = None
+    for f in futures:
+        b = f._batch
+        if b is not last:
+            if not b.done.is_set():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if not b.done.wait(left):
+                    raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
+            last, err, part, base = b, b.error, b.tp.partition, b.base_offset
+        if err is not None:
+            append(err)
+        elif offsets_only:
+            append((part, base + f._idx if base >= 0 else -1))
+        else:
+            append(b.metadata(f._idx))
+    return out
