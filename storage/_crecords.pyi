@@ -1,4 +1,4 @@
-"""Type stub of the C extension storage/_crecords.c (the two hot record loops and the LogValidator's walk).
+"""Type stub of the C extension storage._crecords (storage/_crecords*.c: the hot record loops and the LogValidator's walk).
 
 Built by ``pip install -e .``; storage/records.py and storage/log_validator.py fall back to their pure-Python
 twins when it is missing. Argument and result meanings: the C docstrings and those twins.
@@ -52,3 +52,11 @@ def validate_records(
 ) -> tuple[int, int, Any]:
     """``(status, index, detail)``: ``(0, count, max_timestamp)`` or the first failure ``(1, i, message)``,
     ``(2, i, None)`` null key on a compacted topic, ``(3, i, timestamp)`` out of ``[ts_low, ts_high]``."""
+
+def append_one(builder: Any, timestamp_ms: int, key: bytes | None, value: bytes | None, /) -> bool | None:
+    """RecordBatchBuilder.append's fast path for a record without headers: True appended, False the batch is
+    full, None not taken (the caller appends through Python)."""
+
+def batch_append(batch: Any, timestamp_ms: int, key: bytes | None, value: bytes | None, /) -> int | bool | None:
+    """Unless ``batch.closed``, ``append_one`` to ``batch.builder`` in one step under the GIL: the record's
+    index in the batch, False (closed or full) or None (not taken)."""
