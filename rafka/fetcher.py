@@ -38,7 +38,7 @@ from rafka.read_committed import AbortedTransactionFilter
 from rafka.structs import ConsumerRecord, TopicPartition
 from rafka.subscription import SubscriptionState, TopicPartitionState
 from rafka.transport import RAY, Transport
-from storage.records import TIMESTAMP_LOG_APPEND_TIME, decode_records, iter_batch_headers
+from storage.records import decode_batch_into, iter_batch_headers
 
 log = logging.getLogger("rafka.consumer")
 
@@ -70,35 +70,15 @@ class CompletedFetch:
         topic, part = st.tp
         start = st.position
         out: list = []
-        plain = True
-        headers = []
         # CRCs (check_crcs) are checked once, here; decoding below skips them.
         keep = AbortedTransactionFilter(self.aborted).keep if self.aborted is not None else None
         for pos, h in iter_batch_headers(self.raw, validate=check_crcs):
             if keep is not None and not keep(h, self.raw, pos):
-                plain = False  # an aborted transaction's batch or a marker: never handed out
+                continue  # an aborted transaction's batch or a marker: never handed out
+            if h.is_control or h.next_offset <= start:
                 continue
-            headers.append((pos, h))
-            if h.is_control or h.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
-                plain = False
-        if plain:
-            epoch = headers[0][1].partition_leader_epoch if headers else -1
-            out = [
-                _new(ConsumerRecord, (topic, part, r[0], r[1], 0, r[2], r[3], r[4], epoch))
-                for r in decode_records(self.raw, validate=False)
-                if r[0] >= start
-            ]
-        else:
-            for pos, h in headers:
-                if h.is_control or h.next_offset <= start:
-                    continue
-                end = pos + h.size_in_bytes
-                tst, epoch = h.timestamp_type, h.partition_leader_epoch
-                out.extend(
-                    _new(ConsumerRecord, (topic, part, r[0], r[1], tst, r[2], r[3], r[4], epoch))
-                    for r in decode_records(self.raw[pos:end], validate=False)
-                    if r[0] >= start
-                )
+            # ConsumerRecords built by the C decoder in one step, each with its own batch's leader epoch
+            decode_batch_into(self.raw, pos, h, out, (ConsumerRecord, topic, part, h.partition_leader_epoch, start))
         return out
 
     def remaining(self) -> int:

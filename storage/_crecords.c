@@ -3,13 +3,18 @@
  * and ``.append``'s fast path: _crecords_encode.c) and the leader's record walk (_crecords_validate.c).
  * setup.py compiles the three files into one module; _crecords.h holds what they share.
  *
- * decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out) -> bool
+ * decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out[, shape]) -> bool
  *
  *   Decodes ``count`` records of the RecordBatch v2 grammar (see storage/records.py) from the
  *   uncompressed region ``data[start:end]`` (any C-contiguous buffer) and appends a ``Record`` (the
  *   class given once to ``set_record_type``) per record to the list ``out``. ``append_timestamp`` is
  *   None (CreateTime: base_timestamp + delta) or the batch's MaxTimestamp (LogAppendTime: every record
  *   carries it). Returns True when done.
+ *
+ *   ``shape`` (cls, topic, partition, leader_epoch, min_offset) builds the consumer's records instead:
+ *   ``cls(topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch)`` (a
+ *   NamedTuple of 9 fields, rafka.structs.ConsumerRecord; timestamp_type 1 under LogAppendTime), only
+ *   for the records at or after ``min_offset`` (the consumer's position inside a batch).
  *
  *   Malformed records raise ValueError (UnicodeDecodeError for a header key that is not utf-8) with a
  *   message saying what is wrong; the caller wraps it into InvalidRecordError. Returns False, having
@@ -127,13 +132,42 @@ as_int64(PyObject *o, int64_t *out, int *overflow)
     return 0;
 }
 
+/* A tuple subclass without instance attributes (a NamedTuple): its instances are built with tp_alloc. */
+static int
+plain_tuple_type(PyTypeObject *t)
+{
+    return PyType_IsSubtype(t, &PyTuple_Type) && t->tp_basicsize == PyTuple_Type.tp_basicsize &&
+           t->tp_itemsize == PyTuple_Type.tp_itemsize && t->tp_dictoffset == 0 && t->tp_weaklistoffset == 0 &&
+           t->tp_alloc != NULL;
+}
+
 static PyObject *
 decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "decode_into() takes 8 arguments (%zd given)", nargs);
+    if (nargs != 8 && nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "decode_into() takes 8 or 9 arguments (%zd given)", nargs);
         return NULL;
+    }
+    PyObject *shape = nargs == 9 && args[8] != Py_None ? args[8] : NULL;
+    PyTypeObject *shape_cls = NULL;
+    int64_t min_offset = 0;
+    int skip_all = 0;
+    if (shape != NULL) {
+        int ovf = 0;
+        if (!PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 5 || !PyType_Check(PyTuple_GET_ITEM(shape, 0)) ||
+            !plain_tuple_type((PyTypeObject *)PyTuple_GET_ITEM(shape, 0)) || !PyLong_Check(PyTuple_GET_ITEM(shape, 4))) {
+            PyErr_SetString(PyExc_TypeError, "decode_into() shape must be (cls, topic, partition, leader_epoch, "
+                            "min_offset) with cls a NamedTuple of 9 fields");
+            return NULL;
+        }
+        shape_cls = (PyTypeObject *)PyTuple_GET_ITEM(shape, 0);
+        if (as_int64(PyTuple_GET_ITEM(shape, 4), &min_offset, &ovf) < 0)
+            return NULL;
+        if (ovf) { /* past 64 bits: before every offset, or after every one */
+            min_offset = INT64_MIN;
+            skip_all = _PyLong_Sign(PyTuple_GET_ITEM(shape, 4)) > 0;
+        }
     }
     if (record_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "storage._crecords.set_record_type() was never called");
@@ -290,16 +324,29 @@ decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
 
-        PyObject *rec = record_type->tp_alloc(record_type, 5);
+        if (shape != NULL && (skip_all || offset < min_offset)) { /* before the consumer's position: not handed out */
+            Py_DECREF(headers);
+            continue;
+        }
+        /* Record(offset, timestamp, key, value, headers), or with a shape the consumer's record:
+         * (topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch) */
+        int at = shape != NULL ? 2 : 0;
+        PyObject *rec = shape != NULL ? shape_cls->tp_alloc(shape_cls, 9) : record_type->tp_alloc(record_type, 5);
         if (rec == NULL) {
             Py_DECREF(headers);
             goto done;
         }
-        PyTuple_SET_ITEM(rec, 4, headers); /* filled as made: Py_DECREF(rec) frees what is there */
+        PyTuple_SET_ITEM(rec, at + 4 + (shape != NULL), headers); /* as made: Py_DECREF(rec) frees what is set */
+        if (shape != NULL) {
+            PyTuple_SET_ITEM(rec, 0, Py_NewRef(PyTuple_GET_ITEM(shape, 1)));
+            PyTuple_SET_ITEM(rec, 1, Py_NewRef(PyTuple_GET_ITEM(shape, 2)));
+            PyTuple_SET_ITEM(rec, 4, PyLong_FromLong(append_ts != NULL)); /* small ints: never NULL */
+            PyTuple_SET_ITEM(rec, 8, Py_NewRef(PyTuple_GET_ITEM(shape, 3)));
+        }
         PyObject *o = PyLong_FromLongLong(offset);
         if (o == NULL)
             goto fail_rec;
-        PyTuple_SET_ITEM(rec, 0, o);
+        PyTuple_SET_ITEM(rec, at, o);
         if (append_ts == NULL && (ts_obj == NULL || ts != ts_last)) {
             Py_XDECREF(ts_obj);
             ts_obj = PyLong_FromLongLong(ts);
@@ -307,15 +354,16 @@ decode_into(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto fail_rec;
             ts_last = ts;
         }
-        PyTuple_SET_ITEM(rec, 1, Py_NewRef(ts_obj));
+        PyTuple_SET_ITEM(rec, at + 1, Py_NewRef(ts_obj));
+        int kv = at + 2 + (shape != NULL); /* the key's slot: after the timestamp type in a consumer record */
         o = klen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)kp, (Py_ssize_t)klen);
         if (o == NULL)
             goto fail_rec;
-        PyTuple_SET_ITEM(rec, 2, o);
+        PyTuple_SET_ITEM(rec, kv, o);
         o = vlen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)vp, (Py_ssize_t)vlen);
         if (o == NULL)
             goto fail_rec;
-        PyTuple_SET_ITEM(rec, 3, o);
+        PyTuple_SET_ITEM(rec, kv + 1, o);
         /* ints, bytes, None and an untracked headers tuple: no cycle possible (what the collector's
          * own tuple untracking would conclude at its next pass) */
         PyObject_GC_UnTrack(rec);
@@ -353,8 +401,7 @@ set_record_type(PyObject *module, PyObject *cls)
         return NULL;
     }
     PyTypeObject *t = (PyTypeObject *)cls;
-    if (t->tp_basicsize != PyTuple_Type.tp_basicsize || t->tp_itemsize != PyTuple_Type.tp_itemsize ||
-        t->tp_dictoffset != 0 || t->tp_weaklistoffset != 0 || t->tp_alloc == NULL) {
+    if (!plain_tuple_type(t)) {
         PyErr_SetString(PyExc_TypeError,
                         "set_record_type() needs a tuple subclass without instance attributes "
                         "(a NamedTuple: __slots__ = ())");
@@ -367,8 +414,9 @@ set_record_type(PyObject *module, PyObject *cls)
 
 static PyMethodDef methods[] = {
     {"decode_into", (PyCFunction)(void (*)(void))decode_into, METH_FASTCALL,
-     "decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out) -> bool\n\n"
-     "Append the Records of the uncompressed region data[start:end] to out; False (nothing appended)\n"
+     "decode_into(data, start, end, count, base_offset, base_timestamp, append_timestamp, out[, shape]) -> bool\n\n"
+     "Append the Records (with shape (cls, topic, partition, leader_epoch, min_offset): the consumer's\n"
+     "records from min_offset) of the uncompressed region data[start:end] to out; False (nothing appended)\n"
      "when a timestamp or offset exceeds 64 bits; ValueError for a malformed record."},
     {"encode_many", (PyCFunction)(void (*)(void))crec_encode_many, METH_FASTCALL,
      "encode_many(items, start, base_ts, last_delta, size, batch_size, count)\n"

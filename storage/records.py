@@ -562,8 +562,11 @@ def _decode_headers(data, p: int, rend: int) -> tuple[tuple, int]:
     return tuple(headers), p
 
 
-def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
-    """Decode the records of the (already validated) batch at ``pos`` onto ``out``."""
+def decode_batch_into(buf, pos: int, h: BatchHeader, out: list, shape: tuple | None = None) -> None:
+    """Decode the records of the (already validated) batch at ``pos`` onto ``out``: ``Record``s, or with
+    ``shape = (cls, topic, partition, leader_epoch, min_offset)`` the consumer's records
+    ``cls(topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch)`` of the
+    offsets from ``min_offset`` on, built in one step (rafka/fetcher.py)."""
     start = pos + RECORDS_POS
     end = pos + h.size_in_bytes
     attributes = h.attributes
@@ -595,6 +598,7 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
                 h.base_timestamp,
                 h.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None,
                 out,
+                shape,
             ):
                 return
         except ValueError as e:  # UnicodeDecodeError is a ValueError
@@ -609,6 +613,14 @@ def _records_of(buf, pos: int, h: BatchHeader, out: list) -> None:
     if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record carries the batch's MaxTimestamp
         append_ts = h.max_timestamp
         out[first:] = [_new_record(Record, (r[0], append_ts, r[2], r[3], r[4])) for r in out[first:]]
+    if shape is not None:
+        cls, topic, partition, epoch, min_offset = shape
+        tst = 1 if attributes & TIMESTAMP_TYPE_MASK else 0
+        out[first:] = [
+            _new_record(cls, (topic, partition, r[0], r[1], tst, r[2], r[3], r[4], epoch))
+            for r in out[first:]
+            if r[0] >= min_offset
+        ]
 
 
 class RecordBatch:
@@ -628,7 +640,7 @@ class RecordBatch:
     def records(self) -> list[Record]:
         if self._records is None:
             out: list = []
-            _records_of(self.buf, self.pos, self.header, out)
+            decode_batch_into(self.buf, self.pos, self.header, out)
             self._records = out
         return self._records
 
@@ -664,7 +676,7 @@ def iter_records(buf, include_control: bool = False, validate: bool = True) -> I
         if h.attributes & CONTROL_MASK and not include_control:
             continue
         out: list = []
-        _records_of(buf, pos, h, out)
+        decode_batch_into(buf, pos, h, out)
         yield from out
 
 
@@ -675,5 +687,5 @@ def decode_records(buf, include_control: bool = False, validate: bool = True) ->
     for pos, h in iter_batch_headers(buf, validate):
         if h.attributes & CONTROL_MASK and not include_control:
             continue
-        _records_of(buf, pos, h, out)
+        decode_batch_into(buf, pos, h, out)
     return out
