@@ -54,8 +54,12 @@ def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
     The builder encodes the run in one call (storage._crecords.encode_many)."""
     if batch.closed:
         return i
-    first = batch.builder._count
-    j = batch.builder.append_many(items, i)
+    batch.busy = True  # append_many changes the builder in Python: lock-free appends keep off (see append_plain)
+    try:
+        first = batch.builder._count
+        j = batch.builder.append_many(items, i)
+    finally:
+        batch.busy = False
     if j > i:
         futures += [FutureRecordMetadata(batch, idx) for idx in range(first, first + j - i)]
     return j
@@ -150,9 +154,11 @@ class RecordAccumulator:
     def append_plain(self, tp: TopicPartition, timestamp: int, key, value) -> "FutureRecordMetadata | None":
         """``Producer.send``'s fast path: a plain record (bytes or None key and value, no headers, no callback)
         into ``tp``'s open batch without the lock, or None (no open batch, full, closed, not plain: the caller
-        goes through ``append``). ``storage._crecords.batch_append`` checks that the batch is not closed and
-        appends in one step under the GIL, and every path that takes a batch off its queue (drain, expire,
-        abort) closes it first. Why: the lock cost ~1.5 us per record, half of it waiting for the sender."""
+        goes through ``append``). ``storage._crecords.batch_append`` checks that the batch is neither closed
+        nor ``busy`` and appends in one step under the GIL; every path that takes a batch off its queue
+        (drain, expire, abort) closes it first, and the locked appends, whose builder changes take several
+        Python steps (a record with headers, ``send_batch``'s runs), mark it busy meanwhile. Why: the lock
+        cost ~1.5 us per record, half of it waiting for the sender thread."""
         fast = _records._c_batch_append
         dq = self._queues.get(tp)
         if fast is None or not dq:

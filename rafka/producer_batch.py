@@ -88,6 +88,7 @@ class ProducerBatch:
         "error",
         "done",
         "closed",
+        "busy",
         "_meta",
         "last_error",
         "_cb_lock",
@@ -112,6 +113,8 @@ class ProducerBatch:
         self.done = threading.Event()
         self._cb_lock = threading.Lock()
         self.closed = False  # no more appends (drained at least once)
+        # a locked append is changing the builder in Python: lock-free appends (batch_append) keep off
+        self.busy = False
         self._meta: list[tuple[int, int, int]] | None = None  # (timestamp, key size, value size), on demand
 
     @property
@@ -121,9 +124,15 @@ class ProducerBatch:
     def try_append(
         self, timestamp: int, key: bytes | None, value: bytes | None, headers, callback: Callable | None
     ) -> "FutureRecordMetadata | None":
-        if self.closed or not self.builder.append(timestamp, key, value, headers):
+        if self.closed:
             return None
-        idx = self.builder._count - 1
+        self.busy = True  # set before the builder is read: a lock-free append either ended or keeps off
+        try:
+            if not self.builder.append(timestamp, key, value, headers):
+                return None
+            idx = self.builder._count - 1
+        finally:
+            self.busy = False
         if callback is not None:
             self.callbacks.append((idx, callback))
         return FutureRecordMetadata(self, idx)

@@ -443,12 +443,14 @@ crec_append_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------------------------------------------
  * batch_append(batch, timestamp_ms, key, value) -> index | False | None
  *
- *   The producer's lock-free append (RecordAccumulator.append): unless ``batch.closed``, appends the
- *   plain record to ``batch.builder`` as append_one does and answers its index in the batch; False
- *   when the batch is closed (drained, expired) or full; None when the fast path does not take the
- *   record. Nothing here runs Python code or releases the GIL, so the closed check and the append are
- *   one step for every other thread: a sender that sets ``closed`` before it builds the batch's bytes
- *   never loses a record appended concurrently.
+ *   The producer's lock-free append (RecordAccumulator.append_plain): unless ``batch.closed`` or
+ *   ``batch.busy`` (a locked append is changing the builder in Python), appends the plain record to
+ *   ``batch.builder`` as append_one does and answers its index in the batch; False when the batch is
+ *   closed (drained, expired), busy or full; None when the fast path does not take the record.
+ *   Nothing here runs Python code or releases the GIL, so the flag checks and the append are one step
+ *   for every other thread: a sender that sets ``closed`` before it builds the batch's bytes never loses
+ *   a record appended concurrently, and a locked append that sets ``busy`` before it reads the builder
+ *   never interleaves with this one.
  */
 PyObject *
 crec_batch_append(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -458,20 +460,23 @@ crec_batch_append(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "batch_append(batch, timestamp_ms, key, value) takes 4 arguments");
         return NULL;
     }
-    static PyObject *s_closed, *s_builder;
+    static PyObject *s_closed, *s_busy, *s_builder;
     if (s_builder == NULL) {
         s_closed = PyUnicode_InternFromString("closed");
+        s_busy = PyUnicode_InternFromString("busy");
         s_builder = PyUnicode_InternFromString("builder");
-        if (s_closed == NULL || s_builder == NULL)
+        if (s_closed == NULL || s_busy == NULL || s_builder == NULL)
             return NULL;
     }
-    PyObject *closed = PyObject_GetAttr(args[0], s_closed);
-    if (closed == NULL)
-        return NULL;
-    int is_closed = closed == Py_True ? 1 : closed == Py_False ? 0 : -1;
-    Py_DECREF(closed);
-    if (is_closed)
-        return is_closed > 0 ? Py_NewRef(Py_False) : Py_NewRef(Py_None); /* not a bool: the locked path's */
+    for (int f = 0; f < 2; f++) { /* closed, then busy: either one keeps this append off */
+        PyObject *flag = PyObject_GetAttr(args[0], f == 0 ? s_closed : s_busy);
+        if (flag == NULL)
+            return NULL;
+        int set = flag == Py_True ? 1 : flag == Py_False ? 0 : -1;
+        Py_DECREF(flag);
+        if (set)
+            return set > 0 ? Py_NewRef(Py_False) : Py_NewRef(Py_None); /* not a bool: the locked path's */
+    }
     PyObject *b = PyObject_GetAttr(args[0], s_builder);
     if (b == NULL)
         return NULL;
