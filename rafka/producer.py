@@ -109,19 +109,9 @@ class Producer:
         kb, vb, hdrs = self._serialize(key, value, headers)
         start = time.monotonic()
         tm = self.metadata.wait_for_topic(topic, cfg.max_block_ms)
-        sticky = False
-        if partition is not None:
-            tm = self._check_partition(topic, tm, partition)  # maybe added since we looked: refreshed once
-            part = partition
-        elif self._user_partitioner is not None:
-            part = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
-            if part not in tm.partitions:
-                raise ValueError(f"partitioner returned {part}, not a partition of {topic!r}")
-        elif kb is not None:
-            part = partition_for_key(kb, len(tm.partition_ids))
-        else:
-            part = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
-            sticky = True
+        tm, placed = self._place(topic, tm, kb, partition)
+        sticky = placed is None
+        part = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available) if sticky else placed
         ts = now_ms() if timestamp_ms is None else int(timestamp_ms)
         left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
         if self._txn is not None and self._txn.state.maybe_add(tm.tps[part]):
@@ -218,6 +208,21 @@ class Producer:
                 f"the record is {size} bytes when serialized, which is larger than {limit} ({getattr(cfg, limit)})"
             )
         return kb, vb, hdrs
+
+    def _place(self, topic: str, tm, kb: bytes | None, partition: int | None) -> tuple:
+        """``(tm, partition)`` of a record placed by its explicit partition (``tm`` refreshed once when it does
+        not know it: the partition may have been added since), the user partitioner or murmur2 of its key;
+        partition None for a keyless record under the default partitioner (the caller's sticky choice)."""
+        if partition is not None:
+            return self._check_partition(topic, tm, partition), partition
+        if self._user_partitioner is not None:
+            part = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
+            if part not in tm.partitions:
+                raise ValueError(f"partitioner returned {part}, not a partition of {topic!r}")
+            return tm, part
+        if kb is not None:
+            return tm, partition_for_key(kb, len(tm.partition_ids))
+        return tm, None
 
     def _check_partition(self, topic: str, tm, partition: int):
         """``tm`` (refreshed once if the partition is unknown: it may have been added since) or ValueError."""

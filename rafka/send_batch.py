@@ -7,7 +7,6 @@ import time
 from typing import Any, Callable, Iterable
 
 from rafka.accumulator import RECORD_OVERHEAD, FutureRecordMetadata, now_ms
-from rafka.partitioner import partition_for_key
 
 
 def to_bytes(data: Any, what: str, serializer: Callable | None) -> bytes | None:
@@ -71,16 +70,7 @@ def place_and_append(
             kb, vb, hdrs = self._serialize(kb, vb, hdrs)
             size = (len(kb) if kb else 0) + (len(vb) if vb else 0)
         p = partition if partition is not None else (r[2] if n > 2 else None)
-        if p is not None:
-            if p not in tm.partitions:
-                tm = self._check_partition(topic, tm, p)
-        elif self._user_partitioner is not None:
-            p = int(self._user_partitioner(topic, kb, tm.partition_ids, tm.available))
-            if p not in tm.partitions:
-                raise ValueError(f"partitioner returned {p}, not a partition of {topic!r}")
-        elif kb is not None:
-            p = partition_for_key(kb, len(tm.partition_ids))
-        else:
+        if p is None and kb is None and self._user_partitioner is None:  # keyless: the call's sticky partition
             if sticky is None:
                 sticky = self._default_partitioner.sticky.partition(topic, tm.partition_ids, tm.available)
             elif sticky_bytes + size > batch_size and sticky_bytes:
@@ -88,6 +78,8 @@ def place_and_append(
                 sticky_bytes = 0
             sticky_bytes += size + 10
             p = sticky
+        elif p is None or p not in tm.partitions:
+            tm, p = self._place(topic, tm, kb, p)
         if p != last_p:
             items = by_part.get(p)
             if items is None:

@@ -55,8 +55,10 @@ def check_every_future_lands(futs_by_writer: list[list], sent_batches: list) -> 
     assert sum(len(r) for r in payload.values()) == len(seen)  # and nothing else is in the batches
 
 
-def test_lock_free_appends_race_the_sender_and_lose_nothing():
-    acc = make()
+def race(acc, writers: list) -> list:
+    """Run ``writers`` (callables, one thread each) against a sender thread that drains 1-3 batches at a
+    time and seals each (building its bytes once: a late append would be missing from them) until the
+    writers are done and the queues are empty; returns the sealed batches in send order."""
     stop = threading.Event()
     sent: list = []
 
@@ -66,10 +68,24 @@ def test_lock_free_appends_race_the_sender_and_lose_nothing():
         while not stop.is_set() or acc.has_undrained():
             for tp in TPS:
                 for b in acc.drain(tp, 1 << 20, rng.randint(1, 3)):
-                    b.seal(1, 0, seq)  # builds the bytes once: a late append would be missing from them
+                    b.seal(1, 0, seq)
                     seq += b.record_count
                     sent.append(b)
 
+    s = threading.Thread(target=sender)
+    ws = [threading.Thread(target=w) for w in writers]
+    s.start()
+    for t in ws:
+        t.start()
+    for t in ws:
+        t.join()
+    stop.set()
+    s.join()
+    return sent
+
+
+def test_lock_free_appends_race_the_sender_and_lose_nothing():
+    acc = make()
     writers_futs: list[list] = [[] for _ in range(4)]
 
     def writer(w: int):
@@ -78,15 +94,7 @@ def test_lock_free_appends_race_the_sender_and_lose_nothing():
             key = b"%d-%d" % (w, i)
             writers_futs[w].append((key, append(acc, rng.choice(TPS), key, b"v" * rng.randint(0, 40))))
 
-    s = threading.Thread(target=sender)
-    ws = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    s.start()
-    for t in ws:
-        t.start()
-    for t in ws:
-        t.join()
-    stop.set()
-    s.join()
+    sent = race(acc, [lambda w=w: writer(w) for w in range(4)])
     assert sum(len(f) for f in writers_futs) == 24000
     check_every_future_lands(writers_futs, sent)
     for futs in writers_futs:  # per writer and partition, the records keep their order across batches
@@ -134,18 +142,6 @@ def test_lock_free_appends_never_interleave_with_locked_ones():
     threads on the same partitions, every batch's offset deltas stay dense and each record sits where its
     future says."""
     acc = make(batch_size=4000)
-    stop = threading.Event()
-    sent: list = []
-
-    def sender():
-        seq = 0
-        while not stop.is_set() or acc.has_undrained():
-            for tp in TPS:
-                for b in acc.drain(tp, 1 << 20, 2):
-                    b.seal(1, 0, seq)
-                    seq += b.record_count
-                    sent.append(b)
-
     futs: list[list] = [[] for _ in range(6)]
 
     def plain(w: int):
@@ -164,18 +160,8 @@ def test_lock_free_appends_never_interleave_with_locked_ones():
             got, _ = acc.append_many(TPS[i % 3], items, 1000)
             futs[w].extend(zip([k for _, k, _, _ in items], got))
 
-    s = threading.Thread(target=sender)
-    ws = [
-        threading.Thread(target=f, args=(w,))
-        for w, f in enumerate([plain, plain, with_headers, with_headers, runs, runs])
-    ]
-    s.start()
-    for t in ws:
-        t.start()
-    for t in ws:
-        t.join()
-    stop.set()
-    s.join()
+    kinds = [plain, plain, with_headers, with_headers, runs, runs]
+    sent = race(acc, [lambda w=w, f=f: f(w) for w, f in enumerate(kinds)])
     for b in sent:
         assert [r.offset for r in decode_records(b.payload)] == list(range(b.record_count))
     check_every_future_lands(futs, sent)
