@@ -10,7 +10,7 @@ Batches, record futures and the buffer pool are rafka/producer_batch.py's.
 
 Thread safety: ``append`` is called from any user thread, ``ready``/``drain``/``reenqueue``/``expire`` from
 the sender thread; one lock guards the deques. A plain record's append to the open batch takes no lock (see
-``RecordAccumulator.append``): a batch is closed before it leaves its queue. Batch completion
+``RecordAccumulator.append_plain``): a batch is closed before it leaves its queue. Batch completion
 (``complete``/``fail``) happens on the sender thread outside that lock; user callbacks run there too (keep
 them short, as in Kafka).
 """
@@ -279,7 +279,7 @@ class RecordAccumulator:
                 size = len(b.payload) if b.payload is not None else b.builder.estimated_size
                 if out and total + size > max_bytes:
                     break
-                b.closed = True  # before it leaves the queue (see ``append``)
+                b.closed = True  # before it leaves the queue (see ``append_plain``)
                 dq.popleft()
                 out.append(b)
                 total += size

@@ -43,7 +43,6 @@ from storage.records import decode_batch_into, iter_batch_headers
 log = logging.getLogger("rafka.consumer")
 
 EARLIEST, LATEST = -2, -1
-_new = tuple.__new__
 
 
 class CompletedFetch:

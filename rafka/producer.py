@@ -70,8 +70,12 @@ class Producer:
         self._close_lock = threading.Lock()
         self._txn = Transactions(self) if self.config.transactional_id is not None else None
         cfg = self.config  # send()'s fast path takes records that need no serializer, partitioner or transaction
-        self._plain = cfg.key_serializer is None and cfg.value_serializer is None and self._user_partitioner is None
-        self._plain = self._plain and self._txn is None
+        self._plain = (
+            cfg.key_serializer is None
+            and cfg.value_serializer is None
+            and self._user_partitioner is None
+            and self._txn is None
+        )
         self.sender.start()
 
     # -- sending -----------------------------------------------------------------------------------
