@@ -82,6 +82,8 @@ from . import server_log
 from .controller_link import ControllerLink, ControllerUnavailable
 from .log_dir_lock import LogDirLock
 from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
+from .replica_config import host_max_partitions
+from .replica_hosts import ReplicaHosts
 from .replica_pool import ReplicaPool
 from .replica_supervisor import ReplicaSupervisor
 
@@ -108,7 +110,11 @@ class BrokerActor:
         self.dir_lock = LogDirLock(self.dir)
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
-        self.pool = ReplicaPool(self, _REPLICA_CLS)
+        hosted = host_max_partitions(self.config)
+        if hosted > 1:  # replicas share ReplicaHost processes (actors/replica_hosts.py)
+            self.pool: ReplicaPool | ReplicaHosts = ReplicaHosts(self, hosted)
+        else:
+            self.pool = ReplicaPool(self, _REPLICA_CLS)
         self.controller_epoch = -1
         self.broker_epoch = -1
         self.replicas: dict[tuple[str, int], object] = {}
@@ -230,11 +236,12 @@ class BrokerActor:
                 res = await h.bind.remote(self.cluster, topic, p, s.topic_id, self.broker_id, d, props)
             except RayActorError as e:  # a warm actor killed before we took it: the next one
                 log.warning("broker %s: binding %s-%s to a replica actor failed: %s", self.broker_id, topic, p, e)
+                self.pool.end(h)
                 continue
             finally:
                 self.pool.bound()
             if res.get("error_code"):
-                ray.kill(h, no_restart=True)
+                self.pool.end(h)
                 raise KafkaStorageError(res.get("error_message") or f"binding replica {topic}-{p} failed")
             return h, res.get("pid")
         raise RuntimeError(f"no replica actor for {topic}-{p} could be started")

@@ -54,6 +54,8 @@ DOCS = {
     "partition replica does not wait for a new process (rafka).",
     "replica.warm.pool.min.idle.cpus": "Idle CPUs the broker's node must have for a warm replica actor to be "
     "started; 0: start regardless of load (rafka).",
+    "replica.host.max.partitions": "Replicas a broker keeps in one process: 1 starts an actor per replica; more "
+    "shares ReplicaHost processes of up to this many replicas each (rafka).",
 }
 
 

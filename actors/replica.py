@@ -93,8 +93,12 @@ log = logging.getLogger(__name__)
 BIND_LOCK_TIMEOUT_S = 10.0  # a killed predecessor's process releases the partition directory's lock on exit
 
 
-@ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
-class ReplicaActor(ReplicaWrites, ReplicaStatus):
+class Replica(ReplicaWrites, ReplicaStatus):
+    """One partition replica, the object behind a ``ReplicaActor`` process, or one of several in a
+    ``ReplicaHost`` process (actors/replica_host.py, ``hosted``)."""
+
+    hosted = False  # True inside a ReplicaHost: the process's log context is the host's, not one partition's
+
     def __init__(self, *binding):
         """Unbound (a warm pool actor, actors/replica_pool.py) when called without arguments; else as
         ``bind(*binding)`` at once."""
@@ -154,9 +158,8 @@ class ReplicaActor(ReplicaWrites, ReplicaStatus):
         self.dir_lock = lock
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
-        server_log.configure(
-            server_log.broker_log_of_partition_dir(log_dir, self.broker_id), f"Partition {self.tp} broker={broker_id}"
-        )
+        context = f"ReplicaHost broker={broker_id}" if self.hosted else f"Partition {self.tp} broker={broker_id}"
+        server_log.configure(server_log.broker_log_of_partition_dir(log_dir, self.broker_id), context)
         self.replica_conf, topic_props = split_config(config_props)
         self.config_props = dict(config_props or {})
         self.config = LogConfig.from_props(topic_props)
@@ -370,3 +373,9 @@ class ReplicaActor(ReplicaWrites, ReplicaStatus):
         if self._stopped is None:
             self._stopped = asyncio.get_running_loop().create_future()
         return await asyncio.shield(self._stopped)
+
+
+@ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
+class ReplicaActor(Replica):
+    """A replica in a process of its own (``replica.host.max.partitions`` 1, the default); its Ray worker's
+    title is ``ray::ReplicaActor``, which the broker's supervisor checks before it signals a pid."""

@@ -35,3 +35,17 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
 WARM_POOL_SIZE = "replica.warm.pool.size"
 WARM_POOL_MIN_IDLE_CPUS = "replica.warm.pool.min.idle.cpus"  # a pool actor starts only with this much idle CPU
 WARM_POOL_DEFAULTS: dict[str, float] = {WARM_POOL_SIZE: 6, WARM_POOL_MIN_IDLE_CPUS: 1.0}
+# Replicas per process (actors/replica_host.py): 1, a ReplicaActor process per replica (the pool above);
+# more, a broker's replicas share ReplicaHost processes of up to this many each (no warm pool then).
+HOST_MAX_PARTITIONS = "replica.host.max.partitions"
+HOST_MAX_PARTITIONS_DEFAULT = 1
+
+
+def host_max_partitions(config: dict) -> int:
+    """The broker's ``replica.host.max.partitions`` (at least 1)."""
+    try:
+        return max(1, int(config.get(HOST_MAX_PARTITIONS, HOST_MAX_PARTITIONS_DEFAULT)))
+    except (TypeError, ValueError):
+        raise E.InvalidConfigError(
+            f"{HOST_MAX_PARTITIONS}={config.get(HOST_MAX_PARTITIONS)!r} is not an integer"
+        ) from None

@@ -112,6 +112,13 @@ class ReplicaPool:
         self._last_take = time.monotonic()
         self.fill()
 
+    def end(self, handle) -> None:
+        """The broker gave ``handle`` up (stopped, dead, a failed bind): its process is ended."""
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception as e:  # noqa: BLE001 - already gone
+            log.debug("ray.kill of a replica actor: %s", e)
+
     def _forget(self, h) -> None:
         self._pids.pop(id(h), None)
         t = self._polls.pop(id(h), None)

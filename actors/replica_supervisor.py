@@ -34,13 +34,13 @@ import asyncio
 import logging
 import time
 
-import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from protocol.control_messages import NO_LEADER, LeaderAndIsrPartitionState
 from protocol.errors import RequestTimedOutError
 
 from .controller_link import ControllerUnavailable
+from .replica_host import process_class, process_handle
 from .supervision import ReplicaSupervision
 from .worker_process import actor_pid, kill_worker, stopped
 
@@ -107,8 +107,12 @@ class ReplicaSupervisor:
                 return await asyncio.wait_for(asyncio.shield(fut), self.session_s)
             except asyncio.TimeoutError:
                 inc = self.state.current.get(key)
-                pid = inc.pid if inc is not None and inc.pid else await asyncio.to_thread(actor_pid, handle)
-                if stopped(pid) and kill_worker(pid, "ReplicaActor"):
+                pid = (
+                    inc.pid
+                    if inc is not None and inc.pid
+                    else await asyncio.to_thread(actor_pid, process_handle(handle))
+                )
+                if stopped(pid) and kill_worker(pid, process_class(handle)):
                     log.warning(
                         "broker %s: replica %s-%s frozen in a call: killed its process %s", self.b.broker_id, *key, pid
                     )
@@ -125,17 +129,14 @@ class ReplicaSupervisor:
             return await asyncio.wait_for(handle.stop.remote(delete), self.session_s)
         except asyncio.TimeoutError:
             if pid is None:  # frozen before its first probe answered: GCS knows its process
-                pid = await asyncio.to_thread(actor_pid, handle)
-            if kill_worker(pid, "ReplicaActor"):
+                pid = await asyncio.to_thread(actor_pid, process_handle(handle))
+            if kill_worker(pid, process_class(handle)):
                 log.warning("broker %s: replica %s-%s did not stop: killed its process %s", self.b.broker_id, *key, pid)
             raise RequestTimedOutError(
                 f"replica {key[0]}-{key[1]} did not stop within {self.session_s * 1000:.0f} ms: killed"
             ) from None
         finally:
-            try:
-                ray.kill(handle, no_restart=True)
-            except Exception as e:  # noqa: BLE001 - already gone
-                log.debug("ray.kill of a stopped replica: %s", e)
+            self.b.pool.end(handle)
 
     # ---- detection ------------------------------------------------------------------------------------
     async def _long_poll(self, key, seq, handle) -> None:
@@ -189,12 +190,9 @@ class ReplicaSupervisor:
         if not self.state.died(key, seq, now_ms()):
             return
         log.warning("broker %s: replica %s-%s %s: recreating it", b.broker_id, key[0], key[1], why)
-        if frozen and kill_worker(pid, "ReplicaActor"):
+        if frozen and kill_worker(pid, process_class(handle)):
             log.warning("broker %s: killed the frozen replica process %s", b.broker_id, pid)
-        try:
-            ray.kill(handle, no_restart=True)
-        except Exception as e:  # noqa: BLE001 - already gone
-            log.debug("ray.kill of a dead replica: %s", e)
+        b.pool.end(handle)
         async with b._lock(key):
             if b.replicas.get(key) is not handle:
                 return  # stopped, or already replaced by a newer LeaderAndIsr

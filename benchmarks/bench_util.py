@@ -25,6 +25,29 @@ def wait_pools_full(cluster, timeout_s: float = 60.0) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
+def replica_memory(cluster) -> dict:
+    """USS of the processes running the cluster's replicas: one per replica, or shared ReplicaHosts
+    (``replica.host.max.partitions``): ``{replicas, processes, uss_mib_per_replica (their total USS / replicas),
+    uss_mib_per_process_mean, uss_mib_per_process_max}``."""
+    import psutil
+    import ray
+
+    handles = []
+    for b in cluster.server.brokers.values():
+        handles += list(ray.get(b.replica_handles.remote(), timeout=30).values())
+    pids = {ray.get(h.state.remote(), timeout=30)["pid"] for h in handles}
+    uss = [psutil.Process(pid).memory_full_info().uss / 2**20 for pid in pids]
+    if not uss:
+        return {"replicas": 0, "processes": 0}
+    return {
+        "replicas": len(handles),
+        "processes": len(uss),
+        "uss_mib_per_replica": round(sum(uss) / len(handles), 1),
+        "uss_mib_per_process_mean": round(sum(uss) / len(uss), 1),
+        "uss_mib_per_process_max": round(max(uss), 1),
+    }
+
+
 class CpuMeter:
     """Cores used from construction to ``stop()``: by this process (the client under test with all its
     threads: librdkafka's broker threads, rafka's sender) and by the cluster's actor processes (``ray::*``)."""

@@ -20,7 +20,9 @@ min.insync.replicas 2 and the producer's defaults (acks=all, idempotent, linger 
   created by a warm-up group before);
 - ``e2e_p50_ms`` / ``e2e_p99_ms``: end-to-end latency (send to the consumer's poll returning it) of a producer
   paced at ``--e2e-rate`` records/s; ``e2e_acks1_rf1_p50_ms`` the same at acks=1 on an RF 1 topic;
-- ``replica_uss_mib``: mean USS of the replica actor processes (max in ``replica_uss_mib_max``);
+- ``replica_uss_mib``: USS of the replica processes per replica (``detail.replica_memory``); with
+  ``--host-partitions N`` (``replica.host.max.partitions``) up to N of a broker's replicas share one ReplicaHost
+  process, and every figure runs in that mode;
 - ``idle_cores``: CPU cores used by every process of the Ray instance (raylet, GCS, agents, actors) with one 6 x RF 3
   topic (each figure runs with only its own topic: an idle replica costs ~0.01 cores) while the
   cluster sits idle with its topics, over ``--idle-window`` seconds after the load stopped;
@@ -46,7 +48,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_util import replica_pools, wait_pools_full  # noqa: E402
+from bench_util import replica_memory, replica_pools, wait_pools_full  # noqa: E402
 
 import rafka  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
@@ -207,20 +209,6 @@ def warm_up_groups(cluster, topic: str) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-def replica_memory(cluster) -> dict:
-    import psutil
-    import ray
-
-    handles = []
-    for b in cluster.server.brokers.values():
-        handles += list(ray.get(b.replica_handles.remote()).values())
-    uss = []
-    for h in handles:
-        pid = ray.get(h.state.remote())["pid"]
-        uss.append(psutil.Process(pid).memory_full_info().uss / 2**20)
-    return {"replicas": len(uss), "uss_mib_mean": round(statistics.mean(uss), 1), "uss_mib_max": round(max(uss), 1)}
-
-
 def idle_cores(window_s: float, settle_s: float) -> dict:
     """CPU used by every process of this Ray instance (found by the files they hold open in its session
     directory), except this driver, over ``window_s`` seconds."""
@@ -272,16 +260,25 @@ def main() -> int:
     ap.add_argument("--idle-window", type=float, default=20.0)
     ap.add_argument("--http-seconds", type=float, default=10.0)
     ap.add_argument("--no-http", action="store_true", help="skip the Serve gateway figure")
+    ap.add_argument(
+        "--host-partitions", type=int, default=1, help="replica.host.max.partitions: replicas per process (1: one each)"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     stdout = claim_stdout()
     from group_bench import group_consume
 
-    out: dict = {"value_bytes": VALUE, "partitions": PARTITIONS, "replication_factor": 3}
+    out: dict = {
+        "value_bytes": VALUE,
+        "partitions": PARTITIONS,
+        "replication_factor": 3,
+        "host_partitions": a.host_partitions,
+    }
     detail: dict = {}
     with tempfile.TemporaryDirectory(prefix="rafka-client-bench-") as data_dir:
         t0 = time.perf_counter()
-        cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="clientbench")
+        hosted = {"replica.host.max.partitions": a.host_partitions}
+        cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="clientbench", broker_config=hosted)
         out["cluster_start_s"] = round(time.perf_counter() - t0, 2)
         try:
             admin = rafka.Admin(cluster)
@@ -326,7 +323,7 @@ def main() -> int:
             # the idle figure: the cluster with one 6 x RF 3 topic (and __consumer_offsets), nothing running
             admin.create_topic("http", PARTITIONS, 3, TOPIC_CONF)
             detail["replica_memory"] = replica_memory(cluster)
-            out["replica_uss_mib"] = detail["replica_memory"]["uss_mib_mean"]
+            out["replica_uss_mib"] = detail["replica_memory"]["uss_mib_per_replica"]
             detail["idle"] = idle_cores(a.idle_window, settle_s=5)
             out["idle_cores"] = detail["idle"]["cores"]
 

@@ -6,7 +6,8 @@
 topic create time; ``send_batch`` throughput (acks=all) and one consumer's throughput over ``--records``
 100-byte records; end-to-end latency p50/p99 at 1,000 records/s; the cluster's process count, mean replica
 USS and the idle CPU of every process of the Ray instance after the topic exists. A replica is one Ray actor
-(one process, ~60-70 MiB): a point whose replicas would not fit in the machine's available memory (with
+(one process, ~60-70 MiB) unless ``--host-partitions`` N > 1 puts up to N of a broker's replicas in one
+ReplicaHost process (``replica.host.max.partitions``): a point whose replica processes would not fit in the machine's available memory (with
 ``--memory-headroom-gib`` left over) is skipped and reported with its projected memory instead of being run.
 
 (b) Per record size (a 6-partition topic of ``--rf``): ``send_batch`` and consume records/s and MB/s with
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -49,16 +49,6 @@ def consume(cluster, topic: str, partitions: int, total: int, size: int) -> dict
     return {k: res[k] for k in ("records_per_s", "mb_per_s")}
 
 
-def replica_uss(cluster) -> tuple[int, float | None]:
-    import ray
-
-    handles = []
-    for b in cluster.server.brokers.values():
-        handles += list(ray.get(b.replica_handles.remote()).values())
-    uss = [psutil.Process(ray.get(h.state.remote())["pid"]).memory_full_info().uss / 2**20 for h in handles]
-    return len(uss), (round(statistics.mean(uss), 1) if uss else None)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--partitions", default="1,6,24,96")
@@ -69,19 +59,25 @@ def main() -> int:
     ap.add_argument("--idle-window", type=float, default=10.0)
     ap.add_argument("--replica-mib", type=float, default=70.0, help="memory one replica actor needs (projection)")
     ap.add_argument("--memory-headroom-gib", type=float, default=4.0)
+    ap.add_argument(
+        "--host-partitions", type=int, default=1, help="replica.host.max.partitions: replicas per process (1: one each)"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     stdout = claim_stdout()
+    from bench_util import replica_memory
     from client_bench import bench_e2e, idle_cores, wait_high_watermarks
 
     by_partitions, by_size = [], []
     with tempfile.TemporaryDirectory(prefix="rafka-scale-bench-") as data_dir:
-        cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="scalebench")
+        hosted = {"replica.host.max.partitions": a.host_partitions}
+        cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="scalebench", broker_config=hosted)
         admin = rafka.Admin(cluster)
         conf = {"min.insync.replicas": "2"} if a.rf == 3 else None
         try:
             for p in (int(x) for x in a.partitions.split(",")):
-                projected = p * a.rf * a.replica_mib / 1024
+                processes = p * a.rf if a.host_partitions == 1 else 3 * -(-p * a.rf // (3 * a.host_partitions))
+                projected = processes * a.replica_mib / 1024
                 available = psutil.virtual_memory().available / 2**30
                 row: dict = {"partitions": p, "replicas": p * a.rf, "projected_replica_gib": round(projected, 1)}
                 if projected > available - a.memory_headroom_gib:
@@ -99,7 +95,7 @@ def main() -> int:
                 row["consume"] = consume(cluster, topic, p, a.records + 1, 100)
                 e2e = bench_e2e(cluster, topic, 1000, 3, p)
                 row["e2e_p50_ms"], row["e2e_p99_ms"] = e2e.get("p50_ms"), e2e.get("p99_ms")
-                row["replica_actors"], row["replica_uss_mib"] = replica_uss(cluster)
+                row["replica_memory"] = replica_memory(cluster)
                 idle = idle_cores(a.idle_window, settle_s=3)
                 row["ray_processes"], row["idle_cores"] = idle["processes"], idle["cores"]
                 by_partitions.append(row)
@@ -119,7 +115,13 @@ def main() -> int:
                 admin.delete_topics([topic])
         finally:
             cluster.stop()
-    out = {"brokers": 3, "replication_factor": a.rf, "by_partitions": by_partitions, "by_record_size": by_size}
+    out = {
+        "brokers": 3,
+        "replication_factor": a.rf,
+        "host_partitions": a.host_partitions,
+        "by_partitions": by_partitions,
+        "by_record_size": by_size,
+    }
     print(json.dumps(out, indent=None if a.json else 2), file=stdout)
     return 0
 

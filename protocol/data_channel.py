@@ -120,6 +120,9 @@ _FETCH_KEYS = ("fetch_offset", "max_bytes", "max_wait_ms", "min_bytes", "current
 
 
 def _actor_key(handle: Any) -> Any:
+    key = getattr(handle, "channel_key", None)  # a replica in a ReplicaHost (actors/replica_host.py)
+    if key is not None:
+        return key
     aid = getattr(handle, "_actor_id", None)
     return aid.binary() if aid is not None else id(handle)
 

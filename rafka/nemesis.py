@@ -65,7 +65,9 @@ def actor_process(handle) -> tuple[int, str] | None:
     """``(pid, node id)`` of an alive actor's worker process (GCS's actor table), or None."""
     import ray
 
-    info = ray._private.state.state.actor_table(handle._actor_id.hex())
+    from actors.replica_host import process_handle  # a hosted replica's process is its host's
+
+    info = ray._private.state.state.actor_table(process_handle(handle)._actor_id.hex())
     if not info or info.get("State") != "ALIVE" or not info.get("Pid"):
         return None
     return int(info["Pid"]), info["Address"]["NodeID"]

@@ -1,0 +1,196 @@
+"""A replica host: several partition replicas in one Ray actor process (``replica.host.max.partitions`` > 1).
+
+Why: a replica per actor is a process per replica, and a Ray worker process has a floor that rafka cannot
+lower: ~60 MiB of memory, ~0.0033 idle cores (Ray's core worker wakes its main thread every 10 ms), and
+~0.5 s of CPU to start (docs/internals.md, the cost model). Kafka keeps every partition of a broker in one
+JVM. A ``ReplicaHost`` does the same for up to ``replica.host.max.partitions`` replicas of one broker:
+each is a plain :class:`~actors.replica.Replica` object (the same code a ``ReplicaActor`` runs: its Log, its
+purgatories, its listeners, its follower loop) on the host's one event loop, in a *slot*.
+
+The handle. :class:`HostedReplica` ``(host, slot)`` stands where a ``ReplicaActor`` handle stood (the
+broker's ``replicas``, ``replica_handle`` answers, the coordinators, the clients' metadata): ``h.m.remote(*a)``
+is ``host.call.remote(slot, "m", *a)``, ``h.ping.remote()`` the host's own liveness probe (its pid, from its
+own thread), ``h.m.options(**o).remote(...)`` passes the options to the host call. It pickles as
+``(host handle, slot)``, so it travels through Ray like an actor handle. Slots are never reused on a host, so
+a stale handle never reaches another partition: a call to a slot that is gone answers
+NOT_LEADER_OR_FOLLOWER (``supervise`` answers ``{"reason": "stopped"}``, ``stop`` succeeds).
+
+Faults. The host is one process: its death (SIGKILL, OOM) or freeze (SIGSTOP) is every hosted replica's,
+and each one's supervision (actors/replica_supervisor.py) sees it through its own ``supervise`` long-poll
+and pings, as for a replica process: each is reported offline to the controller and recreated, in a
+live host of the broker (a new one if none has room). ``process_handle`` / ``process_class`` name the actor
+and the worker title (``ray::ReplicaHost``) a supervisor checks before it signals a pid. Ending one replica
+(``end_replica``: StopReplica, a failed bind) drops its slot; only the host's death ends the others.
+
+Concurrency: the host's one event loop runs every hosted replica's calls (the Log of each still has exactly
+one owner, its Replica object); ``ping`` runs on the ``liveness`` thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from typing import Any
+
+import ray
+
+from actors.replica import Replica
+from protocol import errors as E
+
+HOST_CLASS = "ReplicaHost"
+REPLICA_CLASS = "ReplicaActor"
+# the calls a HostedReplica may make: the replica's public methods
+REPLICA_METHODS = frozenset(n for n in dir(Replica) if not n.startswith("_") and callable(getattr(Replica, n)))
+
+
+class _HostedMethod:
+    __slots__ = ("host", "slot", "name", "opts")
+
+    def __init__(self, host: Any, slot: int, name: str, opts: dict | None = None):
+        self.host, self.slot, self.name, self.opts = host, slot, name, opts
+
+    def options(self, **opts: Any) -> _HostedMethod:
+        return _HostedMethod(self.host, self.slot, self.name, {**(self.opts or {}), **opts})
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "ping":  # the process's liveness, answered from the host's own thread
+            method, args = self.host.ping, ()
+        else:
+            method, args = self.host.call, (self.slot, self.name, *args)
+        if self.opts:
+            method = method.options(**self.opts)
+        return method.remote(*args, **kwargs)
+
+
+class HostedReplica:
+    """The handle of one replica in a ReplicaHost: used as the ActorHandle of a ReplicaActor is."""
+
+    __slots__ = ("host", "slot")
+
+    def __init__(self, host: Any, slot: int):
+        self.host, self.slot = host, int(slot)
+
+    def __getattr__(self, name: str) -> _HostedMethod:
+        if name.startswith("_") or name not in REPLICA_METHODS:
+            raise AttributeError(f"a hosted replica has no method {name!r}")
+        return _HostedMethod(self.host, self.slot, name)
+
+    def __reduce__(self):
+        return (HostedReplica, (self.host, self.slot))
+
+    @property
+    def channel_key(self) -> tuple[bytes, int]:
+        """What tells one replica's client connection from another's (one host, many replicas)."""
+        return (self.host._actor_id.binary(), self.slot)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostedReplica) and other.channel_key == self.channel_key
+
+    def __hash__(self) -> int:
+        return hash(self.channel_key)
+
+    def __repr__(self) -> str:
+        return f"HostedReplica({self.host._actor_id.hex()[:12]}, slot={self.slot})"
+
+
+def process_handle(handle: Any) -> Any:
+    """The actor whose process runs ``handle``'s replica (the host for a hosted one)."""
+    return handle.host if isinstance(handle, HostedReplica) else handle
+
+
+def process_class(handle: Any) -> str:
+    """The actor class in that process's Ray worker title."""
+    return HOST_CLASS if isinstance(handle, HostedReplica) else REPLICA_CLASS
+
+
+def end_replica(handle: Any) -> None:
+    """End a replica the broker gave up (stopped, dead, or a failed bind): a replica process is killed, a
+    hosted replica's slot is dropped (its host and the other replicas in it live on)."""
+    if isinstance(handle, HostedReplica):
+        handle.host.drop.remote(handle.slot)
+    else:
+        ray.kill(handle, no_restart=True)
+
+
+class _Host:
+    """The actor class behind ``ReplicaHost`` (plain, so its logic is testable without Ray)."""
+
+    def __init__(self) -> None:
+        self.slots: dict[int, Replica] = {}
+        self.ended: set[int] = set()
+        self._shutdown: asyncio.Future | None = None
+
+    async def call(self, slot: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` of the replica in ``slot``; ``bind`` creates it (once per slot)."""
+        if method not in REPLICA_METHODS:
+            return {"error_code": E.InvalidRequestError.code, "error_message": f"no replica method {method!r}"}
+        r = self.slots.get(slot)
+        if r is None:
+            if method != "bind" or slot in self.ended:
+                return self._gone(slot, method)
+            r = self.slots[slot] = Replica()
+            r.hosted = True
+        out = getattr(r, method)(*args, **kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        if method == "bind" and isinstance(out, dict) and out.get("error_code") and self.slots.get(slot) is r:
+            self._end(slot)  # a refused bind released what it took: the slot is no replica
+        return out
+
+    def _gone(self, slot: int, method: str) -> Any:
+        if method == "supervise":
+            return {"reason": "stopped"}
+        if method == "stop":
+            return {"error_code": 0, "error_message": None}
+        return {
+            "error_code": E.NotLeaderOrFollowerError.code,
+            "error_message": f"replica slot {slot} is not in this host (pid {os.getpid()}): stopped or never bound",
+        }
+
+    def _end(self, slot: int) -> Replica | None:
+        self.ended.add(slot)
+        return self.slots.pop(slot, None)
+
+    async def drop(self, slot: int) -> dict:
+        """End one replica: stop it (answer its parked requests, close its log, release its directory's
+        lock) if it still runs, and forget the slot for good."""
+        r = self._end(slot)
+        res: dict = {"error_code": 0, "error_message": None}
+        if r is not None and r.bound:
+            res = await r.stop()
+        return {**res, "partitions": len(self.slots)}
+
+    async def supervise(self) -> dict:
+        """The broker's long-poll of the host process: pending while it runs (raises at the caller when the
+        process dies), answered by ``shutdown``."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(self._shutdown)
+
+    async def preload(self, cluster: str, broker_id: int) -> dict:
+        """The classes a bound replica calls, loaded while the host waits for its first replica
+        (``ReplicaStatus.preload``)."""
+        return await Replica().preload(cluster, broker_id)
+
+    def describe(self) -> dict:
+        """``{pid, partitions: [topic-partition of each bound replica], slots}``."""
+        bound = sorted(r.tp for r in self.slots.values() if r.bound)
+        return {"pid": os.getpid(), "partitions": bound, "slots": sorted(self.slots)}
+
+    async def shutdown(self) -> dict:
+        """Stop every replica (closing its log, no delete); answers the broker's ``supervise``."""
+        res = [await self.drop(slot) for slot in list(self.slots)]
+        if self._shutdown is not None and not self._shutdown.done():
+            self._shutdown.set_result({"reason": "shutdown"})
+        return {"error_code": 0, "stopped": len(res)}
+
+    @ray.method(concurrency_group="liveness")
+    async def ping(self) -> int:
+        """Liveness of the process (its pid), from its own thread: SIGSTOP stops every thread."""
+        return os.getpid()
+
+
+@ray.remote(concurrency_groups={"liveness": 1})
+class ReplicaHost(_Host):
+    """Up to ``replica.host.max.partitions`` replicas of one broker in one Ray worker (``ray::ReplicaHost``)."""
