@@ -18,9 +18,11 @@ is hard-pinned to its creator's node, so its metadata log sits on that node's di
 broker and controller together (with soft pinning Ray placed it on another node under load, where its
 loss was only noticed by GCS's ~30 s node timeout).
 
-Replica actors are unnamed: the broker starts ``replica.warm.pool.size`` of them ahead of need, unbound
-(actors/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool is empty),
-and refills the pool in the background. It is the authority for which actor is which replica:
+Replicas live in ``ReplicaHost`` processes of up to ``replica.host.max.partitions`` replicas each
+(actors/replica_host.py, placed by actors/replica_hosts.py, one spare host started ahead of need); with 1,
+each replica is a ``ReplicaActor`` process and the broker starts ``replica.warm.pool.size`` of them ahead of
+need, unbound (actors/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool
+is empty), and refills the pool in the background. It is the authority for which actor is which replica:
 ``replica_handle(topic, partition)`` (protocol/replica_lookup.py is the one lookup). A replica locks its
 partition directory at bind, so two live replicas of one partition on one broker cannot both open it.
 

@@ -158,8 +158,13 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self.dir_lock = lock
         self.cluster, self.topic, self.broker_id, self.log_dir = cluster, topic, int(broker_id), log_dir
         self.tp = f"{topic}-{int(partition)}"
-        context = f"ReplicaHost broker={broker_id}" if self.hosted else f"Partition {self.tp} broker={broker_id}"
-        server_log.configure(server_log.broker_log_of_partition_dir(log_dir, self.broker_id), context)
+        self.log_context = f"Partition {self.tp} broker={broker_id}"
+        path = server_log.broker_log_of_partition_dir(log_dir, self.broker_id)
+        if self.hosted:  # the process is several replicas': this call's task and what it starts carry this one's
+            server_log.configure(path, f"ReplicaHost broker={broker_id}")
+            server_log.set_task_context(self.log_context)
+        else:
+            server_log.configure(path, self.log_context)
         self.replica_conf, topic_props = split_config(config_props)
         self.config_props = dict(config_props or {})
         self.config = LogConfig.from_props(topic_props)

@@ -38,7 +38,7 @@ WARM_POOL_DEFAULTS: dict[str, float] = {WARM_POOL_SIZE: 6, WARM_POOL_MIN_IDLE_CP
 # Replicas per process (actors/replica_host.py): 1, a ReplicaActor process per replica (the pool above);
 # more, a broker's replicas share ReplicaHost processes of up to this many each (no warm pool then).
 HOST_MAX_PARTITIONS = "replica.host.max.partitions"
-HOST_MAX_PARTITIONS_DEFAULT = 1
+HOST_MAX_PARTITIONS_DEFAULT = 64
 
 
 def host_max_partitions(config: dict) -> int:

@@ -22,6 +22,10 @@ live host of the broker (a new one if none has room). ``process_handle`` / ``pro
 and the worker title (``ray::ReplicaHost``) a supervisor checks before it signals a pid. Ending one replica
 (``end_replica``: StopReplica, a failed bind) drops its slot; only the host's death ends the others.
 
+Server log: the process's context is ``ReplicaHost broker=N``; each call to a replica sets its asyncio task's
+context to the replica's own ``Partition <topic>-<p> broker=N`` (actors/server_log.py ``set_task_context``),
+which the tasks, callbacks and listeners it starts copy, so a replica's lines read as a ReplicaActor's.
+
 Concurrency: the host's one event loop runs every hosted replica's calls (the Log of each still has exactly
 one owner, its Replica object); ``ping`` runs on the ``liveness`` thread.
 """
@@ -35,6 +39,7 @@ from typing import Any
 
 import ray
 
+from actors import server_log
 from actors.replica import Replica
 from protocol import errors as E
 
@@ -131,6 +136,8 @@ class _Host:
                 return self._gone(slot, method)
             r = self.slots[slot] = Replica()
             r.hosted = True
+        elif r.bound:  # this call's lines (and its tasks', servers') name its replica
+            server_log.set_task_context(r.log_context)
         out = getattr(r, method)(*args, **kwargs)
         if inspect.isawaitable(out):
             out = await out

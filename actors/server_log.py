@@ -19,7 +19,8 @@ A line is Kafka's log4j shape, ``[%d] %p [context] %m (%c)``::
     [2026-11-26 19:20:01,123] INFO [Partition clicks-0 broker=1] Shrinking ISR from [0, 1, 2] to [1, 2] (actors.replica)
 
 The context is the process's role (``Broker id=1``, ``Partition clicks-0 broker=1``, ``Controller id=0
-epoch=3``, ``GroupCoordinator 1``), or a record's own ``extra={"ctx": ...}``.
+epoch=3``, ``GroupCoordinator 1``), or a record's own ``extra={"ctx": ...}``, or the asyncio task's
+(``set_task_context``: a replica host's calls and tasks carry their replica's ``Partition ...`` context).
 
 ``configure(path, context)`` runs once per actor process, from the actor's constructor, and only inside a
 Ray worker (an actor class built in a test process leaves that process's logging alone). It sends the
@@ -30,6 +31,7 @@ never per request.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 
@@ -44,6 +46,9 @@ FORMAT = "[%(asctime)s] %(levelname)s [%(ctx)s] %(message)s (%(name)s)"
 
 _handler: logging.Handler | None = None
 _context = {"ctx": "-"}
+# a context of the running asyncio task and the tasks it starts, over the process's: the replica of a call
+# in a process hosting several (actors/replica_host.py)
+_task_context: contextvars.ContextVar[str | None] = contextvars.ContextVar("rafka_log_context", default=None)
 
 
 def logs_dir(data_dir: str) -> str:
@@ -66,7 +71,7 @@ def broker_log_of_partition_dir(partition_dir: str, broker_id: int) -> str:
 class _Context(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "ctx"):
-            record.ctx = _context["ctx"]
+            record.ctx = _task_context.get() or _context["ctx"]
         return True
 
 
@@ -82,6 +87,12 @@ def _in_ray_worker() -> bool:
 def set_context(context: str) -> None:
     """The bracketed context of this process's lines from now on (e.g. once the controller knows its epoch)."""
     _context["ctx"] = context
+
+
+def set_task_context(context: str | None) -> None:
+    """The context of this asyncio task's lines (and those of the tasks, callbacks and servers it starts from
+    now on: they copy it), over the process's."""
+    _task_context.set(context)
 
 
 def configure(path: str, context: str, force: bool = False) -> bool:

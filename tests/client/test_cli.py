@@ -76,12 +76,12 @@ def test_start_attach_from_a_fresh_process(cli):
     body = urllib.request.urlopen(info["metrics_url"], timeout=60).read().decode()
     assert 'kafka_controller_kafkacontroller_activecontrollercount{broker="0"} 1.0' in body
     # the cluster's actors run at rafka's worker niceness, not Ray's 15 (rafka/cluster.py WORKER_NICENESS);
-    # a topic makes the broker host a replica actor (its warm pool may not have started one yet)
+    # a topic makes the broker host a replica (its spare ReplicaHost process may not have started yet)
     from rafka.cluster import WORKER_NICENESS
     from rafka.clusterctl import ray_processes
 
     cli("topic", "create", "nice-check", "-p", "1", "-r", "1")
-    roles = ("ray::BrokerActor", "ray::ReplicaActor", "ray::ControllerActor")
+    roles = ("ray::BrokerActor", "ray::ReplicaHost", "ray::ControllerActor")
 
     def niceness() -> dict:
         nice: dict = {}

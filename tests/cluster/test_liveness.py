@@ -22,6 +22,7 @@ import rafka
 from actors.bootstrap import start_cluster
 from actors.controller import RemoteController
 from actors.metadata_store import ClusterKV
+from actors.replica_host import process_handle
 from actors.worker_process import actor_pid
 from protocol.errors import KafkaStorageError, NotControllerError
 from protocol.names import RAY_NAMESPACE, controller_name
@@ -217,8 +218,9 @@ def test_stop_replica_of_a_frozen_replica_is_bounded(shared):
     s = partition(ch, "rk-delete")
     victim = next(b for b in s["replicas"] if b != s["leader"])
     pid = ray.get(ch.replica("rk-delete", 0, victim).state.remote())["pid"]
-    # what the broker falls back on when the replica froze before its first probe answered
-    assert actor_pid(ch.replica("rk-delete", 0, victim)) == pid
+    # what the broker falls back on when the replica froze before its first probe answered (GCS knows the
+    # process: the replica's own actor, or the ReplicaHost it lives in)
+    assert actor_pid(process_handle(ch.replica("rk-delete", 0, victim))) == pid
     _signal(pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()

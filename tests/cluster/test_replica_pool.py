@@ -29,6 +29,7 @@ def pool_cluster(ray_cluster, tmp_path_factory):
     with clusters(name, str(tmp_path_factory.mktemp("pool"))) as start:
         # min.idle.cpus 0: the pools fill even on a busy machine (by default they wait for spare CPU)
         config = {
+            "replica.host.max.partitions": 1,  # a ReplicaActor process per replica: the pool's mode
             "replica.warm.pool.size": POOL,
             "replica.warm.pool.min.idle.cpus": 0,
             "replica.lag.time.max.ms": 30000,

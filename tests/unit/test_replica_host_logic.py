@@ -139,3 +139,39 @@ def test_a_host_keeps_a_log_per_slot_and_drops_what_it_is_told(tmp_path, monkeyp
         assert host.describe()["partitions"] == []
 
     asyncio.run(run())
+
+
+def test_each_hosted_replicas_tasks_log_with_its_own_context():
+    import logging
+
+    from actors import server_log
+
+    seen: dict[str, list[str]] = {}
+
+    def line(who: str) -> None:
+        rec = logging.LogRecord("actors.replica", logging.INFO, __file__, 1, "x", None, None)
+        server_log._Context().filter(rec)
+        seen.setdefault(who, []).append(rec.ctx)
+
+    async def replica(ctx: str) -> None:
+        server_log.set_task_context(ctx)  # what ReplicaHost.call does for the call's replica
+        line(ctx)
+        await asyncio.sleep(0)
+        child = asyncio.ensure_future(asyncio.sleep(0))  # a task it starts copies the context
+        await child
+        await asyncio.get_running_loop().run_in_executor(None, lambda: None)
+        line(ctx)
+        await asyncio.ensure_future(_in_child(ctx))
+
+    async def _in_child(ctx: str) -> None:
+        line(ctx)
+
+    async def run() -> None:
+        await asyncio.gather(replica("Partition a-0 broker=1"), replica("Partition b-3 broker=1"))
+        line("outside")  # the process's context where no task set one
+
+    before = server_log._context["ctx"]
+    asyncio.run(run())
+    assert seen["Partition a-0 broker=1"] == ["Partition a-0 broker=1"] * 3
+    assert seen["Partition b-3 broker=1"] == ["Partition b-3 broker=1"] * 3
+    assert seen["outside"] == [before]
