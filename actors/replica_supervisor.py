@@ -7,7 +7,7 @@ broker watches every replica actor it creates:
 - a long-poll per replica (``supervise()``, pending while the replica runs, answered when it is stopped
   on purpose) raises ActorDiedError within ~20 ms of the process' death;
 - a probe (``ping()``, every ``broker.heartbeat.interval.ms`` or a tenth of the session timeout, whichever
-  is longer; one in flight per replica) judges the replicas whose log is open (their bind answered with
+  is longer; one in flight per process: the replicas of one ReplicaHost share its answer) judges the replicas whose log is open (their bind answered with
   their pid, or a probe answered once; a replica still recovering its log may take long): one silent for ``broker.session.timeout.ms`` -- the timeout the controller applies
   to the broker itself -- whose process is stopped (``/proc``: it runs on this node) is frozen. A silent
   process that still runs is only starved on a loaded machine (measured: a broker saw all of its
@@ -154,10 +154,14 @@ class ReplicaSupervisor:
             await asyncio.sleep(self.interval_s)
             now = now_ms()
             self.state.tick(now)
+            # one ping per process: the replicas of a ReplicaHost share its answer (actors/replica_host.py)
+            by_process: dict = {}
             for key, (seq, h) in list(self._handles.items()):
                 if (key, seq) not in self._probing:
                     self._probing.add((key, seq))
-                    self._spawn(self._probe(key, seq, h, now))
+                    by_process.setdefault(process_handle(h)._actor_id, (h, []))[1].append((key, seq))
+            for h, members in by_process.values():
+                self._spawn(self._probe(members, h, now))
             for inc in self.state.frozen(now):
                 seq, h = self._handles.get(inc.key, (None, None))
                 if seq == inc.seq and stopped(inc.pid):  # a process that still runs is only slow
@@ -171,14 +175,17 @@ class ReplicaSupervisor:
                         )
                     )
 
-    async def _probe(self, key, seq, handle, sent: int) -> None:
+    async def _probe(self, members: list, handle, sent: int) -> None:
+        """Ping the process of ``handle``; its answer is that of every ``(key, seq)`` it runs."""
         try:
             pid = await handle.ping.remote()
         except (RayActorError, RayTaskError):
-            return  # the long-poll reports deaths
+            return  # the long-polls report deaths
         finally:
-            self._probing.discard((key, seq))
-        self.state.answered(key, seq, sent, pid if isinstance(pid, int) and not isinstance(pid, bool) else None)
+            self._probing.difference_update(members)
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        for key, seq in members:
+            self.state.answered(key, seq, sent, pid)
 
     # ---- reaction -------------------------------------------------------------------------------------
     async def on_death(self, key, seq, handle, why: str, frozen: bool = False) -> None:
