@@ -134,16 +134,18 @@ def test_a_deleted_topic_frees_its_slots_and_the_same_name_binds_again_in_the_li
     admin.close()
 
 
-def _leader_host(cluster, topic: str) -> tuple[int, int]:
-    """(broker id, host pid) of a broker leading at least one partition of ``topic``."""
-    desc = cluster.server.describe(topic)["partitions"]
-    b = desc[0]["leader"]
-    return b, replica_pids(cluster, topic)[b][0]
+def _faulted_topic(cluster, admin, prefix: str) -> tuple[str, int, int]:
+    """A fresh 3 x RF 3 topic (min.insync.replicas 2) and (broker id, host pid) of a broker leading one of its
+    partitions."""
+    topic = prefix + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
+    b = cluster.server.describe(topic)["partitions"][0]["leader"]
+    return topic, b, replica_pids(cluster, topic)[b][0]
 
 
 def _fault_run(cluster, topic: str, n: int, fault) -> list:
-    """Produce ``n`` records acks=all (idempotent) while ``fault()`` runs once a third are sent; returns what
-    a consumer then reads."""
+    """Produce ``n`` records acks=all (idempotent) while ``fault()`` runs once a third are sent; a consumer then
+    reads each exactly once, in per-key order."""
     errors: list = []
     with rafka.Producer(cluster, acks="all", linger_ms=2, request_timeout_ms=2000, delivery_timeout_ms=120000) as prod:
         for i in range(n):
@@ -154,7 +156,15 @@ def _fault_run(cluster, topic: str, n: int, fault) -> list:
                 time.sleep(0.01)
         prod.flush()
     assert errors == []
-    return consume_all(cluster, topic, 3, n, timeout=120)
+    got = consume_all(cluster, topic, 3, n, timeout=120)
+    assert sorted(int(r.value) for r in got) == list(range(n))  # every acknowledged record, once
+    for p in range(3):
+        per_key: dict = {}
+        for r in got:
+            if r.partition == p:
+                per_key.setdefault(r.key, []).append(int(r.value))
+        assert all(v == sorted(v) for v in per_key.values())  # per-key order
+    return got
 
 
 def _recovered(cluster, topic: str, dead_pid: int) -> None:
@@ -170,18 +180,9 @@ def _recovered(cluster, topic: str, dead_pid: int) -> None:
 @pytest.mark.slow
 def test_a_sigkilled_host_takes_its_replicas_down_together_and_each_is_recreated_losing_nothing(hosted):
     admin = rafka.Admin(hosted)
-    topic = "hosted-kill-" + uuid.uuid4().hex[:6]
-    admin.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
-    b, pid = _leader_host(hosted, topic)
+    topic, b, pid = _faulted_topic(hosted, admin, "hosted-kill-")
     died_before = ray.get(broker(hosted, b).replica_pool.remote(), timeout=30)["hosts_died"]
-    got = _fault_run(hosted, topic, 6000, lambda: os.kill(pid, signal.SIGKILL))
-    assert sorted(int(r.value) for r in got) == list(range(6000))  # every acknowledged record, once
-    for p in range(3):
-        per_key: dict = {}
-        for r in got:
-            if r.partition == p:
-                per_key.setdefault(r.key, []).append(int(r.value))
-        assert all(v == sorted(v) for v in per_key.values())
+    _fault_run(hosted, topic, 6000, lambda: os.kill(pid, signal.SIGKILL))
     _recovered(hosted, topic, pid)
     assert ray.get(broker(hosted, b).replica_pool.remote(), timeout=30)["hosts_died"] == died_before + 1
     admin.delete_topics([topic])
@@ -191,9 +192,7 @@ def test_a_sigkilled_host_takes_its_replicas_down_together_and_each_is_recreated
 @pytest.mark.slow
 def test_a_sigstopped_host_is_found_frozen_killed_and_its_replicas_recreated(hosted):
     admin = rafka.Admin(hosted)
-    topic = "hosted-stop-" + uuid.uuid4().hex[:6]
-    admin.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
-    b, pid = _leader_host(hosted, topic)
+    topic, _, pid = _faulted_topic(hosted, admin, "hosted-stop-")
     resume = threading.Timer(20.0, lambda: os.kill(pid, signal.SIGCONT) if worker_title(pid) else None)
 
     def pause() -> None:
@@ -201,8 +200,7 @@ def test_a_sigstopped_host_is_found_frozen_killed_and_its_replicas_recreated(hos
         resume.start()  # a host never judged frozen would wake here and the checks below would fail
 
     try:
-        got = _fault_run(hosted, topic, 4000, pause)
-        assert sorted(int(r.value) for r in got) == list(range(4000))
+        _fault_run(hosted, topic, 4000, pause)
         wait_until(lambda: not worker_title(pid), 30, f"the frozen host {pid} killed")
         _recovered(hosted, topic, pid)
     finally:
