@@ -382,5 +382,6 @@ class Replica(ReplicaWrites, ReplicaStatus):
 
 @ray.remote(concurrency_groups={"liveness": 1})  # ping answers from its own thread and event loop
 class ReplicaActor(Replica):
-    """A replica in a process of its own (``replica.host.max.partitions`` 1, the default); its Ray worker's
-    title is ``ray::ReplicaActor``, which the broker's supervisor checks before it signals a pid."""
+    """A replica in a process of its own (``replica.host.max.partitions`` 1; the default hosts them:
+    actors/replica_host.py); its Ray worker's title is ``ray::ReplicaActor``, which the broker's supervisor
+    checks before it signals a pid."""

@@ -20,7 +20,7 @@ and each one's supervision (actors/replica_supervisor.py) sees it through its ow
 and pings, as for a replica process: each is reported offline to the controller and recreated, in a
 live host of the broker (a new one if none has room). ``process_handle`` / ``process_class`` name the actor
 and the worker title (``ray::ReplicaHost``) a supervisor checks before it signals a pid. Ending one replica
-(``end_replica``: StopReplica, a failed bind) drops its slot; only the host's death ends the others.
+(StopReplica, a failed bind: ``ReplicaHosts.end``) drops its slot; only the host's death ends the others.
 
 Server log: the process's context is ``ReplicaHost broker=N``; each call to a replica sets its asyncio task's
 context to the replica's own ``Partition <topic>-<p> broker=N`` (actors/server_log.py ``set_task_context``),
@@ -107,15 +107,6 @@ def process_handle(handle: Any) -> Any:
 def process_class(handle: Any) -> str:
     """The actor class in that process's Ray worker title."""
     return HOST_CLASS if isinstance(handle, HostedReplica) else REPLICA_CLASS
-
-
-def end_replica(handle: Any) -> None:
-    """End a replica the broker gave up (stopped, dead, or a failed bind): a replica process is killed, a
-    hosted replica's slot is dropped (its host and the other replicas in it live on)."""
-    if isinstance(handle, HostedReplica):
-        handle.host.drop.remote(handle.slot)
-    else:
-        ray.kill(handle, no_restart=True)
 
 
 class _Host:

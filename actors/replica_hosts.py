@@ -35,12 +35,11 @@ log = logging.getLogger("rafka.broker")
 HOST_MAX_CONCURRENCY = 10000  # parked calls of every hosted replica (supervise, long-polls) plus the answers
 
 
-class _Host:
+class _HostEntry:
     def __init__(self, handle) -> None:
         self.handle = handle
         self.slots: set[int] = set()
         self.pid: int | None = None
-        self.alive = True
         self.retired = False  # ended by the broker (empty while another host has room): no death
         self.watch: asyncio.Task | None = None
 
@@ -49,14 +48,14 @@ class ReplicaHosts:
     def __init__(self, broker, max_partitions: int):
         self.b = broker
         self.max = max(1, int(max_partitions))
-        self.hosts: list[_Host] = []
+        self.hosts: list[_HostEntry] = []  # the live ones: a dead or retired host leaves the list
         self._slot = itertools.count(1)
         self._closed = False
         self.stats = {"hosts_started": 0, "hosts_died": 0, "hosts_retired": 0, "taken": 0, "ended": 0}
 
     # ---- hosts ----------------------------------------------------------------------------------------
-    def _start(self) -> _Host:
-        h = _Host(
+    def _start(self) -> _HostEntry:
+        h = _HostEntry(
             ReplicaHost.options(
                 num_cpus=0,
                 max_concurrency=HOST_MAX_CONCURRENCY,
@@ -68,7 +67,7 @@ class ReplicaHosts:
         h.watch = asyncio.get_running_loop().create_task(self._watch(h))
         return h
 
-    async def _watch(self, h: _Host) -> None:
+    async def _watch(self, h: _HostEntry) -> None:
         try:
             h.pid = await h.handle.ping.remote()
             await h.handle.preload.remote(self.b.cluster, self.b.broker_id)
@@ -87,11 +86,10 @@ class ReplicaHosts:
                     type(e).__name__,
                 )
             self.stats["hosts_died"] += 1
-        h.alive = False
         self.hosts = [x for x in self.hosts if x is not h]
         self.fill()
 
-    def _host_of(self, handle) -> _Host | None:
+    def _host_of(self, handle) -> _HostEntry | None:
         if isinstance(handle, HostedReplica):
             for h in self.hosts:
                 if h.handle._actor_id == handle.host._actor_id:
@@ -101,7 +99,7 @@ class ReplicaHosts:
     # ---- the pool's calls -----------------------------------------------------------------------------
     def take(self) -> HostedReplica:
         """A fresh slot in the live host with the fewest replicas that has room (a new host if none has)."""
-        room = [h for h in self.hosts if h.alive and len(h.slots) < self.max]
+        room = [h for h in self.hosts if len(h.slots) < self.max]
         host = min(room, key=lambda h: len(h.slots)) if room else self._start()
         slot = next(self._slot)
         host.slots.add(slot)
@@ -121,15 +119,11 @@ class ReplicaHosts:
             handle.host.drop.remote(handle.slot)
         except Exception as e:  # noqa: BLE001 - the host is gone: so is the slot
             log.debug("drop of a hosted replica: %s", e)
-        if (
-            h is not None
-            and not h.slots
-            and any(x is not h and x.alive and len(x.slots) < self.max for x in self.hosts)
-        ):
+        if h is not None and not h.slots and any(x is not h and len(x.slots) < self.max for x in self.hosts):
             self._retire(h)  # an empty host while another has room: one spare is enough
 
-    def _retire(self, h: _Host) -> None:
-        h.retired, h.alive = True, False
+    def _retire(self, h: _HostEntry) -> None:
+        h.retired = True
         self.hosts = [x for x in self.hosts if x is not h]
         self.stats["hosts_retired"] += 1
         try:
@@ -141,7 +135,7 @@ class ReplicaHosts:
         """Keep one live host with room (started in the background)."""
         if self._closed or self.b.stopping:
             return
-        if not any(h.alive and len(h.slots) < self.max for h in self.hosts):
+        if not any(len(h.slots) < self.max for h in self.hosts):
             self._start()
 
     def describe(self) -> dict:

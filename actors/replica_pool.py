@@ -182,10 +182,7 @@ class ReplicaPool:
     def _drop(self, h) -> None:
         self._warm = [w for w in self._warm if w is not h]
         self._forget(h)
-        try:
-            ray.kill(h, no_restart=True)
-        except Exception as e:  # noqa: BLE001 - already gone
-            log.debug("ray.kill of a dead warm replica: %s", e)
+        self.end(h)
 
     # ---- views and shutdown ---------------------------------------------------------------------------
     def describe(self) -> dict:

@@ -7,9 +7,10 @@ broker watches every replica actor it creates:
 - a long-poll per replica (``supervise()``, pending while the replica runs, answered when it is stopped
   on purpose) raises ActorDiedError within ~20 ms of the process' death;
 - a probe (``ping()``, every ``broker.heartbeat.interval.ms`` or a tenth of the session timeout, whichever
-  is longer; one in flight per process: the replicas of one ReplicaHost share its answer) judges the replicas whose log is open (their bind answered with
-  their pid, or a probe answered once; a replica still recovering its log may take long): one silent for ``broker.session.timeout.ms`` -- the timeout the controller applies
-  to the broker itself -- whose process is stopped (``/proc``: it runs on this node) is frozen. A silent
+  is longer; one in flight per process: the replicas of one ReplicaHost share its answer) judges the
+  replicas whose log is open (their bind answered with their pid, or a probe answered once; a replica still
+  recovering its log may take long): one silent for ``broker.session.timeout.ms`` -- the timeout the
+  controller applies to the broker itself -- whose process is stopped (``/proc``: it runs on this node) is frozen. A silent
   process that still runs is only starved on a loaded machine (measured: a broker saw all of its
   replicas silent for 11-15 s at a load average of 8 on 2 cores) and is left alone.
   ``ping`` runs in its own concurrency group (thread), so a long synchronous step of the replica (a

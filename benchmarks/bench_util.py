@@ -25,6 +25,19 @@ def wait_pools_full(cluster, timeout_s: float = 60.0) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
+def add_host_partitions_arg(ap) -> None:
+    """``--host-partitions N``: ``replica.host.max.partitions`` of the benchmark's brokers (replicas per
+    process; 1: a ReplicaActor process each); unset, the brokers' default."""
+    ap.add_argument(
+        "--host-partitions", type=int, default=None, help="replica.host.max.partitions (default: the brokers')"
+    )
+
+
+def host_config(host_partitions: int | None) -> dict:
+    """The broker config of ``--host-partitions`` (empty when unset)."""
+    return {} if host_partitions is None else {"replica.host.max.partitions": host_partitions}
+
+
 def replica_memory(cluster) -> dict:
     """USS of the processes running the cluster's replicas: one per replica, or shared ReplicaHosts
     (``replica.host.max.partitions``): ``{replicas, processes, uss_mib_per_replica (their total USS / replicas),

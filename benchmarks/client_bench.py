@@ -22,7 +22,7 @@ min.insync.replicas 2 and the producer's defaults (acks=all, idempotent, linger 
   paced at ``--e2e-rate`` records/s; ``e2e_acks1_rf1_p50_ms`` the same at acks=1 on an RF 1 topic;
 - ``replica_uss_mib``: USS of the replica processes per replica (``detail.replica_memory``); with
   ``--host-partitions N`` (``replica.host.max.partitions``) up to N of a broker's replicas share one ReplicaHost
-  process, and every figure runs in that mode;
+  process, and every figure runs in that mode (unset: the brokers' default, 64);
 - ``idle_cores``: CPU cores used by every process of the Ray instance (raylet, GCS, agents, actors) with one 6 x RF 3
   topic (each figure runs with only its own topic: an idle replica costs ~0.01 cores) while the
   cluster sits idle with its topics, over ``--idle-window`` seconds after the load stopped;
@@ -48,9 +48,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_util import replica_memory, replica_pools, wait_pools_full  # noqa: E402
+from bench_util import (  # noqa: E402
+    add_host_partitions_arg,
+    host_config,
+    replica_memory,
+    replica_pools,
+    wait_pools_full,
+)
 
 import rafka  # noqa: E402
+from actors.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
@@ -260,9 +267,7 @@ def main() -> int:
     ap.add_argument("--idle-window", type=float, default=20.0)
     ap.add_argument("--http-seconds", type=float, default=10.0)
     ap.add_argument("--no-http", action="store_true", help="skip the Serve gateway figure")
-    ap.add_argument(
-        "--host-partitions", type=int, default=1, help="replica.host.max.partitions: replicas per process (1: one each)"
-    )
+    add_host_partitions_arg(ap)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     stdout = claim_stdout()
@@ -272,12 +277,12 @@ def main() -> int:
         "value_bytes": VALUE,
         "partitions": PARTITIONS,
         "replication_factor": 3,
-        "host_partitions": a.host_partitions,
+        "host_partitions": a.host_partitions or HOST_MAX_PARTITIONS_DEFAULT,
     }
     detail: dict = {}
     with tempfile.TemporaryDirectory(prefix="rafka-client-bench-") as data_dir:
         t0 = time.perf_counter()
-        hosted = {"replica.host.max.partitions": a.host_partitions}
+        hosted = host_config(a.host_partitions)
         cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="clientbench", broker_config=hosted)
         out["cluster_start_s"] = round(time.perf_counter() - t0, 2)
         try:

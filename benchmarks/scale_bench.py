@@ -7,7 +7,8 @@ topic create time; ``send_batch`` throughput (acks=all) and one consumer's throu
 100-byte records; end-to-end latency p50/p99 at 1,000 records/s; the cluster's process count, mean replica
 USS and the idle CPU of every process of the Ray instance after the topic exists. A replica is one Ray actor
 (one process, ~60-70 MiB) unless ``--host-partitions`` N > 1 puts up to N of a broker's replicas in one
-ReplicaHost process (``replica.host.max.partitions``): a point whose replica processes would not fit in the machine's available memory (with
+ReplicaHost process (``replica.host.max.partitions``, 64 by default): a point whose replica processes would not
+fit in the machine's available memory (with
 ``--memory-headroom-gib`` left over) is skipped and reported with its projected memory instead of being run.
 
 (b) Per record size (a 6-partition topic of ``--rf``): ``send_batch`` and consume records/s and MB/s with
@@ -29,8 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil  # noqa: E402  (ray depends on it)
+from bench_util import add_host_partitions_arg, host_config, replica_memory  # noqa: E402
 
 import rafka  # noqa: E402
+from actors.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 
@@ -59,24 +62,22 @@ def main() -> int:
     ap.add_argument("--idle-window", type=float, default=10.0)
     ap.add_argument("--replica-mib", type=float, default=70.0, help="memory one replica actor needs (projection)")
     ap.add_argument("--memory-headroom-gib", type=float, default=4.0)
-    ap.add_argument(
-        "--host-partitions", type=int, default=1, help="replica.host.max.partitions: replicas per process (1: one each)"
-    )
+    add_host_partitions_arg(ap)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     stdout = claim_stdout()
-    from bench_util import replica_memory
     from client_bench import bench_e2e, idle_cores, wait_high_watermarks
 
     by_partitions, by_size = [], []
     with tempfile.TemporaryDirectory(prefix="rafka-scale-bench-") as data_dir:
-        hosted = {"replica.host.max.partitions": a.host_partitions}
+        hosted = host_config(a.host_partitions)
         cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="scalebench", broker_config=hosted)
         admin = rafka.Admin(cluster)
         conf = {"min.insync.replicas": "2"} if a.rf == 3 else None
         try:
             for p in (int(x) for x in a.partitions.split(",")):
-                processes = p * a.rf if a.host_partitions == 1 else 3 * -(-p * a.rf // (3 * a.host_partitions))
+                per_host = a.host_partitions or HOST_MAX_PARTITIONS_DEFAULT
+                processes = p * a.rf if per_host == 1 else 3 * -(-p * a.rf // (3 * per_host))
                 projected = processes * a.replica_mib / 1024
                 available = psutil.virtual_memory().available / 2**30
                 row: dict = {"partitions": p, "replicas": p * a.rf, "projected_replica_gib": round(projected, 1)}
@@ -118,7 +119,7 @@ def main() -> int:
     out = {
         "brokers": 3,
         "replication_factor": a.rf,
-        "host_partitions": a.host_partitions,
+        "host_partitions": a.host_partitions or HOST_MAX_PARTITIONS_DEFAULT,
         "by_partitions": by_partitions,
         "by_record_size": by_size,
     }
