@@ -254,6 +254,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self.clients.close()
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
+        self.housekeeping.cancel()
         self.replica_manager.shutdown()
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result({"reason": "stopped"})

@@ -1,6 +1,11 @@
 """A partition replica's periodic work (Kafka's isr-expiration task, log flusher, log-retention task and
 LogCleaner pass for compacted topics), over the pure Partition/Log: plain asyncio, no Ray. The replica actor
 runs :meth:`ReplicaHousekeeping.run` while it leads or follows.
+
+A compaction pass is built on a worker thread (``asyncio.to_thread``; storage/log_cleaning.py), planned and
+committed on the event loop, as its own task: the replica (and every replica sharing its process, in a
+ReplicaHost) goes on serving while a pass reads and rewrites segments, and the ISR, flush and retention
+checks keep their pace. A Log operation that removes segments meanwhile aborts the pass; ``stop`` does too.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Callable
 from actors.partition import Partition
 from actors.partition_state import FOLLOWER, LEADER
 from protocol import errors as E
+from storage.log_cleaning import CleaningAborted
 
 log = logging.getLogger("rafka.replica")
 
@@ -28,6 +34,7 @@ class ReplicaHousekeeping:
         # active segment's base offset at the last compaction pass; 0 at first: a log whose active segment
         # starts at 0 has no closed segment, nothing to clean (no empty pass counted before the first roll)
         self.cleaned_up_to = 0
+        self.clean_task: asyncio.Task | None = None  # the pass under way
 
     async def run(self, conf_of: Callable[[], dict], submit_isr: Callable) -> None:
         """ISR expiration (every lag/2), flush.ms, retention and compaction, until the replica stops."""
@@ -48,6 +55,12 @@ class ReplicaHousekeeping:
             except Exception:
                 log.exception("housekeeping of %s", self.name)
 
+    def cancel(self) -> None:
+        """The replica stops: a pass under way is abandoned (the Log's close or delete aborts its build)."""
+        if self.clean_task is not None:
+            self.clean_task.cancel()
+            self.clean_task = None
+
     def tick(self, t: int, conf: dict, submit_isr: Callable) -> None:
         lg = self.partition.log
         proposal = self.partition.maybe_shrink_isr(t, conf["replica.lag.time.max.ms"])
@@ -60,23 +73,47 @@ class ReplicaHousekeeping:
             self.last_retention_ms = t
             lg.delete_old_segments(t)
             lg.producer_state.remove_expired_producers(t)
-        if t - self.last_clean_ms >= conf["log.cleaner.backoff.ms"]:
+        if t - self.last_clean_ms >= conf["log.cleaner.backoff.ms"] and (
+            self.clean_task is None or self.clean_task.done()
+        ):
             self.last_clean_ms = t
-            self.maybe_compact(t)
+            if self.compaction_due():
+                self.clean_task = asyncio.ensure_future(self.compact(t))
 
-    def maybe_compact(self, t: int) -> None:
-        """The log cleaner for ``cleanup.policy=compact``: a pass whenever a segment rolled since the last
-        one (only closed segments are cleaned). A corrupt batch marks nothing: it is logged and retried
-        at the next backoff, like Kafka's uncleanable partitions."""
+    def compaction_due(self) -> bool:
+        """A pass whenever a segment rolled since the last one (only closed segments are cleaned)."""
         lg = self.partition.log
-        if not lg.config.compact or lg.active_segment.base_offset <= self.cleaned_up_to:
+        return lg.config.compact and lg.active_segment.base_offset > self.cleaned_up_to
+
+    async def compact(self, t: int) -> None:
+        """The log cleaner for ``cleanup.policy=compact``: plan on the loop, build on a worker thread,
+        commit on the loop. A corrupt batch marks nothing: it is logged and retried at the next backoff,
+        like Kafka's uncleanable partitions; an aborted pass is retried at the next backoff too."""
+        lg = self.partition.log
+        try:
+            rolled_at = lg.active_segment.base_offset
+            p = lg.begin_clean(t)
+        except Exception:  # the log closed under the task
+            log.exception("compaction of %s", self.name)
+            return
+        if p is None:
+            self.cleaned_up_to = rolled_at
             return
         try:
-            stats = lg.compact(t)
+            await asyncio.to_thread(p.build)
+        except CleaningAborted:
+            pass
         except E.CorruptMessageError:
             log.exception("compaction of %s hit a corrupt batch", self.name)
+        except asyncio.CancelledError:
+            p.gate.abort()  # the replica stops; its Log is closing or gone
+            raise
+        except Exception:
+            log.exception("compaction of %s", self.name)
+        stats = lg.end_clean(p)
+        if stats is None:
             return
-        self.cleaned_up_to = lg.active_segment.base_offset
+        self.cleaned_up_to = rolled_at
         self.stats["compaction_passes"] = self.stats.get("compaction_passes", 0) + 1
         self.stats["compaction_records_removed"] = (
             self.stats.get("compaction_records_removed", 0) + stats.records_read - stats.records_kept

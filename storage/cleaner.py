@@ -1,7 +1,8 @@
 """Log compaction (``cleanup.policy=compact`` and ``compact,delete``): Kafka's LogCleaner, one pass per call.
 
 Time-based and size-based retention (the ``delete`` policy) is ``Log.delete_old_segments``; this module
-only compacts. ``clean_log(log, now_ms)`` is what ``Log.compact(now_ms)`` calls.
+only compacts. ``plan_clean(log, now_ms)`` is what ``Log.begin_clean`` / ``Log.compact`` call
+(storage/log_cleaning.py).
 
 What is cleaned. The cleanable range is the longest run of non-active segments, from the first, that lie
 entirely below ``last_stable_offset`` (the Log passes ``min(high watermark, first unstable offset)``: data
@@ -39,47 +40,83 @@ segments, drop the suffix. On open the Log deletes ``*.cleaned`` files and compl
 (the segments with base offsets in ``[swap base, swap next offset)`` are the ones it replaces; an old
 segment of the group past that range contributed no batch, so keeping it is consistent).
 
-Concurrency: not thread-safe. Only the owning Log calls it, from its single owner (the replica actor).
+Concurrency: a pass is planned and committed on the Log's owner thread, and may be built on another
+(storage/log_cleaning.py: the replica runs the build in a worker thread so a long pass never holds its event
+loop). The build reads only the planned segments, each read under the pass's ``CleanerGate``; it writes only
+its own ``.cleaned`` segments; it uses snapshots (producers' last batches, the last stable offset) taken at
+plan time. Anything on the owner thread that removes or rewrites segments first aborts the pass
+(``CleanerGate.abort``: waits out the read in progress, then every later read raises ``CleaningAborted``),
+and a pass aborted before its commit swaps nothing: its ``.cleaned`` files are deleted.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from crc32c import crc32c
-
-from protocol.errors import CorruptMessageError, InvalidRecordError
-from storage.codecs import decompress
-from storage.control import parse_control_record
+from protocol.errors import CorruptMessageError
+from storage.cleaner_records import INT32_MAX, control_type, empty_batch, rebuild_batch, scan_keys
 from storage.records import (
-    ATTRIBUTES_POS,
     BATCH_HEADER,
-    BATCH_OVERHEAD,
-    COMPRESSION_MASK,
     CONTROL_ABORT,
-    CRC_POS,
-    DELETE_HORIZON_MASK,
-    LAST_OFFSET_DELTA_POS,
     LOG_OVERHEAD,
-    MAGIC,
-    RECORDS_POS,
     BatchHeader,
     RecordBatch,
-    RecordBatchBuilder,
     crc_ok,
 )
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
-from storage.varint import _ZZ1, _ZZ2, decode_varint
 
 CLEANED_SUFFIX = ".cleaned"
 SEGMENT_EXTENSIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-INT32_MAX = 0x7FFFFFFF
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
+
+
+class CleaningAborted(Exception):
+    """The pass's log removed or rewrote segments while the pass was built: nothing is swapped."""
+
+
+class CleanerGate:
+    """Between a pass built on a worker thread and the Log's owner (Kafka's ``abortAndPauseCleaning``):
+    every read of a log segment by the build holds the gate's lock, and ``abort`` (owner thread) marks the
+    pass aborted and then takes the lock once, so when it returns no read is in progress and none will
+    start. Reads are short (one chunk of a segment), so ``abort`` blocks the owner briefly at most."""
+
+    __slots__ = ("_lock", "aborted")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.aborted = False
+
+    def guarded(self, it: Iterator) -> Iterator:
+        """``it``'s items, each ``next`` taken under the lock; raises CleaningAborted once aborted."""
+        end = object()
+        while True:
+            with self._lock:
+                self.check()
+                item = next(it, end)
+            if item is end:
+                return
+            yield item
+
+    def read(self, fn, *args):
+        with self._lock:
+            self.check()
+            return fn(*args)
+
+    def check(self) -> None:
+        if self.aborted:
+            raise CleaningAborted("the log changed under the cleaner")
+
+    def abort(self) -> None:
+        self.aborted = True
+        with self._lock:
+            pass
 
 
 @dataclass
@@ -109,113 +146,6 @@ def _segment_file_names(base_offset: int, suffix: str = "") -> list[str]:
     return [f"{base_offset:020d}{ext}{suffix}" for ext in SEGMENT_EXTENSIONS]
 
 
-def _scan_keys(h: BatchHeader, data: bytes | bytearray, m: dict) -> None:
-    """Pass 1's hot loop: ``m[key] = offset`` for each record of the batch, reading only the Length,
-    TimestampDelta (skipped), OffsetDelta and Key fields of the record grammar (storage/records.py);
-    values and headers are never decoded. Malformed records raise ``InvalidRecordError``."""
-    compression = h.attributes & COMPRESSION_MASK
-    if compression:
-        data, p = decompress(compression, memoryview(data)[RECORDS_POS:]), 0
-    else:
-        p = RECORDS_POS
-    end = len(data)
-    base = h.base_offset
-    zz1, zz2 = _ZZ1, _ZZ2
-    try:
-        for _ in range(h.records_count):
-            z = data[p]  # Length
-            if z < 128:
-                n = zz1[z]
-                p += 1
-            elif data[p + 1] < 128:
-                n = zz2[z][data[p + 1]]
-                p += 2
-            else:
-                n, p = decode_varint(data, p)
-            rend = p + n
-            if n < 6 or rend > end:
-                raise ValueError(f"record length {n} does not fit the batch")
-            p += 1  # Attributes
-            while data[p] >= 128:  # TimestampDelta
-                p += 1
-            z = data[p + 1]  # OffsetDelta
-            if z < 128:
-                off = zz1[z]
-                p += 2
-            elif data[p + 2] < 128:
-                off = zz2[z][data[p + 2]]
-                p += 3
-            else:
-                off, p = decode_varint(data, p + 1)
-            z = data[p]  # KeyLength
-            if z < 128:
-                n = zz1[z]
-                p += 1
-            elif data[p + 1] < 128:
-                n = zz2[z][data[p + 1]]
-                p += 2
-            else:
-                n, p = decode_varint(data, p)
-            m[data[p : p + n] if n >= 0 else None] = base + off
-            p = rend
-    except (IndexError, ValueError) as e:
-        raise InvalidRecordError(f"record batch at offset {base} holds a malformed record: {e}") from None
-
-
-def _control_type(h: BatchHeader, data: bytes) -> int:
-    records = RecordBatch(data, 0, header=h).records()
-    return parse_control_record(records[0])[0]
-
-
-def _empty_batch(h: BatchHeader) -> bytes:
-    """Kafka's ``writeEmptyHeader``: no records, same offsets, sequence and producer fields."""
-    attributes = h.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK)
-    buf = bytearray(
-        BATCH_HEADER.pack(
-            h.base_offset,
-            BATCH_OVERHEAD - LOG_OVERHEAD,
-            h.partition_leader_epoch,
-            MAGIC,
-            0,
-            attributes,
-            h.last_offset_delta,
-            h.max_timestamp,
-            h.max_timestamp,
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            0,
-        )
-    )
-    _U32.pack_into(buf, CRC_POS, crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
-    return bytes(buf)
-
-
-def _rebuild(h: BatchHeader, records, delete_horizon_ms: int | None) -> bytes:
-    """A batch of ``records`` (a subset of ``h``'s) keeping every batch-level field and the offset range."""
-    b = RecordBatchBuilder(
-        compression_type=h.compression_type,
-        timestamp_type=h.timestamp_type,
-        base_offset=h.base_offset,
-        producer_id=h.producer_id,
-        producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence,
-        is_transactional=h.is_transactional,
-        is_control=h.is_control,
-        partition_leader_epoch=h.partition_leader_epoch,
-        batch_size=INT32_MAX,
-        delete_horizon_ms=delete_horizon_ms,
-    )
-    for r in records:
-        b.append(r.timestamp, r.key, r.value, r.headers, offset=r.offset)
-    out = bytearray(b.build())
-    if _I32.unpack_from(out, LAST_OFFSET_DELTA_POS)[0] != h.last_offset_delta:
-        # Kafka's overrideLastOffset: the last sequence (base_sequence + delta) must survive
-        _I32.pack_into(out, LAST_OFFSET_DELTA_POS, h.last_offset_delta)
-        _U32.pack_into(out, CRC_POS, crc32c(memoryview(out)[ATTRIBUTES_POS:]))
-    return bytes(out)
-
-
 class _SourceOutput:
     __slots__ = ("segment", "parts", "metas", "size", "changed", "last_offset")
 
@@ -233,7 +163,7 @@ class _SourceOutput:
         self.size += len(data)
 
 
-class _Compaction:
+class CleanPass:
     def __init__(
         self,
         segments,
@@ -246,6 +176,7 @@ class _Compaction:
         replace_segments,
         index_interval_bytes,
         max_index_size,
+        gate: CleanerGate | None = None,
     ):
         self.segments = list(segments)
         self.last_stable_offset = last_stable_offset
@@ -253,8 +184,17 @@ class _Compaction:
         self.delete_retention_ms = delete_retention_ms
         self.lag_ms = min_compaction_lag_ms
         self.segment_bytes = segment_bytes
-        self.producers = active_producers or {}
+        # (last offset of its last batch or None, epoch) per producer, snapshotted on the owner thread
+        self.producers = {
+            pid: (e.batches[-1].last_offset if e.batches else None, e.producer_epoch)
+            for pid, e in (active_producers or {}).items()
+        }
         self.replace = replace_segments
+        self.gate = gate if gate is not None else CleanerGate()
+        self.cleanable: list[LogSegment] = []
+        self.built: list[tuple[LogSegment, list[LogSegment]]] = []  # (cleaned, olds) per finished group
+        self._made: list[LogSegment] = []  # every .cleaned segment this pass created
+        self.failed = False
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
         self.stats = CleanerStats()
@@ -277,8 +217,9 @@ class _Compaction:
         m, stats = self.map, self.stats
         open_txn: dict[int, int] = {}
         pending: dict[int, list] = {}
+        guarded = self.gate.guarded
         for seg in cleanable:
-            for pos, h, data in seg.iter_batches():
+            for pos, h, data in guarded(seg.iter_batches()):
                 if not crc_ok(data, 0, h):
                     raise CorruptMessageError(
                         f"segment {seg.log_path}: batch at position {pos} (offset "
@@ -289,21 +230,21 @@ class _Compaction:
                 stats.bytes_read += len(data)
                 if h.is_control:
                     if h.records_count:
-                        self._on_marker(h.producer_id, _control_type(h, data), open_txn, pending)
+                        self._on_marker(h.producer_id, control_type(h, data), open_txn, pending)
                     continue
                 if h.is_transactional and h.producer_id >= 0:
                     open_txn.setdefault(h.producer_id, h.base_offset)
                     keys: dict = {}
-                    _scan_keys(h, data, keys)
+                    scan_keys(h, data, keys)
                     pending.setdefault(h.producer_id, []).extend(keys.items())
                 else:
-                    _scan_keys(h, data, m)
+                    scan_keys(h, data, m)
         if open_txn:  # find the markers of transactions still open at the end of the range
             for seg in self.segments[len(cleanable) :]:
-                for pos, h in seg.iter_headers():
+                for pos, h in guarded(seg.iter_headers()):
                     if h.is_control and h.records_count and h.producer_id in open_txn:
-                        data = seg.read_bytes(pos, LOG_OVERHEAD + h.batch_length)
-                        self._on_marker(h.producer_id, _control_type(h, data), open_txn, pending)
+                        data = self.gate.read(seg.read_bytes, pos, LOG_OVERHEAD + h.batch_length)
+                        self._on_marker(h.producer_id, control_type(h, data), open_txn, pending)
                         if not open_txn:
                             break
                 if not open_txn:
@@ -329,9 +270,10 @@ class _Compaction:
         e = self.producers.get(h.producer_id)
         if e is None:
             return False
-        if e.batches:
-            return h.base_offset + h.last_offset_delta == e.batches[-1].last_offset
-        return h.is_control and h.producer_epoch == e.producer_epoch
+        last_offset, epoch = e
+        if last_offset is not None:
+            return h.base_offset + h.last_offset_delta == last_offset
+        return h.is_control and h.producer_epoch == epoch
 
     def filter_batch(self, h: BatchHeader, data: bytes, txn: dict, kept_offsets: list) -> bytes | None:
         """The bytes to write for one batch (``data`` itself when unchanged), or None to drop it."""
@@ -382,7 +324,7 @@ class _Compaction:
                             stats.tombstones_removed += 1
         if not retained:
             if pid >= 0 and self._is_last_of_producer(h):
-                return data if h.records_count == 0 else _empty_batch(h)
+                return data if h.records_count == 0 else empty_batch(h)
             return None
         stats.records_kept += len(retained)
         horizon: int | None
@@ -394,11 +336,11 @@ class _Compaction:
             horizon = now + self.delete_retention_ms if needs_horizon else None
         if len(retained) == h.records_count and not needs_horizon:
             return data
-        return _rebuild(h, retained, horizon)
+        return rebuild_batch(h, retained, horizon)
 
     def clean_segment(self, seg: LogSegment, txn: dict, kept_offsets: list) -> _SourceOutput:
         out = _SourceOutput(seg)
-        for _, h, data in seg.iter_batches():
+        for _, h, data in self.gate.guarded(seg.iter_batches()):
             result = self.filter_batch(h, data, txn, kept_offsets)
             last = h.base_offset + h.last_offset_delta
             out.last_offset = last
@@ -419,11 +361,12 @@ class _Compaction:
 
     # ---------------------------------------------------------------- groups and swaps
     def _new_cleaned(self, base_offset: int) -> LogSegment:
+        self.gate.check()  # an aborted pass creates nothing more (its log may be gone)
         for name in _segment_file_names(base_offset, CLEANED_SUFFIX):  # leftovers of a crashed pass
             path = os.path.join(self.segments[0].dir, name)
             if os.path.exists(path):
                 os.remove(path)
-        return LogSegment(
+        seg = LogSegment(
             self.segments[0].dir,
             base_offset,
             self.index_interval_bytes,
@@ -431,17 +374,31 @@ class _Compaction:
             created_ms=self.now,
             suffix=CLEANED_SUFFIX,
         )
+        self._made.append(seg)
+        return seg
 
-    @staticmethod
-    def _append(seg: LogSegment, out: _SourceOutput) -> None:
+    def _append(self, seg: LogSegment, out: _SourceOutput) -> None:
+        self.gate.check()
         if out.parts:
             seg.append(b"".join(out.parts), out.metas)
 
-    def run(self) -> CleanerStats:
-        stats = self.stats
-        cleanable = self.cleanable_segments()
-        if not cleanable:
-            return stats
+    def plan(self) -> bool:
+        """Owner thread: pick the cleanable range (segment sizes, timestamps); False when there is none."""
+        self.cleanable = self.cleanable_segments()
+        return bool(self.cleanable)
+
+    def build(self) -> CleanerStats:
+        """Any thread: the offset map and the ``.cleaned`` segments, flushed, kept in ``built`` (nothing is
+        swapped). Raises CleaningAborted (gate), CorruptMessageError (a bad CRC in the range); ``failed``
+        then tells the owner to discard the pass."""
+        try:
+            return self._build()
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _build(self) -> CleanerStats:
+        stats, cleanable = self.stats, self.cleanable
         stats.first_offset = cleanable[0].base_offset
         stats.end_offset = self.segments[len(cleanable)].base_offset  # the next segment starts there
         stats.segments_cleaned = len(cleanable)
@@ -471,6 +428,32 @@ class _Compaction:
         self._finish_group(group, cleaned)
         return stats
 
+    def commit(self) -> CleanerStats:
+        """Owner thread: swap every built group in (``replace_segments``), in offset order."""
+        for cleaned, olds in self.built:
+            self.replace(cleaned, olds)
+            self.stats.groups_swapped += 1
+            self.stats.replacements.append((cleaned, olds))
+        self.built, self._made = [], []
+        return self.stats
+
+    def discard(self) -> None:
+        """Owner thread, after the build ended: delete the ``.cleaned`` segments made so far."""
+        for cleaned in self._made:
+            cleaned.delete()
+        self.built, self._made = [], []
+
+    def run(self) -> CleanerStats:
+        """Plan, build and commit on the calling thread."""
+        if not self.plan():
+            return self.stats
+        try:
+            self.build()
+        except BaseException:
+            self.discard()
+            raise
+        return self.commit()
+
     def _finish_group(self, group: list[_SourceOutput], cleaned: LogSegment | None) -> None:
         if cleaned is None:
             if not group[0].changed:
@@ -480,10 +463,7 @@ class _Compaction:
             group[0].parts = []
         cleaned.on_become_inactive()
         cleaned.flush()
-        olds = [o.segment for o in group]
-        self.replace(cleaned, olds)
-        self.stats.groups_swapped += 1
-        self.stats.replacements.append((cleaned, olds))
+        self.built.append((cleaned, [o.segment for o in group]))
 
 
 def compact_log(
@@ -509,7 +489,7 @@ def compact_log(
     """
     if not segments:
         return CleanerStats()
-    return _Compaction(
+    return CleanPass(
         segments,
         last_stable_offset,
         now_ms,
@@ -523,22 +503,23 @@ def compact_log(
     ).run()
 
 
-def clean_log(log, now_ms: int) -> CleanerStats:
-    """``Log.compact(now_ms)``: one pass with the log's configs, bounded by its last stable offset (so by
-    its high watermark), keeping its active producers' last batches. A no-op (empty stats) unless
-    ``cleanup.policy`` includes ``compact``."""
+def plan_clean(log, now_ms: int) -> CleanPass | None:
+    """A pass over ``log`` with its configs, bounded by its last stable offset (so by its high watermark),
+    keeping its active producers' last batches, planned on the log's owner thread (storage/log_cleaning.py);
+    None unless ``cleanup.policy`` includes ``compact`` and some segment is cleanable."""
     c = log.config
     if not c.compact:
-        return CleanerStats()
-    return compact_log(
+        return None
+    p = CleanPass(
         log.segments,
-        last_stable_offset=log.last_stable_offset,
-        now_ms=now_ms,
-        replace_segments=log.replace_segments,
-        delete_retention_ms=c.delete_retention_ms,
-        min_compaction_lag_ms=c.min_compaction_lag_ms,
-        segment_bytes=c.segment_bytes,
-        active_producers=log.producer_state.producers,
-        index_interval_bytes=c.index_interval_bytes,
-        max_index_size=c.segment_index_bytes,
+        log.last_stable_offset,
+        now_ms,
+        c.delete_retention_ms,
+        c.min_compaction_lag_ms,
+        c.segment_bytes,
+        log.producer_state.producers,
+        log.replace_segments,
+        c.index_interval_bytes,
+        c.segment_index_bytes,
     )
+    return p if p.plan() else None

@@ -33,8 +33,9 @@ Flushing: ``flush()`` fsyncs what is above the recovery point and moves the reco
 Appends flush by themselves when ``flush.messages`` unflushed records or ``flush.ms`` since the last flush
 are reached; the owner may call ``maybe_flush(now_ms)`` periodically (also flushes rolled segments).
 
-Concurrency: single-threaded. One owner (the replica actor) calls a Log; nothing inside is thread-safe.
-The cleaner works on a Log only when that owner calls ``compact``.
+Concurrency: single-threaded. One owner (the replica actor) calls a Log; nothing inside is thread-safe,
+except a cleaner pass's build, which may run on another thread between ``begin_clean`` and ``end_clean``
+(storage/log_cleaning.py): every operation here that removes or rewrites segments aborts it first.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ from protocol.errors import (
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from storage import cleaner, log_validator
-from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
+from storage import log_validator
+from storage.checkpoint import create_marker, write_offset_checkpoint
 from storage.epoch_cache import LeaderEpochCache
+from storage.log_cleaning import LogCleaning
 from storage.log_config import LogConfig
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -86,7 +88,7 @@ from storage.records import (
     validate_batch,
 )
 from storage.segment import LogSegment
-from storage.txn_index import AbortedTxn, carry_aborted, collect_aborted
+from storage.txn_index import AbortedTxn, collect_aborted
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +119,10 @@ def _now(now_ms: int | None) -> int:
 # ---------------------------------------------------------------------------------------------- log
 
 
-class Log(LogRetention):
+class Log(LogRetention, LogCleaning):
     """A partition's segmented log in ``dir``; opening it recovers it. DeleteRecords and retention
-    (``delete_records``, ``delete_old_segments``) come from storage/log_retention.py."""
+    (``delete_records``, ``delete_old_segments``) come from storage/log_retention.py, compaction
+    (``compact``, ``begin_clean``/``end_clean``, ``replace_segments``) from storage/log_cleaning.py."""
 
     def __init__(self, dir: str, config: LogConfig | None = None, now_ms: int | None = None):
         self.dir = os.path.abspath(dir)
@@ -493,6 +496,7 @@ class Log(LogRetention):
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset >= self._leo:
             return False
+        self._abort_cleaning()
         if offset < self._bases[0]:
             self.truncate_fully_and_start_at(offset, now_ms)
             return True
@@ -524,6 +528,7 @@ class Log(LogRetention):
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything; the log restarts empty at ``offset`` (log start = end = high watermark)."""
         self._check_open()
+        self._abort_cleaning()
         # Order: lowered checkpoints; segments deleted from the highest base down (a crash leaves a prefix
         # of the old log, or none: an empty log at the old start); the epoch cache and producer snapshots;
         # only then the new segment and the checkpoints that name it.
@@ -537,44 +542,12 @@ class Log(LogRetention):
         self._leo = self._log_start_offset = self._hw = self._rp = offset
         self._write_checkpoints()
 
-    # ------------------------------------------------------------------ compaction
-    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
-        """Swap a cleaned segment (built with suffix ``.cleaned``, covering exactly the offsets of the
-        contiguous ``old_segments``) into the log: flush it, rename it ``.swap`` (the commit point:
-        recovery completes an interrupted swap), delete the old segments, drop the suffix."""
-        self._check_open()
-        if not old_segments or any(s not in self._segments for s in old_segments):
-            raise ValueError("old_segments must be segments of this log")
-        if new_segment.base_offset != old_segments[0].base_offset or old_segments[-1] is self._segments[-1]:
-            raise ValueError("the cleaned segment must start where the old ones start, before the active one")
-        olds = [s.txn_index for s in old_segments]
-        if any(len(t) for t in olds):  # entries whose marker the cleaned segment still holds
-            carry_aborted(
-                new_segment.txn_index, olds, (h.base_offset for _, h in new_segment.iter_headers() if h.is_control)
-            )
-        new_segment.flush()
-        new_segment.change_suffix(".swap")
-        fsync_dir(self.dir)
-        i = self._segments.index(old_segments[0])
-        for seg in old_segments:
-            seg.delete()
-        del self._segments[i : i + len(old_segments)], self._bases[i : i + len(old_segments)]
-        new_segment.change_suffix("")
-        fsync_dir(self.dir)
-        self._segments.insert(i, new_segment)
-        self._bases.insert(i, new_segment.base_offset)
-
-    def compact(self, now_ms: int) -> "cleaner.CleanerStats":
-        """One compaction pass (storage/cleaner.py ``clean_log``); a no-op unless ``cleanup.policy`` has
-        compact. Cleaned segments come back through ``replace_segments``."""
-        self._check_open()
-        return cleaner.clean_log(self, now_ms)
-
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Flush, checkpoint, snapshot producer state and mark the shutdown clean."""
         if self._closed:
             return
+        self._abort_cleaning()
         # Everything durable before the marker: it tells the next open that no repair is needed.
         self.active_segment.on_become_inactive()  # its final time index entry, fsynced below
         self.flush()
@@ -588,6 +561,7 @@ class Log(LogRetention):
 
     def delete(self) -> None:
         """Close without flushing and remove the log's directory."""
+        self._abort_cleaning()
         for seg in self._segments:
             seg.delete()
         self._closed = True

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import CorruptMessageError
-from storage import cleaner
+from storage import cleaner, cleaner_records
 from storage.control import build_control_batch
 from storage.log import Log, LogConfig
 from storage.records import (
@@ -501,7 +501,7 @@ def test_key_scanner_matches_the_record_decoder():
         data = b.build()
         h = parse_header(data)
         m: dict = {}
-        cleaner._scan_keys(h, data, m)
+        cleaner_records.scan_keys(h, data, m)
         expected = {}
         for r in decode_records(data):
             expected[r.key] = r.offset

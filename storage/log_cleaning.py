@@ -1,0 +1,117 @@
+"""Compaction for ``storage.log.Log`` (a mixin, like log_retention.py): a cleaner pass planned and committed
+on the Log's owner thread and built anywhere, so a replica can build it on a worker thread while its event
+loop goes on serving (Kafka's LogCleaner threads beside the request handlers).
+
+    p = log.begin_clean(now_ms)          # owner thread: the cleanable range and snapshots, or None
+    await asyncio.to_thread(p.build)     # any thread: reads the planned segments, writes .cleaned ones
+    stats = log.end_clean(p)             # owner thread: swaps them in, or discards an aborted pass
+
+``compact(now_ms)`` does the three in a row on the calling thread. One pass per log at a time.
+
+Aborting (Kafka's ``abortAndPauseCleaning``): every Log operation that removes or rewrites segments --
+truncation, a full truncation, retention and DeleteRecords deleting segments, close, delete -- first calls
+``_abort_cleaning``, which marks the pass aborted and waits for the segment read in progress to end
+(storage/cleaner.py ``CleanerGate``); the build stops at its next read, and ``end_clean`` then deletes the
+pass's ``.cleaned`` files instead of swapping them. So a build never reads a segment that is being cut or
+deleted (or a reused file descriptor), and a swap never replaces segments that changed after the plan.
+Segments the build only reads while they grow (the active one, for markers) are read up to their size at
+the time of each read. A crash at any point leaves ``.cleaned`` files that the next open deletes.
+
+Swap protocol (``replace_segments``): rename ``.cleaned`` -> ``.swap`` (the commit point), delete the old
+segments, drop the suffix; open completes an interrupted swap (storage/cleaner.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from storage import cleaner
+from storage.checkpoint import fsync_dir
+from storage.cleaner import CleanerStats, CleaningAborted, CleanPass
+from storage.segment import LogSegment
+from storage.txn_index import carry_aborted
+
+if TYPE_CHECKING:
+    from storage.log_config import LogConfig
+
+__all__ = ["LogCleaning", "CleaningAborted"]
+
+
+class LogCleaning:
+    """The compacting part of Log; see the module docstring."""
+
+    _cleaning: CleanPass | None = None  # the pass between begin_clean and end_clean
+
+    if TYPE_CHECKING:  # what the mixin uses of Log (declared for the type checker only)
+        dir: str
+        config: LogConfig
+        _segments: list[LogSegment]
+        _bases: list[int]
+        _closed: bool
+
+        def _check_open(self) -> None: ...
+
+    def begin_clean(self, now_ms: int) -> CleanPass | None:
+        """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, nothing is cleanable,
+        or a pass is already under way."""
+        self._check_open()
+        if self._cleaning is not None:
+            return None
+        p = cleaner.plan_clean(self, now_ms)
+        self._cleaning = p
+        return p
+
+    def end_clean(self, p: CleanPass) -> CleanerStats | None:
+        """After ``p.build()`` returned or raised (owner thread): swap the built segments in and return the
+        pass's stats, or, when the pass was aborted, failed, or the log closed, delete them and return None."""
+        if self._cleaning is p:
+            self._cleaning = None
+        if p.gate.aborted or self._closed or p.failed:
+            p.discard()
+            return None
+        return p.commit()
+
+    def _abort_cleaning(self) -> None:
+        """Before segments are removed or rewritten: stop the pass under way (it swaps nothing)."""
+        p = self._cleaning
+        if p is not None:
+            self._cleaning = None
+            p.gate.abort()
+
+    def compact(self, now_ms: int) -> CleanerStats:
+        """One pass on the calling thread (``begin_clean``, ``build``, ``end_clean``); empty stats when
+        there is nothing to clean. Raises what the build raised (CorruptMessageError: nothing changed)."""
+        p = self.begin_clean(now_ms)
+        if p is None:
+            return CleanerStats()
+        try:
+            p.build()
+        finally:
+            stats = self.end_clean(p)
+        return stats if stats is not None else CleanerStats()
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
+        """Swap a cleaned segment (built with suffix ``.cleaned``, covering exactly the offsets of the
+        contiguous ``old_segments``) into the log: flush it, rename it ``.swap`` (the commit point:
+        recovery completes an interrupted swap), delete the old segments, drop the suffix."""
+        self._check_open()
+        if not old_segments or any(s not in self._segments for s in old_segments):
+            raise ValueError("old_segments must be segments of this log")
+        if new_segment.base_offset != old_segments[0].base_offset or old_segments[-1] is self._segments[-1]:
+            raise ValueError("the cleaned segment must start where the old ones start, before the active one")
+        olds = [s.txn_index for s in old_segments]
+        if any(len(t) for t in olds):  # entries whose marker the cleaned segment still holds
+            carry_aborted(
+                new_segment.txn_index, olds, (h.base_offset for _, h in new_segment.iter_headers() if h.is_control)
+            )
+        new_segment.flush()
+        new_segment.change_suffix(".swap")
+        fsync_dir(self.dir)
+        i = self._segments.index(old_segments[0])
+        for seg in old_segments:
+            seg.delete()
+        del self._segments[i : i + len(old_segments)], self._bases[i : i + len(old_segments)]
+        new_segment.change_suffix("")
+        fsync_dir(self.dir)
+        self._segments.insert(i, new_segment)
+        self._bases.insert(i, new_segment.base_offset)
