@@ -31,8 +31,9 @@ class ReplicaHousekeeping:
     def __init__(self, partition: Partition, stats: dict, name: str, start_ms: int):
         self.partition, self.stats, self.name = partition, stats, name
         self.last_flush_ms = self.last_retention_ms = self.last_clean_ms = start_ms
-        # active segment's base offset at the last compaction pass; 0 at first: a log whose active segment
-        # starts at 0 has no closed segment, nothing to clean (no empty pass counted before the first roll)
+        # the first offset the last committed pass did not clean (Kafka's cleaner checkpoint, kept in memory):
+        # a pass is due when a cleanable segment exists past it; 0 at first (an active segment at 0: no
+        # closed segment, nothing to clean)
         self.cleaned_up_to = 0
         self.clean_task: asyncio.Task | None = None  # the pass under way
 
@@ -81,7 +82,8 @@ class ReplicaHousekeeping:
                 self.clean_task = asyncio.ensure_future(self.compact(t))
 
     def compaction_due(self) -> bool:
-        """A pass whenever a segment rolled since the last one (only closed segments are cleaned)."""
+        """Maybe: a closed segment exists past the last pass's range (only closed segments are cleaned; the plan
+        then tells whether one of them is cleanable yet: below the HW, older than min.compaction.lag.ms)."""
         lg = self.partition.log
         return lg.config.compact and lg.active_segment.base_offset > self.cleaned_up_to
 
@@ -90,14 +92,13 @@ class ReplicaHousekeeping:
         commit on the loop. A corrupt batch marks nothing: it is logged and retried at the next backoff,
         like Kafka's uncleanable partitions; an aborted pass is retried at the next backoff too."""
         lg = self.partition.log
+        started = time.perf_counter()
         try:
-            rolled_at = lg.active_segment.base_offset
-            p = lg.begin_clean(t)
+            p = lg.begin_clean(t, dirty_from=self.cleaned_up_to)
         except Exception:  # the log closed under the task
             log.exception("compaction of %s", self.name)
             return
-        if p is None:
-            self.cleaned_up_to = rolled_at
+        if p is None:  # nothing cleanable past the last pass yet: asked again at the next backoff
             return
         try:
             await asyncio.to_thread(p.build)
@@ -113,8 +114,9 @@ class ReplicaHousekeeping:
         stats = lg.end_clean(p)
         if stats is None:
             return
-        self.cleaned_up_to = rolled_at
+        self.cleaned_up_to = stats.end_offset
         self.stats["compaction_passes"] = self.stats.get("compaction_passes", 0) + 1
+        self.stats["compaction_last_pass_ms"] = round((time.perf_counter() - started) * 1000, 1)
         self.stats["compaction_records_removed"] = (
             self.stats.get("compaction_records_removed", 0) + stats.records_read - stats.records_kept
         )

@@ -54,6 +54,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -77,6 +78,9 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 
 
+YIELD_GIL_S = 0.002  # a pass built on a thread offers the GIL this often
+
+
 class CleaningAborted(Exception):
     """The pass's log removed or rewrote segments while the pass was built: nothing is swapped."""
 
@@ -96,12 +100,17 @@ class CleanerGate:
     def guarded(self, it: Iterator) -> Iterator:
         """``it``'s items, each ``next`` taken under the lock; raises CleaningAborted once aborted."""
         end = object()
+        handed = time.perf_counter()
         while True:
             with self._lock:
                 self.check()
                 item = next(it, end)
             if item is end:
                 return
+            now = time.perf_counter()
+            if now - handed >= YIELD_GIL_S:  # let the owner's event loop in (else it waits the 5 ms interval)
+                time.sleep(0)
+                handed = now
             yield item
 
     def read(self, fn, *args):
@@ -387,6 +396,11 @@ class CleanPass:
         self.cleanable = self.cleanable_segments()
         return bool(self.cleanable)
 
+    @property
+    def end_offset(self) -> int:
+        """The first offset past the planned range (the next segment's base)."""
+        return self.segments[len(self.cleanable)].base_offset
+
     def build(self) -> CleanerStats:
         """Any thread: the offset map and the ``.cleaned`` segments, flushed, kept in ``built`` (nothing is
         swapped). Raises CleaningAborted (gate), CorruptMessageError (a bad CRC in the range); ``failed``
@@ -400,7 +414,7 @@ class CleanPass:
     def _build(self) -> CleanerStats:
         stats, cleanable = self.stats, self.cleanable
         stats.first_offset = cleanable[0].base_offset
-        stats.end_offset = self.segments[len(cleanable)].base_offset  # the next segment starts there
+        stats.end_offset = self.end_offset  # the next segment starts there
         stats.segments_cleaned = len(cleanable)
         self.build_offset_map(cleanable)
         kept_offsets = sorted(self.map.values())

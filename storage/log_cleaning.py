@@ -51,13 +51,15 @@ class LogCleaning:
 
         def _check_open(self) -> None: ...
 
-    def begin_clean(self, now_ms: int) -> CleanPass | None:
-        """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, nothing is cleanable,
-        or a pass is already under way."""
+    def begin_clean(self, now_ms: int, dirty_from: int = 0) -> CleanPass | None:
+        """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, a pass is already under
+        way, or nothing is cleanable past ``dirty_from`` (where the owner's last pass ended)."""
         self._check_open()
         if self._cleaning is not None:
             return None
         p = cleaner.plan_clean(self, now_ms)
+        if p is not None and p.end_offset <= dirty_from:
+            p = None
         self._cleaning = p
         return p
 

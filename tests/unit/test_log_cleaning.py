@@ -192,3 +192,28 @@ def test_housekeeping_loop_serves_while_a_pass_builds(logdir, monkeypatch):
     assert [(r.offset, r.key) for r in records(lg)][-1] == (20, b"k1")
     assert leftovers(logdir) == []
     lg.close()
+
+
+def test_segments_that_age_past_the_lag_are_cleaned_without_a_new_roll(logdir):
+    """``min.compaction.lag.ms``: a pass asked too early cleans nothing and is asked again at the next backoff
+    (not only after the next roll); once a pass cleaned the range, nothing is rewritten until more is
+    cleanable."""
+    lg = Log(logdir, config(min_compaction_lag_ms=1000), now_ms=T0)
+    for s in range(3):
+        put(lg, [(b"k", b"v%d" % s)], now=T0)
+        lg.roll(T0)
+    ready(lg)
+    stats: dict = {}
+    hk = ReplicaHousekeeping(types.SimpleNamespace(log=lg), stats, "t-0", T0)
+    asyncio.run(hk.compact(T0 + 10))  # too young
+    assert "compaction_passes" not in stats and len(records(lg)) == 3
+    asyncio.run(hk.compact(T0 + 2000))  # old enough now; no segment rolled in between
+    assert stats["compaction_passes"] == 1 and [r.value for r in records(lg)] == [b"v2"]
+    asyncio.run(hk.compact(T0 + 3000))  # nothing new past the last pass
+    assert stats["compaction_passes"] == 1
+    put(lg, [(b"k", b"v3")], now=T0 + 3000)
+    lg.roll(T0 + 3000)
+    ready(lg)
+    asyncio.run(hk.compact(T0 + 5000))
+    assert stats["compaction_passes"] == 2 and [r.value for r in records(lg)] == [b"v3"]
+    lg.close()
