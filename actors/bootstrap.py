@@ -4,7 +4,7 @@
 actors in parallel (detached: the cluster outlives the driver; pinned to ``node_ids[i]`` when given),
 starts them (the first to get there creates the controller), and waits until the controller has every
 broker registered. ``ServerHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
-FindCoordinator through any live broker (the first call creates ``__consumer_offsets``).
+FindCoordinator through any live broker, retried (the first call starts creating ``__consumer_offsets``).
 It also starts the cluster's Prometheus exporter (actors/metrics_exporter.py; ``metrics.listener`` in
 ``broker_config``, ``none`` for none) without waiting for it: ``ServerHandle.metrics_url()`` waits.
 ``ServerHandle.shutdown()`` stops it all and clears the cluster's GCS KV

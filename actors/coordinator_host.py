@@ -5,9 +5,11 @@ child pinned to the broker's node (``group_coordinator_name`` / ``txn_coordinato
 broker first leads a partition of its topic (an idle actor costs ~120 MiB, so clusters without consumer
 groups or transactions do not pay for it) and again if it died alone. The broker tells it, in the
 partition's LeaderAndIsr order, when its replica of such a partition becomes leader or follower or is
-stopped (``notify``). ``find_coordinator(key)`` creates the topic through the controller on first use
-(Kafka's auto-creation of its internal topics) and answers the leader of the key's partition
-(``coordinator_answer``, pure). :class:`CoordinatorKind` says which topic, actor and name each kind uses.
+stopped (``notify``). ``find_coordinator(key)`` answers the leader of the key's partition
+(``coordinator_answer``, pure); on first use it starts the topic's creation through the controller in the
+background and answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka's AutoTopicCreationManager does: the
+client retries, and a Kafka connection that carried the FindCoordinator is not held for the seconds a
+creation takes (its Fetch and Produce requests queue behind it, one request at a time per connection). :class:`CoordinatorKind` says which topic, actor and name each kind uses.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class CoordinatorHost:
         self._gc_lock: asyncio.Lock | None = None
         self.roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
         self._create_lock: asyncio.Lock | None = None
+        self._creating: asyncio.Task | None = None  # the internal topic's creation under way
 
     async def coordinator(self):
         """This broker's coordinator of the kind; (re)created on demand, then told every partition it leads."""
@@ -184,6 +187,14 @@ class CoordinatorHost:
                 return {"error_code": 0, "error_message": None}
             return {"error_code": res["error_code"], "error_message": res.get("error_message")}
 
+    def _create_in_background(self) -> str:
+        """Start the internal topic's creation unless it is under way (``ensure_topic`` checks fresh metadata
+        first, so a later call after a finished one costs one metadata read); what the answer says meanwhile."""
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.ensure_future(self.ensure_topic())
+            self._creating.add_done_callback(_log_failure)
+        return f"{self.kind.topic} is being created"
+
     async def find_coordinator(self, key: str) -> dict:
         """FindCoordinator of ``key`` (a group id or a transactional id): the leader of its partition."""
         b, kind, name = self.b, self.kind, self.kind.topic
@@ -196,10 +207,7 @@ class CoordinatorHost:
         md = await b.metadata()
         topic = md["topics"].get(name)
         if topic is None:
-            res = await self.ensure_topic()
-            if res["error_code"]:
-                return answer(NOT_AVAILABLE, f"{name} could not be created: {res['error_message']}")
-            topic = (await b.metadata())["topics"].get(name)
+            return answer(NOT_AVAILABLE, self._create_in_background())
         n = kind.partitions(b.config)
         p = partition_for(key, n)
         state = offsets_partition_state(topic, p)
@@ -210,6 +218,15 @@ class CoordinatorHost:
         if state.get("leader", -1) < 0:
             return answer(NOT_AVAILABLE, f"{name}-{p} has no leader", partition=p)
         return answer(0, None, state["leader"], p)
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    res = task.result() if exc is None else {"error_code": -1, "error_message": repr(exc)}
+    if res["error_code"]:
+        log.warning("internal topic creation failed: %s", res["error_message"])
 
 
 async def find_coordinator(hosts: dict[int, CoordinatorHost], key: str, key_type: int = GROUP_KEY) -> dict:

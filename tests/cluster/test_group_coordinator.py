@@ -35,6 +35,7 @@ CONFIG = {
 
 MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID = 79, 27, 25
 NOT_COORDINATOR, GROUP_ID_NOT_FOUND, INVALID_REQUEST, INVALID_GROUP_ID = 16, 69, 42, 24
+COORDINATOR_NOT_AVAILABLE = 15
 PROTOCOLS = [("range", b"subscription: orders")]
 
 
@@ -398,3 +399,23 @@ def test_failed_append_answers_retriable_error_and_reloads(shared):
     )
     assert _code(res) == 0, res
     assert call(ch, group, "offset_fetch", group)["topics"][0]["partitions"][0]["committed_offset"] == 7
+
+
+def test_first_find_coordinator_answers_at_once_while_the_topic_is_created(ray_cluster, cluster_name, tmp_path):
+    """Kafka's auto-creation of its internal topic: the first FindCoordinator starts the creation in the
+    background and answers COORDINATOR_NOT_AVAILABLE (the client retries) instead of holding the request, and
+    the connection carrying it, for the seconds a creation takes; concurrent finders start one creation."""
+    ch = start_cluster(cluster_name, 2, str(tmp_path), CONFIG)
+    try:
+        b0, b1 = ch.brokers[0], ch.brokers[1]
+        assert OFFSETS_TOPIC not in ch.metadata()["topics"]
+        first = ray.get([b0.find_coordinator.remote("g-new"), b0.find_coordinator.remote("g-other")], timeout=30)
+        for a in first:
+            assert a["error_code"] == COORDINATOR_NOT_AVAILABLE and "being created" in a["error_message"], a
+        info = ch.find_coordinator("g-new")  # retries until the partition has a leader
+        assert info["error_code"] == 0 and info["partition"] == partition_for("g-new", 2)
+        d = ch.describe(OFFSETS_TOPIC)
+        assert len(d["partitions"]) == 2 and d["configs"].get("cleanup.policy") == "compact"
+        assert ray.get(b1.find_coordinator.remote("g-new"), timeout=30)["broker_id"] == info["broker_id"]
+    finally:
+        ch.shutdown()

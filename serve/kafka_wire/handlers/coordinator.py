@@ -1,7 +1,8 @@
 """FindCoordinator (api key 10, v0-6): the broker whose coordinator serves a group (key type 0) or a
 transactional id (key type 1), with that broker's advertised host:port. v0-3 ask for one key, v4+ for a
-list (KIP-699), each answered on its own. The broker's ``find_coordinator`` creates the internal topic on
-first use and answers COORDINATOR_NOT_AVAILABLE (15) while the key's partition has no leader; a leader
+list (KIP-699), each answered on its own. The broker's ``find_coordinator`` starts the internal topic's
+creation on first use and answers COORDINATOR_NOT_AVAILABLE (15) at once, and while the key's partition
+has no leader, so the connection is never held by a creation; a leader
 whose listener is not known yet answers 15 too (the client retries)."""
 
 from __future__ import annotations
