@@ -2,7 +2,7 @@
 process (a ReplicaHost, the default) while another partition's log is compacted, against the same partition's
 latency before the pass.
 
-    .venv/bin/python benchmarks/compaction_bench.py --json [--records 400000] [--keys 2000]
+    .venv/bin/python benchmarks/compaction_bench.py --json [--records 1000000] [--keys 2000]
 
 One broker (so both partitions share one ReplicaHost), topic ``big`` (1 partition, RF 1, ``segment.bytes``
 8 MiB, ``cleanup.policy`` delete while it fills) filled with ``--records`` keyed records over ``--keys`` keys
@@ -44,7 +44,7 @@ def quantiles(xs: list[float]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=2000)
     ap.add_argument("--baseline-s", type=float, default=5.0)
     ap.add_argument("--json", action="store_true")
