@@ -28,13 +28,23 @@ from typing import TYPE_CHECKING
 from storage import cleaner
 from storage.checkpoint import fsync_dir
 from storage.cleaner import CleanerStats, CleaningAborted, CleanPass
+from storage.log_config import LogConfig
 from storage.segment import LogSegment
 from storage.txn_index import carry_aborted
 
-if TYPE_CHECKING:
-    from storage.log_config import LogConfig
-
 __all__ = ["LogCleaning", "CleaningAborted"]
+
+
+def _dirty_enough(p: CleanPass, dirty_from: int, now_ms: int, config: LogConfig) -> bool:
+    if p.end_offset <= dirty_from:
+        return False  # nothing past the last pass
+    clean = sum(s.size for s in p.cleanable if s.next_offset <= dirty_from)
+    dirty_segments = [s for s in p.cleanable if s.next_offset > dirty_from]
+    dirty = sum(s.size for s in dirty_segments)
+    if clean + dirty and dirty / (clean + dirty) > config.min_cleanable_dirty_ratio:
+        return True
+    first = dirty_segments[0]._first_batch_timestamp() if dirty_segments else -1
+    return 0 <= first < now_ms - config.max_compaction_lag_ms
 
 
 class LogCleaning:
@@ -53,12 +63,15 @@ class LogCleaning:
 
     def begin_clean(self, now_ms: int, dirty_from: int = 0) -> CleanPass | None:
         """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, a pass is already under
-        way, or nothing is cleanable past ``dirty_from`` (where the owner's last pass ended)."""
+        way, or the range is not dirty enough. ``dirty_from`` is where the owner's last pass ended (Kafka's
+        cleaner checkpoint): the planned segments below it are the clean section, the rest the dirty one. A
+        pass runs when the dirty section's share of the bytes is over ``min.cleanable.dirty.ratio``, or when
+        its first record is older than ``max.compaction.lag.ms`` (Kafka's LogCleanerManager)."""
         self._check_open()
         if self._cleaning is not None:
             return None
         p = cleaner.plan_clean(self, now_ms)
-        if p is not None and p.end_offset <= dirty_from:
+        if p is not None and not _dirty_enough(p, dirty_from, now_ms, self.config):
             p = None
         self._cleaning = p
         return p

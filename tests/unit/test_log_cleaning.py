@@ -198,7 +198,7 @@ def test_segments_that_age_past_the_lag_are_cleaned_without_a_new_roll(logdir):
     """``min.compaction.lag.ms``: a pass asked too early cleans nothing and is asked again at the next backoff
     (not only after the next roll); once a pass cleaned the range, nothing is rewritten until more is
     cleanable."""
-    lg = Log(logdir, config(min_compaction_lag_ms=1000), now_ms=T0)
+    lg = Log(logdir, config(min_compaction_lag_ms=1000, min_cleanable_dirty_ratio=0.1), now_ms=T0)
     for s in range(3):
         put(lg, [(b"k", b"v%d" % s)], now=T0)
         lg.roll(T0)
@@ -216,4 +216,33 @@ def test_segments_that_age_past_the_lag_are_cleaned_without_a_new_roll(logdir):
     ready(lg)
     asyncio.run(hk.compact(T0 + 5000))
     assert stats["compaction_passes"] == 2 and [r.value for r in records(lg)] == [b"v3"]
+    lg.close()
+
+
+def test_min_cleanable_dirty_ratio_and_max_compaction_lag_gate_later_passes(logdir):
+    """After a pass, the next one waits until the dirty section (past the last pass) is over
+    ``min.cleanable.dirty.ratio`` of the cleanable bytes, or its first record is older than
+    ``max.compaction.lag.ms`` (Kafka's LogCleanerManager); the first pass has no clean section."""
+    lg = Log(logdir, config(min_cleanable_dirty_ratio=0.6, max_compaction_lag_ms=50_000), now_ms=T0)
+    for s in range(4):
+        put(lg, [(b"k%d" % k, b"v%d" % s) for k in range(5)], now=T0)
+        lg.roll(T0)
+    ready(lg)
+    stats: dict = {}
+    hk = ReplicaHousekeeping(types.SimpleNamespace(log=lg), stats, "t-0", T0)
+    asyncio.run(hk.compact(T0))
+    assert stats["compaction_passes"] == 1  # clean section empty: ratio 1
+    put(lg, [(b"k%d" % k, b"w") for k in range(5)], now=T0 + 1000)  # dirty = clean: ratio 0.5
+    lg.roll(T0 + 1000)
+    ready(lg)
+    asyncio.run(hk.compact(T0 + 2000))
+    assert stats["compaction_passes"] == 1 and len(records(lg)) == 10
+    asyncio.run(hk.compact(T0 + 52_000))  # its first record is now older than max.compaction.lag.ms
+    assert stats["compaction_passes"] == 2 and [r.value for r in records(lg)] == [b"w"] * 5
+    for s in range(2):  # two dirty segments against one clean: ratio 2/3 > 0.6
+        put(lg, [(b"k%d" % k, b"x%d" % s) for k in range(5)], now=T0 + 53_000)
+        lg.roll(T0 + 53_000)
+    ready(lg)
+    asyncio.run(hk.compact(T0 + 53_000))
+    assert stats["compaction_passes"] == 3 and [r.value for r in records(lg)] == [b"x1"] * 5
     lg.close()
