@@ -9,7 +9,8 @@ stopped (``notify``). ``find_coordinator(key)`` answers the leader of the key's 
 (``coordinator_answer``, pure); on first use it starts the topic's creation through the controller in the
 background and answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka's AutoTopicCreationManager does: the
 client retries, and a Kafka connection that carried the FindCoordinator is not held for the seconds a
-creation takes (its Fetch and Produce requests queue behind it, one request at a time per connection). :class:`CoordinatorKind` says which topic, actor and name each kind uses.
+creation takes (its Fetch and Produce requests queue behind it, one request at a time per connection).
+:class:`CoordinatorKind` says which topic, actor and name each kind uses.
 """
 
 from __future__ import annotations

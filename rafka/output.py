@@ -32,7 +32,8 @@ def quiet_worker_pool_warnings() -> None:
     The raylet sends it to every driver each time the node's worker count reaches a new multiple of its
     startup concurrency (2 on a 2-core machine). A rafka cluster is many ``num_cpus=0`` actors on purpose
     (brokers, replica hosts, coordinators; a process per replica with ``replica.host.max.partitions=1``), so
-    on a small machine it fires again and again, on the terminal of whoever is attached (a CLI verb, a notebook), where it means nothing to act on.
+    on a small machine it fires again and again, on the terminal of whoever is attached (a CLI verb, a
+    notebook), where it means nothing to act on.
     Ray's driver prints these messages through ``ray._private.worker.print_to_stdstream`` (looked up per
     message), which this wraps once. Idempotent; imports Ray (call it where Ray is being attached)."""
     import ray._private.worker as ray_worker

@@ -185,7 +185,6 @@ class CleanPass:
         replace_segments,
         index_interval_bytes,
         max_index_size,
-        gate: CleanerGate | None = None,
     ):
         self.segments = list(segments)
         self.last_stable_offset = last_stable_offset
@@ -199,7 +198,7 @@ class CleanPass:
             for pid, e in (active_producers or {}).items()
         }
         self.replace = replace_segments
-        self.gate = gate if gate is not None else CleanerGate()
+        self.gate = CleanerGate()
         self.cleanable: list[LogSegment] = []
         self.built: list[tuple[LogSegment, list[LogSegment]]] = []  # (cleaned, olds) per finished group
         self._made: list[LogSegment] = []  # every .cleaned segment this pass created

@@ -36,14 +36,13 @@ __all__ = ["LogCleaning", "CleaningAborted"]
 
 
 def _dirty_enough(p: CleanPass, dirty_from: int, now_ms: int, config: LogConfig) -> bool:
-    if p.end_offset <= dirty_from:
-        return False  # nothing past the last pass
+    """Nothing past ``dirty_from`` has no dirty bytes and no first dirty record: never enough."""
     clean = sum(s.size for s in p.cleanable if s.next_offset <= dirty_from)
     dirty_segments = [s for s in p.cleanable if s.next_offset > dirty_from]
     dirty = sum(s.size for s in dirty_segments)
     if clean + dirty and dirty / (clean + dirty) > config.min_cleanable_dirty_ratio:
         return True
-    first = dirty_segments[0]._first_batch_timestamp() if dirty_segments else -1
+    first = dirty_segments[0].first_batch_timestamp() if dirty_segments else -1
     return 0 <= first < now_ms - config.max_compaction_lag_ms
 
 
@@ -57,7 +56,6 @@ class LogCleaning:
         config: LogConfig
         _segments: list[LogSegment]
         _bases: list[int]
-        _closed: bool
 
         def _check_open(self) -> None: ...
 
@@ -78,10 +76,11 @@ class LogCleaning:
 
     def end_clean(self, p: CleanPass) -> CleanerStats | None:
         """After ``p.build()`` returned or raised (owner thread): swap the built segments in and return the
-        pass's stats, or, when the pass was aborted, failed, or the log closed, delete them and return None."""
+        pass's stats, or, when the pass was aborted (so when the log closed) or failed, delete them and return
+        None."""
         if self._cleaning is p:
             self._cleaning = None
-        if p.gate.aborted or self._closed or p.failed:
+        if p.gate.aborted or p.failed:
             p.discard()
             return None
         return p.commit()

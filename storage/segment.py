@@ -327,7 +327,8 @@ class LogSegment:
                 self.rebuild_indexes()
         return None
 
-    def _first_batch_timestamp(self) -> int:
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp (-1 when empty): what segment.ms and max.compaction.lag.ms age by."""
         if self._rolling_ts is None:
             h = self._header_at(0)
             self._rolling_ts = -1 if h is None else h.max_timestamp
@@ -353,7 +354,7 @@ class LogSegment:
             return False
         if self._size > segment_bytes - messages_size:
             return True
-        first_ts = self._first_batch_timestamp()
+        first_ts = self.first_batch_timestamp()
         waited = max_timestamp - first_ts if first_ts >= 0 else now_ms - self.created_ms
         if waited > segment_ms - jitter_ms:
             return True
