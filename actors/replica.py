@@ -71,7 +71,7 @@ from actors.replica_manager import (
 )
 from actors.replica_status import ReplicaStatus
 from actors.replica_writes import ReplicaWrites, now_ms
-from actors.replication_channel import ReplicationListener
+from actors.replication_channel import replication_server
 from actors.txn_verification import TxnVerifier
 from protocol import errors as E
 from protocol.control_messages import LeaderAndIsrPartitionState
@@ -177,7 +177,8 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
         self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
-        self.replication = ReplicationListener(self.fetch, lambda: self.partition.replicas, f"{self.tp} b{broker_id}")
+        self.replication = replication_server(f"b{broker_id}")
+        self.replication.register(topic, int(partition), self)
         self.clients = ClientListener(self.produce, self.fetch, f"{self.tp} b{broker_id}", self.write_txn_markers)
         # per-connection produce order of the wire listener's and the client listener's connections
         self.call_order = CallOrder()
@@ -250,7 +251,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
         self.alter_partition.cancel()
-        self.replication.close()
+        self.replication.unregister(self.topic, self.partition.partition, self)
         self.clients.close()
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
@@ -297,23 +298,44 @@ class Replica(ReplicaWrites, ReplicaStatus):
         return answer
 
     async def _fetch(self, req: FetchRequest) -> dict:
-        p = self.partition
         try:
             req = check_request(req, FetchRequest, "fetch")
-            err = p.check_leader(req.current_leader_epoch)
-            if err is not None:
-                raise err
-            if req.is_follower:
-                change, proposal = p.update_follower_fetch_state(req.replica_id, req.fetch_offset, now_ms())
-                if proposal is not None:
-                    self.alter_partition.submit(proposal)
-                self.replica_manager.complete_delayed_requests(change)
-            resp = fetch_answer(p, req)
+            resp = self._fetch_now(req)
             if resp["error_code"] or req.max_wait_ms <= 0 or len(resp["records"]) >= max(1, req.min_bytes):
                 return resp
-            return await self.replica_manager.wait_fetch(DelayedFetch(p, req))
+            return await self.replica_manager.wait_fetch(DelayedFetch(self.partition, req))
         except Exception as exc:
-            return fetch_error(p, exc)
+            return fetch_error(self.partition, exc)
+
+    def _fetch_now(self, req: FetchRequest) -> dict:
+        """The fetch without its wait: the leader check, a follower's fetch state, the read."""
+        p = self.partition
+        err = p.check_leader(req.current_leader_epoch)
+        if err is not None:
+            raise err
+        if req.is_follower:
+            change, proposal = p.update_follower_fetch_state(req.replica_id, req.fetch_offset, now_ms())
+            if proposal is not None:
+                self.alter_partition.submit(proposal)
+            self.replica_manager.complete_delayed_requests(change)
+        return fetch_answer(p, req)
+
+    # ---- the replication server's side (actors/replication_channel.py ServedPartition) ----
+    def replica_ids(self):
+        return self.partition.replicas
+
+    def fetch_now(self, req: FetchRequest) -> dict:
+        """A follower session's fetch of this partition, without the wait (the server waits for the session)."""
+        t0 = time.perf_counter()
+        try:
+            answer = self._fetch_now(req)
+        except Exception as exc:
+            answer = fetch_error(self.partition, exc)
+        self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    def park(self, req: FetchRequest) -> DelayedFetch:
+        return self.replica_manager.watch_fetch(DelayedFetch(self.partition, req))
 
     def _isr_applied(self, change: LeaderHwChange) -> None:
         """An ISR was adopted from an AlterPartition answer: dispatch the HW change, re-check acks=all."""

@@ -1,16 +1,18 @@
-"""The follower's fetch loop for one partition (Kafka's ReplicaFetcherThread, one partition per loop).
+"""The follower's loop for one partition (Kafka's ReplicaFetcherThread's per-partition state).
 
-Run by the replica actor as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks
-the leader's replica actor up (through the leader's broker: protocol/replica_lookup.py), truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the
-log is a prefix of the leader's, then long-polls the leader's ``fetch`` with its LEO and applies each
-answer through the :class:`~actors.partition.Partition` (append, HW, log start). The fetches go over a
-TCP connection to the leader's replication listener (actors/replication_channel.py; its endpoint is asked
-through Ray), not as Ray calls; a broken connection is handled like a dead leader actor. Retriable trouble
-backs off (``replica.fetch.backoff.ms`` doubling to 1 s); a dead or missing leader is probed until the
-next LeaderAndIsr bumps the partition's ``generation``, which ends the loop.
+Run by the replica as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks the
+leader's replica up (through the leader's broker: protocol/replica_lookup.py), asks its replication endpoint
+(the leader process's server), truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the log is
+a prefix of the leader's, then joins the fetch session from this process to that one
+(actors/fetch_session.py): one TCP connection and one long-poll for every partition this broker follows
+there, not Ray calls. The session hands each answer to ``apply`` (append, HW, log start). What it cannot
+apply (an error code, an unexpected offset) or a broken connection ends the membership with that exception:
+retriable trouble backs off (``replica.fetch.backoff.ms`` doubling to 1 s) and joins again; a dead or missing
+leader is looked up again until the next LeaderAndIsr bumps the partition's ``generation``, which ends the
+loop.
 
-Concurrency: runs on the replica actor's event loop; after every ``await`` it re-checks the
-partition's ``generation`` before touching the log.
+Concurrency: runs on the replica's event loop; after every ``await`` it re-checks the partition's
+``generation`` before touching the log, and the session checks it before each ``apply``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import logging
 
 from ray.exceptions import RayActorError
 
+from actors.fetch_session import SessionMember, session_for
 from actors.partition import Partition
-from actors.replication_channel import ConnectionLost, ReplicationConnection
+from actors.replication_channel import ConnectionLost
 from protocol import errors as E
-from protocol.messages import FetchRequest, FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+from protocol.messages import FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from protocol.replica_lookup import replica_handle_async
 
 log = logging.getLogger("actors.replica")
@@ -81,74 +84,63 @@ class ReplicaFetcher:
                 return
         raise _Retry("epoch truncation did not converge")
 
-    async def _connect(self, leader, gen: int, timeout_s: float) -> ReplicationConnection:
-        """A connection to the leader replica's replication listener (its endpoint asked through Ray)."""
-        p = self.partition
+    async def _endpoint(self, leader, gen: int) -> dict:
+        """The leader's replication endpoint (its process's server), asked through Ray."""
         ep = await leader.replication_endpoint.remote()
-        if p.generation != gen:
+        if self.partition.generation != gen:
             raise asyncio.CancelledError()
         if ep.get("error_code"):
             raise _Retry(f"replication_endpoint: {E.for_code(ep['error_code']).name}: {ep.get('error_message')}")
-        conn = await ReplicationConnection.open(ep, p.broker_id, timeout_s)
-        self.connections += 1
-        return conn
+        return ep
+
+    def apply(self, answer: dict) -> None:
+        """One answer of the session's fetch for this partition (actors/fetch_session.py): append it, or raise
+        what the loop must handle (the session then drops this partition and the loop backs off)."""
+        resp = FetchResponse.from_dict(answer)
+        self.fetches += 1
+        code = resp.error_code
+        if code == 0:
+            self.partition.append_as_follower(resp.records, resp.high_watermark, resp.log_start_offset)
+            self.error = None
+        elif code == E.OffsetOutOfRangeError.code:
+            self._out_of_range(resp)
+        else:
+            raise _Retry(E.for_code(code).name + ": " + str(resp.error_message))
 
     async def run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict) -> None:
-        """The loop. Its connection is its own (``link``, not the fetcher's: a cancelled loop's cleanup may run
-        after the next loop started) and is closed however the loop ends."""
-        link: list[ReplicationConnection] = []  # the open connection, if any
-        try:
-            await self._run(gen, leader_id, leader_epoch, conf, link)
-        finally:
-            for conn in link:
-                conn.close()
-
-    async def _run(self, gen: int, leader_id: int, leader_epoch: int, conf: dict, link: list) -> None:
+        """The loop: look the leader up, truncate, then follow through the session to the leader's process
+        until the session drops this partition (an error, a broken connection: back off, go around) or the
+        next LeaderAndIsr cancels the loop."""
         p = self.partition
         leader = None
+        endpoint: dict | None = None
         truncated = False
         backoff = conf["replica.fetch.backoff.ms"] / 1000.0
-        timeout_s = conf["replica.socket.timeout.ms"] / 1000.0
         delay = backoff
         while p.generation == gen:
+            member = None
             try:
                 if leader is None:
                     leader = await self._lookup(leader_id)
-                if not link:
-                    link.append(await self._connect(leader, gen, timeout_s))
+                if endpoint is None:
+                    endpoint = await self._endpoint(leader, gen)
                 if not truncated:
                     await self._truncate_by_epoch(leader, gen, leader_epoch)
                     truncated = True
-                req = FetchRequest(
-                    p.log.log_end_offset,
-                    max_bytes=conf["replica.fetch.max.bytes"],
-                    max_wait_ms=conf["replica.fetch.wait.max.ms"],
-                    min_bytes=1,
-                    replica_id=p.broker_id,
-                    current_leader_epoch=leader_epoch,
-                )
-                resp = FetchResponse.from_dict(await link[0].fetch(req))
-                if p.generation != gen:
-                    return
-                self.fetches += 1
-                code = resp.error_code
-                if code == 0:
-                    p.append_as_follower(resp.records, resp.high_watermark, resp.log_start_offset)
-                    self.error = None
-                    delay = backoff
-                    continue
-                if code == E.OffsetOutOfRangeError.code:
-                    self._out_of_range(resp)
-                    continue
-                raise _Retry(E.for_code(code).name + ": " + str(resp.error_message))
+                member = SessionMember(self, gen, leader_epoch, conf)
+                session = session_for(endpoint, p.broker_id)
+                session.join(member)
+                self.connections += 1
+                try:
+                    await member.done  # only ever fails: with what ended the membership
+                finally:
+                    session.leave(member)
             except asyncio.CancelledError:
                 return
             except (RayActorError, ConnectionLost, ValueError) as exc:
-                # the leader's actor died, its connection broke, or it is not created (yet): close the
-                # connection, look the leader up again after the backoff, until the next LeaderAndIsr
-                leader = None
-                while link:
-                    link.pop().close()
+                # the leader's actor died, its connection broke, or it is not created (yet): look the leader up
+                # again after the backoff, until the next LeaderAndIsr
+                leader = endpoint = None
                 self.error = f"leader b{leader_id} unavailable: {type(exc).__name__}: {exc}"
             except E.UnexpectedAppendOffsetError as exc:
                 truncated = False
@@ -160,6 +152,8 @@ class ReplicaFetcher:
                 self.error = f"{type(exc).__name__}: {exc}"
             if p.generation != gen:
                 return
+            if member is not None and member.applied:
+                delay = backoff  # it fetched: this trouble is new
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

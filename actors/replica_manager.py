@@ -168,9 +168,13 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, [HW_KEY])
         return await op.wait()
 
-    async def wait_fetch(self, op: DelayedFetch):
+    def watch_fetch(self, op: DelayedFetch) -> DelayedFetch:
+        """Park ``op`` (or complete it now); its ``wait()`` is the answer."""
         self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY])
-        return await op.wait()
+        return op
+
+    async def wait_fetch(self, op: DelayedFetch):
+        return await self.watch_fetch(op).wait()
 
     def shutdown(self) -> None:
         self.produce_purgatory.shutdown()

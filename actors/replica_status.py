@@ -24,10 +24,12 @@ PRELOADED_MODULES = ("actors.broker", "actors.group_coordinator", "actors.txn_co
 class ReplicaStatus:
     async def replication_endpoint(self) -> dict:
         """Where this replica's followers fetch (actors/replication_channel.py): host, port and the token a
-        connection presents; the listener starts on the first call, on this Ray node's IP."""
+        connection presents, those of this process's replication server (every replica of a ReplicaHost gives
+        the same); the server starts on the first call, on this Ray node's IP."""
         try:
             if not self.bound or self.partition.role == STOPPED:
                 raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            self.replication.register(self.topic, self.partition.partition, self)
             ep = await self.replication.start(ray.util.get_node_ip_address())
         except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
             return _err(exc)

@@ -34,58 +34,102 @@ import hmac
 import logging
 import secrets
 import struct
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from typing import Any, Protocol
 
 import msgpack
 
+from protocol import errors as E
 from protocol.data_channel import BadFrame  # one class for both listeners' bad frames (``serving``)
-from protocol.messages import FetchRequest
+from protocol.messages import FetchRequest, FetchResponse
 
 log = logging.getLogger("actors.replica")
 
-MAX_REQUEST_BYTES = 64 * 1024  # a FetchRequest or hello is < 200 bytes
+MAX_REQUEST_BYTES = 1 << 20  # a session fetch names each partition in ~40-300 bytes; the hello is < 200
 _U32 = struct.Struct(">I")
 _ANSWER = struct.Struct(">II")
-_INT_FIELDS = (
-    "fetch_offset",
-    "max_bytes",
-    "max_wait_ms",
-    "min_bytes",
-    "replica_id",
-    "current_leader_epoch",
-    "isolation_level",
-)
 
 
 class ConnectionLost(Exception):
     """The replication connection to the leader broke, timed out or was refused."""
 
 
-def encode_request(req: FetchRequest) -> bytes:
-    body = msgpack.packb({f: getattr(req, f) for f in _INT_FIELDS})
+POKE = {"poke": True}  # the follower's "answer the fetch you hold now" frame (a partition joined)
+_REQ_FIELDS = ("replica_id", "max_wait_ms", "min_bytes", "max_bytes")
+
+
+def _int64(v: Any) -> bool:
+    return type(v) is int and -(1 << 63) <= v < (1 << 63)
+
+
+def encode_session_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, parts: list) -> bytes:
+    """A session fetch frame: ``parts`` holds ``[topic, partition, fetch_offset, current_leader_epoch,
+    partition_max_bytes]`` per partition, answered in this order."""
+    body = msgpack.packb(
+        {
+            "replica_id": replica_id,
+            "max_wait_ms": max_wait_ms,
+            "min_bytes": min_bytes,
+            "max_bytes": max_bytes,
+            "partitions": parts,
+        }
+    )
     return _U32.pack(len(body)) + body
 
 
-def decode_request(body: bytes) -> FetchRequest:
-    """A FetchRequest from a request frame's body; BadFrame unless it is a map of the known int fields."""
+def encode_poke() -> bytes:
+    body = msgpack.packb(POKE)
+    return _U32.pack(len(body)) + body
+
+
+def decode_frame(body: bytes) -> dict:
+    """A session fetch (its map) or the poke (``POKE``) from a frame's body; BadFrame for anything else."""
     try:
         d = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # noqa: BLE001 - any msgpack failure is a bad frame
         raise BadFrame(f"not msgpack: {type(exc).__name__}") from None
-    if not isinstance(d, dict) or set(d) - set(_INT_FIELDS) or "fetch_offset" not in d:
-        raise BadFrame("not a FetchRequest map")
-    for k, v in d.items():
-        if type(v) is not int or not -(1 << 63) <= v < (1 << 63):
+    if d == POKE:
+        return POKE
+    if not isinstance(d, dict) or set(d) != {*_REQ_FIELDS, "partitions"}:
+        raise BadFrame("not a session fetch map")
+    for k in _REQ_FIELDS:
+        if not _int64(d[k]):
             raise BadFrame(f"{k} must be an int64")
-    return FetchRequest(**d)
+    parts = d["partitions"]
+    if not isinstance(parts, list) or not parts:
+        raise BadFrame("partitions must be a non-empty list")
+    for e in parts:
+        if not (isinstance(e, list) and len(e) == 5 and isinstance(e[0], str) and all(_int64(x) for x in e[1:])):
+            raise BadFrame("a partition is [topic, partition, fetch_offset, current_leader_epoch, max_bytes]")
+    return d
 
 
-def encode_answer(answer: dict) -> list:
-    """The frame parts of a fetch answer (records are written as they are, not copied into msgpack)."""
-    records = answer.get("records") or b""
-    meta = msgpack.packb({k: v for k, v in answer.items() if k != "records"})
-    return [_ANSWER.pack(len(meta), len(records)), meta, records]
+def encode_answers(answers: list[dict]) -> list:
+    """The frame parts of a session answer: the answers' fields but records (with each one's records length
+    ``n``), then every partition's records as they are, concatenated in order (never copied into msgpack)."""
+    metas, recs = [], []
+    for a in answers:
+        r = a.get("records") or b""
+        recs.append(r)
+        metas.append({**{k: v for k, v in a.items() if k != "records"}, "n": len(r)})
+    meta = msgpack.packb(metas)
+    return [_ANSWER.pack(len(meta), sum(len(r) for r in recs)), meta, *recs]
+
+
+def decode_answers(meta: bytes, records: bytes) -> list[dict]:
+    answers = msgpack.unpackb(meta, raw=False)
+    if not isinstance(answers, list):
+        raise ValueError("answers must be a list")
+    pos = 0
+    for a in answers:
+        n = a.pop("n")
+        if not isinstance(n, int) or n < 0 or pos + n > len(records):
+            raise ValueError("records lengths do not add up")
+        a["records"] = records[pos : pos + n]
+        pos += n
+    if pos != len(records):
+        raise ValueError("records lengths do not add up")
+    return answers
 
 
 @contextlib.contextmanager
@@ -138,19 +182,36 @@ class TokenListener:
         self._conns.clear()
 
 
-class ReplicationListener(TokenListener):
-    """The leader replica's server. ``handler`` is the replica's ``fetch`` (a FetchRequest -> answer dict);
-    ``replicas`` says which broker ids may fetch (the partition's assignment, read at each hello)."""
+class ServedPartition(Protocol):
+    """What the server needs of a leader replica (``Replica`` in actors/replica.py)."""
 
-    def __init__(
-        self,
-        handler: Callable[[FetchRequest], Awaitable[dict]],
-        replicas: Callable[[], Any],
-        name: str,
-    ):
+    def replica_ids(self) -> Collection[int]: ...
+
+    def fetch_now(self, req: FetchRequest) -> dict:
+        """The follower fetch without its wait: the follower's fetch state moves, then the read."""
+        ...
+
+    def park(self, req: FetchRequest) -> Any:
+        """A DelayedFetch watched in the replica's purgatory (``wait()``, ``cancel()``): done when data comes."""
+        ...
+
+
+class ReplicationServer(TokenListener):
+    """The leader side of one process (a ReplicaHost's slots, or one ReplicaActor): every leader replica in it
+    registers under its topic and partition, and each follower broker's session fetches all of its partitions
+    led here in one request (Kafka's fetch session between two brokers' replica managers)."""
+
+    def __init__(self, name: str):
         super().__init__(name, self._serve)
-        self.handler, self.replicas = handler, replicas
-        self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0}
+        self.partitions: dict[tuple[str, int], ServedPartition] = {}
+        self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0, "partition_fetches": 0, "pokes": 0}
+
+    def register(self, topic: str, partition: int, served: ServedPartition) -> None:
+        self.partitions[(topic, partition)] = served
+
+    def unregister(self, topic: str, partition: int, served: ServedPartition) -> None:
+        if self.partitions.get((topic, partition)) is served:
+            del self.partitions[(topic, partition)]
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes:
         (n,) = _U32.unpack(await reader.readexactly(4))
@@ -168,26 +229,94 @@ class ReplicationListener(TokenListener):
             raise BadFrame("hello needs token and replica_id")
         if not hmac.compare_digest(d["token"], self.token):
             raise BadFrame("wrong token")
-        if d["replica_id"] not in set(self.replicas()):
-            raise BadFrame(f"broker {d['replica_id']} is not a replica of {self.name}")
+        if d["replica_id"] < 0:
+            raise BadFrame(f"replica_id {d['replica_id']} is not a broker id")
         return d["replica_id"]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Frames are read while a fetch is held, so a poke can end its wait; one fetch at a time per
+        connection (a second one before the answer is a bad frame), answered in order."""
+        task: asyncio.Task | None = None
         with serving(self._conns, writer, self.stats, self.name, "replication"):
             replica_id = await asyncio.wait_for(self._hello(reader), 10)
             self.stats["connections"] += 1
-            while True:
-                req = decode_request(await self._read_frame(reader))
-                if req.replica_id != replica_id:
-                    raise BadFrame(f"fetch as replica {req.replica_id} on broker {replica_id}'s connection")
-                answer = await self.handler(req)
-                self.stats["fetches"] += 1
-                writer.writelines(encode_answer(answer))
-                await writer.drain()
+            poke = asyncio.Event()
+            try:
+                while True:
+                    msg = decode_frame(await self._read_frame(reader))
+                    if msg is POKE:
+                        self.stats["pokes"] += 1
+                        poke.set()
+                        continue
+                    if msg["replica_id"] != replica_id:
+                        raise BadFrame(f"fetch as replica {msg['replica_id']} on broker {replica_id}'s connection")
+                    if task is not None and not task.done():
+                        raise BadFrame("a fetch before the answer to the last one")
+                    poke.clear()
+                    task = asyncio.ensure_future(self._answer(msg, writer, poke))
+            finally:
+                if task is not None:
+                    task.cancel()
+
+    async def _answer(self, msg: dict, writer: asyncio.StreamWriter, poke: asyncio.Event) -> None:
+        try:
+            answers = await self.fetch_session(msg, poke)
+            self.stats["fetches"] += 1
+            self.stats["partition_fetches"] += len(answers)
+            writer.writelines(encode_answers(answers))
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            writer.close()
+        except Exception:  # noqa: BLE001 - close this connection (the follower reconnects); the server goes on
+            log.exception("%s: a session fetch failed", self.name)
+            writer.close()
+
+    def _fetch_one(self, replica_id: int, entry: list) -> dict:
+        topic, partition, offset, epoch, max_bytes = entry
+        served = self.partitions.get((topic, partition))
+        if served is None:
+            return FetchResponse.error(E.NotLeaderOrFollowerError(f"{topic}-{partition} is not led in {self.name}"))
+        if replica_id not in served.replica_ids():
+            return FetchResponse.error(
+                E.NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {topic}-{partition}")
+            )
+        return served.fetch_now(FetchRequest(offset, max_bytes, 0, 1, replica_id, epoch))
+
+    async def fetch_session(self, msg: dict, poke: asyncio.Event) -> list[dict]:
+        """Every partition's answer, in request order. When none has records or an error, the fetch waits up to
+        ``max_wait_ms`` for data on any of them (or a poke) and reads them all again (Kafka's DelayedFetch
+        over a fetch session's partitions). The answer holds at most ``max_bytes`` of records in all (at least
+        the first partition's), the rest comes with the next fetch."""
+        rid, parts = msg["replica_id"], msg["partitions"]
+        answers = [self._fetch_one(rid, e) for e in parts]
+        if msg["max_wait_ms"] > 0 and not any(a["error_code"] or a["records"] for a in answers):
+            ops = []
+            for e in parts:
+                served = self.partitions.get((e[0], e[1]))
+                if served is not None:
+                    ops.append(served.park(FetchRequest(e[2], e[4], msg["max_wait_ms"], 1, rid, e[3])))
+            waits = [asyncio.ensure_future(op.wait()) for op in ops]
+            waits.append(asyncio.ensure_future(poke.wait()))
+            try:
+                await asyncio.wait(waits, timeout=msg["max_wait_ms"] / 1000, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for op in ops:
+                    op.cancel()
+                for w in waits:
+                    w.cancel()
+            answers = [self._fetch_one(rid, e) for e in parts]
+        total = 0
+        for a in answers:
+            n = len(a.get("records") or b"")
+            if total and total + n > msg["max_bytes"]:
+                a["records"] = b""  # over the response's limit: it comes with the next fetch
+                continue
+            total += n
+        return answers
 
 
 class ReplicationConnection:
-    """The follower's connection to one leader replica's :class:`ReplicationListener`."""
+    """A follower broker's session connection to one leader process's :class:`ReplicationServer`."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout_s: float):
         self.reader, self.writer, self.timeout_s = reader, writer, timeout_s
@@ -204,13 +333,12 @@ class ReplicationConnection:
         writer.write(_U32.pack(len(hello)) + hello)
         return cls(reader, writer, timeout_s)
 
-    async def fetch(self, req: FetchRequest) -> dict:
-        """One FetchRequest, answered as the replica's ``fetch`` dict; ConnectionLost if the leader is gone."""
+    async def fetch(self, frame: bytes, max_wait_ms: int) -> list[dict]:
+        """One session fetch (``encode_session_fetch``), answered per partition in order; ConnectionLost if the
+        leader is gone, silent past ``replica.socket.timeout.ms`` beyond the wait, or out of step."""
         try:
-            self.writer.write(encode_request(req))
-            head = await asyncio.wait_for(
-                self.reader.readexactly(_ANSWER.size), self.timeout_s + req.max_wait_ms / 1000
-            )
+            self.writer.write(frame)
+            head = await asyncio.wait_for(self.reader.readexactly(_ANSWER.size), self.timeout_s + max_wait_ms / 1000)
             meta_len, rec_len = _ANSWER.unpack(head)
             meta = await asyncio.wait_for(self.reader.readexactly(meta_len), self.timeout_s)
             records = await asyncio.wait_for(self.reader.readexactly(rec_len), self.timeout_s) if rec_len else b""
@@ -218,12 +346,26 @@ class ReplicationConnection:
             self.close()
             raise ConnectionLost(f"replication connection lost: {type(exc).__name__} {exc}") from None
         try:
-            answer = msgpack.unpackb(meta, raw=False)
-            answer["records"] = records
+            return decode_answers(meta, records)
         except Exception as exc:  # noqa: BLE001 - out of step with the leader: start a new connection
             self.close()
             raise ConnectionLost(f"malformed answer from the leader: {type(exc).__name__}") from None
-        return answer
+
+    def poke(self) -> None:
+        """Ask the leader to answer the fetch it holds now (a partition joined the session)."""
+        if not self.writer.is_closing():
+            self.writer.write(encode_poke())
 
     def close(self) -> None:
         self.writer.close()
+
+
+_servers: dict[str, ReplicationServer] = {}
+
+
+def replication_server(name: str) -> ReplicationServer:
+    """This process's server (one per broker's process: a ReplicaHost's slots or one ReplicaActor share it)."""
+    server = _servers.get(name)
+    if server is None:
+        server = _servers[name] = ReplicationServer(name)
+    return server
