@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_replication_channel import HOST, FakePartition
+from test_replication_channel import FakePartition, start
 
 from actors.fetch_session import SessionMember, session_for, sessions
 from actors.replication_channel import ConnectionLost, ReplicationServer
@@ -49,14 +49,6 @@ class FakeFetcher:
         self.partition.log.log_end_offset += len(answer["records"])
 
 
-async def leader(**parts: FakePartition) -> ReplicationServer:
-    server = ReplicationServer("b1")
-    for name, fp in parts.items():
-        server.register(name, 0, fp)
-    await server.start(HOST)
-    return server
-
-
 async def until(cond, timeout_s: float = 5.0) -> float:
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -74,11 +66,17 @@ def join(server: ReplicationServer, fetcher: FakeFetcher) -> tuple:
     return s, m
 
 
+async def two(data_a: bytes, data_b: bytes) -> tuple:
+    """A leader process leading partitions "a" and "b" and a follower of each."""
+    a, b = FakePartition(data=data_a), FakePartition(data=data_b)
+    server = await start(a=a, b=b)
+    fa, fb = FakeFetcher("a"), FakeFetcher("b")
+    return server, a, b, fa, fb
+
+
 def test_partitions_led_in_one_process_share_one_connection_and_one_long_poll():
     async def go():
-        a, b = FakePartition(data=b"a1"), FakePartition(data=b"b1")
-        server = await leader(a=a, b=b)
-        fa, fb = FakeFetcher("a"), FakeFetcher("b")
+        server, a, b, fa, fb = await two(b"a1", b"b1")
         sa, _ = join(server, fa)
         sb, _ = join(server, fb)
         await until(lambda: fa.got == b"a1" and fb.got == b"b1")
@@ -102,9 +100,7 @@ def test_partitions_led_in_one_process_share_one_connection_and_one_long_poll():
 
 def test_a_partition_that_joins_while_a_fetch_is_held_is_served_at_once():
     async def go():
-        a, b = FakePartition(data=b""), FakePartition(data=b"late")
-        server = await leader(a=a, b=b)
-        fa, fb = FakeFetcher("a"), FakeFetcher("b")
+        server, a, b, fa, fb = await two(b"", b"late")
         s, ma = join(server, fa)
         await until(lambda: s.in_flight)
         await asyncio.sleep(0.2)  # a has nothing: the fetch is held at the leader
@@ -122,9 +118,7 @@ def test_a_partition_that_joins_while_a_fetch_is_held_is_served_at_once():
 
 def test_one_partitions_trouble_fails_only_its_membership():
     async def go():
-        a, b = FakePartition(data=b"x"), FakePartition(data=b"y")
-        server = await leader(a=a, b=b)
-        fa, fb = FakeFetcher("a"), FakeFetcher("b")
+        server, a, b, fa, fb = await two(b"x", b"y")
         fa.fail_with = ValueError("unexpected offset")
         s, ma = join(server, fa)
         _, mb = join(server, fb)
@@ -143,9 +137,7 @@ def test_one_partitions_trouble_fails_only_its_membership():
 
 def test_a_broken_connection_fails_every_member_and_the_session_ends():
     async def go():
-        a, b = FakePartition(data=b"x"), FakePartition(data=b"y")
-        server = await leader(a=a, b=b)
-        fa, fb = FakeFetcher("a"), FakeFetcher("b")
+        server, a, b, fa, fb = await two(b"x", b"y")
         s, ma = join(server, fa)
         _, mb = join(server, fb)
         await until(lambda: fa.got and fb.got)
@@ -164,7 +156,7 @@ def test_a_broken_connection_fails_every_member_and_the_session_ends():
 def test_the_last_member_to_leave_ends_the_session_and_a_new_join_starts_another():
     async def go():
         a = FakePartition(data=b"x")
-        server = await leader(a=a)
+        server = await start(a=a)
         fa = FakeFetcher("a")
         s1, m1 = join(server, fa)
         await until(lambda: fa.got == b"x")
