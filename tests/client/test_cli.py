@@ -341,6 +341,9 @@ def test_produce_flushes_what_was_typed_when_interrupted(cli):
         stderr=subprocess.PIPE,
         text=True,
         env=cli.env,
+        # Ctrl-C as at a terminal, even when pytest itself was started in the background (`cmd &` in a script
+        # starts it with SIGINT ignored, which its children inherit, and the CLI would never see the signal)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     for line in proc.stderr:  # "producing to" is printed once the topic was checked and the producer is up
