@@ -78,6 +78,16 @@ class FetchSession:
         self.fetches = 0
         self.task: asyncio.Task | None = None
 
+    def describe(self) -> dict:
+        """For ``state()``: the leader process's endpoint, this end's local port (one per connection), members."""
+        sock = None if self.conn is None else self.conn.writer.get_extra_info("sockname")
+        return {
+            "leader": f"{self.endpoint['host']}:{self.endpoint['port']}",
+            "local_port": None if not sock else sock[1],
+            "partitions": len(self.members),
+            "fetches": self.fetches,
+        }
+
     def join(self, member: SessionMember) -> None:
         old = self.members.get(member.key)
         if old is not None and old is not member:

@@ -22,7 +22,7 @@ import logging
 
 from ray.exceptions import RayActorError
 
-from actors.fetch_session import SessionMember, session_for
+from actors.fetch_session import FetchSession, SessionMember, session_for
 from actors.partition import Partition
 from actors.replication_channel import ConnectionLost
 from protocol import errors as E
@@ -45,6 +45,7 @@ class ReplicaFetcher:
         self.fetches = 0
         self.connections = 0  # replication connections opened (one per leader, more after breaks)
         self.error: str | None = None
+        self.session: FetchSession | None = None  # the session it is a member of now
 
     def _name(self) -> str:
         p = self.partition
@@ -130,10 +131,12 @@ class ReplicaFetcher:
                 member = SessionMember(self, gen, leader_epoch, conf)
                 session = session_for(endpoint, p.broker_id)
                 session.join(member)
+                self.session = session
                 self.connections += 1
                 try:
                     await member.done  # only ever fails: with what ended the membership
                 finally:
+                    self.session = None
                     session.leave(member)
             except asyncio.CancelledError:
                 return

@@ -99,6 +99,8 @@ class ReplicaStatus:
             st["follower_fetches"] = self.fetcher.fetches
             st["follower_connections"] = self.fetcher.connections
             st["follower_error"] = self.fetcher.error
+            session = self.fetcher.session
+            st["follower_session"] = None if session is None else session.describe()
         return st
 
     async def metrics(self) -> dict:

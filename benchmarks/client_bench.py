@@ -19,7 +19,9 @@ min.insync.replicas 2 and the producer's defaults (acks=all, idempotent, linger 
   ``group.initial.rebalance.delay.ms``, is ``detail.group_consume.first_record_after_s``; __consumer_offsets is
   created by a warm-up group before);
 - ``e2e_p50_ms`` / ``e2e_p99_ms``: end-to-end latency (send to the consumer's poll returning it) of a producer
-  paced at ``--e2e-rate`` records/s; ``e2e_acks1_rf1_p50_ms`` the same at acks=1 on an RF 1 topic;
+  paced at ``--e2e-rate`` records/s; ``e2e_acks1_rf1_p50_ms`` the same at acks=1 on an RF 1 topic; beside them
+  (not goals) ``e2e_linger1_p50_ms`` / ``e2e_linger1_p99_ms`` and ``e2e_acks1_rf1_linger1_p50_ms`` at ``linger.ms``
+  1, since at the default 5 a record waits a median ~2.5 ms for its batch before it is sent;
 - ``replica_uss_mib``: USS of the replica processes per replica (``detail.replica_memory``); with
   ``--host-partitions N`` (``replica.host.max.partitions``) up to N of a broker's replicas share one ReplicaHost
   process, and every figure runs in that mode (unset: the brokers' default, 64);
@@ -318,11 +320,19 @@ def main() -> int:
             detail["pool_refill_s_e2e"] = wait_pools_full(cluster)  # timed runs start with full pools
             detail["e2e"] = bench_e2e(cluster, "e2e", a.e2e_rate, a.e2e_seconds, PARTITIONS)
             out["e2e_p50_ms"], out["e2e_p99_ms"] = detail["e2e"].get("p50_ms"), detail["e2e"].get("p99_ms")
+            # the same at linger.ms 1: at the default 5 a record waits a median ~2.5 ms for its batch to go
+            detail["e2e_linger1"] = bench_e2e(cluster, "e2e", a.e2e_rate, a.e2e_seconds, PARTITIONS, linger_ms=1)
+            out["e2e_linger1_p50_ms"] = detail["e2e_linger1"].get("p50_ms")
+            out["e2e_linger1_p99_ms"] = detail["e2e_linger1"].get("p99_ms")
             admin.delete_topics(["e2e"])
             admin.create_topic("e2e-rf1", PARTITIONS, 1)
             detail["pool_refill_s_e2e-rf1"] = wait_pools_full(cluster)  # timed runs start with full pools
             detail["e2e_acks1_rf1"] = bench_e2e(cluster, "e2e-rf1", a.e2e_rate, a.e2e_seconds, PARTITIONS, acks=1)
             out["e2e_acks1_rf1_p50_ms"] = detail["e2e_acks1_rf1"].get("p50_ms")
+            detail["e2e_acks1_rf1_linger1"] = bench_e2e(
+                cluster, "e2e-rf1", a.e2e_rate, a.e2e_seconds, PARTITIONS, acks=1, linger_ms=1
+            )
+            out["e2e_acks1_rf1_linger1_p50_ms"] = detail["e2e_acks1_rf1_linger1"].get("p50_ms")
             admin.delete_topics(["e2e-rf1"])
 
             # the idle figure: the cluster with one 6 x RF 3 topic (and __consumer_offsets), nothing running

@@ -466,3 +466,32 @@ def test_followers_fetch_over_the_leaders_replication_listener(steady_cluster):
     assert r["error_code"] == 0 and r["base_offset"] == 5, r
     for fh in followers:
         assert rstate(fh)["follower_connections"] == 1  # the strangers did not break the followers' sessions
+
+
+def test_a_follower_process_fetches_all_it_follows_in_one_leader_process_in_one_session(steady_cluster):
+    """Kafka's fetch sessions between brokers: the follower replicas that share a process and whose leaders
+    share a process are members of one session (one connection, one long-poll), not one connection each;
+    every partition still replicates through it."""
+    from collections import defaultdict
+
+    ch = steady_cluster
+    ch.create_topic("sess", 6, 3, {"min.insync.replicas": "3"})
+    leaders = {p: full_isr(ch, "sess", p=p) for p in range(6)}
+    for p, (_b, h) in leaders.items():
+        r = ray.get(h.produce.remote(ProduceRequest(batch([b"p%d" % p] * 3), -1, 10000)))
+        assert r["error_code"] == 0, r  # min ISR 3: both followers fetched it
+    groups: dict = defaultdict(list)
+    for p, (b, _h) in leaders.items():
+        for f in part(ch, "sess", p)["replicas"]:
+            if f == b:
+                continue
+            st = rstate(ch.replica("sess", p, f))
+            assert st["log_end_offset"] == 3 and st["follower_error"] is None, st
+            s = st["follower_session"]
+            assert s is not None and s["local_port"], st
+            groups[(st["pid"], s["leader"])].append((p, s))
+    for key, members in groups.items():
+        assert len({s["local_port"] for _p, s in members}) == 1, (key, members)  # one connection
+        assert all(s["partitions"] >= len(members) for _p, s in members), (key, members)
+    # 6 partitions on 3 brokers: a follower process follows 2 partitions led in each other broker's process
+    assert max(len(m) for m in groups.values()) >= 2, dict(groups)
