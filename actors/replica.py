@@ -320,23 +320,6 @@ class Replica(ReplicaWrites, ReplicaStatus):
             self.replica_manager.complete_delayed_requests(change)
         return fetch_answer(p, req)
 
-    # ---- the replication server's side (actors/replication_channel.py ServedPartition) ----
-    def replica_ids(self):
-        return self.partition.replicas
-
-    def fetch_now(self, req: FetchRequest) -> dict:
-        """A follower session's fetch of this partition, without the wait (the server waits for the session)."""
-        t0 = time.perf_counter()
-        try:
-            answer = self._fetch_now(req)
-        except Exception as exc:
-            answer = fetch_error(self.partition, exc)
-        self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
-        return answer
-
-    def park(self, req: FetchRequest) -> DelayedFetch:
-        return self.replica_manager.watch_fetch(DelayedFetch(self.partition, req))
-
     def _isr_applied(self, change: LeaderHwChange) -> None:
         """An ISR was adopted from an AlterPartition answer: dispatch the HW change, re-check acks=all."""
         self.replica_manager.complete_delayed_requests(change)

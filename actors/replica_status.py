@@ -1,19 +1,19 @@
 """The replica actor's endpoints and introspection (a mixin of ``ReplicaActor``, actors/replica.py): where
-followers and clients connect (the replication and client listeners' endpoints), ``state()``, ``metrics()``
-and ``preload()``."""
+followers and clients connect (the replication and client listeners' endpoints), what the process's replication
+server asks of a leader (``fetch_now``, ``park``), ``state()``, ``metrics()`` and ``preload()``."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import ray
 
 from actors.partition_state import FOLLOWER, STOPPED
-from actors.replica_manager import (
-    _err,
-)
+from actors.replica_manager import DelayedFetch, _err, fetch_error
 from protocol import errors as E
+from protocol.messages import FetchRequest
 from protocol.names import broker_name
 from protocol.replica_lookup import broker_handle_async
 
@@ -34,6 +34,24 @@ class ReplicaStatus:
         except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
             return _err(exc)
         return {"error_code": 0, "error_message": None, **ep}
+
+    # ---- the replication server's side (actors/replication_channel.py ServedPartition) ----
+    def replica_ids(self):
+        return self.partition.replicas
+
+    def fetch_now(self, req: FetchRequest) -> dict:
+        """A follower session's fetch of this partition, without the wait (the server waits for the session)."""
+        t0 = time.perf_counter()
+        try:
+            answer = self._fetch_now(req)
+        except Exception as exc:  # noqa: BLE001 - answered as the fetch's error
+            answer = fetch_error(self.partition, exc)
+        self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    def park(self, req: FetchRequest) -> DelayedFetch:
+        """The follower fetch parked until data comes (the session's long-poll waits on it)."""
+        return self.replica_manager.watch_fetch(DelayedFetch(self.partition, req))
 
     async def client_endpoint(self) -> dict:
         return await self._endpoint(False)
