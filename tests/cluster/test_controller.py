@@ -66,13 +66,22 @@ def test_create_describe_spread_and_controller_failover(cluster):
         st = ray.get(ch.leader_replica("orders", p["partition"]).state.remote())
         assert st["role"] == "leader" and st["leader_epoch"] == p["leader_epoch"]
 
-    old = ray.get(ch.controller().describe_controller.remote())
+    def describe_controller() -> dict:
+        # ray.kill is asynchronous: the old controller may still answer the lookup's ping, then die before the
+        # next call reaches it (ActorDiedError); look again until a live one answers
+        while True:
+            try:
+                return ray.get(ch.controller().describe_controller.remote())
+            except ray.exceptions.RayActorError:
+                time.sleep(0.02)
+
+    old = describe_controller()
     ray.kill(ch.controller(), no_restart=True)
     t0 = time.monotonic()
-    new = ray.get(ch.controller().describe_controller.remote())
+    new = describe_controller()
     while new["controller_epoch"] == old["controller_epoch"]:
         time.sleep(0.02)
-        new = ray.get(ch.controller().describe_controller.remote())
+        new = describe_controller()
     took = time.monotonic() - t0
     print(f"controller failover {took:.2f}s")
     assert new["controller_epoch"] == old["controller_epoch"] + 1 and took < 5
