@@ -43,7 +43,7 @@ class ReplicaFetcher:
     def __init__(self, cluster: str, partition: Partition):
         self.cluster, self.partition = cluster, partition
         self.fetches = 0
-        self.connections = 0  # replication connections opened (one per leader, more after breaks)
+        self.connections = 0  # fetch sessions joined (one per leader, more after trouble)
         self.error: str | None = None
         self.session: FetchSession | None = None  # the session it is a member of now
 

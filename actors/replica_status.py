@@ -29,7 +29,6 @@ class ReplicaStatus:
         try:
             if not self.bound or self.partition.role == STOPPED:
                 raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
-            self.replication.register(self.topic, self.partition.partition, self)
             ep = await self.replication.start(ray.util.get_node_ip_address())
         except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
             return _err(exc)

@@ -62,10 +62,15 @@ def _int64(v: Any) -> bool:
     return type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
+def _frame(obj: Any) -> bytes:
+    body = msgpack.packb(obj)
+    return _U32.pack(len(body)) + body
+
+
 def encode_session_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, parts: list) -> bytes:
     """A session fetch frame: ``parts`` holds ``[topic, partition, fetch_offset, current_leader_epoch,
     partition_max_bytes]`` per partition, answered in this order."""
-    body = msgpack.packb(
+    return _frame(
         {
             "replica_id": replica_id,
             "max_wait_ms": max_wait_ms,
@@ -74,12 +79,10 @@ def encode_session_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_
             "partitions": parts,
         }
     )
-    return _U32.pack(len(body)) + body
 
 
 def encode_poke() -> bytes:
-    body = msgpack.packb(POKE)
-    return _U32.pack(len(body)) + body
+    return _frame(POKE)
 
 
 def decode_frame(body: bytes) -> dict:
@@ -192,7 +195,8 @@ class ServedPartition(Protocol):
         ...
 
     def park(self, req: FetchRequest) -> Any:
-        """A DelayedFetch watched in the replica's purgatory (``wait()``, ``cancel()``): done when data comes."""
+        """A DelayedFetch watched in the replica's purgatory (``bind()``: its future, done when data comes;
+        ``cancel()``)."""
         ...
 
 
@@ -295,15 +299,17 @@ class ReplicationServer(TokenListener):
                 served = self.partitions.get((e[0], e[1]))
                 if served is not None:
                     ops.append(served.park(FetchRequest(e[2], e[4], msg["max_wait_ms"], 1, rid, e[3])))
-            waits = [asyncio.ensure_future(op.wait()) for op in ops]
-            waits.append(asyncio.ensure_future(poke.wait()))
-            try:
-                await asyncio.wait(waits, timeout=msg["max_wait_ms"] / 1000, return_when=asyncio.FIRST_COMPLETED)
+            poked = asyncio.ensure_future(poke.wait())
+            try:  # the ops' own futures: no task per partition per round
+                await asyncio.wait(
+                    [*(op.bind() for op in ops), poked],
+                    timeout=msg["max_wait_ms"] / 1000,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
             finally:
                 for op in ops:
                     op.cancel()
-                for w in waits:
-                    w.cancel()
+                poked.cancel()
             answers = [self._fetch_one(rid, e) for e in parts]
         total = 0
         for a in answers:
@@ -329,8 +335,7 @@ class ReplicationConnection:
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectionLost(f"connect to {endpoint['host']}:{endpoint['port']}: {exc or 'timed out'}") from None
-        hello = msgpack.packb({"token": endpoint["token"], "replica_id": replica_id})
-        writer.write(_U32.pack(len(hello)) + hello)
+        writer.write(_frame({"token": endpoint["token"], "replica_id": replica_id}))
         return cls(reader, writer, timeout_s)
 
     async def fetch(self, frame: bytes, max_wait_ms: int) -> list[dict]:

@@ -43,8 +43,8 @@ class FakeOp:
         self.future = asyncio.get_running_loop().create_future()
         self.cancelled = False
 
-    async def wait(self):
-        return await self.future
+    def bind(self):
+        return self.future
 
     def cancel(self):
         self.cancelled = True
