@@ -49,6 +49,7 @@ from protocol.data_channel import (
     API_FETCH,
     API_PRODUCE,
     API_TXN_MARKERS,
+    API_TXN_VERIFIED,
     MAX_FRAME_BYTES,
     MAX_HELLO_BYTES,
     REQUEST_HEAD,
@@ -57,15 +58,31 @@ from protocol.data_channel import (
     decode_fetch,
     decode_markers,
     decode_produce,
+    decode_verified,
     encode_answer,
 )
 from protocol.messages import FetchRequest, ProduceRequest
-from protocol.txn_messages import WriteTxnMarkersRequest
+from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 log = logging.getLogger("actors.replica")
 
 MAX_IN_FLIGHT_PER_CONNECTION = 256  # beyond it the listener stops reading that connection until answers go out
 _ids = itertools.count()
+
+
+async def read_token(reader: asyncio.StreamReader) -> bytes:
+    """A connection's hello: the token it presents (BadFrame unless the frame is that alone)."""
+    (n,) = U32.unpack(await reader.readexactly(4))
+    if n > MAX_HELLO_BYTES:
+        raise BadFrame(f"hello of {n} bytes")
+    body = await reader.readexactly(n)
+    try:
+        d = msgpack.unpackb(body, raw=False)
+    except Exception:  # noqa: BLE001 - any msgpack failure is a bad frame
+        raise BadFrame("hello is not msgpack") from None
+    if not isinstance(d, dict) or set(d) != {"token"} or not isinstance(d["token"], bytes):
+        raise BadFrame("hello must be the endpoint's token alone")
+    return d["token"]
 
 
 class ClientListener(TokenListener):
@@ -78,14 +95,16 @@ class ClientListener(TokenListener):
         fetch: Callable[[FetchRequest], Awaitable[dict]],
         name: str,
         write_txn_markers: Callable[[WriteTxnMarkersRequest], Awaitable[dict]] | None = None,
+        txn_verified: Callable[[TxnVerifiedRequest], Awaitable[dict]] | None = None,
         max_in_flight: int = MAX_IN_FLIGHT_PER_CONNECTION,
     ):
         super().__init__(name, self._serve)
         self.produce, self.fetch = produce, fetch
-        self.write_txn_markers = write_txn_markers
+        self.write_txn_markers, self.txn_verified = write_txn_markers, txn_verified
         self.max_in_flight = max_in_flight
         # a second token for the brokers' coordinators (``internal_endpoint``): their connections may also
-        # append as a coordinator and write transaction markers, which a client connection never may
+        # append as a coordinator, write transaction markers and push verification state, which a client
+        # connection never may
         self.internal_token = secrets.token_bytes(16)
         self._tasks: set[asyncio.Task] = set()
         self.stats = {
@@ -96,6 +115,7 @@ class ClientListener(TokenListener):
             "produces": 0,
             "fetches": 0,
             "markers": 0,
+            "verified_pushes": 0,
             "internal": 0,
         }
 
@@ -109,19 +129,10 @@ class ClientListener(TokenListener):
 
     async def _hello(self, reader: asyncio.StreamReader) -> bool:
         """The connection's privilege: True for the internal token, False for the client token."""
-        (n,) = U32.unpack(await reader.readexactly(4))
-        if n > MAX_HELLO_BYTES:
-            raise BadFrame(f"hello of {n} bytes")
-        body = await reader.readexactly(n)
-        try:
-            d = msgpack.unpackb(body, raw=False)
-        except Exception:  # noqa: BLE001 - any msgpack failure is a bad frame
-            raise BadFrame("hello is not msgpack") from None
-        if not isinstance(d, dict) or set(d) != {"token"} or not isinstance(d["token"], bytes):
-            raise BadFrame("hello must be the endpoint's token alone")
-        if hmac.compare_digest(d["token"], self.internal_token):
+        token = await read_token(reader)
+        if hmac.compare_digest(token, self.internal_token):
             return True
-        if not hmac.compare_digest(d["token"], self.token):
+        if not hmac.compare_digest(token, self.token):
             raise BadFrame("wrong token")
         return False
 
@@ -152,6 +163,9 @@ class ClientListener(TokenListener):
                     elif api == API_TXN_MARKERS and internal and not payload and self.write_txn_markers is not None:
                         call = self.write_txn_markers(decode_markers(meta))
                         self.stats["markers"] += 1
+                    elif api == API_TXN_VERIFIED and internal and not payload and self.txn_verified is not None:
+                        call = self.txn_verified(decode_verified(meta))
+                        self.stats["verified_pushes"] += 1
                     else:
                         raise BadFrame(f"api {api} is not served on this connection (or carries a payload)")
                     task = asyncio.ensure_future(self._answer(writer, corr, call, room))

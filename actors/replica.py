@@ -176,10 +176,12 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self._follower_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
-        self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition))
+        self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition), lambda: self.partition.leader_epoch)
         self.replication = replication_server(f"b{broker_id}")
         self.replication.register(topic, int(partition), self)
-        self.clients = ClientListener(self.produce, self.fetch, f"{self.tp} b{broker_id}", self.write_txn_markers)
+        self.clients = ClientListener(
+            self.produce, self.fetch, f"{self.tp} b{broker_id}", self.write_txn_markers, self.txn_verified
+        )
         # per-connection produce order of the wire listener's and the client listener's connections
         self.call_order = CallOrder()
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions

@@ -23,7 +23,7 @@ from protocol.messages import (
 )
 from protocol.names import group_coordinator_name
 from protocol.replica_lookup import named_actor_async
-from protocol.txn_messages import TxnResponse, WriteTxnMarkersRequest
+from protocol.txn_messages import TxnResponse, TxnVerifiedRequest, WriteTxnMarkersRequest
 from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
 from storage.batch_header import parse_header
 
@@ -106,7 +106,7 @@ class ReplicaWrites:
             info, change = p.append_txn_marker(
                 req.producer_id, req.producer_epoch, bool(req.committed), req.coordinator_epoch, now_ms()
             )
-            self.verifier.state.marker_written(req.producer_id)
+            self.verifier.state.marker_written(req.producer_id, req.txn_start_ms)
             self.replica_manager.complete_delayed_requests(change)
             done = TxnResponse().to_dict()
             ans = await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
@@ -115,6 +115,22 @@ class ReplicaWrites:
             return ans
         except Exception as exc:
             return TxnResponse(*E.error_response(exc)).to_dict()
+
+    async def txn_verified(self, req: TxnVerifiedRequest) -> dict:
+        """The transaction coordinator's push (actors/txn_verification.py): the producer's ongoing transaction
+        includes this partition. Taken only by the leader at the push's leader epoch; ``taken`` says whether
+        it was (a refused push leaves the transaction's first produce to ask the coordinator)."""
+        if type(req) is not TxnVerifiedRequest:
+            return TxnResponse(E.InvalidRequestError.code, "txn_verified takes one TxnVerifiedRequest").to_dict()
+        err = (
+            self.partition.check_leader(req.leader_epoch)
+            if req.leader_epoch >= 0
+            else E.InvalidRequestError("a verification push names the leader epoch it is for")
+        )
+        if err is not None:
+            return TxnResponse(*E.error_response(err)).to_dict()
+        taken = self.verifier.state.pushed(req.producer_id, req.producer_epoch, req.txn_start_ms)
+        return {**TxnResponse().to_dict(), "taken": taken}
 
     async def describe_producers(self) -> dict:
         """DescribeProducers: the producers of this partition (leader only)."""

@@ -31,6 +31,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from actors import server_log
 from actors import txn_service as svc
+from actors.coordinator_channel import CoordinatorListener
 from actors.coordinator_leadership import LeaderEpochs
 from actors.coordinator_runtime import records_batch
 from actors.group_records import partition_for as group_partition_for
@@ -39,7 +40,7 @@ from actors.metrics import txn_metrics
 from actors.txn_markers import TxnMarkerChannel
 from actors.txn_records import TxnRecord, decode_key, decode_value
 from actors.txn_service import ACTIVE, FAILED, LOADING, TxnPartition
-from actors.txn_state import STATE_NAMES, MarkerJob, TxnCoordinatorShard, TxnResult
+from actors.txn_state import ONGOING, STATE_NAMES, MarkerJob, TxnCoordinatorShard, TxnResult
 from protocol import errors as E
 from protocol.data_channel import API_PRODUCE, internal_produce_fields, loop_channel, produce_timeout_s
 from protocol.kv import GcsKV
@@ -61,6 +62,7 @@ from storage.records import decode_records
 log = logging.getLogger("rafka.txn_coordinator")
 
 PARK_S = 1.0  # how long an AddPartitionsToTxn waits for the id's previous transaction to complete
+PUSH_S = 5.0  # a verification push not answered by then counts as refused (its connection is closed)
 
 
 def now_ms() -> int:
@@ -103,6 +105,9 @@ class TxnCoordinatorActor:
         self._kv = GcsKV(cluster)
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
+        # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/coordinator_channel.py)
+        self._pushes: set[asyncio.Task] = set()  # verification pushes in flight (actors/txn_markers.py)
+        self.clients = CoordinatorListener(lambda method: getattr(self, method), f"txn coordinator b{broker_id}")
         # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
         # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
         # parked_adds: AddPartitionsToTxn that waited for the previous transaction's markers; combined_appends:
@@ -115,6 +120,8 @@ class TxnCoordinatorActor:
             "complete_ms": 0.0,
             "parked_adds": 0,
             "combined_appends": 0,
+            "end_txns": 0,
+            "end_txn_ms": 0.0,
         }
 
     # ================================================================== leadership
@@ -307,6 +314,16 @@ class TxnCoordinatorActor:
             msg = "partition not in the ongoing transaction" if first else None
             return AddPartitionsToTxnResponse(first, msg, results).to_dict()
         ans = await self._add_partitions(part, req)
+        if not ans["error_code"]:  # KIP-890 state to the partitions' leaders, before the producer writes there
+            md = part.shard.txns.get(req.transactional_id)
+            if md is not None and md.state == ONGOING and md.producer_id == req.producer_id:
+                parts = [(t, int(n)) for t, n in req.partitions if (t, int(n)) in md.partitions and t != OFFSETS_TOPIC]
+                pushes = await self.markers.push_verified(
+                    md.transactional_id, md.producer_id, md.producer_epoch, md.start_ms, parts, PUSH_S
+                )
+                task = asyncio.ensure_future(self.markers.count_taken(pushes))  # answered without waiting
+                self._pushes.add(task)
+                task.add_done_callback(self._pushes.discard)
         try:
             results = tuple((t, int(p), ans["error_code"]) for t, p in req.partitions)
         except (TypeError, ValueError):
@@ -367,10 +384,13 @@ class TxnCoordinatorActor:
         if err is not None:
             return TxnResponse(err["error_code"], err["error_message"]).to_dict()
         assert part is not None
+        t0 = time.perf_counter()
         res = part.shard.end_txn(
             req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed), now_ms()
         )
         ans = await self._apply(part, res, req.transactional_id)
+        self.stats["end_txns"] += 1
+        self.stats["end_txn_ms"] += round((time.perf_counter() - t0) * 1000, 2)
         return TxnResponse(ans["error_code"], ans.get("error_message")).to_dict()
 
     async def describe_transactions(self, req: DescribeTransactionsRequest) -> dict:
@@ -458,6 +478,7 @@ class TxnCoordinatorActor:
                 for p, x in sorted(self.parts.items())
             },
             "stats": {**self.stats, **self.markers.stats},
+            "client_listener": self.clients.describe(),
         }
 
     def metrics(self) -> dict:
@@ -466,6 +487,11 @@ class TxnCoordinatorActor:
             "broker_id": self.broker_id,
             **txn_metrics(self.parts, STATE_NAMES, {**self.stats, **self.markers.stats}),
         }
+
+    async def client_endpoint(self) -> dict:
+        """Where clients send coordinator requests over TCP: host, port, token (the listener starts here)."""
+        await self.clients.start(ray.util.get_node_ip_address())
+        return {"error_code": 0, "error_message": None, **self.clients.endpoint()}
 
     def ping(self) -> int:
         return self.broker_id

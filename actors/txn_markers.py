@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 from actors.txn_state import MarkerJob
 from protocol import errors as E
-from protocol.data_channel import API_TXN_MARKERS, loop_channel, marker_fields
+from protocol.data_channel import API_TXN_MARKERS, API_TXN_VERIFIED, loop_channel, marker_fields, verified_fields
 from protocol.kv import GcsKV, read_cluster
 from protocol.replica_lookup import replica_handle_async
-from protocol.txn_messages import WriteTxnMarkersRequest
+from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 log = logging.getLogger("rafka.txn_coordinator")
 ABANDON = {E.TransactionCoordinatorFencedError.code, E.InvalidProducerEpochError.code}
@@ -34,11 +34,14 @@ MAX_BACKOFF_S = 1.0
 MARKER_TIMEOUT_S = 35.0  # the replica answers REQUEST_TIMED_OUT itself after its 30 s acks=all wait
 
 
+def _partition_state(md: dict, topic: str, p: int) -> dict | None:
+    parts = (md["topics"].get(topic) or {}).get("partitions", {})
+    return parts.get(p, parts.get(str(p)))
+
+
 def partition_leader(md: dict, topic: str, p: int) -> int | None:
     """The leader id of ``topic-p`` in a metadata view (-1: none now), None when the partition is gone."""
-    t = md["topics"].get(topic)
-    parts = (t or {}).get("partitions", {})
-    state = parts.get(p, parts.get(str(p)))
+    state = _partition_state(md, topic, p)
     return None if state is None else int(state.get("leader", -1))
 
 
@@ -47,7 +50,14 @@ class TxnMarkerChannel:
 
     def __init__(self, cluster: str, broker_id: int, kv: GcsKV):
         self.cluster, self.broker_id, self.kv = cluster, broker_id, kv
-        self.stats = {"markers_written": 0, "marker_retries": 0, "markers_abandoned": 0, "metadata_reads": 0}
+        self.stats = {
+            "markers_written": 0,
+            "marker_retries": 0,
+            "markers_abandoned": 0,
+            "metadata_reads": 0,
+            "verified_pushes": 0,
+            "verified_pushes_taken": 0,
+        }
         self._md: dict | None = None
         self._handles: dict[tuple[str, int, int], object] = {}
 
@@ -70,7 +80,7 @@ class TxnMarkerChannel:
     async def write(self, job: MarkerJob, current: Callable[[], bool]) -> bool:
         """True once every partition took ``job``'s marker; False if abandoned or ``current()`` turned False."""
         req = WriteTxnMarkersRequest(
-            job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, job.transactional_id
+            job.producer_id, job.producer_epoch, job.commit, job.coordinator_epoch, job.transactional_id, job.start_ms
         )
         remaining, delay, refresh = set(job.partitions), 0.02, False
         while remaining:
@@ -123,3 +133,42 @@ class TxnMarkerChannel:
                     delay = min(delay * 2, MAX_BACKOFF_S)
                 refresh = True
         return True
+
+    async def push_verified(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, start_ms: int, partitions, timeout_s: float
+    ) -> list[asyncio.Future]:
+        """The KIP-890 verification state of a transaction that now durably includes ``partitions``, pushed to
+        each one's leader (TxnVerifiedRequest, at the leader epoch of the cached metadata). With the metadata
+        and the handles cached this does not yield, so the pushes are on their connections before the caller
+        answers the producer, whose first produce there then finds its transaction verified. Best effort and
+        never retried: a leader that moved, refused or had not taken it yet lets that produce ask the
+        coordinator as before. The pushes' futures: :meth:`count_taken` waits for them."""
+        md = await self._metadata(False)
+        io = loop_channel(internal=True)
+        calls = []
+        for topic, p in partitions:
+            state = _partition_state(md, topic, p)
+            leader = -1 if state is None else int(state.get("leader", -1))
+            if leader < 0:
+                continue
+            try:
+                h = await self._handle(topic, p, leader)
+            except ValueError:
+                continue
+            epoch = int(state.get("leader_epoch", -1))  # type: ignore[union-attr]
+            req = TxnVerifiedRequest(producer_id, producer_epoch, start_ms, epoch, transactional_id)
+            calls.append(io.submit_here(h, API_TXN_VERIFIED, verified_fields(req), b"", timeout_s))
+        return calls
+
+    async def count_taken(self, calls: list[asyncio.Future]) -> int:
+        """How many of :meth:`push_verified`'s pushes their leaders took (the rest are counted as refused)."""
+        taken = 0
+        for fut in calls:
+            try:
+                ans = await fut
+            except E.KafkaError:  # a dead replica, a broken connection, the timeout: that produce asks instead
+                continue
+            taken += bool(ans.get("taken"))
+        self.stats["verified_pushes"] += len(calls)
+        self.stats["verified_pushes_taken"] += taken
+        return taken

@@ -98,6 +98,7 @@ class MarkerJob:
     commit: bool
     partitions: tuple[tuple[str, int], ...]
     coordinator_epoch: int
+    start_ms: int = -1  # the transaction's start: each marker carries it (actors/txn_verification.py)
 
 
 @dataclass(slots=True)
@@ -252,7 +253,9 @@ class TxnCoordinatorShard:
             return _error(E.ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing; retry"))
         if md.state == ONGOING and parts <= md.partitions:
             return TxnResult([], _ok())
-        start = md.start_ms if md.state == ONGOING else now_ms
+        # a new transaction starts after its id's previous one, even within one millisecond: a partition leader
+        # tells a late verification push from a current one by it (actors/txn_verification.py)
+        start = md.start_ms if md.state == ONGOING else max(now_ms, md.start_ms + 1)
         value = TxnLogValue(
             md.producer_id,
             md.producer_epoch,
@@ -337,7 +340,13 @@ class TxnCoordinatorShard:
             except E.KafkaError:
                 return res
             nxt = TxnLogValue(
-                md.producer_id, md.producer_epoch, md.timeout_ms, ONGOING, tuple(sorted(parts)), now_ms, now_ms
+                md.producer_id,
+                md.producer_epoch,
+                md.timeout_ms,
+                ONGOING,
+                tuple(sorted(parts)),
+                now_ms,
+                max(now_ms, md.start_ms + 1),
             )
             res.records.append(TxnRecord(job.transactional_id, nxt))
             res.response = _ok(then_added=True)
@@ -441,4 +450,5 @@ class TxnCoordinatorShard:
             md.state == PREPARE_COMMIT,
             tuple(sorted(md.partitions)),
             self.coordinator_epoch,
+            md.start_ms,
         )

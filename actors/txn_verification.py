@@ -3,16 +3,27 @@ this partition is verified with the transaction coordinator first (AddPartitions
 late or hanging write can never start a transaction the coordinator does not know about, or join the next
 one.
 
-The verified state of a producer is ``(producer_epoch, marker generation)``: it holds until a marker for that
-producer is written here (the transaction ended) or the epoch changes. A produce that waited for the
-coordinator appends only if no marker was written for its producer in between (else INVALID_TXN_STATE, as
-Kafka's VerificationGuard does). :class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to
-the broker (FindCoordinator, key type 1) and the coordinator.
+The verified state of a producer is ``(producer_epoch, marker generation, leader epoch)``: it holds until a
+marker for that producer is written here (the transaction ended), the producer's epoch changes or this replica's
+leadership does. A produce that waited for the coordinator appends only if none of these moved in between (else
+INVALID_TXN_STATE, as Kafka's VerificationGuard does).
+
+The coordinator also *pushes* the state (what the issue allows beside asking): once an AddPartitionsToTxn is
+durable it tells each added partition's leader, on the replicas' internal channel, that the producer's
+transaction started at ``txn_start_ms`` includes it, before it answers the producer; so the transaction's first
+produce to a partition finds it verified and costs no call to the coordinator. A push is taken only for this
+leader epoch and only if no marker of that transaction or a later one was written here: the coordinator gives
+each transaction of an id a start time above the previous one's, and every marker carries its transaction's
+start, so a late push (its ack timed out, then it arrived after the transaction's marker) is refused and can
+never verify the next transaction. A push that did not arrive leaves the produce to ask, as before.
+:class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to the broker (FindCoordinator, key
+type 1) and the coordinator.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -25,28 +36,53 @@ VERIFY_TIMEOUT_S = 10.0
 
 
 class VerificationState:
-    """Which producers are verified for the open transaction of one partition."""
+    """Which producers are verified for the open transaction of one partition. ``leader_epoch`` reads the
+    replica's current leader epoch (a leadership change ends every verification)."""
 
-    def __init__(self) -> None:
+    MAX_ENDED = 100_000  # producers whose last marker start is remembered; beyond, the oldest go into the floor
+    UNKNOWN_START = 1 << 62  # a marker that does not say its transaction's start (an admin abort) blocks pushes
+
+    def __init__(self, leader_epoch: Callable[[], int] = lambda: 0) -> None:
+        self.leader_epoch = leader_epoch
         self.marker_gen: dict[int, int] = {}
-        self.verified: dict[int, tuple[int, int]] = {}
+        self.verified: dict[int, tuple[int, int, int]] = {}
+        self.ended_start: dict[int, int] = {}  # producer id -> the latest start of a transaction marked here
+        self.ended_floor = -1  # the ended starts forgotten beyond MAX_ENDED: no push at or below it is taken
+        self.pushes = {"taken": 0, "stale": 0}
 
-    def token(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
-        return producer_epoch, self.marker_gen.get(producer_id, 0)
+    def token(self, producer_id: int, producer_epoch: int) -> tuple[int, int, int]:
+        return producer_epoch, self.marker_gen.get(producer_id, 0), self.leader_epoch()
 
     def is_verified(self, producer_id: int, producer_epoch: int) -> bool:
         return self.verified.get(producer_id) == self.token(producer_id, producer_epoch)
 
-    def verified_with(self, producer_id: int, token: tuple[int, int]) -> bool:
+    def verified_with(self, producer_id: int, token: tuple[int, int, int]) -> bool:
         """Record a verification that started at ``token``; False if a marker came in between."""
         if self.token(producer_id, token[0]) != token:
             return False
         self.verified[producer_id] = token
         return True
 
-    def marker_written(self, producer_id: int) -> None:
+    def pushed(self, producer_id: int, producer_epoch: int, txn_start_ms: int) -> bool:
+        """The coordinator's push for the transaction that started at ``txn_start_ms`` (the caller checked the
+        leader epoch): taken unless a marker of that transaction or a later one was already written here."""
+        ended = max(self.ended_start.get(producer_id, -1), self.ended_floor)
+        if txn_start_ms < 0 or txn_start_ms <= ended:
+            self.pushes["stale"] += 1
+            return False
+        self.verified[producer_id] = self.token(producer_id, producer_epoch)
+        self.pushes["taken"] += 1
+        return True
+
+    def marker_written(self, producer_id: int, txn_start_ms: int = -1) -> None:
         self.marker_gen[producer_id] = self.marker_gen.get(producer_id, 0) + 1
         self.verified.pop(producer_id, None)
+        start = txn_start_ms if txn_start_ms >= 0 else self.UNKNOWN_START
+        ended = self.ended_start
+        ended[producer_id] = max(ended.pop(producer_id, -1), start)  # (re-inserted: the dict keeps marker order)
+        if len(ended) > self.MAX_ENDED:
+            oldest = next(iter(ended))
+            self.ended_floor = max(self.ended_floor, ended.pop(oldest))
 
 
 class TxnVerifier:
@@ -58,9 +94,11 @@ class TxnVerifier:
 
     MAX_CACHED = 1024
 
-    def __init__(self, cluster: str, broker_id: int, topic: str, partition: int):
+    def __init__(
+        self, cluster: str, broker_id: int, topic: str, partition: int, leader_epoch: Callable[[], int] = lambda: 0
+    ):
         self.cluster, self.broker_id, self.tp = cluster, broker_id, (topic, partition)
-        self.state = VerificationState()
+        self.state = VerificationState(leader_epoch)
         self.calls = 0
         self._broker = None
         self._coordinators: dict[str, object] = {}  # transactional id -> coordinator actor handle
@@ -90,7 +128,7 @@ class TxnVerifier:
         if not fut.cancelled():
             fut.exception()  # retrieved: a shared failure is raised to each waiter, never logged as lost
 
-    async def _verify(self, transactional_id: str, producer_id: int, token: tuple[int, int]) -> None:
+    async def _verify(self, transactional_id: str, producer_id: int, token: tuple[int, int, int]) -> None:
         producer_epoch = token[0]
         self.calls += 1
         try:

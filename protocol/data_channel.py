@@ -22,11 +22,11 @@ import msgpack
 
 from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
 from protocol.messages import FetchRequest, ProduceRequest
-from protocol.txn_messages import WriteTxnMarkersRequest
+from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
 MAX_HELLO_BYTES = 4096
-API_PRODUCE, API_FETCH, API_TXN_MARKERS = 0, 1, 2
+API_PRODUCE, API_FETCH, API_TXN_MARKERS, API_TXN_VERIFIED, API_COORDINATOR = 0, 1, 2, 3, 4
 U32 = struct.Struct(">I")
 REQUEST_HEAD = struct.Struct(">IIBI")  # length, correlation id, api, meta length
 ANSWER_HEAD = struct.Struct(">III")  # correlation id, meta length, records length
@@ -41,6 +41,14 @@ MARKER_FIELDS = {
     "producer_epoch": int,
     "committed": bool,
     "coordinator_epoch": int,
+    "transactional_id": str,
+    "txn_start_ms": int,
+}
+VERIFIED_FIELDS = {
+    "producer_id": int,
+    "producer_epoch": int,
+    "txn_start_ms": int,
+    "leader_epoch": int,
     "transactional_id": str,
 }
 FETCH_FIELDS = {
@@ -88,9 +96,16 @@ def decode_produce(meta: bytes, records: bytes, order: tuple[str, int], internal
 
 def decode_markers(meta: bytes) -> WriteTxnMarkersRequest:
     d = _fields(meta, MARKER_FIELDS, None)
-    if set(d) < set(MARKER_FIELDS) - {"transactional_id"}:
+    if set(d) < set(MARKER_FIELDS) - {"transactional_id", "txn_start_ms"}:
         raise BadFrame("WriteTxnMarkers needs producer_id, producer_epoch, committed and coordinator_epoch")
     return WriteTxnMarkersRequest(**d)
+
+
+def decode_verified(meta: bytes) -> TxnVerifiedRequest:
+    d = _fields(meta, VERIFIED_FIELDS, None)
+    if set(d) < set(VERIFIED_FIELDS) - {"transactional_id"}:
+        raise BadFrame("a verification push needs producer_id, producer_epoch, txn_start_ms and leader_epoch")
+    return TxnVerifiedRequest(**d)
 
 
 def decode_fetch(meta: bytes) -> FetchRequest:
@@ -318,6 +333,10 @@ def produce_fields(req: Any) -> dict:
 
 def marker_fields(req: WriteTxnMarkersRequest) -> dict:
     return {k: getattr(req, k) for k in MARKER_FIELDS}
+
+
+def verified_fields(req: TxnVerifiedRequest) -> dict:
+    return {k: getattr(req, k) for k in VERIFIED_FIELDS}
 
 
 def internal_produce_fields(req: ProduceRequest) -> dict:

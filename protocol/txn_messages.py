@@ -74,6 +74,21 @@ class WriteTxnMarkersRequest:
     committed: bool
     coordinator_epoch: int
     transactional_id: str = ""  # for logs and errors only
+    txn_start_ms: int = -1  # the transaction's start at its coordinator (-1: not known, as for an admin abort)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnVerifiedRequest:
+    """The coordinator's push to a partition leader (KIP-890 verification state, actors/txn_verification.py):
+    the ongoing transaction of this producer, started at ``txn_start_ms``, includes the receiving partition."""
+
+    METHOD: ClassVar[str] = "txn_verified"
+
+    producer_id: int
+    producer_epoch: int
+    txn_start_ms: int
+    leader_epoch: int  # the receiving replica takes the push only at this leader epoch
+    transactional_id: str = ""  # for logs only
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,10 @@
 A Ray actor call costs ~1.4 ms of CPU and several ms of delay on a busy 2-core machine; a request on an
 open TCP connection costs tens of microseconds. So :class:`ChannelTransport` (the Producer's and Consumer's
 default transport, rafka/transport.py's seam) sends the two hot calls, ``produce`` and ``fetch`` on a
-replica actor, over a connection to that replica's listener (actors/client_channel.py), and everything
-else (lookups, list offsets, coordinators, admin) as Ray calls, exactly as :class:`RayTransport` does.
+replica actor, over a connection to that replica's listener (actors/client_channel.py), and a transactional
+producer's calls on its transaction coordinator (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn)
+over a connection to the coordinator's listener (actors/coordinator_channel.py); everything else (lookups,
+list offsets, group coordinators, admin) as Ray calls, exactly as :class:`RayTransport` does.
 
 One I/O thread per process runs an asyncio loop with one connection per replica actor, shared by every
 client in the process (Kafka's NetworkClient keeps one connection per broker). The first request to a
@@ -26,7 +28,9 @@ import concurrent.futures
 import time
 from typing import Any
 
+from protocol.coordinator_frames import CHANNEL_METHODS, encode_coordinator_request
 from protocol.data_channel import (
+    API_COORDINATOR,
     API_FETCH,
     API_PRODUCE,
     channel_io,
@@ -55,6 +59,12 @@ class ChannelTransport(RayTransport):
                 )
             if method == "fetch" and getattr(req, "replica_id", 0) < 0:
                 return channel_io().submit(endpoint, API_FETCH, fetch_fields(req), b"", fetch_timeout_s(req))
+            if type(req) is CHANNEL_METHODS.get(method):  # a transaction coordinator request
+                return _coordinator_answer(
+                    channel_io().submit(
+                        endpoint, API_COORDINATOR, encode_coordinator_request(req), b"", COORDINATOR_TIMEOUT_S
+                    )
+                )
         return super().call(endpoint, method, *args, **kw)
 
     def future(self, call: Any) -> Any:
@@ -86,6 +96,26 @@ class ChannelTransport(RayTransport):
             except concurrent.futures.TimeoutError:
                 raise RequestTimedOutError(f"no answer in {timeout} s") from None
         return super().get(call, timeout)
+
+
+COORDINATOR_TIMEOUT_S = 60.0  # a coordinator answers within its own append timeout; beyond, the connection is lost
+
+
+def _coordinator_answer(fut: concurrent.futures.Future) -> concurrent.futures.Future:
+    """The answer dict as the coordinator's handler returned it (the channel adds an empty ``records``)."""
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    def done(f: concurrent.futures.Future) -> None:
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            ans = f.result()
+            ans.pop("records", None)
+            out.set_result(ans)
+
+    fut.add_done_callback(done)
+    return out
 
 
 CHANNEL = ChannelTransport()

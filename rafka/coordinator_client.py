@@ -15,6 +15,7 @@ from protocol.names import broker_name
 from rafka.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    KafkaError,
     KafkaTimeoutError,
     NotCoordinatorError,
     for_code,
@@ -132,7 +133,7 @@ class _Call:
                 return None
             try:
                 res = cl.transport.get(self.ref)
-            except RayActorError as e:
+            except (RayActorError, KafkaError) as e:  # a dead actor; over TCP, a lost connection or a timeout
                 res, self.last = None, e
             self.ref = None
             if res is not None:

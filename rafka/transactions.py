@@ -28,8 +28,12 @@ class Transactions:
         cfg = producer.config
         self.producer = producer
         self.state = TransactionState(cfg.transactional_id, cfg.transaction_timeout_ms)
-        self.client = TxnCoordinatorClient(
-            producer.cluster_name, producer.metadata, cfg.transactional_id, cfg.retry_backoff_ms
+        self.client = TxnCoordinatorClient(  # on the producer's transport: TCP to the coordinator by default
+            producer.cluster_name,
+            producer.metadata,
+            cfg.transactional_id,
+            cfg.retry_backoff_ms,
+            producer.sender.transport,
         )
         self.backoff_s = max(0.01, cfg.retry_backoff_ms / 1000)
         self.default_timeout_s = cfg.max_block_ms / 1000

@@ -240,3 +240,43 @@ def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, ne
     p.close()
     got = read(rafka_cluster, topic, 3, "read_committed", until=b"r2-299")
     assert len(got) == 3 + 2 * 300 and len(set(got)) == len(got)
+
+
+def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_verification_pushes(
+    rafka_cluster, new_topic
+):
+    """The producer's InitProducerId, AddPartitionsToTxn and EndTxn travel on the coordinator's TCP listener
+    (actors/coordinator_channel.py), not Ray calls; and once a transaction's partitions are added, the
+    coordinator pushes its KIP-890 state to their leaders, so no leader asks the coordinator when the
+    transaction's first records arrive (a leader that asked would count a verification call)."""
+    import ray
+
+    from protocol.names import RAY_NAMESPACE, txn_coordinator_name
+    from protocol.replica_lookup import replica_handle
+
+    topic = new_topic(3, 3)
+    t = tid()
+    p = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1)
+    p.init_transactions(timeout=90)
+    for round_ in range(4):
+        p.begin_transaction()
+        p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(30)])
+        p.commit_transaction(timeout=60)
+    p.close()
+    served = []
+    for b in rafka_cluster.broker_ids():
+        try:  # a broker's transaction coordinator starts with its first __transaction_state partition
+            h = ray.get_actor(txn_coordinator_name(rafka_cluster.name, b), namespace=RAY_NAMESPACE)
+        except ValueError:
+            continue
+        d = ray.get(h.describe.remote(), timeout=30)
+        served.append((d["client_listener"]["requests"], d["stats"]["verified_pushes_taken"]))
+    assert max(served)[0] >= 1 + 4 * 2  # InitProducerId, then an add and an EndTxn per transaction
+    assert sum(taken for _, taken in served) == 4 * 3
+    meta = rafka.Admin(rafka_cluster).describe_topics([topic])[0]
+    for part in meta["partitions"]:
+        h = replica_handle(rafka_cluster.name, topic, part["partition"], part["leader"])
+        v = ray.get(h.state.remote(), timeout=30)["txn_verification"]
+        assert v == {"calls": 0, "taken": 4, "stale": 0}, (part["partition"], v)
+    got = read(rafka_cluster, topic, 3, "read_committed", until=b"r3-29")
+    assert len(got) == 4 * 30 and len(set(got)) == len(got)

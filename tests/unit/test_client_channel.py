@@ -30,7 +30,7 @@ from actors.client_channel import ClientListener
 from protocol.data_channel import REQUEST_HEAD, BadFrame, decode_fetch, decode_produce, encode_request
 from protocol.errors import NotLeaderOrFollowerError, RequestTimedOutError
 from protocol.messages import FetchRequest, ProduceRequest
-from protocol.txn_messages import WriteTxnMarkersRequest
+from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 HOST = "127.0.0.1"
 
@@ -47,7 +47,7 @@ class FakeReplica:
         self.hang = False
         self.endpoint_answer: dict | None = None
         self.endpoint_calls = 0
-        self.listener = ClientListener(self.produce, self.fetch, "t-0 b1", self.write_txn_markers)
+        self.listener = ClientListener(self.produce, self.fetch, "t-0 b1", self.write_txn_markers, self.txn_verified)
         self.do(self.listener.start(HOST))
 
     def do(self, coro):
@@ -69,6 +69,10 @@ class FakeReplica:
     async def write_txn_markers(self, req: WriteTxnMarkersRequest) -> dict:
         self.requests.append(req)
         return {"error_code": 0, "error_message": None}
+
+    async def txn_verified(self, req: TxnVerifiedRequest) -> dict:
+        self.requests.append(req)
+        return {"error_code": 0, "error_message": None, "taken": True}
 
     async def fetch(self, req: FetchRequest) -> dict:
         self.requests.append(req)
@@ -239,6 +243,8 @@ def raw_peer(replica, *frames: bytes) -> bytes:
         "markers on a client connection",
         "internal origin not a known one",
         "markers with a string epoch",
+        "verification push on a client connection",
+        "verification push without a leader epoch",
     ],
 )
 def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case):
@@ -271,6 +277,14 @@ def test_bad_peers_are_closed_unanswered_and_the_listener_goes_on(replica, case)
         "markers with a string epoch": [
             frame({"token": replica.listener.internal_token}),
             request(2, {"producer_id": 1, "producer_epoch": "0", "committed": True, "coordinator_epoch": 0}),
+        ],
+        "verification push on a client connection": [
+            good,
+            request(3, {"producer_id": 1, "producer_epoch": 0, "txn_start_ms": 5, "leader_epoch": 0}),
+        ],
+        "verification push without a leader epoch": [
+            frame({"token": replica.listener.internal_token}),
+            request(3, {"producer_id": 1, "producer_epoch": 0, "txn_start_ms": 5}),
         ],
     }[case]
     assert raw_peer(replica, *frames) == b""
@@ -317,7 +331,11 @@ def test_the_internal_endpoint_may_append_as_a_coordinator_and_write_markers(rep
         "records": b"",
     }
     assert replica.requests[-1] == m
+    v = TxnVerifiedRequest(77, 3, 1700000000123, 4, "tx-1")
+    ans = io.submit(replica, data_channel.API_TXN_VERIFIED, data_channel.verified_fields(v), b"", 10).result(10)
+    assert ans["taken"] is True and replica.requests[-1] == v
     assert replica.listener.stats["internal"] == 1 and replica.listener.stats["markers"] == 1
+    assert replica.listener.stats["verified_pushes"] == 1
     # the client transport never carries an origin: a coordinator's request sent that way appends as a client
     assert T.get(T.call(replica, "produce", req), 10)["error_code"] == 0
     assert replica.requests[-1].origin == "client"

@@ -300,3 +300,27 @@ def test_markers_written_then_add_only_for_the_same_producer_and_good_partitions
     assert "then_added" not in res.response
     c.apply(res)
     assert c.state() == COMPLETE_ABORT
+
+
+def test_each_transaction_of_an_id_starts_after_the_previous_one_and_its_markers_carry_that_start():
+    """Partition leaders tell a late verification push from the current transaction's by the start
+    (actors/txn_verification.py): it must grow even when transactions begin within one millisecond."""
+    c = Coordinator()
+    r = c.init()
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    starts = []
+    for _ in range(3):
+        c.add("t1", pid, epoch, [("a", 0)], now=T0)  # the clock does not move
+        c.add("t1", pid, epoch, [("a", 1)], now=T0 + 50)  # a later add keeps the transaction's start
+        starts.append(c.shard.txns["t1"].start_ms)
+        c.end("t1", pid, epoch, True, now=T0)
+        job = c.jobs[-1]
+        assert job.start_ms == starts[-1]
+        c.apply(c.shard.markers_written(job, T0))
+    assert starts == [T0, T0 + 1, T0 + 2]
+    # the next transaction started in the CompleteCommit's append (a parked add) also starts later
+    c.add("t1", pid, epoch, [("a", 0)], now=T0)
+    c.end("t1", pid, epoch, True, now=T0)
+    res = c.shard.markers_written(c.jobs[-1], T0, then_add=(pid, epoch, [("b", 0)]))
+    c.apply(res)
+    assert c.shard.txns["t1"].start_ms == T0 + 4

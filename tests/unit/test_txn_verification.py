@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from actors.txn_verification import TxnVerifier
+from actors.txn_verification import TxnVerifier, VerificationState
 from protocol import errors as E
 
 
@@ -113,3 +113,69 @@ def test_a_produce_without_transactional_id_is_refused_without_asking():
     with pytest.raises(E.InvalidTxnStateError):
         asyncio.run(v.verify(None, 7, 0))
     assert v.asked == []
+
+
+# ---- the coordinator's pushes (VerificationState.pushed) ------------------------------------------------------
+def test_a_pushed_transaction_produces_without_asking_until_its_marker():
+    async def run():
+        v = ScriptedVerifier([OK])
+        assert v.state.pushed(7, 0, txn_start_ms=1000)
+        await v.verify("tx", 7, 0)
+        assert v.asked == [] and v.calls == 0
+        v.state.marker_written(7, txn_start_ms=1000)  # that transaction ended here
+        await v.verify("tx", 7, 0)  # the next one (not pushed) asks
+        assert len(v.asked) == 1
+        assert v.state.pushes == {"taken": 1, "stale": 0}
+
+    asyncio.run(run())
+
+
+def test_a_push_that_arrives_after_its_transactions_marker_is_refused():
+    """The push's ack timed out and it came in late: taking it would verify the producer's next
+    transaction for this partition without an AddPartitionsToTxn (a hanging transaction, KIP-890)."""
+
+    async def run():
+        v = ScriptedVerifier([{"error_code": E.InvalidTxnStateError.code, "error_message": "not in the txn"}])
+        v.state.marker_written(7, txn_start_ms=1000)
+        assert not v.state.pushed(7, 0, txn_start_ms=1000)
+        assert not v.state.pushed(7, 0, txn_start_ms=999)  # an even older one
+        assert not v.state.is_verified(7, 0)
+        with pytest.raises(E.InvalidTxnStateError):  # the late write asks, and the coordinator says no
+            await v.verify("tx", 7, 0)
+        assert v.state.pushes == {"taken": 0, "stale": 2}
+        assert v.state.pushed(7, 0, txn_start_ms=1001)  # the next transaction's own push is taken
+
+    asyncio.run(run())
+
+
+def test_a_leadership_change_ends_every_verification_pushed_or_asked():
+    epoch = [3]
+    s = VerificationState(lambda: epoch[0])
+    assert s.pushed(7, 0, 10)
+    assert s.verified_with(8, s.token(8, 2))
+    assert s.is_verified(7, 0) and s.is_verified(8, 2)
+    epoch[0] = 4  # this replica lost and regained the leadership (or another leader epoch began)
+    assert not s.is_verified(7, 0) and not s.is_verified(8, 2)
+    token = s.token(9, 0)
+    epoch[0] = 5
+    assert not s.verified_with(9, token)  # an ask that spanned a leadership change does not count
+
+
+def test_a_marker_without_its_transactions_start_refuses_every_later_push_of_that_producer():
+    s = VerificationState()
+    s.marker_written(7)  # an admin abort (rafka txn abort-hanging) does not know the start
+    assert not s.pushed(7, 0, 1 << 40)
+    assert s.pushed(8, 0, 5)  # other producers are not affected
+
+
+def test_the_forgotten_ends_beyond_the_cap_still_refuse_pushes_at_or_below_them():
+    s = VerificationState()
+    s.MAX_ENDED = 3
+    for pid, start in ((1, 50), (2, 10), (3, 30), (4, 20)):
+        s.marker_written(pid, start)
+    assert len(s.ended_start) == 3 and 1 not in s.ended_start and s.ended_floor == 50
+    assert not s.pushed(1, 0, 50) and not s.pushed(9, 0, 40)  # at or below the floor: refused, they ask
+    assert s.pushed(1, 0, 51)
+    s.marker_written(2, 60)  # a producer marked again moves to the newest end
+    s.marker_written(5, 70)
+    assert 2 in s.ended_start and 3 not in s.ended_start and s.ended_floor == 50
