@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 
@@ -218,3 +219,53 @@ def test_a_hanging_transaction_is_found_and_aborted(ray_cluster, tmp_path):
         assert [(a["partition"], a["producer_id"], a["aborted_from"]) for a in aborted] == [(0, pid, 0)]
         assert read_committed(c, topic, 1, 1) == [b"after"]  # the aborted records stay hidden
         assert admin.abort_hanging_transactions(topic, max_age_ms=0) == []  # nothing left to abort
+
+
+@pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
+def test_end_txn_on_the_coordinators_tcp_connection_survives_a_paused_or_killed_coordinator(txn_cluster, fault):
+    """EndTxn travels on the coordinator's TCP listener (actors/coordinator_channel.py). SIGSTOP: the
+    coordinator's process is paused while the EndTxn is on its connection, and the commit completes once it
+    resumes. SIGKILL: the coordinator's broker process dies after the transaction's records were acknowledged
+    and before the commit, so the EndTxn meets a dead connection; the producer finds the next coordinator
+    (another broker leads ``__transaction_state``) on a fresh connection and the transaction commits. Either
+    way read_committed sees every record once."""
+    admin = rafka.Admin(txn_cluster)
+    topic = f"tcp-{fault.lower()}-" + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, 3, 3)
+    t = tid()
+    p = rafka.Producer(txn_cluster, transactional_id=t, linger_ms=1)
+    p.init_transactions(timeout=90)
+    coordinator = coordinator_of(txn_cluster, t)
+    p.begin_transaction()
+    values = [b"%s-%d" % (fault.encode(), i) for i in range(60)]
+    for i, v in enumerate(values):
+        p.send(topic, value=v, partition=i % 3)
+    p.flush(timeout=60)
+    if fault == "SIGSTOP":
+        tc = ray.get_actor(txn_coordinator_name(txn_cluster.name, coordinator), namespace=RAY_NAMESPACE)
+        pid = actor_pid(tc)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        timer = threading.Timer(2.0, os.kill, (pid, signal.SIGCONT))
+        timer.start()
+        t0 = time.monotonic()
+        try:
+            p.commit_transaction(timeout=60)
+        finally:
+            timer.join()
+            os.kill(pid, signal.SIGCONT)
+        assert time.monotonic() - t0 >= 1.5  # it did wait for the paused coordinator
+    else:
+        pid = actor_pid(ray.get_actor(broker_name(txn_cluster.name, coordinator), namespace=RAY_NAMESPACE))
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the broker's process, its coordinators with it
+    try:
+        if fault == "SIGKILL":
+            p.commit_transaction(timeout=90)  # through the next coordinator: the killed one's broker is down
+        got = read_committed(txn_cluster, topic, 3, len(values))
+        assert sorted(got) == sorted(values)
+        wait_until(lambda: state_of(txn_cluster, t)["state"] == "CompleteCommit", 60, "CompleteCommit")
+    finally:
+        if fault == "SIGKILL":
+            txn_cluster.restart_broker(coordinator)
+        p.close(timeout=5)
