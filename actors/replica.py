@@ -185,7 +185,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         # per-connection produce order of the wire listener's and the client listener's connections
         self.call_order = CallOrder()
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
-        self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0}
+        self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0, "markers": 0, "markers_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self.bound = True

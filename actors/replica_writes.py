@@ -109,7 +109,10 @@ class ReplicaWrites:
             self.verifier.state.marker_written(req.producer_id, req.txn_start_ms)
             self.replica_manager.complete_delayed_requests(change)
             done = TxnResponse().to_dict()
+            t0 = time.perf_counter()
             ans = await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
+            self._stats["markers"] += 1  # each marker's acks=all wait (benchmarks/txn_bench.py's breakdown)
+            self._stats["markers_wait_ms"] += (time.perf_counter() - t0) * 1000
             if not ans["error_code"] and self.topic == OFFSETS_TOPIC:
                 await self._offsets_marker(req.producer_id, bool(req.committed))
             return ans
