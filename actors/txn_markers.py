@@ -140,10 +140,13 @@ class TxnMarkerChannel:
         """The KIP-890 verification state of a transaction that now durably includes ``partitions``, pushed to
         each one's leader (TxnVerifiedRequest, at the leader epoch of the cached metadata). With the metadata
         and the handles cached this does not yield, so the pushes are on their connections before the caller
-        answers the producer, whose first produce there then finds its transaction verified. Best effort and
+        answers the producer, whose first produce there then finds its transaction verified (a partition not
+        in the cached view is read first, once per new topic). Best effort and
         never retried: a leader that moved, refused or had not taken it yet lets that produce ask the
         coordinator as before. The pushes' futures: :meth:`count_taken` waits for them."""
         md = await self._metadata(False)
+        if any(_partition_state(md, topic, p) is None for topic, p in partitions):
+            md = await self._metadata(True)  # a topic newer than the cached view: read it once (this yields)
         io = loop_channel(internal=True)
         calls = []
         for topic, p in partitions:

@@ -254,25 +254,29 @@ def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_ver
     from protocol.names import RAY_NAMESPACE, txn_coordinator_name
     from protocol.replica_lookup import replica_handle
 
+    def counters() -> dict:  # per coordinator: requests on its listener, pushes its leaders took
+        out = {}
+        for b in rafka_cluster.broker_ids():
+            try:  # a broker's transaction coordinator starts with its first __transaction_state partition
+                h = ray.get_actor(txn_coordinator_name(rafka_cluster.name, b), namespace=RAY_NAMESPACE)
+            except ValueError:
+                continue
+            d = ray.get(h.describe.remote(), timeout=30)
+            out[b] = (d["client_listener"]["requests"], d["stats"]["verified_pushes_taken"])
+        return out
+
     topic = new_topic(3, 3)
-    t = tid()
-    p = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1)
+    before = counters()  # the module's cluster is shared: other tests' transactions count too
+    p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)
     p.init_transactions(timeout=90)
     for round_ in range(4):
         p.begin_transaction()
         p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(30)])
         p.commit_transaction(timeout=60)
     p.close()
-    served = []
-    for b in rafka_cluster.broker_ids():
-        try:  # a broker's transaction coordinator starts with its first __transaction_state partition
-            h = ray.get_actor(txn_coordinator_name(rafka_cluster.name, b), namespace=RAY_NAMESPACE)
-        except ValueError:
-            continue
-        d = ray.get(h.describe.remote(), timeout=30)
-        served.append((d["client_listener"]["requests"], d["stats"]["verified_pushes_taken"]))
-    assert max(served)[0] >= 1 + 4 * 2  # InitProducerId, then an add and an EndTxn per transaction
-    assert sum(taken for _, taken in served) == 4 * 3
+    delta = [(r - before.get(b, (0, 0))[0], k - before.get(b, (0, 0))[1]) for b, (r, k) in counters().items()]
+    assert max(delta)[0] >= 1 + 4 * 2  # InitProducerId, then an add and an EndTxn per transaction
+    assert sum(taken for _, taken in delta) == 4 * 3
     meta = rafka.Admin(rafka_cluster).describe_topics([topic])[0]
     for part in meta["partitions"]:
         h = replica_handle(rafka_cluster.name, topic, part["partition"], part["leader"])
