@@ -10,10 +10,11 @@ Side by side in one cluster, ``--rounds`` interleaved rounds of three producers,
   records/s over the whole run (commits included) and the commit latency (``commit_transaction`` calls:
   the flush of the transaction's last records, EndTxn and the PrepareCommit append) p50/p99 in ms;
   ``ratio_vs_idempotent`` = the median of its runs' records/s over the idempotent runs' median, with each
-  round's own ratio beside it (the spread is the machine's noise); ``coordinator``: after EndTxn answered,
-  the average time of the markers and of the CompleteCommit append per transaction, and how many of the next
-  transaction's AddPartitionsToTxn waited for them (each transaction pays these in sequence: the next one's
-  records can go out only once its partitions are added, KIP-890).
+  round's own ratio beside it (the spread is the machine's noise); ``coordinator``: per transaction, the
+  average time of EndTxn's PrepareCommit append and, after EndTxn answered, of the markers and of the
+  CompleteCommit append; the KIP-890 pushes to the partitions' leaders (and how many they took); and how many
+  of the next transaction's AddPartitionsToTxn waited for the markers (each transaction pays these in
+  sequence: the next one's records can go out only once its partitions are added, KIP-890).
 
 Every run's topic is created just before it, the run starts once the brokers' warm pools of replica actors
 are full again (a topic create starts new ones in the background), and the topic is deleted after it: a
@@ -90,7 +91,18 @@ def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) 
     return out
 
 
-COORDINATOR_STATS = ("completed", "markers_ms", "complete_ms", "parked_adds", "combined_appends", "marker_retries")
+COORDINATOR_STATS = (
+    "completed",
+    "markers_ms",
+    "complete_ms",
+    "parked_adds",
+    "combined_appends",
+    "marker_retries",
+    "end_txns",
+    "end_txn_ms",
+    "verified_pushes",
+    "verified_pushes_taken",
+)
 
 
 def coordinator_stats(cluster) -> dict:
@@ -117,6 +129,11 @@ def commit_breakdown(before: dict, after: dict) -> dict:
         "parked_adds": int(d["parked_adds"]),
         "combined_appends": int(d["combined_appends"]),
         "marker_retries": int(d["marker_retries"]),
+        # EndTxn at the coordinator (the PrepareCommit append, acks=all), beside the client's commit_ms
+        "end_txn_ms_avg": round(d["end_txn_ms"] / max(1.0, d["end_txns"]), 2),
+        # KIP-890 state pushed to the partitions' leaders, and how many they took
+        "verified_pushes": int(d["verified_pushes"]),
+        "verified_pushes_taken": int(d["verified_pushes_taken"]),
     }
 
 
