@@ -77,6 +77,15 @@ class TxnMarkerChannel:
             self._handles[key] = h
         return h
 
+    async def _leader_handle(self, topic: str, p: int, leader: int):
+        """The leader replica's handle (cached), or None when there is no leader now or it is not found."""
+        if leader < 0:
+            return None
+        try:
+            return await self._handle(topic, p, leader)
+        except ValueError:
+            return None
+
     async def write(self, job: MarkerJob, current: Callable[[], bool]) -> bool:
         """True once every partition took ``job``'s marker; False if abandoned or ``current()`` turned False."""
         req = WriteTxnMarkersRequest(
@@ -96,11 +105,8 @@ class TxnMarkerChannel:
                 if leader is None:  # deleted: nothing left to mark (Kafka drops such markers)
                     remaining.discard((topic, p))
                     continue
-                if leader < 0:
-                    continue
-                try:
-                    h = await self._handle(topic, p, leader)
-                except ValueError:
+                h = await self._leader_handle(topic, p, leader)
+                if h is None:
                     continue
                 calls[(topic, p)] = (
                     leader,
@@ -141,9 +147,9 @@ class TxnMarkerChannel:
         each one's leader (TxnVerifiedRequest, at the leader epoch of the cached metadata). With the metadata
         and the handles cached this does not yield, so the pushes are on their connections before the caller
         answers the producer, whose first produce there then finds its transaction verified (a partition not
-        in the cached view is read first, once per new topic). Best effort and
-        never retried: a leader that moved, refused or had not taken it yet lets that produce ask the
-        coordinator as before. The pushes' futures: :meth:`count_taken` waits for them."""
+        in the cached view is read first, once per new topic). Best effort and never retried: a leader that
+        moved, refused or had not taken it yet lets that produce ask the coordinator as before. The pushes'
+        futures: :meth:`count_taken` waits for them."""
         md = await self._metadata(False)
         if any(_partition_state(md, topic, p) is None for topic, p in partitions):
             md = await self._metadata(True)  # a topic newer than the cached view: read it once (this yields)
@@ -151,12 +157,8 @@ class TxnMarkerChannel:
         calls = []
         for topic, p in partitions:
             state = _partition_state(md, topic, p)
-            leader = -1 if state is None else int(state.get("leader", -1))
-            if leader < 0:
-                continue
-            try:
-                h = await self._handle(topic, p, leader)
-            except ValueError:
+            h = None if state is None else await self._leader_handle(topic, p, int(state.get("leader", -1)))
+            if h is None:
                 continue
             epoch = int(state.get("leader_epoch", -1))  # type: ignore[union-attr]
             req = TxnVerifiedRequest(producer_id, producer_epoch, start_ms, epoch, transactional_id)

@@ -16,6 +16,7 @@ import concurrent.futures
 import struct
 import threading
 import time
+import types
 
 import msgpack
 import pytest
@@ -46,6 +47,7 @@ class FakeCoordinator:
         self.gate: asyncio.Event | None = None
         self.endpoint_calls = 0
         self.listener = CoordinatorListener(lambda method: getattr(self, method), "tc b1")
+        self.client_endpoint = types.SimpleNamespace(remote=self._endpoint_call)  # the Ray handle's surface
         asyncio.run_coroutine_threadsafe(self.listener.start(HOST), self.loop).result(10)
 
     async def add_partitions_to_txn(self, req):
@@ -64,19 +66,12 @@ class FakeCoordinator:
         self.requests.append(req)
         return {"error_code": 0, "error_message": None, "producer_id": 9, "producer_epoch": 1}
 
-    # the Ray handle's surface the channel uses: handle.client_endpoint.remote().future()
-    @property
-    def client_endpoint(self):
-        return self
-
-    def remote(self):
-        return self
-
-    def future(self):
+    def _endpoint_call(self):
+        """``client_endpoint.remote()``: a call whose ``future()`` answers the listener's endpoint, as Ray's."""
         self.endpoint_calls += 1
-        f: concurrent.futures.Future = concurrent.futures.Future()
-        f.set_result({"error_code": 0, "error_message": None, **self.listener.endpoint()})
-        return f
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        answer.set_result({"error_code": 0, "error_message": None, **self.listener.endpoint()})
+        return types.SimpleNamespace(future=lambda: answer)
 
     def close(self):
         self.loop.call_soon_threadsafe(self.listener.close)
