@@ -173,25 +173,28 @@ def produce_req(acks, batches=(b"batch-0",), partition=0):
     )
 
 
-def fetch_req(offset, max_wait_ms=0, partition=0):
-    part = fetch16.FetchPartition(
-        partition=partition,
-        current_leader_epoch=-1,
-        fetch_offset=offset,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
+def fetch_req(offset, max_wait_ms=0, partition=0, max_bytes=1 << 20, partitions=None):
+    parts = tuple(
+        fetch16.FetchPartition(
+            partition=p,
+            current_leader_epoch=-1,
+            fetch_offset=offset,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1 << 20,
+        )
+        for p in (partitions or (partition,))
     )
     return fetch16.FetchRequest(
         cluster_id=None,
         replica_state=fetch16.ReplicaState(replica_id=-1, replica_epoch=-1),
         max_wait=datetime.timedelta(milliseconds=max_wait_ms),
         min_bytes=1,
-        max_bytes=1 << 20,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=0,
         session_epoch=-1,
-        topics=(fetch16.FetchTopic(topic_id=topic_uuid(TID), partitions=(part,)),),
+        topics=(fetch16.FetchTopic(topic_id=topic_uuid(TID), partitions=parts),),
         forgotten_topics_data=(),
         rack_id="",
     )
@@ -297,6 +300,24 @@ def test_fetch_empty_records_are_bytes_and_long_poll_wakes(server):
     c.recv(pr9r.ProduceResponse)
     _, fr = waiter.recv(fetch16r.FetchResponse)  # well before the 8 s wait ends
     assert fr.responses[0].partitions[0].records == b"late"
+
+
+def test_fetch_max_bytes_caps_the_response_but_the_first_partition_with_records_is_whole(server):
+    port, backend, _, _ = server
+    backend.logs[("t", 0)][:] = [b"a" * 300, b"b" * 300]
+    backend.logs[("t", 1)][:] = [b"c" * 300]
+    c = Client(port)
+    c.send(codec.encode_request(1, fetch_req(0, max_bytes=400, partitions=(0, 1))))
+    _, fr = c.recv(fetch16r.FetchResponse)
+    got = {p.partition_index: (p.records, p.high_watermark) for p in fr.responses[0].partitions}
+    assert got == {0: (b"a" * 300 + b"b" * 300, 2), 1: (b"", 1)}  # over 400 alone: whole; the next waits
+    c.send(codec.encode_request(2, fetch_req(0, max_bytes=800, partitions=(1, 0))))
+    _, fr = c.recv(fetch16r.FetchResponse)
+    got = {p.partition_index: p.records for p in fr.responses[0].partitions}
+    assert got == {1: b"c" * 300, 0: b""}  # in request order: 300 + 600 > 800
+    c.send(codec.encode_request(3, fetch_req(0, max_bytes=1 << 20, partitions=(0, 1))))
+    _, fr = c.recv(fetch16r.FetchResponse)
+    assert [len(p.records) for p in fr.responses[0].partitions] == [600, 300]
 
 
 def test_list_offsets_earliest_latest(server):

@@ -6,7 +6,9 @@ Long-poll: a first pass reads every partition at once without waiting; if that h
 own DelayedFetch, and the answer goes out as soon as one of them returns data (the others are read again
 without waiting, so their data rides along) or the wait is over. Topics by name below v13, by topic id
 from v13 (an unknown id: UNKNOWN_TOPIC_ID, 100). Empty records are empty bytes, never null; no fetch
-sessions (KIP-227): session id 0 always. read_committed answers the aborted transactions of the range."""
+sessions (KIP-227): session id 0 always. read_committed answers the aborted transactions of the range. The
+response holds at most the request's ``max_bytes`` of records (``fetch.max.bytes``, KIP-74), but for the
+first partition with records, which is answered whole."""
 
 from __future__ import annotations
 
@@ -103,6 +105,7 @@ async def handle(backend, request, version: int):
     if max_wait_ms > 0 and parts and not unknown and size < max(1, int(request.min_bytes)):
         if not any(r.get("error_code") for r in results):
             results = await _long_poll(backend, parts, reqs, results, max_wait_ms)
+    results = _within(results, int(getattr(request, "max_bytes", 0) or 0))
     answers = [(key, _partition_data(mod, p, r)) for (_name, p, key), r in zip(parts, results)]
     for key, p in unknown:
         answers.append((key, _partition_data(mod, p, {"error_code": UNKNOWN_TOPIC_ID})))
@@ -113,6 +116,24 @@ async def handle(backend, request, version: int):
     return apis.make(
         mod, "FetchResponse", throttle_time=apis.ZERO, error_code=apis.error_code(0), session_id=0, responses=topics
     )
+
+
+def _within(results: list, max_bytes: int) -> list:
+    """The response's ``max_bytes`` (a consumer's ``fetch.max.bytes``, Fetch v3+, KIP-74): partitions are
+    filled in request order until their records reach it; the first partition with records is answered
+    whole even if it alone is over (so a consumer always progresses), and every later partition's records
+    are left for the next fetch (empty bytes, its high watermark and offsets still answered)."""
+    if max_bytes <= 0:
+        return results
+    out, total = [], 0
+    for r in results:
+        n = len(r.get("records") or b"")
+        if n and total and total + n > max_bytes:
+            r = {**r, "records": b"", "aborted_transactions": None if r.get("aborted_transactions") is None else ()}
+            n = 0
+        total += n
+        out.append(r)
+    return out
 
 
 def _partition_data(mod, p: int, r: dict):
