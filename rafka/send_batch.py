@@ -35,7 +35,7 @@ def _headers(headers) -> tuple:
     return tuple(out)
 
 
-APPEND_CHUNK = 2048  # records placed before their runs go into the accumulator (so batches fill as the call runs)
+APPEND_CHUNK = 2048  # records appended per round over the partitions, between GIL hand-overs
 
 
 def place_and_append(
@@ -43,17 +43,16 @@ def place_and_append(
 ) -> list[FutureRecordMetadata]:
     """``Producer.send_batch``'s work once the topic's metadata ``tm`` is known: serialize and place every
     record (explicit partition, user partitioner, murmur2 of the key, the sticky partition moving on each
-    ``batch_size``), tell the transaction of new partitions early, and append each partition's run in one
-    go (``RecordAccumulator.append_many``) every ``APPEND_CHUNK`` records: full batches are then ready while
-    the call still runs, and the Sender (woken, and given the GIL) sends them meanwhile, where appending
-    everything at the end made the first batch of a 10,000-record call wait for the whole call (a
-    transaction's records went out only once its ``send_batch`` returned). Returns the futures in the
-    records' order."""
+    ``batch_size``), tell the transaction of new partitions early, then append each partition's run
+    (``RecordAccumulator.append_many``). Nothing is queued before every record is placed, so a bad one fails
+    the call with nothing queued. The runs go in by rounds of ``APPEND_CHUNK`` records over the partitions,
+    each round followed by a GIL hand-over: full batches are then sent while the call still appends the
+    rest, where one append per partition at the end kept a 10,000-record call's first batch until the call
+    returned (a transaction's records went out only then). Returns the futures in the records' order."""
     cfg = self.config
     default_ts = now_ms()
-    by_part: dict[int, list] = {}  # this chunk's records per partition
+    by_part: dict[int, list] = {}
     futures: dict[int, list[FutureRecordMetadata]] = {}
-    seen: set[int] = set()
     where: list[int] = []  # each record's partition, in order
     sticky: int | None = None
     sticky_bytes = 0
@@ -63,20 +62,6 @@ def place_and_append(
     items: list = []
     last_p = None
     txn_state = self._txn.state if self._txn is not None else None
-    chunk_left = APPEND_CHUNK
-
-    def append_chunk() -> None:
-        for p, run in by_part.items():
-            left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-            got, opened = self.accumulator.append_many(tm.tps[p], run, max(0.0, left_ms))
-            futures.setdefault(p, []).extend(got)
-            if p == sticky and opened:
-                self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
-        by_part.clear()
-        # let the Sender's thread (full batches to send) and the channel's I/O thread (an answer to read, such
-        # as the AddPartitionsToTxn the batches wait for) take the GIL now, not after the 5 ms switch interval
-        self.sender.wakeup()
-        time.sleep(0)
 
     for r in records:
         n = len(r)
@@ -108,30 +93,36 @@ def place_and_append(
             items = by_part.get(p)
             if items is None:
                 items = by_part[p] = []
-                if p not in seen:
-                    seen.add(p)
-                    # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
-                    # out while this loop runs, so it overlaps the coordinator's wait for the previous
-                    # transaction's markers: from this thread as soon as every partition of the topic has a
-                    # record (no other can join), else from the Sender once it gets the GIL (with the
-                    # partitions seen by then), at the latest from this thread once every record is placed
-                    # (below). Should a later record fail the call, the partition is in the transaction with
-                    # nothing written, which its marker ends like any other.
-                    if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
-                        if len(seen) == len(tm.partition_ids):
-                            self.sender.add_partitions_now()
-                        else:
-                            self.sender.wakeup()
+                # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
+                # out while this loop runs, so it overlaps the coordinator's wait for the previous
+                # transaction's markers: from this thread as soon as every partition of the topic has a
+                # record (no other can join), else from the Sender once it gets the GIL (with the
+                # partitions seen by then), at the latest from this thread once every record is placed
+                # (below). Should a later record fail the call, the partition is in the transaction with
+                # nothing written, which its marker ends like any other.
+                if txn_state is not None and txn_state.maybe_add(tm.tps[p]):
+                    if len(by_part) == len(tm.partition_ids):
+                        self.sender.add_partitions_now()
+                    else:
+                        self.sender.wakeup()
             last_p = p
         where.append(p)
         items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
-        chunk_left -= 1
-        if not chunk_left:
-            append_chunk()
-            chunk_left, last_p = APPEND_CHUNK, None
     if txn_state is not None and txn_state.pending:
         self.sender.add_partitions_now()  # unless the Sender did: one request, every partition of the call
-    append_chunk()
+    step = max(1, APPEND_CHUNK // max(1, len(by_part)))
+    for lo in range(0, max(map(len, by_part.values()), default=0), step):
+        for p, run in by_part.items():
+            if lo < len(run):
+                left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
+                got, opened = self.accumulator.append_many(tm.tps[p], run[lo : lo + step], max(0.0, left_ms))
+                futures.setdefault(p, []).extend(got)
+                if p == sticky and opened:
+                    self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
+        # let the Sender's thread (full batches to send) and the channel's I/O thread (an answer to read, such
+        # as the AddPartitionsToTxn the batches wait for) take the GIL now, not after the 5 ms switch interval
+        self.sender.wakeup()
+        time.sleep(0)
     if len(futures) == 1:
         return futures[where[0]]
     its = {p: iter(f) for p, f in futures.items()}

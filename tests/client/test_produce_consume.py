@@ -235,6 +235,17 @@ def test_send_batch_checks_every_record_before_queueing_any(rafka_cluster, new_t
             p.send_batch(topic, [(None, b"ok", 0), (None, b"bad", 5)])
         with pytest.raises(TypeError, match="value_serializer"):
             p.send_batch(topic, [(None, b"ok"), (None, {"not": "bytes"})])
+        # calls long enough to be appended in chunks when every record is good (rafka/send_batch.py): a bad
+        # record far into the call still fails it with nothing queued
+        many = [(None, b"ok", 0)] * 5000
+        with pytest.raises(RecordTooLargeError, match="max_request_size"):
+            p.send_batch(topic, many + [(None, b"x" * 2000, 0)])
+        with pytest.raises(ValueError, match="invalid partition 5"):
+            p.send_batch(topic, many + [(None, b"bad", 5)])
+        with pytest.raises(TypeError, match="value_serializer"):
+            p.send_batch(topic, many + [(None, {"not": "bytes"})])
+        with pytest.raises(ValueError):
+            p.send_batch(topic, many + [(None, b"ok", 0, None, "not a timestamp")])
         assert p.send_batch(topic, [], partition=0) == []
         marker = p.send_batch(topic, [(b"k", b"marker")], partition=1)[0].get(30)
         p.flush()
