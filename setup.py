@@ -10,7 +10,12 @@ setup(
     ext_modules=[
         Extension(
             "storage._crecords",
-            sources=["storage/_crecords.c", "storage/_crecords_encode.c", "storage/_crecords_validate.c"],
+            sources=[
+                "storage/_crecords.c",
+                "storage/_crecords_encode.c",
+                "storage/_crecords_validate.c",
+                "storage/_crecords_place.c",
+            ],
             depends=["storage/_crecords.h"],
         ),
     ],

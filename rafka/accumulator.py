@@ -49,9 +49,10 @@ __all__ = [
 RECORD_OVERHEAD = 24  # worst-case varint/attribute bytes per record, for size checks
 
 
-def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
-    """Append ``items[i:]`` to ``batch`` until it is full; returns the index of the first left out.
-    The builder encodes the run in one call (storage._crecords.encode_many)."""
+def _fill(batch: ProducerBatch, items: list, i: int, runs: list) -> int:
+    """Append ``items[i:]`` to ``batch`` until it is full; returns the index of the first left out, and adds
+    ``(batch, first record index, count)`` to ``runs`` (the records' futures, made when looked at:
+    ``RecordFutures``). The builder encodes the run in one call (storage._crecords.encode_many)."""
     if batch.closed:
         return i
     batch.busy = True  # append_many changes the builder in Python: lock-free appends keep off (see append_plain)
@@ -61,7 +62,7 @@ def _fill(batch: ProducerBatch, items: list, i: int, futures: list) -> int:
     finally:
         batch.busy = False
     if j > i:
-        futures += [FutureRecordMetadata(batch, idx) for idx in range(first, first + j - i)]
+        runs.append((batch, first, j - i))
     return j
 
 
@@ -182,20 +183,19 @@ class RecordAccumulator:
         else:
             self.wake_by(batch.created_ms + self.linger_ms)
 
-    def append_many(
-        self, tp: TopicPartition, items: list, max_block_ms: float
-    ) -> tuple[list["FutureRecordMetadata"], int]:
+    def append_many(self, tp: TopicPartition, items: list, max_block_ms: float) -> tuple[list[tuple], int]:
         """Append ``items`` (``(timestamp, key, value, headers)`` each) to ``tp``'s batches in order, opening
-        new batches as they fill; returns the records' futures and how many batches were opened. One lock
-        round per batch instead of one per record (``Producer.send_batch``)."""
-        futures: list[FutureRecordMetadata] = []
+        new batches as they fill; returns the records' runs (``(batch, first index, count)``, in order: what
+        ``RecordFutures`` makes their runs of) and how many batches were opened. One lock round per batch
+        instead of one per record (``Producer.send_batch``)."""
+        runs: list[tuple] = []
         opened, i, n = 0, 0, len(items)
         deadline = time.monotonic() + max_block_ms / 1000.0
         while i < n:
             with self._lock:
                 dq = self._queues.get(tp)
                 if dq:
-                    i = _fill(dq[-1], items, i, futures)
+                    i = _fill(dq[-1], items, i, runs)
             if i >= n:
                 break
             _, key, value, headers = items[i]
@@ -210,7 +210,7 @@ class RecordAccumulator:
                     if self.closed:
                         raise KafkaError("producer is closed: cannot send")
                     dq = self._queues.get(tp)
-                    if dq and (j := _fill(dq[-1], items, i, futures)) > i:  # another thread opened a batch
+                    if dq and (j := _fill(dq[-1], items, i, runs)) > i:  # another thread opened a batch
                         i = j
                         continue
                     if dq is None:
@@ -221,7 +221,7 @@ class RecordAccumulator:
                         monotonic_ms(),
                         reserve,
                     )
-                    i = _fill(batch, items, i, futures)
+                    i = _fill(batch, items, i, runs)
                     dq.append(batch)
                     with self._incomplete_lock:
                         self.incomplete.add(batch)
@@ -232,7 +232,7 @@ class RecordAccumulator:
                 if not kept:
                     self.pool.release(reserve)
             self._new_batch(batch, full)
-        return futures, opened
+        return runs, opened
 
     # -- sender side -------------------------------------------------------------------------------
     def ready(self, now: float, can_send: Callable[[TopicPartition, "ProducerBatch"], bool]) -> tuple[list, float]:

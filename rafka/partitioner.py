@@ -23,15 +23,16 @@ import struct
 import threading
 from typing import Callable, Sequence
 
-__all__ = ["murmur2", "to_positive", "partition_for_key", "StickyPartitionCache", "DefaultPartitioner"]
+__all__ = ["murmur2", "py_murmur2", "to_positive", "partition_for_key", "StickyPartitionCache", "DefaultPartitioner"]
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
 
 
-def murmur2(data: bytes) -> int:
-    """``Utils.murmur2`` from the Java client: a signed 32-bit MurmurHash2 with Kafka's seed."""
+def py_murmur2(data: bytes) -> int:
+    """``Utils.murmur2`` from the Java client: a signed 32-bit MurmurHash2 with Kafka's seed (the compiled
+    ``storage._crecords.murmur2`` is its twin, used when built)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK
     n4 = length >> 2
@@ -54,6 +55,12 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+try:
+    from storage._crecords import murmur2
+except ImportError:  # no compiled extension
+    murmur2 = py_murmur2
 
 
 def to_positive(n: int) -> int:

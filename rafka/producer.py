@@ -32,6 +32,7 @@ from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeErr
 from rafka.gc_pause import gc_paused
 from rafka.metadata import ClusterMetadata
 from rafka.partitioner import DefaultPartitioner, partition_for_key
+from rafka.producer_batch import RecordFutures
 from rafka.send_batch import _headers, place_and_append, to_bytes
 from rafka.sender import Sender
 from rafka.structs import PartitionInfo
@@ -149,8 +150,9 @@ class Producer:
             part = partition_for_key(key, len(tm.partition_ids))
         return self.accumulator.append_plain(tm.tps[part], now_ms(), key, value)
 
-    def send_batch(self, topic: str, records: Iterable, partition: int | None = None) -> list[FutureRecordMetadata]:
-        """Queue many records of one topic in one go; returns their futures in order.
+    def send_batch(self, topic: str, records: Iterable, partition: int | None = None) -> RecordFutures:
+        """Queue many records of one topic in one go; returns their futures in order (a ``RecordFutures``
+        sequence: the futures are made when first looked at).
 
         ``records`` holds tuples ``(key, value[, partition[, headers[, timestamp_ms]]])``; ``partition``
         overrides theirs. Placement is ``send``'s: explicit partition, user partitioner, murmur2 of the key,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Callable
 
 from rafka.errors import KafkaTimeoutError, RecordTooLargeError
@@ -260,6 +261,62 @@ class FutureRecordMetadata:
         """``fn(metadata, exception)`` once done (Java's ``Callback.onCompletion`` order)."""
         self._batch.add_callback(self._idx, fn)
         return self
+
+
+class RecordFutures(Sequence):
+    """``Producer.send_batch``'s futures, in the records' order, made when first looked at. Until then the
+    call's records are runs of their batches (``(batch, first index, count)``, per partition, in order) and
+    each record's partition (``where``): a caller that never looks (send, then ``flush``) pays nothing per
+    record for them. A read-only sequence otherwise like the list it stands for."""
+
+    __slots__ = ("_runs", "_where", "_n", "_list")
+
+    def __init__(self, runs: dict[int, list[tuple]], where: list[int]):
+        self._runs: dict[int, list[tuple]] | None = runs
+        self._where: list[int] | None = where
+        self._n = len(where)
+        self._list: list[FutureRecordMetadata] | None = None
+
+    def _all(self) -> list[FutureRecordMetadata]:
+        out = self._list
+        if out is None:
+            assert self._runs is not None and self._where is not None
+            per = [
+                (p, [FutureRecordMetadata(b, k) for b, first, count in runs for k in range(first, first + count)])
+                for p, runs in self._runs.items()
+            ]
+            if len(per) == 1:
+                out = per[0][1]
+            else:
+                nexts = {p: iter(fs).__next__ for p, fs in per}
+                out = [nexts[p]() for p in self._where]
+            self._list, self._runs, self._where = out, None, None
+        return out
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __add__(self, other) -> list:
+        return self._all() + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + self._all()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, RecordFutures):
+            other = other._all()
+        return isinstance(other, list) and self._all() == other
+
+    __hash__ = None  # type: ignore[assignment]  # (as a list's)
+
+    def __repr__(self) -> str:
+        return f"RecordFutures({self._n} records)"
 
 
 def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, offsets_only: bool = False) -> list:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from rafka.accumulator import RECORD_OVERHEAD, FutureRecordMetadata, now_ms
+from rafka.accumulator import RECORD_OVERHEAD, now_ms
+from rafka.errors import InvalidTimestampError
+from rafka.producer_batch import RecordFutures
+from storage.records import NO_TIMESTAMP
+
+INT64_MAX = 2**63 - 1
 
 
 def to_bytes(data: Any, what: str, serializer: Callable | None) -> bytes | None:
@@ -37,10 +42,28 @@ def _headers(headers) -> tuple:
 
 APPEND_CHUNK = 2048  # records appended per round over the partitions, between GIL hand-overs
 
+try:
+    from storage._crecords import place_plain as _place_plain
+except ImportError:  # no compiled extension: the Python loop places every record
+    _place_plain = None
 
-def place_and_append(
-    self, topic: str, records: Iterable, partition: int | None, tm, start: float
-) -> list[FutureRecordMetadata]:
+
+def _fast_state(tm, by_part: dict) -> tuple[list, bytes]:
+    """``place_plain``'s view of the topic: the run list of each partition id (None until the loop body
+    opens it, so the first record to a partition goes through Python) and the mask of known partition ids."""
+    ids = tm.partition_ids
+    size = ids[-1] + 1 if ids else 0
+    valid = bytearray(size)
+    for q in ids:
+        valid[q] = 1
+    lists: list = [None] * size
+    for q, run in by_part.items():
+        if type(q) is int and 0 <= q < size:
+            lists[q] = run
+    return lists, bytes(valid)
+
+
+def place_and_append(self, topic: str, records: Iterable, partition: int | None, tm, start: float) -> RecordFutures:
     """``Producer.send_batch``'s work once the topic's metadata ``tm`` is known: serialize and place every
     record (explicit partition, user partitioner, murmur2 of the key, the sticky partition moving on each
     ``batch_size``), tell the transaction of new partitions early, then append each partition's run
@@ -52,7 +75,7 @@ def place_and_append(
     cfg = self.config
     default_ts = now_ms()
     by_part: dict[int, list] = {}
-    futures: dict[int, list[FutureRecordMetadata]] = {}
+    runs: dict[int, list[tuple]] = {}  # each partition's (batch, first index, count), in order
     where: list[int] = []  # each record's partition, in order
     sticky: int | None = None
     sticky_bytes = 0
@@ -62,8 +85,26 @@ def place_and_append(
     items: list = []
     last_p = None
     txn_state = self._txn.state if self._txn is not None else None
-
-    for r in records:
+    recs = records if type(records) in (list, tuple) else list(records)
+    total = len(recs)
+    # the compiled loop (storage._crecords.place_plain) places the plain records; each record it leaves (the
+    # first to a partition, a sticky move, anything to convert or check) goes through the loop body below
+    fast = _place_plain if plain else None
+    fast_tm, lists, valid = None, [], b""
+    default_partitioner = self._user_partitioner is None
+    i = 0
+    while i < total:
+        if fast is not None:
+            if tm is not fast_tm:  # first, or the metadata was refreshed by a placement below
+                fast_tm, lists, valid = tm, *_fast_state(tm, by_part)
+            i, sticky_bytes = fast(
+                recs, i, partition, lists, valid, len(tm.partition_ids), limit, default_ts, sticky,
+                sticky_bytes, batch_size, default_partitioner, where,
+            )  # fmt: skip
+            if i >= total:
+                break
+        r = recs[i]
+        i += 1
         n = len(r)
         kb, vb = r[0], r[1]
         hdrs = r[3] if n > 3 else None
@@ -93,6 +134,8 @@ def place_and_append(
             items = by_part.get(p)
             if items is None:
                 items = by_part[p] = []
+                if fast is not None and type(p) is int and 0 <= p < len(lists):
+                    lists[p] = items
                 # Kafka's producer adds a partition at the first send to it: the AddPartitionsToTxn goes
                 # out while this loop runs, so it overlaps the coordinator's wait for the previous
                 # transaction's markers: from this thread as soon as every partition of the topic has a
@@ -106,8 +149,11 @@ def place_and_append(
                     else:
                         self.sender.wakeup()
             last_p = p
+        ts = default_ts if n < 5 or r[4] is None else int(r[4])
+        if not NO_TIMESTAMP <= ts <= INT64_MAX:  # here, not at the append: a bad record must fail the whole call
+            raise InvalidTimestampError(f"invalid record timestamp {ts}: negative or past 64 bits")
         where.append(p)
-        items.append((default_ts if n < 5 or r[4] is None else int(r[4]), kb, vb, hdrs))
+        items.append((ts, kb, vb, hdrs))
     if txn_state is not None and txn_state.pending:
         self.sender.add_partitions_now()  # unless the Sender did: one request, every partition of the call
     step = max(1, APPEND_CHUNK // max(1, len(by_part)))
@@ -116,14 +162,11 @@ def place_and_append(
             if lo < len(run):
                 left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
                 got, opened = self.accumulator.append_many(tm.tps[p], run[lo : lo + step], max(0.0, left_ms))
-                futures.setdefault(p, []).extend(got)
+                runs.setdefault(p, []).extend(got)
                 if p == sticky and opened:
                     self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)
         # let the Sender's thread (full batches to send) and the channel's I/O thread (an answer to read, such
         # as the AddPartitionsToTxn the batches wait for) take the GIL now, not after the 5 ms switch interval
         self.sender.wakeup()
         time.sleep(0)
-    if len(futures) == 1:
-        return futures[where[0]]
-    its = {p: iter(f) for p, f in futures.items()}
-    return [next(its[p]) for p in where]
+    return RecordFutures(runs, where)

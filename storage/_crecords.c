@@ -437,6 +437,13 @@ static PyMethodDef methods[] = {
      "Walk every record of data[start:end] without building objects (the leader's LogValidator):\n"
      "(0, count, max_timestamp), or the first failure: (1, i, message), (2, i, None) null key on a\n"
      "compacted topic, (3, i, timestamp) out of [ts_low, ts_high]."},
+    {"place_plain", (PyCFunction)(void (*)(void))crec_place_plain, METH_FASTCALL,
+     "place_plain(records, start, override, lists, valid, num_partitions, limit, default_ts, sticky,\n"
+     "            sticky_bytes, batch_size, default_partitioner, where) -> (next, sticky_bytes)\n\n"
+     "Producer.send_batch's placement of plain records from start (storage/_crecords_place.c): each taken\n"
+     "record's (timestamp, key, value, ()) goes to lists[partition] and its partition to where; next is the\n"
+     "first record left to the Python loop (len(records) when all were taken)."},
+    {"murmur2", crec_murmur2, METH_O, "murmur2(data) -> int: Utils.murmur2 of Kafka's Java client (signed 32-bit)."},
     {"set_record_type", set_record_type, METH_O, "set_record_type(cls): the Record NamedTuple to build."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,7 @@
-/* storage._crecords: declarations shared by its three compilation units (setup.py compiles them into one
+/* storage._crecords: declarations shared by its four compilation units (setup.py compiles them into one
  * module): _crecords.c (the decoder, the module's method table), _crecords_encode.c (the producer's
- * encoders) and _crecords_validate.c (the leader's record walk). */
+ * encoders), _crecords_validate.c (the leader's record walk) and _crecords_place.c (send_batch's
+ * placement, murmur2). */
 #ifndef RAFKA_CRECORDS_H
 #define RAFKA_CRECORDS_H
 #define PY_SSIZE_T_CLEAN
@@ -60,5 +61,7 @@ PyObject *crec_encode_many(PyObject *module, PyObject *const *args, Py_ssize_t n
 PyObject *crec_append_one(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *crec_batch_append(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *crec_validate_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *crec_place_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *crec_murmur2(PyObject *module, PyObject *arg);
 
 #endif

@@ -8,7 +8,13 @@ import pytest
 
 import rafka
 from rafka import TopicPartition
-from rafka.errors import KafkaTimeoutError, NoOffsetForPartitionError, OffsetOutOfRangeError, RecordTooLargeError
+from rafka.errors import (
+    InvalidTimestampError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
 from rafka.partitioner import partition_for_key
 
 pytestmark = pytest.mark.cluster
@@ -246,6 +252,8 @@ def test_send_batch_checks_every_record_before_queueing_any(rafka_cluster, new_t
             p.send_batch(topic, many + [(None, {"not": "bytes"})])
         with pytest.raises(ValueError):
             p.send_batch(topic, many + [(None, b"ok", 0, None, "not a timestamp")])
+        with pytest.raises(InvalidTimestampError, match="invalid record timestamp -5"):
+            p.send_batch(topic, many + [(None, b"ok", 0, None, -5)])
         assert p.send_batch(topic, [], partition=0) == []
         marker = p.send_batch(topic, [(b"k", b"marker")], partition=1)[0].get(30)
         p.flush()
