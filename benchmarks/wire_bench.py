@@ -9,7 +9,8 @@ In one run, side by side, each on its own topic:
   (values), and the produce latency p50/p99 (send to delivery report) of a paced run at ~1,000 records/s;
 - ``rafka_produce``: rafka.Producer (``send`` per record) on the same workload, and the same latency run;
 - ``librdkafka_consume`` / ``rafka_consume``: one consumer reading the librdkafka topic from the start
-  (assign, read_uncommitted), records/s and MB/s.
+  (assign, read_uncommitted), records/s and MB/s; ``librdkafka_consume_queue_backoff_10ms`` the librdkafka one
+  with ``fetch.queue.backoff.ms`` 10 instead of its default 1000 (the pause after its local queue fills).
 
 Each throughput figure comes with ``client_cpu_cores`` (this process: the client and its threads) and
 ``cluster_cpu_cores`` (the ``ray::`` actor processes) over its run: on a 2-core machine a client that uses
@@ -148,7 +149,7 @@ def warm_up_groups(bootstrap: str, topic: str) -> None:
     time.sleep(3)
 
 
-def librdkafka_consume(bootstrap: str, topic: str, n: int) -> dict:
+def librdkafka_consume(bootstrap: str, topic: str, n: int, **conf) -> dict:
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as CTP
 
@@ -159,6 +160,7 @@ def librdkafka_consume(bootstrap: str, topic: str, n: int) -> dict:
             "enable.auto.commit": False,
             "isolation.level": "read_uncommitted",
             **V4,
+            **conf,
         }
     )
     c.assign([CTP(topic, p, 0) for p in range(PARTITIONS)])
@@ -215,6 +217,13 @@ def main() -> int:
             res["rafka_produce"] = rafka_produce(cluster, topics["rafka"], n, args.latency_records)
             warm_up_groups(bootstrap, topics["librdkafka"])
             res["librdkafka_consume"] = librdkafka_consume(bootstrap, topics["librdkafka"], n)
+            # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (1000 by default) each time its
+            # local queue holds queued.min.messages (100,000, counted over every partition forwarded to the
+            # consumer's queue): a client-side pacing that ends runs with the queue empty for most of a second
+            # (librdkafka issue #2879; the setting exists since 2.3.0). The same consumer with it at 10 ms:
+            res["librdkafka_consume_queue_backoff_10ms"] = librdkafka_consume(
+                bootstrap, topics["librdkafka"], n, **{"fetch.queue.backoff.ms": 10}
+            )
             res["rafka_consume"] = rafka_consume(cluster, topics["librdkafka"], n)
             res["cpus"] = os.cpu_count()
         finally:
