@@ -70,6 +70,10 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **V4}
     errors: list = []
     p = Producer(conf)
+    # connections, metadata and the producer id first, outside the latency run (as rafka's below)
+    for i in range(PARTITIONS):
+        p.produce(topic, value, partition=i)
+    p.flush(60)
     lat: list[float] = []
     for i in range(lat_n):  # paced (~1,000 records/s) on the idle cluster, before the throughput run
         t0 = time.perf_counter()
@@ -100,6 +104,8 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
 def rafka_produce(cluster, topic: str, n: int, lat_n: int) -> dict:
     value = os.urandom(VALUE_BYTES)
     p = rafka.Producer(cluster, acks="all", enable_idempotence=True, linger_ms=5)
+    for f in [p.send(topic, value, partition=i) for i in range(PARTITIONS)]:  # connections and producer id first
+        f.get(60)
     lat: list[float] = []
     futs = []
     for i in range(lat_n):
