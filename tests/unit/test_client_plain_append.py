@@ -16,6 +16,7 @@ import threading
 import pytest
 
 from rafka.accumulator import RecordAccumulator, monotonic_ms
+from rafka.producer_batch import RecordFutures
 from rafka.structs import TopicPartition
 from storage import records
 from storage.records import decode_records
@@ -157,7 +158,8 @@ def test_lock_free_appends_never_interleave_with_locked_ones():
     def runs(w: int):
         for i in range(300):
             items = [(1, b"r%d-%d-%d" % (w, i, j), b"v", ()) for j in range(12)]
-            got, _ = acc.append_many(TPS[i % 3], items, 1000)
+            runs_, _ = acc.append_many(TPS[i % 3], items, 1000)  # (batch, first index, count) runs
+            got = RecordFutures({0: runs_}, [0] * len(items))
             futs[w].extend(zip([k for _, k, _, _ in items], got))
 
     kinds = [plain, plain, with_headers, with_headers, runs, runs]
