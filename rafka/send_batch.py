@@ -48,6 +48,9 @@ except ImportError:  # no compiled extension: the Python loop places every recor
     _place_plain = None
 
 
+_DONE = object()  # the end of a records iterable
+
+
 def _fast_state(tm, by_part: dict) -> tuple[list, bytes]:
     """``place_plain``'s view of the topic: the run list of each partition id (None until the loop body
     opens it, so the first record to a partition goes through Python) and the mask of known partition ids."""
@@ -85,26 +88,34 @@ def place_and_append(self, topic: str, records: Iterable, partition: int | None,
     items: list = []
     last_p = None
     txn_state = self._txn.state if self._txn is not None else None
-    recs = records if type(records) in (list, tuple) else list(records)
-    total = len(recs)
-    # the compiled loop (storage._crecords.place_plain) places the plain records; each record it leaves (the
-    # first to a partition, a sticky move, anything to convert or check) goes through the loop body below
-    fast = _place_plain if plain else None
+    # a list or tuple of records: the compiled loop (storage._crecords.place_plain) places the plain ones, and
+    # each record it leaves (the first to a partition, a sticky move, anything to convert or check) goes through
+    # the loop body below; any other iterable is read record by record as it yields them (a generator may
+    # wait on what the call does meanwhile, such as the transaction's partitions being added)
+    recs = records if type(records) in (list, tuple) else None
+    it = iter(records) if recs is None else None
+    total = -1 if recs is None else len(recs)
+    fast = _place_plain if plain and recs is not None else None
     fast_tm, lists, valid = None, [], b""
     default_partitioner = self._user_partitioner is None
     i = 0
-    while i < total:
-        if fast is not None:
-            if tm is not fast_tm:  # first, or the metadata was refreshed by a placement below
-                fast_tm, lists, valid = tm, *_fast_state(tm, by_part)
-            i, sticky_bytes = fast(
-                recs, i, partition, lists, valid, len(tm.partition_ids), limit, default_ts, sticky,
-                sticky_bytes, batch_size, default_partitioner, where,
-            )  # fmt: skip
+    while True:
+        if it is not None:
+            r = next(it, _DONE)
+            if r is _DONE:
+                break
+        else:
+            if fast is not None:
+                if tm is not fast_tm:  # first, or the metadata was refreshed by a placement below
+                    fast_tm, lists, valid = tm, *_fast_state(tm, by_part)
+                i, sticky_bytes = fast(
+                    recs, i, partition, lists, valid, len(tm.partition_ids), limit, default_ts, sticky,
+                    sticky_bytes, batch_size, default_partitioner, where,
+                )  # fmt: skip
             if i >= total:
                 break
-        r = recs[i]
-        i += 1
+            r = recs[i]  # type: ignore[index]
+            i += 1
         n = len(r)
         kb, vb = r[0], r[1]
         hdrs = r[3] if n > 3 else None
