@@ -7,6 +7,8 @@ In one run, side by side, each on its own topic:
 
 - ``librdkafka_produce``: confluent-kafka's Producer (librdkafka) through the listeners: records/s, MB/s
   (values), and the produce latency p50/p99 (send to delivery report) of a paced run at ~1,000 records/s;
+- ``librdkafka_produce_errors_only``: the same throughput run with ``delivery.report.only.error`` (no Python
+  callback per message, as ``rafka_produce`` registers none), on its own topic;
 - ``rafka_produce``: rafka.Producer (``send`` per record) on the same workload, and the same latency run;
 - ``librdkafka_consume`` / ``rafka_consume``: one consumer reading the librdkafka topic from the start
   (assign, read_uncommitted), records/s and MB/s; ``librdkafka_consume_queue_backoff_10ms`` the librdkafka one
@@ -63,7 +65,10 @@ def _rate(n: int, secs: float) -> dict:
     }
 
 
-def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
+def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int, errors_only: bool = False) -> dict:
+    """``errors_only``: the throughput run with ``delivery.report.only.error`` (librdkafka reports failed
+    messages only), so the client does not run a Python callback per message; the latency run always has
+    one per message (it is what it measures)."""
     from confluent_kafka import Producer
 
     value = os.urandom(VALUE_BYTES)
@@ -86,12 +91,19 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int) -> dict:
         p.poll(0)
         time.sleep(0.001)
     p.flush(60)
+    if errors_only:
+        p = Producer({**conf, "delivery.report.only.error": True, "on_delivery": lambda e, _m: errors.append(e)})
+        p.produce(topic, value, partition=0)
+        p.flush(60)
     t = time.monotonic()
     cpu = CpuMeter()
     for i in range(n):
         while True:
             try:
-                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
+                if errors_only:
+                    p.produce(topic, value, partition=i % PARTITIONS)
+                else:
+                    p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
                 break
             except BufferError:
                 p.poll(0.01)
@@ -210,7 +222,7 @@ def main() -> int:
         )
         try:
             admin = rafka.Admin(cluster)
-            topics = {k: f"wb-{k}-{uuid.uuid4().hex[:6]}" for k in ("librdkafka", "rafka")}
+            topics = {k: f"wb-{k}-{uuid.uuid4().hex[:6]}" for k in ("librdkafka", "librdkafka-eo", "rafka")}
             for name in topics.values():
                 admin.create_topic(
                     name, num_partitions=PARTITIONS, replication_factor=3, configs={"min.insync.replicas": "2"}
@@ -219,6 +231,10 @@ def main() -> int:
             res: dict = {"brokers": 3, "replication_factor": 3, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES}
             res["pools_fill_s"] = wait_pools_full(cluster)
             res["librdkafka_produce"] = librdkafka_produce(bootstrap, topics["librdkafka"], n, args.latency_records)
+            wait_pools_full(cluster)
+            res["librdkafka_produce_errors_only"] = librdkafka_produce(
+                bootstrap, topics["librdkafka-eo"], n, 0, errors_only=True
+            )
             wait_pools_full(cluster)
             res["rafka_produce"] = rafka_produce(cluster, topics["rafka"], n, args.latency_records)
             warm_up_groups(bootstrap, topics["librdkafka"])

@@ -70,7 +70,7 @@ def to_positive(n: int) -> int:
 
 def partition_for_key(key: bytes, num_partitions: int) -> int:
     """The partition Kafka's Java producer picks for a serialized key."""
-    return to_positive(murmur2(key)) % num_partitions
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions  # to_positive, inline (send's per-record path)
 
 
 class StickyPartitionCache:
@@ -79,6 +79,9 @@ class StickyPartitionCache:
     def __init__(self, rng: random.Random | None = None):
         self._lock = threading.Lock()
         self._current: dict[str, int] = {}
+        # the topic's sticky partition now or None, as ``current``: the dict's own ``get`` for the producer's
+        # per-record fast path (no Python frame)
+        self.lookup: Callable[[str], int | None] = self._current.get
         self._rng = rng or random.Random()
 
     def current(self, topic: str) -> int | None:

@@ -359,7 +359,7 @@ def test_poll_prefetches_while_the_app_works(rafka_cluster, new_topic):
 
 
 def test_plain_sends_take_the_lock_free_path_and_report_their_metadata(rafka_cluster, new_topic):
-    """Plain records (bytes, no headers, callback or serializer) go through ``Producer._send_plain``: only the
+    """Plain records (bytes, no headers, callback or serializer) go through ``Producer.send``'s fast path: only the
     first record of each batch takes the locked ``RecordAccumulator.append``; the futures still report each
     record's own timestamp and sizes, read back from the batch bytes, and the sticky partitioner still moves
     on as batches fill (KIP-480)."""
