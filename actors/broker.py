@@ -94,6 +94,12 @@ _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(
 log = logging.getLogger("rafka.broker")
 
 
+def _election_done(task: asyncio.Task) -> None:
+    """The early election's outcome: ``register`` elects again if it failed."""
+    if not task.cancelled() and task.exception() is not None:
+        log.info("early controller election: %s", task.exception())
+
+
 def _err_dict(exc: BaseException) -> dict:
     if isinstance(exc, RayTaskError) and isinstance(getattr(exc, "cause", None), KafkaError):
         exc = exc.cause
@@ -142,8 +148,11 @@ class BrokerActor:
         self._pid_lock = asyncio.Lock()
         lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
         await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
-        self.wire = await wire.start(self)
         loop = asyncio.get_running_loop()
+        # the election first, in the background: the controller's process starts (~1 s: a worker and its
+        # imports) while this broker starts its Kafka listener; ``register`` below waits for the same election
+        loop.create_task(self.link.ensure()).add_done_callback(_election_done)
+        self.wire = await wire.start(self)
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
         self.pool.fill()  # warm replica actors, in the background (actors/replica_pool.py)
