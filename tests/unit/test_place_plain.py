@@ -137,6 +137,22 @@ def test_a_partition_beyond_the_topic_and_a_gap_in_the_ids_go_to_python(monkeypa
     assert [f._batch.tp.partition for f in futs] == [3, 0] * 20
 
 
+def test_a_partition_added_during_the_call_is_taken_after_the_refresh(monkeypatch):
+    # the call's metadata knows partitions 0-2; a record to 4 makes the Python loop refresh it (the partition
+    # was added since), and the compiled loop then places on the refreshed topic, 4 included
+    fake, tm = producer_state(partitions=(0, 1, 2))
+    _, grown = producer_state(partitions=(0, 1, 2, 3, 4))
+    refreshed = []
+    fake.metadata = types.SimpleNamespace(
+        refresh=lambda *a, **k: refreshed.append(1), wait_for_topic=lambda *a, **k: grown
+    )
+    monkeypatch.setattr(send_batch, "_place_plain", _crecords.place_plain)
+    records = [(None, b"a", 0)] * 10 + [(None, b"b", 4)] + [(None, b"c", q) for q in (4, 3, 0, 4)] * 50
+    futs = send_batch.place_and_append(fake, "t", records, None, tm, 0.0)
+    assert refreshed == [1]
+    assert [f._batch.tp.partition for f in futs] == [r[2] for r in records]
+
+
 def test_a_user_partitioner_places_every_unpartitioned_record(monkeypatch):
     calls = []
 
