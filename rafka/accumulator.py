@@ -183,11 +183,17 @@ class RecordAccumulator:
         else:
             self.wake_by(batch.created_ms + self.linger_ms)
 
-    def append_many(self, tp: TopicPartition, items: list, max_block_ms: float) -> tuple[list[tuple], int]:
+    def append_many(
+        self, tp: TopicPartition, items: list, max_block_ms: float, bulk: int = 0
+    ) -> tuple[list[tuple], int]:
         """Append ``items`` (``(timestamp, key, value, headers)`` each) to ``tp``'s batches in order, opening
         new batches as they fill; returns the records' runs (``(batch, first index, count)``, in order: what
-        ``RecordFutures`` makes their runs of) and how many batches were opened. One lock round per batch
-        instead of one per record (``Producer.send_batch``)."""
+        ``RecordFutures`` makes their futures of) and how many batches were opened. One lock round per batch
+        instead of one per record (``Producer.send_batch``).
+
+        ``bulk`` > ``batch_size`` (``send_batch``): the batches this call opens hold up to ``bulk`` bytes, and
+        each is closed to later appends once filled (full: the Sender takes it at once). It reserves ``bulk``
+        bytes of ``buffer_memory`` while it fills, then gives back what the batch did not take."""
         runs: list[tuple] = []
         opened, i, n = 0, 0, len(items)
         deadline = time.monotonic() + max_block_ms / 1000.0
@@ -202,7 +208,8 @@ class RecordAccumulator:
             size = (0 if key is None else len(key)) + (0 if value is None else len(value)) + RECORD_OVERHEAD
             if headers:
                 size += sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in headers)
-            reserve = max(self.batch_size, size + 61)
+            cap = bulk if bulk > self.batch_size else self.batch_size
+            reserve = max(cap, size + 61)
             self.pool.allocate(reserve, max(0.0, (deadline - time.monotonic()) * 1000))
             kept = full = False
             try:
@@ -217,11 +224,15 @@ class RecordAccumulator:
                         dq = self._queues[tp] = collections.deque()
                     batch = ProducerBatch(
                         tp,
-                        RecordBatchBuilder(compression_type=self.compression, batch_size=self.batch_size),
+                        RecordBatchBuilder(compression_type=self.compression, batch_size=cap),
                         monotonic_ms(),
                         reserve,
                     )
                     i = _fill(batch, items, i, runs)
+                    if cap > self.batch_size:  # a bulk batch: full as it is, and holding only what it took
+                        b = batch.builder
+                        b.batch_size = b.estimated_size
+                        batch.reserved = max(b.estimated_size, size + 61)
                     dq.append(batch)
                     with self._incomplete_lock:
                         self.incomplete.add(batch)
@@ -231,6 +242,8 @@ class RecordAccumulator:
             finally:
                 if not kept:
                     self.pool.release(reserve)
+                elif reserve > batch.reserved:
+                    self.pool.release(reserve - batch.reserved)
             self._new_batch(batch, full)
         return runs, opened
 

@@ -264,6 +264,34 @@ def test_send_batch_checks_every_record_before_queueing_any(rafka_cluster, new_t
     assert ends == {TopicPartition(topic, 0): 0, TopicPartition(topic, 1): 1}  # ...nor partition 0
 
 
+def test_send_batch_packs_bulk_batches_within_the_topic_max_message_bytes(rafka_cluster, new_topic):
+    """``send_batch``'s batches go past ``batch.size`` up to the topic's ``max.message.bytes`` (a topic's
+    override included), so the leader takes every one of them; the records come back in order."""
+    small = new_topic(2, 1, max_message_bytes="20000")
+    plain = new_topic(2, 1)
+    values = [b"%06d" % i + b"v" * 94 for i in range(4000)]
+    with rafka.Producer(rafka_cluster, batch_size=4096) as p:
+        futs_small = p.send_batch(small, [(None, v, i % 2) for i, v in enumerate(values)])
+        futs_plain = p.send_batch(plain, [(None, v, i % 2) for i, v in enumerate(values)])
+        p.flush()
+        got_small = [f.get(30) for f in futs_small]
+        got_plain = [f.get(30) for f in futs_plain]
+    sizes_small = {id(f._batch): f._batch.builder.estimated_size for f in futs_small}
+    sizes_plain = {id(f._batch): f._batch.builder.estimated_size for f in futs_plain}
+    assert 4096 < max(sizes_small.values()) <= 20000 and len(sizes_small) >= 20
+    assert max(sizes_plain.values()) > 100_000 and len(sizes_plain) == 2  # one batch per partition
+    for got in (got_small, got_plain):
+        assert [m.offset for m in got if m.partition == 0] == list(range(2000))
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
+    c.assign([TopicPartition(small, 0)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(read) < 2000 and time.monotonic() < deadline:
+        read += [r.value for recs in c.poll(timeout_ms=500).values() for r in recs]
+    c.close()
+    assert read == values[0::2]
+
+
 def test_seek_positions_offsets_and_times(rafka_cluster, new_topic):
     topic = new_topic(1, 1)
     tp = TopicPartition(topic, 0)

@@ -40,7 +40,7 @@ class _Sender:
         self.wakeups += 1
 
 
-def producer_state(partitions=(0, 1, 2, 3, 4, 5), batch_size=2048, seed=7, user_partitioner=None):
+def producer_state(partitions=(0, 1, 2, 3, 4, 5), batch_size=2048, seed=7, user_partitioner=None, max_message=None):
     cfg = ProducerConfig(batch_size=batch_size, partitioner=user_partitioner)
     fake = types.SimpleNamespace(
         config=cfg,
@@ -53,7 +53,10 @@ def producer_state(partitions=(0, 1, 2, 3, 4, 5), batch_size=2048, seed=7, user_
     )
     for name in ("_serialize", "_place", "_check_partition"):
         setattr(fake, name, types.MethodType(getattr(Producer, name), fake))
-    tm = TopicMetadata({"name": "t", "partitions": {p: {"leader": 1, "replicas": [1]} for p in partitions}})
+    configs = {} if max_message is None else {"max.message.bytes": str(max_message)}
+    tm = TopicMetadata(
+        {"name": "t", "configs": configs, "partitions": {p: {"leader": 1, "replicas": [1]} for p in partitions}}
+    )
     return fake, tm
 
 
@@ -105,10 +108,38 @@ record = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(record, max_size=300), st.sampled_from([None, 2]), st.sampled_from([256, 2048]))
-def test_compiled_placement_matches_the_python_loop(records, partition, batch_size):
+@given(
+    st.lists(record, max_size=300),
+    st.sampled_from([None, 2]),
+    st.sampled_from([256, 2048]),
+    st.sampled_from([None, 200, 6000]),  # the topic's max.message.bytes: bulk batches, batch.size ones, smaller bulk
+)
+def test_compiled_placement_matches_the_python_loop(records, partition, batch_size, max_message):
     with pytest.MonkeyPatch.context() as mp:
-        both(records, mp, partition, batch_size=batch_size)
+        both(records, mp, partition, batch_size=batch_size, max_message=max_message)
+
+
+def test_bulk_batches_take_the_call_and_give_back_the_memory_they_do_not_hold(monkeypatch):
+    # batch.size 2,048: send_batch's batches go up to the topic's max.message.bytes (here 50,000) instead
+    fake, tm = producer_state(batch_size=2048, max_message=50_000)
+    acc = fake.accumulator
+    total = acc.pool.available
+    monkeypatch.setattr(send_batch, "_place_plain", _crecords.place_plain)
+    records = [(b"k%d" % i, b"v" * 100) for i in range(3000)]  # ~340 KB over 6 partitions
+    futs = send_batch.place_and_append(fake, "t", records, None, tm, 0.0)
+    batches = [b for dq in acc._queues.values() for b in dq]
+    assert all(2048 < b.builder.estimated_size <= 50_000 for b in batches[:3])
+    assert all(b.is_full() for b in batches)  # closed to later appends: the Sender takes them at once
+    assert all(b.reserved == b.builder.estimated_size for b in batches)
+    assert acc.pool.available == total - sum(b.reserved for b in batches)
+    assert sum(b.builder._count for b in batches) == 3000 and len(futs) == 3000
+    for b in batches:  # the Sender's finish gives each batch's memory back
+        acc.finish(b)
+    assert acc.pool.available == total
+    # a plain send after it opens its own batch.size batch: the bulk ones take nothing more
+    before = {id(b): b.builder._count for b in batches}
+    assert acc.append_plain(batches[0].tp, 1, b"x", b"y") is None
+    assert {id(b): b.builder._count for b in batches} == before
 
 
 def test_keyless_records_move_the_sticky_partition_as_python_does(monkeypatch):
