@@ -317,9 +317,8 @@ def main() -> int:
             out["group_consume_records_per_s"] = detail["group_consume"]["records_per_s_after_first_record"]
             admin.delete_topics(["batch"])
 
-            # beside the goal (not one): the same with 1 MB batches (batch.size 1,000,000, under the broker's
-            # message.max.bytes): what a caller tuned for throughput gets, since at 16 KB the server's cost per
-            # batch, not the client, bounds send_batch
+            # beside the goal (not one): the same with batch.size 1,000,000 (send_batch's own batches are bulk
+            # ones, up to max.message.bytes, either way: rafka/send_batch.py bulk_bytes)
             admin.create_topic("batch-1mb", PARTITIONS, 3, TOPIC_CONF)
             detail["pool_refill_s_batch-1mb"] = wait_pools_full(cluster)
             detail["send_batch_1mb"] = bench_send_batch(cluster, "batch-1mb", a.batch_records, batch_size=1_000_000)
