@@ -35,22 +35,19 @@ from __future__ import annotations
 
 import collections
 import logging
-import random
 import threading
 from typing import Any
 
 from protocol.errors import refresh_metadata
 from protocol.messages import ProduceRequest, ProduceResponse
-from protocol.names import broker_name
 from protocol.ray_errors import kafka_error_for
-from protocol.txn_messages import AddPartitionsToTxnRequest
 from rafka.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from rafka.errors import (
-    ConcurrentTransactionsError,
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
+    MessageTooLargeError,
     NotLeaderOrFollowerError,
     OutOfOrderSequenceNumberError,
     RequestTimedOutError,
@@ -58,6 +55,7 @@ from rafka.errors import (
     for_code,
 )
 from rafka.metadata import ClusterMetadata
+from rafka.sender_ids import SenderIds
 from rafka.structs import TopicPartition
 from rafka.transport import RAY, Transport
 from rafka.txn_manager import TransactionState
@@ -77,7 +75,7 @@ class InFlight:
         self.abandoned = False
 
 
-class Sender(threading.Thread):
+class Sender(SenderIds, threading.Thread):
     def __init__(
         self,
         cluster: str,
@@ -222,42 +220,6 @@ class Sender(threading.Thread):
             return self._tp_batches[tp] < self.cfg.max_in_flight_requests_per_connection
         return calls < self.cfg.max_in_flight_requests_per_connection
 
-    # -- producer id -------------------------------------------------------------------------------
-    def _ensure_producer_id(self, now: float) -> bool:
-        if now < self._pid_retry_at:
-            return False
-        brokers = list(self.metadata.brokers().items())
-        random.shuffle(brokers)
-        last: BaseException | None = None
-        for broker_id, info in brokers:
-            if info.get("alive") is False:
-                continue
-            try:
-                broker = self.transport.get_actor(broker_name(self.cluster, broker_id))
-                resp = self.transport.get(
-                    self.transport.call(broker, "init_producer_id"), timeout=self.cfg.request_timeout_ms / 1000
-                )
-            except Exception as exc:  # noqa: BLE001 - try the next broker
-                last = exc
-                continue
-            code = resp.get("error_code", 0)
-            if code:
-                last = for_code(code)(resp.get("error_message"))
-                continue
-            self.producer_id = int(resp["producer_id"])
-            self.producer_epoch = int(resp.get("producer_epoch", 0))
-            log.debug("producer id %d epoch %d from broker %d", self.producer_id, self.producer_epoch, broker_id)
-            self._next_seq.clear()
-            self._last_acked.clear()
-            self._resequence()
-            return True
-        (log.warning if self._pid_warnings == 0 else log.debug)(
-            "could not get a producer id yet: %s", last or "no live broker"
-        )
-        self._pid_warnings += 1
-        self._pid_retry_at = now + self.cfg.retry_backoff_ms
-        return False
-
     # -- sending -----------------------------------------------------------------------------------
     def _send(self, tp: TopicPartition, now: float) -> bool:
         try:
@@ -349,7 +311,9 @@ class Sender(threading.Thread):
                 self.acc.finish(batch)
                 base += batch.record_count
             return
-        if refresh_metadata(err.code):
+        if refresh_metadata(err.code) or err.code == MessageTooLargeError.code:
+            # (MESSAGE_TOO_LARGE: the topic's max.message.bytes may have been lowered since the metadata was
+            # read; send_batch sizes its bulk batches by it, rafka/send_batch.py bulk_bytes)
             self.metadata.request_update()
             if err.code == NotLeaderOrFollowerError.code:
                 self.metadata.forget_handle(inf.tp, inf.leader)
@@ -408,82 +372,6 @@ class Sender(threading.Thread):
         self.acc.finish(batch)
         if self.txn is not None:
             self.txn.fail(err)  # the transaction can only be aborted now (or the producer is fenced)
-
-    # -- transactions ------------------------------------------------------------------------------
-    def use_transaction(self, txn: TransactionState, client) -> None:
-        self.txn, self.txn_client = txn, client
-
-    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
-        """The coordinator's producer id/epoch (InitProducerId): sequences start again at 0."""
-        self.producer_id, self.producer_epoch = producer_id, producer_epoch
-        self._next_seq.clear()
-        self._last_acked.clear()
-        self.wakeup()
-
-    def add_partitions_now(self) -> None:
-        """Send the AddPartitionsToTxn of the partitions queued so far from the caller's thread, at once, when
-        none is in flight and the coordinator is known (else the loop sends it: finding the coordinator
-        blocks). ``send_batch`` calls it once every partition of the topic has a record, and at the latest
-        once the call's records are placed: the loop gets the GIL only after the 5 ms switch interval and
-        its turn (17-35 ms after the call began for 10,000 records), often after the previous transaction's
-        markers were done, when the coordinator can no longer fold the Ongoing record into their
-        CompleteCommit append."""
-        if self.txn is None or self.txn_client is None or not self.txn_client.found:
-            self._wake.set()
-            return
-        if self._add_lock.acquire(blocking=False):  # (held: the loop is sending one right now)
-            try:
-                if self._adding is None:
-                    self._add_partitions(monotonic_ms())
-            finally:
-                self._add_lock.release()
-        self._wake.set()
-
-    def _add_partitions(self, now: float) -> None:
-        """Kafka's AddPartitionsToTxnHandler: one request for every partition written to and not yet in the
-        transaction; their batches wait (``_can_send``) until it is answered."""
-        txn = self.txn
-        assert txn is not None
-        if self._adding is not None:
-            call, tps = self._adding
-            res = call.poll(0.0)
-            if res is None:
-                return
-            code = res.get("error_code", 0)
-            if code == 0:
-                txn.added(tps)  # (before _adding clears: a reader sees them in flight or added)
-                self._adding = None
-                return
-            self._adding = None
-            err = for_code(code)(res.get("error_message"))
-            if txn.is_retriable(code):
-                # the previous transaction's markers are still going out: Kafka retries this one after 20 ms
-                concurrent = code == ConcurrentTransactionsError.code
-                self._add_retry_at = now + (
-                    min(20, self.cfg.retry_backoff_ms) if concurrent else self.cfg.retry_backoff_ms
-                )
-                return
-            txn.fail(err)
-            for tp in tps:  # their records can never be sent in this transaction
-                for batch in self.acc.drain(tp, 1 << 62, 1 << 30):
-                    self._fail(batch, err)
-            return
-        pending = sorted(txn.pending)
-        if not pending or self.producer_id < 0 or now < self._add_retry_at:
-            return
-        if txn.state not in ("IN_TRANSACTION", "COMMITTING_TRANSACTION"):  # (aborting: nothing more to add)
-            return
-        req = AddPartitionsToTxnRequest(
-            txn.transactional_id,
-            self.producer_id,
-            self.producer_epoch,
-            tuple((tp.topic, tp.partition) for tp in pending),
-        )
-        call = self.txn_client.start(req)
-        call.poll(0.0)  # sends it
-        if call.ref is not None:  # wake the loop when the answer comes, not at the next 50 ms tick
-            self.transport.future(call.ref).add_done_callback(lambda _f: self._wake.set())
-        self._adding = (call, pending)
 
     def _abort_everything(self, err: BaseException) -> None:
         for inf in list(self._in_flight.values()):
