@@ -33,7 +33,7 @@ from rafka.producer_batch import (
 )
 from rafka.structs import TopicPartition
 from storage import records as _records
-from storage.records import NO_SEQUENCE, RecordBatchBuilder
+from storage.records import NO_SEQUENCE, RecordBatchBuilder, decode_records
 
 __all__ = [
     "RECORD_OVERHEAD",
@@ -64,6 +64,19 @@ def _fill(batch: ProducerBatch, items: list, i: int, runs: list) -> int:
     if j > i:
         runs.append((batch, first, j - i))
     return j
+
+
+def _retry_slot(dq, batch: ProducerBatch) -> int:
+    """Where a batch going back goes in its partition's queue: in sequence order among the sealed ones, and
+    unsealed ones after the retries already back (so a request's batches keep their order) but before any
+    fresh batch."""
+    for i, other in enumerate(dq):
+        if other.base_sequence == NO_SEQUENCE:
+            if other.attempts == 0:
+                return i
+        elif other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence:
+            return i
+    return len(dq)
 
 
 class RecordAccumulator:
@@ -307,15 +320,42 @@ class RecordAccumulator:
         batch.next_attempt_ms = now + backoff
         with self._lock:
             dq = self._queues.setdefault(batch.tp, collections.deque())
-            i = 0
-            for i, other in enumerate(dq):  # noqa: B007
-                if other.base_sequence == NO_SEQUENCE or (
-                    other.producer_id == batch.producer_id and other.base_sequence > batch.base_sequence
-                ):
-                    break
-            else:
-                i = len(dq)
-            dq.insert(i, batch)
+            dq.insert(_retry_slot(dq, batch), batch)
+
+    def split(self, batch: ProducerBatch, now: float) -> list[ProducerBatch]:
+        """KIP-126: ``batch``, refused by its leader as too large (MESSAGE_TOO_LARGE), becomes batches of at
+        most half its size (and ``batch_size``) at the front of its partition's queue, in its place, to go
+        as retries (alone, once nothing of the partition is in flight). A sealed batch's parts keep its
+        producer id, epoch and sequence range (part k from its base sequence + its first record's index), so
+        the batches sent after it stay in sequence. The first part takes the batch's memory; its futures and
+        callbacks answer from the parts (``ProducerBatch.leaf``)."""
+        raw = batch.payload if batch.payload is not None else batch.builder.build()
+        target = max(1, min(self.batch_size, batch.builder.estimated_size // 2))
+        parts: list[tuple[ProducerBatch, int]] = []
+        cur: ProducerBatch | None = None
+        for i, r in enumerate(decode_records(raw)):
+            if cur is None or not cur.builder.append(r.timestamp, r.key, r.value, r.headers):
+                builder = RecordBatchBuilder(compression_type=self.compression, batch_size=target)
+                cur = ProducerBatch(batch.tp, builder, batch.created_ms, 0)
+                cur.builder.append(r.timestamp, r.key, r.value, r.headers)  # a batch takes its first record
+                parts.append((cur, i))
+        for part, first in parts:
+            part.closed = True
+            part.attempts, part.next_attempt_ms = batch.attempts + 1, now
+            if batch.payload is not None and batch.producer_id >= 0:
+                seq = (batch.base_sequence + first) & 0x7FFFFFFF
+                part.seal(batch.producer_id, batch.producer_epoch, seq, batch.builder.is_transactional)
+        parts[0][0].reserved, batch.reserved = batch.reserved, 0
+        batch.split_into(parts)
+        with self._incomplete_lock:
+            self.incomplete.discard(batch)
+            self.incomplete.update(part for part, _ in parts)
+        with self._lock:
+            dq = self._queues.setdefault(batch.tp, collections.deque())
+            at = _retry_slot(dq, batch)
+            for k, (part, _first) in enumerate(parts):
+                dq.insert(at + k, part)
+        return [part for part, _ in parts]
 
     def sealed(self) -> dict[TopicPartition, list[ProducerBatch]]:
         """The queued batches that already have a producer id and sequence (retries), per partition, in

@@ -93,6 +93,8 @@ class ProducerBatch:
         "_meta",
         "last_error",
         "_cb_lock",
+        "parts",
+        "parent",
     )
 
     def __init__(self, tp: TopicPartition, builder: RecordBatchBuilder, created_ms: float, reserved: int):
@@ -117,6 +119,10 @@ class ProducerBatch:
         # a locked append is changing the builder in Python: lock-free appends (batch_append) keep off
         self.busy = False
         self._meta: list[tuple[int, int, int]] | None = None  # (timestamp, key size, value size), on demand
+        # KIP-126: a batch the leader refused as too large is split into ``parts`` ((child, index of its first
+        # record here), in order); it is done once they all are, and each record answers from its own child
+        self.parts: list[tuple[ProducerBatch, int]] | None = None
+        self.parent: ProducerBatch | None = None
 
     @property
     def record_count(self) -> int:
@@ -170,7 +176,42 @@ class ProducerBatch:
             ]
         return meta
 
+    def leaf(self, idx: int) -> tuple["ProducerBatch", int]:
+        """The batch that holds record ``idx`` now, and its index there (itself unless split, KIP-126)."""
+        b = self
+        while b.parts is not None:
+            for child, first in reversed(b.parts):
+                if idx >= first:
+                    b, idx = child, idx - first
+                    break
+        return b, idx
+
+    def split_into(self, parts: list[tuple["ProducerBatch", int]]) -> None:
+        for child, _first in parts:
+            child.parent = self
+        self.parts = parts
+
+    def _part_done(self) -> None:
+        """A child finished: once every one has, this batch is done and its callbacks run, each with its own
+        record's outcome."""
+        assert self.parts is not None
+        if not all(child.done.is_set() for child, _ in self.parts):
+            return
+        with self._cb_lock:
+            if self.done.is_set():
+                return
+            self.done.set()
+            callbacks = self.callbacks
+        for idx, cb in callbacks:
+            b, i = self.leaf(idx)
+            _run_callback(cb, None if b.error else b.metadata(i), b.error)
+        if self.parent is not None:
+            self.parent._part_done()
+
     def metadata(self, idx: int) -> RecordMetadata:
+        if self.parts is not None:
+            b, i = self.leaf(idx)
+            return b.metadata(i)
         ts, ks, vs = self.record_meta()[idx]
         if self.log_append_time != -1:
             ts = self.log_append_time
@@ -186,6 +227,8 @@ class ProducerBatch:
             callbacks = self.callbacks
         for idx, cb in callbacks:
             _run_callback(cb, self.metadata(idx), None)
+        if self.parent is not None:
+            self.parent._part_done()
 
     def fail(self, exc: BaseException) -> None:
         with self._cb_lock:
@@ -196,13 +239,16 @@ class ProducerBatch:
             callbacks = self.callbacks
         for _idx, cb in callbacks:
             _run_callback(cb, None, exc)
+        if self.parent is not None:
+            self.parent._part_done()
 
     def add_callback(self, idx: int, fn: Callable) -> None:
         with self._cb_lock:
             if not self.done.is_set():
                 self.callbacks.append((idx, fn))
                 return
-        _run_callback(fn, None if self.error else self.metadata(idx), self.error)
+        b, i = self.leaf(idx)
+        _run_callback(fn, None if b.error else b.metadata(i), b.error)
 
 
 def _run_callback(cb: Callable, metadata, exc) -> None:
@@ -226,15 +272,15 @@ class FutureRecordMetadata:
     is_done = property(done)
 
     def succeeded(self) -> bool:
-        return self.done() and self._batch.error is None
+        return self.done() and self._batch.leaf(self._idx)[0].error is None
 
     def failed(self) -> bool:
-        return self.done() and self._batch.error is not None
+        return self.done() and self._batch.leaf(self._idx)[0].error is not None
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self._batch.done.wait(timeout):
             raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
-        return self._batch.error
+        return self._batch.leaf(self._idx)[0].error
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Block until the record is acknowledged (``timeout`` in seconds) and return where it landed."""
@@ -336,6 +382,13 @@ def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, 
                 if not b.done.wait(left):
                     raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
             last, err, part, base = b, b.error, b.tp.partition, b.base_offset
+        if b.parts is not None:  # split (KIP-126): the record's own part answers
+            lb, li = b.leaf(f._idx)
+            if lb.error is not None:
+                append(lb.error)
+            else:
+                append((part, lb.base_offset + li if lb.base_offset >= 0 else -1) if offsets_only else lb.metadata(li))
+            continue
         if err is not None:
             append(err)
         elif offsets_only:

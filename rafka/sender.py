@@ -27,9 +27,9 @@ fails the batch and the transaction can only be aborted.
 
 Errors: retriable Kafka errors (``err.retriable``), a dead or unavailable leader actor and request
 timeouts are retried after ``retry_backoff_ms`` (exponential up to ``retry_backoff_max_ms``) while
-``retries`` and ``delivery_timeout_ms`` allow, with a metadata refresh for leadership errors; anything
-else fails the batch's futures.
-"""
+``retries`` and ``delivery_timeout_ms`` allow, with a metadata refresh for leadership errors. A batch of
+several records refused as too large (MESSAGE_TOO_LARGE) is split and its parts sent (KIP-126,
+``RecordAccumulator.split``). Anything else fails the batch's futures."""
 
 from __future__ import annotations
 
@@ -325,6 +325,16 @@ class Sender(SenderIds, threading.Thread):
         if isinstance(err, DuplicateSequenceNumberError):
             batch.complete(-1)  # Kafka: already written, offset unknown
             self.acc.finish(batch)
+            return
+        if (
+            code == MessageTooLargeError.code
+            and batch.record_count > 1
+            and batch.producer_id == (self.producer_id if self.idempotent else -1)
+            and now - batch.created_ms < self.cfg.delivery_timeout_ms
+            and not self.force_close
+        ):
+            parts = self.acc.split(batch, now)  # (max.message.bytes lowered since send_batch sized its batches)
+            log.info("%s: a batch refused as too large goes again as %d: %s", batch.tp, len(parts), err)
             return
         retriable = getattr(err, "retriable", False)
         overtaken = False

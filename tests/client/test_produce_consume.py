@@ -292,6 +292,42 @@ def test_send_batch_packs_bulk_batches_within_the_topic_max_message_bytes(rafka_
     assert read == values[0::2]
 
 
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_batches_refused_as_too_large_are_split_and_sent_again(rafka_cluster, new_topic, idempotent, monkeypatch):
+    """KIP-126: the topic's max.message.bytes is lowered after the producer read its metadata, so send_batch
+    builds bulk batches the leader refuses (MESSAGE_TOO_LARGE); the producer splits each and sends the parts
+    (an idempotent one under the batch's own sequences, the batches after it in order): every record lands
+    once, in order, and its future, callback and ``wait_all`` answer report where."""
+    from rafka import send_batch
+    from rafka.producer_batch import wait_all
+
+    # the producer's view of the topic stays the one from before the change (a metadata refresh can come at
+    # any time, and would let it size its batches right from the start)
+    monkeypatch.setattr(send_batch, "bulk_bytes", lambda producer, tm: 1 << 20)
+
+    topic = new_topic(1, 1)
+    values = [b"%06d" % i + b"v" * 94 for i in range(20000)]
+    seen: dict[int, int] = {}
+    with rafka.Producer(rafka_cluster, enable_idempotence=idempotent, acks="all" if idempotent else 1) as p:
+        p.send_batch(topic, [(None, b"first", 0)])[0].get(30)  # the metadata: max.message.bytes at its default
+        rafka.Admin(rafka_cluster).alter_configs(topic, set={"max.message.bytes": "30000"})
+        futs = p.send_batch(topic, [(None, v, 0) for v in values])  # ~2.2 MB: three bulk batches, refused
+        futs[-1].add_callback(lambda md: seen.update(last=md.offset))
+        p.flush()
+        offsets = [f.get(30).offset for f in futs]
+        assert wait_all(futs, 30, offsets_only=True) == [(0, o) for o in offsets]
+    assert offsets == list(range(1, 20001)) and seen == {"last": 20000}
+    assert futs[0]._batch.parts is not None and len(futs[0]._batch.parts) >= 2  # it was split
+    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
+    c.assign([TopicPartition(topic, 0)])
+    read: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(read) < 20001 and time.monotonic() < deadline:
+        read += [r.value for recs in c.poll(timeout_ms=500).values() for r in recs]
+    c.close()
+    assert read == [b"first"] + values
+
+
 def test_seek_positions_offsets_and_times(rafka_cluster, new_topic):
     topic = new_topic(1, 1)
     tp = TopicPartition(topic, 0)
