@@ -72,10 +72,11 @@ def place_and_append(self, topic: str, records: Iterable, partition: int | None,
     record (explicit partition, user partitioner, murmur2 of the key, the sticky partition moving on each
     ``batch_size``), tell the transaction of new partitions early, then append each partition's run
     (``RecordAccumulator.append_many``). Nothing is queued before every record is placed, so a bad one fails
-    the call with nothing queued. The runs go in by rounds of ``APPEND_CHUNK`` records over the partitions,
-    each round followed by a GIL hand-over: full batches are then sent while the call still appends the
-    rest, where one append per partition at the end kept a 10,000-record call's first batch until the call
-    returned (a transaction's records went out only then). Returns the futures in the records' order."""
+    the call with nothing queued. Each partition's run goes into bulk batches (``bulk_bytes``) or, when those
+    would be no larger than ``batch_size``, in rounds of ``APPEND_CHUNK`` records over the partitions; a GIL
+    hand-over follows each append, so full batches are sent while the call still appends the rest (a
+    transaction's first records no longer wait for the whole call). Returns the futures in the records'
+    order (``RecordFutures``)."""
     cfg = self.config
     default_ts = now_ms()
     by_part: dict[int, list] = {}

@@ -282,14 +282,7 @@ def test_send_batch_packs_bulk_batches_within_the_topic_max_message_bytes(rafka_
     assert max(sizes_plain.values()) > 100_000 and len(sizes_plain) == 2  # one batch per partition
     for got in (got_small, got_plain):
         assert [m.offset for m in got if m.partition == 0] == list(range(2000))
-    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
-    c.assign([TopicPartition(small, 0)])
-    read: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(read) < 2000 and time.monotonic() < deadline:
-        read += [r.value for recs in c.poll(timeout_ms=500).values() for r in recs]
-    c.close()
-    assert read == values[0::2]
+    assert read_values(rafka_cluster, TopicPartition(small, 0), 2000) == values[0::2]
 
 
 @pytest.mark.parametrize("idempotent", [True, False])
@@ -318,14 +311,19 @@ def test_batches_refused_as_too_large_are_split_and_sent_again(rafka_cluster, ne
         assert wait_all(futs, 30, offsets_only=True) == [(0, o) for o in offsets]
     assert offsets == list(range(1, 20001)) and seen == {"last": 20000}
     assert futs[0]._batch.parts is not None and len(futs[0]._batch.parts) >= 2  # it was split
-    c = rafka.Consumer(rafka_cluster, auto_offset_reset="earliest")
-    c.assign([TopicPartition(topic, 0)])
+    assert read_values(rafka_cluster, TopicPartition(topic, 0), 20001) == [b"first"] + values
+
+
+def read_values(cluster, tp: TopicPartition, n: int) -> list[bytes]:
+    """The values of ``tp`` from its start, until ``n`` (or 30 s)."""
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest")
+    c.assign([tp])
     read: list[bytes] = []
     deadline = time.monotonic() + 30
-    while len(read) < 20001 and time.monotonic() < deadline:
+    while len(read) < n and time.monotonic() < deadline:
         read += [r.value for recs in c.poll(timeout_ms=500).values() for r in recs]
     c.close()
-    assert read == [b"first"] + values
+    return read
 
 
 def test_seek_positions_offsets_and_times(rafka_cluster, new_topic):
