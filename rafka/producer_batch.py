@@ -192,19 +192,26 @@ class ProducerBatch:
         self.parts = parts
 
     def _part_done(self) -> None:
-        """A child finished: once every one has, this batch is done and its callbacks run, each with its own
-        record's outcome."""
+        """A child finished: once every one has, this batch is done (each record answers from its own child)."""
         assert self.parts is not None
-        if not all(child.done.is_set() for child, _ in self.parts):
-            return
+        if all(child.done.is_set() for child, _ in self.parts):
+            self._settle()
+
+    def _outcome(self, idx: int) -> tuple[RecordMetadata | None, BaseException | None]:
+        """Record ``idx``'s ``(metadata, error)`` once done, from the batch that holds it."""
+        b, i = self.leaf(idx)
+        return (None, b.error) if b.error is not None else (b.metadata(i), None)
+
+    def _settle(self) -> None:
+        """Done (once): the waiters wake, each callback runs with its record's outcome, and the batch this one
+        is a part of (KIP-126) hears of it."""
         with self._cb_lock:
             if self.done.is_set():
                 return
             self.done.set()
             callbacks = self.callbacks
         for idx, cb in callbacks:
-            b, i = self.leaf(idx)
-            _run_callback(cb, None if b.error else b.metadata(i), b.error)
+            _run_callback(cb, *self._outcome(idx))
         if self.parent is not None:
             self.parent._part_done()
 
@@ -223,32 +230,21 @@ class ProducerBatch:
             if self.done.is_set():
                 return
             self.base_offset, self.log_append_time = base_offset, log_append_time
-            self.done.set()
-            callbacks = self.callbacks
-        for idx, cb in callbacks:
-            _run_callback(cb, self.metadata(idx), None)
-        if self.parent is not None:
-            self.parent._part_done()
+        self._settle()
 
     def fail(self, exc: BaseException) -> None:
         with self._cb_lock:
             if self.done.is_set():
                 return
             self.error = exc
-            self.done.set()
-            callbacks = self.callbacks
-        for _idx, cb in callbacks:
-            _run_callback(cb, None, exc)
-        if self.parent is not None:
-            self.parent._part_done()
+        self._settle()
 
     def add_callback(self, idx: int, fn: Callable) -> None:
         with self._cb_lock:
             if not self.done.is_set():
                 self.callbacks.append((idx, fn))
                 return
-        b, i = self.leaf(idx)
-        _run_callback(fn, None if b.error else b.metadata(i), b.error)
+        _run_callback(fn, *self._outcome(idx))
 
 
 def _run_callback(cb: Callable, metadata, exc) -> None:
@@ -382,17 +378,14 @@ def wait_all(futures: list[FutureRecordMetadata], timeout: float | None = None, 
                 if not b.done.wait(left):
                     raise KafkaTimeoutError(f"record not acknowledged within {timeout} s")
             last, err, part, base = b, b.error, b.tp.partition, b.base_offset
+        lb, idx = b, f._idx
         if b.parts is not None:  # split (KIP-126): the record's own part answers
-            lb, li = b.leaf(f._idx)
-            if lb.error is not None:
-                append(lb.error)
-            else:
-                append((part, lb.base_offset + li if lb.base_offset >= 0 else -1) if offsets_only else lb.metadata(li))
-            continue
+            lb, idx = b.leaf(idx)
+            err, base = lb.error, lb.base_offset
         if err is not None:
             append(err)
         elif offsets_only:
-            append((part, base + f._idx if base >= 0 else -1))
+            append((part, base + idx if base >= 0 else -1))
         else:
-            append(b.metadata(f._idx))
+            append(lb.metadata(idx))
     return out

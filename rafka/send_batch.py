@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from rafka.accumulator import RECORD_OVERHEAD, now_ms
+from rafka.accumulator import now_ms
 from rafka.errors import InvalidTimestampError
 from rafka.producer_batch import RecordFutures
 from storage.log_config import LogConfig
@@ -86,7 +86,7 @@ def place_and_append(self, topic: str, records: Iterable, partition: int | None,
     sticky_bytes = 0
     batch_size = cfg.batch_size
     plain = cfg.key_serializer is None and cfg.value_serializer is None
-    limit = self._max_record_size - RECORD_OVERHEAD - 61
+    limit = self._plain_limit  # key + value bytes a record may have (send's fast path takes the same)
     items: list = []
     last_p = None
     txn_state = self._txn.state if self._txn is not None else None
@@ -176,7 +176,8 @@ def place_and_append(self, topic: str, records: Iterable, partition: int | None,
         for p, run in by_part.items():
             if lo < len(run):
                 left_ms = cfg.max_block_ms - (time.monotonic() - start) * 1000
-                got, opened = self.accumulator.append_many(tm.tps[p], run[lo : lo + step], max(0.0, left_ms), bulk)
+                chunk = run if lo == 0 and step >= len(run) else run[lo : lo + step]  # (bulk: the whole run)
+                got, opened = self.accumulator.append_many(tm.tps[p], chunk, max(0.0, left_ms), bulk)
                 runs.setdefault(p, []).extend(got)
                 if p == sticky and opened:
                     self._default_partitioner.on_new_batch(topic, tm.partition_ids, tm.available, p)

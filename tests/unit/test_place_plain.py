@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rafka import send_batch
-from rafka.accumulator import RecordAccumulator
+from rafka.accumulator import RECORD_OVERHEAD, RecordAccumulator
 from rafka.config import ProducerConfig
 from rafka.metadata import TopicMetadata
 from rafka.partitioner import DefaultPartitioner, py_murmur2
@@ -45,6 +45,7 @@ def producer_state(partitions=(0, 1, 2, 3, 4, 5), batch_size=2048, seed=7, user_
     fake = types.SimpleNamespace(
         config=cfg,
         _max_record_size=cfg.max_request_size,
+        _plain_limit=cfg.max_request_size - RECORD_OVERHEAD - 61,  # as Producer.__init__ derives it
         _txn=None,
         _default_partitioner=DefaultPartitioner(random.Random(seed)),
         _user_partitioner=user_partitioner,
