@@ -24,6 +24,7 @@ from typing import Any
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka.errors import ClusterNotFoundError
 from rafka.output import quiet_worker_pool_warnings
+from rafka.ray_session import attach_ray, start_local_ray
 
 __all__ = [
     "LocalCluster",
@@ -133,85 +134,6 @@ class ClusterHandle:
         return Consumer(self, **config)
 
 
-def use_token_auth_if_available() -> bool:
-    """Ray 2.60 turns token authentication on for clusters started where a token exists
-    (``~/.ray/auth_token``, ``RAY_AUTH_TOKEN``/``RAY_AUTH_TOKEN_PATH``), but a process *attaching* only
-    sends it in token mode: enter token mode when a token is there and the user did not choose a mode
-    (``RAY_AUTH_MODE``). Sending a token to a cluster without authentication is harmless."""
-    try:
-        from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
-    except ImportError:  # a Ray without token authentication
-        return False
-    import logging
-
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
-    return maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-
-
-def _reachable(address: str, timeout_s: float = 2.0) -> bool:
-    import socket
-
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def _resolve_address(address: str) -> str:
-    """``auto`` -> the address of the latest local Ray instance, checked to be reachable; an explicit
-    ``host:port`` is checked too, so a dead address fails in seconds (Ray itself retries for minutes).
-    ``ray://`` addresses pass through."""
-    if address.startswith("ray://"):
-        return address
-    resolved = address
-    if address == "auto":
-        from ray._private.services import get_ray_address_from_environment
-
-        try:
-            resolved = get_ray_address_from_environment("auto", None)
-        except Exception:  # noqa: BLE001 - Ray's own lookup failing means there is nothing to find
-            resolved = None
-        if not resolved:
-            raise ClusterNotFoundError(
-                "no running Ray cluster found on this machine. Start one with "
-                "`rafka cluster start` or use rafka.LocalCluster()"
-            )
-    if not _reachable(resolved):
-        raise ClusterNotFoundError(
-            f"no Ray cluster answers at {resolved}"
-            + (" (the latest one recorded on this machine)" if address == "auto" else "")
-            + ". Start one with `rafka cluster start` or use rafka.LocalCluster()"
-        )
-    return resolved
-
-
-def _ray_init(address: str | None) -> str | None:
-    import ray
-
-    if ray.is_initialized():
-        return address
-    use_token_auth_if_available()
-    address = _resolve_address(address or "auto")
-    quiet_worker_pool_warnings()
-    try:
-        ray.init(
-            address=address,
-            namespace=RAY_NAMESPACE,
-            log_to_driver=False,
-            logging_level="WARNING",
-            configure_logging=True,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or "auto"
-        raise ClusterNotFoundError(
-            f"no Ray cluster at {where}: {str(exc).splitlines()[0] if str(exc) else exc}. "
-            "Start one with `rafka cluster start` or use rafka.LocalCluster()"
-        ) from None
-    return address
-
-
 def wait_for_controller(name: str, timeout_s: float) -> Any:
     import ray
 
@@ -241,7 +163,7 @@ def connect(address: str | None = None, cluster: str | None = None, timeout_s: f
     if not ray.is_initialized():
         if address is None:
             address = os.environ.get("RAY_ADDRESS") or (state or {}).get("address") or "auto"
-        address = _ray_init(address)
+        address = attach_ray(address)
     wait_for_controller(cluster, timeout_s)
     return ClusterHandle(cluster, address)
 
@@ -270,8 +192,9 @@ def resolve_cluster(cluster: Any, timeout_s: float = 5.0) -> str:
 class LocalCluster:
     """An embedded rafka cluster in this process's Ray: controller + ``brokers`` broker actors.
 
-    Starts a local Ray instance when none is initialized (``num_cpus`` defaults to the machine's,
-    no dashboard) and shuts it down on ``stop()`` only if it started it. ``data_dir`` holds every
+    Starts a local Ray instance when none is initialized (``num_cpus`` defaults to the machine's; without
+    the dashboard, the autoscaler monitor and the log monitor unless ``lean_ray=False``:
+    rafka/ray_session.py) and shuts it down on ``stop()`` only if it started it. ``data_dir`` holds every
     broker's logs and the controller's metadata log; starting again on the same ``data_dir`` recovers
     the topics and their data. Without ``data_dir`` a temporary directory is used and removed on stop.
     ``broker_config`` entries (Kafka's dotted names, e.g. ``{"replica.lag.time.max.ms": 5000}``) go
@@ -286,6 +209,7 @@ class LocalCluster:
         num_cpus: int | None = None,
         start: bool = True,
         broker_config: dict | None = None,
+        lean_ray: bool = True,
         **extra_config: Any,
     ):
         self.num_brokers = brokers
@@ -298,6 +222,7 @@ class LocalCluster:
         self.num_cpus = num_cpus
         self.broker_config = {**(broker_config or {}), **{k.replace("_", "."): v for k, v in extra_config.items()}}
         self._started_ray = False
+        self.lean_ray = lean_ray
         self._handle: Any = None
         self.address: str | None = None
         if start:
@@ -320,15 +245,8 @@ class LocalCluster:
             cpus = self.num_cpus or os.cpu_count() or 1
             # a cluster is many small actors (num_cpus=0): let Ray start workers 8 at a time, which also
             # keeps the raylet from warning about "too many worker processes" on small machines
-            ray.init(
-                address="local",
-                num_cpus=cpus,
-                include_dashboard=False,
-                namespace=RAY_NAMESPACE,
-                log_to_driver=False,
-                logging_level="WARNING",
-                _system_config={"worker_maximum_startup_concurrency": max(8, cpus), "worker_niceness": WORKER_NICENESS},
-            )
+            system = {"worker_maximum_startup_concurrency": max(8, cpus), "worker_niceness": WORKER_NICENESS}
+            start_local_ray(cpus, RAY_NAMESPACE, system, lean=self.lean_ray)
             self._started_ray = True
         self.address = ray.get_runtime_context().gcs_address
         os.makedirs(self.data_dir, exist_ok=True)

@@ -248,7 +248,7 @@ def start(
     import ray
     from ray._private.services import get_node_ip_address
 
-    from rafka.cluster import use_token_auth_if_available
+    from rafka.ray_session import use_token_auth_if_available
 
     use_token_auth_if_available()
     address = f"{get_node_ip_address()}:{gcs_port}"
@@ -302,7 +302,7 @@ def stop() -> dict:
     if _ray_is_up(state["address"]):
         import ray
 
-        from rafka.cluster import use_token_auth_if_available
+        from rafka.ray_session import use_token_auth_if_available
 
         use_token_auth_if_available()
         try:

@@ -59,3 +59,52 @@ def test_connect_by_name_and_clear_error_when_absent(rafka_cluster):
             pool.submit(refused, lambda: rafka.Consumer("nope")),
         ]:
             f.result()
+
+
+LEAN_START = """
+import json, os, sys, tempfile
+import ray
+from ray._private import node
+import rafka
+from rafka.ray_session import SKIPPED
+
+before = {n: node.Node.__dict__[n] for n in SKIPPED}
+with tempfile.TemporaryDirectory() as d, rafka.LocalCluster(brokers=1, data_dir=d, lean_ray=sys.argv[1] == "lean") as c:
+    kinds = sorted(ray._private.worker._global_node.all_processes)
+    restored = all(node.Node.__dict__[n] is before[n] for n in SKIPPED)
+    rafka.Admin(c).create_topic("t", 1, 1)
+    with rafka.Producer(c) as p:
+        p.send("t", b"v").get(60)
+    with rafka.Consumer(c, auto_offset_reset="earliest") as k:
+        k.assign([rafka.TopicPartition("t", 0)])
+        got = []
+        for _ in range(60):
+            got += [r.value for rs in k.poll(timeout_ms=500).values() for r in rs]
+            if got:
+                break
+print(json.dumps({"kinds": kinds, "restored": restored, "got": [g.decode() for g in got]}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["lean", "full"])
+def test_a_fresh_local_cluster_starts_ray_without_the_head_processes_it_does_not_use(mode):
+    """In a process without Ray, LocalCluster starts Ray itself: lean (the default) without the dashboard's API
+    server, the autoscaler monitor and the log monitor (rafka/ray_session.py), ``lean_ray=False`` with them; Ray's
+    Node methods are restored after the start, and the cluster serves a produce and a consume either way."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    proc = subprocess.run(
+        [sys.executable, "-c", LEAN_START, mode], capture_output=True, text=True, env=env, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    extras = {"dashboard", "monitor", "log_monitor"}
+    if mode == "lean":
+        assert set(out["kinds"]) == {"gcs_server", "raylet"}, out
+    else:
+        assert extras <= set(out["kinds"]), out
+    assert out["restored"] and out["got"] == ["v"], out
