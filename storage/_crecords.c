@@ -419,10 +419,11 @@ static PyMethodDef methods[] = {
      "records from min_offset) of the uncompressed region data[start:end] to out; False (nothing appended)\n"
      "when a timestamp or offset exceeds 64 bits; ValueError for a malformed record."},
     {"encode_many", (PyCFunction)(void (*)(void))crec_encode_many, METH_FASTCALL,
-     "encode_many(items, start, base_ts, last_delta, size, batch_size, count)\n"
+     "encode_many(items, start, base_ts, last_delta, size, batch_size, count[, headroom])\n"
      "    -> (blob, next, base_ts, size, max_ts)\n\n"
      "Encode (timestamp, key, value, headers) items from start while they fit the batch and take the fast\n"
-     "path; the caller appends items[next] through Python when next < len(items) and the batch has room."},
+     "path; the caller appends items[next] through Python when next < len(items) and the batch has room.\n"
+     "With headroom > 0 the blob is a bytearray whose first headroom bytes (zeros) precede the records."},
     {"append_one", (PyCFunction)(void (*)(void))crec_append_one, METH_FASTCALL,
      "append_one(builder, timestamp_ms, key, value) -> True | False | None\n\n"
      "RecordBatchBuilder.append's fast path for one record without headers: True appended, False the\n"

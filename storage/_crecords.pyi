@@ -33,10 +33,12 @@ def encode_many(
     size: int,
     batch_size: int,
     count: int,
+    headroom: int = 0,
     /,
-) -> tuple[bytes, int, int | None, int, int]:
+) -> tuple[bytes | bytearray, int, int | None, int, int]:
     """``(blob, next, base_ts, size, max_ts)``: encode ``(timestamp, key, value, headers)`` items from
-    ``start`` while they fit the batch and take the fast path."""
+    ``start`` while they fit the batch and take the fast path. With ``headroom`` the blob is a bytearray whose
+    first ``headroom`` bytes (zeros) precede the records."""
 
 def validate_records(
     data: Buffer,

@@ -176,9 +176,10 @@ PyObject *
 crec_encode_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 7) {
+    if (nargs != 7 && nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "encode_many(items, start, base_ts, last_delta, size, batch_size, count) takes 7 arguments");
+                        "encode_many(items, start, base_ts, last_delta, size, batch_size, count[, headroom]) takes 7 "
+                        "or 8 arguments");
         return NULL;
     }
     PyObject *items = args[0];
@@ -195,8 +196,13 @@ crec_encode_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t size = PyLong_AsSsize_t(args[4]);
     Py_ssize_t batch_size = PyLong_AsSsize_t(args[5]);
     Py_ssize_t count = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t headroom = nargs > 7 ? PyLong_AsSsize_t(args[7]) : 0;
     if (PyErr_Occurred())
         return NULL;
+    if (headroom < 0 || headroom > 4096) {
+        PyErr_SetString(PyExc_ValueError, "encode_many() headroom must be within [0, 4096]");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(items);
     if (start < 0 || start > n) {
         PyErr_SetString(PyExc_IndexError, "encode_many() start is out of range");
@@ -242,10 +248,18 @@ crec_encode_many(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (r->ts > max_ts)
             max_ts = r->ts;
     }
-    PyObject *blob = PyBytes_FromStringAndSize(NULL, total);
+    /* with headroom: a bytearray whose first ``headroom`` bytes are left for the batch header, so the batch can
+     * be sealed in place (RecordBatchBuilder.build) instead of copied into a new buffer behind its header */
+    PyObject *blob = headroom ? PyByteArray_FromStringAndSize(NULL, headroom + total)
+                              : PyBytes_FromStringAndSize(NULL, total);
     if (blob == NULL)
         goto fail;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(blob);
+    unsigned char *p = headroom ? (unsigned char *)PyByteArray_AS_STRING(blob)
+                                : (unsigned char *)PyBytes_AS_STRING(blob);
+    if (headroom) {
+        memset(p, 0, (size_t)headroom);
+        p += headroom;
+    }
     long long d = last_delta;
     for (Py_ssize_t j = 0; j < m; j++) {
         enc_rec *r = &recs[j];

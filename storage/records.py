@@ -225,6 +225,7 @@ class RecordBatchBuilder:
         "_base_ts",
         "_max_ts",
         "_last_delta",
+        "_head",
     )
 
     def __init__(
@@ -262,6 +263,9 @@ class RecordBatchBuilder:
         self._base_ts = delete_horizon_ms  # None until the first record unless a horizon is set
         self._max_ts = NO_TIMESTAMP
         self._last_delta = -1
+        # the first part is a bytearray with BATCH_OVERHEAD bytes free in front (encode_many's headroom): an
+        # uncompressed batch of that one part is sealed in place, its header written there (build)
+        self._head = False
 
     @property
     def record_count(self) -> int:
@@ -339,10 +343,12 @@ class RecordBatchBuilder:
         n, i, enc = len(items), start, _c_encode
         while i < n:
             if enc is not None:
+                head = BATCH_OVERHEAD if not self._parts and not self.compression_type else 0
                 blob, j, base_ts, size, max_ts = enc(
-                    items, i, self._base_ts, self._last_delta, self._size, self.batch_size, self._count
+                    items, i, self._base_ts, self._last_delta, self._size, self.batch_size, self._count, head
                 )
                 if j > i:
+                    self._head = self._head or head > 0
                     self._parts.append(blob)
                     self._size = size
                     self._count += j - i
@@ -359,11 +365,51 @@ class RecordBatchBuilder:
             i += 1
         return i
 
-    def build(self) -> bytes:
-        """The batch's bytes (the builder may keep being appended to and built again)."""
-        records = b"".join(self._parts)
+    def build(self) -> bytes | bytearray:
+        """The batch's bytes (the builder may keep being appended to and built again). A batch of one part with
+        headroom (a run ``append_many`` encoded at once) is sealed in place: its header is written into that
+        part's first bytes and the part itself is returned (a bytearray), not copied behind a new header.
+        Measured on this machine's VM: copying a 340 KB batch into fresh memory took ~200 us, the CRC 25 us."""
+        parts = self._parts
+        if self._head:
+            if len(parts) == 1:
+                return self._seal_in_place(parts[0])
+            parts = [memoryview(parts[0])[BATCH_OVERHEAD:], *parts[1:]]
+        records = b"".join(parts)
         if self.compression_type:
             records = compress(self.compression_type, records)
+        header = bytearray(BATCH_OVERHEAD)
+        self._pack_header(header, len(records))
+        crc = _crc32c(records, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))
+        _pack_I(header, CRC_POS, crc)
+        return bytes(header) + records
+
+    def _seal_in_place(self, buf: bytearray) -> bytearray:
+        self._pack_header(buf, len(buf) - BATCH_OVERHEAD)
+        _pack_I(buf, CRC_POS, _crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
+        return buf
+
+    def _pack_header(self, buf: bytearray, records_len: int) -> None:
+        """The batch header (its CRC still 0) into ``buf[:BATCH_OVERHEAD]``, for ``records_len`` bytes of records."""
+        BATCH_HEADER.pack_into(
+            buf,
+            0,
+            self.base_offset,
+            BATCH_OVERHEAD - LOG_OVERHEAD + records_len,
+            self.partition_leader_epoch,
+            MAGIC,
+            0,
+            self._attributes(),
+            max(self._last_delta, 0),
+            NO_TIMESTAMP if self._base_ts is None else self._base_ts,
+            self._max_ts,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self._count,
+        )
+
+    def _attributes(self) -> int:
         attributes = self.compression_type
         if self.timestamp_type == TIMESTAMP_LOG_APPEND_TIME:
             attributes |= TIMESTAMP_TYPE_MASK
@@ -373,28 +419,7 @@ class RecordBatchBuilder:
             attributes |= CONTROL_MASK
         if self.delete_horizon_ms is not None:
             attributes |= DELETE_HORIZON_MASK
-        base_ts = NO_TIMESTAMP if self._base_ts is None else self._base_ts
-        header = bytearray(
-            BATCH_HEADER.pack(
-                self.base_offset,
-                BATCH_OVERHEAD - LOG_OVERHEAD + len(records),
-                self.partition_leader_epoch,
-                MAGIC,
-                0,
-                attributes,
-                max(self._last_delta, 0),
-                base_ts,
-                self._max_ts,
-                self.producer_id,
-                self.producer_epoch,
-                self.base_sequence,
-                self._count,
-            )
-        )
-        crc = _crc32c(records, _crc32c(memoryview(header)[ATTRIBUTES_POS:]))
-        _pack_I(header, CRC_POS, crc)
-        header += records
-        return bytes(header)
+        return attributes
 
 
 def _encode_headers(headers) -> bytes:

@@ -152,3 +152,39 @@ def test_append_one_fast_path_and_fallbacks():
         _crecords.append_one(b, BASE, None)
     with pytest.raises(AttributeError):
         _crecords.append_one(object(), BASE, None, None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    items=st.lists(CLEAN_ITEM, min_size=1, max_size=40),
+    more=st.lists(CLEAN_ITEM, max_size=5),
+    codec=st.sampled_from([0, 1, 3, 4]),
+)
+def test_a_run_encoded_at_once_is_sealed_in_place(items, more, codec):
+    """``append_many``'s first run carries the header's room (encode_many ``headroom``): ``build`` writes the header
+    there and returns that very buffer, the same bytes a record-by-record builder makes, again after a reseal (new
+    producer id and sequence) and after more records (then copied as usual); a compressed batch has no headroom."""
+
+    def built(path_items, pid, seq, path):
+        b = RecordBatchBuilder(batch_size=1 << 20, compression_type=codec)
+        if path == "many":
+            assert b.append_many(path_items) == len(path_items)
+        else:
+            one_by_one(b, path_items, 0)
+        b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional = pid, 3, seq, True
+        return b
+
+    b = built(items, 7, 0, "many")
+    first = b.build()
+    assert first == built(items, 7, 0, "one").build()
+    if codec:
+        assert type(first) is bytes and not b._head
+        return
+    assert type(first) is bytearray and first is b._parts[0]  # sealed in place: no copy
+    b.producer_id, b.base_sequence = 9, 40  # KIP-360's reseal rewrites the same buffer's header
+    assert b.build() == built(items, 9, 40, "one").build()
+    for ts, k, v, h in more:
+        assert b.append(ts, k, v, h)
+    out = b.build()
+    assert out == built(items + more, 9, 40, "one").build()
+    assert [r.value for r in decode_records(out)] == [it[2] for it in items + more]
