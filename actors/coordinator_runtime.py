@@ -33,7 +33,7 @@ def records_batch(records, timestamp_ms: int, producer_id: int = -1, producer_ep
     )
     for r in records:
         b.append(timestamp_ms, r.key_bytes(), r.value_bytes())
-    return b.build()
+    return bytes(b.build())  # (a small batch built record by record: bytes already, no copy)
 
 
 class CoordinatorContext:

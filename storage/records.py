@@ -365,7 +365,7 @@ class RecordBatchBuilder:
             i += 1
         return i
 
-    def build(self) -> bytes:
+    def build(self) -> bytes | bytearray:
         """The batch's bytes (the builder may keep being appended to and built again). A batch of one part with
         headroom (a run ``append_many`` encoded at once) is sealed in place: its header is written into that
         part's first bytes and the part itself is returned (a bytearray), not copied behind a new header.
@@ -384,7 +384,7 @@ class RecordBatchBuilder:
         _pack_I(header, CRC_POS, crc)
         return bytes(header) + records
 
-    def _seal_in_place(self, buf: bytearray) -> bytes:
+    def _seal_in_place(self, buf: bytearray) -> bytearray:
         self._pack_header(buf, len(buf) - BATCH_OVERHEAD)
         _pack_I(buf, CRC_POS, _crc32c(memoryview(buf)[ATTRIBUTES_POS:]))
         return buf
