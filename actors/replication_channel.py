@@ -42,6 +42,7 @@ import msgpack
 from protocol import errors as E
 from protocol.data_channel import BadFrame  # one class for both listeners' bad frames (``serving``)
 from protocol.messages import FetchRequest, FetchResponse
+from protocol.streams import STREAM_LIMIT
 
 log = logging.getLogger("actors.replica")
 
@@ -169,7 +170,7 @@ class TokenListener:
 
     async def start(self, host: str) -> dict:
         if self.server is None:
-            self.server = await asyncio.start_server(self._handle_connection, host, 0)
+            self.server = await asyncio.start_server(self._handle_connection, host, 0, limit=STREAM_LIMIT)
             self.host, self.port = host, self.server.sockets[0].getsockname()[1]
         return self.endpoint()
 
@@ -331,7 +332,7 @@ class ReplicationConnection:
     async def open(cls, endpoint: dict, replica_id: int, timeout_s: float) -> ReplicationConnection:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(endpoint["host"], endpoint["port"]), timeout_s
+                asyncio.open_connection(endpoint["host"], endpoint["port"], limit=STREAM_LIMIT), timeout_s
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectionLost(f"connect to {endpoint['host']}:{endpoint['port']}: {exc or 'timed out'}") from None

@@ -22,6 +22,7 @@ import msgpack
 
 from protocol.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError, for_code
 from protocol.messages import FetchRequest, ProduceRequest
+from protocol.streams import STREAM_LIMIT
 from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
@@ -160,7 +161,9 @@ class _Connection:
             ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
             if ep.get("error_code"):
                 raise for_code(ep["error_code"])(ep.get("error_message") or None)
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(ep["host"], ep["port"]), REQUEST_TIMEOUT_S)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(ep["host"], ep["port"], limit=STREAM_LIMIT), REQUEST_TIMEOUT_S
+            )
         except KafkaError as exc:
             self.close(exc)
             return

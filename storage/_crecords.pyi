@@ -62,3 +62,26 @@ def append_one(builder: Any, timestamp_ms: int, key: bytes | None, value: bytes 
 def batch_append(batch: Any, timestamp_ms: int, key: bytes | None, value: bytes | None, /) -> int | bool | None:
     """Unless ``batch.closed``, ``append_one`` to ``batch.builder`` in one step under the GIL: the record's
     index in the batch, False (closed or full) or None (not taken)."""
+
+def place_plain(
+    records: list[Any] | tuple[Any, ...],
+    start: int,
+    override: Any,
+    lists: list[Any],
+    valid: Any,
+    num_partitions: int,
+    limit: int,
+    default_ts: int,
+    sticky: int,
+    sticky_bytes: int,
+    batch_size: int,
+    default_partitioner: bool,
+    where: Any,
+    /,
+) -> tuple[int, int]:
+    """``Producer.send_batch``'s placement of plain records from ``start`` (storage/_crecords_place.c): each taken
+    record's ``(timestamp, key, value, ())`` goes to ``lists[partition]`` and its partition to ``where``;
+    ``(next, sticky_bytes)``, ``next`` the first record left to the Python loop."""
+
+def murmur2(data: bytes, /) -> int:
+    """Kafka's ``Utils.murmur2`` (the Java client's, signed 32-bit)."""

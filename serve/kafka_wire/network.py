@@ -42,6 +42,8 @@ import logging
 import time
 from collections.abc import Awaitable
 
+from protocol.streams import STREAM_LIMIT
+
 from .codec import SIZE, RequestError
 from .config import DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
@@ -256,7 +258,7 @@ class Acceptor:
         loop = asyncio.get_running_loop()
 
         def protocol() -> asyncio.StreamReaderProtocol:  # asyncio.start_server's, with a _StampedReader
-            return asyncio.StreamReaderProtocol(_StampedReader(loop=loop), self._accept, loop=loop)
+            return asyncio.StreamReaderProtocol(_StampedReader(limit=STREAM_LIMIT, loop=loop), self._accept, loop=loop)
 
         self.server = await loop.create_server(protocol, self.host, self.port, reuse_address=True)
         sock = self.server.sockets[0].getsockname()
