@@ -32,7 +32,10 @@ from typing import Any
 
 
 class DelayedOperation(abc.ABC):
-    """An operation that completes when its condition holds, or expires after ``delay_ms``."""
+    """An operation that completes when its condition holds, or expires after ``delay_ms``. An operation
+    whose class sets ``timed = False`` gets no expiry timer: its waiter bounds the wait and cancels it."""
+
+    timed = True
 
     def __init__(self, delay_ms: float):
         self.delay_ms = max(0.0, float(delay_ms))
@@ -200,7 +203,8 @@ class DelayedOperationPurgatory:
         self._live_entries += len(keys)
         self._pending.add(op)
         op._on_done.append(lambda o, n=len(keys): self._done(o, n))
-        op._timer = loop.call_later(op.delay_ms / 1000.0, op._expire)
+        if op.timed:
+            op._timer = loop.call_later(op.delay_ms / 1000.0, op._expire)
         return False
 
     def _done(self, op: DelayedOperation, n_keys: int) -> None:

@@ -309,13 +309,14 @@ class Replica(ReplicaWrites, ReplicaStatus):
         except Exception as exc:
             return fetch_error(self.partition, exc)
 
-    def _fetch_now(self, req: FetchRequest) -> dict:
-        """The fetch without its wait: the leader check, a follower's fetch state, the read."""
+    def _fetch_now(self, req: FetchRequest, track: bool = True) -> dict:
+        """The fetch without its wait: the leader check, a follower's fetch state (unless ``track`` is False),
+        the read."""
         p = self.partition
         err = p.check_leader(req.current_leader_epoch)
         if err is not None:
             raise err
-        if req.is_follower:
+        if track and req.is_follower:
             change, proposal = p.update_follower_fetch_state(req.replica_id, req.fetch_offset, now_ms())
             if proposal is not None:
                 self.alter_partition.submit(proposal)

@@ -13,6 +13,7 @@ response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 from actors.partition import Partition
 from actors.partition_state import LEADER, LeaderHwChange
@@ -118,21 +119,50 @@ class DelayedFetch(DelayedOperation):
         self.gen = partition.generation
 
     def try_complete(self) -> bool:
-        p, fetch_offset = self.partition, self.req.fetch_offset
-        if p.generation != self.gen or p.role != LEADER:
-            return self.force_complete()
-        end = p.log.log_end_offset if self.req.is_follower else p.fetchable_end(self.req.isolation_level)
-        if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
-            return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
-        if end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= self.min_bytes:
-            return self.force_complete()
-        return False
+        return self.force_complete() if _answerable(self.partition, self.req, self.gen, self.min_bytes) else False
 
     def on_complete(self) -> dict:
         return fetch_answer(self.partition, self.req)
 
     def on_cancel(self) -> dict:
         return error_answer(FetchResponse, E.NotLeaderOrFollowerError("replica stopped"))
+
+
+def _answerable(p: Partition, req: FetchRequest, gen: int, min_bytes: int) -> bool:
+    """A parked fetch can be answered now: ``min_bytes`` readable past its offset (below the HW for consumers,
+    the LEO for followers), its offset out of range, or the partition moved on (``gen``, role)."""
+    fetch_offset = req.fetch_offset
+    if p.generation != gen or p.role != LEADER:
+        return True
+    if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
+        return True  # the read will answer OFFSET_OUT_OF_RANGE
+    end = p.log.log_end_offset if req.is_follower else p.fetchable_end(req.isolation_level)
+    return end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= min_bytes
+
+
+class SessionWatch(DelayedOperation):
+    """A follower fetch session's wait on one of its partitions (actors/replication_channel.py): done when a
+    DelayedFetch of the same request would be, but reads nothing and has no timer of its own (the session
+    waits for any of its partitions under one timeout, cancels the others and reads them all)."""
+
+    timed = False
+
+    def __init__(self, partition: Partition, req: FetchRequest):
+        super().__init__(req.max_wait_ms)
+        self.partition, self.req, self.min_bytes = partition, req, max(1, req.min_bytes)
+        self.gen = partition.generation
+
+    def try_complete(self) -> bool:
+        return self.force_complete() if _answerable(self.partition, self.req, self.gen, self.min_bytes) else False
+
+    def on_complete(self) -> None:
+        return None
+
+    def on_cancel(self) -> None:
+        return None
+
+
+_Parked = TypeVar("_Parked", DelayedFetch, SessionWatch)
 
 
 class ReplicaManager:
@@ -168,7 +198,7 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, [HW_KEY])
         return await op.wait()
 
-    def watch_fetch(self, op: DelayedFetch) -> DelayedFetch:
+    def watch_fetch(self, op: _Parked) -> _Parked:
         """Park ``op`` (or complete it now); its ``wait()`` is the answer."""
         self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY])
         return op

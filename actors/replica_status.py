@@ -11,7 +11,7 @@ import time
 import ray
 
 from actors.partition_state import FOLLOWER, STOPPED
-from actors.replica_manager import DelayedFetch, _err, fetch_error
+from actors.replica_manager import SessionWatch, _err, fetch_error
 from protocol import errors as E
 from protocol.messages import FetchRequest
 from protocol.names import broker_name
@@ -38,19 +38,21 @@ class ReplicaStatus:
     def replica_ids(self):
         return self.partition.replicas
 
-    def fetch_now(self, req: FetchRequest) -> dict:
-        """A follower session's fetch of this partition, without the wait (the server waits for the session)."""
+    def fetch_now(self, req: FetchRequest, track: bool = True) -> dict:
+        """A follower session's fetch of this partition, without the wait (the server waits for the session).
+        ``track=False``: the read again after the session's wait, which moves no follower state (the request's
+        fetch offset was taken when it arrived, as Kafka records a follower's fetch at the request's time)."""
         t0 = time.perf_counter()
         try:
-            answer = self._fetch_now(req)
+            answer = self._fetch_now(req, track)
         except Exception as exc:  # noqa: BLE001 - answered as the fetch's error
             answer = fetch_error(self.partition, exc)
         self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
         return answer
 
-    def park(self, req: FetchRequest) -> DelayedFetch:
-        """The follower fetch parked until data comes (the session's long-poll waits on it)."""
-        return self.replica_manager.watch_fetch(DelayedFetch(self.partition, req))
+    def park(self, req: FetchRequest) -> SessionWatch:
+        """The follower session's wait on this partition: done when data comes past ``req``'s offset."""
+        return self.replica_manager.watch_fetch(SessionWatch(self.partition, req))
 
     async def client_endpoint(self) -> dict:
         return await self._endpoint(False)

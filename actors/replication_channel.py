@@ -191,13 +191,13 @@ class ServedPartition(Protocol):
 
     def replica_ids(self) -> Collection[int]: ...
 
-    def fetch_now(self, req: FetchRequest) -> dict:
-        """The follower fetch without its wait: the follower's fetch state moves, then the read."""
+    def fetch_now(self, req: FetchRequest, track: bool = True) -> dict:
+        """The follower fetch without its wait: the follower's fetch state moves (``track``), then the read."""
         ...
 
     def park(self, req: FetchRequest) -> Any:
-        """A DelayedFetch watched in the replica's purgatory (``bind()``: its future, done when data comes;
-        ``cancel()``)."""
+        """A wait watched in the replica's purgatory (``bind()``: its future, done when data comes;
+        ``cancel()``); no timer of its own: the session's wait bounds it."""
         ...
 
 
@@ -276,7 +276,7 @@ class ReplicationServer(TokenListener):
             log.exception("%s: a session fetch failed", self.name)
             writer.close()
 
-    def _fetch_one(self, replica_id: int, entry: list) -> dict:
+    def _fetch_one(self, replica_id: int, entry: list, track: bool = True) -> dict:
         topic, partition, offset, epoch, max_bytes = entry
         served = self.partitions.get((topic, partition))
         if served is None:
@@ -285,7 +285,7 @@ class ReplicationServer(TokenListener):
             return FetchResponse.error(
                 E.NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {topic}-{partition}")
             )
-        return served.fetch_now(FetchRequest(offset, max_bytes, 0, 1, replica_id, epoch))
+        return served.fetch_now(FetchRequest(offset, max_bytes, 0, 1, replica_id, epoch), track)
 
     async def fetch_session(self, msg: dict, poke: asyncio.Event) -> list[dict]:
         """Every partition's answer, in request order. When none has records or an error, the fetch waits up to
@@ -311,7 +311,7 @@ class ReplicationServer(TokenListener):
                 for op in ops:
                     op.cancel()
                 poked.cancel()
-            answers = [self._fetch_one(rid, e) for e in parts]
+            answers = [self._fetch_one(rid, e, False) for e in parts]  # the follower state moved above
         total = 0
         for a in answers:
             n = len(a.get("records") or b"")

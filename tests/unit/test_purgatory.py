@@ -243,3 +243,29 @@ def test_needs_a_key():
             p.try_complete_else_watch(WaitFor(Counter(), 1, 10), [])
 
     run(main())
+
+
+class Untimed(Answering):
+    timed = False
+
+
+def test_an_untimed_operation_waits_past_its_delay_until_completed_or_cancelled():
+    """``timed = False`` (a follower session's per-partition wait): no expiry timer; the key completes it, or its
+    waiter cancels it; a timed one beside it still expires."""
+
+    async def go():
+        state, purg = Counter(), DelayedOperationPurgatory()
+        waits, timed, cancelled = Untimed(state, 1, 10), Answering(state, 1, 10), Untimed(state, 5, 10)
+        for op in (waits, timed, cancelled):
+            assert not purg.try_complete_else_watch(op, ["k"])
+        await asyncio.sleep(0.1)
+        expired_meanwhile = (timed.completed, waits.completed, cancelled.completed)
+        state.value = 1
+        purg.check_and_complete("k")
+        cancelled.cancel()
+        return expired_meanwhile, await timed.wait(), await waits.wait(), await cancelled.wait(), purg
+
+    expired_meanwhile, timed_ans, waits_ans, cancelled_ans, purg = run(go())
+    assert expired_meanwhile == (True, False, False)
+    assert timed_ans == ("timeout", 0) and waits_ans == ("ok", 1) and cancelled_ans == ("cancelled", 1)
+    assert purg.delayed() == 0

@@ -58,13 +58,15 @@ class FakePartition:
     def __init__(self, replicas=(1, 2, 3), data: bytes = b""):
         self.replicas, self.data = replicas, data
         self.seen: list[FetchRequest] = []
+        self.tracked: list[bool] = []  # per fetch_now: did it move the follower's state
         self.ops: list[FakeOp] = []
 
     def replica_ids(self):
         return self.replicas
 
-    def fetch_now(self, req: FetchRequest) -> dict:
+    def fetch_now(self, req: FetchRequest, track: bool = True) -> dict:
         self.seen.append(req)
+        self.tracked.append(track)
         return {
             "error_code": 0,
             "error_message": None,
@@ -277,6 +279,7 @@ def test_the_long_poll_waits_for_data_on_any_partition_or_a_poke_then_reads_them
         out["poked"] = await pending
         out["poked_s"] = loop.time() - t0
         out["ops_cancelled"] = all(op.cancelled or op.future.done() for op in a.ops + b.ops)
+        out["tracked"] = (list(a.tracked), list(b.tracked))
         server.close()
         with pytest.raises(ConnectionLost):  # the leader's server went away (its process died)
             await conn.fetch(fetch_frame(("a", 2)), 0)
@@ -289,6 +292,9 @@ def test_the_long_poll_waits_for_data_on_any_partition_or_a_poke_then_reads_them
     assert [x["records"] for x in out["data"]] == [b"", b"B"] and out["data_s"] < 5
     assert [x["records"] for x in out["poked"]] == [b"", b""] and out["poked_s"] < 5
     assert out["ops_cancelled"] and server.stats["pokes"] == 1
+    # each parked fetch read every partition twice: as it came (the follower's fetch state moves) and after
+    # the wait (the same request: nothing moves again)
+    assert out["tracked"] == ([True, False] * 3, [True, False] * 3)
 
 
 def test_the_answer_holds_at_most_max_bytes_in_all_but_always_the_first_partition():
