@@ -317,8 +317,8 @@ class Partition:
             raise E.OffsetOutOfRangeError(
                 f"fetch offset {fetch_offset} outside [{snap.log_start_offset}, {snap.log_end_offset}]"
             )
-        if end is not None and fetch_offset >= end:
-            records, next_offset = b"", fetch_offset
+        if fetch_offset == snap.log_end_offset or (end is not None and fetch_offset >= end):
+            records, next_offset = b"", fetch_offset  # nothing to read (a caught-up follower's usual fetch)
         else:
             info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
             records, next_offset = info.records, info.next_offset

@@ -12,6 +12,7 @@ response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TypeVar
 
@@ -142,21 +143,25 @@ def _answerable(p: Partition, req: FetchRequest, gen: int, min_bytes: int) -> bo
 
 class SessionWatch(DelayedOperation):
     """A follower fetch session's wait on one of its partitions (actors/replication_channel.py): done when a
-    DelayedFetch of the same request would be, but reads nothing and has no timer of its own (the session
-    waits for any of its partitions under one timeout, cancels the others and reads them all)."""
+    DelayedFetch of the same request would be, it reads nothing and resolves ``wake``, the future the session
+    waits on for all of its partitions (under one timeout; then it cancels the others and reads them all). It
+    has no timer of its own."""
 
     timed = False
 
-    def __init__(self, partition: Partition, req: FetchRequest):
+    def __init__(self, partition: Partition, req: FetchRequest, wake: asyncio.Future | None = None):
         super().__init__(req.max_wait_ms)
         self.partition, self.req, self.min_bytes = partition, req, max(1, req.min_bytes)
         self.gen = partition.generation
+        self.wake = wake
 
     def try_complete(self) -> bool:
         return self.force_complete() if _answerable(self.partition, self.req, self.gen, self.min_bytes) else False
 
     def on_complete(self) -> None:
-        return None
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
     def on_cancel(self) -> None:
         return None

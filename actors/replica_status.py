@@ -4,6 +4,7 @@ server asks of a leader (``fetch_now``, ``park``), ``state()``, ``metrics()`` an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
@@ -50,9 +51,10 @@ class ReplicaStatus:
         self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
         return answer
 
-    def park(self, req: FetchRequest) -> SessionWatch:
-        """The follower session's wait on this partition: done when data comes past ``req``'s offset."""
-        return self.replica_manager.watch_fetch(SessionWatch(self.partition, req))
+    def park(self, req: FetchRequest, wake: asyncio.Future | None = None) -> SessionWatch:
+        """The follower session's wait on this partition: done, and ``wake`` resolved, when data comes past
+        ``req``'s offset."""
+        return self.replica_manager.watch_fetch(SessionWatch(self.partition, req, wake))
 
     async def client_endpoint(self) -> dict:
         return await self._endpoint(False)

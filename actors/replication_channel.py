@@ -195,10 +195,41 @@ class ServedPartition(Protocol):
         """The follower fetch without its wait: the follower's fetch state moves (``track``), then the read."""
         ...
 
-    def park(self, req: FetchRequest) -> Any:
-        """A wait watched in the replica's purgatory (``bind()``: its future, done when data comes;
-        ``cancel()``); no timer of its own: the session's wait bounds it."""
+    def park(self, req: FetchRequest, wake: asyncio.Future | None = None) -> Any:
+        """A wait watched in the replica's purgatory that resolves ``wake`` when data comes (``cancel()``
+        ends it); no timer of its own: the session's wait bounds it."""
         ...
+
+
+class Poke:
+    """A connection's poke (a partition joined the session: answer the held fetch now). ``arm`` gives the
+    future the held fetch waits on, done already if a poke came since the fetch arrived (``clear``)."""
+
+    __slots__ = ("poked", "fut")
+
+    def __init__(self) -> None:
+        self.poked = False
+        self.fut: asyncio.Future | None = None
+
+    def set(self) -> None:
+        self.poked = True
+        fut = self.fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def clear(self) -> None:
+        self.poked, self.fut = False, None
+
+    def arm(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        fut = self.fut = loop.create_future()
+        if self.poked:
+            fut.set_result(None)
+        return fut
+
+
+def _wake(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class ReplicationServer(TokenListener):
@@ -245,7 +276,7 @@ class ReplicationServer(TokenListener):
         with serving(self._conns, writer, self.stats, self.name, "replication"):
             replica_id = await asyncio.wait_for(self._hello(reader), 10)
             self.stats["connections"] += 1
-            poke = asyncio.Event()
+            poke = Poke()
             try:
                 while True:
                     msg = decode_frame(await self._read_frame(reader))
@@ -263,7 +294,7 @@ class ReplicationServer(TokenListener):
                 if task is not None:
                     task.cancel()
 
-    async def _answer(self, msg: dict, writer: asyncio.StreamWriter, poke: asyncio.Event) -> None:
+    async def _answer(self, msg: dict, writer: asyncio.StreamWriter, poke: Poke) -> None:
         try:
             answers = await self.fetch_session(msg, poke)
             self.stats["fetches"] += 1
@@ -276,8 +307,8 @@ class ReplicationServer(TokenListener):
             log.exception("%s: a session fetch failed", self.name)
             writer.close()
 
-    def _fetch_one(self, replica_id: int, entry: list, track: bool = True) -> dict:
-        topic, partition, offset, epoch, max_bytes = entry
+    def _fetch_one(self, replica_id: int, entry: list, req: FetchRequest, track: bool = True) -> dict:
+        topic, partition = entry[0], entry[1]
         served = self.partitions.get((topic, partition))
         if served is None:
             return FetchResponse.error(E.NotLeaderOrFollowerError(f"{topic}-{partition} is not led in {self.name}"))
@@ -285,33 +316,35 @@ class ReplicationServer(TokenListener):
             return FetchResponse.error(
                 E.NotLeaderOrFollowerError(f"broker {replica_id} is not a replica of {topic}-{partition}")
             )
-        return served.fetch_now(FetchRequest(offset, max_bytes, 0, 1, replica_id, epoch), track)
+        return served.fetch_now(req, track)
 
-    async def fetch_session(self, msg: dict, poke: asyncio.Event) -> list[dict]:
+    async def fetch_session(self, msg: dict, poke: Poke) -> list[dict]:
         """Every partition's answer, in request order. When none has records or an error, the fetch waits up to
         ``max_wait_ms`` for data on any of them (or a poke) and reads them all again (Kafka's DelayedFetch
         over a fetch session's partitions). The answer holds at most ``max_bytes`` of records in all (at least
         the first partition's), the rest comes with the next fetch."""
         rid, parts = msg["replica_id"], msg["partitions"]
-        answers = [self._fetch_one(rid, e) for e in parts]
+        # one request per partition (offset, max bytes, leader epoch) for the read, the wait and the read again
+        reqs = [FetchRequest(e[2], e[4], 0, 1, rid, e[3]) for e in parts]
+        answers = [self._fetch_one(rid, e, r) for e, r in zip(parts, reqs)]
         if msg["max_wait_ms"] > 0 and not any(a["error_code"] or a["records"] for a in answers):
+            # one future for the whole wait: a partition's data or a poke resolves it, one timer bounds it (no
+            # task, timer or callback per partition per round)
+            loop = asyncio.get_running_loop()
+            wake = poke.arm(loop)
             ops = []
-            for e in parts:
+            for e, r in zip(parts, reqs):
                 served = self.partitions.get((e[0], e[1]))
                 if served is not None:
-                    ops.append(served.park(FetchRequest(e[2], e[4], msg["max_wait_ms"], 1, rid, e[3])))
-            poked = asyncio.ensure_future(poke.wait())
-            try:  # the ops' own futures: no task per partition per round
-                await asyncio.wait(
-                    [*(op.bind() for op in ops), poked],
-                    timeout=msg["max_wait_ms"] / 1000,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+                    ops.append(served.park(r, wake))
+            timer = loop.call_later(msg["max_wait_ms"] / 1000, _wake, wake)
+            try:
+                await wake
             finally:
+                timer.cancel()
                 for op in ops:
                     op.cancel()
-                poked.cancel()
-            answers = [self._fetch_one(rid, e, False) for e in parts]  # the follower state moved above
+            answers = [self._fetch_one(rid, e, r, False) for e, r in zip(parts, reqs)]  # follower state: above
         total = 0
         for a in answers:
             n = len(a.get("records") or b"")
@@ -344,10 +377,16 @@ class ReplicationConnection:
         leader is gone, silent past ``replica.socket.timeout.ms`` beyond the wait, or out of step."""
         try:
             self.writer.write(frame)
-            head = await asyncio.wait_for(self.reader.readexactly(_ANSWER.size), self.timeout_s + max_wait_ms / 1000)
-            meta_len, rec_len = _ANSWER.unpack(head)
-            meta = await asyncio.wait_for(self.reader.readexactly(meta_len), self.timeout_s)
-            records = await asyncio.wait_for(self.reader.readexactly(rec_len), self.timeout_s) if rec_len else b""
+            loop, reader = asyncio.get_running_loop(), self.reader
+            # one deadline moved along (no task per read, as asyncio.wait_for makes): the answer's head within the
+            # wait plus the socket timeout, then its meta and its records within the socket timeout each
+            async with asyncio.timeout(self.timeout_s + max_wait_ms / 1000) as deadline:
+                meta_len, rec_len = _ANSWER.unpack(await reader.readexactly(_ANSWER.size))
+                deadline.reschedule(loop.time() + self.timeout_s)
+                meta = await reader.readexactly(meta_len)
+                if rec_len:
+                    deadline.reschedule(loop.time() + self.timeout_s)
+                records = await reader.readexactly(rec_len) if rec_len else b""
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
             self.close()
             raise ConnectionLost(f"replication connection lost: {type(exc).__name__} {exc}") from None

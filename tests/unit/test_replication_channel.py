@@ -37,19 +37,19 @@ def run(coro):
 
 
 class FakeOp:
-    """A parked fetch: done when its partition gets data (``FakePartition.append``) or is cancelled."""
+    """A parked fetch: resolves the session's ``wake`` when its partition gets data (``FakePartition.append``);
+    ``cancel`` ends it without waking anyone."""
 
-    def __init__(self):
-        self.future = asyncio.get_running_loop().create_future()
-        self.cancelled = False
+    def __init__(self, wake):
+        self.wake, self.cancelled, self.done = wake, False, False
 
-    def bind(self):
-        return self.future
+    def complete(self):
+        self.done = True
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
 
     def cancel(self):
         self.cancelled = True
-        if not self.future.done():
-            self.future.set_result(None)
 
 
 class FakePartition:
@@ -76,16 +76,16 @@ class FakePartition:
             "aborted_transactions": [(7, 3)],
         }
 
-    def park(self, req: FetchRequest) -> FakeOp:
-        op = FakeOp()
+    def park(self, req: FetchRequest, wake=None) -> FakeOp:
+        op = FakeOp(wake)
         self.ops.append(op)
         return op
 
     def append(self, more: bytes) -> None:
         self.data += more
         for op in self.ops:
-            if not op.future.done():
-                op.future.set_result(None)
+            if not op.cancelled and not op.done:
+                op.complete()
 
 
 async def start(**parts: FakePartition) -> ReplicationServer:
@@ -278,7 +278,7 @@ def test_the_long_poll_waits_for_data_on_any_partition_or_a_poke_then_reads_them
         conn.poke()
         out["poked"] = await pending
         out["poked_s"] = loop.time() - t0
-        out["ops_cancelled"] = all(op.cancelled or op.future.done() for op in a.ops + b.ops)
+        out["ops_cancelled"] = all(op.cancelled or op.done for op in a.ops + b.ops)
         out["tracked"] = (list(a.tracked), list(b.tracked))
         server.close()
         with pytest.raises(ConnectionLost):  # the leader's server went away (its process died)
