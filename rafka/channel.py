@@ -70,6 +70,10 @@ class ChannelTransport(RayTransport):
     def future(self, call: Any) -> Any:
         return call if isinstance(call, concurrent.futures.Future) else call.future()
 
+    def sync_io(self, timeout_s: float) -> bool:
+        """Until the I/O thread has written the requests submitted so far (``ChannelIO.sync``)."""
+        return channel_io().sync(timeout_s)
+
     def wait(self, calls: list, num_returns: int = 1, timeout: float | None = None) -> tuple[list, list]:
         if not any(isinstance(c, concurrent.futures.Future) for c in calls):
             return super().wait(calls, num_returns, timeout)

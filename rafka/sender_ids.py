@@ -14,6 +14,8 @@ from rafka.accumulator import monotonic_ms
 from rafka.errors import ConcurrentTransactionsError, for_code
 from rafka.txn_manager import TransactionState
 
+ADD_WRITE_WAIT_S = 0.005  # add_partitions_now's wait for the channel's I/O thread to write the request
+
 log = logging.getLogger("rafka.producer")
 
 
@@ -76,13 +78,22 @@ class SenderIds:
         if self.txn is None or self.txn_client is None or not self.txn_client.found:
             self._wake.set()
             return
+        started = False
         if self._add_lock.acquire(blocking=False):  # (held: the loop is sending one right now)
             try:
                 if self._adding is None:
                     self._add_partitions(monotonic_ms())
+                    started = self._adding is not None
             finally:
                 self._add_lock.release()
         self._wake.set()
+        if started:
+            # see it written before this thread goes back to placing records: the channel's I/O thread needs the
+            # GIL, which the caller's C loop would hold for milliseconds; an AddPartitionsToTxn that reaches the
+            # coordinator after the previous transaction's markers costs an append of its own
+            sync = getattr(self.transport, "sync_io", None)
+            if sync is not None:
+                sync(ADD_WRITE_WAIT_S)
 
     def _add_partitions(self, now: float) -> None:
         """Kafka's AddPartitionsToTxnHandler: one request for every partition written to and not yet in the

@@ -11,7 +11,9 @@ it that return at once with a *call* handle, and later waits for calls or takes 
 - ``get(call, timeout)``: the call's result, or the error it failed with (a dead endpoint raises Ray's
   ``RayActorError`` family, a timeout ``GetTimeoutError``, an error raised by the endpoint itself
   arrives as Ray surfaces it); callers classify these exactly as before;
-- ``available()``: False once the transport is shut down (Ray: ``ray.is_initialized()``).
+- ``available()``: False once the transport is shut down (Ray: ``ray.is_initialized()``);
+- ``sync_io(timeout_s)`` (optional): until the calls started so far are on their way (the TCP channel's I/O
+  thread has written them; Ray's calls are at once).
 
 :class:`RayTransport` is the default and does exactly what the clients did inline before (same calls,
 same namespace, same timeouts). Unit tests pass an in-process fake (``tests/unit/fake_transport.py``).
@@ -71,6 +73,10 @@ class RayTransport:
         import ray
 
         return ray.is_initialized()
+
+    def sync_io(self, timeout_s: float) -> bool:
+        """Until the calls started so far are on their way: Ray's core worker sends them on its own threads."""
+        return True
 
 
 RAY = RayTransport()

@@ -340,3 +340,23 @@ def test_the_internal_endpoint_may_append_as_a_coordinator_and_write_markers(rep
     assert T.get(T.call(replica, "produce", req), 10)["error_code"] == 0
     assert replica.requests[-1].origin == "client"
     assert replica.listener.stats["connections"] == 2 and replica.listener.stats["bad_frames"] == 0
+
+
+def test_sync_io_returns_once_the_io_thread_ran_what_was_submitted_before():
+    """``sync_io`` (what ``add_partitions_now`` waits on while ``send_batch`` holds the GIL in C): True once the
+    channel's I/O thread ran everything submitted before it, False when the thread is stuck past the timeout;
+    from the I/O thread itself it does not wait."""
+    io = data_channel.channel_io()
+    ran: list[str] = []
+    io.loop.call_soon_threadsafe(ran.append, "submitted")
+    assert T.sync_io(5.0) and ran == ["submitted"]
+    gate = threading.Event()
+    io.loop.call_soon_threadsafe(gate.wait, 5.0)  # the I/O thread busy
+    t0 = time.monotonic()
+    assert not T.sync_io(0.1) and time.monotonic() - t0 < 2
+    gate.set()
+    assert T.sync_io(5.0)
+    inside = concurrent.futures.Future()
+    io.loop.call_soon_threadsafe(lambda: inside.set_result(io.sync(5.0)))
+    assert inside.result(5) is True
+    assert channel.RAY.sync_io(0.0) is True  # Ray's calls are on their way at once
