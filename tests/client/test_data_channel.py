@@ -144,3 +144,20 @@ def test_coordinators_append_and_write_markers_on_the_replicas_internal_channel(
     c = rafka.Consumer(rafka_cluster, group_id=group)
     assert c.committed(TopicPartition(topic, 0)).offset == 5  # the committed transactions' offsets
     c.close()
+
+
+def test_bulk_batches_sealed_in_place_reach_the_log_over_both_channels(rafka_cluster, new_topic):
+    """``send_batch``'s bulk batches are bytearrays sealed in place (storage/records.py ``build``): over TCP a
+    frame, over Ray a pickled ProduceRequest. Both land whole, in order, with the sequences they were sealed
+    with (the idempotent producer's duplicate check would refuse a mangled header)."""
+    topic = new_topic(2, 3)
+    for chan in ("tcp", "ray"):
+        with rafka.Producer(rafka_cluster, data_channel=chan) as p:
+            futs = p.send_batch(topic, [(None, b"%s-%d" % (chan.encode(), i), i % 2) for i in range(4000)])
+            p.flush()
+            assert all(f.get(30).offset >= 0 for f in futs)
+    got = consume_all(rafka_cluster, topic, 2, 8000)
+    for q in range(2):
+        values = [r.value for r in sorted(got, key=lambda r: r.offset) if r.partition == q]
+        want = [b"%s-%d" % (c, i) for c in (b"tcp", b"ray") for i in range(q, 4000, 2)]
+        assert values == want
