@@ -164,7 +164,9 @@ class SessionWatch(DelayedOperation):
             wake.set_result(None)
 
     def on_cancel(self) -> None:
-        return None
+        """Cancelled: by the session after its wait (``wake`` is done then), or by the purgatory's shutdown (the
+        replica stops), which must end the session's wait at once, as it ends a DelayedFetch's."""
+        self.on_complete()
 
 
 _Parked = TypeVar("_Parked", DelayedFetch, SessionWatch)

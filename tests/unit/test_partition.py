@@ -408,3 +408,38 @@ def test_follower_drops_an_empty_epoch_it_led_so_truncation_converges(part):
         if done:
             break
     assert done and b0.log.log_end_offset == 0  # b0's epoch-1 record was never on b1: it goes
+
+
+def test_a_session_watch_wakes_its_session_on_data_on_a_move_and_on_shutdown_never_by_itself(part):
+    """``SessionWatch`` (a follower session's wait on one partition, actors/replica_manager.py): no timer, nothing
+    read; it resolves the session's future when data comes past the follower's offset, when the partition moves on
+    (a LeaderAndIsr: ``role_changed``) and when the replica stops (purgatory shutdown), as a DelayedFetch answers."""
+    import asyncio
+
+    from actors.replica_manager import ReplicaManager, SessionWatch
+    from protocol.messages import FetchRequest
+
+    async def go():
+        p = part()
+        p.make_leader(state(isr=(1,), replicas=(1, 2)), 0)
+        rm = ReplicaManager(p)
+        loop = asyncio.get_running_loop()
+        out = {}
+        for case in ("data", "move", "shutdown"):
+            wake = loop.create_future()
+            op = rm.watch_fetch(SessionWatch(p, FetchRequest(p.log.log_end_offset, 1 << 20, 500, 1, 2, -1), wake))
+            await asyncio.sleep(0.6)  # past its max wait: no timer completes it
+            waited = wake.done()
+            if case == "data":
+                _, change = p.append_records_to_leader(batch(2), 1, 5)
+                rm.complete_delayed_requests(change)
+            elif case == "move":
+                p.make_leader(state(isr=(1,), replicas=(1, 2), epoch=2, pe=2), 0)
+                rm.role_changed()
+            else:
+                rm.shutdown()
+            out[case] = (waited, wake.done(), op.completed, op._timer is None)
+        return out
+
+    out = asyncio.run(go())
+    assert out == {c: (False, True, True, True) for c in ("data", "move", "shutdown")}
