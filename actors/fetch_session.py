@@ -33,7 +33,8 @@ import logging
 import weakref
 from typing import Any
 
-from actors.replication_channel import ConnectionLost, ReplicationConnection, encode_session_fetch
+from actors.replication_channel import ConnectionLost, ReplicationConnection
+from protocol.replication_frames import encode_session_fetch
 
 log = logging.getLogger("actors.replica")
 

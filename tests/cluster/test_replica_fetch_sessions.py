@@ -46,7 +46,8 @@ def test_followers_fetch_over_the_leaders_replication_listener(steady_cluster):
 
     import msgpack
 
-    from actors.replication_channel import ReplicationConnection, encode_session_fetch
+    from actors.replication_channel import ReplicationConnection
+    from protocol.replication_frames import encode_session_fetch
 
     ch = steady_cluster
     ch.create_topic("rl", 1, 3, {"min.insync.replicas": "3"})

@@ -14,20 +14,18 @@ import msgpack
 import pytest
 from support import read_until_closed
 
-from actors.replication_channel import (
+from actors.replication_channel import ConnectionLost, ReplicationConnection, ReplicationServer
+from protocol import errors as E
+from protocol.data_channel import BadFrame
+from protocol.messages import FetchRequest
+from protocol.replication_frames import (
     MAX_REQUEST_BYTES,
-    BadFrame,
-    ConnectionLost,
-    ReplicationConnection,
-    ReplicationServer,
     decode_answers,
     decode_frame,
     encode_answers,
     encode_poke,
     encode_session_fetch,
 )
-from protocol import errors as E
-from protocol.messages import FetchRequest
 
 HOST = "127.0.0.1"
 
