@@ -110,9 +110,10 @@ class DelayedProduce(DelayedOperation):
         return {**self.response, **_err(E.NotLeaderOrFollowerError("replica stopped"))}
 
 
-class DelayedFetch(DelayedOperation):
-    """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
-    followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
+class _FetchWait(DelayedOperation):
+    """A fetch of one partition parked until it can be answered: ``min_bytes`` readable past its offset (below
+    the HW for consumers, the LEO for followers), its offset out of range, or the partition moved on
+    (``generation``, role). ``DelayedFetch`` then reads the answer; ``SessionWatch`` wakes its session."""
 
     def __init__(self, partition: Partition, req: FetchRequest):
         super().__init__(req.max_wait_ms)
@@ -120,7 +121,20 @@ class DelayedFetch(DelayedOperation):
         self.gen = partition.generation
 
     def try_complete(self) -> bool:
-        return self.force_complete() if _answerable(self.partition, self.req, self.gen, self.min_bytes) else False
+        p, req, fetch_offset = self.partition, self.req, self.req.fetch_offset
+        if p.generation != self.gen or p.role != LEADER:
+            return self.force_complete()
+        if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
+            return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
+        end = p.log.log_end_offset if req.is_follower else p.fetchable_end(req.isolation_level)
+        if end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+
+class DelayedFetch(_FetchWait):
+    """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
+    followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
 
     def on_complete(self) -> dict:
         return fetch_answer(self.partition, self.req)
@@ -129,19 +143,7 @@ class DelayedFetch(DelayedOperation):
         return error_answer(FetchResponse, E.NotLeaderOrFollowerError("replica stopped"))
 
 
-def _answerable(p: Partition, req: FetchRequest, gen: int, min_bytes: int) -> bool:
-    """A parked fetch can be answered now: ``min_bytes`` readable past its offset (below the HW for consumers,
-    the LEO for followers), its offset out of range, or the partition moved on (``gen``, role)."""
-    fetch_offset = req.fetch_offset
-    if p.generation != gen or p.role != LEADER:
-        return True
-    if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
-        return True  # the read will answer OFFSET_OUT_OF_RANGE
-    end = p.log.log_end_offset if req.is_follower else p.fetchable_end(req.isolation_level)
-    return end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= min_bytes
-
-
-class SessionWatch(DelayedOperation):
+class SessionWatch(_FetchWait):
     """A follower fetch session's wait on one of its partitions (actors/replication_channel.py): done when a
     DelayedFetch of the same request would be, it reads nothing and resolves ``wake``, the future the session
     waits on for all of its partitions (under one timeout; then it cancels the others and reads them all). It
@@ -150,13 +152,8 @@ class SessionWatch(DelayedOperation):
     timed = False
 
     def __init__(self, partition: Partition, req: FetchRequest, wake: asyncio.Future | None = None):
-        super().__init__(req.max_wait_ms)
-        self.partition, self.req, self.min_bytes = partition, req, max(1, req.min_bytes)
-        self.gen = partition.generation
+        super().__init__(partition, req)
         self.wake = wake
-
-    def try_complete(self) -> bool:
-        return self.force_complete() if _answerable(self.partition, self.req, self.gen, self.min_bytes) else False
 
     def on_complete(self) -> None:
         wake = self.wake
@@ -169,7 +166,7 @@ class SessionWatch(DelayedOperation):
         self.on_complete()
 
 
-_Parked = TypeVar("_Parked", DelayedFetch, SessionWatch)
+_Parked = TypeVar("_Parked", bound=_FetchWait)
 
 
 class ReplicaManager:

@@ -39,18 +39,17 @@ from typing import Any, Protocol
 import msgpack
 
 from protocol import errors as E
-from protocol.data_channel import BadFrame  # one class for both listeners' bad frames (``serving``)
+from protocol.data_channel import U32, BadFrame  # one class for both listeners' bad frames (``serving``)
 from protocol.messages import FetchRequest, FetchResponse
 from protocol.replication_frames import (  # the session's frames (protocol/replication_frames.py)
-    _ANSWER,
-    _U32,
     MAX_REQUEST_BYTES,
     POKE,
-    _frame,
+    SESSION_ANSWER_HEAD,
     decode_answers,
     decode_frame,
     encode_answers,
     encode_poke,
+    frame,
 )
 from protocol.streams import STREAM_LIMIT
 
@@ -175,7 +174,7 @@ class ReplicationServer(TokenListener):
             del self.partitions[(topic, partition)]
 
     async def _read_frame(self, reader: asyncio.StreamReader) -> bytes:
-        (n,) = _U32.unpack(await reader.readexactly(4))
+        (n,) = U32.unpack(await reader.readexactly(4))
         if n > MAX_REQUEST_BYTES:
             raise BadFrame(f"frame of {n} bytes is over {MAX_REQUEST_BYTES}")
         return await reader.readexactly(n)
@@ -294,7 +293,7 @@ class ReplicationConnection:
             )
         except (OSError, asyncio.TimeoutError) as exc:
             raise ConnectionLost(f"connect to {endpoint['host']}:{endpoint['port']}: {exc or 'timed out'}") from None
-        writer.write(_frame({"token": endpoint["token"], "replica_id": replica_id}))
+        writer.write(frame({"token": endpoint["token"], "replica_id": replica_id}))
         return cls(reader, writer, timeout_s)
 
     async def fetch(self, frame: bytes, max_wait_ms: int) -> list[dict]:
@@ -306,7 +305,7 @@ class ReplicationConnection:
             # one deadline moved along (no task per read, as asyncio.wait_for makes): the answer's head within the
             # wait plus the socket timeout, then its meta and its records within the socket timeout each
             async with asyncio.timeout(self.timeout_s + max_wait_ms / 1000) as deadline:
-                meta_len, rec_len = _ANSWER.unpack(await reader.readexactly(_ANSWER.size))
+                meta_len, rec_len = SESSION_ANSWER_HEAD.unpack(await reader.readexactly(SESSION_ANSWER_HEAD.size))
                 deadline.reschedule(loop.time() + self.timeout_s)
                 meta = await reader.readexactly(meta_len)
                 if rec_len:

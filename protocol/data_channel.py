@@ -260,6 +260,7 @@ class ChannelIO:
         self.conns: dict[Any, _Connection] = {}
         # internal: the replicas' internal endpoint (a broker's coordinators: coordinator appends, markers)
         self.endpoint_method = "internal_endpoint" if internal else "client_endpoint"
+        self.thread: threading.Thread | None = None  # the I/O thread (None: the caller's running loop)
         if loop is not None:
             self.loop = loop
             self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
@@ -292,8 +293,7 @@ class ChannelIO:
         written to its connection, or queued behind its connect); False if it did not in time. The caller's
         thread lets go of the GIL meanwhile, so the I/O thread writes now rather than after the 5 ms switch
         interval of a caller busy in C code (``send_batch``'s placement). From the loop's own thread: True."""
-        thread = getattr(self, "thread", None)
-        if thread is None or threading.current_thread() is thread:
+        if self.thread is None or threading.current_thread() is self.thread:
             return True
         ran = threading.Event()
         self.loop.call_soon_threadsafe(ran.set)

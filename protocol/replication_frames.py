@@ -9,11 +9,10 @@ from typing import Any
 
 import msgpack
 
-from protocol.data_channel import BadFrame
+from protocol.data_channel import U32, BadFrame
 
 MAX_REQUEST_BYTES = 1 << 20  # a session fetch names each partition in ~40-300 bytes; the hello is < 200
-_U32 = struct.Struct(">I")
-_ANSWER = struct.Struct(">II")
+SESSION_ANSWER_HEAD = struct.Struct(">II")  # an answer's meta length, records length
 
 
 POKE = {"poke": True}  # the follower's "answer the fetch you hold now" frame (a partition joined)
@@ -24,15 +23,16 @@ def _int64(v: Any) -> bool:
     return type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
-def _frame(obj: Any) -> bytes:
+def frame(obj: Any) -> bytes:
+    """A u32 length and the msgpack body (the hello, a session fetch, the poke)."""
     body = msgpack.packb(obj)
-    return _U32.pack(len(body)) + body
+    return U32.pack(len(body)) + body
 
 
 def encode_session_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int, parts: list) -> bytes:
     """A session fetch frame: ``parts`` holds ``[topic, partition, fetch_offset, current_leader_epoch,
     partition_max_bytes]`` per partition, answered in this order."""
-    return _frame(
+    return frame(
         {
             "replica_id": replica_id,
             "max_wait_ms": max_wait_ms,
@@ -44,7 +44,7 @@ def encode_session_fetch(replica_id: int, max_wait_ms: int, min_bytes: int, max_
 
 
 def encode_poke() -> bytes:
-    return _frame(POKE)
+    return frame(POKE)
 
 
 def decode_frame(body: bytes) -> dict:
@@ -78,7 +78,7 @@ def encode_answers(answers: list[dict]) -> list:
         recs.append(r)
         metas.append({**{k: v for k, v in a.items() if k != "records"}, "n": len(r)})
     meta = msgpack.packb(metas)
-    return [_ANSWER.pack(len(meta), sum(len(r) for r in recs)), meta, *recs]
+    return [SESSION_ANSWER_HEAD.pack(len(meta), sum(len(r) for r in recs)), meta, *recs]
 
 
 def decode_answers(meta: bytes, records: bytes) -> list[dict]:

@@ -63,33 +63,20 @@ def _without_head_extras() -> Iterator[bool]:
                 setattr(cls, name, fn)
 
 
-def start_local_ray(num_cpus: int, namespace: str, system_config: dict, lean: bool = True) -> bool:
-    """``ray.init`` of a new single-node instance for an embedded cluster; True when it started lean."""
+def start_local_ray(num_cpus: int, namespace: str, system_config: dict, lean: bool = True) -> None:
+    """``ray.init`` of a new single-node instance for an embedded cluster (lean: without ``SKIPPED``)."""
     import ray
 
-    kwargs = dict(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        namespace=namespace,
-        log_to_driver=False,
-        logging_level="WARNING",
-        _system_config=system_config,
-    )
-    if not lean:
-        ray.init(**kwargs)
-        return False
-    with _without_head_extras() as took:
-        ray.init(**kwargs)
-    return took
-
-
-def head_processes() -> dict[str, int]:
-    """How many processes of each kind this driver's Ray node started (``Node.all_processes``)."""
-    import ray
-
-    node = ray._private.worker._global_node
-    return {kind: len(infos) for kind, infos in (node.all_processes if node is not None else {}).items()}
+    with _without_head_extras() if lean else contextlib.nullcontext(False):
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            namespace=namespace,
+            log_to_driver=False,
+            logging_level="WARNING",
+            _system_config=system_config,
+        )
 
 
 def use_token_auth_if_available() -> bool:

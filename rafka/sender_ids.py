@@ -91,9 +91,7 @@ class SenderIds:
             # see it written before this thread goes back to placing records: the channel's I/O thread needs the
             # GIL, which the caller's C loop would hold for milliseconds; an AddPartitionsToTxn that reaches the
             # coordinator after the previous transaction's markers costs an append of its own
-            sync = getattr(self.transport, "sync_io", None)
-            if sync is not None:
-                sync(ADD_WRITE_WAIT_S)
+            self.transport.sync_io(ADD_WRITE_WAIT_S)
 
     def _add_partitions(self, now: float) -> None:
         """Kafka's AddPartitionsToTxnHandler: one request for every partition written to and not yet in the

@@ -12,7 +12,7 @@ it that return at once with a *call* handle, and later waits for calls or takes 
   ``RayActorError`` family, a timeout ``GetTimeoutError``, an error raised by the endpoint itself
   arrives as Ray surfaces it); callers classify these exactly as before;
 - ``available()``: False once the transport is shut down (Ray: ``ray.is_initialized()``);
-- ``sync_io(timeout_s)`` (optional): until the calls started so far are on their way (the TCP channel's I/O
+- ``sync_io(timeout_s)``: until the calls started so far are on their way (the TCP channel's I/O
   thread has written them; Ray's calls are at once).
 
 :class:`RayTransport` is the default and does exactly what the clients did inline before (same calls,
@@ -37,6 +37,8 @@ class Transport(Protocol):
     def get(self, call: Any, timeout: float | None = None) -> Any: ...
 
     def available(self) -> bool: ...
+
+    def sync_io(self, timeout_s: float) -> bool: ...
 
 
 class RayTransport:
