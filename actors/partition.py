@@ -298,11 +298,10 @@ class Partition:
     def fetchable_end(self, isolation_level: int) -> int:
         return self.log.last_stable_offset if isolation_level == 1 else self.log.high_watermark
 
-    def read(
-        self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int
-    ) -> FetchResponse:
+    def read(self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int, one=True):
         """One synchronous read answering a fetch (leader only): followers read up to the LEO, consumers
-        up to the HW (or the LSO for read_committed). Raises the Kafka error to answer."""
+        up to the HW (or the LSO for read_committed). Raises the Kafka error to answer. ``one`` is Kafka's
+        minOneMessage: the first batch goes whole even when over ``max_bytes``."""
         err = self.check_leader(epoch)
         if err is not None:
             raise err
@@ -320,7 +319,7 @@ class Partition:
         if fetch_offset == snap.log_end_offset or (end is not None and fetch_offset >= end):
             records, next_offset = b"", fetch_offset  # nothing to read (a caught-up follower's usual fetch)
         else:
-            info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=True)
+            info = lg.read(fetch_offset, max_bytes, max_offset=end, min_one_message=one)
             records, next_offset = info.records, info.next_offset
         aborted = None
         if isolation_level == READ_COMMITTED and not follower:

@@ -63,7 +63,12 @@ def fetch_answer(partition: Partition, req: FetchRequest) -> dict:
     """``Partition.read`` as the replica's fetch answer (errors as error fields)."""
     try:
         return partition.read(
-            req.fetch_offset, req.max_bytes, req.replica_id, req.isolation_level, req.current_leader_epoch
+            req.fetch_offset,
+            req.max_bytes,
+            req.replica_id,
+            req.isolation_level,
+            req.current_leader_epoch,
+            req.min_one_message,
         ).to_dict()
     except Exception as exc:
         return fetch_error(partition, exc)

@@ -59,6 +59,7 @@ FETCH_FIELDS = {
     "min_bytes": int,
     "current_leader_epoch": int,
     "isolation_level": int,
+    "min_one_message": bool,
 }
 
 
@@ -132,7 +133,7 @@ CONNECTIONS_MAX_IDLE_S = 540.0  # connections.max.idle.ms
 REQUEST_TIMEOUT_S = 30.0  # request.timeout.ms: added to a fetch's max_wait_ms and to the endpoint query
 PRODUCE_SLACK_S = 5.0  # a produce's leader answers REQUEST_TIMED_OUT itself at timeout_ms
 _PRODUCE_KEYS = ("acks", "timeout_ms", "current_leader_epoch", "transactional_id")
-_FETCH_KEYS = ("fetch_offset", "max_bytes", "max_wait_ms", "min_bytes", "current_leader_epoch", "isolation_level")
+_FETCH_KEYS = tuple(FETCH_FIELDS)
 
 
 def _actor_key(handle: Any) -> Any:

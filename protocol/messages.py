@@ -137,6 +137,9 @@ class FetchRequest:
     replica_id: int = CONSUMER_REPLICA_ID
     current_leader_epoch: int = -1
     isolation_level: int = READ_UNCOMMITTED
+    # Kafka's minOneMessage: the first batch goes whole even over max_bytes (else: only what fits, maybe nothing;
+    # the wire Fetch reads later partitions so once the response's fetch.max.bytes is spent)
+    min_one_message: bool = True
 
     @property
     def is_follower(self) -> bool:

@@ -140,6 +140,9 @@ def test_produce_and_fetch_round_trip_and_records_pass_through(replica):
     assert ans["aborted_transactions"] == ((7, 3), (8, 5))  # as the replica's dict carries them
     got = replica.requests[-1]
     assert (got.fetch_offset, got.max_bytes, got.min_bytes, got.isolation_level, got.replica_id) == (70000, 9, 2, 1, -1)
+    assert got.min_one_message is True
+    T.get(T.call(replica, "fetch", FetchRequest(5, max_bytes=0, min_one_message=False)), 10)
+    assert replica.requests[-1].min_one_message is False  # the wire Fetch's reads past fetch.max.bytes
     assert replica.endpoint_calls == 1  # one connection for both
     assert replica.listener.stats["connections"] == 1
 

@@ -335,6 +335,10 @@ def test_partition_reads_and_list_offsets(part):
     follower = p.read(1, 1 << 20, 2, 0, 1)
     assert follower.records and follower.next_offset == 3 and follower.log_end_offset == 3
     assert follower.leader_epoch == 1
+    # minOneMessage: the first batch goes whole over max_bytes (and nothing after it); without it, nothing
+    assert p.read(1, 1, 2, 0, 1).next_offset == 2
+    over = p.read(1, 1, 2, 0, 1, one=False)
+    assert over.records == b"" and over.next_offset == 1 and over.high_watermark == 1
     with pytest.raises(E.OffsetOutOfRangeError):
         p.read(4, 100, -1, 0, -1)
     with pytest.raises(E.FencedLeaderEpochError):

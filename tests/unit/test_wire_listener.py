@@ -43,6 +43,7 @@ class FakeBackend:
         self.logs = {("t", 0): [], ("t", 1): []}
         self.appended = asyncio.Event()
         self.produced: list = []
+        self.reads: list = []  # (partition, max_bytes, min_one_message) of every fetch read
 
     async def metadata(self):
         parts = {p: {"leader": 0, "leader_epoch": 4, "replicas": [0, 1], "isr": [0, 1]} for p in (0, 1)}
@@ -71,8 +72,13 @@ class FakeBackend:
                 await asyncio.wait_for(self.appended.wait(), req.max_wait_ms / 1000)
             except asyncio.TimeoutError:
                 pass
-        recs = b"".join(log[req.fetch_offset :])
-        return {"error_code": 0, "high_watermark": len(log), "log_start_offset": 0, "records": recs}
+        out: list[bytes] = []  # whole batches within max_bytes; the first even over it with min_one_message
+        for batch in log[req.fetch_offset :]:
+            if sum(map(len, out)) + len(batch) > req.max_bytes and (out or not req.min_one_message):
+                break
+            out.append(batch)
+        self.reads.append((partition, req.max_bytes, req.min_one_message))
+        return {"error_code": 0, "high_watermark": len(log), "log_start_offset": 0, "records": b"".join(out)}
 
     async def list_offsets(self, topic, partition, req):
         n = len(self.logs[(topic, partition)])
@@ -302,7 +308,7 @@ def test_fetch_empty_records_are_bytes_and_long_poll_wakes(server):
     assert fr.responses[0].partitions[0].records == b"late"
 
 
-def test_fetch_max_bytes_caps_the_response_but_the_first_partition_with_records_is_whole(server):
+def test_fetch_max_bytes_caps_the_response_and_each_read_the_first_batch_goes_whole(server):
     port, backend, _, _ = server
     backend.logs[("t", 0)][:] = [b"a" * 300, b"b" * 300]
     backend.logs[("t", 1)][:] = [b"c" * 300]
@@ -310,14 +316,40 @@ def test_fetch_max_bytes_caps_the_response_but_the_first_partition_with_records_
     c.send(codec.encode_request(1, fetch_req(0, max_bytes=400, partitions=(0, 1))))
     _, fr = c.recv(fetch16r.FetchResponse)
     got = {p.partition_index: (p.records, p.high_watermark) for p in fr.responses[0].partitions}
-    assert got == {0: (b"a" * 300 + b"b" * 300, 2), 1: (b"", 1)}  # over 400 alone: whole; the next waits
+    assert got == {0: (b"a" * 300, 2), 1: (b"", 1)}  # 300 + 300 > 400; partition 1: offsets only
+    assert backend.reads == [(0, 400, True), (1, 100, False)]  # each read within what the response had left
+    backend.reads.clear()
     c.send(codec.encode_request(2, fetch_req(0, max_bytes=800, partitions=(1, 0))))
     _, fr = c.recv(fetch16r.FetchResponse)
     got = {p.partition_index: p.records for p in fr.responses[0].partitions}
-    assert got == {1: b"c" * 300, 0: b""}  # in request order: 300 + 600 > 800
-    c.send(codec.encode_request(3, fetch_req(0, max_bytes=1 << 20, partitions=(0, 1))))
+    assert got == {1: b"c" * 300, 0: b"a" * 300}  # in request order: 300, then 300 of the 500 left
+    assert backend.reads == [(1, 800, True), (0, 500, False)]
+    backend.reads.clear()
+    c.send(codec.encode_request(3, fetch_req(0, max_bytes=100, partitions=(0, 1))))
+    _, fr = c.recv(fetch16r.FetchResponse)
+    got = {p.partition_index: p.records for p in fr.responses[0].partitions}
+    assert got == {0: b"a" * 300, 1: b""}  # KIP-74: the first batch goes even over the limit, nothing after it
+    assert backend.reads == [(0, 100, True), (1, 0, False)]
+    backend.reads.clear()
+    c.send(codec.encode_request(4, fetch_req(0, max_bytes=2 << 20, partitions=(0, 1))))
     _, fr = c.recv(fetch16r.FetchResponse)
     assert [len(p.records) for p in fr.responses[0].partitions] == [600, 300]
+    assert sorted(backend.reads) == [(0, 1 << 20, True), (1, 1 << 20, True)]  # one parallel wave: all fit
+
+
+def test_fetch_max_bytes_bounds_what_the_replicas_read_for_many_partitions(server):
+    """A consumer of many partitions with a small fetch.max.bytes (kafkajs: 10 MiB over 1 MiB partitions): the
+    partitions past the budget are asked for their offsets only, not read for max.partition.fetch.bytes each and
+    dropped."""
+    port, backend, _, _ = server
+    backend.logs[("t", 0)][:] = [b"x" * 1000] * 50
+    backend.logs[("t", 1)][:] = [b"y" * 1000] * 50
+    c = Client(port)
+    c.send(codec.encode_request(1, fetch_req(0, max_bytes=4500, partitions=(0, 1))))
+    _, fr = c.recv(fetch16r.FetchResponse)
+    assert [len(p.records) for p in fr.responses[0].partitions] == [4000, 0]
+    assert [p.high_watermark for p in fr.responses[0].partitions] == [50, 50]
+    assert backend.reads == [(0, 4500, True), (1, 500, False)]
 
 
 def test_list_offsets_earliest_latest(server):

@@ -8,11 +8,14 @@ without waiting, so their data rides along) or the wait is over. Topics by name 
 from v13 (an unknown id: UNKNOWN_TOPIC_ID, 100). Empty records are empty bytes, never null; no fetch
 sessions (KIP-227): session id 0 always. read_committed answers the aborted transactions of the range. The
 response holds at most the request's ``max_bytes`` of records (``fetch.max.bytes``, KIP-74), but for the
-first partition with records, which is answered whole."""
+first partition with records, which is answered whole; and, as Kafka's ReplicaManager reads, a partition is
+read for no more than the response has left (``_read_within``), so a consumer of many partitions with a small
+``fetch.max.bytes`` does not make the replicas read ``max.partition.fetch.bytes`` of each only to drop it."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 from protocol.messages import FetchRequest
@@ -34,19 +37,45 @@ async def _pass(backend, parts, reqs, max_wait_ms: int) -> list:
 
 
 def _with_wait(r: FetchRequest, max_wait_ms: int) -> FetchRequest:
-    return FetchRequest(
-        fetch_offset=r.fetch_offset,
-        max_bytes=r.max_bytes,
-        max_wait_ms=max_wait_ms,
-        min_bytes=r.min_bytes,
-        current_leader_epoch=r.current_leader_epoch,
-        isolation_level=r.isolation_level,
-    )
+    return dataclasses.replace(r, max_wait_ms=max_wait_ms)
 
 
-async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int) -> list:
+async def _read_within(backend, parts, reqs, budget: int | None, have: bool = False) -> list:
+    """Every partition read once without waiting, within the response's ``budget`` (``max_bytes``; None: none),
+    as Kafka's ReplicaManager.readFromLog reads: each partition for at most ``min(its max_bytes, what is
+    left)``, and once the budget is spent the rest for their offsets only (nothing read). Kafka reads them
+    one after another; here they go in parallel waves, a wave being the partitions, in request order, whose
+    limits together fit in what is left (so one wave when the budget covers them all). Until some
+    partition returned records (``have``: the response holds some already) each read may return one batch
+    over its limit (minOneMessage); ``_within`` keeps the first and leaves the others for the next fetch."""
+    if budget is None or (budget > 0 and sum(r.max_bytes for r in reqs) <= budget):
+        return await _pass(backend, parts, reqs, 0)
+    results: list = [None] * len(parts)
+    left, i = budget, 0
+    while i < len(parts):
+        have = have or any(r.get("records") for r in results[:i])
+        wave: list[tuple[int, FetchRequest]] = []
+        room = left
+        while i < len(parts) and (not wave or room > 0 or left <= 0):
+            cap = max(0, min(reqs[i].max_bytes, room))
+            wave.append((i, dataclasses.replace(reqs[i], max_bytes=cap, min_one_message=not have)))
+            room -= cap
+            i += 1
+            if left > 0 and cap < reqs[i - 1].max_bytes:
+                break  # this wave fills what is left: the next reads know what it took
+        got = await _pass(backend, [parts[j] for j, _ in wave], [r for _, r in wave], 0)
+        for (j, _), r in zip(wave, got):
+            results[j] = r
+            left -= len(r.get("records") or b"")
+    return results
+
+
+async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int, budget: int | None) -> list:
+    """Every partition asked with the wait (each for at most the response's ``budget``, if any); when one
+    answers with records (or an error) the others are read again at once, within what the budget has left."""
+    capped = [r if budget is None else dataclasses.replace(r, max_bytes=min(r.max_bytes, budget)) for r in reqs]
     tasks = [
-        asyncio.ensure_future(backend.fetch(t, p, _with_wait(r, max_wait_ms))) for (t, p, _), r in zip(parts, reqs)
+        asyncio.ensure_future(backend.fetch(t, p, _with_wait(r, max_wait_ms))) for (t, p, _), r in zip(parts, capped)
     ]
     pending = set(tasks)
     results = list(first)
@@ -65,7 +94,9 @@ async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int) -> lis
         for task in pending:
             task.add_done_callback(_drop)
         idx = [i for i, task in enumerate(tasks) if task in pending]
-        again = await _pass(backend, [parts[i] for i in idx], [reqs[i] for i in idx], 0)
+        taken = sum(len(r.get("records") or b"") for r in results)
+        left = None if budget is None else budget - taken
+        again = await _read_within(backend, [parts[i] for i in idx], [reqs[i] for i in idx], left, taken > 0)
         for i, r in zip(idx, again):
             results[i] = r
     return results
@@ -100,12 +131,14 @@ async def handle(backend, request, version: int):
                     isolation_level=isolation,
                 )
             )
-    results = await _pass(backend, parts, reqs, 0)
+    max_bytes = int(getattr(request, "max_bytes", 0) or 0)
+    budget = max_bytes if max_bytes > 0 else None
+    results = await _read_within(backend, parts, reqs, budget)
     size = sum(len(r.get("records") or b"") for r in results)
     if max_wait_ms > 0 and parts and not unknown and size < max(1, int(request.min_bytes)):
         if not any(r.get("error_code") for r in results):
-            results = await _long_poll(backend, parts, reqs, results, max_wait_ms)
-    results = _within(results, int(getattr(request, "max_bytes", 0) or 0))
+            results = await _long_poll(backend, parts, reqs, results, max_wait_ms, budget)
+    results = _within(results, max_bytes)
     answers = [(key, _partition_data(mod, p, r)) for (_name, p, key), r in zip(parts, results)]
     for key, p in unknown:
         answers.append((key, _partition_data(mod, p, {"error_code": UNKNOWN_TOPIC_ID})))
