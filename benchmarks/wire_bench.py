@@ -14,7 +14,11 @@ In one run, side by side, each on its own topic:
   (assign, read_uncommitted), records/s and MB/s; ``librdkafka_consume_queue_backoff_10ms`` the librdkafka one
   with ``fetch.queue.backoff.ms`` 10 instead of its default 1000 (the pause after its local queue fills).
 
-Each throughput figure comes with ``client_cpu_cores`` (this process: the client and its threads) and
+The librdkafka clients run in a Python process of their own (benchmarks/wire_clients.py: as in a user's
+application, not in this process, which holds the Ray driver and the embedded cluster, whose heap their
+per-message objects made Python's cyclic collector walk); rafka's client runs here, in the driver.
+
+Each throughput figure comes with ``client_cpu_cores`` (the client's process and its threads) and
 ``cluster_cpu_cores`` (the ``ray::`` actor processes) over its run: on a 2-core machine a client that uses
 most of a core per 40k records/s caps the figure whatever the server does. Each producer starts once the
 brokers' warm pools of replica actors are full again (``pools_fill_s``: the first wait, after creating the
@@ -29,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,78 +43,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_util import CpuMeter, wait_pools_full  # noqa: E402
+from wire_clients import PARTITIONS, V4, VALUE_BYTES, _q, _rate  # noqa: E402
 
 import rafka  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
-VALUE_BYTES = 100
-PARTITIONS = 6
-V4 = {"broker.address.family": "v4"}
+CLIENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire_clients.py")
 
 
-def _q(lat: list[float]) -> dict:
-    if not lat:
-        return {}
-    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else lat * 99
-    return {"p50_ms": round(statistics.median(lat), 2), "p99_ms": round(q[98], 2)}
-
-
-def _rate(n: int, secs: float) -> dict:
-    return {
-        "records": n,
-        "seconds": round(secs, 2),
-        "records_per_s": round(n / secs),
-        "mb_per_s": round(n * VALUE_BYTES / secs / 1e6, 1),
-    }
-
-
-def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int, errors_only: bool = False) -> dict:
-    """``errors_only``: the throughput run with ``delivery.report.only.error`` (librdkafka reports failed
-    messages only), so the client does not run a Python callback per message; the latency run always has
-    one per message (it is what it measures)."""
-    from confluent_kafka import Producer
-
-    value = os.urandom(VALUE_BYTES)
-    conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **V4}
-    errors: list = []
-    p = Producer(conf)
-    # connections, metadata and the producer id first, outside the latency run (as rafka's below)
-    for i in range(PARTITIONS):
-        p.produce(topic, value, partition=i)
-    p.flush(60)
-    lat: list[float] = []
-    for i in range(lat_n):  # paced (~1,000 records/s) on the idle cluster, before the throughput run
-        t0 = time.perf_counter()
-        p.produce(
-            topic,
-            value,
-            partition=i % PARTITIONS,
-            on_delivery=lambda e, _m, t0=t0: lat.append((time.perf_counter() - t0) * 1000),
-        )
-        p.poll(0)
-        time.sleep(0.001)
-    p.flush(60)
-    if errors_only:
-        p = Producer({**conf, "delivery.report.only.error": True, "on_delivery": lambda e, _m: errors.append(e)})
-        p.produce(topic, value, partition=0)
-        p.flush(60)
-    t = time.monotonic()
-    cpu = CpuMeter()
-    for i in range(n):
-        while True:
-            try:
-                if errors_only:
-                    p.produce(topic, value, partition=i % PARTITIONS)
-                else:
-                    p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
-                break
-            except BufferError:
-                p.poll(0.01)
-    left = p.flush(120)
-    out = _rate(n, time.monotonic() - t)
-    out.update(cpu.stop(), **_q(lat), errors=len(errors) + left)
-    return out
+def in_own_process(kind: str, **args) -> dict:
+    """A librdkafka run (benchmarks/wire_clients.py) in a fresh Python process, as a Kafka client runs in the
+    user's application: its figures, CPU of that process and of the cluster's actors included."""
+    out = subprocess.run(
+        [sys.executable, CLIENTS, kind, json.dumps(args)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if out.returncode:
+        raise RuntimeError(f"wire_clients.py {kind} failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def rafka_produce(cluster, topic: str, n: int, lat_n: int) -> dict:
@@ -167,31 +117,6 @@ def warm_up_groups(bootstrap: str, topic: str) -> None:
     time.sleep(3)
 
 
-def librdkafka_consume(bootstrap: str, topic: str, n: int, **conf) -> dict:
-    from confluent_kafka import Consumer
-    from confluent_kafka import TopicPartition as CTP
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-" + uuid.uuid4().hex[:6],
-            "enable.auto.commit": False,
-            "isolation.level": "read_uncommitted",
-            **V4,
-            **conf,
-        }
-    )
-    c.assign([CTP(topic, p, 0) for p in range(PARTITIONS)])
-    got = 0
-    t = time.monotonic()
-    cpu = CpuMeter()
-    while got < n and time.monotonic() - t < 300:
-        got += sum(1 for m in c.consume(num_messages=10000, timeout=1.0) if not m.error())
-    out = {**_rate(got, time.monotonic() - t), **cpu.stop()}
-    c.close()
-    return {**out, "complete": got >= n}
-
-
 def rafka_consume(cluster, topic: str, n: int) -> dict:
     c = rafka.Consumer(cluster, auto_offset_reset="earliest", max_poll_records=10000)
     c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
@@ -230,21 +155,23 @@ def main() -> int:
             bootstrap = cluster.bootstrap_servers
             res: dict = {"brokers": 3, "replication_factor": 3, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES}
             res["pools_fill_s"] = wait_pools_full(cluster)
-            res["librdkafka_produce"] = librdkafka_produce(bootstrap, topics["librdkafka"], n, args.latency_records)
+            res["librdkafka_produce"] = in_own_process(
+                "produce", bootstrap=bootstrap, topic=topics["librdkafka"], n=n, lat_n=args.latency_records
+            )
             wait_pools_full(cluster)
-            res["librdkafka_produce_errors_only"] = librdkafka_produce(
-                bootstrap, topics["librdkafka-eo"], n, 0, errors_only=True
+            res["librdkafka_produce_errors_only"] = in_own_process(
+                "produce", bootstrap=bootstrap, topic=topics["librdkafka-eo"], n=n, lat_n=0, errors_only=True
             )
             wait_pools_full(cluster)
             res["rafka_produce"] = rafka_produce(cluster, topics["rafka"], n, args.latency_records)
             warm_up_groups(bootstrap, topics["librdkafka"])
-            res["librdkafka_consume"] = librdkafka_consume(bootstrap, topics["librdkafka"], n)
+            res["librdkafka_consume"] = in_own_process("consume", bootstrap=bootstrap, topic=topics["librdkafka"], n=n)
             # librdkafka pauses a partition's fetching for fetch.queue.backoff.ms (1000 by default) each time its
             # local queue holds queued.min.messages (100,000, counted over every partition forwarded to the
             # consumer's queue): a client-side pacing that ends runs with the queue empty for most of a second
             # (librdkafka issue #2879; the setting exists since 2.3.0). The same consumer with it at 10 ms:
-            res["librdkafka_consume_queue_backoff_10ms"] = librdkafka_consume(
-                bootstrap, topics["librdkafka"], n, **{"fetch.queue.backoff.ms": 10}
+            res["librdkafka_consume_queue_backoff_10ms"] = in_own_process(
+                "consume", bootstrap=bootstrap, topic=topics["librdkafka"], n=n, **{"fetch.queue.backoff.ms": 10}
             )
             res["rafka_consume"] = rafka_consume(cluster, topics["librdkafka"], n)
             res["cpus"] = os.cpu_count()
