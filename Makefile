@@ -26,7 +26,7 @@ MYPY_PATHS := storage protocol actors/partition.py actors/replica_manager.py act
 	actors/controller_config.py actors/group_requests.py actors/log_dir_lock.py actors/metadata_store.py \
 	actors/partition_state.py actors/replica_config.py actors/replica_state_machine.py actors/worker_process.py \
 	actors/txn_records.py actors/txn_metadata.py actors/txn_state.py actors/txn_service.py actors/replica_housekeeping.py \
-	actors/config_sources.py actors/call_order.py actors/replication_channel.py actors/fetch_session.py actors/client_channel.py
+	actors/config_sources.py actors/call_order.py actors/replication_channel.py actors/fetch_session.py actors/client_channel.py actors/produce_channel.py
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

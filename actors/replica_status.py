@@ -12,6 +12,7 @@ import time
 import ray
 
 from actors.partition_state import FOLLOWER, STOPPED
+from actors.produce_channel import produce_listener
 from actors.replica_manager import SessionWatch, _err, fetch_error
 from protocol import errors as E
 from protocol.messages import FetchRequest
@@ -64,17 +65,23 @@ class ReplicaStatus:
         also append as a coordinator and write transaction markers (actors/txn_markers.py)."""
         return await self._endpoint(True)
 
-    async def _endpoint(self, internal: bool) -> dict:
+    async def produce_endpoint(self) -> dict:
+        """This process's produce listener (actors/produce_channel.py: the producer's one request per leader
+        process per round), asked of any replica in it."""
+        return await self._endpoint(False, produce_listener(self.replication))
+
+    async def _endpoint(self, internal: bool, listener=None) -> dict:
         """Where clients produce and fetch over TCP (actors/client_channel.py): host, port and the token a
         connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
         answers (a follower refuses produce and leader-only fetches there as it does over Ray)."""
+        listener = listener or self.clients
         try:
             if not self.bound or self.partition.role == STOPPED:
                 raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
-            await self.clients.start(ray.util.get_node_ip_address())
+            await listener.start(ray.util.get_node_ip_address())
         except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
             return _err(exc)
-        return {"error_code": 0, "error_message": None, **self.clients.endpoint(internal)}
+        return {"error_code": 0, "error_message": None, **listener.endpoint(*((internal,) if internal else ()))}
 
     # ---- introspection ----------------------------------------------------------------------------
     async def state(self) -> dict:
@@ -107,6 +114,7 @@ class ReplicaStatus:
         st["stats"] = dict(self._stats)
         st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
         st["client_listener"] = self.clients.describe()
+        st["produce_listener"] = produce_listener(self.replication).describe()  # the process's, shared
         st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
         # KIP-890 verification: calls to the coordinator, and the coordinator's pushes taken / refused as stale

@@ -27,7 +27,7 @@ from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
 MAX_HELLO_BYTES = 4096
-API_PRODUCE, API_FETCH, API_TXN_MARKERS, API_TXN_VERIFIED, API_COORDINATOR = 0, 1, 2, 3, 4
+API_PRODUCE, API_FETCH, API_TXN_MARKERS, API_TXN_VERIFIED, API_COORDINATOR, API_PRODUCE_MULTI = 0, 1, 2, 3, 4, 5
 U32 = struct.Struct(">I")
 REQUEST_HEAD = struct.Struct(">IIBI")  # length, correlation id, api, meta length
 ANSWER_HEAD = struct.Struct(">III")  # correlation id, meta length, records length
@@ -115,11 +115,12 @@ def decode_fetch(meta: bytes) -> FetchRequest:
     return FetchRequest(**_fields(meta, FETCH_FIELDS, "fetch_offset"))
 
 
-def encode_request(corr: int, api: int, fields: dict, payload: bytes = b"") -> list:
-    """The frame parts of a request (the payload is written as it is, not copied)."""
+def encode_request(corr: int, api: int, fields: dict, payload: bytes | list = b"") -> list:
+    """The frame parts of a request (the payload, or a list of buffers, is written as it is, not copied)."""
     meta = msgpack.packb(fields)
-    head = REQUEST_HEAD.pack(9 + len(meta) + len(payload), corr, api, len(meta))
-    return [head, meta, payload] if payload else [head, meta]
+    bufs = payload if isinstance(payload, list) else [payload] if payload else []
+    head = REQUEST_HEAD.pack(9 + len(meta) + sum(map(len, bufs)), corr, api, len(meta))
+    return [head, meta, *bufs]
 
 
 def encode_answer(corr: int, answer: dict) -> list:
@@ -144,11 +145,19 @@ def _actor_key(handle: Any) -> Any:
     return aid.binary() if aid is not None else id(handle)
 
 
+def process_key(handle: Any) -> Any:
+    """What tells one replica process from another (a ReplicaHost's replicas share it)."""
+    proc = getattr(handle, "host", None) or handle
+    aid = getattr(proc, "_actor_id", None)
+    return aid.binary() if aid is not None else id(proc)
+
+
 class _Connection:
     """One connection to one replica's client listener; lives on the I/O loop only."""
 
-    def __init__(self, io: ChannelIO, key: Any, handle: Any):
+    def __init__(self, io: ChannelIO, key: Any, handle: Any, method: str | None = None):
         self.io, self.key, self.handle = io, key, handle
+        self.method = method or io.endpoint_method  # the Ray method that answers the endpoint
         self.pending: dict[int, tuple[concurrent.futures.Future, asyncio.TimerHandle]] = {}
         self.corr = itertools.count()
         self.writer: asyncio.StreamWriter | None = None
@@ -158,7 +167,7 @@ class _Connection:
 
     async def open(self) -> None:
         try:
-            ref = getattr(self.handle, self.io.endpoint_method).remote()
+            ref = getattr(self.handle, self.method).remote()
             ep = await asyncio.wait_for(asyncio.wrap_future(ref.future()), REQUEST_TIMEOUT_S)
             if ep.get("error_code"):
                 raise for_code(ep["error_code"])(ep.get("error_message") or None)
@@ -182,7 +191,7 @@ class _Connection:
         self.queue = None
         self.io.loop.create_task(self._read(reader))
 
-    def send(self, fields: dict, api: int, payload: bytes, timeout_s: float, fut: concurrent.futures.Future) -> None:
+    def send(self, fields: dict, api: int, payload: Any, timeout_s: float, fut: concurrent.futures.Future) -> None:
         if self.closed:
             fut.set_exception(NotLeaderOrFollowerError("connection to the leader replica closed"))
             return
@@ -283,10 +292,12 @@ class ChannelIO:
         self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
 
     def submit(
-        self, handle: Any, api: int, fields: dict, payload: bytes, timeout_s: float
+        self, handle: Any, api: int, fields: dict, payload: Any, timeout_s: float, route: tuple | None = None
     ) -> concurrent.futures.Future:
+        """``route``: ``(connection key, endpoint method)`` for a connection other than the replica's own (a
+        leader process's produce listener, protocol/produce_frames.py)."""
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        self.loop.call_soon_threadsafe(self._submit, handle, api, fields, payload, timeout_s, fut)
+        self.loop.call_soon_threadsafe(self._submit, handle, api, fields, payload, timeout_s, fut, route)
         return fut
 
     def sync(self, timeout_s: float) -> bool:
@@ -306,11 +317,11 @@ class ChannelIO:
         self._submit(handle, api, fields, payload, timeout_s, fut)
         return fut
 
-    def _submit(self, handle, api, fields, payload, timeout_s, fut) -> None:
-        key = _actor_key(handle)
+    def _submit(self, handle, api, fields, payload, timeout_s, fut, route=None) -> None:
+        key, method = route if route is not None else (_actor_key(handle), None)
         conn = self.conns.get(key)
         if conn is None:
-            conn = self.conns[key] = _Connection(self, key, handle)
+            conn = self.conns[key] = _Connection(self, key, handle, method)
             self.loop.create_task(conn.open())
         try:
             conn.send(fields, api, payload, timeout_s, fut)

@@ -1,29 +1,25 @@
 """The producer's background sender thread (Kafka's ``Sender`` + the idempotent part of ``TransactionManager``).
 
 Loop: expire batches older than ``delivery_timeout_ms``; find partitions with ready batches whose
-leader is known and whose in-flight budget allows; drain them; call ``produce`` on the leader's replica
-actor (an ObjectRef, never waited on inline: completion wakes the loop through ``ObjectRef.future()``);
-handle the responses that arrived.
+leader is known and whose in-flight budget allows; drain them; send the pass's produce calls together,
+one request per leader process (``Transport.produce_many``: Kafka's one ProduceRequest per broker), whose
+answers wake the loop; handle the responses that arrived.
 
-In-flight budget per partition (its leader is one actor, Kafka's "connection"): with idempotence at most
-``max_in_flight_requests_per_connection`` (<= 5) *batches*, so the leader's 5-batch duplicate window
-covers every retry; without it, that many *calls*. One call carries several ready batches of a
-partition, concatenated up to 96 KB (under Ray's 100 KB inline-argument limit: such calls skip the
-object store), so calls stay large (Ray's per-call cost is ~1 ms). Ray does not run calls to an async
-actor in order (measured: 600-1,200 inversions in 20,000 calls, actors/call_order.py), so ordering is
-enforced by ``_can_send`` and the OUT_OF_ORDER_SEQUENCE retry below (0-2 retries per 150,000 records sent
-measured: the budget keeps few calls of a partition in flight).
+In-flight budget per partition: with idempotence at most ``max_in_flight_requests_per_connection`` (<= 5)
+*batches*, so the leader's 5-batch duplicate window covers every retry; without it, that many *calls*. A
+call carries several ready batches of a partition (up to ``max_request_size``; 96 KB over Ray, whose
+inline-argument limit is 100 KB). Ray does not run calls to an async actor in order (600-1,200 inversions
+in 20,000 calls, actors/call_order.py), so ordering is also enforced by ``_can_send`` and the
+OUT_OF_ORDER_SEQUENCE retry below.
 
 Idempotence: a producer id/epoch comes from a broker's ``init_producer_id()``; sequences are assigned
 per partition when a batch is first drained and baked into its bytes, which retries resend unchanged.
 A retried batch goes alone and ahead of newer ones. OUT_OF_ORDER_SEQUENCE for a batch whose
 predecessor is itself unresolved is retried (it arrived first). Otherwise the leader has a real gap (it
-lost acknowledged batches, e.g. to an unclean election): as Kafka's idempotent producer does since
-KIP-360, the batch is retried, nothing more is sent until no call is in flight, then the producer takes a
-new producer id and re-sequences every batch not yet acknowledged from 0, in order (Kafka bumps the epoch
-of the same id; a fresh id is the same to the leader). Only the records the leader lost are lost; the
-producer goes on. A transactional producer's id and epoch are its coordinator's: there such an error
-fails the batch and the transaction can only be aborted.
+lost acknowledged batches, e.g. to an unclean election): as since KIP-360, the batch is retried, nothing
+more is sent until no call is in flight, then a new producer id re-sequences every unacknowledged batch
+from 0, in order (Kafka bumps the epoch instead). Only what the leader lost is lost. A transactional
+producer's id and epoch are its coordinator's: there such an error fails the batch (abort only).
 
 Errors: retriable Kafka errors (``err.retriable``), a dead or unavailable leader actor and request
 timeouts are retried after ``retry_backoff_ms`` (exponential up to ``retry_backoff_max_ms``) while
@@ -69,9 +65,9 @@ INLINE_CALL_BYTES = 96 * 1024
 class InFlight:
     __slots__ = ("ref", "future", "tp", "batches", "leader", "sent_ms", "abandoned")
 
-    def __init__(self, ref, tp: TopicPartition, batches: list[ProducerBatch], leader: int, sent_ms: float):
-        self.ref, self.tp, self.batches, self.leader, self.sent_ms = ref, tp, batches, leader, sent_ms
-        self.future = None
+    def __init__(self, tp: TopicPartition, batches: list[ProducerBatch], leader: int, sent_ms: float):
+        self.tp, self.batches, self.leader, self.sent_ms = tp, batches, leader, sent_ms
+        self.ref = self.future = None  # set when the pass's calls go out (Sender._issue)
         self.abandoned = False
 
 
@@ -95,6 +91,7 @@ class Sender(SenderIds, threading.Thread):
         self._wake = threading.Event()
         self._responses: collections.deque[InFlight] = collections.deque()
         self._in_flight: dict[int, InFlight] = {}
+        self._round: list[tuple[tuple, InFlight]] = []  # this pass's produce calls, sent together (_issue)
         self._tp_batches: dict[TopicPartition, int] = collections.defaultdict(int)
         self._tp_calls: dict[TopicPartition, int] = collections.defaultdict(int)
         self._next_seq: dict[TopicPartition, int] = collections.defaultdict(int)
@@ -182,6 +179,7 @@ class Sender(SenderIds, threading.Thread):
         for tp in ready:
             if not self._send(tp, now):
                 wait_ms = min(wait_ms, float(self.cfg.retry_backoff_ms))
+        self._issue()
         if self._responses:
             return
         wait_ms = max(wait_ms, 0.5)
@@ -201,12 +199,9 @@ class Sender(SenderIds, threading.Thread):
                     batch.reseal(self.producer_id, self.producer_epoch, seq)
 
     def _can_send(self, tp: TopicPartition, first: ProducerBatch) -> bool:
-        """The in-flight gate. Ray does not keep calls to an async actor in submission order (a big
-        argument travels through the object store and can arrive after a later small one), so order
-        is restored the way TCP gives it to Kafka for free: a retried batch goes only when nothing of
-        its partition is in flight, and with idempotence the first batch of a producer id on a
-        partition goes alone (a leader accepts any first sequence of an unknown producer, as Kafka's
-        does, so an overtaking second batch would be taken as the start)."""
+        """The in-flight gate (Ray does not keep an async actor's calls in order): a retried batch goes only
+        when nothing of its partition is in flight, and with idempotence a producer id's first batch on a
+        partition goes alone (a leader takes any first sequence of an unknown producer)."""
         calls = self._tp_calls[tp]
         if first.attempts and calls:
             return False
@@ -255,14 +250,20 @@ class Sender(SenderIds, threading.Thread):
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
         tid = self.txn.transactional_id if self.txn is not None else None
         req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms, transactional_id=tid)
-        ref = self.transport.call(handle, "produce", req)
-        inf = InFlight(ref, tp, batches, leader_id, now)
+        inf = InFlight(tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
         self._tp_batches[tp] += len(batches)
         self._tp_calls[tp] += 1
-        inf.future = self.transport.future(ref)
-        inf.future.add_done_callback(lambda _f, inf=inf: self._arrived(inf))
+        self._round.append(((handle, tp.topic, tp.partition, req), inf))
         return True
+
+    def _issue(self) -> None:
+        """The pass's produce calls at once: one request per leader process (Kafka's Sender sends one
+        ProduceRequest per broker with every ready partition led there; ``Transport.produce_many``)."""
+        todo, self._round = self._round, []
+        for (_item, inf), ref in zip(todo, self.transport.produce_many([item for item, _inf in todo]) if todo else ()):
+            inf.ref, inf.future = ref, self.transport.future(ref)
+            inf.future.add_done_callback(lambda _f, inf=inf: self._arrived(inf))
 
     def _arrived(self, inf: InFlight) -> None:
         self._responses.append(inf)

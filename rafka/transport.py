@@ -40,6 +40,8 @@ class Transport(Protocol):
 
     def sync_io(self, timeout_s: float) -> bool: ...
 
+    def produce_many(self, items: list[tuple[Any, str, int, Any]]) -> list: ...
+
 
 class RayTransport:
     """Endpoints are Ray actors in the ``rafka`` namespace; calls are ObjectRefs."""
@@ -79,6 +81,11 @@ class RayTransport:
     def sync_io(self, timeout_s: float) -> bool:
         """Until the calls started so far are on their way: Ray's core worker sends them on its own threads."""
         return True
+
+    def produce_many(self, items: list[tuple[Any, str, int, Any]]) -> list:
+        """One Sender round's produce calls, ``(leader replica, topic, partition, ProduceRequest)`` each: one
+        call per partition here; ChannelTransport sends one request per leader process (rafka/channel.py)."""
+        return [self.call(handle, "produce", req) for handle, _topic, _partition, req in items]
 
 
 RAY = RayTransport()

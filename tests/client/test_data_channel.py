@@ -48,16 +48,18 @@ def test_producer_and_consumer_use_the_leaders_client_listener_and_ray_calls_giv
         futs = [p.send(topic, b"tcp-%d" % i, key=b"k%d" % (i % 7)) for i in range(3000)]
         p.flush()
     with rafka.Producer(rafka_cluster, linger_ms=2, data_channel="ray") as p:
-        before = [leader_state(rafka_cluster, topic, q)["client_listener"]["produces"] for q in range(2)]
+        before = [leader_state(rafka_cluster, topic, q)["produce_listener"]["parts"] for q in range(2)]
         futs += [p.send(topic, b"ray-%d" % i, key=b"k%d" % (i % 7)) for i in range(3000)]
         p.flush()
-        after = [leader_state(rafka_cluster, topic, q)["client_listener"]["produces"] for q in range(2)]
+        after = [leader_state(rafka_cluster, topic, q)["produce_listener"]["parts"] for q in range(2)]
     assert before == after  # the ray-channel producer made no request on the listeners
     acked = sorted((md.partition, md.offset) for md in (f.get() for f in futs))
     assert len(set(acked)) == 6000
-    states = [leader_state(rafka_cluster, topic, q)["client_listener"] for q in range(2)]
-    assert all(s["connections"] >= 1 and s["produces"] >= 1 for s in states), states
-    assert sum(s["produces"] for s in states) < 3000  # batched: far fewer requests than records
+    # the producer's requests go to each leader process's produce listener (one per Sender round and process)
+    states = [leader_state(rafka_cluster, topic, q)["produce_listener"] for q in range(2)]
+    assert all(s["connections"] >= 1 and s["parts"] >= 1 for s in states), states
+    assert sum(s["requests"] for s in {s["port"]: s for s in states}.values()) < 3000  # far fewer than records
+    assert all(leader_state(rafka_cluster, topic, q)["client_listener"]["produces"] == 0 for q in range(2))
 
     got_tcp = consume_all(rafka_cluster, topic, 2, 6000)
     fetches = sum(leader_state(rafka_cluster, topic, q)["client_listener"]["fetches"] for q in range(2))
@@ -80,9 +82,9 @@ def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(ra
     topic = new_topic(1, 1)
     with rafka.Producer(rafka_cluster) as p:
         p.send(topic, b"first").get(timeout=30)
-    st = leader_state(rafka_cluster, topic)
     leader = rafka_cluster.server.describe(topic)["partitions"][0]["leader"]
     ep = ray.get(replica_handle(rafka_cluster.name, topic, 0, leader).client_endpoint.remote(), timeout=30)
+    st = leader_state(rafka_cluster, topic)  # (the producer used the produce listener: this started the client's)
     assert ep["error_code"] == 0 and ep["port"] == st["client_listener"]["port"]
 
     async def stranger(hello: dict, close_after_answer: bool = False) -> bytes:

@@ -522,6 +522,9 @@ class FakeTransport:
     def sync_io(self, timeout_s: float) -> bool:
         return True  # in-process: a call is delivered when it is made
 
+    def produce_many(self, items: list) -> list:
+        return [self.call(handle, "produce", req) for handle, _topic, _partition, req in items]
+
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
