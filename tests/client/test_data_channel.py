@@ -110,7 +110,14 @@ def test_a_stranger_on_the_client_listener_is_closed_and_the_log_is_untouched(ra
     corr, meta_len, rec_len = ANSWER_HEAD.unpack(answer[: ANSWER_HEAD.size])
     meta = msgpack.unpackb(answer[ANSWER_HEAD.size : ANSWER_HEAD.size + meta_len])
     assert corr == 1 and rec_len == 0 and meta["error_code"] == CorruptMessageError.code, meta
+    # the process's produce listener (the producer's path): a wrong token, or a single-partition produce on it
+    pep = ray.get(replica_handle(rafka_cluster.name, topic, 0, leader).produce_endpoint.remote(), timeout=30)
+    assert pep["error_code"] == 0 and pep["port"] == st["produce_listener"]["port"] != ep["port"]
+    ep = pep
+    assert asyncio.run(stranger({"token": b"\x00" * 16})) == b""
+    assert asyncio.run(stranger({"token": pep["token"]})) == b""  # api 0 is not served there: closed, unanswered
     after = leader_state(rafka_cluster, topic)
+    assert after["produce_listener"]["bad_frames"] == st["produce_listener"]["bad_frames"] + 2
     assert after["client_listener"]["bad_frames"] == st["client_listener"]["bad_frames"] + 2
     assert after["log_end_offset"] == st["log_end_offset"] == 1
     got = consume_all(rafka_cluster, topic, 1, 1)
