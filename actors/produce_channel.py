@@ -14,7 +14,9 @@ registers there when it is bound and leaves when it stops); a partition not serv
 NOT_LEADER_OR_FOLLOWER for that part alone, and the producer looks its leader up again. Each part is the
 replica's own ``produce`` (same checks, purgatory and metrics as on its own listener), numbered per
 connection and replica for its ``CallOrder`` (``order = (connection, n)``), so a connection's produces to a
-partition append in the order they were sent while the parts of one request run concurrently.
+partition append in the order they were sent while the parts of one request run concurrently. Each part is
+answered when it is done, under the request's correlation id plus its index (an acks=all part does not wait for
+a slower partition's replication; Kafka answers a ProduceRequest once, after all of them).
 
 A malformed frame (no or wrong token, an unknown api, bad fields or lengths) closes that connection with a
 log line and a count in ``stats["bad_frames"]``; the replicas and the other connections go on.
@@ -98,12 +100,18 @@ class ProduceListener(TokenListener):
                 task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, writer: asyncio.StreamWriter, corr: int, calls: list, room) -> None:
-        try:
-            answers = await asyncio.gather(*(_answered(c) for c in calls))
-            for a in answers:
-                a.pop("records", None)
+        """Each part's answer as soon as it is done, under correlation id ``corr + i`` (the client numbered the
+        request's parts so): a part waits for no other part of its request."""
+
+        async def one(i: int, call) -> None:
+            answer = await _answered(call)
+            answer.pop("records", None)
             if not writer.is_closing():
-                writer.writelines(encode_answer(corr, {"parts": answers}))
+                writer.writelines(encode_answer((corr + i) & 0xFFFFFFFF, answer))
+
+        try:
+            await asyncio.gather(*(one(i, c) for i, c in enumerate(calls)))
+            if not writer.is_closing():
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass

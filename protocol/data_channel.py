@@ -191,13 +191,20 @@ class _Connection:
         self.queue = None
         self.io.loop.create_task(self._read(reader))
 
-    def send(self, fields: dict, api: int, payload: Any, timeout_s: float, fut: concurrent.futures.Future) -> None:
+    def send(self, fields: dict, api: int, payload: Any, timeout_s: float, fut: Any) -> None:
+        """``fut``: the request's future, or a list of one per part of a multi-partition request, whose answers
+        come under consecutive correlation ids (protocol/produce_frames.py)."""
+        futs = fut if isinstance(fut, list) else [fut]
         if self.closed:
-            fut.set_exception(NotLeaderOrFollowerError("connection to the leader replica closed"))
+            for f in futs:
+                _fail(f, NotLeaderOrFollowerError("connection to the leader replica closed"))
             return
         corr = next(self.corr) & 0xFFFFFFFF
-        timer = self.io.loop.call_later(timeout_s, self._expired, corr, timeout_s)
-        self.pending[corr] = (fut, timer)
+        for _ in range(len(futs) - 1):
+            next(self.corr)
+        for i, f in enumerate(futs):
+            c = (corr + i) & 0xFFFFFFFF
+            self.pending[c] = (f, self.io.loop.call_later(timeout_s, self._expired, c, timeout_s))
         self.last_used = time.monotonic()
         parts = encode_request(corr, api, fields, payload)
         if self.queue is not None:
@@ -292,11 +299,12 @@ class ChannelIO:
         self.loop.call_later(CONNECTIONS_MAX_IDLE_S / 4, self._reap)
 
     def submit(
-        self, handle: Any, api: int, fields: dict, payload: Any, timeout_s: float, route: tuple | None = None
-    ) -> concurrent.futures.Future:
-        """``route``: ``(connection key, endpoint method)`` for a connection other than the replica's own (a
-        leader process's produce listener, protocol/produce_frames.py)."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self, handle: Any, api: int, fields: dict, payload: Any, timeout_s: float, route: tuple | None = None, parts=0
+    ) -> Any:
+        """The answer's future. ``route``: ``(connection key, endpoint method)`` for a connection other than the
+        replica's own (a leader process's produce listener); ``parts`` > 0: a multi-partition request answered
+        per part, a list of that many futures (protocol/produce_frames.py)."""
+        fut: Any = [concurrent.futures.Future() for _ in range(parts)] if parts else concurrent.futures.Future()
         self.loop.call_soon_threadsafe(self._submit, handle, api, fields, payload, timeout_s, fut, route)
         return fut
 
@@ -326,7 +334,8 @@ class ChannelIO:
         try:
             conn.send(fields, api, payload, timeout_s, fut)
         except Exception as exc:  # noqa: BLE001 - e.g. a field msgpack cannot carry: that request fails alone
-            _fail(fut, exc)
+            for f in fut if isinstance(fut, list) else [fut]:
+                _fail(f, exc)
 
 
 _io: ChannelIO | None = None

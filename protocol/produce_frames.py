@@ -5,8 +5,9 @@ actors/produce_channel.py, the client side rafka/channel.py's ``ChannelTransport
 A request is the client channel's (protocol/data_channel.py): ``u32 length, u32 correlation id, u8 api
 (API_PRODUCE_MULTI), u32 meta length``, then the msgpack map ``{"acks": int, "timeout_ms": int,
 "transactional_id": str | None, "parts": [[topic, partition, current_leader_epoch, records length], ...]}``,
-then every part's record batches, concatenated in that order (written as they are, not joined). The answer is
-``{"parts": [answer, ...]}``, each part's produce answer in request order (no records).
+then every part's record batches, concatenated in that order (written as they are, not joined). Part ``i`` is
+answered on its own, with an ordinary produce answer under correlation id ``(request's + i) mod 2**32``, as
+soon as it is done (the client reserved the ids: protocol/data_channel.py ``ChannelIO.submit(parts=n)``).
 
 Pure: no sockets, no Ray; ``BadFrame`` for anything a well-behaved producer does not send.
 """
@@ -18,7 +19,6 @@ from typing import Any
 import msgpack
 
 from protocol.data_channel import BadFrame
-from protocol.errors import NotLeaderOrFollowerError
 from protocol.messages import ProduceRequest
 
 MAX_PARTS = 100_000  # partitions in one request (a frame is bounded by socket.request.max.bytes anyway)
@@ -85,11 +85,3 @@ def decode_multi(meta: bytes, payload: bytes) -> tuple[dict, list[tuple[str, int
     if pos != len(payload):
         raise BadFrame(f"{len(payload) - pos} bytes of payload after the parts")
     return d, parts
-
-
-def split_answer(answer: dict, n: int) -> list[dict]:
-    """The ``n`` parts' produce answers; NotLeaderOrFollowerError (retriable) when the answer is out of step."""
-    parts = answer.get("parts") if isinstance(answer, dict) else None
-    if not isinstance(parts, list) or len(parts) != n or not all(isinstance(a, dict) for a in parts):
-        raise NotLeaderOrFollowerError(f"malformed multi-partition produce answer ({n} parts expected)")
-    return parts

@@ -42,7 +42,7 @@ from protocol.data_channel import (
     produce_timeout_s,
 )
 from protocol.errors import RequestTimedOutError
-from protocol.produce_frames import encode_multi, split_answer
+from protocol.produce_frames import encode_multi
 from rafka.transport import RAY, RayTransport
 
 
@@ -73,7 +73,8 @@ class ChannelTransport(RayTransport):
     def produce_many(self, items: list[tuple[Any, str, int, Any]]) -> list:
         """A Sender round's produce calls as one request per leader process (protocol/produce_frames.py, served
         by actors/produce_channel.py), as Kafka's Sender sends one ProduceRequest per broker: a future per
-        item, in order, each resolved with its partition's answer (or the request's failure)."""
+        item, in order, each resolved with its partition's answer as soon as that part is done (or with the
+        request's failure)."""
         groups: dict[Any, list[int]] = {}
         for i, (handle, _t, _p, _req) in enumerate(items):
             groups.setdefault(process_key(handle), []).append(i)
@@ -83,8 +84,9 @@ class ChannelTransport(RayTransport):
             part = [items[i] for i in idx]
             fields, payload = encode_multi([(t, p, req) for _h, t, p, req in part])
             route = (("produce", key), "produce_endpoint")
-            fut = io.submit(part[0][0], API_PRODUCE_MULTI, fields, payload, produce_timeout_s(part[0][3]), route)
-            for i, f in zip(idx, _split(fut, len(idx))):
+            timeout_s = produce_timeout_s(part[0][3])
+            futs = io.submit(part[0][0], API_PRODUCE_MULTI, fields, payload, timeout_s, route, len(part))
+            for i, f in zip(idx, futs):
                 out[i] = f
         return out
 
@@ -141,27 +143,6 @@ def _coordinator_answer(fut: concurrent.futures.Future) -> concurrent.futures.Fu
 
     fut.add_done_callback(done)
     return out
-
-
-def _split(fut: concurrent.futures.Future, n: int) -> list[concurrent.futures.Future]:
-    """A multi-partition produce's answer as one future per part (each fails with the request's failure)."""
-    outs: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in range(n)]
-
-    def done(f: concurrent.futures.Future) -> None:
-        exc = f.exception()
-        try:
-            answers = split_answer(f.result(), n) if exc is None else None
-        except Exception as bad:  # noqa: BLE001 - out of step with the listener: every part is retried
-            exc = bad
-        for i, o in enumerate(outs):
-            if exc is not None:
-                o.set_exception(exc)
-            else:
-                assert answers is not None
-                o.set_result(answers[i])
-
-    fut.add_done_callback(done)
-    return outs
 
 
 CHANNEL = ChannelTransport()
