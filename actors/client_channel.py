@@ -85,6 +85,16 @@ async def read_token(reader: asyncio.StreamReader) -> bytes:
     return d["token"]
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[int, int, bytes, bytes]:
+    """One request frame: ``(correlation id, api, meta, payload)``; BadFrame if over the limit or inconsistent."""
+    length, corr, api, meta_len = REQUEST_HEAD.unpack(await reader.readexactly(REQUEST_HEAD.size))
+    if length > MAX_FRAME_BYTES or meta_len > length - 9:
+        raise BadFrame(f"frame of {length} bytes (meta {meta_len}) is over the limit or inconsistent")
+    meta = await reader.readexactly(meta_len)
+    payload = await reader.readexactly(length - 9 - meta_len) if length - 9 > meta_len else b""
+    return corr, api, meta, payload
+
+
 class ClientListener(TokenListener):
     """The leader replica's client server. ``produce`` and ``fetch`` are the replica's own handlers (a
     request -> its answer dict)."""
@@ -147,11 +157,7 @@ class ClientListener(TokenListener):
             self.stats["open"] += 1
             try:
                 while True:
-                    length, corr, api, meta_len = REQUEST_HEAD.unpack(await reader.readexactly(REQUEST_HEAD.size))
-                    if length > MAX_FRAME_BYTES or meta_len > length - 9:
-                        raise BadFrame(f"frame of {length} bytes (meta {meta_len}) is over the limit or inconsistent")
-                    meta = await reader.readexactly(meta_len)
-                    payload = await reader.readexactly(length - 9 - meta_len) if length - 9 > meta_len else b""
+                    corr, api, meta, payload = await read_request(reader)
                     await room.acquire()
                     if api == API_PRODUCE:
                         call = self.produce(decode_produce(meta, payload, (channel, sent), internal))

@@ -30,10 +30,10 @@ import itertools
 import logging
 from typing import Any
 
-from actors.client_channel import MAX_IN_FLIGHT_PER_CONNECTION, read_token
+from actors.client_channel import MAX_IN_FLIGHT_PER_CONNECTION, read_request, read_token
 from actors.replication_channel import TokenListener, serving
 from protocol import errors as E
-from protocol.data_channel import API_PRODUCE_MULTI, MAX_FRAME_BYTES, REQUEST_HEAD, BadFrame, encode_answer
+from protocol.data_channel import API_PRODUCE_MULTI, BadFrame, encode_answer
 from protocol.messages import ProduceRequest
 from protocol.produce_frames import decode_multi
 
@@ -74,11 +74,9 @@ class ProduceListener(TokenListener):
                 raise BadFrame("wrong token")
             self.stats["connections"] += 1
             while True:
-                length, corr, api, meta_len = REQUEST_HEAD.unpack(await reader.readexactly(REQUEST_HEAD.size))
-                if length > MAX_FRAME_BYTES or meta_len > length - 9 or api != API_PRODUCE_MULTI:
-                    raise BadFrame(f"frame of {length} bytes, meta {meta_len}, api {api}: not a produce here")
-                meta = await reader.readexactly(meta_len)
-                payload = await reader.readexactly(length - 9 - meta_len) if length - 9 > meta_len else b""
+                corr, api, meta, payload = await read_request(reader)
+                if api != API_PRODUCE_MULTI:
+                    raise BadFrame(f"api {api} is not served here (multi-partition produce only)")
                 head, parts = decode_multi(meta, payload)
                 await room.acquire()
                 calls = []

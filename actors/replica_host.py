@@ -89,6 +89,11 @@ class HostedReplica:
         """What tells one replica's client connection from another's (one host, many replicas)."""
         return (self.host._actor_id.binary(), self.slot)
 
+    @property
+    def process_key(self) -> bytes:
+        """What tells one replica process from another: the host's (its replicas share it)."""
+        return self.host._actor_id.binary()
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HostedReplica) and other.channel_key == self.channel_key
 

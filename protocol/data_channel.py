@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import os
 import struct
 import threading
@@ -146,10 +145,12 @@ def _actor_key(handle: Any) -> Any:
 
 
 def process_key(handle: Any) -> Any:
-    """What tells one replica process from another (a ReplicaHost's replicas share it)."""
-    proc = getattr(handle, "host", None) or handle
-    aid = getattr(proc, "_actor_id", None)
-    return aid.binary() if aid is not None else id(proc)
+    """What tells one replica process from another (a ReplicaHost's replicas share it: actors/replica_host.py)."""
+    key = getattr(handle, "process_key", None)
+    if key is not None:
+        return key
+    aid = getattr(handle, "_actor_id", None)
+    return aid.binary() if aid is not None else id(handle)
 
 
 class _Connection:
@@ -159,7 +160,7 @@ class _Connection:
         self.io, self.key, self.handle = io, key, handle
         self.method = method or io.endpoint_method  # the Ray method that answers the endpoint
         self.pending: dict[int, tuple[concurrent.futures.Future, asyncio.TimerHandle]] = {}
-        self.corr = itertools.count()
+        self.next_corr = 0  # a multi-partition request takes one id per part
         self.writer: asyncio.StreamWriter | None = None
         self.queue: list[tuple[int, list]] | None = []  # frames waiting for the connection to open
         self.closed = False
@@ -199,9 +200,7 @@ class _Connection:
             for f in futs:
                 _fail(f, NotLeaderOrFollowerError("connection to the leader replica closed"))
             return
-        corr = next(self.corr) & 0xFFFFFFFF
-        for _ in range(len(futs) - 1):
-            next(self.corr)
+        corr, self.next_corr = self.next_corr, (self.next_corr + len(futs)) & 0xFFFFFFFF
         for i, f in enumerate(futs):
             c = (corr + i) & 0xFFFFFFFF
             self.pending[c] = (f, self.io.loop.call_later(timeout_s, self._expired, c, timeout_s))

@@ -261,7 +261,8 @@ class Sender(SenderIds, threading.Thread):
         """The pass's produce calls at once: one request per leader process (Kafka's Sender sends one
         ProduceRequest per broker with every ready partition led there; ``Transport.produce_many``)."""
         todo, self._round = self._round, []
-        for (_item, inf), ref in zip(todo, self.transport.produce_many([item for item, _inf in todo]) if todo else ()):
+        refs = self.transport.produce_many([item for item, _inf in todo]) if todo else []
+        for (_item, inf), ref in zip(todo, refs):
             inf.ref, inf.future = ref, self.transport.future(ref)
             inf.future.add_done_callback(lambda _f, inf=inf: self._arrived(inf))
 

@@ -6,7 +6,7 @@ its part alone, a broken connection fails every part with a retriable error, and
 its connection closed while the listener keeps serving the others.
 
 The stand-ins: a "process" is an event loop thread with a registry of fake replicas and a listener; a replica's
-handle has the ``host`` a HostedReplica has (what groups calls by process) and answers
+handle has the ``process_key`` a HostedReplica has (what groups calls by process) and answers
 ``produce_endpoint.remote().future()`` with the listener's endpoint, as the Ray call does."""
 
 from __future__ import annotations
@@ -71,10 +71,11 @@ class Process:
 
 
 class Handle:
-    """What the Sender holds for a leader replica: ``host`` tells its process (as HostedReplica's)."""
+    """What the Sender holds for a leader replica: ``process_key`` tells its process (as HostedReplica's)."""
 
     def __init__(self, proc: Process):
         self.host = proc
+        self.process_key = id(proc)  # (a HostedReplica's is its host's actor id)
 
     @property
     def produce_endpoint(self):
