@@ -45,7 +45,7 @@ from typing import Any
 import msgpack
 
 from actors.replication_channel import TokenListener, serving
-from protocol.data_channel import (
+from protocol.channel_frames import (
     API_FETCH,
     API_PRODUCE,
     API_TXN_MARKERS,

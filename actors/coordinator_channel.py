@@ -29,8 +29,8 @@ from typing import Any
 from actors.client_channel import read_token
 from actors.replication_channel import TokenListener, serving
 from protocol import errors as E
+from protocol.channel_frames import API_COORDINATOR, MAX_FRAME_BYTES, REQUEST_HEAD, BadFrame, encode_answer
 from protocol.coordinator_frames import CHANNEL_METHODS, decode_coordinator_request
-from protocol.data_channel import API_COORDINATOR, MAX_FRAME_BYTES, REQUEST_HEAD, BadFrame, encode_answer
 
 log = logging.getLogger("rafka.txn_coordinator")
 

@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 from actors import group_service as svc
 from actors.coordinator_runtime import CoordinatorContext, records_batch
-from protocol.data_channel import API_PRODUCE, internal_produce_fields, loop_channel, produce_timeout_s
+from protocol.channel_frames import API_PRODUCE, internal_produce_fields
+from protocol.data_channel import loop_channel, produce_timeout_s
 from protocol.errors import KafkaError
 from protocol.messages import ProduceRequest
 

@@ -25,6 +25,7 @@ log line and a count in ``stats["bad_frames"]``; the replicas and the other conn
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import itertools
 import logging
@@ -33,7 +34,7 @@ from typing import Any
 from actors.client_channel import MAX_IN_FLIGHT_PER_CONNECTION, read_request, read_token
 from actors.replication_channel import TokenListener, serving
 from protocol import errors as E
-from protocol.data_channel import API_PRODUCE_MULTI, BadFrame, encode_answer
+from protocol.channel_frames import API_PRODUCE_MULTI, BadFrame, encode_answer
 from protocol.messages import ProduceRequest
 from protocol.produce_frames import decode_multi
 
@@ -80,7 +81,7 @@ class ProduceListener(TokenListener):
                 head, parts = decode_multi(meta, payload)
                 await room.acquire()
                 calls = []
-                for topic, partition, epoch, records in parts:
+                for topic, partition, epoch, records, *verification in parts:
                     replica = self.partitions.get((topic, partition))
                     if replica is None:
                         self.stats["not_here"] += 1
@@ -90,6 +91,9 @@ class ProduceListener(TokenListener):
                     n = n if was is replica else 0  # a new replica of the partition: its own order from 0
                     numbered[(topic, partition)] = (replica, n + 1)
                     req = ProduceRequest(records, current_leader_epoch=epoch, order=(channel, n), **head)
+                    if verification:  # [start, the coordinator's token for this partition] (txn_tokens.py)
+                        start, tok = verification
+                        req = dataclasses.replace(req, txn_start_ms=start, txn_token=tok)
                     calls.append(replica.produce(req))
                 self.stats["requests"] += 1
                 self.stats["parts"] += len(parts)

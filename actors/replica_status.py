@@ -118,7 +118,11 @@ class ReplicaStatus:
         st["call_order"] = self.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
         st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed()
         # KIP-890 verification: calls to the coordinator, and the coordinator's pushes taken / refused as stale
-        st["txn_verification"] = {"calls": self.verifier.calls, **self.verifier.state.pushes}
+        st["txn_verification"] = {
+            "calls": self.verifier.calls,
+            **self.verifier.state.pushes,
+            **{f"tokens_{k}": v for k, v in self.verifier.tokens.items()},
+        }
         ls = p.leader_state
         if ls is not None:
             st["pending_isr"] = list(ls.pending_isr) if ls.pending_isr else None

@@ -68,7 +68,9 @@ class ReplicaWrites:
                 raise E.CorruptMessageError("produce needs one or more record batches as bytes")
             h = parse_header(batches, 0) if len(batches) >= HEADER_SIZE else None
             if h is not None and h.is_transactional and not h.is_control and not p.in_open_transaction(h.producer_id):
-                await self.verifier.verify(req.transactional_id, h.producer_id, h.producer_epoch)  # KIP-890
+                await self.verifier.verify(  # KIP-890 (a token from rafka's producer, or the coordinator asked)
+                    req.transactional_id, h.producer_id, h.producer_epoch, req.txn_start_ms, req.txn_token
+                )
                 err = p.check_leader(req.current_leader_epoch)  # still the leader after the wait?
                 if err is not None:
                     raise err

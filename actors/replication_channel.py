@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import msgpack
 
 from protocol import errors as E
-from protocol.data_channel import U32, BadFrame  # one class for both listeners' bad frames (``serving``)
+from protocol.channel_frames import U32, BadFrame
 from protocol.messages import FetchRequest, FetchResponse
 from protocol.replication_frames import (  # the session's frames (protocol/replication_frames.py)
     MAX_REQUEST_BYTES,

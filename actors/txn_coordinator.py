@@ -42,7 +42,8 @@ from actors.txn_partition_tasks import TxnPartitionTasks, now_ms
 from actors.txn_service import ACTIVE, LOADING, TxnPartition
 from actors.txn_state import ONGOING, STATE_NAMES, TxnResult
 from protocol import errors as E
-from protocol.data_channel import API_PRODUCE, internal_produce_fields, loop_channel, produce_timeout_s
+from protocol.channel_frames import API_PRODUCE, internal_produce_fields
+from protocol.data_channel import loop_channel, produce_timeout_s
 from protocol.kv import GcsKV
 from protocol.messages import ProduceRequest
 from protocol.names import RAY_NAMESPACE, broker_name
@@ -57,11 +58,13 @@ from protocol.txn_messages import (
     ListTransactionsRequest,
     TxnResponse,
 )
+from protocol.txn_tokens import load_key, sign
 
 log = logging.getLogger("rafka.txn_coordinator")
 
 PARK_S = 1.0  # how long an AddPartitionsToTxn waits for the id's previous transaction to complete
 PUSH_S = 5.0  # a verification push not answered by then counts as refused (its connection is closed)
+FIRST_PUSH_WAIT_S = 1.0  # how long a partition's first add waits for its pushes to be taken before answering
 
 
 def _error(exc: E.KafkaError) -> dict:
@@ -101,7 +104,8 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
         # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/coordinator_channel.py)
-        self._pushes: set[asyncio.Task] = set()  # verification pushes in flight (actors/txn_markers.py)
+        self._pushes: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn_markers.py)
+        self._signing_key: bytes | None = None  # the cluster's verification-token key (protocol/txn_tokens.py)
         self.clients = CoordinatorListener(lambda method: getattr(self, method), f"txn coordinator b{broker_id}")
         # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
         # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
@@ -117,6 +121,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
             "combined_appends": 0,
             "end_txns": 0,
             "end_txn_ms": 0.0,
+            "verification_tokens": 0,  # KIP-890 tokens answered to rafka's producers instead of pushes
         }
 
     # ================================================================== the request pipeline
@@ -217,22 +222,65 @@ class TxnCoordinatorActor(TxnPartitionTasks):
             results = tuple((t, p, c) for (t, p), c in sorted(codes.items()))
             msg = "partition not in the ongoing transaction" if first else None
             return AddPartitionsToTxnResponse(first, msg, results).to_dict()
+        try:
+            data_parts = [(t, int(n)) for t, n in req.partitions if t != OFFSETS_TOPIC]
+        except (TypeError, ValueError):
+            data_parts = []
+        # the leaders' metadata and handles (and connections) looked up beside the append when not cached (a new
+        # topic's first transaction), for the pushes below and the markers at the end: one after another after
+        # the append, they took 24-26 ms of a transaction's first add to a fresh topic
+        lookups = None if self.markers.cached(data_parts) else self._background(self.markers.prefetch(data_parts))
+        key = asyncio.ensure_future(self._token_key()) if req.want_tokens else None
         ans = await self._add_partitions(part, req)
-        if not ans["error_code"]:  # KIP-890 state to the partitions' leaders, before the producer writes there
-            md = part.shard.txns.get(req.transactional_id)
-            if md is not None and md.state == ONGOING and md.producer_id == req.producer_id:
-                parts = [(t, int(n)) for t, n in req.partitions if (t, int(n)) in md.partitions and t != OFFSETS_TOPIC]
-                pushes = await self.markers.push_verified(
-                    md.transactional_id, md.producer_id, md.producer_epoch, md.start_ms, parts, PUSH_S
-                )
-                task = asyncio.ensure_future(self.markers.count_taken(pushes))  # answered without waiting
-                self._pushes.add(task)
-                task.add_done_callback(self._pushes.discard)
+        md = part.shard.txns.get(req.transactional_id)
+        tokens: tuple = ()
+        if not ans["error_code"] and md is not None and md.state == ONGOING and md.producer_id == req.producer_id:
+            parts = [(t, int(n)) for t, n in req.partitions if (t, int(n)) in md.partitions and t != OFFSETS_TOPIC]
+            signing = None if key is None else await key
+            if signing is not None:  # rafka's producer carries the verification to the leaders (txn_tokens.py)
+                tid, pid, epoch, start = md.transactional_id, md.producer_id, md.producer_epoch, md.start_ms
+                tokens = tuple((t, n, sign(signing, tid, pid, epoch, start, t, n)) for t, n in parts)
+                self.stats["verification_tokens"] += len(tokens)
+            else:  # a Kafka client's (or no key): pushed to the leaders, before the producer writes there
+                if lookups is not None:
+                    await lookups
+                await self._push(md, parts, lookups is not None)
         try:
             results = tuple((t, int(p), ans["error_code"]) for t, p in req.partitions)
         except (TypeError, ValueError):
             results = ()
-        return AddPartitionsToTxnResponse(ans["error_code"], ans.get("error_message"), results).to_dict()
+        start_ms = md.start_ms if tokens and md is not None else -1
+        return AddPartitionsToTxnResponse(
+            ans["error_code"], ans.get("error_message"), results, start_ms, tokens
+        ).to_dict()
+
+    def _background(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._pushes.add(task)
+        task.add_done_callback(self._pushes.discard)
+        return task
+
+    async def _token_key(self) -> bytes | None:
+        """The cluster's verification-token key (protocol/txn_tokens.py), read once; None if it cannot be."""
+        if self._signing_key is None:
+            try:
+                self._signing_key = await asyncio.to_thread(load_key, self._kv)
+            except (ValueError, ray.exceptions.RayError) as e:
+                log.warning("b%d: no verification-token key, pushing instead: %s", self.broker_id, e)
+        return self._signing_key
+
+    async def _push(self, md, parts: list, first: bool) -> None:
+        """KIP-890 state of ``md``'s transaction pushed to the leaders of ``parts``. On connections just opened
+        (``first``: this add looked them up) the producer's first batches would often get there before the
+        pushes and have the leaders ask here instead (a Ray lookup and call each, 35-42 ms measured), so the
+        answer then waits for the pushes to be taken; otherwise it does not: the pushes are written before the
+        answer leaves, on open connections."""
+        pushes = await self.markers.push_verified(
+            md.transactional_id, md.producer_id, md.producer_epoch, md.start_ms, parts, PUSH_S
+        )
+        task = self._background(self.markers.count_taken(pushes))
+        if first:
+            await asyncio.wait({task}, timeout=FIRST_PUSH_WAIT_S)
 
     async def _add_partitions(self, part: TxnPartition, req: AddPartitionsToTxnRequest) -> dict:
         """The shard's add_partitions, appended. While the id's previous transaction is still completing

@@ -23,9 +23,10 @@ from collections.abc import Callable
 
 from actors.txn_state import MarkerJob
 from protocol import errors as E
-from protocol.data_channel import API_TXN_MARKERS, API_TXN_VERIFIED, loop_channel, marker_fields, verified_fields
-from protocol.kv import GcsKV, read_cluster
-from protocol.replica_lookup import replica_handle_async
+from protocol.channel_frames import API_TXN_MARKERS, API_TXN_VERIFIED, marker_fields, verified_fields
+from protocol.data_channel import loop_channel
+from protocol.kv import GcsKV, read_cluster, read_topics
+from protocol.replica_lookup import broker_handle_async, replica_handle_async
 from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 log = logging.getLogger("rafka.txn_coordinator")
@@ -60,6 +61,7 @@ class TxnMarkerChannel:
         }
         self._md: dict | None = None
         self._handles: dict[tuple[str, int, int], object] = {}
+        self._brokers: dict[int, object] = {}  # broker id -> its actor handle (replica lookups go through it)
 
     async def _metadata(self, refresh: bool) -> dict:
         if refresh or self._md is None:
@@ -67,11 +69,34 @@ class TxnMarkerChannel:
             self._md = await asyncio.to_thread(read_cluster, self.kv)
         return self._md
 
+    def _unknown_topics(self, partitions) -> set[str]:
+        md = self._md
+        return {t for t, p in partitions if md is None or _partition_state(md, t, p) is None}
+
+    async def _read_topics(self, names: set[str]) -> None:
+        """Topics missing from the cached view read alone (one KV read each, not the whole cluster's metadata)
+        and added to it: a transaction's first partitions of a new topic."""
+        if self._md is None:  # nothing cached yet: the whole view, which has these topics too
+            await self._metadata(False)
+            return
+        if names:
+            self.stats["metadata_reads"] += 1
+            fresh = await asyncio.to_thread(read_topics, self.kv, names)
+            assert self._md is not None
+            self._md = {**self._md, "topics": {**self._md["topics"], **fresh}}
+
     async def _handle(self, topic: str, p: int, leader: int):
         key = (topic, p, leader)
         h = self._handles.get(key)
         if h is None:
-            h = await replica_handle_async(self.cluster, topic, p, leader)
+            broker = self._brokers.get(leader)
+            if broker is None:
+                broker = self._brokers[leader] = await broker_handle_async(self.cluster, leader)
+            try:
+                h = await replica_handle_async(self.cluster, topic, p, leader, broker=broker)
+            except ValueError:
+                self._brokers.pop(leader, None)  # a replaced broker is looked up again
+                raise
             if len(self._handles) >= self.MAX_CACHED_HANDLES:
                 self._handles.clear()
             self._handles[key] = h
@@ -86,6 +111,49 @@ class TxnMarkerChannel:
         except ValueError:
             return None
 
+    async def _leader_handles(self, md: dict, partitions) -> None:
+        """Look up the uncached leader handles of ``partitions`` all at once (each is a broker call): the
+        loops after this find them cached and do not yield per partition."""
+        todo = []
+        for topic, p in partitions:
+            leader = partition_leader(md, topic, p)
+            if leader is not None and leader >= 0 and (topic, p, leader) not in self._handles:
+                todo.append(self._leader_handle(topic, p, leader))
+        if todo:
+            await asyncio.gather(*todo)
+
+    def cached(self, partitions) -> bool:
+        """Whether the metadata and leader handles of ``partitions`` are all cached (:meth:`prefetch` has nothing
+        to do)."""
+        md = self._md
+        if md is None:
+            return not partitions
+        for topic, p in partitions:
+            leader = partition_leader(md, topic, p)
+            if leader is None or (leader >= 0 and (topic, p, leader) not in self._handles):
+                return False
+        return True
+
+    async def prefetch(self, partitions) -> None:
+        """Make the metadata and leader handles of ``partitions`` cached and open the internal connections to the
+        leaders (best effort): the coordinator runs it beside an AddPartitionsToTxn's append, so the verification
+        pushes that follow the append do not wait for these lookups and connects (a transaction's first
+        partitions of a new topic; each replica has a connection of its own)."""
+        try:
+            missing = self._unknown_topics(partitions)
+            if missing:
+                await self._read_topics(missing)
+            md = await self._metadata(False)
+            await self._leader_handles(md, partitions)
+            io = loop_channel(internal=True)
+            for topic, p in partitions:  # and the connections the pushes and markers will go on, opened
+                leader = partition_leader(md, topic, p)
+                h = None if leader is None else self._handles.get((topic, p, leader))
+                if h is not None:
+                    io.open(h)
+        except Exception as e:  # noqa: BLE001 - a lookup that failed is done again by whoever needs it
+            log.debug("b%d: prefetch of %s: %s", self.broker_id, partitions, e)
+
     async def write(self, job: MarkerJob, current: Callable[[], bool]) -> bool:
         """True once every partition took ``job``'s marker; False if abandoned or ``current()`` turned False."""
         req = WriteTxnMarkersRequest(
@@ -96,6 +164,7 @@ class TxnMarkerChannel:
             if not current():
                 return False
             md = await self._metadata(refresh)
+            await self._leader_handles(md, remaining)
             calls: dict[tuple[str, int], tuple[int, asyncio.Future]] = {}
             io = loop_channel(internal=True)  # markers travel on the replicas' internal channel
             for topic, p in sorted(remaining):
@@ -146,13 +215,12 @@ class TxnMarkerChannel:
         """The KIP-890 verification state of a transaction that now durably includes ``partitions``, pushed to
         each one's leader (TxnVerifiedRequest, at the leader epoch of the cached metadata). With the metadata
         and the handles cached this does not yield, so the pushes are on their connections before the caller
-        answers the producer, whose first produce there then finds its transaction verified (a partition not
-        in the cached view is read first, once per new topic). Best effort and never retried: a leader that
+        answers the producer, whose first produce there then finds its transaction verified (what is not cached
+        yet, a new topic's metadata and leaders, is looked up first: :meth:`prefetch`). Best effort and never retried: a leader that
         moved, refused or had not taken it yet lets that produce ask the coordinator as before. The pushes'
         futures: :meth:`count_taken` waits for them."""
+        await self.prefetch(partitions)  # (cached after the coordinator's prefetch: no yield)
         md = await self._metadata(False)
-        if any(_partition_state(md, topic, p) is None for topic, p in partitions):
-            md = await self._metadata(True)  # a topic newer than the cached view: read it once (this yields)
         io = loop_channel(internal=True)
         calls = []
         for topic, p in partitions:

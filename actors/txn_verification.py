@@ -16,6 +16,12 @@ leader epoch and only if no marker of that transaction or a later one was writte
 each transaction of an id a start time above the previous one's, and every marker carries its transaction's
 start, so a late push (its ack timed out, then it arrived after the transaction's marker) is refused and can
 never verify the next transaction. A push that did not arrive leaves the produce to ask, as before.
+
+rafka's producer carries the same word itself: the coordinator answers its AddPartitionsToTxn with a token per
+partition (protocol/txn_tokens.py), signed with the cluster's key, that the produce brings; a token that checks
+is taken by the same rule as a push (:meth:`VerificationState.take`), and one that does not (forged, for
+another partition, producer or epoch) or is stale leaves the produce to ask. The coordinator then pushes only
+for Kafka's clients.
 :class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to the broker (FindCoordinator, key
 type 1) and the coordinator.
 """
@@ -23,13 +29,19 @@ type 1) and the coordinator.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from protocol import errors as E
+from protocol.kv import GcsKV
 from protocol.replica_lookup import broker_handle_async, named_actor_async
 from protocol.txn_messages import AddPartitionsToTxnRequest
+from protocol.txn_tokens import check, load_key
+
+log = logging.getLogger("actors.replica")
+_KEYS: dict[str, bytes] = {}  # cluster -> its verification-token key (protocol/txn_tokens.py), once per process
 
 TXN_KEY = 1
 VERIFY_TIMEOUT_S = 10.0
@@ -65,13 +77,19 @@ class VerificationState:
 
     def pushed(self, producer_id: int, producer_epoch: int, txn_start_ms: int) -> bool:
         """The coordinator's push for the transaction that started at ``txn_start_ms`` (the caller checked the
-        leader epoch): taken unless a marker of that transaction or a later one was already written here."""
+        leader epoch): :meth:`take`, counted."""
+        taken = self.take(producer_id, producer_epoch, txn_start_ms)
+        self.pushes["taken" if taken else "stale"] += 1
+        return taken
+
+    def take(self, producer_id: int, producer_epoch: int, txn_start_ms: int) -> bool:
+        """The coordinator's word (a push, or a token a produce carried) that the producer's transaction that
+        started at ``txn_start_ms`` includes this partition: taken unless a marker of that transaction or a
+        later one was already written here."""
         ended = max(self.ended_start.get(producer_id, -1), self.ended_floor)
         if txn_start_ms < 0 or txn_start_ms <= ended:
-            self.pushes["stale"] += 1
             return False
         self.verified[producer_id] = self.token(producer_id, producer_epoch)
-        self.pushes["taken"] += 1
         return True
 
     def marker_written(self, producer_id: int, txn_start_ms: int = -1) -> None:
@@ -100,14 +118,27 @@ class TxnVerifier:
         self.cluster, self.broker_id, self.tp = cluster, broker_id, (topic, partition)
         self.state = VerificationState(leader_epoch)
         self.calls = 0
+        self.tokens = {"taken": 0, "stale": 0, "bad": 0}  # produces that came with a verification token
         self._broker = None
         self._coordinators: dict[str, object] = {}  # transactional id -> coordinator actor handle
         self._inflight: dict[tuple, asyncio.Future] = {}
 
-    async def verify(self, transactional_id: str | None, producer_id: int, producer_epoch: int) -> None:
+    async def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        txn_start_ms: int = -1,
+        txn_token: bytes = b"",
+    ) -> None:
         """Raise the Kafka error a transactional produce answers if the coordinator does not have this
-        partition in the producer's ongoing transaction (or cannot be asked)."""
+        partition in the producer's ongoing transaction (or cannot be asked). A produce carrying the
+        coordinator's token for this partition (protocol/txn_tokens.py) is verified by it, as by a push."""
         if self.state.is_verified(producer_id, producer_epoch):
+            return
+        if txn_token and await self._token_taken(
+            transactional_id, producer_id, producer_epoch, txn_start_ms, txn_token
+        ):
             return
         if not isinstance(transactional_id, str) or not transactional_id:
             raise E.InvalidTxnStateError(
@@ -121,6 +152,26 @@ class TxnVerifier:
             fut = self._inflight[key] = asyncio.ensure_future(self._verify(transactional_id, producer_id, token))
             fut.add_done_callback(lambda f, key=key: self._done(key, f))
         await asyncio.shield(fut)
+
+    async def _token_taken(self, transactional_id, producer_id: int, producer_epoch: int, start_ms, token) -> bool:
+        """The token checks (the cluster's key, read once per process) and is not stale (``take``: no marker of
+        that transaction or a later one written here). Otherwise the produce asks the coordinator."""
+        key = _KEYS.get(self.cluster)
+        if key is None:
+            try:
+                key = _KEYS[self.cluster] = await asyncio.to_thread(load_key, GcsKV(self.cluster))
+            except (ValueError, RayError) as e:
+                log.warning("%s-%d: no verification key (%s): asking the coordinator", *self.tp, e)
+                return False
+        topic, partition = self.tp
+        if check(key, token, transactional_id, producer_id, producer_epoch, start_ms, topic, partition):
+            if self.state.take(producer_id, producer_epoch, start_ms):
+                self.tokens["taken"] += 1
+                return True
+            self.tokens["stale"] += 1
+            return False
+        self.tokens["bad"] += 1
+        return False
 
     def _done(self, key: tuple, fut: asyncio.Future) -> None:
         if self._inflight.get(key) is fut:

@@ -102,6 +102,7 @@ COORDINATOR_STATS = (
     "end_txn_ms",
     "verified_pushes",
     "verified_pushes_taken",
+    "verification_tokens",
 )
 
 
@@ -131,9 +132,11 @@ def commit_breakdown(before: dict, after: dict) -> dict:
         "marker_retries": int(d["marker_retries"]),
         # EndTxn at the coordinator (the PrepareCommit append, acks=all), beside the client's commit_ms
         "end_txn_ms_avg": round(d["end_txn_ms"] / max(1.0, d["end_txns"]), 2),
-        # KIP-890 state pushed to the partitions' leaders, and how many they took
+        # KIP-890 state pushed to the partitions' leaders (Kafka's clients), and how many they took
         "verified_pushes": int(d["verified_pushes"]),
         "verified_pushes_taken": int(d["verified_pushes_taken"]),
+        # (rafka's producer takes verification tokens instead: protocol/txn_tokens.py)
+        "verification_tokens": int(d["verification_tokens"]),
     }
 
 

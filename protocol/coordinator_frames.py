@@ -10,7 +10,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.data_channel import BadFrame
+from protocol.channel_frames import BadFrame
 from protocol.txn_messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,

@@ -107,6 +107,12 @@ class GcsKV:
         self._kv._internal_kv_del(b"", del_by_prefix=True, namespace=self.ns)
 
 
+def read_topics(kv: GcsKV, names) -> dict:
+    """The metadata of the topics ``names`` alone (one KV read each), as in ``read_cluster``'s ``topics``; a topic
+    that does not exist is left out."""
+    return {t["name"]: t for t in (kv.get(topic_key(n)) for n in sorted(set(names))) if t}
+
+
 def read_cluster(kv: GcsKV) -> dict:
     """A reader's view of the metadata in KV: {version, brokers: [...], topics: {name: {...}}}."""
     version = kv.get(METADATA_VERSION) or 0

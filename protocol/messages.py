@@ -107,6 +107,10 @@ class ProduceRequest:
     timeout_ms: int = 30000
     current_leader_epoch: int = -1
     transactional_id: str | None = None  # a transactional producer's id: the leader verifies (KIP-890)
+    # rafka's producer: its transaction's start and the coordinator's token for this partition, which the
+    # leader checks instead of asking the coordinator (protocol/txn_tokens.py); b"": none
+    txn_start_ms: int = -1
+    txn_token: bytes = b""
     # Kafka's AppendOrigin: "client" (producers), "coordinator" (a group/transaction coordinator's own
     # records: no sequence check); set only by rafka's coordinators, never by a client or gateway
     origin: str = "client"

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.data_channel import BadFrame
+from protocol.channel_frames import BadFrame
 from protocol.messages import ProduceRequest
 
 MAX_PARTS = 100_000  # partitions in one request (a frame is bounded by socket.request.max.bytes anyway)
@@ -34,7 +34,11 @@ def encode_multi(items: list[tuple[str, int, ProduceRequest]]) -> tuple[dict, li
     """The request's fields and its payload buffers for ``items`` (topic, partition, request) of one producer:
     the requests share acks, timeout and transactional id (a producer's)."""
     first = items[0][2]
-    parts = [[topic, partition, req.current_leader_epoch, len(req.records)] for topic, partition, req in items]
+    parts = [
+        [topic, partition, req.current_leader_epoch, len(req.records)]
+        + ([req.txn_start_ms, req.txn_token] if req.txn_token else [])  # a verification token (txn_tokens.py)
+        for topic, partition, req in items
+    ]
     fields = {
         "acks": first.acks,
         "timeout_ms": first.timeout_ms,
@@ -50,9 +54,9 @@ def _int(v: Any, what: str, low: int = -(1 << 63)) -> int:
     return v
 
 
-def decode_multi(meta: bytes, payload: bytes) -> tuple[dict, list[tuple[str, int, int, bytes]]]:
+def decode_multi(meta: bytes, payload: bytes) -> tuple[dict, list[tuple]]:
     """The head (acks, timeout_ms, transactional_id) and every part's ``(topic, partition, leader epoch,
-    records)``; BadFrame unless the map is exactly that, the parts are distinct and their lengths add up to
+    records)``, with ``txn_start_ms, txn_token`` after them when the part has a verification token; BadFrame unless the map is exactly that, the parts are distinct and their lengths add up to
     the payload."""
     try:
         d = msgpack.unpackb(meta, raw=False, strict_map_key=True)
@@ -71,16 +75,23 @@ def decode_multi(meta: bytes, payload: bytes) -> tuple[dict, list[tuple[str, int
     parts, seen, pos = [], set(), 0
     view = memoryview(payload)
     for p in raw:
-        if not isinstance(p, list) or len(p) != 4 or type(p[0]) is not str:
-            raise BadFrame("a part is [topic, partition, current_leader_epoch, records length]")
+        if not isinstance(p, list) or len(p) not in (4, 6) or type(p[0]) is not str:
+            raise BadFrame(
+                "a part is [topic, partition, current_leader_epoch, records length(, txn_start_ms, txn_token)]"
+            )
         topic, partition = p[0], _int(p[1], "partition", 0)
         epoch, n = _int(p[2], "current_leader_epoch"), _int(p[3], "records length", 0)
+        token: tuple = ()
+        if len(p) == 6:
+            if not isinstance(p[5], bytes) or not p[5]:
+                raise BadFrame("a part's txn_token is non-empty bytes")
+            token = (_int(p[4], "txn_start_ms"), p[5])
         if (topic, partition) in seen:
             raise BadFrame(f"{topic}-{partition} twice in one request")
         seen.add((topic, partition))
         if pos + n > len(payload):
             raise BadFrame("the parts' records lengths run past the payload")
-        parts.append((topic, partition, epoch, payload if n == len(payload) else bytes(view[pos : pos + n])))
+        parts.append((topic, partition, epoch, payload if n == len(payload) else bytes(view[pos : pos + n]), *token))
         pos += n
     if pos != len(payload):
         raise BadFrame(f"{len(payload) - pos} bytes of payload after the parts")

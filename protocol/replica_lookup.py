@@ -70,13 +70,15 @@ async def broker_handle_async(cluster: str, broker_id: int) -> Any:
 
 
 async def replica_handle_async(
-    cluster: str, topic: str, partition: int, broker_id: int, timeout_s: float = 10.0
+    cluster: str, topic: str, partition: int, broker_id: int, timeout_s: float = 10.0, broker: Any = None
 ) -> Any:
-    """``replica_handle`` for an actor's event loop (the name lookup runs off the loop)."""
+    """``replica_handle`` for an actor's event loop (the name lookup runs off the loop; ``broker``: the broker's
+    handle when the caller has it, which spares the lookup)."""
     from ray.exceptions import RayError
 
     try:
-        broker = await broker_handle_async(cluster, broker_id)
+        if broker is None:
+            broker = await broker_handle_async(cluster, broker_id)
         h: Any = await asyncio.wait_for(broker.replica_handle.remote(topic, int(partition)), timeout_s)
     except (RayError, asyncio.TimeoutError) as e:
         raise _missing(cluster, topic, partition, broker_id, f"broker unavailable ({type(e).__name__})") from None

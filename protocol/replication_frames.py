@@ -9,7 +9,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.data_channel import U32, BadFrame
+from protocol.channel_frames import U32, BadFrame
 
 MAX_REQUEST_BYTES = 1 << 20  # a session fetch names each partition in ~40-300 bytes; the hello is < 200
 SESSION_ANSWER_HEAD = struct.Struct(">II")  # an answer's meta length, records length

@@ -17,7 +17,7 @@ Who calls whom:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 TopicPartitionKey = tuple[str, int]
 
@@ -41,6 +41,9 @@ class AddPartitionsToTxnRequest:
     producer_epoch: int
     partitions: tuple[TopicPartitionKey, ...]
     verify_only: bool = False  # KIP-890: only check that they are in the ongoing transaction
+    # rafka's producer: answer a verification token per partition (protocol/txn_tokens.py) instead of pushing
+    # the verification to each partition's leader
+    want_tokens: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +153,17 @@ class AddPartitionsToTxnResponse:
     error_code: int = 0
     error_message: str | None = None
     results: tuple[tuple[str, int, int], ...] = field(default_factory=tuple)
+    # want_tokens: the transaction's start and ``[(topic, partition, token)]`` (in the dict only when given)
+    txn_start_ms: int = -1
+    tokens: tuple[tuple[str, int, bytes], ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict:
-        return {
+        out: dict[str, Any] = {
             "error_code": self.error_code,
             "error_message": self.error_message,
             "results": [{"topic": t, "partition": p, "error_code": c} for t, p, c in self.results],
         }
+        if self.tokens:
+            out["txn_start_ms"] = self.txn_start_ms
+            out["tokens"] = [[t, p, tok] for t, p, tok in self.tokens]
+        return out

@@ -28,19 +28,16 @@ import concurrent.futures
 import time
 from typing import Any
 
-from protocol.coordinator_frames import CHANNEL_METHODS, encode_coordinator_request
-from protocol.data_channel import (
+from protocol.channel_frames import (
     API_COORDINATOR,
     API_FETCH,
     API_PRODUCE,
     API_PRODUCE_MULTI,
-    channel_io,
     fetch_fields,
-    fetch_timeout_s,
-    process_key,
     produce_fields,
-    produce_timeout_s,
 )
+from protocol.coordinator_frames import CHANNEL_METHODS, encode_coordinator_request
+from protocol.data_channel import channel_io, fetch_timeout_s, process_key, produce_timeout_s
 from protocol.errors import RequestTimedOutError
 from protocol.produce_frames import encode_multi
 from rafka.transport import RAY, RayTransport
@@ -83,12 +80,18 @@ class ChannelTransport(RayTransport):
         for key, idx in groups.items():
             part = [items[i] for i in idx]
             fields, payload = encode_multi([(t, p, req) for _h, t, p, req in part])
-            route = (("produce", key), "produce_endpoint")
+            route = (("produce", key), "produce_endpoint")  # (as warm's)
             timeout_s = produce_timeout_s(part[0][3])
             futs = io.submit(part[0][0], API_PRODUCE_MULTI, fields, payload, timeout_s, route, len(part))
             for i, f in zip(idx, futs):
                 out[i] = f
         return out
+
+    def warm(self, replica: Any) -> bool:
+        """Open the connection to the replica's process's produce listener now, if it is not open (the
+        producer's first batches there then wait for no connect)."""
+        channel_io().open(replica, (("produce", process_key(replica)), "produce_endpoint"))
+        return True
 
     def future(self, call: Any) -> Any:
         return call if isinstance(call, concurrent.futures.Future) else call.future()

@@ -206,6 +206,33 @@ class ClusterMetadata:
             return None
         return handle, info.leader, info.leader_epoch
 
+    def lookup_leaders(self, tps) -> None:
+        """Look up the uncached leader replica handles of ``tps`` all at once (a broker call each, all in flight
+        together, where ``leader`` makes them one after another): a transactional producer's new partitions,
+        while their AddPartitionsToTxn is in flight. What fails is left for ``leader`` to look up again."""
+        from ray.exceptions import RayError
+
+        calls = []
+        for tp in tps:
+            info = self.partition(tp)
+            key = None if info is None or info.leader < 0 else (tp.topic, tp.partition, info.leader)
+            with self._lock:
+                if key is None or key in self._handles:
+                    continue
+            try:
+                broker = self.transport.get_actor(broker_name(self.cluster, info.leader))  # type: ignore[union-attr]
+                calls.append((key, self.transport.call(broker, "replica_handle", tp.topic, tp.partition)))
+            except (ValueError, RayError):
+                continue
+        for key, call in calls:
+            try:
+                h = self.transport.get(call, timeout=5.0)
+            except (TimeoutError, RayError):
+                continue
+            if h is not None:
+                with self._lock:
+                    self._handles[key] = h
+
     def replica_handle(self, tp: TopicPartition, broker_id: int):
         key = (tp.topic, tp.partition, broker_id)
         with self._lock:

@@ -114,7 +114,7 @@ class Sender(SenderIds, threading.Thread):
         self.txn: TransactionState | None = None
         self.txn_client = None
         self._adding: tuple[Any, list[TopicPartition]] | None = None  # the AddPartitionsToTxn in flight
-        self._add_retry_at = 0.0
+        self._add_retry_at, self._warmed = 0.0, set()  # (_warmed: partitions whose leader SenderIds._warm found)
         # _adding is started from the Sender's loop and from the caller's thread (add_partitions_now)
         self._add_lock = threading.Lock()
         accumulator.wakeup = self._wake.set
@@ -248,8 +248,8 @@ class Sender(SenderIds, threading.Thread):
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        tid = self.txn.transactional_id if self.txn is not None else None
-        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms, transactional_id=tid)
+        txn = self.txn.produce_fields(tp) if self.txn is not None else {}  # (the id, and a verification token)
+        req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms, **txn)
         inf = InFlight(tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
         self._tp_batches[tp] += len(batches)

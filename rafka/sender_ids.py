@@ -12,6 +12,7 @@ from protocol.names import broker_name
 from protocol.txn_messages import AddPartitionsToTxnRequest
 from rafka.accumulator import monotonic_ms
 from rafka.errors import ConcurrentTransactionsError, for_code
+from rafka.structs import TopicPartition
 from rafka.txn_manager import TransactionState
 
 ADD_WRITE_WAIT_S = 0.005  # add_partitions_now's wait for the channel's I/O thread to write the request
@@ -102,10 +103,11 @@ class SenderIds:
             call, tps = self._adding
             res = call.poll(0.0)
             if res is None:
+                self._warm(tps)
                 return
             code = res.get("error_code", 0)
             if code == 0:
-                txn.added(tps)  # (before _adding clears: a reader sees them in flight or added)
+                txn.added(tps, res)  # (before _adding clears: a reader sees them in flight or added)
                 self._adding = None
                 return
             self._adding = None
@@ -132,9 +134,30 @@ class SenderIds:
             self.producer_id,
             self.producer_epoch,
             tuple((tp.topic, tp.partition) for tp in pending),
+            want_tokens=True,
         )
         call = self.txn_client.start(req)
         call.poll(0.0)  # sends it
         if call.ref is not None:  # wake the loop when the answer comes, not at the next 50 ms tick
             self.transport.future(call.ref).add_done_callback(lambda _f: self._wake.set())
         self._adding = (call, pending)
+
+    def _warm(self, tps: list[TopicPartition]) -> None:
+        """While an AddPartitionsToTxn is in flight (on the loop's thread), look up the leaders of its partitions
+        and open the connections their batches will go on: the producer's first batches to a new topic then go
+        as soon as it is answered, not after a replica lookup (a broker call) per partition and a connect."""
+        todo = [tp for tp in tps if tp not in self._warmed]
+        if not todo:
+            return
+        self._warmed.update(todo)
+        try:
+            self.metadata.lookup_leaders(todo)
+        except Exception:  # noqa: BLE001 - a metadata hiccup: the sends look them up again
+            log.debug("looking up leaders of %s", todo, exc_info=True)
+        for tp in todo:
+            try:
+                leader = self.metadata.leader(tp)
+            except Exception:  # noqa: BLE001 - unknown or unreachable now: the send looks it up again
+                continue
+            if leader is not None:
+                self.transport.warm(leader[0])

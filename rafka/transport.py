@@ -13,7 +13,9 @@ it that return at once with a *call* handle, and later waits for calls or takes 
   arrives as Ray surfaces it); callers classify these exactly as before;
 - ``available()``: False once the transport is shut down (Ray: ``ray.is_initialized()``);
 - ``sync_io(timeout_s)``: until the calls started so far are on their way (the TCP channel's I/O
-  thread has written them; Ray's calls are at once).
+  thread has written them; Ray's calls are at once);
+- ``warm(replica)``: open now what a produce to the replica will go on (the TCP channel's connection to its
+  process's produce listener); Ray's calls need nothing.
 
 :class:`RayTransport` is the default and does exactly what the clients did inline before (same calls,
 same namespace, same timeouts). Unit tests pass an in-process fake (``tests/unit/fake_transport.py``).
@@ -41,6 +43,8 @@ class Transport(Protocol):
     def sync_io(self, timeout_s: float) -> bool: ...
 
     def produce_many(self, items: list[tuple[Any, str, int, Any]]) -> list: ...
+
+    def warm(self, replica: Any) -> bool: ...
 
 
 class RayTransport:
@@ -86,6 +90,10 @@ class RayTransport:
         """One Sender round's produce calls, ``(leader replica, topic, partition, ProduceRequest)`` each: one
         call per partition here; ChannelTransport sends one request per leader process (rafka/channel.py)."""
         return [self.call(handle, "produce", req) for handle, _topic, _partition, req in items]
+
+    def warm(self, replica: Any) -> bool:
+        """False: a Ray call needs no connection opened ahead (ChannelTransport opens one)."""
+        return False
 
 
 RAY = RayTransport()

@@ -72,6 +72,10 @@ class TransactionState:
         self.pending: set[TopicPartition] = set()  # written to, not yet added
         self.offsets_groups: set[str] = set()
         self.error: BaseException | None = None
+        # the coordinator's verification tokens of the added partitions, and the transaction's start they are
+        # for (protocol/txn_tokens.py): sent with the produces, so the leaders need not ask the coordinator
+        self.tokens: dict[TopicPartition, bytes] = {}
+        self.start_ms = -1
 
     # ---- moves ----------------------------------------------------------------------------------------
     def _move(self, target: str) -> None:
@@ -107,6 +111,8 @@ class TransactionState:
         self.partitions.clear()
         self.pending.clear()
         self.offsets_groups.clear()
+        self.tokens.clear()
+        self.start_ms = -1
         self.error = None
 
     # ---- what the producer writes --------------------------------------------------------------------
@@ -130,10 +136,23 @@ class TransactionState:
         """The Sender holds ``tp``'s batches until the coordinator added the partition."""
         return tp in self.pending
 
-    def added(self, tps) -> None:
+    def added(self, tps, answer: dict | None = None) -> None:
+        """``tps`` are in the transaction; ``answer``: the AddPartitionsToTxn answer, whose verification tokens
+        (when it has them) go with the produces to those partitions."""
+        tokens = (answer or {}).get("tokens") or ()
+        if tokens:
+            self.start_ms = int(answer["txn_start_ms"])  # type: ignore[index]
+            self.tokens.update({TopicPartition(t, p): tok for t, p, tok in tokens})
         for tp in tps:
             self.pending.discard(tp)
             self.partitions.add(tp)
+
+    def produce_fields(self, tp: TopicPartition) -> dict:
+        """The transactional fields of a ProduceRequest to ``tp``: the id, and its token when there is one."""
+        tok = self.tokens.get(tp)
+        if tok is None:
+            return {"transactional_id": self.transactional_id}
+        return {"transactional_id": self.transactional_id, "txn_start_ms": self.start_ms, "txn_token": tok}
 
     @property
     def has_partitions(self) -> bool:

@@ -17,15 +17,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Protocol
 
-from protocol.data_channel import (
-    API_FETCH,
-    API_PRODUCE,
-    fetch_fields,
-    fetch_timeout_s,
-    loop_channel,
-    produce_fields,
-    produce_timeout_s,
-)
+from protocol.channel_frames import API_FETCH, API_PRODUCE, fetch_fields, produce_fields
+from protocol.data_channel import fetch_timeout_s, loop_channel, produce_timeout_s
 from protocol.errors import KafkaError
 
 log = logging.getLogger("rafka.kafka_wire")

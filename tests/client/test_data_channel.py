@@ -15,7 +15,7 @@ import ray
 from support import read_until_closed
 
 import rafka
-from protocol.data_channel import ANSWER_HEAD, REQUEST_HEAD
+from protocol.channel_frames import ANSWER_HEAD, REQUEST_HEAD
 from protocol.errors import CorruptMessageError
 from protocol.replica_lookup import replica_handle
 from rafka import TopicPartition

@@ -242,19 +242,20 @@ def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, ne
     assert len(got) == 3 + 2 * 300 and len(set(got)) == len(got)
 
 
-def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_verification_pushes(
+def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_verification_tokens(
     rafka_cluster, new_topic
 ):
     """The producer's InitProducerId, AddPartitionsToTxn and EndTxn travel on the coordinator's TCP listener
     (actors/coordinator_channel.py), not Ray calls; and once a transaction's partitions are added, the
-    coordinator pushes its KIP-890 state to their leaders, so no leader asks the coordinator when the
-    transaction's first records arrive (a leader that asked would count a verification call)."""
+    coordinator answers a verification token per partition (protocol/txn_tokens.py) that the producer's
+    produces carry, so no leader asks the coordinator when the transaction's first records arrive (a leader
+    that asked would count a verification call) and the coordinator pushes nothing."""
     import ray
 
     from protocol.names import RAY_NAMESPACE, txn_coordinator_name
     from protocol.replica_lookup import replica_handle
 
-    def counters() -> dict:  # per coordinator: requests on its listener, pushes its leaders took
+    def counters() -> dict:  # per coordinator: requests on its listener, tokens it answered, pushes taken
         out = {}
         for b in rafka_cluster.broker_ids():
             try:  # a broker's transaction coordinator starts with its first __transaction_state partition
@@ -262,7 +263,8 @@ def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_ver
             except ValueError:
                 continue
             d = ray.get(h.describe.remote(), timeout=30)
-            out[b] = (d["client_listener"]["requests"], d["stats"]["verified_pushes_taken"])
+            st = d["stats"]
+            out[b] = (d["client_listener"]["requests"], st["verification_tokens"], st["verified_pushes"])
         return out
 
     topic = new_topic(3, 3)
@@ -274,13 +276,14 @@ def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_ver
         p.send_batch(topic, [(None, b"r%d-%d" % (round_, i), i % 3) for i in range(30)])
         p.commit_transaction(timeout=60)
     p.close()
-    delta = [(r - before.get(b, (0, 0))[0], k - before.get(b, (0, 0))[1]) for b, (r, k) in counters().items()]
+    delta = [tuple(x - y for x, y in zip(now, before.get(b, (0, 0, 0)))) for b, now in counters().items()]
     assert max(delta)[0] >= 1 + 4 * 2  # InitProducerId, then an add and an EndTxn per transaction
-    assert sum(taken for _, taken in delta) == 4 * 3
+    assert sum(d[1] for d in delta) == 4 * 3 and sum(d[2] for d in delta) == 0
     meta = rafka.Admin(rafka_cluster).describe_topics([topic])[0]
     for part in meta["partitions"]:
         h = replica_handle(rafka_cluster.name, topic, part["partition"], part["leader"])
         v = ray.get(h.state.remote(), timeout=30)["txn_verification"]
-        assert v == {"calls": 0, "taken": 4, "stale": 0}, (part["partition"], v)
+        want = {"calls": 0, "taken": 0, "stale": 0, "tokens_taken": 4, "tokens_stale": 0, "tokens_bad": 0}
+        assert v == want, (part["partition"], v)
     got = read(rafka_cluster, topic, 3, "read_committed", until=b"r3-29")
     assert len(got) == 4 * 30 and len(set(got)) == len(got)

@@ -137,6 +137,7 @@ def test_kafka_python_transactions_read_by_both_clients(bootstrap, e2e_cluster, 
 
     t = e2e_topic(2, 3)
     group = uid("kp-txn-g")
+    before = coordinator_stats(e2e_cluster)
     p = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=uid("kp-tx"), linger_ms=5)
     p.init_transactions()
     committed, aborted = [], []
@@ -155,6 +156,11 @@ def test_kafka_python_transactions_read_by_both_clients(bootstrap, e2e_cluster, 
     p.flush(30)
     p.abort_transaction()
     p.close()
+    # a Kafka client's AddPartitionsToTxn asks for no verification token (rafka's producer does): the coordinator
+    # pushes its KIP-890 state to the two partitions' leaders for each transaction instead
+    after = coordinator_stats(e2e_cluster)
+    assert after["verification_tokens"] == before["verification_tokens"]
+    assert after["verified_pushes_taken"] - before["verified_pushes_taken"] == 2 * 2
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
     c.assign([TopicPartition(t, 0), TopicPartition(t, 1)])
@@ -172,6 +178,24 @@ def test_kafka_python_transactions_read_by_both_clients(bootstrap, e2e_cluster, 
     assert sorted(ck_read(bootstrap, [(t, 0), (t, 1)], "read_uncommitted", 12)) == sorted(committed + aborted)
     offsets = {(tp.topic, tp.partition): o for tp, o in e2e_admin.list_consumer_group_offsets(group).items()}
     assert offsets == {(t, 1): 5}
+
+
+def coordinator_stats(cluster) -> dict:
+    """The transaction coordinators' counters, summed over the brokers that have one."""
+    import ray
+
+    from protocol.names import RAY_NAMESPACE, txn_coordinator_name
+
+    out = {"verification_tokens": 0, "verified_pushes_taken": 0}
+    for b in cluster.broker_ids():
+        try:
+            h = ray.get_actor(txn_coordinator_name(cluster.name, b), namespace=RAY_NAMESPACE)
+        except ValueError:  # (a broker's coordinator starts with its first __transaction_state partition)
+            continue
+        stats = ray.get(h.describe.remote(), timeout=30)["stats"]
+        for k in out:
+            out[k] += stats[k]
+    return out
 
 
 def _kp_offset(offset: int):

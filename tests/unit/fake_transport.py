@@ -446,6 +446,7 @@ class FakeTransport:
     def __init__(self, cluster: FakeCluster):
         self.cluster = cluster
         self._timers: list[threading.Timer] = []
+        self.warmed: list = []
 
     def get_actor(self, name: str) -> Any:
         ep = self.cluster.named.get(name)
@@ -524,6 +525,10 @@ class FakeTransport:
 
     def produce_many(self, items: list) -> list:
         return [self.call(handle, "produce", req) for handle, _topic, _partition, req in items]
+
+    def warm(self, replica) -> bool:
+        self.warmed.append(replica)  # what the producer asked to open ahead (ChannelTransport opens a connection)
+        return False
 
     def close(self) -> None:
         for t in self._timers:

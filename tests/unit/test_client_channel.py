@@ -23,11 +23,12 @@ import msgpack
 import pytest
 from support import read_until_closed
 
+import protocol.channel_frames as channel_frames
 import protocol.data_channel as data_channel
 import rafka.channel as channel
 from actors.call_order import CallOrder
 from actors.client_channel import ClientListener
-from protocol.data_channel import REQUEST_HEAD, BadFrame, decode_fetch, decode_produce, encode_request
+from protocol.channel_frames import REQUEST_HEAD, BadFrame, decode_fetch, decode_produce, encode_request
 from protocol.errors import NotLeaderOrFollowerError, RequestTimedOutError
 from protocol.messages import FetchRequest, ProduceRequest
 from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
@@ -324,18 +325,18 @@ def test_frame_codecs_refuse_what_is_not_a_client_request():
 def test_the_internal_endpoint_may_append_as_a_coordinator_and_write_markers(replica):
     io = data_channel.ChannelIO(internal=True)
     req = ProduceRequest(b"state", acks=-1, current_leader_epoch=2, origin="coordinator")
-    ans = io.submit(replica, data_channel.API_PRODUCE, data_channel.internal_produce_fields(req), req.records, 10)
+    ans = io.submit(replica, channel_frames.API_PRODUCE, channel_frames.internal_produce_fields(req), req.records, 10)
     assert ans.result(10)["error_code"] == 0
     assert replica.requests[-1].origin == "coordinator" and replica.requests[-1].current_leader_epoch == 2
     m = WriteTxnMarkersRequest(77, 3, False, 9, "tx-1")
-    assert io.submit(replica, data_channel.API_TXN_MARKERS, data_channel.marker_fields(m), b"", 10).result(10) == {
+    assert io.submit(replica, channel_frames.API_TXN_MARKERS, channel_frames.marker_fields(m), b"", 10).result(10) == {
         "error_code": 0,
         "error_message": None,
         "records": b"",
     }
     assert replica.requests[-1] == m
     v = TxnVerifiedRequest(77, 3, 1700000000123, 4, "tx-1")
-    ans = io.submit(replica, data_channel.API_TXN_VERIFIED, data_channel.verified_fields(v), b"", 10).result(10)
+    ans = io.submit(replica, channel_frames.API_TXN_VERIFIED, channel_frames.verified_fields(v), b"", 10).result(10)
     assert ans["taken"] is True and replica.requests[-1] == v
     assert replica.listener.stats["internal"] == 1 and replica.listener.stats["markers"] == 1
     assert replica.listener.stats["verified_pushes"] == 1

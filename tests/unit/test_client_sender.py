@@ -239,3 +239,19 @@ def test_a_sequence_gap_at_the_leader_resequences_under_a_new_producer_id(cluste
     assert cl.sender.producer_id != pid and cl.sender.resets == 1
     assert cl.send(T0, b"d").get(timeout=10).offset == 6  # and it goes on with the new id
     assert values(cluster, T0)[-1] == (6, b"d")
+
+
+def test_warm_looks_up_each_leader_once_and_asks_the_transport_to_open_it(cluster):
+    """``SenderIds._warm`` (run while an AddPartitionsToTxn is in flight): each partition's leader is looked up
+    and handed to ``transport.warm`` once; a partition that does not exist is skipped, not raised."""
+    cl = Client(cluster)
+    try:
+        s = cl.sender
+        s._warm([T0, T1, TopicPartition("missing", 0)])
+        leaders = [cl.metadata.leader(tp)[0] for tp in (T0, T1)]
+        assert cl.transport.warmed == leaders
+        s._warm([T0, T1])
+        assert cl.transport.warmed == leaders  # once each
+        assert s._warmed == {T0, T1, TopicPartition("missing", 0)}
+    finally:
+        cl.close()

@@ -24,8 +24,8 @@ from support import read_until_closed
 
 import rafka.channel as channel
 from actors.coordinator_channel import CoordinatorListener
+from protocol.channel_frames import API_COORDINATOR, REQUEST_HEAD, BadFrame
 from protocol.coordinator_frames import CHANNEL_METHODS, decode_coordinator_request, encode_coordinator_request
-from protocol.data_channel import API_COORDINATOR, REQUEST_HEAD, BadFrame
 from protocol.errors import NotLeaderOrFollowerError
 from protocol.txn_messages import (
     AddOffsetsToTxnRequest,

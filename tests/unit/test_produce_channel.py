@@ -21,10 +21,11 @@ import time
 import msgpack
 import pytest
 
+import protocol.channel_frames as channel_frames
 import rafka.channel as channel
 from actors.call_order import CallOrder
 from actors.produce_channel import ProduceListener
-from protocol.data_channel import API_PRODUCE, API_PRODUCE_MULTI, U32, BadFrame, encode_request
+from protocol.channel_frames import API_PRODUCE, API_PRODUCE_MULTI, U32, BadFrame, encode_request
 from protocol.errors import NotLeaderOrFollowerError
 from protocol.messages import ProduceRequest
 from protocol.produce_frames import decode_multi, encode_multi
@@ -165,6 +166,10 @@ def test_frames_round_trip_and_bad_ones_are_refused():
         ({**fields, "parts": [["t", -1, -1, 3]]}, b"abc"),
         ({**fields, "acks": True}, b"abc"),
         ({**fields, "parts": [[0, 0, -1, 3]]}, b"abc"),
+        ({**fields, "parts": [["t", 0, -1, 3, 1000]]}, b"abc"),  # a start without a token
+        ({**fields, "parts": [["t", 0, -1, 3, 1000, b""]]}, b"abc"),  # an empty token
+        ({**fields, "parts": [["t", 0, -1, 3, 1000, "tok"]]}, b"abc"),  # a token that is not bytes
+        ({**fields, "parts": [["t", 0, -1, 3, "1000", b"tok"]]}, b"abc"),
     ]
     for f, payload in bad:
         with pytest.raises(BadFrame):
@@ -220,3 +225,45 @@ def test_each_part_is_answered_as_soon_as_it_is_done(procs):
     a.loop.call_soon_threadsafe(hold.set)
     assert slow.result(10)["error_code"] == 0 and a.parts[("t", 1)].appended == [b"x\x01"]
     assert a.listener.stats["requests"] == 1  # one request, two answers
+
+
+def test_warm_opens_the_process_connection_ahead_and_the_produces_use_it(procs):
+    """``ChannelTransport.warm`` (the producer's, while its AddPartitionsToTxn is in flight): the connection to the
+    leader's process listener is opened before any request, once per process, and the produces that follow go on
+    it without a second endpoint lookup."""
+    a = procs(("t", 0), ("t", 1))
+    assert T.warm(a.handle(("t", 0))) is True and T.warm(a.handle(("t", 1))) is True
+    deadline = time.monotonic() + 10
+    while a.listener.stats["connections"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert a.listener.stats["connections"] == 1 and a.listener.stats["requests"] == 0
+    answers = [f.result(10) for f in T.produce_many(items(a, ("t", 0), ("t", 1)))]
+    assert [x["error_code"] for x in answers] == [0, 0]
+    assert a.endpoint_calls == 1 and a.listener.stats["connections"] == 1 and a.listener.stats["requests"] == 1
+    assert channel.RAY.warm(a.handle(("t", 0))) is False  # a Ray call opens nothing ahead
+
+
+def test_a_parts_verification_token_reaches_its_replica_and_only_its_own():
+    """A transactional producer's part carries its partition's token and the transaction's start
+    (protocol/txn_tokens.py) to that partition's replica; a part without one arrives without."""
+    tok = ProduceRequest(b"ab", acks=1, transactional_id="tx", txn_start_ms=1000, txn_token=b"T" * 16)
+    fields, bufs = encode_multi([("t", 0, tok), ("u", 3, ProduceRequest(b"c", acks=1, transactional_id="tx"))])
+    _head, parts = decode_multi(msgpack.packb(fields), b"".join(bufs))
+    assert parts == [("t", 0, -1, b"ab", 1000, b"T" * 16), ("u", 3, -1, b"c")]
+    assert channel_frames.produce_fields(tok)["txn_token"] == b"T" * 16  # (the single-partition frame's too)
+    assert "txn_token" not in channel_frames.produce_fields(ProduceRequest(b"c"))
+    d = channel_frames.decode_produce(msgpack.packb(channel_frames.produce_fields(tok)), b"ab", ("c", 0))
+    assert (d.txn_start_ms, d.txn_token) == (1000, b"T" * 16)
+
+    proc = Process(("t", 0), ("t", 1))
+    try:
+        reqs = [
+            ProduceRequest(b"x", acks=1, transactional_id="tx", txn_start_ms=5, txn_token=b"A" * 16),
+            ProduceRequest(b"y", acks=1, transactional_id="tx"),
+        ]
+        futs = T.produce_many([(proc.handle(("t", p)), "t", p, r) for p, r in enumerate(reqs)])
+        assert [f.result(10)["error_code"] for f in futs] == [0, 0]
+        got = [proc.parts[("t", p)].requests[0] for p in (0, 1)]
+        assert [(r.txn_start_ms, r.txn_token) for r in got] == [(5, b"A" * 16), (-1, b"")]
+    finally:
+        proc.close()

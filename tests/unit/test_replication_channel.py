@@ -16,7 +16,7 @@ from support import read_until_closed
 
 from actors.replication_channel import ConnectionLost, ReplicationConnection, ReplicationServer
 from protocol import errors as E
-from protocol.data_channel import BadFrame
+from protocol.channel_frames import BadFrame
 from protocol.messages import FetchRequest
 from protocol.replication_frames import (
     MAX_REQUEST_BYTES,

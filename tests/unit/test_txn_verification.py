@@ -179,3 +179,74 @@ def test_the_forgotten_ends_beyond_the_cap_still_refuse_pushes_at_or_below_them(
     s.marker_written(2, 60)  # a producer marked again moves to the newest end
     s.marker_written(5, 70)
     assert 2 in s.ended_start and 3 not in s.ended_start and s.ended_floor == 50
+
+
+# ---- tokens the producer carries (protocol/txn_tokens.py) ----------------------------------------------------
+KEY = b"k" * 32
+
+
+@pytest.fixture
+def token_key(monkeypatch):
+    import actors.txn_verification as V
+
+    monkeypatch.setitem(V._KEYS, "c", KEY)  # what the first token's check reads from the cluster's KV
+    return KEY
+
+
+def test_a_produce_with_the_coordinators_token_is_verified_without_asking_until_its_marker(token_key):
+    from protocol.txn_tokens import sign
+
+    async def run():
+        v = ScriptedVerifier([OK])
+        tok = sign(token_key, "tx", 7, 0, 1000, "t", 0)
+        await v.verify("tx", 7, 0, 1000, tok)
+        assert v.asked == [] and v.state.is_verified(7, 0)
+        assert v.tokens == {"taken": 1, "stale": 0, "bad": 0} and v.state.pushes == {"taken": 0, "stale": 0}
+        v.state.marker_written(7, txn_start_ms=1000)  # the transaction ended here
+        await v.verify("tx", 7, 0, 1000, tok)  # its token again (a late retry): stale, so the produce asks
+        assert len(v.asked) == 1 and v.tokens["stale"] == 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["transactional_id", "producer_id", "producer_epoch", "start", "topic", "partition", "forged", "short"],
+)
+def test_a_token_for_anything_else_is_not_taken_and_the_produce_asks(token_key, change):
+    """A token signed for another transactional id, producer, epoch, transaction start, topic or partition,
+    one not signed with the cluster's key, or one of the wrong size: the leader asks the coordinator, which
+    decides (here: the partition is not in the transaction)."""
+    from protocol.txn_tokens import sign
+
+    args = {
+        "transactional_id": "tx",
+        "producer_id": 7,
+        "producer_epoch": 0,
+        "start": 1000,
+        "topic": "t",
+        "partition": 0,
+    }
+    other = {
+        "transactional_id": "ty",
+        "producer_id": 8,
+        "producer_epoch": 1,
+        "start": 1001,
+        "topic": "u",
+        "partition": 1,
+    }
+    if change in other:
+        args[change] = other[change]
+    key = b"x" * 32 if change == "forged" else token_key
+    tok = sign(key, *args.values())
+    if change == "short":
+        tok = tok[:8]
+
+    async def run():
+        v = ScriptedVerifier([{"error_code": E.InvalidTxnStateError.code, "error_message": "not in the txn"}])
+        with pytest.raises(E.InvalidTxnStateError):
+            await v.verify("tx", 7, 0, 1000, tok)
+        assert len(v.asked) == 1 and not v.state.is_verified(7, 0)
+        assert v.tokens == {"taken": 0, "stale": 0, "bad": 1}
+
+    asyncio.run(run())

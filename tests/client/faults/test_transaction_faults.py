@@ -144,6 +144,15 @@ def test_kip890_a_write_to_a_partition_outside_the_transaction_is_refused(txn_cl
     assert ans["error_code"] == E.InvalidTxnStateError.code, ans
     ans = ray.get(leader.produce.remote(ProduceRequest(b.build(), -1, 10000)), timeout=30)  # no transactional id
     assert ans["error_code"] == E.InvalidTxnStateError.code, ans
+    # the coordinator's verification token of partition 0 (protocol/txn_tokens.py), or a forged one, does not
+    # let the write into partition 1: the leader asks the coordinator, which refuses
+    st = p._txn.state
+    own = st.tokens[TopicPartition(topic, 0)]
+    for tok in (own, bytes(16)):
+        req = ProduceRequest(b.build(), -1, 10000, transactional_id=t, txn_start_ms=st.start_ms, txn_token=tok)
+        ans = ray.get(leader.produce.remote(req), timeout=30)
+        assert ans["error_code"] == E.InvalidTxnStateError.code, ans
+    assert ray.get(leader.state.remote(), timeout=30)["txn_verification"]["tokens_bad"] == 2
     # a client may not write a transaction marker itself
     marker = build_control_batch(CONTROL_COMMIT, pid, epoch, 0, int(time.time() * 1000))
     ans = ray.get(leader.produce.remote(ProduceRequest(marker, -1, 10000)), timeout=30)
