@@ -9,6 +9,8 @@ Side by side in one cluster, ``--rounds`` interleaved rounds of three producers,
 - ``txn_1000`` / ``txn_10000``: a transactional producer committing every 1,000 / 10,000 records;
   records/s over the whole run (commits included) and the commit latency (``commit_transaction`` calls:
   the flush of the transaction's last records, EndTxn and the PrepareCommit append) p50/p99 in ms;
+  ``first_transaction_ms``: the producer's first transaction on its new topic, from ``begin_transaction`` to
+  the commit's return (it pays the lookups of the topic's leaders and connections; median of the runs);
   ``ratio_vs_idempotent`` = the median of its runs' records/s over the idempotent runs' median, with each
   round's own ratio beside it (the spread is the machine's noise); ``coordinator``: per transaction, the
   average time of EndTxn's PrepareCommit append and, after EndTxn answered, of the markers and of the
@@ -66,6 +68,7 @@ def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) 
             p.init_transactions(timeout=120)
         t = time.monotonic()
         sent = 0
+        first_ms = None
         while sent < n:
             chunk = min(txn_size or n, n - sent)
             if txn_size:
@@ -76,6 +79,8 @@ def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) 
                 c = time.monotonic()
                 p.commit_transaction(timeout=120)
                 commits.append((time.monotonic() - c) * 1000)
+                if first_ms is None:  # the producer's first transaction on this (new) topic, begin to commit
+                    first_ms = (time.monotonic() - t) * 1000
         p.flush()
         secs = time.monotonic() - t
     finally:
@@ -85,6 +90,7 @@ def produce(cluster, topic: str, n: int, partitions: int, txn_size: int | None) 
         q = statistics.quantiles(commits, n=100) if len(commits) >= 2 else commits * 99
         out.update(
             transactions=len(commits),
+            first_transaction_ms=round(first_ms or 0.0, 1),
             commit_ms_p50=round(statistics.median(commits), 1),
             commit_ms_p99=round(q[98], 1),
         )
@@ -221,6 +227,7 @@ def main() -> int:
                     ],
                     "commit_ms_p50": statistics.median(r["commit_ms_p50"] for r in rs),
                     "commit_ms_p99": max(r["commit_ms_p99"] for r in rs),
+                    "first_transaction_ms": statistics.median(r["first_transaction_ms"] for r in rs),
                     "runs": rs,
                 }
             cons: dict[str, list] = {"read_uncommitted": [], "read_committed": []}
