@@ -14,7 +14,8 @@ Side by side in one cluster, ``--rounds`` interleaved rounds of three producers,
   ``ratio_vs_idempotent`` = the median of its runs' records/s over the idempotent runs' median, with each
   round's own ratio beside it (the spread is the machine's noise); ``coordinator``: per transaction, the
   average time of EndTxn's PrepareCommit append and, after EndTxn answered, of the markers and of the
-  CompleteCommit append; the KIP-890 pushes to the partitions' leaders (and how many they took); and how many
+  CompleteCommit append; the KIP-890 verification tokens the adds answered (rafka's producer carries them to
+  the leaders: protocol/txn_tokens.py) and the pushes to the leaders (Kafka's clients; none here); and how many
   of the next transaction's AddPartitionsToTxn waited for the markers (each transaction pays these in
   sequence: the next one's records can go out only once its partitions are added, KIP-890).
 
