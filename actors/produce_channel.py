@@ -25,7 +25,6 @@ log line and a count in ``stats["bad_frames"]``; the replicas and the other conn
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hmac
 import itertools
 import logging
@@ -90,10 +89,16 @@ class ProduceListener(TokenListener):
                     was, n = numbered.get((topic, partition), (None, 0))
                     n = n if was is replica else 0  # a new replica of the partition: its own order from 0
                     numbered[(topic, partition)] = (replica, n + 1)
-                    req = ProduceRequest(records, current_leader_epoch=epoch, order=(channel, n), **head)
-                    if verification:  # [start, the coordinator's token for this partition] (txn_tokens.py)
-                        start, tok = verification
-                        req = dataclasses.replace(req, txn_start_ms=start, txn_token=tok)
+                    # verification: [start, the coordinator's token for this partition] (txn_tokens.py), or []
+                    start, tok = verification or (-1, b"")
+                    req = ProduceRequest(
+                        records,
+                        current_leader_epoch=epoch,
+                        order=(channel, n),
+                        txn_start_ms=start,
+                        txn_token=tok,
+                        **head,
+                    )
                     calls.append(replica.produce(req))
                 self.stats["requests"] += 1
                 self.stats["parts"] += len(parts)

@@ -58,7 +58,7 @@ from protocol.txn_messages import (
     ListTransactionsRequest,
     TxnResponse,
 )
-from protocol.txn_tokens import load_key, sign
+from protocol.txn_tokens import cluster_key, sign
 
 log = logging.getLogger("rafka.txn_coordinator")
 
@@ -104,8 +104,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
         # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/coordinator_channel.py)
-        self._pushes: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn_markers.py)
-        self._signing_key: bytes | None = None  # the cluster's verification-token key (protocol/txn_tokens.py)
+        self._tasks: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn_markers.py)
         self.clients = CoordinatorListener(lambda method: getattr(self, method), f"txn coordinator b{broker_id}")
         # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
         # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
@@ -256,18 +255,17 @@ class TxnCoordinatorActor(TxnPartitionTasks):
 
     def _background(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
-        self._pushes.add(task)
-        task.add_done_callback(self._pushes.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         return task
 
     async def _token_key(self) -> bytes | None:
-        """The cluster's verification-token key (protocol/txn_tokens.py), read once; None if it cannot be."""
-        if self._signing_key is None:
-            try:
-                self._signing_key = await asyncio.to_thread(load_key, self._kv)
-            except (ValueError, ray.exceptions.RayError) as e:
-                log.warning("b%d: no verification-token key, pushing instead: %s", self.broker_id, e)
-        return self._signing_key
+        """The cluster's verification-token key (protocol/txn_tokens.py); None if it cannot be read."""
+        try:
+            return await cluster_key(self.cluster)
+        except (ValueError, ray.exceptions.RayError) as e:
+            log.warning("b%d: no verification-token key, pushing instead: %s", self.broker_id, e)
+            return None
 
     async def _push(self, md, parts: list, first: bool) -> None:
         """KIP-890 state of ``md``'s transaction pushed to the leaders of ``parts``. On connections just opened

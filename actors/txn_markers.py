@@ -112,15 +112,19 @@ class TxnMarkerChannel:
             return None
 
     async def _leader_handles(self, md: dict, partitions) -> None:
-        """Look up the uncached leader handles of ``partitions`` all at once (each is a broker call): the
-        loops after this find them cached and do not yield per partition."""
+        """Look up the uncached leader handles of ``partitions`` all at once (each is a broker call) and open
+        their internal connections (each replica has its own): the loops after this find them cached and do not
+        yield per partition."""
         todo = []
         for topic, p in partitions:
             leader = partition_leader(md, topic, p)
             if leader is not None and leader >= 0 and (topic, p, leader) not in self._handles:
                 todo.append(self._leader_handle(topic, p, leader))
         if todo:
-            await asyncio.gather(*todo)
+            io = loop_channel(internal=True)
+            for h in await asyncio.gather(*todo):
+                if h is not None:
+                    io.open(h)
 
     def cached(self, partitions) -> bool:
         """Whether the metadata and leader handles of ``partitions`` are all cached (:meth:`prefetch` has nothing
@@ -143,14 +147,7 @@ class TxnMarkerChannel:
             missing = self._unknown_topics(partitions)
             if missing:
                 await self._read_topics(missing)
-            md = await self._metadata(False)
-            await self._leader_handles(md, partitions)
-            io = loop_channel(internal=True)
-            for topic, p in partitions:  # and the connections the pushes and markers will go on, opened
-                leader = partition_leader(md, topic, p)
-                h = None if leader is None else self._handles.get((topic, p, leader))
-                if h is not None:
-                    io.open(h)
+            await self._leader_handles(await self._metadata(False), partitions)
         except Exception as e:  # noqa: BLE001 - a lookup that failed is done again by whoever needs it
             log.debug("b%d: prefetch of %s: %s", self.broker_id, partitions, e)
 
@@ -219,7 +216,8 @@ class TxnMarkerChannel:
         yet, a new topic's metadata and leaders, is looked up first: :meth:`prefetch`). Best effort and never retried: a leader that
         moved, refused or had not taken it yet lets that produce ask the coordinator as before. The pushes'
         futures: :meth:`count_taken` waits for them."""
-        await self.prefetch(partitions)  # (cached after the coordinator's prefetch: no yield)
+        if not self.cached(partitions):  # (cached after the coordinator's prefetch: no yield)
+            await self.prefetch(partitions)
         md = await self._metadata(False)
         io = loop_channel(internal=True)
         calls = []

@@ -35,13 +35,11 @@ from collections.abc import Callable
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from protocol import errors as E
-from protocol.kv import GcsKV
 from protocol.replica_lookup import broker_handle_async, named_actor_async
 from protocol.txn_messages import AddPartitionsToTxnRequest
-from protocol.txn_tokens import check, load_key
+from protocol.txn_tokens import check, cluster_key
 
 log = logging.getLogger("actors.replica")
-_KEYS: dict[str, bytes] = {}  # cluster -> its verification-token key (protocol/txn_tokens.py), once per process
 
 TXN_KEY = 1
 VERIFY_TIMEOUT_S = 10.0
@@ -156,13 +154,11 @@ class TxnVerifier:
     async def _token_taken(self, transactional_id, producer_id: int, producer_epoch: int, start_ms, token) -> bool:
         """The token checks (the cluster's key, read once per process) and is not stale (``take``: no marker of
         that transaction or a later one written here). Otherwise the produce asks the coordinator."""
-        key = _KEYS.get(self.cluster)
-        if key is None:
-            try:
-                key = _KEYS[self.cluster] = await asyncio.to_thread(load_key, GcsKV(self.cluster))
-            except (ValueError, RayError) as e:
-                log.warning("%s-%d: no verification key (%s): asking the coordinator", *self.tp, e)
-                return False
+        try:
+            key = await cluster_key(self.cluster)
+        except (ValueError, RayError) as e:
+            log.warning("%s-%d: no verification key (%s): asking the coordinator", *self.tp, e)
+            return False
         topic, partition = self.tp
         if check(key, token, transactional_id, producer_id, producer_epoch, start_ms, topic, partition):
             if self.state.take(producer_id, producer_epoch, start_ms):

@@ -26,24 +26,55 @@ def _missing(cluster: str, topic: str, partition: int, broker_id: int, why: str)
     return ValueError(f"no replica of {topic}-{partition} on broker {broker_id} of cluster {cluster}: {why}")
 
 
+def _ops(transport: Any) -> tuple:
+    """``(get_actor, call, get)`` of ``transport``, or Ray's own."""
+    if transport is not None:
+        return transport.get_actor, transport.call, transport.get
+    import ray
+
+    def get_actor(name):
+        return ray.get_actor(name, namespace=RAY_NAMESPACE)
+
+    def call(actor, method, *args):
+        return getattr(actor, method).remote(*args)
+
+    return get_actor, call, ray.get
+
+
+def replica_handles(cluster: str, keys, transport: Any = None, timeout_s: float = 10.0) -> dict:
+    """The replica actors of ``keys`` ``(topic, partition, broker id)`` (blocking): every broker call is in
+    flight at once, then each is waited for. A key whose broker is unknown, does not answer or hosts no such
+    replica is left out: :func:`replica_handle` says why for one."""
+    from ray.exceptions import RayError
+
+    get_actor, call, get = _ops(transport)
+    calls = []
+    for key in keys:
+        topic, partition, broker_id = key
+        try:
+            calls.append(
+                (key, call(get_actor(broker_name(cluster, broker_id)), "replica_handle", topic, int(partition)))
+            )
+        except (ValueError, RayError):
+            continue
+    out = {}
+    for key, ref in calls:
+        try:
+            h = get(ref, timeout=timeout_s)
+        except (TimeoutError, RayError):
+            continue
+        if h is not None:
+            out[key] = h
+    return out
+
+
 def replica_handle(
     cluster: str, topic: str, partition: int, broker_id: int, transport: Any = None, timeout_s: float = 10.0
 ) -> Any:
     """The actor of broker ``broker_id``'s replica of ``topic``-``partition`` (blocking); ValueError if none."""
     from ray.exceptions import RayError
 
-    if transport is None:
-        import ray
-
-        def get_actor(name):
-            return ray.get_actor(name, namespace=RAY_NAMESPACE)
-
-        def call(actor, method, *args):
-            return getattr(actor, method).remote(*args)
-
-        get = ray.get
-    else:
-        get_actor, call, get = transport.get_actor, transport.call, transport.get
+    get_actor, call, get = _ops(transport)
     try:
         h = get(
             call(get_actor(broker_name(cluster, broker_id)), "replica_handle", topic, int(partition)), timeout=timeout_s

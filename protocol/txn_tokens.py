@@ -16,18 +16,20 @@ took 24-36 ms of lookups and connects there), and the leaders take no call per t
 (the wire listener) get the push, as before.
 
 The key is 32 random bytes in the cluster's GCS KV (``TOKEN_KEY``), written once by whoever needs it first
-(put-if-absent) and read once per process. Anyone who can read the cluster's KV can sign; they can also call
+(put-if-absent) and read once per process (:func:`cluster_key`). Anyone who can read the cluster's KV can sign; they can also call
 the actors directly, so this guards against a buggy or stale producer, not against an operator.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import os
 import struct
 from typing import Any
 
+_KEYS: dict[str, bytes] = {}  # cluster -> its key, read once per process
 TOKEN_KEY = "txn_token_key"
 TOKEN_BYTES = 16
 _FIXED = struct.Struct(">qhqi")  # producer id, producer epoch, transaction start ms, partition
@@ -41,6 +43,17 @@ def load_key(kv: Any) -> bytes:
         key = kv.get(TOKEN_KEY)
     if not isinstance(key, bytes) or len(key) < 16:
         raise ValueError(f"the cluster's {TOKEN_KEY} in KV is not a key")
+    return key
+
+
+async def cluster_key(cluster: str) -> bytes:
+    """``load_key`` of ``cluster``'s KV off the event loop, once per process (then cached). Raises ValueError or
+    Ray's error when it cannot be read; the caller falls back to the coordinator calls."""
+    key = _KEYS.get(cluster)
+    if key is None:
+        from protocol.kv import GcsKV
+
+        key = _KEYS[cluster] = await asyncio.to_thread(load_key, GcsKV(cluster))
     return key
 
 

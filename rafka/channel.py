@@ -80,7 +80,7 @@ class ChannelTransport(RayTransport):
         for key, idx in groups.items():
             part = [items[i] for i in idx]
             fields, payload = encode_multi([(t, p, req) for _h, t, p, req in part])
-            route = (("produce", key), "produce_endpoint")  # (as warm's)
+            route = _produce_route(key)
             timeout_s = produce_timeout_s(part[0][3])
             futs = io.submit(part[0][0], API_PRODUCE_MULTI, fields, payload, timeout_s, route, len(part))
             for i, f in zip(idx, futs):
@@ -90,7 +90,7 @@ class ChannelTransport(RayTransport):
     def warm(self, replica: Any) -> bool:
         """Open the connection to the replica's process's produce listener now, if it is not open (the
         producer's first batches there then wait for no connect)."""
-        channel_io().open(replica, (("produce", process_key(replica)), "produce_endpoint"))
+        channel_io().open(replica, _produce_route(process_key(replica)))
         return True
 
     def future(self, call: Any) -> Any:
@@ -126,6 +126,11 @@ class ChannelTransport(RayTransport):
             except concurrent.futures.TimeoutError:
                 raise RequestTimedOutError(f"no answer in {timeout} s") from None
         return super().get(call, timeout)
+
+
+def _produce_route(process: Any) -> tuple:
+    """The channel route of a leader process's produce listener (actors/produce_channel.py)."""
+    return (("produce", process), "produce_endpoint")
 
 
 COORDINATOR_TIMEOUT_S = 60.0  # a coordinator answers within its own append timeout; beyond, the connection is lost

@@ -19,7 +19,7 @@ from typing import Any
 
 from protocol import kv as K
 from protocol.names import broker_name
-from protocol.replica_lookup import replica_handle
+from protocol.replica_lookup import replica_handle, replica_handles
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from rafka.structs import PartitionInfo, TopicPartition
 from rafka.transport import RAY, Transport
@@ -210,28 +210,16 @@ class ClusterMetadata:
         """Look up the uncached leader replica handles of ``tps`` all at once (a broker call each, all in flight
         together, where ``leader`` makes them one after another): a transactional producer's new partitions,
         while their AddPartitionsToTxn is in flight. What fails is left for ``leader`` to look up again."""
-        from ray.exceptions import RayError
-
-        calls = []
+        keys = []
         for tp in tps:
             info = self.partition(tp)
-            key = None if info is None or info.leader < 0 else (tp.topic, tp.partition, info.leader)
-            with self._lock:
-                if key is None or key in self._handles:
-                    continue
-            try:
-                broker = self.transport.get_actor(broker_name(self.cluster, info.leader))  # type: ignore[union-attr]
-                calls.append((key, self.transport.call(broker, "replica_handle", tp.topic, tp.partition)))
-            except (ValueError, RayError):
-                continue
-        for key, call in calls:
-            try:
-                h = self.transport.get(call, timeout=5.0)
-            except (TimeoutError, RayError):
-                continue
-            if h is not None:
-                with self._lock:
-                    self._handles[key] = h
+            if info is not None and info.leader >= 0:
+                keys.append((tp.topic, tp.partition, info.leader))
+        with self._lock:
+            keys = [k for k in keys if k not in self._handles]
+        found = replica_handles(self.cluster, keys, self.transport, timeout_s=5.0) if keys else {}
+        with self._lock:
+            self._handles.update(found)
 
     def replica_handle(self, tp: TopicPartition, broker_id: int):
         key = (tp.topic, tp.partition, broker_id)

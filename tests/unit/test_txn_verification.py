@@ -187,9 +187,9 @@ KEY = b"k" * 32
 
 @pytest.fixture
 def token_key(monkeypatch):
-    import actors.txn_verification as V
+    import protocol.txn_tokens as T
 
-    monkeypatch.setitem(V._KEYS, "c", KEY)  # what the first token's check reads from the cluster's KV
+    monkeypatch.setitem(T._KEYS, "c", KEY)  # what the first token's check reads from the cluster's KV
     return KEY
 
 
