@@ -1,6 +1,6 @@
 """Transactional produce and read_committed consume on an embedded 3-broker LocalCluster (RF 3, 100 B records).
 
-    python benchmarks/txn_bench.py --json [--records 200000] [--partitions 3] [--rounds 3]
+    python benchmarks/txn_bench.py --json [--records 1000000] [--partitions 3] [--rounds 3]
 
 Side by side in one cluster, ``--rounds`` interleaved rounds of three producers, each run writing
 ``--records`` records of ``VALUE_BYTES`` to a fresh topic of ``--partitions`` partitions (RF 3, acks=all):
@@ -17,7 +17,14 @@ Side by side in one cluster, ``--rounds`` interleaved rounds of three producers,
   CompleteCommit append; the KIP-890 verification tokens the adds answered (rafka's producer carries them to
   the leaders: protocol/txn_tokens.py) and the pushes to the leaders (Kafka's clients; none here); and how many
   of the next transaction's AddPartitionsToTxn waited for the markers (each transaction pays these in
-  sequence: the next one's records can go out only once its partitions are added, KIP-890).
+  sequence: the next one's records can go out only once its partitions are added, KIP-890);
+  ``ratio_ceiling`` / ``ratio_ceiling_with_round``: the best ratio Kafka's commit semantics allow on this
+  machine (``ceiling``), from the idempotent rate and the ``floors`` measured on the idle cluster first (a
+  replication round, and EndTxn alone: ``latency_floors``).
+
+Runs are 1,000,000 records by default: the idempotent producer's runs of 200,000 spread from 0.8M to 1.8M
+records/s in one sitting (a run's start, its lookups and its first 200,000-tuple list, weighed on each), while
+runs of 1,000,000 gave 1.35M / 1.37M / 1.34M.
 
 Every run's topic is created just before it, the run starts once the brokers' warm pools of replica actors
 are full again (a topic create starts new ones in the background), and the topic is deleted after it: a
@@ -147,6 +154,72 @@ def commit_breakdown(before: dict, after: dict) -> dict:
     }
 
 
+FLOOR_SAMPLES = 40
+
+
+def latency_floors(cluster, admin, partitions: int) -> dict:
+    """What a transaction must wait for at the least, measured on the idle cluster before the rounds (medians of
+    ``FLOOR_SAMPLES``, each after a 10 ms pause so nothing is in flight):
+
+    - ``produce_round_ms``: one record to each partition, acks=all, until the producer's flush returns (a
+      replication round: the leaders' appends, the followers' fetches, the high watermark);
+    - ``end_txn_ms``: ``commit_transaction`` of a transaction whose records are already acked, i.e. EndTxn alone
+      (the client to the coordinator, the PrepareCommit append with acks=all, and back).
+
+    Kafka's ``commitTransaction`` returns only once the transaction's records are acked and PrepareCommit is
+    durable, and the caller begins the next transaction after it: a transaction's EndTxn, and the replication
+    round of its last records, overlap none of its own records, where the idempotent producer goes on with its
+    next records meanwhile."""
+    topic = "txb-floor-" + uuid.uuid4().hex[:6]
+    admin.create_topic(topic, num_partitions=partitions, replication_factor=3)
+    wait_pools_full(cluster)
+    payload = os.urandom(VALUE_BYTES)
+    one_each = [(None, payload, q) for q in range(partitions)]
+    rounds, ends = [], []
+    p = rafka.Producer(cluster, linger_ms=0)
+    try:
+        for _ in range(FLOOR_SAMPLES + 5):
+            p.send_batch(topic, one_each)
+            t = time.monotonic()
+            p.flush()
+            rounds.append((time.monotonic() - t) * 1000)
+            time.sleep(0.01)
+    finally:
+        p.close()
+    p = rafka.Producer(cluster, linger_ms=0, transactional_id="bench-floor-" + uuid.uuid4().hex[:8])
+    try:
+        p.init_transactions(timeout=120)
+        for _ in range(FLOOR_SAMPLES + 5):
+            p.begin_transaction()
+            p.send_batch(topic, one_each)
+            p.flush()
+            t = time.monotonic()
+            p.commit_transaction(timeout=120)
+            ends.append((time.monotonic() - t) * 1000)
+            time.sleep(0.01)
+    finally:
+        p.close()
+    admin.delete_topics([topic])
+    return {  # the first 5 of each (connections, lookups) are left out
+        "produce_round_ms": round(statistics.median(rounds[5:]), 2),
+        "end_txn_ms": round(statistics.median(ends[5:]), 2),
+    }
+
+
+def ceiling(idem_per_s: float, txn_size: int, floors: dict) -> dict:
+    """The ratio a transaction of ``txn_size`` records could reach at best against the idempotent rate: its
+    records at that rate, then at the least its EndTxn (``ratio_ceiling``), and also its last records'
+    replication round (``ratio_ceiling_with_round``), each at their idle floor. Everything else (the add, the
+    markers, the CompleteCommit, the caller's own work) is taken as perfectly overlapped, so a measured ratio
+    above these would mean the figures are wrong."""
+    data_ms = txn_size / idem_per_s * 1000
+    end, rnd = floors["end_txn_ms"], floors["produce_round_ms"]
+    return {
+        "ratio_ceiling": round(data_ms / (data_ms + end), 2),
+        "ratio_ceiling_with_round": round(data_ms / (data_ms + end + rnd), 2),
+    }
+
+
 def consume(cluster, topic: str, n: int, partitions: int, isolation: str) -> dict:
     c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level=isolation, max_poll_records=5000)
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
@@ -165,7 +238,7 @@ KINDS = {"idempotent": None, "txn_1000": 1000, "txn_10000": 10000}
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every producer (medians)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (default: the same, indented)")
@@ -194,6 +267,7 @@ def main() -> int:
                 "cluster_start_s": round(start_s, 2),
                 "txn_state_warmup_s": round(warm_s, 2),
             }
+            floors = res["floors"] = latency_floors(cluster, admin, parts)
             # Interleaved rounds (idempotent, txn_1000, txn_10000), each run on a fresh topic that is deleted
             # after it: every run meets the same cluster (replicas at rest cost CPU: ~0.01 core each here, so
             # topics left behind would tax the later runs), and starts once the warm pools are full again.
@@ -229,6 +303,7 @@ def main() -> int:
                     "commit_ms_p50": statistics.median(r["commit_ms_p50"] for r in rs),
                     "commit_ms_p99": max(r["commit_ms_p99"] for r in rs),
                     "first_transaction_ms": statistics.median(r["first_transaction_ms"] for r in rs),
+                    **ceiling(med["idempotent"], KINDS[kind] or 1, floors),
                     "runs": rs,
                 }
             cons: dict[str, list] = {"read_uncommitted": [], "read_committed": []}
