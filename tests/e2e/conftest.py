@@ -85,3 +85,24 @@ def gateway(e2e_cluster):
     assert stop_gateway() is True
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{url}/health", timeout=5)
+
+
+@pytest.fixture
+def failover_cluster(ray_cluster, tmp_path):
+    """A 3-broker cluster of its own for a test that kills a broker (not the shared ``e2e_cluster``), listeners
+    on ephemeral loopback ports, a dead broker fenced after 4 s."""
+    cluster = rafka.LocalCluster(
+        brokers=3,
+        name="wf" + uuid.uuid4().hex[:8],
+        data_dir=tmp_path,
+        broker_config={
+            **SMALL_INTERNAL_TOPICS,
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "replica.lag.time.max.ms": 2000,
+            # a dead broker is fenced after this much silence (Kafka's default 9 s): keeps the test short
+            "broker.session.timeout.ms": 4000,
+            "broker.heartbeat.interval.ms": 500,
+        },
+    )
+    yield cluster
+    cluster.stop()

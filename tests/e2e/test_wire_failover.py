@@ -21,7 +21,6 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from support import SMALL_INTERNAL_TOPICS
 
 import rafka
 from actors.worker_process import actor_pid
@@ -34,25 +33,6 @@ PARTITIONS = 3
 N = 3000
 KILL_AT = 1000
 KEYS = 30
-
-
-@pytest.fixture
-def failover_cluster(ray_cluster, tmp_path):
-    cluster = rafka.LocalCluster(
-        brokers=3,
-        name="wf" + uuid.uuid4().hex[:8],
-        data_dir=tmp_path,
-        broker_config={
-            **SMALL_INTERNAL_TOPICS,
-            "listeners": "PLAINTEXT://127.0.0.1:0",
-            "replica.lag.time.max.ms": 2000,
-            # a dead broker is fenced after this much silence (Kafka's default 9 s): keeps the test short
-            "broker.session.timeout.ms": 4000,
-            "broker.heartbeat.interval.ms": 500,
-        },
-    )
-    yield cluster
-    cluster.stop()
 
 
 def partitions(admin) -> dict[int, tuple[int, tuple[int, ...]]]:

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 import ray
+from support import txn_coordinator_of as coordinator_of
 from support import wait_until
 
 import rafka
@@ -36,18 +37,6 @@ def txn_cluster(fault_cluster):
 
 def tid() -> str:
     return "tx-" + uuid.uuid4().hex[:8]
-
-
-def coordinator_of(cluster, transactional_id: str) -> int:
-    broker = ray.get_actor(broker_name(cluster.name, 0), namespace=RAY_NAMESPACE)
-    ans = wait_until(
-        lambda: (
-            (a := ray.get(broker.find_coordinator.remote(transactional_id, 1), timeout=30))["error_code"] == 0 and a
-        ),
-        60,
-        "a transaction coordinator",
-    )
-    return ans["broker_id"]
 
 
 def read_committed(cluster, topic, partitions, expected: int, timeout_s=90, settle_s=1.0) -> list[bytes]:
