@@ -146,18 +146,17 @@ async def read_until_closed(reader) -> bytes:
         return b""
 
 
-def txn_coordinator_of(cluster, transactional_id: str, via: int | None = None) -> int:
-    """The broker id of ``transactional_id``'s transaction coordinator: FindCoordinator (key type 1) asked of
-    broker ``via`` (default: the cluster's first) until it answers without an error (60 s)."""
+def coordinator_of(cluster, key: str, key_type: int = 1, via: int | None = None) -> int:
+    """The broker id of the coordinator of ``key``, a transactional id (``key_type`` 1) or a group (0):
+    FindCoordinator asked of broker ``via`` (default: the cluster's first) until it answers without an error
+    (60 s)."""
     from protocol.names import RAY_NAMESPACE, broker_name
 
     bid = sorted(cluster.broker_ids())[0] if via is None else via
     broker = ray.get_actor(broker_name(cluster.name, bid), namespace=RAY_NAMESPACE)
     ans = wait_until(
-        lambda: (
-            (a := ray.get(broker.find_coordinator.remote(transactional_id, 1), timeout=30))["error_code"] == 0 and a
-        ),
+        lambda: (a := ray.get(broker.find_coordinator.remote(key, key_type), timeout=30))["error_code"] == 0 and a,
         60,
-        f"the transaction coordinator of {transactional_id!r}",
+        f"the coordinator (key type {key_type}) of {key!r}",
     )
     return ans["broker_id"]

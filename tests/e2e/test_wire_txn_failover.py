@@ -9,18 +9,22 @@ coordinator (FindCoordinator), which loads the id from the replicated log and fi
 flight; a commit that fails with an abortable error is aborted, and the transaction is written again as a new
 one. Then a read_committed consumer (confluent and rafka's) sees every committed transaction whole, exactly
 once, none of the aborted ones, and no transaction in part; read_uncommitted sees every record that
-read_committed does."""
+read_committed does.
+
+Then the same for a consume-transform-produce loop: the broker of the group's coordinator is killed during a
+commit, and every input has exactly one output in read_committed."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import Counter
 
 import pytest
-from support import txn_coordinator_of
+from support import coordinator_of
 
 import rafka
 from actors.worker_process import actor_pid
@@ -36,8 +40,8 @@ TXNS = 40  # transactions that must commit
 KILL_AT = 12  # the coordinator's broker is killed once this many have committed, while the next is open
 
 
-def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40) -> list[bytes]:
-    """Every value of the topic read from the start by a fresh confluent consumer with ``isolation``: until
+def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40, topic: str = TOPIC) -> list[bytes]:
+    """Every value of ``topic`` read from the start by a fresh confluent consumer with ``isolation``: until
     ``want`` values came and then nothing more for 1 s (or ``timeout_s``)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from confluent_kafka import TopicPartition as CTP
@@ -51,7 +55,7 @@ def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40) -
             "fetch.wait.max.ms": 100,
         }
     )
-    c.assign([CTP(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    c.assign([CTP(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
@@ -90,7 +94,7 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
         }
     )
     producer.init_transactions(30)
-    victim = txn_coordinator_of(cluster, tid)
+    victim = coordinator_of(cluster, tid)
     pid = actor_pid(cluster.server.broker(victim))
     assert pid and pid != os.getpid()
 
@@ -134,7 +138,7 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
 
     # the id moved to another broker's coordinator, which holds its last transaction as committed
     alive = next(b for b in cluster.broker_ids() if b != victim)
-    now = txn_coordinator_of(cluster, tid, via=alive)
+    now = coordinator_of(cluster, tid, via=alive)
     assert now != victim
     desc = describe_transaction(admin, tid)
     assert desc["state"] in ("CompleteCommit", "Empty"), desc
@@ -169,4 +173,102 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
     print(
         f"wire txn failover: coordinator broker {victim} -> {now}; first commit {recovered_s:.1f} s after the kill;"
         f" {len(committed)} committed, aborted {aborted}; client errors {errors[:4]}"
+    )
+
+
+EOS_IN, EOS_OUT = "wire-eos-in", "wire-eos-out"
+EOS_N = 3000  # input records
+EOS_KILL_AT = 900  # the group coordinator's broker is killed once this many inputs are committed
+
+
+def test_group_coordinator_broker_sigkilled_confluent_consume_transform_produce_is_exactly_once(failover_cluster):
+    """confluent-kafka's exactly-once loop (a read_committed group member, a transactional producer, the
+    consumed offsets sent to each transaction) across the SIGKILL of the broker whose group coordinator holds
+    the group, 2 ms into a commit (EndTxn, then the markers on the input's offsets and output partitions and
+    the group's __consumer_offsets partition, which that broker leads): an abortable failure aborts and rewinds to the group's committed offsets, as Kafka's EOS
+    examples do. Every input record then has exactly one output record in read_committed, and the group's
+    committed offsets are the ends of the input."""
+    from confluent_kafka import Consumer, KafkaException, Producer
+    from confluent_kafka import TopicPartition as CTP
+
+    cluster = failover_cluster
+    admin = rafka.Admin(cluster)
+    for t in (EOS_IN, EOS_OUT):
+        admin.create_topic(t, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers
+    with rafka.Producer(cluster, acks="all") as p:
+        p.send_batch(EOS_IN, [(None, b"i-%d" % i, i % PARTITIONS) for i in range(EOS_N)])
+        p.flush(60)
+    group = "wire-eos-" + uuid.uuid4().hex[:6]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "session.timeout.ms": 30000,
+        }
+    )
+    consumer.subscribe([EOS_IN])
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "wire-eos-" + uuid.uuid4().hex[:8],
+            "acks": "all",
+            "linger.ms": 5,
+            "transaction.timeout.ms": 20000,
+        }
+    )
+    producer.init_transactions(30)
+    victim = coordinator_of(cluster, group, key_type=0)
+    pid = actor_pid(cluster.server.broker(victim))
+    done = aborts = 0
+    errors: list[str] = []
+    killed_at = None
+    deadline = time.monotonic() + 150
+    while done < EOS_N and time.monotonic() < deadline:
+        msgs = [m for m in consumer.consume(100, 0.5) if m.error() is None]
+        if not msgs:
+            continue
+        try:
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce(EOS_OUT, value=b"o-" + m.value()[2:], partition=m.partition())
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
+            )
+            if killed_at is None and done >= EOS_KILL_AT:  # the kill lands while this commit is under way
+                killer = threading.Timer(0.002, os.kill, (pid, signal.SIGKILL))
+                killer.start()
+                killed_at = time.monotonic()
+            producer.commit_transaction(30)
+            done += len(msgs)
+        except KafkaException as e:
+            err = e.args[0]
+            errors.append(err.str())
+            assert err.txn_requires_abort() and not err.fatal(), f"{err}; earlier errors {errors}"
+            producer.abort_transaction(30)
+            aborts += 1
+            # rewind to what the group committed: the aborted inputs are consumed again
+            committed = consumer.committed(consumer.assignment(), 30)
+            for tp in committed:
+                consumer.seek(CTP(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+            done = sum(max(0, tp.offset) for tp in committed)
+    assert killed_at is not None, "the group coordinator's broker was never killed"
+    killer.join()
+    assert done == EOS_N, f"{done} of {EOS_N} inputs processed in 150 s; errors {errors}"
+    ends = consumer.committed([CTP(EOS_IN, p) for p in range(PARTITIONS)], 30)
+    consumer.close()
+    assert sum(tp.offset for tp in ends) == EOS_N, f"the group committed {ends}"
+    now = coordinator_of(cluster, group, key_type=0, via=next(b for b in cluster.broker_ids() if b != victim))
+    assert now != victim
+
+    out = read_all(bootstrap, "read_committed", EOS_N, topic=EOS_OUT)
+    counts = Counter(out)
+    assert not [v for v, c in counts.items() if c > 1], "an input has two outputs in read_committed"
+    assert set(out) == {b"o-%d" % i for i in range(EOS_N)}, f"{EOS_N - len(set(out))} inputs have no output"
+    print(
+        f"wire EOS failover: group coordinator broker {victim} -> {now}; {aborts} transactions aborted and"
+        f" redone; client errors {errors[:4]}"
     )

@@ -14,8 +14,7 @@ import uuid
 
 import pytest
 import ray
-from support import txn_coordinator_of as coordinator_of
-from support import wait_until
+from support import coordinator_of, wait_until
 
 import rafka
 from actors.worker_process import actor_pid
