@@ -8,7 +8,10 @@ group with a commit per record, reads the committed offsets and the group back t
 prints a JSON summary; a second run deletes the topic. The records are checked exactly (every record
 once, dense offsets per partition, one key -> one partition, per-key order), and against rafka's own
 clients: the Python consumer reads the same records at the same offsets, and rafka's Admin sees the
-offsets the kafkajs member committed (one group coordinator for both)."""
+offsets the kafkajs member committed (one group coordinator for both). Its ``txn`` run does kafkajs's
+transactions (commit, abort, offsets in a transaction, fencing by a second instance) at kafkajs's own API
+versions, which no other client here uses (v1 of InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit and EndTxn)."""
 
 from __future__ import annotations
 
@@ -109,3 +112,39 @@ def test_kafkajs_admin_idempotent_produce_group_consume_commit_and_delete(node, 
     finally:
         if topic in e2e_admin.list_topics():
             e2e_admin.delete_topics([topic])
+
+
+def test_kafkajs_transactions_commit_abort_offsets_and_fencing(node, bootstrap, e2e_cluster, e2e_topic):
+    """kafkajs's transactions (its own versions: InitProducerId 1, AddPartitionsToTxn 1, AddOffsetsToTxn 1,
+    TxnOffsetCommit 1, EndTxn 1): a committed transaction with the group's offsets, an aborted one with other
+    offsets, a second committed one, then a producer of the same transactional id fences the first, whose
+    next transaction fails. kafkajs's read_committed consumer and rafka's read exactly the two committed
+    transactions; read_uncommitted also shows the aborted one; the group holds the committed offset only."""
+    topic = e2e_topic(PARTITIONS, 3)
+    group = "kjs-tx-" + uuid.uuid4().hex[:6]
+    n = 60
+    s = run_script(node, "txn", bootstrap, topic, group, str(n))
+    committed = {f"kjs-c{k}-{i}" for k in (1, 2) for i in range(n)}
+    aborted = {f"kjs-ab-{i}" for i in range(n)}
+    values = [m["value"] for m in s["consumed"]]
+    assert sorted(values) == sorted(committed), "kafkajs's read_committed consumer saw other than the commits"
+    assert all(m["partition"] == int(m["value"].rsplit("-", 1)[1]) % 3 for m in s["consumed"])
+    # fenced: PRODUCER_FENCED, answered as INVALID_PRODUCER_EPOCH to AddPartitionsToTxn v1 (before KIP-588), as Kafka does
+    assert s["fenced"] == "INVALID_PRODUCER_EPOCH", s["fenced"]
+    assert s["committed"] == [{"partition": p, "offset": 5 if p == 0 else -1} for p in range(PARTITIONS)]
+
+    def read(isolation: str, want: int) -> list[str]:
+        c = rafka.Consumer(e2e_cluster, auto_offset_reset="earliest", isolation_level=isolation)
+        c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        got: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(got) < want and time.monotonic() < deadline:
+            for recs in c.poll(300).values():
+                got += [r.value.decode() for r in recs]
+        c.close()
+        return got
+
+    assert sorted(read("read_committed", 2 * n)) == sorted(committed)
+    uncommitted = read("read_uncommitted", 3 * n)
+    assert set(uncommitted) >= committed | aborted
+    assert not [v for v in uncommitted if v.startswith("kjs-zombie")], "the fenced producer's records were written"

@@ -7,6 +7,12 @@
 //     has n records, then admin fetchOffsets and describeGroups while the member is still in the group.
 //   node roundtrip.js delete <bootstrap> <topic>
 //     admin deleteTopics, then listTopics.
+//   node roundtrip.js txn <bootstrap> <topic> <group> <n>
+//     on an existing topic of 3 partitions: a transactional producer (InitProducerId, AddPartitionsToTxn,
+//     AddOffsetsToTxn, TxnOffsetCommit and EndTxn at kafkajs's versions) commits n records with the group's
+//     offset 5 for partition 0, aborts n more, commits n more; a second producer with the same transactional
+//     id fences the first; a read_committed kafkajs consumer then reads the topic, and the admin reads the
+//     group's offsets.
 'use strict'
 
 const { Kafka, Partitioners, logLevel } = require('kafkajs')
@@ -99,9 +105,71 @@ async function remove() {
   return { deleted: !listed.includes(topic) }
 }
 
-const run = mode === 'roundtrip' ? roundtrip : mode === 'delete' ? remove : null
+async function txn() {
+  const n = Number(nArg)
+  const kafka = kafkaClient()
+  const transactionalId = `kjs-txn-${process.pid}-${Date.now()}`
+  const producer = kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const batch = (tag) => Array.from({ length: n }, (_, i) => ({ partition: i % 3, value: `${tag}-${i}` }))
+  const first = await producer.transaction()
+  await first.send({ topic, acks: -1, messages: batch('kjs-c1') })
+  await first.sendOffsets({ consumerGroupId: group, topics: [{ topic, partitions: [{ partition: 0, offset: '5' }] }] })
+  await first.commit()
+  const second = await producer.transaction()
+  await second.send({ topic, acks: -1, messages: batch('kjs-ab') })
+  await second.sendOffsets({ consumerGroupId: group, topics: [{ topic, partitions: [{ partition: 0, offset: '9' }] }] })
+  await second.abort()
+  const third = await producer.transaction()
+  await third.send({ topic, acks: -1, messages: batch('kjs-c2') })
+  await third.commit()
+
+  // a new instance with the same transactional id fences this one: its first transaction() sends
+  // InitProducerId with the id, which bumps the epoch (connect() alone initializes only an idempotent id)
+  const successor = kafka.producer({ transactionalId, idempotent: true, maxInFlightRequests: 1 })
+  await successor.connect()
+  await (await successor.transaction()).abort()
+  let fenced = null
+  try {
+    const zombie = await producer.transaction()
+    await zombie.send({ topic, acks: -1, messages: batch('kjs-zombie') })
+    await zombie.commit()
+  } catch (e) {
+    fenced = e.type || e.name
+  }
+  await producer.disconnect().catch(() => {})
+  await successor.disconnect()
+
+  const consumer = kafka.consumer({ groupId: `${group}-reader`, readUncommitted: false, maxWaitTimeInMs: 300 })
+  await consumer.connect()
+  await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  const got = []
+  let finished
+  const done = new Promise((resolve) => (finished = resolve))
+  await consumer.run({
+    eachMessage: async ({ partition, message }) => {
+      got.push({ partition, value: message.value.toString() })
+      if (got.length >= 2 * n) finished()
+    },
+  })
+  await Promise.race([done, deadline(60000, `consuming ${2 * n} committed records (got ${got.length})`)])
+  await new Promise((r) => setTimeout(r, 1000)) // anything beyond them (aborted, fenced) would show up now
+  const consumed = got.slice()
+  await consumer.disconnect()
+  const admin = kafka.admin()
+  await admin.connect()
+  const committed = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+  await admin.disconnect()
+  return {
+    consumed,
+    fenced,
+    committed: committed[0].partitions.map((p) => ({ partition: p.partition, offset: Number(p.offset) })),
+  }
+}
+
+const run = mode === 'roundtrip' ? roundtrip : mode === 'delete' ? remove : mode === 'txn' ? txn : null
 if (run === null) {
-  console.error(`usage: node roundtrip.js roundtrip|delete <bootstrap> <topic> [group n]`)
+  console.error(`usage: node roundtrip.js roundtrip|delete|txn <bootstrap> <topic> [group n]`)
   process.exit(2)
 }
 run().then(
