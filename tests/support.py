@@ -160,3 +160,23 @@ def coordinator_of(cluster, key: str, key_type: int = 1, via: int | None = None)
         f"the coordinator (key type {key_type}) of {key!r}",
     )
     return ans["broker_id"]
+
+
+def rafka_read(cluster, tps: list[tuple[str, int]], expected: int, settle_s: float = 2.0) -> list[bytes]:
+    """Values read by rafka's read_committed consumer (assigned ``tps`` from the start) until ``expected`` came,
+    then for ``settle_s`` more: anything extra (an aborted record, a duplicate) shows up."""
+    import rafka
+
+    c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level="read_committed")
+    c.assign([rafka.TopicPartition(t, p) for t, p in tps])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < expected and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+    end = time.monotonic() + settle_s
+    while time.monotonic() < end:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(r.value for r in recs)
+    c.close()
+    return got

@@ -18,6 +18,7 @@ import time
 import uuid
 
 import pytest
+from support import rafka_read
 
 import rafka
 
@@ -56,22 +57,6 @@ def ck_read(bootstrap: str, tps: list[tuple[str, int]], isolation: str, expected
             continue
         assert msg.error() is None, msg.error()
         got.append(msg.value())
-    c.close()
-    return got
-
-
-def rafka_read(cluster, tps: list[tuple[str, int]], expected: int, settle_s: float = 2.0) -> list[bytes]:
-    c = rafka.Consumer(cluster, auto_offset_reset="earliest", isolation_level="read_committed")
-    c.assign([rafka.TopicPartition(t, p) for t, p in tps])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(got) < expected and time.monotonic() < deadline:
-        for recs in c.poll(timeout_ms=200).values():
-            got.extend(r.value for r in recs)
-    end = time.monotonic() + settle_s
-    while time.monotonic() < end:
-        for recs in c.poll(timeout_ms=200).values():
-            got.extend(r.value for r in recs)
     c.close()
     return got
 
