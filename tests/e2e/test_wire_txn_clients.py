@@ -3,7 +3,8 @@ cluster (tests/e2e/conftest.py): confluent-kafka (librdkafka) and kafka-python t
 and abort multi-partition, multi-topic transactions (with offsets of a group in one of them:
 AddOffsetsToTxn + TxnOffsetCommit, checked through rafka's Admin); read_committed consumers see exactly the
 committed records, read_uncommitted ones the aborted records too; a second producer with the same
-transactional.id fences the first (zombie fencing); a wire producer's and rafka's Python producer's
+transactional.id fences the first (zombie fencing), and offsets sent with a group member's metadata from
+before a rebalance are refused (KIP-447, ILLEGAL_GENERATION); a wire producer's and rafka's Python producer's
 transactions on one topic are each read correctly by the other client. Raw kio requests check what the
 clients do not show: NOT_COORDINATOR from a broker that is not the id's coordinator, a transactional Produce
 to a partition never added to the transaction (INVALID_TXN_STATE, KIP-890 verification by the leader), and
@@ -408,3 +409,53 @@ def test_raw_coordinator_routing_verification_and_describe(bootstrap, e2e_cluste
     data.close()
     assert ck_read(bootstrap, [(t, 0)], "read_committed", 0, settle_s=1.0) == []
     assert ck_read(bootstrap, [(t, 0)], "read_uncommitted", 1) == [b"raw"]
+
+
+def test_offsets_of_a_stale_generation_are_refused_kip_447(bootstrap, e2e_topic, e2e_admin):
+    """KIP-447's zombie fencing by the group: a transaction's offsets sent with the group metadata of a member
+    from before a rebalance (librdkafka's TxnOffsetCommit carries its member id and generation) are refused
+    with ILLEGAL_GENERATION, an abortable error; nothing is committed for the group. The same offsets with
+    the member's metadata after the rebalance commit."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    t = e2e_topic(2, 1)
+    group = uid("kip447-g")
+
+    def member() -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        c.subscribe([t])
+        return c
+
+    def settle(members: list, until) -> None:
+        deadline = time.monotonic() + 60
+        while not until() and time.monotonic() < deadline:
+            for c in members:
+                c.poll(0.1)
+        assert until(), [c.assignment() for c in members]
+
+    a = member()
+    settle([a], lambda: len(a.assignment()) == 2)
+    stale = a.consumer_group_metadata()
+    b = member()  # joins: a rebalance, a new generation
+    settle([a, b], lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1)
+    p = ck_producer(bootstrap, uid("kip447-tx"))
+    try:
+        p.begin_transaction()
+        p.produce(t, value=b"kip447-x", partition=0)
+        with pytest.raises(KafkaException) as refused:
+            p.send_offsets_to_transaction([TopicPartition(t, 0, 1)], stale, 30)
+        err = refused.value.args[0]
+        assert err.code() == KafkaError.ILLEGAL_GENERATION and err.txn_requires_abort(), err
+        p.abort_transaction(30)
+        assert not e2e_admin.list_consumer_group_offsets(group)
+
+        owner = a if a.assignment()[0].partition == 0 else b
+        p.begin_transaction()
+        p.produce(t, value=b"kip447-c", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(t, 0, 1)], owner.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+    finally:
+        a.close()
+        b.close()
+    offsets = {(tp.topic, tp.partition): o for tp, o in e2e_admin.list_consumer_group_offsets(group).items()}
+    assert offsets == {(t, 0): 1}
