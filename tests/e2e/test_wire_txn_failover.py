@@ -1,10 +1,11 @@
-"""A real Kafka client's transactions across the SIGKILL of its transaction coordinator's broker.
+"""A real Kafka client's transactions across the SIGKILL or SIGSTOP of its transaction coordinator's broker.
 
 Its own 3-broker cluster (``failover_cluster``: listeners on loopback, a dead broker fenced after 4 s). A
 confluent-kafka (librdkafka) transactional producer commits transactions of ``K`` records spread over the 3
 partitions of a topic (RF 3, min.insync.replicas 2), one after another. Part-way, the OS process of the broker
-whose transaction coordinator serves the producer's transactional id gets SIGKILL: its coordinator, its
-``__transaction_state`` replicas and its partition leaders die with it. The producer must find the new
+whose transaction coordinator serves the producer's transactional id gets SIGKILL (its coordinator, its
+``__transaction_state`` replicas and its partition leaders die with it) or SIGSTOP (all of them freeze, are
+fenced, and later run on as zombies). The producer must find the new
 coordinator (FindCoordinator), which loads the id from the replicated log and finishes or aborts what was in
 flight; a commit that fails with an abortable error is aborted, and the transaction is written again as a new
 one. Then a read_committed consumer (confluent and rafka's) sees every committed transaction whole, exactly
@@ -38,6 +39,7 @@ PARTITIONS = 3
 K = 30  # records per transaction, over every partition
 TXNS = 40  # transactions that must commit
 KILL_AT = 12  # the coordinator's broker is killed once this many have committed, while the next is open
+RESUME_AFTER = 5  # SIGSTOP: transactions committed through the new coordinator before the old one runs on
 
 
 def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40, topic: str = TOPIC) -> list[bytes]:
@@ -74,7 +76,12 @@ def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40, t
     return got
 
 
-def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failover_cluster):
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_coordinator_broker_fails_confluent_transactions_stay_atomic(failover_cluster, fault):
+    """SIGKILL: the broker's process dies. SIGSTOP: it is paused (a long GC pause, a frozen VM) until its
+    coordinator's id has moved and the producer committed ``RESUME_AFTER`` more transactions through the new
+    one; then it runs on (SIGCONT) as a zombie that still believes it leads, while the producer goes on, and
+    it must come back as a live broker."""
     from confluent_kafka import KafkaException, Producer
 
     cluster = failover_cluster
@@ -91,6 +98,8 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
             "transaction.timeout.ms": 20000,
             "message.timeout.ms": 20000,
             "retry.backoff.ms": 100,
+            # a request to a paused broker is given up after this (librdkafka's default is 60 s)
+            "socket.timeout.ms": 6000,
         }
     )
     producer.init_transactions(30)
@@ -101,37 +110,44 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
     committed: list[int] = []  # transaction numbers whose commit returned
     aborted: list[int] = []  # ... whose commit failed abortably, then aborted
     errors: list[str] = []
-    killed_at = recovered_s = None
+    killed_at = recovered_s = resumed_at = None
     n = 0
     t_end = time.monotonic() + 120
-    while len(committed) < TXNS and time.monotonic() < t_end:
-        n += 1
-        producer.begin_transaction()
-        for i in range(K):
-            producer.produce(TOPIC, value=b"t%d-%d" % (n, i), partition=i % PARTITIONS)
-        if len(committed) == KILL_AT and killed_at is None:
-            producer.flush(10)  # the records are in the open transaction on every leader, then the crash
-            os.kill(pid, signal.SIGKILL)
-            killed_at = time.monotonic()
-        try:
-            while True:
-                try:
-                    producer.commit_transaction(30)
-                    break
-                except KafkaException as e:
-                    err = e.args[0]
-                    errors.append(f"commit of t{n}: {err.str()}")
-                    if err.txn_requires_abort():
-                        producer.abort_transaction(30)
-                        aborted.append(n)
+    try:
+        while len(committed) < TXNS and time.monotonic() < t_end:
+            n += 1
+            producer.begin_transaction()
+            for i in range(K):
+                producer.produce(TOPIC, value=b"t%d-%d" % (n, i), partition=i % PARTITIONS)
+            if len(committed) == KILL_AT and killed_at is None:
+                producer.flush(10)  # the records are in the open transaction on every leader, then the fault
+                os.kill(pid, getattr(signal, fault))
+                killed_at = time.monotonic()
+            if fault == "SIGSTOP" and resumed_at is None and len(committed) == KILL_AT + 1 + RESUME_AFTER:
+                os.kill(pid, signal.SIGCONT)  # the zombie runs on while this transaction is open
+                resumed_at = time.monotonic()
+            try:
+                while True:
+                    try:
+                        producer.commit_transaction(30)
                         break
-                    assert err.retriable() and not err.fatal(), f"commit of t{n} failed: {err}"
-        except KafkaException as e:
-            pytest.fail(f"transaction t{n}: {e.args[0]}; earlier errors {errors}")
-        if n not in aborted:
-            committed.append(n)
-            if killed_at is not None and recovered_s is None:
-                recovered_s = time.monotonic() - killed_at
+                    except KafkaException as e:
+                        err = e.args[0]
+                        errors.append(f"commit of t{n}: {err.str()}")
+                        if err.txn_requires_abort():
+                            producer.abort_transaction(30)
+                            aborted.append(n)
+                            break
+                        assert err.retriable() and not err.fatal(), f"commit of t{n} failed: {err}"
+            except KafkaException as e:
+                pytest.fail(f"transaction t{n}: {e.args[0]}; earlier errors {errors}")
+            if n not in aborted:
+                committed.append(n)
+                if killed_at is not None and recovered_s is None:
+                    recovered_s = time.monotonic() - killed_at
+    finally:
+        if fault == "SIGSTOP" and resumed_at is None:
+            os.kill(pid, signal.SIGCONT)  # never leave a stopped process behind
     producer.flush(10)
     assert len(committed) == TXNS, f"{len(committed)} of {TXNS} committed in 120 s; errors {errors}"
     assert killed_at is not None and recovered_s is not None
@@ -142,6 +158,16 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
     assert now != victim
     desc = describe_transaction(admin, tid)
     assert desc["state"] in ("CompleteCommit", "Empty"), desc
+    if fault == "SIGSTOP":  # the zombie, fenced while paused, registers again and is a live broker
+        assert resumed_at is not None
+
+        def back() -> bool:
+            return any(b["id"] == victim and b["alive"] for b in admin.describe_cluster()["brokers"])
+
+        deadline = time.monotonic() + 40
+        while not back() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert back(), admin.describe_cluster()
 
     def by_txn(values: list[bytes]) -> Counter:
         return Counter(int(v.split(b"-")[0][1:]) for v in values)
@@ -171,7 +197,8 @@ def test_coordinator_broker_sigkilled_confluent_transactions_stay_atomic(failove
     assert set(rc) <= set(ru)
     assert set(by_txn(ru)) <= set(committed) | set(aborted), "a record of no transaction begun here"
     print(
-        f"wire txn failover: coordinator broker {victim} -> {now}; first commit {recovered_s:.1f} s after the kill;"
+        f"wire txn failover ({fault}): coordinator broker {victim} -> {now}; first commit {recovered_s:.1f} s after"
+        " the fault;"
         f" {len(committed)} committed, aborted {aborted}; client errors {errors[:4]}"
     )
 
