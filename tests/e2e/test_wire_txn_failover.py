@@ -5,10 +5,9 @@ confluent-kafka (librdkafka) transactional producer commits transactions of ``K`
 partitions of a topic (RF 3, min.insync.replicas 2), one after another. Part-way, the OS process of the broker
 whose transaction coordinator serves the producer's transactional id gets SIGKILL (its coordinator, its
 ``__transaction_state`` replicas and its partition leaders die with it) or SIGSTOP (all of them freeze, are
-fenced, and later run on as zombies). The producer must find the new
-coordinator (FindCoordinator), which loads the id from the replicated log and finishes or aborts what was in
-flight; a commit that fails with an abortable error is aborted, and the transaction is written again as a new
-one. Then a read_committed consumer (confluent and rafka's) sees every committed transaction whole, exactly
+fenced, and later run on as zombies). The producer must find the new coordinator (FindCoordinator), which
+loads the id from the replicated log and finishes or aborts what was in flight; a commit that fails with an
+abortable error is aborted, and the producer goes on with new transactions until ``TXNS`` committed. Then a read_committed consumer (confluent and rafka's) sees every committed transaction whole, exactly
 once, none of the aborted ones, and no transaction in part; read_uncommitted sees every record that
 read_committed does.
 
