@@ -34,6 +34,27 @@ function deadline(ms, what) {
   return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms).unref())
 }
 
+// Runs ``consumer`` on the topic from the beginning until ``want`` messages came (60 s at most), each turned
+// into what it records by ``record``, then waits 1 s more: anything beyond them (a duplicate, an aborted record)
+// shows up in what it returns. The consumer stays connected.
+async function consumeAtLeast(consumer, want, autoCommit, record) {
+  await consumer.connect()
+  await consumer.subscribe({ topics: [topic], fromBeginning: true })
+  const got = []
+  let finished
+  const done = new Promise((resolve) => (finished = resolve))
+  await consumer.run({
+    autoCommit,
+    eachMessage: async (payload) => {
+      got.push(await record(payload))
+      if (got.length >= want) finished()
+    },
+  })
+  await Promise.race([done, deadline(60000, `consuming ${want} records (got ${got.length})`)])
+  await new Promise((r) => setTimeout(r, 1000))
+  return got.slice()
+}
+
 async function roundtrip() {
   const n = Number(nArg)
   const kafka = kafkaClient()
@@ -63,23 +84,10 @@ async function roundtrip() {
   await producer.disconnect()
 
   const consumer = kafka.consumer({ groupId: group, sessionTimeout: 10000, heartbeatInterval: 1000, maxWaitTimeInMs: 500 })
-  await consumer.connect()
-  await consumer.subscribe({ topics: [topic], fromBeginning: true })
-  const got = []
-  let finished
-  const done = new Promise((resolve) => (finished = resolve))
-  await consumer.run({
-    autoCommit: false,
-    eachMessage: async ({ partition, message }) => {
-      got.push({ partition, offset: Number(message.offset), key: message.key.toString(), value: message.value.toString() })
-      await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }])
-      if (got.length >= n) finished()
-    },
+  const consumed = await consumeAtLeast(consumer, n, false, async ({ partition, message }) => {
+    await consumer.commitOffsets([{ topic, partition, offset: (BigInt(message.offset) + 1n).toString() }])
+    return { partition, offset: Number(message.offset), key: message.key.toString(), value: message.value.toString() }
   })
-  await Promise.race([done, deadline(60000, `consuming ${n} records (got ${got.length})`)])
-  // a moment for anything beyond n (a duplicate) to show up before the check
-  await new Promise((r) => setTimeout(r, 1000))
-  const consumed = got.slice()
   const committed = await admin.fetchOffsets({ groupId: group, topics: [topic] })
   const described = await admin.describeGroups([group])
   await consumer.disconnect()
@@ -141,20 +149,10 @@ async function txn() {
   await successor.disconnect()
 
   const consumer = kafka.consumer({ groupId: `${group}-reader`, readUncommitted: false, maxWaitTimeInMs: 300 })
-  await consumer.connect()
-  await consumer.subscribe({ topics: [topic], fromBeginning: true })
-  const got = []
-  let finished
-  const done = new Promise((resolve) => (finished = resolve))
-  await consumer.run({
-    eachMessage: async ({ partition, message }) => {
-      got.push({ partition, value: message.value.toString() })
-      if (got.length >= 2 * n) finished()
-    },
-  })
-  await Promise.race([done, deadline(60000, `consuming ${2 * n} committed records (got ${got.length})`)])
-  await new Promise((r) => setTimeout(r, 1000)) // anything beyond them (aborted, fenced) would show up now
-  const consumed = got.slice()
+  const consumed = await consumeAtLeast(consumer, 2 * n, true, async ({ partition, message }) => ({
+    partition,
+    value: message.value.toString(),
+  }))
   await consumer.disconnect()
   const admin = kafka.admin()
   await admin.connect()
