@@ -102,6 +102,8 @@ def failover_cluster(ray_cluster, tmp_path):
             # a dead broker is fenced after this much silence (Kafka's default 9 s): keeps the test short
             "broker.session.timeout.ms": 4000,
             "broker.heartbeat.interval.ms": 500,
+            # transactions past their timeout are aborted within this (Kafka's default 10 s)
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
         },
     )
     yield cluster
