@@ -8,7 +8,11 @@ follow the new leader (Metadata) and the tailing consumer must too (Metadata, th
 to validate its position on the new leader's epoch, seen in librdkafka's protocol log). Every record
 whose delivery report said OK is then in the log exactly once, at the offset reported, in per-key order:
 read back with rafka's Python consumer and with a fresh confluent consumer. The broker is started again
-and rejoins (back in every ISR, its listener in the cluster's metadata)."""
+and rejoins (back in every ISR, its listener in the cluster's metadata).
+
+A second test kills the broker of a group's coordinator under two confluent members that commit as they
+consume: they follow the coordinator to its new broker, nothing is lost, and the group's offsets end at the
+log ends."""
 
 from __future__ import annotations
 
@@ -217,3 +221,93 @@ def test_leader_sigkilled_mid_stream_confluent_producer_follows_and_nothing_acke
         f" {after_kill} records after the kill; {len(epoch_lines)} OffsetForLeaderEpoch log lines, e.g. {epoch_lines[0]!r}"
     )
     assert took < 60
+
+
+GROUP_TOPIC = "wire-group-failover"
+GROUP_N = 3000
+
+
+def test_group_members_follow_their_coordinator_across_a_sigkill(failover_cluster):
+    """Two confluent-kafka members of one group consume a topic and commit as they go; part-way, the OS process
+    of the broker whose group coordinator holds the group gets SIGKILL (with it, some of the topic's leaders).
+    The members find the new coordinator (FindCoordinator), which loads the group's offsets from the replicated
+    __consumer_offsets; they rejoin if asked and go on. No record is lost (at-least-once: a record between a
+    member's last commit and a rebalance may be read twice), and the group's committed offsets end at the
+    log ends."""
+    from confluent_kafka import Consumer, KafkaException
+    from support import coordinator_of
+
+    cluster = failover_cluster
+    admin = rafka.Admin(cluster)
+    admin.create_topic(GROUP_TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    with rafka.Producer(cluster, acks="all") as p:
+        p.send_batch(GROUP_TOPIC, [(None, b"g-%d" % i, i % PARTITIONS) for i in range(GROUP_N)])
+        p.flush(60)
+    group = "wg-" + uuid.uuid4().hex[:6]
+    seen: set[bytes] = set()
+    reads = 0
+    lock = threading.Lock()
+    stop = threading.Event()
+    commit_errors: list[str] = []
+
+    def member() -> None:
+        nonlocal reads
+        c = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap_servers,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "fetch.wait.max.ms": 200,
+            }
+        )
+        c.subscribe([GROUP_TOPIC])
+        n = 0
+        try:
+            while not stop.is_set():
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    with lock:
+                        seen.add(msg.value())
+                        reads += 1
+                    n += 1
+                    time.sleep(0.002)  # ~500 records/s a member: the run spans the kill and the failover
+                if (n and n % 100 == 0) or (msg is None and n):
+                    try:
+                        c.commit(asynchronous=False)
+                    except KafkaException as e:  # no offsets to commit, or the coordinator moving: the next one
+                        commit_errors.append(e.args[0].name())
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=member, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(seen) < GROUP_N // 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim = coordinator_of(cluster, group, key_type=0)
+    os.kill(actor_pid(cluster.server.broker(victim)), signal.SIGKILL)
+    killed_at = time.monotonic()
+
+    ends = {p: GROUP_N // PARTITIONS for p in range(PARTITIONS)}
+
+    def committed() -> dict[int, int]:
+        offs = admin.list_consumer_group_offsets(group)
+        return {tp.partition: o for tp, o in offs.items() if tp.topic == GROUP_TOPIC}
+
+    deadline = time.monotonic() + 90
+    while (len(seen) < GROUP_N or committed() != ends) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert len(seen) == GROUP_N, f"{GROUP_N - len(seen)} records never read"
+    assert committed() == ends, committed()
+    alive = next(b for b in cluster.broker_ids() if b != victim)
+    assert coordinator_of(cluster, group, key_type=0, via=alive) != victim
+    print(
+        f"wire group failover: {reads} reads for {GROUP_N} records ({reads - GROUP_N} again), offsets at the ends"
+        f" {time.monotonic() - killed_at:.1f} s after the kill; commit errors {sorted(set(commit_errors))}"
+    )
