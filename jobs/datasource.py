@@ -9,8 +9,10 @@
 Reading is planned on the driver when the source is built: each partition's range is
 ``[start, end)`` with ``start`` from explicit offsets, a timestamp, or a group's committed offsets
 (``earliest``/``latest`` for partitions without one) and ``end`` the high watermark snapshotted then (or
-given offsets). A dataset built from the source therefore holds exactly those records however late it
-runs, and the ranges are what a job commits once its outputs are safe.
+given offsets); ``isolation_level='read_committed'`` ends them at the last stable offset instead and drops
+aborted transactions' records, as Kafka's read_committed consumers do. A dataset built from the source
+therefore holds exactly those records however late it runs, and the ranges are what a job commits once its
+outputs are safe.
 
 Each read task runs in a Ray worker: it finds the partition leader's replica actor through the cluster's
 GCS metadata (the cluster *name* travels, every lookup names Ray namespace ``rafka`` explicitly, so the
@@ -39,6 +41,8 @@ from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
 from protocol.errors import refresh_metadata
+from protocol.messages import READ_COMMITTED as PROTOCOL_READ_COMMITTED
+from protocol.messages import READ_UNCOMMITTED as PROTOCOL_READ_UNCOMMITTED
 from protocol.messages import FetchRequest
 from rafka.errors import (
     KafkaError,
@@ -48,6 +52,7 @@ from rafka.errors import (
     UnknownTopicOrPartitionError,
     for_code,
 )
+from rafka.read_committed import AbortedTransactionFilter
 from rafka.structs import TopicPartition
 
 __all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic", "write_topic"]
@@ -65,6 +70,7 @@ SCHEMA = pa.schema(
     ]
 )
 EARLIEST, LATEST = "earliest", "latest"
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 
 
 def _cluster_name(cluster: Any) -> str:
@@ -88,17 +94,20 @@ def _partitions(admin, topic: str, partitions: Iterable[int] | None) -> list[int
     return wanted
 
 
-def _offsets(admin, topic: str, parts: list[int], spec: Any, what: str) -> dict[int, int]:
-    """Resolve ``spec`` to an offset per partition: 'earliest', 'latest', an offset for all, a
-    ``{partition: offset}`` dict, or ``{"timestamp": ms}`` (the first offset at or after it, else the end)."""
+def _offsets(
+    admin, topic: str, parts: list[int], spec: Any, what: str, isolation: str = READ_UNCOMMITTED
+) -> dict[int, int]:
+    """Resolve ``spec`` to an offset per partition: 'earliest', 'latest' (the high watermark, or the last stable
+    offset for ``read_committed``), an offset for all, a ``{partition: offset}`` dict, or ``{"timestamp": ms}``
+    (the first offset at or after it, else the end)."""
     tps = {p: TopicPartition(topic, p) for p in parts}
     if spec in (EARLIEST, LATEST):
-        got = admin.list_offsets({tp: spec for tp in tps.values()})
+        got = admin.list_offsets({tp: spec for tp in tps.values()}, isolation_level=isolation)
         return {p: got[tp].offset for p, tp in tps.items()}
     if isinstance(spec, dict) and set(spec) == {"timestamp"}:
         ts = int(spec["timestamp"])
         found = admin.list_offsets({tp: ts for tp in tps.values()})
-        ends = admin.list_offsets({tp: LATEST for tp in tps.values()})
+        ends = admin.list_offsets({tp: LATEST for tp in tps.values()}, isolation_level=isolation)
         return {p: found[tp].offset if found[tp].offset >= 0 else ends[tp].offset for p, tp in tps.items()}
     if isinstance(spec, dict):
         unknown = sorted(set(int(p) for p in spec) - set(parts))
@@ -106,8 +115,8 @@ def _offsets(admin, topic: str, parts: list[int], spec: Any, what: str) -> dict[
             raise ValueError(f"{what} names partition(s) {unknown} that are not being read")
         rest = [p for p in parts if p not in {int(k) for k in spec}]
         out = {int(p): int(o) for p, o in spec.items()}
-        if rest:  # unnamed partitions: from the beginning (start) / to the high watermark (end)
-            out.update(_offsets(admin, topic, rest, EARLIEST if what == "start" else LATEST, what))
+        if rest:  # unnamed partitions: from the beginning (start) / to the high watermark or LSO (end)
+            out.update(_offsets(admin, topic, rest, EARLIEST if what == "start" else LATEST, what, isolation))
         return out
     if isinstance(spec, int) and not isinstance(spec, bool):
         return {p: spec for p in parts}
@@ -123,17 +132,21 @@ def plan_ranges(
     end: Any = LATEST,
     group: str | None = None,
     partitions: Iterable[int] | None = None,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> dict[int, tuple[int, int]]:
     """``{partition: (start, end)}`` for a bounded read. With ``group``, partitions the group has committed
     offsets for start there and ``start`` applies to the others. Ranges are clamped into
-    [log start, high watermark] so that a plan never asks for offsets the log cannot serve."""
+    [log start, high watermark] so that a plan never asks for offsets the log cannot serve; for
+    ``read_committed``, into [log start, last stable offset], so that no open transaction is in the plan."""
+    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise ValueError(f"isolation_level must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}, not {isolation_level!r}")
     from rafka.admin import Admin
 
     admin = Admin(cluster)
     parts = _partitions(admin, topic, partitions)
     tps = {p: TopicPartition(topic, p) for p in parts}
     low = admin.list_offsets({tp: EARLIEST for tp in tps.values()})
-    high = admin.list_offsets({tp: LATEST for tp in tps.values()})
+    high = admin.list_offsets({tp: LATEST for tp in tps.values()}, isolation_level=isolation_level)
     committed: dict[int, int] = {}
     if group is not None:
         committed = {
@@ -142,8 +155,8 @@ def plan_ranges(
             if tp.topic == topic and tp.partition in tps
         }
     rest = [p for p in parts if p not in committed]
-    starts = {**(_offsets(admin, topic, rest, start, "start") if rest else {}), **committed}
-    ends = _offsets(admin, topic, parts, end, "end")
+    starts = {**(_offsets(admin, topic, rest, start, "start", isolation_level) if rest else {}), **committed}
+    ends = _offsets(admin, topic, parts, end, "end", isolation_level)
     out = {}
     for p, tp in tps.items():
         lo, hi = low[tp].offset, high[tp].offset
@@ -184,13 +197,23 @@ def _to_table(topic: str, partition: int, records: list) -> pa.Table:
 class _PartitionReader:
     """Fetches ``[start, end)`` of one partition from its leader, one fetch in flight ahead of decoding."""
 
-    def __init__(self, cluster: str, topic: str, partition: int, fetch_max_bytes: int, timeout_s: float):
+    def __init__(
+        self,
+        cluster: str,
+        topic: str,
+        partition: int,
+        fetch_max_bytes: int,
+        timeout_s: float,
+        isolation_level: str = READ_UNCOMMITTED,
+    ):
         from rafka.metadata import ClusterMetadata
 
         self.metadata = ClusterMetadata(cluster)
         self.tp = TopicPartition(topic, partition)
         self.fetch_max_bytes = fetch_max_bytes
         self.timeout_s = timeout_s
+        self.committed = isolation_level == READ_COMMITTED
+        self.aborted: list | None = None  # the last reply's aborted transactions (read_committed)
 
     def _send(self, offset: int):
         deadline = time.monotonic() + self.timeout_s
@@ -198,7 +221,13 @@ class _PartitionReader:
             leader = self.metadata.leader(self.tp)
             if leader is not None:
                 handle, _, epoch = leader
-                return handle.fetch.remote(FetchRequest(offset, int(self.fetch_max_bytes), current_leader_epoch=epoch))
+                req = FetchRequest(
+                    offset,
+                    int(self.fetch_max_bytes),
+                    current_leader_epoch=epoch,
+                    isolation_level=PROTOCOL_READ_COMMITTED if self.committed else PROTOCOL_READ_UNCOMMITTED,
+                )
+                return handle.fetch.remote(req)
             if time.monotonic() >= deadline:
                 raise NotLeaderOrFollowerError(f"{self.tp} has no leader after {self.timeout_s:.0f} s")
             time.sleep(0.1)
@@ -219,6 +248,7 @@ class _PartitionReader:
             return None
         if code:
             raise for_code(code)(f"fetch {self.tp} at offset {offset}: {resp.get('error_message') or ''}".rstrip(": "))
+        self.aborted = resp.get("aborted_transactions") or []
         return resp.get("records") or b""
 
     def chunks(self, start: int, end: int) -> Iterator[list]:
@@ -238,11 +268,15 @@ class _PartitionReader:
                 continue
             deadline = time.monotonic() + self.timeout_s
             last = None
-            for _, h in iter_batch_headers(raw, validate=True):  # the CRC check happens here, once
+            keep = AbortedTransactionFilter(self.aborted).keep if self.committed and self.aborted else None
+            kept: list[bytes] = []  # read_committed with aborted transactions in the reply: the batches kept
+            for at, h in iter_batch_headers(raw, validate=True):  # the CRC check happens here, once
                 last = h
+                if keep is not None and keep(h, raw, at):
+                    kept.append(raw[at : at + h.size_in_bytes])
             nxt = last.next_offset
             ref = self._send(nxt) if nxt < end else None
-            records = decode_records(raw, validate=False)
+            records = decode_records(raw if keep is None else b"".join(kept), validate=False)
             if records and (records[0][0] < pos or records[-1][0] >= end):
                 records = [r for r in records if pos <= r[0] < end]
             pos = nxt
@@ -259,9 +293,12 @@ def read_partition(
     block_bytes: int = 64 << 20,
     timeout_s: float = 60.0,
     row_limit: int | None = None,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> Iterator[pa.Table]:
-    """Arrow tables (~``block_bytes`` each) holding the records of ``[start, end)`` of one partition."""
-    reader = _PartitionReader(cluster, topic, partition, fetch_max_bytes, timeout_s)
+    """Arrow tables (~``block_bytes`` each) holding the records of ``[start, end)`` of one partition; for
+    ``read_committed``, without the records of aborted transactions (the leader's aborted transaction index,
+    as a consumer drops them)."""
+    reader = _PartitionReader(cluster, topic, partition, fetch_max_bytes, timeout_s, isolation_level)
     pending: list = []
     size = 0
     rows = 0
@@ -287,7 +324,10 @@ class TopicDatasource(Datasource):
     ``start``: 'earliest' (default), 'latest', an offset, ``{partition: offset}`` or ``{"timestamp": ms}``;
     with ``group``, the group's committed offsets win where there are some. ``end``: 'latest' (the high
     watermark now, default), an offset or ``{partition: offset}``. ``partitions`` restricts the read.
-    ``num_cpus`` per read task defaults to 0.5: a read mostly waits on the leader replica actors, and
+    ``isolation_level``: 'read_uncommitted' (default: every record, aborted transactions' too) or
+    'read_committed' (the ranges end at the last stable offset, so no open transaction is read, and aborted
+    transactions' records are dropped, as Kafka's read_committed consumers and Spark's
+    ``kafka.isolation.level`` do). ``num_cpus`` per read task defaults to 0.5: a read mostly waits on the leader replica actors, and
     Spark executors beside it hold whole CPUs of their own."""
 
     def __init__(
@@ -302,11 +342,15 @@ class TopicDatasource(Datasource):
         block_bytes: int = 64 << 20,
         timeout_s: float = 60.0,
         num_cpus: float = 0.5,
+        isolation_level: str = READ_UNCOMMITTED,
     ):
         self.cluster = _cluster_name(cluster)
         self.topic = topic
         self.group = group
-        self.ranges: dict[int, tuple[int, int]] = plan_ranges(self.cluster, topic, start, end, group, partitions)
+        self.isolation_level = isolation_level
+        self.ranges: dict[int, tuple[int, int]] = plan_ranges(
+            self.cluster, topic, start, end, group, partitions, isolation_level
+        )
         self.fetch_max_bytes = int(fetch_max_bytes)
         self.block_bytes = int(block_bytes)
         self.timeout_s = float(timeout_s)
@@ -340,6 +384,7 @@ class TopicDatasource(Datasource):
             block_bytes=self.block_bytes,
             timeout_s=self.timeout_s,
             row_limit=per_task_row_limit,
+            isolation_level=self.isolation_level,
         )
         for p, s, e in todo:
             # num_rows stays unknown: compaction and transaction markers leave offsets without records

@@ -235,10 +235,14 @@ class Admin:
         _raise_first([res], "alter configs")
 
     # -- partitions --------------------------------------------------------------------------------
-    def list_offsets(self, specs: dict, timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndTimestamp]:
+    def list_offsets(
+        self, specs: dict, timeout_ms: int | None = None, isolation_level: str = "read_uncommitted"
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """``{tp: "earliest" | "latest" | timestamp_ms}`` -> ``{tp: OffsetAndTimestamp}`` (offset -1 when
-        no record has a timestamp at or after the one asked)."""
-        fetcher = Fetcher(self.metadata, ConsumerConfig(retry_backoff_ms=self.config.retry_backoff_ms))
+        no record has a timestamp at or after the one asked). ``isolation_level="read_committed"``: "latest"
+        is the last stable offset (Kafka's ``ListOffsetsOptions(IsolationLevel.READ_COMMITTED)``)."""
+        cfg = ConsumerConfig(retry_backoff_ms=self.config.retry_backoff_ms, isolation_level=isolation_level)
+        fetcher = Fetcher(self.metadata, cfg)
         t = float(self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms)
         out = {}
         for tp, spec in specs.items():

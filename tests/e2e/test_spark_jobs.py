@@ -211,6 +211,48 @@ def test_read_from_group_committed_offsets(e2e_cluster, e2e_admin, loaded_topic)
     assert rows_of(latest.to_dataset()) == sorted(r for r in sent if r[0] != 1 and r[1] >= {0: 50, 2: 7}[r[0]])
 
 
+def test_read_committed_drops_aborted_transactions_and_stops_at_an_open_one(e2e_cluster, e2e_topic):
+    """``isolation_level="read_committed"``: plain records and committed transactions are read, an aborted
+    transaction's records are not, and the ranges end at the last stable offset (an open transaction's first
+    offset), so the records after it wait until it ends; read_uncommitted reads all of them up to the high
+    watermark. No marker is ever a row."""
+    topic = e2e_topic(2, 1)
+    values: dict[str, list[bytes]] = {}
+
+    def send(p, tag: str) -> None:
+        values[tag] = [b"%s-%d" % (tag.encode(), i) for i in range(10)]
+        for i, v in enumerate(values[tag]):
+            p.send(topic, v, partition=i % 2)
+        p.flush()
+
+    with rafka.Producer(e2e_cluster) as plain, rafka.Producer(e2e_cluster, transactional_id=topic + "-tx") as tx:
+        tx.init_transactions()
+        send(plain, "plain")
+        for tag, commit in (("c1", True), ("ab", False), ("c2", True)):
+            tx.begin_transaction()
+            send(tx, tag)
+            tx.commit_transaction() if commit else tx.abort_transaction()
+        tx.begin_transaction()
+        send(tx, "open")  # left open: the LSO stays at its first offset on both partitions
+        send(plain, "late")
+
+        def read(isolation: str) -> tuple[TopicDatasource, list[bytes]]:
+            src = TopicDatasource(e2e_cluster, topic, isolation_level=isolation, **READ)
+            return src, sorted(r["value"] for r in src.to_dataset().take_all())
+
+        committed_src, got = read("read_committed")
+        assert got == sorted(values["plain"] + values["c1"] + values["c2"])
+        # plain 5 + c1 5 + COMMIT + ab 5 + ABORT + c2 5 + COMMIT: the open transaction's first offset
+        assert committed_src.end_offsets() == {TopicPartition(topic, p): 23 for p in range(2)}
+        _, got = read("read_uncommitted")
+        assert got == sorted(v for vs in values.values() for v in vs)
+        tx.commit_transaction()
+        _, got = read("read_committed")
+        assert got == sorted(v for tag, vs in values.items() if tag != "ab" for v in vs)
+    with pytest.raises(ValueError, match="isolation_level"):
+        TopicDatasource(e2e_cluster, topic, isolation_level="committed")
+
+
 # -- datasink -------------------------------------------------------------------------------------------
 def test_write_dataset_to_topic_partitions_by_key(e2e_cluster, e2e_topic):
     topic = e2e_topic(3, 1)  # partitioning by key is the point, not replication: 3 replica processes, not 9
