@@ -22,8 +22,9 @@ Exactly-once comes from Kafka's transactions (KIP-98), consume-transform-produce
    group, whose later writes the leaders then refuse) and aborts the transaction it left open.
 2. The state is read with ``isolation_level="read_committed"`` (``load_state``): up to the last stable
    offset, without aborted records, so an aborted or still open run is never seen. The run covers, per
-   input partition, ``[the group's committed offset (the log start when it has none), the high
-   watermark now)``.
+   input partition, ``[the group's committed offset (the log start when it has none), the last stable
+   offset now)``, read read_committed too (``INPUT_ISOLATION``): an upstream transactional producer's
+   aborted records are not counted, and its open transaction ends the run's range.
 3. Spark computes; Parquet is written; then ONE transaction holds every result record AND the group's
    new offsets (``send_offsets_to_transaction``, a TxnOffsetCommit: the job is not a group member, so it
    commits as ``generation -1`` and the group must have no active members) and is committed. Either
@@ -140,14 +141,19 @@ def read_results(cluster: Any, results_topic: str = "clickstream-results") -> di
 
 
 # -- planning -------------------------------------------------------------------------------------------
+# The input is read as Kafka's EOS consume-transform-produce reads it: what an upstream transactional producer
+# aborted is not counted, and a run stops at the first offset of a transaction still open there.
+INPUT_ISOLATION = "read_committed"
+
+
 def _plan(cluster: str, topic: str, group: str, state: dict) -> tuple[dict | None, int]:
-    """``(plan, last committed run)``: the next run over ``[committed offset, high watermark)`` of every
-    partition, or None when there is nothing new."""
+    """``(plan, last committed run)``: the next run over ``[committed offset, last stable offset)`` of every
+    partition (the input is read read_committed: ``INPUT_ISOLATION``), or None when there is nothing new."""
     from jobs.datasource import plan_ranges
 
     prev = state.get(RUN_PREFIX + group)
     last_run = prev["run"] if prev else 0
-    ranges = plan_ranges(cluster, topic, "earliest", "latest", group=group)
+    ranges = plan_ranges(cluster, topic, "earliest", "latest", group=group, isolation_level=INPUT_ISOLATION)
     if all(s == e for s, e in ranges.values()):
         return None, last_run
     plan = {
@@ -217,7 +223,7 @@ def _events(spark, cluster: str, plan: dict, read_options: dict):
         start={p: r[0] for p, r in ranges.items()},
         end={p: r[1] for p, r in ranges.items()},
         partitions=sorted(ranges),
-        **read_options,
+        **{**read_options, "isolation_level": INPUT_ISOLATION},
     )
     ds = src.to_dataset().map_batches(parse_clicks, batch_format="pyarrow", batch_size=None, num_cpus=src.num_cpus)
     flagged = ds.to_spark(spark).cache()  # one pass through RayDP's conversion, every later step reads this

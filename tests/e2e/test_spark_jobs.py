@@ -428,14 +428,24 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
     assert redo["pages"] == pages and results["pages"] == pages and results["sessions"] == sessions
     assert sum(r["clicks"] for r in pq.read_table(redo["parquet"]["page_counts"]).to_pylist()) == 1800  # replaced
 
+    # an upstream transactional producer aborts 100 valid clicks on the input: the job reads it read_committed
+    with rafka.Producer(e2e_cluster, transactional_id=job["topic"] + "-upstream") as upstream:
+        upstream.init_transactions()
+        upstream.begin_transaction()
+        for i in range(100):
+            click = {"id": f"ab-{i}", "user": "user-aborted", "seq": i, "page": "/aborted", "ts": 10**12 + i}
+            upstream.send(job["topic"], json.dumps(click).encode(), key=b"user-aborted", partition=i % 3)
+        upstream.flush()
+        upstream.abort_transaction()
     produce(e2e_cluster, job["topic"], stream.take(200))
-    third = run_job(e2e_cluster, spark, job)  # only what is new since run 2
+    third = run_job(e2e_cluster, spark, job)  # only what is new since run 2, without the aborted clicks
     assert third["run"] == 3 and not third["redo"] and third["records"] == 200
     assert {p: r[0] for p, r in third["ranges"].items()} == {p: r[1] for p, r in redo["ranges"].items()}
     pages, sessions = expected(stream.events, GAP_MS)
     results = clickstream.read_results(e2e_cluster, job["results_topic"])
     assert results["pages"] == pages and third["pages"] == pages and results["sessions"] == sessions
-    assert sum(e2e_admin.list_consumer_group_offsets(job["group"]).values()) == 4504
+    # the group's offsets are past the aborted clicks and their 3 ABORT markers too
+    assert sum(e2e_admin.list_consumer_group_offsets(job["group"]).values()) == 4504 + 100 + 3
 
     idle = run_job(e2e_cluster, spark, job)  # nothing new: no run, no output, same results
     assert idle["records"] == 0 and idle["run"] == 3 and idle["parquet"] == {} and idle["pages"] == pages
