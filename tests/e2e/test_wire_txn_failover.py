@@ -26,10 +26,12 @@ import uuid
 from collections import Counter
 
 import pytest
+import ray
 from support import coordinator_of
 
 import rafka
 from actors.worker_process import actor_pid
+from protocol.names import RAY_NAMESPACE, txn_coordinator_name
 from rafka import TopicPartition
 from rafka.txn_admin import describe_transaction
 
@@ -372,3 +374,69 @@ def test_transactional_client_process_sigkilled_mid_transaction_is_aborted_by_it
     state = describe_transaction(admin, tid)["state"]
     assert state in ("CompleteAbort", "Empty"), state
     print(f"wire txn hang: the killed client's transaction aborted, later records visible {first_after:.1f} s after")
+
+
+ZOMBIE_TOPIC = "wire-txn-zombie"
+ZOMBIE_TIMEOUT_MS = 15000
+
+
+def test_a_paused_coordinator_that_wakes_after_the_timeout_cannot_abort_a_committed_transaction(failover_cluster):
+    """The coordinator's broker is paused (SIGSTOP) with a transaction open; the producer commits it through the
+    new coordinator; the old one stays paused past the transaction's timeout and then runs on (SIGCONT). To
+    it, the transaction is still Ongoing and now expired, so its timer tries to abort it: a PrepareAbort to
+    the ``__transaction_state`` partition it no longer leads (its followers fetch from the new leader, so
+    acks=all with min.insync.replicas 2 cannot complete there) and nothing else. The transaction stays
+    committed (read_committed shows it, the new coordinator says CompleteCommit), and the producer's next
+    transaction commits: no epoch was bumped behind its back. Whether the zombie's timer fires before it
+    learns that it no longer leads is a race (its ``aborted_timeouts``, printed: 1 in each of 4 runs here), so
+    only the outcome is asserted."""
+    from confluent_kafka import Producer
+
+    cluster = failover_cluster
+    admin = rafka.Admin(cluster)
+    admin.create_topic(ZOMBIE_TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    bootstrap = cluster.bootstrap_servers
+    tid = "wzt-" + uuid.uuid4().hex[:8]
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": tid,
+            "acks": "all",
+            "transaction.timeout.ms": ZOMBIE_TIMEOUT_MS,
+            "socket.timeout.ms": 6000,
+        }
+    )
+    producer.init_transactions(30)
+    victim = coordinator_of(cluster, tid)
+    pid = actor_pid(cluster.server.broker(victim))
+    first = [b"z1-%d" % i for i in range(K)]
+    second = [b"z2-%d" % i for i in range(K)]
+    producer.begin_transaction()
+    for i, v in enumerate(first):
+        producer.produce(ZOMBIE_TOPIC, value=v, partition=i % PARTITIONS)
+    assert producer.flush(10) == 0
+    began = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        producer.commit_transaction(60)  # through the new coordinator
+        committed_s = time.monotonic() - began
+        assert committed_s < ZOMBIE_TIMEOUT_MS / 1000, f"the commit took {committed_s:.1f} s, past the timeout"
+        time.sleep(max(0.0, began + ZOMBIE_TIMEOUT_MS / 1000 + 2 - time.monotonic()))  # past the timeout, paused
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(5)  # the zombie's expiry check runs at once (every 500 ms here); then it learns it is no leader
+    zombie = ray.get_actor(txn_coordinator_name(cluster.name, victim), namespace=RAY_NAMESPACE)
+    tried = ray.get(zombie.metrics.remote(), timeout=30)["stats"]["aborted_timeouts"]
+    alive = next(b for b in cluster.broker_ids() if b != victim)
+    assert coordinator_of(cluster, tid, via=alive) != victim
+    assert describe_transaction(admin, tid)["state"] == "CompleteCommit"
+    producer.begin_transaction()
+    for i, v in enumerate(second):
+        producer.produce(ZOMBIE_TOPIC, value=v, partition=i % PARTITIONS)
+    producer.commit_transaction(60)
+    rc = read_all(bootstrap, "read_committed", 2 * K, topic=ZOMBIE_TOPIC)
+    assert sorted(rc) == sorted(first + second), "the zombie's abort reached the log"
+    print(
+        f"wire txn zombie coordinator: committed {committed_s:.1f} s after the pause; the zombie tried {tried}"
+        " timeout abort(s), none reached the log"
+    )
