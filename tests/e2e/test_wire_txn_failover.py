@@ -14,7 +14,8 @@ read_committed does.
 Then the same for a consume-transform-produce loop: the broker of the group's coordinator is killed during a
 commit, and every input has exactly one output in read_committed. Last, the client dies instead: a
 transactional client's own process is SIGKILLed with its transaction open, and the coordinator aborts it at
-its timeout, until when read_committed waits at its first offset."""
+its timeout, until when read_committed waits at its first offset. And a coordinator paused past a
+transaction's timeout wakes as a zombie that cannot abort what its successor committed."""
 
 from __future__ import annotations
 
