@@ -80,36 +80,48 @@ def read_all(bootstrap: str, isolation: str, want: int, timeout_s: float = 40, t
     return got
 
 
-@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
-def test_coordinator_broker_fails_confluent_transactions_stay_atomic(failover_cluster, fault):
-    """SIGKILL: the broker's process dies. SIGSTOP: it is paused (a long GC pause, a frozen VM) until its
-    coordinator's id has moved and the producer committed ``RESUME_AFTER`` more transactions through the new
-    one; then it runs on (SIGCONT) as a zombie that still believes it leads, while the producer goes on, and
-    it must come back as a live broker."""
-    from confluent_kafka import KafkaException, Producer
+def transactional_setup(cluster, topic: str, prefix: str, **conf):
+    """``(admin, transactional id, producer, coordinator's broker id, its OS pid)``: ``topic`` created (3
+    partitions, RF 3, min.insync.replicas 2) and a confluent-kafka transactional producer (acks=all, ``conf``
+    on top) initialized, whose coordinator's broker process is the one to fail."""
+    from confluent_kafka import Producer
 
-    cluster = failover_cluster
     admin = rafka.Admin(cluster)
-    admin.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-    bootstrap = cluster.bootstrap_servers
-    tid = "wtx-" + uuid.uuid4().hex[:8]
+    admin.create_topic(topic, PARTITIONS, 3, {"min.insync.replicas": "2"})
+    tid = f"{prefix}-{uuid.uuid4().hex[:8]}"
     producer = Producer(
         {
-            "bootstrap.servers": bootstrap,
+            "bootstrap.servers": cluster.bootstrap_servers,
             "transactional.id": tid,
             "acks": "all",
-            "linger.ms": 5,
-            "transaction.timeout.ms": 20000,
-            "message.timeout.ms": 20000,
-            "retry.backoff.ms": 100,
             # a request to a paused broker is given up after this (librdkafka's default is 60 s)
             "socket.timeout.ms": 6000,
+            **conf,
         }
     )
     producer.init_transactions(30)
     victim = coordinator_of(cluster, tid)
     pid = actor_pid(cluster.server.broker(victim))
     assert pid and pid != os.getpid()
+    return admin, tid, producer, victim, pid
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"])
+def test_coordinator_broker_fails_confluent_transactions_stay_atomic(failover_cluster, fault):
+    """SIGKILL: the broker's process dies. SIGSTOP: it is paused (a long GC pause, a frozen VM) until its
+    coordinator's id has moved and the producer committed ``RESUME_AFTER`` more transactions through the new
+    one; then it runs on (SIGCONT) as a zombie that still believes it leads, while the producer goes on, and
+    it must come back as a live broker."""
+    from confluent_kafka import KafkaException
+
+    cluster = failover_cluster
+    admin, tid, producer, victim, pid = transactional_setup(
+        cluster,
+        TOPIC,
+        "wtx",
+        **{"linger.ms": 5, "transaction.timeout.ms": 20000, "message.timeout.ms": 20000, "retry.backoff.ms": 100},
+    )
+    bootstrap = cluster.bootstrap_servers
 
     committed: list[int] = []  # transaction numbers whose commit returned
     aborted: list[int] = []  # ... whose commit failed abortably, then aborted
@@ -391,25 +403,11 @@ def test_a_paused_coordinator_that_wakes_after_the_timeout_cannot_abort_a_commit
     transaction commits: no epoch was bumped behind its back. Whether the zombie's timer fires before it
     learns that it no longer leads is a race (its ``aborted_timeouts``, printed: 1 in each of 4 runs here), so
     only the outcome is asserted."""
-    from confluent_kafka import Producer
-
     cluster = failover_cluster
-    admin = rafka.Admin(cluster)
-    admin.create_topic(ZOMBIE_TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
-    bootstrap = cluster.bootstrap_servers
-    tid = "wzt-" + uuid.uuid4().hex[:8]
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": tid,
-            "acks": "all",
-            "transaction.timeout.ms": ZOMBIE_TIMEOUT_MS,
-            "socket.timeout.ms": 6000,
-        }
+    admin, tid, producer, victim, pid = transactional_setup(
+        cluster, ZOMBIE_TOPIC, "wzt", **{"transaction.timeout.ms": ZOMBIE_TIMEOUT_MS}
     )
-    producer.init_transactions(30)
-    victim = coordinator_of(cluster, tid)
-    pid = actor_pid(cluster.server.broker(victim))
+    bootstrap = cluster.bootstrap_servers
     first = [b"z1-%d" % i for i in range(K)]
     second = [b"z2-%d" % i for i in range(K)]
     producer.begin_transaction()
