@@ -180,3 +180,50 @@ def rafka_read(cluster, tps: list[tuple[str, int]], expected: int, settle_s: flo
             got.extend(r.value for r in recs)
     c.close()
     return got
+
+
+def confluent_read(
+    bootstrap: str,
+    tps: list[tuple[str, int]],
+    isolation: str,
+    expected: int,
+    settle_s: float = 2.0,
+    strict: bool = True,
+    timeout_s: float = 60.0,
+) -> list[bytes]:
+    """Values read by a confluent-kafka consumer (``tps`` assigned from the beginning, ``isolation``) until
+    ``expected`` arrived, then for ``settle_s`` more: anything extra (an aborted record, a duplicate) shows up.
+    ``strict``: a consumer error fails the read; else it is skipped (a read right after a failover)."""
+    import uuid
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"unused-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is None and len(got) >= expected:
+                settle_until = time.monotonic() + settle_s
+            if settle_until is not None and time.monotonic() > settle_until:
+                break
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert not strict, msg.error()
+                continue
+            got.append(msg.value())
+    finally:
+        c.close()
+    return got

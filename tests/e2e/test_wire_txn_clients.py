@@ -19,7 +19,7 @@ import time
 import uuid
 
 import pytest
-from support import rafka_read
+from support import confluent_read, rafka_read
 
 import rafka
 
@@ -29,37 +29,6 @@ RETRY_CODES = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAI
 
 def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def ck_read(bootstrap: str, tps: list[tuple[str, int]], isolation: str, expected: int, settle_s: float = 2.0):
-    """Values read by a confluent consumer (assign from the beginning) until ``expected`` arrived, then for
-    ``settle_s`` more: anything extra (an aborted record, a duplicate) shows up."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": uid("unused"),
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-        }
-    )
-    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 60
-    settle_until = None
-    while time.monotonic() < deadline:
-        if settle_until is None and len(got) >= expected:
-            settle_until = time.monotonic() + settle_s
-        if settle_until is not None and time.monotonic() > settle_until:
-            break
-        msg = c.poll(0.2)
-        if msg is None:
-            continue
-        assert msg.error() is None, msg.error()
-        got.append(msg.value())
-    c.close()
-    return got
 
 
 def ck_producer(bootstrap: str, tid: str):
@@ -110,9 +79,9 @@ def test_confluent_commit_abort_offsets_and_isolation(bootstrap, e2e_topic, e2e_
     p.commit_transaction(60)
 
     tps = [(a, 0), (a, 1), (b, 0)]
-    got = ck_read(bootstrap, tps, "read_committed", len(committed))
+    got = confluent_read(bootstrap, tps, "read_committed", len(committed))
     assert sorted(got) == sorted(committed)
-    got = ck_read(bootstrap, tps, "read_uncommitted", len(committed) + len(aborted))
+    got = confluent_read(bootstrap, tps, "read_uncommitted", len(committed) + len(aborted))
     assert sorted(got) == sorted(committed + aborted)
     offsets = {(tp.topic, tp.partition): o for tp, o in e2e_admin.list_consumer_group_offsets(group).items()}
     assert offsets == {(a, 0): 7, (b, 0): 3}
@@ -161,7 +130,7 @@ def test_kafka_python_transactions_read_by_both_clients(bootstrap, e2e_cluster, 
     c.close()
     assert sorted(got) == sorted(committed)
     assert sorted(rafka_read(e2e_cluster, [(t, 0), (t, 1)], len(committed))) == sorted(committed)
-    assert sorted(ck_read(bootstrap, [(t, 0), (t, 1)], "read_uncommitted", 12)) == sorted(committed + aborted)
+    assert sorted(confluent_read(bootstrap, [(t, 0), (t, 1)], "read_uncommitted", 12)) == sorted(committed + aborted)
     offsets = {(tp.topic, tp.partition): o for tp, o in e2e_admin.list_consumer_group_offsets(group).items()}
     assert offsets == {(t, 1): 5}
 
@@ -213,8 +182,8 @@ def test_zombie_producer_is_fenced(bootstrap, e2e_topic):
     err = exc.value.args[0]
     assert err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH), err
     assert err.fatal(), err
-    assert sorted(ck_read(bootstrap, [(t, 0)], "read_committed", 3)) == [f"live-{i}".encode() for i in range(3)]
-    assert len(ck_read(bootstrap, [(t, 0)], "read_uncommitted", 6)) == 6
+    assert sorted(confluent_read(bootstrap, [(t, 0)], "read_committed", 3)) == [f"live-{i}".encode() for i in range(3)]
+    assert len(confluent_read(bootstrap, [(t, 0)], "read_uncommitted", 6)) == 6
 
 
 def test_wire_and_python_producers_share_a_topic(bootstrap, e2e_cluster, e2e_topic):
@@ -243,8 +212,8 @@ def test_wire_and_python_producers_share_a_topic(bootstrap, e2e_cluster, e2e_top
     py.close()
     tps = [(t, 0), (t, 1)]
     assert sorted(rafka_read(e2e_cluster, tps, len(committed))) == sorted(committed)
-    assert sorted(ck_read(bootstrap, tps, "read_committed", len(committed))) == sorted(committed)
-    assert sorted(ck_read(bootstrap, tps, "read_uncommitted", 24)) == sorted(committed + aborted)
+    assert sorted(confluent_read(bootstrap, tps, "read_committed", len(committed))) == sorted(committed)
+    assert sorted(confluent_read(bootstrap, tps, "read_uncommitted", 24)) == sorted(committed + aborted)
 
 
 # ---------------------------------------------------------------------------- raw kio requests
@@ -407,8 +376,8 @@ def test_raw_coordinator_routing_verification_and_describe(bootstrap, e2e_cluste
     assert init_with(ip3, ip3r, epoch).error_code == 47  # INVALID_PRODUCER_EPOCH before KIP-588
     coord.close()
     data.close()
-    assert ck_read(bootstrap, [(t, 0)], "read_committed", 0, settle_s=1.0) == []
-    assert ck_read(bootstrap, [(t, 0)], "read_uncommitted", 1) == [b"raw"]
+    assert confluent_read(bootstrap, [(t, 0)], "read_committed", 0, settle_s=1.0) == []
+    assert confluent_read(bootstrap, [(t, 0)], "read_uncommitted", 1) == [b"raw"]
 
 
 def test_offsets_of_a_stale_generation_are_refused_kip_447(bootstrap, e2e_topic, e2e_admin):
