@@ -12,7 +12,7 @@ once, none of the aborted ones, and no transaction in part; read_uncommitted see
 read_committed does.
 
 Last, a coordinator paused past a transaction's timeout wakes as a zombie that cannot abort what its successor
-committed. The consume-transform-produce loop and a client crash are in test_wire_eos_failover.py."""
+committed. A client crash is in test_wire_txn_client_crash.py."""
 
 from __future__ import annotations
 
