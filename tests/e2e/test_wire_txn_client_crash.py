@@ -6,7 +6,9 @@ read_committed waits at its first offset.
 Coordinator failures under a plain transactional producer are in test_wire_txn_failover.py. A
 consume-transform-produce loop across the SIGKILL of the group coordinator's broker is on branch
 ``wip/wire-eos-hang``: in 1 of ~8 runs librdkafka's send_offsets_to_transaction never returned after the
-failover (the TxnOffsetCommit got no answer), which is not understood yet."""
+failover, its TxnOffsetCommit never sent (nothing of it reached ``__consumer_offsets``), as in librdkafka's
+open bugs #5511 (a group coordinator that left the metadata stays cached) and #5456 (the call's timeout is
+not checked)."""
 
 from __future__ import annotations
 
