@@ -175,35 +175,45 @@ def latency_floors(cluster, admin, partitions: int) -> dict:
     wait_pools_full(cluster)
     payload = os.urandom(VALUE_BYTES)
     one_each = [(None, payload, q) for q in range(partitions)]
-    rounds, ends = [], []
     p = rafka.Producer(cluster, linger_ms=0)
     try:
-        for _ in range(FLOOR_SAMPLES + 5):
-            p.send_batch(topic, one_each)
-            t = time.monotonic()
-            p.flush()
-            rounds.append((time.monotonic() - t) * 1000)
-            time.sleep(0.01)
+        round_ms = _median_ms(lambda: _sent_then(p, topic, one_each, p.flush))
     finally:
         p.close()
     p = rafka.Producer(cluster, linger_ms=0, transactional_id="bench-floor-" + uuid.uuid4().hex[:8])
     try:
         p.init_transactions(timeout=120)
-        for _ in range(FLOOR_SAMPLES + 5):
+
+        def end_txn() -> float:
             p.begin_transaction()
-            p.send_batch(topic, one_each)
-            p.flush()
+            _sent_then(p, topic, one_each, p.flush)
             t = time.monotonic()
             p.commit_transaction(timeout=120)
-            ends.append((time.monotonic() - t) * 1000)
-            time.sleep(0.01)
+            return (time.monotonic() - t) * 1000
+
+        end_ms = _median_ms(end_txn)
     finally:
         p.close()
     admin.delete_topics([topic])
-    return {  # the first 5 of each (connections, lookups) are left out
-        "produce_round_ms": round(statistics.median(rounds[5:]), 2),
-        "end_txn_ms": round(statistics.median(ends[5:]), 2),
-    }
+    return {"produce_round_ms": round_ms, "end_txn_ms": end_ms}
+
+
+def _sent_then(p, topic: str, records: list, wait) -> float:
+    """ms that ``wait()`` takes after ``records`` are handed to ``p``."""
+    p.send_batch(topic, records)
+    t = time.monotonic()
+    wait()
+    return (time.monotonic() - t) * 1000
+
+
+def _median_ms(step) -> float:
+    """The median of ``FLOOR_SAMPLES`` runs of ``step`` (its own ms), each after a 10 ms pause, once 5 first
+    runs (connections, lookups) are left out."""
+    samples = []
+    for _ in range(FLOOR_SAMPLES + 5):
+        samples.append(step())
+        time.sleep(0.01)
+    return round(statistics.median(samples[5:]), 2)
 
 
 def ceiling(idem_per_s: float, txn_size: int, floors: dict) -> dict:

@@ -154,9 +154,20 @@ def plan_ranges(
             for tp, off in admin.list_consumer_group_offsets(group).items()
             if tp.topic == topic and tp.partition in tps
         }
+    # 'earliest' / 'latest' are the offsets just listed: no second ListOffsets round for them
+    known = {
+        EARLIEST: {p: low[tp].offset for p, tp in tps.items()},
+        LATEST: {p: high[tp].offset for p, tp in tps.items()},
+    }
+
+    def resolve(spec: Any, ps: list[int], what: str) -> dict[int, int]:
+        if isinstance(spec, str) and spec in known:
+            return {p: known[spec][p] for p in ps}
+        return _offsets(admin, topic, ps, spec, what, isolation_level)
+
     rest = [p for p in parts if p not in committed]
-    starts = {**(_offsets(admin, topic, rest, start, "start", isolation_level) if rest else {}), **committed}
-    ends = _offsets(admin, topic, parts, end, "end", isolation_level)
+    starts = {**(resolve(start, rest, "start") if rest else {}), **committed}
+    ends = resolve(end, parts, "end")
     out = {}
     for p, tp in tps.items():
         lo, hi = low[tp].offset, high[tp].offset
@@ -213,7 +224,6 @@ class _PartitionReader:
         self.fetch_max_bytes = fetch_max_bytes
         self.timeout_s = timeout_s
         self.committed = isolation_level == READ_COMMITTED
-        self.aborted: list | None = None  # the last reply's aborted transactions (read_committed)
 
     def _send(self, offset: int):
         deadline = time.monotonic() + self.timeout_s
@@ -233,8 +243,9 @@ class _PartitionReader:
             time.sleep(0.1)
             self.metadata.refresh([self.tp.topic], force=True)
 
-    def _reply(self, ref, offset: int) -> bytes | None:
-        """The records of a fetch reply, or None when it must be retried (leader moved, actor gone)."""
+    def _reply(self, ref, offset: int) -> tuple[bytes, list] | None:
+        """``(records, aborted transactions)`` of a fetch reply, or None when it must be retried (leader moved,
+        actor gone)."""
         from ray.exceptions import GetTimeoutError, RayActorError
 
         try:
@@ -248,8 +259,7 @@ class _PartitionReader:
             return None
         if code:
             raise for_code(code)(f"fetch {self.tp} at offset {offset}: {resp.get('error_message') or ''}".rstrip(": "))
-        self.aborted = resp.get("aborted_transactions") or []
-        return resp.get("records") or b""
+        return resp.get("records") or b"", resp.get("aborted_transactions") or []
 
     def chunks(self, start: int, end: int) -> Iterator[list]:
         """Decoded records of ``[start, end)``, a fetch reply at a time."""
@@ -259,7 +269,8 @@ class _PartitionReader:
         deadline = time.monotonic() + self.timeout_s
         ref = self._send(pos) if pos < end else None
         while ref is not None:
-            raw = self._reply(ref, pos)
+            reply = self._reply(ref, pos)
+            raw, aborted = reply if reply is not None else (None, [])
             if raw is None or not raw:
                 if time.monotonic() >= deadline:
                     raise KafkaTimeoutError(f"reading {self.tp} stalled at offset {pos} (range ends at {end})")
@@ -268,7 +279,7 @@ class _PartitionReader:
                 continue
             deadline = time.monotonic() + self.timeout_s
             last = None
-            keep = AbortedTransactionFilter(self.aborted).keep if self.committed and self.aborted else None
+            keep = AbortedTransactionFilter(aborted).keep if self.committed and aborted else None
             kept: list[bytes] = []  # read_committed with aborted transactions in the reply: the batches kept
             for at, h in iter_batch_headers(raw, validate=True):  # the CRC check happens here, once
                 last = h
