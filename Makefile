@@ -18,15 +18,15 @@ system-deps:
 	@bash .ci/system-deps.sh test
 
 # ruff (lint + format check) over the tree, mypy over the typed layers (storage, protocol, the pure actor cores); .ci/run runs it before the tests.
-MYPY_PATHS := storage protocol actors/partition.py actors/replica_manager.py actors/controller_requests.py \
-	actors/leader_and_isr.py actors/metadata_image.py actors/topic_configs.py actors/partition_change.py \
-	actors/placement.py actors/purgatory.py actors/supervision.py actors/group_service.py \
-	actors/coordinator_runtime.py actors/group_state.py actors/group_model.py actors/group_records.py \
-	actors/group_membership.py actors/group_offsets.py actors/controller_logic.py \
-	actors/controller_config.py actors/group_requests.py actors/log_dir_lock.py actors/metadata_store.py \
-	actors/partition_state.py actors/replica_config.py actors/replica_state_machine.py actors/worker_process.py \
-	actors/txn_records.py actors/txn_metadata.py actors/txn_state.py actors/txn_service.py actors/replica_housekeeping.py \
-	actors/config_sources.py actors/call_order.py actors/replication_channel.py actors/fetch_session.py actors/client_channel.py actors/produce_channel.py
+MYPY_PATHS := storage protocol actors/replication/partition.py actors/replication/replica_manager.py actors/metadata/controller_requests.py \
+	actors/replication/leader_and_isr.py actors/metadata/image.py actors/metadata/topic_configs.py actors/metadata/partition_change.py \
+	actors/metadata/placement.py actors/replication/purgatory.py actors/server/supervision.py actors/group/service.py \
+	actors/coordinator/runtime.py actors/group/shard.py actors/group/classic_group.py actors/group/records.py \
+	actors/group/membership.py actors/group/offsets.py actors/metadata/controller_logic.py \
+	actors/metadata/controller_config.py actors/group/requests.py actors/server/log_dir_lock.py actors/metadata/store.py \
+	actors/replication/partition_state.py actors/replication/replica_config.py actors/metadata/replica_state_machine.py actors/server/worker_process.py \
+	actors/txn/records.py actors/txn/metadata.py actors/txn/shard.py actors/txn/service.py actors/replication/housekeeping.py \
+	actors/metadata/config_sources.py actors/replication/call_order.py actors/channels/replication_channel.py actors/replication/fetch_session.py actors/channels/client_channel.py actors/channels/produce_channel.py
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

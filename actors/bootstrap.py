@@ -23,13 +23,12 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.broker import RemoteBroker
+from actors.channels.replica_lookup import replica_handle
+from actors.metrics_exporter import start_exporter, stop_exporter
 from protocol.errors import CoordinatorNotAvailableError, raise_for_code
 from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name
-from protocol.replica_lookup import replica_handle
-
-from .broker import RemoteBroker
-from .metrics_exporter import start_exporter, stop_exporter
 
 log = logging.getLogger("rafka.bootstrap")
 
@@ -103,7 +102,7 @@ class ServerHandle:
         return replica_handle(self.cluster, topic, partition, s["leader"])
 
     def replica(self, topic: str, partition: int, broker_id: int):
-        """Broker ``broker_id``'s replica actor of the partition (protocol/replica_lookup.py); ValueError if
+        """Broker ``broker_id``'s replica actor of the partition (actors/channels/replica_lookup.py); ValueError if
         it hosts none."""
         return replica_handle(self.cluster, topic, partition, broker_id)
 

@@ -5,13 +5,13 @@ replica's log plus Kafka's ``partition.metadata`` with the topic id: storage/par
 hosts the replica actors of its partitions as non-detached children pinned to its own Ray node: they
 fate-share with the broker, as a Kafka broker's partitions live and die with its process.
 
-Lifecycle. ``start()`` locks the log directory (Kafka's ``.lock``, actors/log_dir_lock.py: a second
+Lifecycle. ``start()`` locks the log directory (Kafka's ``.lock``, actors/server/log_dir_lock.py: a second
 broker process on the same directory fails its start with KAFKA_STORAGE_ERROR), makes sure a controller
 exists (creating the named controller actor with ``get_if_exists=True`` *is* the election), registers
 (getting a broker epoch), then heartbeats and watches the controller: a long-poll that raises within
 ~20 ms of its death and a probe that finds it frozen after ``controller.quorum.fetch.timeout.ms``; either
 way the broker kills that controller's handle (freeing its name) and elects the next one
-(actors/controller_link.py). The controller is a *child* of the broker that created it (not detached),
+(actors/server/controller_link.py). The controller is a *child* of the broker that created it (not detached),
 like Kafka's controller living inside a broker: killing that broker also kills the controller, and the
 surviving brokers elect a new one; a cluster whose brokers are all gone leaves no controller behind. It
 is hard-pinned to its creator's node, so its metadata log sits on that node's disk and a node loss takes
@@ -19,14 +19,14 @@ broker and controller together (with soft pinning Ray placed it on another node 
 loss was only noticed by GCS's ~30 s node timeout).
 
 Replicas live in ``ReplicaHost`` processes of up to ``replica.host.max.partitions`` replicas each
-(actors/replica_host.py, placed by actors/replica_hosts.py, one spare host started ahead of need); with 1,
+(actors/replica_host.py, placed by actors/server/replica_hosts.py, one spare host started ahead of need); with 1,
 each replica is a ``ReplicaActor`` process and the broker starts ``replica.warm.pool.size`` of them ahead of
-need, unbound (actors/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool
+need, unbound (actors/server/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool
 is empty), and refills the pool in the background. It is the authority for which actor is which replica:
-``replica_handle(topic, partition)`` (protocol/replica_lookup.py is the one lookup). A replica locks its
+``replica_handle(topic, partition)`` (actors/channels/replica_lookup.py is the one lookup). A replica locks its
 partition directory at bind, so two live replicas of one partition on one broker cannot both open it.
 
-Replica supervision (actors/replica_supervisor.py). Every replica actor is watched: a dead one (process
+Replica supervision (actors/server/replica_supervisor.py). Every replica actor is watched: a dead one (process
 killed) or a frozen one (silent for ``broker.session.timeout.ms``) is reported to the controller, which
 moves leadership and the ISR away at once, and is recreated from its log directory as a follower that
 catches up and rejoins the ISR.
@@ -43,10 +43,10 @@ answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
 
 Coordination. The broker hosts a group coordinator and a transaction coordinator, each created on first
 need and told which ``__consumer_offsets`` / ``__transaction_state`` partitions it leads;
-``find_coordinator(key, key_type)`` creates that topic on first use (actors/coordinator_host.py).
+``find_coordinator(key, key_type)`` creates that topic on first use (actors/server/coordinator_host.py).
 
 LeaderAndIsr / StopReplica decisions (which replicas to create, recreate, make leader or follower, stop;
-controller-epoch fencing; partition directories) are the pure actors/leader_and_isr.py.
+controller-epoch fencing; partition directories) are the pure actors/replication/leader_and_isr.py.
 """
 
 from __future__ import annotations
@@ -59,6 +59,20 @@ import shutil
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from actors.replica import (
+    ReplicaActor,  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
+)
+from actors.replication import leader_and_isr as lai
+from actors.replication.replica_config import host_max_partitions
+from actors.server import auto_topic_creation as atc
+from actors.server import coordinator_host as ch
+from actors.server import listeners as wire
+from actors.server import server_log
+from actors.server.controller_link import ControllerLink, ControllerUnavailable
+from actors.server.log_dir_lock import LogDirLock
+from actors.server.replica_hosts import ReplicaHosts
+from actors.server.replica_pool import ReplicaPool
+from actors.server.replica_supervisor import ReplicaSupervisor
 from protocol.control_messages import (
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
@@ -75,19 +89,6 @@ from protocol.errors import (
 )
 from protocol.kv import GcsKV, read_cluster
 from storage.partition_metadata import prepare_partition_dir
-
-from . import auto_topic_creation as atc
-from . import broker_listeners as wire
-from . import coordinator_host as ch
-from . import leader_and_isr as lai
-from . import server_log
-from .controller_link import ControllerLink, ControllerUnavailable
-from .log_dir_lock import LogDirLock
-from .replica import ReplicaActor  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
-from .replica_config import host_max_partitions
-from .replica_hosts import ReplicaHosts
-from .replica_pool import ReplicaPool
-from .replica_supervisor import ReplicaSupervisor
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
 
@@ -119,7 +120,7 @@ class BrokerActor:
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
         hosted = host_max_partitions(self.config)
-        if hosted > 1:  # replicas share ReplicaHost processes (actors/replica_hosts.py)
+        if hosted > 1:  # replicas share ReplicaHost processes (actors/server/replica_hosts.py)
             self.pool: ReplicaPool | ReplicaHosts = ReplicaHosts(self, hosted)
         else:
             self.pool = ReplicaPool(self, _REPLICA_CLS)
@@ -155,7 +156,7 @@ class BrokerActor:
         self.wire = await wire.start(self)
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
-        self.pool.fill()  # warm replica actors, in the background (actors/replica_pool.py)
+        self.pool.fill()  # warm replica actors, in the background (actors/server/replica_pool.py)
         self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
         log.info(
             "started (broker epoch %d, controller epoch %s, log dir %s, pid %d)",
@@ -382,7 +383,7 @@ class BrokerActor:
         return {"error_code": 0, "error_message": None, "producer_id": pid, "producer_epoch": 0}
 
     async def auto_create_topic(self, name: str) -> dict:
-        """Auto-create ``name`` (actors/auto_topic_creation.py: ``auto.create.topics.enable``,
+        """Auto-create ``name`` (actors/server/auto_topic_creation.py: ``auto.create.topics.enable``,
         ``num.partitions``, ``default.replication.factor`` of this broker's config) through the controller,
         without waiting for leaders: ``{error_code, error_message}``, 0 once the topic exists (created now
         or by someone else); the caller answers LEADER_NOT_AVAILABLE until its partitions have leaders."""
@@ -399,7 +400,7 @@ class BrokerActor:
             log.info("broker %s: auto-created topic %r (%s)", self.broker_id, name, spec)
         return {"error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
 
-    # ---- coordination (actors/coordinator_host.py) -------------------------------------------------------
+    # ---- coordination (actors/server/coordinator_host.py) -------------------------------------------------------
     async def _fresh_metadata(self) -> dict:
         self._cache = await asyncio.to_thread(read_cluster, self._kv)
         self._cache_version = self._cache["version"]
@@ -421,7 +422,7 @@ class BrokerActor:
 
     async def replica_handle(self, topic: str, partition: int):
         """The actor of this broker's replica of ``topic``-``partition``, or None: replicas are unnamed, the
-        broker that hosts one is the authority for its handle (``protocol/replica_lookup.py``). While a
+        broker that hosts one is the authority for its handle (``actors/channels/replica_lookup.py``). While a
         LeaderAndIsr of the partition is under way (its replica being bound), the answer waits for it: a
         replica the controller already assigned here is found as soon as it exists, as a name was."""
         key = (topic, int(partition))
@@ -432,13 +433,13 @@ class BrokerActor:
         return self.replicas.get(key)
 
     def replica_pool(self) -> dict:
-        """The warm pool's figures (actors/replica_pool.py ``describe``)."""
+        """The warm pool's figures (actors/server/replica_pool.py ``describe``)."""
         return self.pool.describe()
 
     def describe_configs(self) -> list[dict]:
-        """This broker's configs with Kafka's sources (actors/config_sources.py): DescribeConfigs of a broker
+        """This broker's configs with Kafka's sources (actors/metadata/config_sources.py): DescribeConfigs of a broker
         resource, ``rafka cluster configs``."""
-        from actors.config_sources import broker_entries
+        from actors.metadata.config_sources import broker_entries
 
         return broker_entries(self.config)
 

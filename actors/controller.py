@@ -1,27 +1,27 @@
-"""The controller: a thin async actor over ``ControllerLogic`` (actors/controller_logic.py); the requests
-a commit sends to the brokers are derived by actors/controller_requests.py (pure). docs/internals.md
+"""The controller: a thin async actor over ``ControllerLogic`` (actors/metadata/controller_logic.py); the requests
+a commit sends to the brokers are derived by actors/metadata/controller_requests.py (pure). docs/internals.md
 ("Liveness", "Controller") has the full story; in short:
 
 Election. The named actor ``controller_name(cluster)`` (protocol/names.py): creating it (brokers do, with
 ``get_if_exists=True``) is the election. Its constructor locks ``data_dir/controller/.lock``, claims the
 next controller epoch (put-if-absent of ``controller_epoch/<N>`` in GCS KV) and loads the image, from KV
 or from its local metadata log, whichever is newer (``metadata_store.load_image``: a fresh log file per
-controller). Brokers judge its liveness (actors/controller_link.py) and ``ray.kill`` a dead or frozen one.
+controller). Brokers judge its liveness (actors/server/controller_link.py) and ``ray.kill`` a dead or frozen one.
 
 Fencing. Every request to a broker carries the epoch; STALE_CONTROLLER_EPOCH in an answer makes it resign
 (NOT_CONTROLLER). Before each write of its own (metadata log append, GCS KV publish) it checks that
 ``controller_epoch/<N+1>`` does not exist, so a controller replaced while frozen resigns instead of writing.
 
 Commit path (one at a time, under ``lock``): handler -> records -> metadata log append + fsync -> replay
--> KV -> ``derive_requests`` -> each broker's ``BrokerChannel`` (actors/broker_channel.py, never under
+-> KV -> ``derive_requests`` -> each broker's ``BrokerChannel`` (actors/metadata/controller_channel_manager.py, never under
 the lock): LeaderAndIsr, StopReplica(delete), topic configs, the full partition set to a (re)registered
 broker, UpdateMetadata(version) to every live broker.
 
-Broker liveness (actors/controller_liveness.py). One pending ``broker.controller_session`` long-poll per
+Broker liveness (actors/metadata/broker_heartbeats.py). One pending ``broker.controller_session`` long-poll per
 registered broker (raises ~20 ms after its death) plus heartbeats every ``broker.heartbeat.interval.ms``;
 silent for ``broker.session.timeout.ms`` = fenced (FenceBroker, new leaders from the ISR, leader epochs
 bumped).
-Replica deaths are reported as ``replicas_offline`` / ``replicas_online`` (actors/replica_state_machine.py).
+Replica deaths are reported as ``replicas_offline`` / ``replicas_online`` (actors/metadata/replica_state_machine.py).
 After a failover the new controller probes the brokers the image says are alive (fencing the ones that
 are gone or another incarnation), then sends each live broker its full partition set and UpdateMetadata.
 """
@@ -36,23 +36,23 @@ import time
 
 import ray
 
+from actors.metadata import controller_events
+from actors.metadata import controller_requests as cr
+from actors.metadata.broker_heartbeats import BrokerSessions, probe_broker, rebalancer, session_checker
+from actors.metadata.controller_channel_manager import ControllerChannelManager
+from actors.metadata.controller_config import ControllerConfig
+from actors.metadata.controller_logic import ELECT_PREFERRED, ControllerLogic
+from actors.metadata.image import MetadataImage
+from actors.metadata.replica_state_machine import offline_replicas, online_replicas
+from actors.metadata.store import ClusterKV, MetadataLog, load_image
+from actors.server import server_log
+from actors.server.log_dir_lock import LogDirLock
+from actors.server.metrics import ControllerStats
+from actors.server.supervision import BrokerHeartbeats
 from protocol.control_messages import AlterPartitionRequest, AlterPartitionResponse
 from protocol.errors import KafkaError, NotControllerError, RequestTimedOutError, error_response
 from protocol.kv import controller_epoch_key
 from protocol.names import RAY_NAMESPACE, broker_name
-
-from . import controller_events, server_log
-from . import controller_requests as cr
-from .broker_channel import ControllerChannelManager
-from .controller_config import ControllerConfig
-from .controller_liveness import BrokerSessions, probe_broker, rebalancer, session_checker
-from .controller_logic import ELECT_PREFERRED, ControllerLogic
-from .log_dir_lock import LogDirLock
-from .metadata_image import MetadataImage
-from .metadata_store import ClusterKV, MetadataLog, load_image
-from .metrics import ControllerStats
-from .replica_state_machine import offline_replicas, online_replicas
-from .supervision import BrokerHeartbeats
 
 log = logging.getLogger("rafka.controller")
 
@@ -82,7 +82,7 @@ class ControllerActor:
         self.resigned: str | None = None
         self.stopping = False
         self.lock = asyncio.Lock()  # one commit at a time
-        self.stats = ControllerStats()  # elections and ISR changes, for the exporter (actors/metrics.py)
+        self.stats = ControllerStats()  # elections and ISR changes, for the exporter (actors/server/metrics.py)
         self._started: asyncio.Future | None = None
         self._ack_cond: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task] = []

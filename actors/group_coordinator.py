@@ -5,16 +5,16 @@ non-detached child pinned to the broker's node (it dies with the broker, as Kafk
 lives in the broker process). It serves the consumer groups whose ``__consumer_offsets`` partition
 (``partition_for(group_id, offsets.topic.num.partitions)``) this broker's replica leads.
 
-``__consumer_offsets`` (its spec, error normalization, routing: actors/group_service.py) is created
+``__consumer_offsets`` (its spec, error normalization, routing: actors/group/service.py) is created
 lazily by the broker on the first FindCoordinator. docs/internals.md ("Group coordinator") has the rules.
 
 Leadership (Kafka's onElection / onResignation). The broker calls ``on_elected(p, leader_epoch, replica)``
 / ``on_resigned(p, leader_epoch)`` (ordered per partition; older epochs ignored). On election the partition
-is loaded (actors/coordinator_loader.py); meanwhile COORDINATOR_LOAD_IN_PROGRESS.
+is loaded (actors/coordinator/loader.py); meanwhile COORDINATOR_LOAD_IN_PROGRESS.
 
 Per request (Kafka's CoordinatorRuntime, one event loop, no lock; per partition a CoordinatorContext,
-actors/coordinator_runtime.py): the shard's handler with ``now_ms``, replay its records, append the durable
-ones (actors/coordinator_writer.py), synchronously so appends keep handler order. The answer (and parked
+actors/coordinator/runtime.py): the shard's handler with ``now_ms``, replay its records, append the durable
+ones (actors/coordinator/writer.py), synchronously so appends keep handler order. The answer (and parked
 JoinGroup/SyncGroup completions) goes out once that append and every earlier one are acknowledged; a failed
 append fails the requests in flight, answers parked calls and reloads the shard from the partition. Timers:
 one task per partition sleeps until ``shard.next_deadline()`` (``poll_expirations``); every
@@ -31,18 +31,18 @@ from typing import Any, Callable
 
 import ray
 
-from actors import coordinator_loader as loader
-from actors import coordinator_writer as writer
-from actors import group_service as svc
-from actors import server_log
-from actors.coordinator_leadership import LeaderEpochs
-from actors.coordinator_runtime import CoordinatorContext, list_groups
-from actors.group_model import CoordinatorResult, Pending
-from actors.group_records import partition_for
-from actors.group_service import OFFSETS_TOPIC
-from actors.group_state import GroupCoordinatorShard
-from actors.group_txn_api import GroupTxnApi
-from actors.metrics import group_metrics
+from actors.coordinator import loader as loader
+from actors.coordinator import writer as writer
+from actors.coordinator.leadership import LeaderEpochs
+from actors.coordinator.runtime import CoordinatorContext, list_groups
+from actors.group import service as svc
+from actors.group.classic_group import CoordinatorResult, Pending
+from actors.group.records import partition_for
+from actors.group.service import OFFSETS_TOPIC
+from actors.group.shard import GroupCoordinatorShard
+from actors.group.txn_offsets import GroupTxnApi
+from actors.server import server_log
+from actors.server.metrics import group_metrics
 from protocol import group_messages as M
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -111,7 +111,7 @@ class GroupCoordinatorActor(GroupTxnApi):
         return self.parts.get(part.partition) is part and part.gen == gen
 
     async def _load(self, part: CoordinatorContext, gen: int) -> None:
-        """Load the partition (actors/coordinator_loader.py) and, if still current, serve the loaded shard."""
+        """Load the partition (actors/coordinator/loader.py) and, if still current, serve the loaded shard."""
         outcome = await loader.load_shard(part, lambda: self._current(part, gen), now_ms, self.broker_id)
         if not self._current(part, gen):
             return

@@ -3,7 +3,7 @@ running ``prometheus_client``'s HTTP server, whose custom Collector asks the clu
 figures on each scrape and renders them under Kafka's metric names (docs/metrics.md lists them all).
 
 Why one actor and pull-on-scrape: rafka's broker, replicas, controller and coordinators are separate
-processes; each keeps cheap plain-Python counters (actors/metrics.py, counted per request, never per
+processes; each keeps cheap plain-Python counters (actors/server/metrics.py, counted per request, never per
 record) and answers a ``metrics()`` call. Between scrapes nothing moves. A scrape:
 
 1. reads the cluster metadata from GCS KV (brokers, topics, partitions, leaders, ISRs, topic configs);
@@ -34,6 +34,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector, CollectorRegistry
 from ray.exceptions import RayError
 
+from actors.server.metrics import LATENCY_BUCKETS_MS, REQUESTS, ReplicaStats
 from protocol.kv import GATEWAY_METRICS, GcsKV, read_cluster
 from protocol.kv import METRICS_URL as METRICS_URL_KEY
 from protocol.names import (
@@ -44,8 +45,6 @@ from protocol.names import (
     metrics_exporter_name,
     txn_coordinator_name,
 )
-
-from .metrics import LATENCY_BUCKETS_MS, REQUESTS, ReplicaStats
 
 log = logging.getLogger("rafka.metrics")
 

@@ -1,19 +1,19 @@
-"""One partition replica as a Ray async actor: the shell around a pure :class:`~actors.partition.Partition`.
+"""One partition replica as a Ray async actor: the shell around a pure :class:`~actors.replication.partition.Partition`.
 
 The replication logic (roles and epochs, the HW rule, ISR shrink/expand decisions, truncation) is the
-Partition's (``actors/partition.py``, Kafka's ``kafka.cluster.Partition``); the purgatories and the one
-dispatch from a returned ``LeaderHwChange`` to them are the ReplicaManager's (``actors/replica_manager.py``);
-the follower loop is the ReplicaFetcher's (``actors/replica_fetcher.py``, Kafka's ReplicaFetcherThread);
-AlterPartition calls are the AlterPartitionManager's (``actors/alter_partition.py``). This actor keeps
+Partition's (``actors/replication/partition.py``, Kafka's ``kafka.cluster.Partition``); the purgatories and the one
+dispatch from a returned ``LeaderHwChange`` to them are the ReplicaManager's (``actors/replication/replica_manager.py``);
+the follower loop is the ReplicaFetcher's (``actors/replication/replica_fetcher.py``, Kafka's ReplicaFetcherThread);
+AlterPartition calls are the AlterPartitionManager's (``actors/replication/alter_partition.py``). This actor keeps
 the RPCs, the timers and the Log's lifecycle, and wires the returned changes to the purgatories.
 
 Created by the broker (a fate-sharing child, unnamed, pinned to its node) ahead of need as a warm pool
-actor, ``ReplicaActor.options(num_cpus=0, max_concurrency=1000).remote()`` (actors/replica_pool.py), and
+actor, ``ReplicaActor.options(num_cpus=0, max_concurrency=1000).remote()`` (actors/server/replica_pool.py), and
 bound to a partition when a LeaderAndIsr makes the broker a replica of it: ``bind(cluster, topic,
 partition, topic_id, broker_id, log_dir, config_props)`` (what ``__init__(*same arguments)`` does for a
 cold one: lock the partition directory, open the log); then driven by ``become_leader(state)`` /
 ``become_follower(state)`` (LeaderAndIsr). Replicas have no Ray names: the broker that hosts one is the
-authority for its handle (``BrokerActor.replica_handle``; ``protocol/replica_lookup.py``).
+authority for its handle (``BrokerActor.replica_handle``; ``actors/channels/replica_lookup.py``).
 
 Leader: ``produce`` appends through the Log (validation, idempotent dedup, offsets), acks=all waits in a
 DelayedProduce until the high watermark passes the batch; followers fetch with ``replica_id`` and their
@@ -24,7 +24,7 @@ LEO, which advances the HW (min LEO over the ISR); followers that lag more than
 Follower: a background loop truncates by leader epoch (OffsetForLeaderEpoch, KIP-279) after every
 leader change, then long-polls the leader's ``fetch`` and appends as follower. The follower's fetches
 travel on a TCP connection to the leader's replication listener (``replication_endpoint``,
-actors/replication_channel.py), not as Ray calls: a Ray call costs ~1.4 ms of CPU here.
+actors/channels/replication_channel.py), not as Ray calls: a Ray call costs ~1.4 ms of CPU here.
 
 The data calls (``produce``, ``fetch``, ``list_offsets``, ``offset_for_leader_epoch``) each take one typed
 request of ``protocol.messages`` and answer its response's dict; anything else answers INVALID_REQUEST.
@@ -50,18 +50,16 @@ import time
 
 import ray
 
-from actors import server_log
-from actors.alter_partition import AlterPartitionManager
-from actors.call_order import CallOrder
-from actors.client_channel import ClientListener
-from actors.log_dir_lock import LogDirLock
-from actors.metrics import ReplicaStats
-from actors.partition import Partition
-from actors.partition_state import STOPPED, LeaderHwChange
-from actors.replica_config import split_config
-from actors.replica_fetcher import ReplicaFetcher
-from actors.replica_housekeeping import ReplicaHousekeeping
-from actors.replica_manager import (
+from actors.channels.client_channel import ClientListener
+from actors.channels.replication_channel import replication_server
+from actors.replication.alter_partition import AlterPartitionManager
+from actors.replication.call_order import CallOrder
+from actors.replication.housekeeping import ReplicaHousekeeping
+from actors.replication.partition import Partition
+from actors.replication.partition_state import STOPPED, LeaderHwChange
+from actors.replication.replica_config import split_config
+from actors.replication.replica_fetcher import ReplicaFetcher
+from actors.replication.replica_manager import (
     DelayedFetch,
     ReplicaManager,
     _err,
@@ -69,10 +67,12 @@ from actors.replica_manager import (
     fetch_answer,
     fetch_error,
 )
-from actors.replica_status import ReplicaStatus
-from actors.replica_writes import ReplicaWrites, now_ms
-from actors.replication_channel import replication_server
-from actors.txn_verification import TxnVerifier
+from actors.replication.replica_status import ReplicaStatus
+from actors.replication.replica_writes import ReplicaWrites, now_ms
+from actors.replication.txn_verification import TxnVerifier
+from actors.server import server_log
+from actors.server.log_dir_lock import LogDirLock
+from actors.server.metrics import ReplicaStats
 from protocol import errors as E
 from protocol.control_messages import LeaderAndIsrPartitionState
 from protocol.messages import (
@@ -100,7 +100,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
     hosted = False  # True inside a ReplicaHost: the process's log context is the host's, not one partition's
 
     def __init__(self, *binding):
-        """Unbound (a warm pool actor, actors/replica_pool.py) when called without arguments; else as
+        """Unbound (a warm pool actor, actors/server/replica_pool.py) when called without arguments; else as
         ``bind(*binding)`` at once."""
         self.bound = False
         self.dir_lock: LogDirLock | None = None
@@ -119,7 +119,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         config_props: dict | None = None,
     ) -> dict:
         """Make this (warm, unbound) actor the replica of ``topic``-``partition`` on ``broker_id``: what the
-        constructor does for a cold one. Locks ``log_dir/.lock`` first (actors/log_dir_lock.py): a second
+        constructor does for a cold one. Locks ``log_dir/.lock`` first (actors/server/log_dir_lock.py): a second
         live replica of one partition on one broker fails here with KAFKA_STORAGE_ERROR (the guard the
         per-partition actor names gave). Binds once: a bound actor answers INVALID_REQUEST."""
         if self.bound:
@@ -186,7 +186,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self.call_order = CallOrder()
         self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0, "markers": 0, "markers_wait_ms": 0.0}
-        self.metrics_stats = ReplicaStats()  # per request, never per record (actors/metrics.py)
+        self.metrics_stats = ReplicaStats()  # per request, never per record (actors/server/metrics.py)
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self.bound = True
 

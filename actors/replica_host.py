@@ -16,14 +16,14 @@ a stale handle never reaches another partition: a call to a slot that is gone an
 NOT_LEADER_OR_FOLLOWER (``supervise`` answers ``{"reason": "stopped"}``, ``stop`` succeeds).
 
 Faults. The host is one process: its death (SIGKILL, OOM) or freeze (SIGSTOP) is every hosted replica's,
-and each one's supervision (actors/replica_supervisor.py) sees it through its own ``supervise`` long-poll
+and each one's supervision (actors/server/replica_supervisor.py) sees it through its own ``supervise`` long-poll
 and pings, as for a replica process: each is reported offline to the controller and recreated, in a
 live host of the broker (a new one if none has room). ``process_handle`` / ``process_class`` name the actor
 and the worker title (``ray::ReplicaHost``) a supervisor checks before it signals a pid. Ending one replica
 (StopReplica, a failed bind: ``ReplicaHosts.end``) drops its slot; only the host's death ends the others.
 
 Server log: the process's context is ``ReplicaHost broker=N``; each call to a replica sets its asyncio task's
-context to the replica's own ``Partition <topic>-<p> broker=N`` (actors/server_log.py ``set_task_context``),
+context to the replica's own ``Partition <topic>-<p> broker=N`` (actors/server/server_log.py ``set_task_context``),
 which the tasks, callbacks and listeners it starts copy, so a replica's lines read as a ReplicaActor's.
 
 Concurrency: the host's one event loop runs every hosted replica's calls (the Log of each still has exactly
@@ -39,8 +39,8 @@ from typing import Any
 
 import ray
 
-from actors import server_log
 from actors.replica import Replica
+from actors.server import server_log
 from protocol import errors as E
 
 HOST_CLASS = "ReplicaHost"

@@ -4,14 +4,14 @@ Named ``txn_coordinator_name(cluster, broker_id)`` (protocol/names.py), created 
 non-detached child pinned to the broker's node (it dies with the broker). It serves the transactional ids
 whose ``__transaction_state`` partition (``partition_for(transactional_id, n)``) this broker's replica
 leads; the broker tells it ``on_elected`` / ``on_resigned`` in LeaderAndIsr order, exactly as for the
-group coordinator (actors/coordinator_host.py).
+group coordinator (actors/server/coordinator_host.py).
 
 Load (Kafka's TransactionStateManager.loadTransactionsForTxnTopicPartition): wait until the replica leads
 at our epoch with its HW over its takeover LEO, read the partition to the HW through ``fetch``, replay every
 record (latest value per id), then resume the markers of every transaction found in a Prepare state.
 Meanwhile requests answer COORDINATOR_LOAD_IN_PROGRESS; ids of partitions not led here NOT_COORDINATOR.
 
-Per request: the shard's handler (pure, actors/txn_state.py) returns records and a response; the records
+Per request: the shard's handler (pure, actors/txn/shard.py) returns records and a response; the records
 go to the replica as one RecordBatch with acks=all at our leader epoch; once acknowledged they are replayed
 and the response goes out (a failed append releases the id's pending mark and answers Kafka's mapped error).
 A replayed Prepare record starts its :class:`MarkerJob`: WriteTxnMarkers to the leader replica of every
@@ -29,21 +29,21 @@ import time
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from actors import server_log
-from actors import txn_service as svc
-from actors.coordinator_channel import CoordinatorListener
-from actors.coordinator_leadership import LeaderEpochs
-from actors.coordinator_runtime import records_batch
-from actors.group_records import partition_for as group_partition_for
-from actors.group_service import OFFSETS_TOPIC, offsets_partitions
-from actors.metrics import txn_metrics
-from actors.txn_markers import TxnMarkerChannel
-from actors.txn_partition_tasks import TxnPartitionTasks, now_ms
-from actors.txn_service import ACTIVE, LOADING, TxnPartition
-from actors.txn_state import ONGOING, STATE_NAMES, TxnResult
+from actors.channels.coordinator_channel import CoordinatorListener
+from actors.channels.data_channel import loop_channel, produce_timeout_s
+from actors.coordinator.leadership import LeaderEpochs
+from actors.coordinator.runtime import records_batch
+from actors.group.records import partition_for as group_partition_for
+from actors.group.service import OFFSETS_TOPIC, offsets_partitions
+from actors.server import server_log
+from actors.server.metrics import txn_metrics
+from actors.txn import service as svc
+from actors.txn.markers import TxnMarkerChannel
+from actors.txn.partition_tasks import TxnPartitionTasks, now_ms
+from actors.txn.service import ACTIVE, LOADING, TxnPartition
+from actors.txn.shard import ONGOING, STATE_NAMES, TxnResult
 from protocol import errors as E
 from protocol.channel_frames import API_PRODUCE, internal_produce_fields
-from protocol.data_channel import loop_channel, produce_timeout_s
 from protocol.kv import GcsKV
 from protocol.messages import ProduceRequest
 from protocol.names import RAY_NAMESPACE, broker_name
@@ -103,8 +103,8 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         self._kv = GcsKV(cluster)
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
-        # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/coordinator_channel.py)
-        self._tasks: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn_markers.py)
+        # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/channels/coordinator_channel.py)
+        self._tasks: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn/markers.py)
         self.clients = CoordinatorListener(lambda method: getattr(self, method), f"txn coordinator b{broker_id}")
         # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
         # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
@@ -142,7 +142,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         req = ProduceRequest(
             records_batch(res.records, now_ms()), -1, self.append_timeout_ms, current_leader_epoch=part.epoch
         )
-        try:  # on the replica's internal channel (protocol/data_channel.py), not a Ray call
+        try:  # on the replica's internal channel (actors/channels/data_channel.py), not a Ray call
             ans = await loop_channel(internal=True).submit_here(
                 part.replica, API_PRODUCE, internal_produce_fields(req), req.records, produce_timeout_s(req)
             )

@@ -7,7 +7,7 @@ import time
 
 
 def replica_pools(cluster) -> dict:
-    """Every broker's warm pool (actors/replica_pool.py): ``{broker id: {size, warm, ready, taken, cold, ...}}``."""
+    """Every broker's warm pool (actors/server/replica_pool.py): ``{broker id: {size, warm, ready, taken, cold, ...}}``."""
     import ray
 
     return {i: ray.get(b.replica_pool.remote(), timeout=30) for i, b in cluster.server.brokers.items()}

@@ -1,5 +1,5 @@
 """How long each `rafka` CLI verb takes against a running cluster, through the cluster's CLI agent (the
-default: the verb runs in an actor already attached to Ray, rafka/cli_remote.py) and attached to Ray itself
+default: the verb runs in an actor already attached to Ray, rafka/cli/remote.py) and attached to Ray itself
 (``RAFKA_CLI_AGENT=0``), side by side in one run, each verb a fresh `rafka` process as a user runs it.
 
     python benchmarks/cli_bench.py --json [--brokers 3] [--repeat 5]

@@ -60,7 +60,7 @@ from bench_util import (  # noqa: E402
 )
 
 import rafka  # noqa: E402
-from actors.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
+from actors.replication.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
 from rafka import TopicPartition  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
@@ -224,7 +224,7 @@ def idle_cores(window_s: float, settle_s: float) -> dict:
     directory), except this driver, over ``window_s`` seconds."""
     import ray
 
-    from rafka.clusterctl import ray_processes
+    from rafka.cli.clusterctl import ray_processes
 
     session = ray._private.worker._global_node.get_session_dir_path()
     time.sleep(settle_s)
@@ -251,7 +251,7 @@ def idle_cores(window_s: float, settle_s: float) -> dict:
 def bench_http(cluster, topic: str, seconds: float) -> dict:
     from http_bench import run_case
 
-    from rafka.clusterctl import free_port
+    from rafka.cli.clusterctl import free_port
     from serve.gateway import start_gateway, stop_gateway
 
     url = start_gateway(cluster, port=free_port())
@@ -318,7 +318,7 @@ def main() -> int:
             admin.delete_topics(["batch"])
 
             # beside the goal (not one): the same with batch.size 1,000,000 (send_batch's own batches are bulk
-            # ones, up to max.message.bytes, either way: rafka/send_batch.py bulk_bytes)
+            # ones, up to max.message.bytes, either way: rafka/producer/send_batch.py bulk_bytes)
             admin.create_topic("batch-1mb", PARTITIONS, 3, TOPIC_CONF)
             detail["pool_refill_s_batch-1mb"] = wait_pools_full(cluster)
             detail["send_batch_1mb"] = bench_send_batch(cluster, "batch-1mb", a.batch_records, batch_size=1_000_000)

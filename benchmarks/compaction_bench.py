@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import ray  # noqa: E402
 
 import rafka  # noqa: E402
-from protocol.replica_lookup import replica_handle  # noqa: E402
+from actors.channels.replica_lookup import replica_handle  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from client_bench import latency_summary  # noqa: E402
 
 import rafka  # noqa: E402
-from rafka.clusterctl import free_port  # noqa: E402
+from rafka.cli.clusterctl import free_port  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 VALUE = 100

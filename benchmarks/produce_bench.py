@@ -226,7 +226,7 @@ class DirectSetup:
         ray.get(
             [handles[0].become_leader.remote(state)] + [handles[b].become_follower.remote(state) for b in replicas[1:]]
         )
-        # replicas are found through the broker that hosts them (protocol/replica_lookup.py): a stand-in
+        # replicas are found through the broker that hosts them (actors/channels/replica_lookup.py): a stand-in
         # answers the followers' lookups of the leader (broker 0)
         if self.directory is None:
             self.directory = _LeaderDirectory.options(

@@ -33,7 +33,7 @@ import psutil  # noqa: E402  (ray depends on it)
 from bench_util import add_host_partitions_arg, host_config, replica_memory  # noqa: E402
 
 import rafka  # noqa: E402
-from actors.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
+from actors.replication.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 

@@ -47,7 +47,7 @@ def register(groups, common) -> None:
 
 
 def cmd_job_list(args) -> int:
-    from rafka.cli_support import EXIT_OK, print_result, table
+    from rafka.cli.support import EXIT_OK, print_result, table
 
     print_result(
         args,
@@ -102,7 +102,7 @@ def _step_printer(args):
 def _stdout_to_stderr():
     """Send fd 1 to stderr while Spark runs: the JVMs it starts (driver, RayDP's AppMaster) print log4j
     notices on stdout, which must carry only the summary (it may be --json)."""
-    from rafka.cli_support import output_stream
+    from rafka.cli.support import output_stream
 
     for stream in (sys.stdout, output_stream()):
         stream.flush()
@@ -120,14 +120,14 @@ def _stdout_to_stderr():
 def cmd_job_run(args) -> int:
     from jobs import clickstream
     from jobs.spark import init_spark, stop_spark
-    from rafka.cli_support import EXIT_ERROR, EXIT_OK, UsageError, connect, print_result
+    from rafka.cli.support import EXIT_ERROR, EXIT_OK, UsageError, connect, print_result
 
     if args.executors < 1 or args.executor_cores < 1:
         raise UsageError("--executors and --executor-cores must be >= 1")
     if args.session_gap_ms < 0:
         raise UsageError("--session-gap-ms must be >= 0")
     handle = connect(args)
-    from rafka.admin import Admin
+    from rafka.admin.admin import Admin
     from rafka.errors import UnknownTopicOrPartitionError
 
     if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
@@ -168,7 +168,7 @@ def cmd_job_run(args) -> int:
 
 
 def _summary_text(s: dict) -> str:
-    from rafka.cli_support import table
+    from rafka.cli.support import table
 
     if not s["records"]:
         return f"nothing new in {s['topic']!r} for group {s['group']!r} (last run {s['run']})"

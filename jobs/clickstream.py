@@ -93,7 +93,7 @@ def ensure_results_topic(admin, name: str) -> None:
 def load_state(cluster: Any, results_topic: str, timeout_s: float = 120.0) -> dict[str, dict]:
     """The latest committed value of every key of the results topic (tombstones remove keys), read with
     ``isolation_level="read_committed"``: up to the last stable offset, aborted transactions left out."""
-    from rafka.consumer import Consumer
+    from rafka.consumer.consumer import Consumer
     from rafka.errors import KafkaTimeoutError
 
     consumer = Consumer(cluster, isolation_level="read_committed", enable_auto_commit=False)
@@ -318,7 +318,7 @@ def _write_parquet(spark, rows: list, schema: str, path: str) -> None:
 def default_output_dir(cluster: Any, group: str) -> str:
     """``<data_dir>/jobs/clickstream/<group>``: the cluster's data directory is the parent of its brokers' log
     directories (``<data_dir>/broker-<id>``, as registered with the controller; the lowest broker id's)."""
-    from rafka.admin import Admin
+    from rafka.admin.admin import Admin
 
     admin = Admin(cluster)
     try:
@@ -349,9 +349,9 @@ def run(
     first steps and passes the wait for it); ``progress(step)`` is told each step;
     ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``); ``timeout_s`` bounds each
     transaction call (a coordinator or leader moving after a broker loss is waited for that long)."""
-    from rafka.admin import Admin
+    from rafka.admin.admin import Admin
     from rafka.cluster import resolve_cluster
-    from rafka.producer import Producer
+    from rafka.producer.producer import Producer
 
     t0 = time.monotonic()
     steps: dict[str, float] = {}  # seconds per step, in the summary

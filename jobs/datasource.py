@@ -44,6 +44,7 @@ from protocol.errors import refresh_metadata
 from protocol.messages import READ_COMMITTED as PROTOCOL_READ_COMMITTED
 from protocol.messages import READ_UNCOMMITTED as PROTOCOL_READ_UNCOMMITTED
 from protocol.messages import FetchRequest
+from rafka.consumer.read_committed import AbortedTransactionFilter
 from rafka.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -52,7 +53,6 @@ from rafka.errors import (
     UnknownTopicOrPartitionError,
     for_code,
 )
-from rafka.read_committed import AbortedTransactionFilter
 from rafka.structs import TopicPartition
 
 __all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic", "write_topic"]
@@ -140,7 +140,7 @@ def plan_ranges(
     ``read_committed``, into [log start, last stable offset], so that no open transaction is in the plan."""
     if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
         raise ValueError(f"isolation_level must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}, not {isolation_level!r}")
-    from rafka.admin import Admin
+    from rafka.admin.admin import Admin
 
     admin = Admin(cluster)
     parts = _partitions(admin, topic, partitions)
@@ -459,7 +459,7 @@ class TopicDatasink(Datasink):
         producer_config: dict | None = None,
         timeout_s: float = 120.0,
     ):
-        from rafka.admin import Admin
+        from rafka.admin.admin import Admin
 
         self.cluster = _cluster_name(cluster)
         if Admin(self.cluster).metadata.topic(topic) is None:
@@ -503,7 +503,7 @@ class TopicDatasink(Datasink):
             yield tuple(None if v is None else v[i] for v in cols.values())
 
     def write(self, blocks: Iterable, ctx: Any) -> dict:
-        from rafka.producer import Producer
+        from rafka.producer.producer import Producer
 
         c, jv = self.columns, self.json_values
         errors: list[BaseException] = []

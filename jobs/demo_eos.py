@@ -58,7 +58,7 @@ def _coordinator_of(cluster, transactional_id: str) -> int:
 def _sigkill_broker(cluster, broker_id: int) -> int | None:
     import ray
 
-    from actors.worker_process import actor_pid
+    from actors.server.worker_process import actor_pid
     from protocol.names import RAY_NAMESPACE, broker_name
 
     pid = actor_pid(ray.get_actor(broker_name(cluster.name, broker_id), namespace=RAY_NAMESPACE))

@@ -1,6 +1,6 @@
 """The data channel's frames: what a request and an answer look like on the wire, each API's fields, their
-decoding (actors/client_channel.py and actors/produce_channel.py serve them) and encoding (the client side's
-connections, protocol/data_channel.py).
+decoding (actors/channels/client_channel.py and actors/channels/produce_channel.py serve them) and encoding (the client side's
+connections, actors/channels/data_channel.py).
 
 Big-endian: a hello is ``u32 length`` + msgpack ``{"token": bytes}``; a request is ``u32 length, u32
 correlation id, u8 api, u32 meta length`` + a msgpack map of the request's fields + (produce) the record

@@ -1,7 +1,7 @@
 """The frames of a coordinator request on the client channel (api ``API_COORDINATOR``,
-protocol/data_channel.py): the fields are ``{"method": name, "request": {field: value}}`` of a typed request of
+actors/channels/data_channel.py): the fields are ``{"method": name, "request": {field: value}}`` of a typed request of
 protocol/txn_messages.py. The client encodes (rafka/channel.py), the coordinator's listener decodes
-(actors/coordinator_channel.py)."""
+(actors/channels/coordinator_channel.py)."""
 
 from __future__ import annotations
 

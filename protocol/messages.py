@@ -115,7 +115,7 @@ class ProduceRequest:
     # records: no sequence check); set only by rafka's coordinators, never by a client or gateway
     origin: str = "client"
     # (channel, n): the n-th produce of one ordered channel to this replica (a client listener connection:
-    # actors/client_channel.py numbers them), appended after the channel's earlier ones (actors/call_order.py)
+    # actors/channels/client_channel.py numbers them), appended after the channel's earlier ones (actors/replication/call_order.py)
     order: tuple[str, int] | None = None
 
 

@@ -6,7 +6,7 @@ A cluster ``{cluster}`` is a set of named actors in Ray namespace ``rafka``::
     {cluster}:broker-{broker_id}                          one broker per id, detached
     {cluster}:replica-{topic}-{partition}-b{broker_id}    a replica's label (logs, faults): no actor has this
                                                           name; replicas are unnamed children of their broker,
-                                                          found through it (protocol/replica_lookup.py)
+                                                          found through it (actors/channels/replica_lookup.py)
     {cluster}:group-coordinator-{broker_id}               a broker's group coordinator, a child of it
     {cluster}:txn-coordinator-{broker_id}                 a broker's transaction coordinator, a child of it
     {cluster}:metrics                                     the Prometheus exporter (actors/metrics_exporter.py)

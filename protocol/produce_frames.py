@@ -1,13 +1,13 @@
 """The multi-partition produce frame: one request per leader process per Sender round, as Kafka's Sender sends one
 ProduceRequest per broker with every ready partition led there (the Python producer's path; the listener is
-actors/produce_channel.py, the client side rafka/channel.py's ``ChannelTransport.produce_many``).
+actors/channels/produce_channel.py, the client side rafka/channel.py's ``ChannelTransport.produce_many``).
 
-A request is the client channel's (protocol/data_channel.py): ``u32 length, u32 correlation id, u8 api
+A request is the client channel's (actors/channels/data_channel.py): ``u32 length, u32 correlation id, u8 api
 (API_PRODUCE_MULTI), u32 meta length``, then the msgpack map ``{"acks": int, "timeout_ms": int,
 "transactional_id": str | None, "parts": [[topic, partition, current_leader_epoch, records length], ...]}``,
 then every part's record batches, concatenated in that order (written as they are, not joined). Part ``i`` is
 answered on its own, with an ordinary produce answer under correlation id ``(request's + i) mod 2**32``, as
-soon as it is done (the client reserved the ids: protocol/data_channel.py ``ChannelIO.submit(parts=n)``).
+soon as it is done (the client reserved the ids: actors/channels/data_channel.py ``ChannelIO.submit(parts=n)``).
 
 Pure: no sockets, no Ray; ``BadFrame`` for anything a well-behaved producer does not send.
 """

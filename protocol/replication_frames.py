@@ -1,4 +1,4 @@
-"""The follower fetch session's frames (actors/replication_channel.py is its server and connection): a u32 length
+"""The follower fetch session's frames (actors/channels/replication_channel.py is its server and connection): a u32 length
 and a msgpack body for the hello, a session fetch and the poke; an answer's head (meta length, records length),
 its msgpack meta and every partition's records as they are. Pure: no asyncio, no Ray."""
 

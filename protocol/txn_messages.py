@@ -82,7 +82,7 @@ class WriteTxnMarkersRequest:
 
 @dataclass(frozen=True, slots=True)
 class TxnVerifiedRequest:
-    """The coordinator's push to a partition leader (KIP-890 verification state, actors/txn_verification.py):
+    """The coordinator's push to a partition leader (KIP-890 verification state, actors/replication/txn_verification.py):
     the ongoing transaction of this producer, started at ``txn_start_ms``, includes the receiving partition."""
 
     METHOD: ClassVar[str] = "txn_verified"

@@ -6,7 +6,7 @@ When an AddPartitionsToTxn is durable, the coordinator answers rafka's producer 
 ``HMAC-SHA256(cluster key, transactional id, producer id, epoch, transaction start, topic, partition)``, cut to
 16 bytes. The producer sends the partition's token and the transaction's start with its produces there; the
 leader that has no transaction of that producer open checks it (:func:`check`) and then treats it as the
-coordinator's push (actors/txn_verification.py ``VerificationState.pushed``): taken unless a marker of that
+coordinator's push (actors/replication/txn_verification.py ``VerificationState.pushed``): taken unless a marker of that
 transaction or a later one was already written there, so a token outlives neither its transaction nor its
 producer epoch. A produce without a token, or with one that does not check, asks the coordinator as before.
 

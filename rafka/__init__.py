@@ -11,11 +11,11 @@ with rafka.LocalCluster(brokers=3) as cluster:
 """
 
 from rafka import errors
-from rafka.admin import Admin, NewTopic
+from rafka.admin.admin import Admin, NewTopic
 from rafka.cluster import ClusterHandle, LocalCluster, connect
-from rafka.consumer import Consumer
-from rafka.group import ConsumerRebalanceListener
-from rafka.producer import Producer
+from rafka.consumer.consumer import Consumer
+from rafka.consumer.consumer_coordinator import ConsumerRebalanceListener
+from rafka.producer.producer import Producer
 from rafka.structs import (
     ConsumerRecord,
     OffsetAndMetadata,

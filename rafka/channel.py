@@ -3,9 +3,9 @@
 A Ray actor call costs ~1.4 ms of CPU and several ms of delay on a busy 2-core machine; a request on an
 open TCP connection costs tens of microseconds. So :class:`ChannelTransport` (the Producer's and Consumer's
 default transport, rafka/transport.py's seam) sends the two hot calls, ``produce`` and ``fetch`` on a
-replica actor, over a connection to that replica's listener (actors/client_channel.py), and a transactional
+replica actor, over a connection to that replica's listener (actors/channels/client_channel.py), and a transactional
 producer's calls on its transaction coordinator (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn)
-over a connection to the coordinator's listener (actors/coordinator_channel.py); everything else (lookups,
+over a connection to the coordinator's listener (actors/channels/coordinator_channel.py); everything else (lookups,
 list offsets, group coordinators, admin) as Ray calls, exactly as :class:`RayTransport` does.
 
 One I/O thread per process runs an asyncio loop with one connection per replica actor, shared by every
@@ -28,6 +28,7 @@ import concurrent.futures
 import time
 from typing import Any
 
+from actors.channels.data_channel import channel_io, fetch_timeout_s, process_key, produce_timeout_s
 from protocol.channel_frames import (
     API_COORDINATOR,
     API_FETCH,
@@ -37,7 +38,6 @@ from protocol.channel_frames import (
     produce_fields,
 )
 from protocol.coordinator_frames import CHANNEL_METHODS, encode_coordinator_request
-from protocol.data_channel import channel_io, fetch_timeout_s, process_key, produce_timeout_s
 from protocol.errors import RequestTimedOutError
 from protocol.produce_frames import encode_multi
 from rafka.transport import RAY, RayTransport
@@ -69,7 +69,7 @@ class ChannelTransport(RayTransport):
 
     def produce_many(self, items: list[tuple[Any, str, int, Any]]) -> list:
         """A Sender round's produce calls as one request per leader process (protocol/produce_frames.py, served
-        by actors/produce_channel.py), as Kafka's Sender sends one ProduceRequest per broker: a future per
+        by actors/channels/produce_channel.py), as Kafka's Sender sends one ProduceRequest per broker: a future per
         item, in order, each resolved with its partition's answer as soon as that part is done (or with the
         request's failure)."""
         groups: dict[Any, list[int]] = {}
@@ -129,7 +129,7 @@ class ChannelTransport(RayTransport):
 
 
 def _produce_route(process: Any) -> tuple:
-    """The channel route of a leader process's produce listener (actors/produce_channel.py)."""
+    """The channel route of a leader process's produce listener (actors/channels/produce_channel.py)."""
     return (("produce", process), "produce_endpoint")
 
 

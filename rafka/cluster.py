@@ -119,17 +119,17 @@ class ClusterHandle:
         return metrics_url(self.name)
 
     def admin(self, **config):
-        from rafka.admin import Admin
+        from rafka.admin.admin import Admin
 
         return Admin(self, **config)
 
     def producer(self, **config):
-        from rafka.producer import Producer
+        from rafka.producer.producer import Producer
 
         return Producer(self, **config)
 
     def consumer(self, **config):
-        from rafka.consumer import Consumer
+        from rafka.consumer.consumer import Consumer
 
         return Consumer(self, **config)
 
@@ -236,7 +236,7 @@ class LocalCluster:
         if not ray.is_initialized():
             import logging
 
-            from actors.server_log import route_ray_driver_logs
+            from actors.server.server_log import route_ray_driver_logs
 
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             os.makedirs(self.data_dir, exist_ok=True)
@@ -305,17 +305,17 @@ class LocalCluster:
     shutdown = stop
 
     def admin(self, **config):
-        from rafka.admin import Admin
+        from rafka.admin.admin import Admin
 
         return Admin(self, **config)
 
     def producer(self, **config):
-        from rafka.producer import Producer
+        from rafka.producer.producer import Producer
 
         return Producer(self, **config)
 
     def consumer(self, **config):
-        from rafka.consumer import Consumer
+        from rafka.consumer.consumer import Consumer
 
         return Consumer(self, **config)
 

@@ -82,7 +82,7 @@ def _callable_or_none(key: str, v: Any) -> Callable | None:
 
 def _strategies(key: str, v: Any) -> list[str]:
     """``partition_assignment_strategy``: assignor names (a list or a comma-separated string), in preference order."""
-    from rafka.assignors import ASSIGNORS
+    from rafka.consumer.assignors import ASSIGNORS
 
     names = [n.strip() for n in v.split(",")] if isinstance(v, str) else list(v or ())
     if not names or any(n not in ASSIGNORS for n in names):
@@ -224,7 +224,7 @@ class ConsumerConfig(_Config):
         "metadata_max_age_ms": (300000, _int(0)),
         "check_crcs": (True, _bool),
         "consumer_timeout_ms": (None, _opt_int(0)),
-        # consumer groups (subscribe / commits: rafka/group.py)
+        # consumer groups (subscribe / commits: rafka/consumer/consumer_coordinator.py)
         "group_id": (None, _str_or_none),
         "group_instance_id": (None, _str_or_none),
         "enable_auto_commit": (True, _bool),

@@ -2,8 +2,8 @@
 ``GroupCoordinatorClient`` finds the group's coordinator actor through any broker (FindCoordinator) and
 calls it, finding it again on COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, a
 coordinator name not (yet) registered, or a dead coordinator actor; ``_Call`` is one request in flight,
-advanced without blocking past the caller's timeout. Used by the ConsumerCoordinator (rafka/group.py) and
-the group admin calls (rafka/group_admin.py)."""
+advanced without blocking past the caller's timeout. Used by the ConsumerCoordinator (rafka/consumer/consumer_coordinator.py) and
+the group admin calls (rafka/admin/group_admin.py)."""
 
 from __future__ import annotations
 

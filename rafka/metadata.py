@@ -4,7 +4,7 @@ The controller writes the cluster's metadata to GCS KV (layout and reader: ``pro
 ``topics/<name>``, ``brokers/<id>``, and ``metadata_version`` (bumped on every change). Clients read those keys
 directly (~0.4 ms a read) and cache them; a refresh first compares ``metadata_version`` and re-reads the
 topics only when it moved. Produce and fetch go straight to the leader's replica actor,
-looked up through the leader's broker (``protocol/replica_lookup.py``: replica actors are unnamed) and
+looked up through the leader's broker (``actors/channels/replica_lookup.py``: replica actors are unnamed) and
 cached until a call fails.
 
 Thread safety: shared by a client's user thread and its background thread; one lock guards the caches.
@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any
 
+from actors.channels.replica_lookup import replica_handle, replica_handles
 from protocol import kv as K
 from protocol.names import broker_name
-from protocol.replica_lookup import replica_handle, replica_handles
 from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from rafka.structs import PartitionInfo, TopicPartition
 from rafka.transport import RAY, Transport

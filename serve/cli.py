@@ -18,7 +18,7 @@ def cmd_serve_start(args) -> int:
 
     from ray.serve.exceptions import RayServeException
 
-    from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
+    from rafka.cli.support import EXIT_ERROR, EXIT_OK, connect, print_result
     from serve.gateway import start_gateway
 
     handle = connect(args)
@@ -53,7 +53,7 @@ def cmd_serve_start(args) -> int:
 
 
 def cmd_serve_status(args) -> int:
-    from rafka.cli_support import EXIT_ERROR, EXIT_OK, connect, print_result
+    from rafka.cli.support import EXIT_ERROR, EXIT_OK, connect, print_result
     from serve.gateway import gateway_status
 
     connect(args)
@@ -70,7 +70,7 @@ def cmd_serve_status(args) -> int:
 
 
 def cmd_serve_stop(args) -> int:
-    from rafka.cli_support import EXIT_OK, connect, print_result
+    from rafka.cli.support import EXIT_OK, connect, print_result
     from serve.gateway import stop_gateway
 
     connect(args)

@@ -127,7 +127,7 @@ class ConsoleViews:
 
     # -- topics -------------------------------------------------------------------------------------------
     def topics(self, internal: bool = False, message: str | None = None) -> tuple[str, dict]:
-        from actors.auto_topic_creation import INTERNAL_TOPICS
+        from actors.server.auto_topic_creation import INTERNAL_TOPICS
 
         names = sorted(n for n in self.admin.list_topics() if internal or n not in INTERNAL_TOPICS)
         rows = []
@@ -200,7 +200,7 @@ class ConsoleViews:
         return out
 
     def create_topic(self, form: dict) -> str:
-        from rafka.admin import NewTopic
+        from rafka.admin.admin import NewTopic
 
         name = (form.get("name") or "").strip()
         if not name:
@@ -233,7 +233,7 @@ class ConsoleViews:
 
     # -- messages -----------------------------------------------------------------------------------------
     def messages(self, name: str, query: dict) -> tuple[str, dict]:
-        from rafka.consumer import Consumer
+        from rafka.consumer.consumer import Consumer
 
         (d,) = self.admin.describe_topics([name])
         partitions = sorted(p["partition"] for p in d["partitions"])
@@ -318,10 +318,10 @@ class ConsoleViews:
         )
 
     def reset_plan(self, group_id: str, form: dict) -> list[dict]:
-        """What the reset in ``form`` would set (``rafka.group_admin.reset_plan``: kafka-consumer-groups
+        """What the reset in ``form`` would set (``rafka.admin.group_admin.reset_plan``: kafka-consumer-groups
         --reset-offsets --dry-run, clamped to each partition's log range): ``[{topic, partition, current,
         log_start, log_end, new}]``."""
-        from rafka import group_admin
+        from rafka.admin import group_admin
 
         topic = (form.get("topic") or "").strip()
         strategy = form.get("strategy") or "earliest"
@@ -355,8 +355,8 @@ class ConsoleViews:
 
 def _timestamp(text: str) -> int:
     """Milliseconds since the epoch or an ISO date-time (UTC unless it names a zone), as the CLI reads them."""
-    from rafka.cli_data import parse_timestamp
-    from rafka.cli_support import UsageError
+    from rafka.cli.data import parse_timestamp
+    from rafka.cli.support import UsageError
 
     try:
         return parse_timestamp(text.strip())

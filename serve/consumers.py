@@ -31,7 +31,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from rafka.consumer import Consumer
+from rafka.consumer.consumer import Consumer
 from rafka.structs import ConsumerRecord, TopicPartition
 from serve.errors import (
     BAD_CONSUMER_CONFIG,

@@ -149,7 +149,7 @@ class Gateway:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     ):
-        from rafka.admin import Admin
+        from rafka.admin.admin import Admin
 
         self.cluster = cluster
         gateway_metrics.attach(cluster)

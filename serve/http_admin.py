@@ -178,7 +178,7 @@ def admin_mixin(app) -> type:
         # -- v3 topics: create, delete, configs ---------------------------------------------------------
         @app.post("/v3/clusters/{cluster_id}/topics", summary="Create a topic (v3)", status_code=201)
         async def v3_create_topic(self, cluster_id: str, request: Request) -> Response:
-            from rafka.admin import NewTopic
+            from rafka.admin.admin import NewTopic
 
             self._cluster_id(cluster_id)
             body = await read_json_or_none(request, self.max_request_bytes, self.body_timeout_s)

@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from rafka.accumulator import FutureRecordMetadata, wait_all
 from rafka.errors import KafkaError
-from rafka.producer import Producer
+from rafka.producer.accumulator import FutureRecordMetadata, wait_all
+from rafka.producer.producer import Producer
 from rafka.structs import RecordMetadata
 from serve.errors import BAD_RECORD, MALFORMED, PARTITION_NOT_FOUND, TOO_LARGE, TOPIC_NOT_FOUND, GatewayError
 

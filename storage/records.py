@@ -449,7 +449,7 @@ def _encode_headers(headers) -> bytes:
 def _load_accelerator() -> tuple:
     """``(decode_into, encode_many, append_one, batch_append)`` of ``storage._crecords`` (the decoder bound to
     ``Record``), or four Nones when it is not built or RAFKA_PURE_PYTHON is set. ``batch_append`` is the
-    producer accumulator's lock-free append (rafka/accumulator.py)."""
+    producer accumulator's lock-free append (rafka/producer/accumulator.py)."""
     if os.environ.get("RAFKA_PURE_PYTHON", "") not in ("", "0"):
         return None, None, None, None
     try:
@@ -591,7 +591,7 @@ def decode_batch_into(buf, pos: int, h: BatchHeader, out: list, shape: tuple | N
     """Decode the records of the (already validated) batch at ``pos`` onto ``out``: ``Record``s, or with
     ``shape = (cls, topic, partition, leader_epoch, min_offset)`` the consumer's records
     ``cls(topic, partition, offset, timestamp, timestamp_type, key, value, headers, leader_epoch)`` of the
-    offsets from ``min_offset`` on, built in one step (rafka/fetcher.py)."""
+    offsets from ``min_offset`` on, built in one step (rafka/consumer/fetcher.py)."""
     start = pos + RECORDS_POS
     end = pos + h.size_in_bytes
     attributes = h.attributes

@@ -1,6 +1,6 @@
 """Kafka's topic-name rule (``org.apache.kafka.common.internals.Topic.validate``), in one place for every
 side: the client checks a name before it waits for metadata (``rafka.Producer.send``), the controller
-before it creates a topic (actors/placement.py re-exports it).
+before it creates a topic (actors/metadata/placement.py re-exports it).
 
     name := [a-zA-Z0-9._-]{1,249}, and not "." or ".."
 

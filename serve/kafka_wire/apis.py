@@ -28,8 +28,18 @@ from types import ModuleType
 from kio.index import api_key_map, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from . import codec, versions
-from .handlers import admin, configs, coordinator, fetch, groups, metadata, offsets, produce, txn
+from serve.kafka_wire import codec, versions
+from serve.kafka_wire.handlers import (
+    admin,
+    configs,
+    coordinator,
+    fetch,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    txn,
+)
 
 log = logging.getLogger("rafka.kafka_wire")
 

@@ -3,7 +3,7 @@
 ``Backend`` is the narrow async interface KafkaApis' handlers use; ``BrokerBackend`` serves it from inside
 the broker actor's process: metadata from the broker's cached view (GCS KV), partition requests to the
 replica actors the broker hosts (produce and consumer fetch over each one's client listener,
-protocol/data_channel.py; a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
+actors/channels/data_channel.py; a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
 does not host gets NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION when no such partition exists),
 and the other brokers' advertised endpoints from their ``incarnation()`` (cached per broker epoch).
 Transactional calls go to this broker's transaction / group coordinator actor (the same ones rafka's Python
@@ -17,8 +17,8 @@ import logging
 from collections.abc import Awaitable
 from typing import Protocol
 
+from actors.channels.data_channel import fetch_timeout_s, loop_channel, produce_timeout_s
 from protocol.channel_frames import API_FETCH, API_PRODUCE, fetch_fields, produce_fields
-from protocol.data_channel import fetch_timeout_s, loop_channel, produce_timeout_s
 from protocol.errors import KafkaError
 
 log = logging.getLogger("rafka.kafka_wire")
@@ -145,7 +145,7 @@ class BrokerBackend:
             code = NOT_LEADER_OR_FOLLOWER if exists else UNKNOWN_TOPIC_OR_PARTITION
             return {"error_code": code, "error_message": f"{topic}-{partition} is not led by broker {self.broker_id}"}
         if method == "produce" or (method == "fetch" and req.replica_id < 0):
-            # the replica's client listener (protocol/data_channel.py): one TCP connection per replica from
+            # the replica's client listener (actors/channels/data_channel.py): one TCP connection per replica from
             # this broker, submitted now (before this task's first suspension), so a Kafka connection's
             # produce requests reach the replica in the order they came and append in that order
             return await self._on_channel(method, req, h)
@@ -218,10 +218,10 @@ class BrokerBackend:
             TXN_KEY, req, {"error_code": 0, "error_message": None, "transaction_states": []}
         )
 
-    # ---- admin: the controller through the broker's link (actors/controller_link.py) ----------------------
+    # ---- admin: the controller through the broker's link (actors/server/controller_link.py) ----------------------
     @property
     def auto_create_topics_enable(self) -> bool:
-        from actors.auto_topic_creation import enabled
+        from actors.server.auto_topic_creation import enabled
 
         return enabled(self.broker.config)
 
@@ -236,7 +236,7 @@ class BrokerBackend:
         retries) while no controller answers, REQUEST_TIMED_OUT (7), or the error it raised."""
         import ray
 
-        from actors.controller_link import ControllerUnavailable
+        from actors.server.controller_link import ControllerUnavailable
         from protocol.errors import KafkaError, error_response
 
         try:

@@ -19,10 +19,10 @@ async def start(broker) -> Listener | None:
     """Bind broker ``broker``'s listener (config ``listeners``, default 127.0.0.1:9092+id; ``0`` for an
     ephemeral port). A listener that cannot bind is logged and skipped: the broker still serves rafka's
     own clients over Ray."""
-    from .apis import KafkaApis
-    from .backend import BrokerBackend
-    from .config import advertised, listener_config
-    from .network import Acceptor
+    from serve.kafka_wire.apis import KafkaApis
+    from serve.kafka_wire.backend import BrokerBackend
+    from serve.kafka_wire.config import advertised, listener_config
+    from serve.kafka_wire.network import Acceptor
 
     cfg = listener_config(broker.config, broker.broker_id)
     if not cfg.enabled:

@@ -26,7 +26,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from . import prescan
+from serve.kafka_wire import prescan
 
 SIZE = struct.Struct(">i")
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id

@@ -13,8 +13,8 @@ next frame is read (Kafka mutes a channel the same way), with one exception: a r
 Produce requests whose partitions' batches travel inline (handlers/produce.py ``pipelinable``) is
 pipelined, up to MAX_PIPELINED unanswered: each is submitted as it is read, and their replication waits
 overlap. Their writes are submitted in request order on the broker's TCP connection to each replica's client
-listener (protocol/data_channel.py), and the replica appends one connection's writes in the order they came
-(actors/call_order.py), as Kafka's broker does. Without pipelining a connection carries
+listener (actors/channels/data_channel.py), and the replica appends one connection's writes in the order they came
+(actors/replication/call_order.py), as Kafka's broker does. Without pipelining a connection carries
 one Produce per replica round trip: librdkafka's paced produce measured p50 0.8 s (acks=all) and 2-3 s
 (acks=1, unbounded in-flight requests queued in the socket) on a 2-core machine. Other connections are
 separate tasks and go on. A request that cannot be served (unknown key or version, malformed body) closes
@@ -43,9 +43,8 @@ import time
 from collections.abc import Awaitable
 
 from protocol.streams import STREAM_LIMIT
-
-from .codec import SIZE, RequestError
-from .config import DEFAULT_CONNECTIONS_MAX_IDLE_MS
+from serve.kafka_wire.codec import SIZE, RequestError
+from serve.kafka_wire.config import DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
 log = logging.getLogger("rafka.kafka_wire")
 

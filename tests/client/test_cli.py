@@ -45,7 +45,7 @@ def cli(tmp_path_factory):
     run.env = env
     yield run
     stopped = run("cluster", "stop", "--json", check=False)
-    from rafka.clusterctl import ray_processes
+    from rafka.cli.clusterctl import ray_processes
 
     assert stopped.returncode == 0 and js(stopped)["killed"] > 0
     assert not ray_processes(run.info["temp_dir"]) and not Path(run.info["temp_dir"]).exists()
@@ -77,8 +77,8 @@ def test_start_attach_from_a_fresh_process(cli):
     assert 'kafka_controller_kafkacontroller_activecontrollercount{broker="0"} 1.0' in body
     # the cluster's actors run at rafka's worker niceness, not Ray's 15 (rafka/cluster.py WORKER_NICENESS);
     # a topic makes the broker host a replica (its spare ReplicaHost process may not have started yet)
+    from rafka.cli.clusterctl import ray_processes
     from rafka.cluster import WORKER_NICENESS
-    from rafka.clusterctl import ray_processes
 
     cli("topic", "create", "nice-check", "-p", "1", "-r", "1")
     roles = ("ray::BrokerActor", "ray::ReplicaHost", "ray::ControllerActor")
@@ -487,7 +487,7 @@ def test_serve_verbs_start_status_stop(cli):
 
 
 NO_RAY = (
-    "import json, sys\nfrom rafka.cli import main\ncode = main(sys.argv[1:])\n"
+    "import json, sys\nfrom rafka.cli.main import main\ncode = main(sys.argv[1:])\n"
     "print(json.dumps({'code': code, 'ray': 'ray' in sys.modules}), file=sys.stderr)\n"
 )
 

@@ -1,6 +1,6 @@
 """The CLI agent's port: `rafka cluster start` probes a free port for it after `ray start`, and any process may
 bind that port before the agent does. The agent's creation then fails (EADDRINUSE) and Ray does not retry a
-failed creation, so `start_agent` tries another port (rafka/cli_agent.py)."""
+failed creation, so `start_agent` tries another port (rafka/cli/agent.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import ray
 from ray.exceptions import RayActorError
 
 from protocol.names import RAY_NAMESPACE
-from rafka.cli_agent import AGENT_NAME, start_agent
-from rafka.cli_remote import recv_frame, send_frame
-from rafka.clusterctl import free_port
+from rafka.cli.agent import AGENT_NAME, start_agent
+from rafka.cli.clusterctl import free_port
+from rafka.cli.remote import recv_frame, send_frame
 
 
 def _kill(name: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rafka.clusterctl import pid_alive, proc_table, ray_processes
+from rafka.cli.clusterctl import pid_alive, proc_table, ray_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The clients' data channel on a real cluster (rafka/channel.py, actors/client_channel.py): the Producer and
+"""The clients' data channel on a real cluster (rafka/channel.py, actors/channels/client_channel.py): the Producer and
 Consumer reach the leader replica's client listener over TCP by default and send it their produce and fetch
 requests (``data_channel="ray"`` keeps one Ray call each; both give the same log); a stranger's connection is
 closed without reaching the log. The process faults (SIGSTOP/SIGKILL of the leader replica's worker under a
@@ -15,9 +15,9 @@ import ray
 from support import read_until_closed
 
 import rafka
+from actors.channels.replica_lookup import replica_handle
 from protocol.channel_frames import ANSWER_HEAD, REQUEST_HEAD
 from protocol.errors import CorruptMessageError
-from protocol.replica_lookup import replica_handle
 from rafka import TopicPartition
 
 

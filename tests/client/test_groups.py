@@ -324,7 +324,7 @@ def test_admin_lists_describes_resets_and_deletes_groups(gcluster, gadmin):
 
 
 def test_cli_group_commands_and_group_consume(gcluster, gadmin, capsys):
-    from rafka.cli import main
+    from rafka.cli.main import main
 
     name, g = topic(gadmin, 2), group()
     produce(gcluster, name, 12)

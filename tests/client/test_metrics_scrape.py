@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 
 import rafka
+from actors.channels.replica_lookup import replica_handle
 from actors.metrics_exporter import CATALOG
-from protocol.replica_lookup import replica_handle
 
 pytestmark = pytest.mark.cluster
 

@@ -15,7 +15,7 @@ from rafka.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from rafka.partitioner import partition_for_key
+from rafka.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.cluster
 
@@ -155,7 +155,7 @@ def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic
     """``send_batch`` (the gateway's path: one C encode per partition run, one wait per batch): every record
     lands where ``send`` would put it, futures come back in input order, keyless records spread over the
     partitions in runs of ``batch_size`` (KIP-480), and ``wait_all`` reports the same offsets as ``get``."""
-    from rafka.accumulator import wait_all
+    from rafka.producer.accumulator import wait_all
 
     topic = new_topic(3, 1)
     records = []
@@ -196,7 +196,7 @@ def test_send_batch_places_orders_and_reports_like_send(rafka_cluster, new_topic
 
 
 def test_send_batch_pauses_the_cyclic_collector_and_restores_it(rafka_cluster, new_topic):
-    """``send_batch`` runs with Python's cyclic collector off (rafka.producer.gc_paused): its ~2 tracked
+    """``send_batch`` runs with Python's cyclic collector off (rafka.producer.producer.gc_paused): its ~2 tracked
     objects per record all stay alive, so the collector's passes free nothing, and the full passes a large call
     set off scanned every live object (a 200,000-record call: loop 500 ms with them, 190 ms without). The
     collector is on again after the call, and a caller that had it off finds it off."""
@@ -241,7 +241,7 @@ def test_send_batch_checks_every_record_before_queueing_any(rafka_cluster, new_t
             p.send_batch(topic, [(None, b"ok", 0), (None, b"bad", 5)])
         with pytest.raises(TypeError, match="value_serializer"):
             p.send_batch(topic, [(None, b"ok"), (None, {"not": "bytes"})])
-        # calls long enough to be appended in chunks when every record is good (rafka/send_batch.py): a bad
+        # calls long enough to be appended in chunks when every record is good (rafka/producer/send_batch.py): a bad
         # record far into the call still fails it with nothing queued
         many = [(None, b"ok", 0)] * 5000
         with pytest.raises(RecordTooLargeError, match="max_request_size"):
@@ -291,8 +291,8 @@ def test_batches_refused_as_too_large_are_split_and_sent_again(rafka_cluster, ne
     builds bulk batches the leader refuses (MESSAGE_TOO_LARGE); the producer splits each and sends the parts
     (an idempotent one under the batch's own sequences, the batches after it in order): every record lands
     once, in order, and its future, callback and ``wait_all`` answer report where."""
-    from rafka import send_batch
-    from rafka.producer_batch import wait_all
+    from rafka.producer import send_batch
+    from rafka.producer.producer_batch import wait_all
 
     # the producer's view of the topic stays the one from before the change (a metadata refresh can come at
     # any time, and would let it size its batches right from the start)

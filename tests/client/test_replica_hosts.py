@@ -18,7 +18,7 @@ import ray
 from support import SMALL_INTERNAL_TOPICS, wait_until
 
 import rafka
-from actors.worker_process import worker_title
+from actors.server.worker_process import worker_title
 from protocol.names import RAY_NAMESPACE, broker_name
 from rafka import TopicPartition
 

@@ -246,14 +246,14 @@ def test_coordinator_calls_go_over_tcp_and_the_leaders_take_the_coordinators_ver
     rafka_cluster, new_topic
 ):
     """The producer's InitProducerId, AddPartitionsToTxn and EndTxn travel on the coordinator's TCP listener
-    (actors/coordinator_channel.py), not Ray calls; and once a transaction's partitions are added, the
+    (actors/channels/coordinator_channel.py), not Ray calls; and once a transaction's partitions are added, the
     coordinator answers a verification token per partition (protocol/txn_tokens.py) that the producer's
     produces carry, so no leader asks the coordinator when the transaction's first records arrive (a leader
     that asked would count a verification call) and the coordinator pushes nothing."""
     import ray
 
+    from actors.channels.replica_lookup import replica_handle
     from protocol.names import RAY_NAMESPACE, txn_coordinator_name
-    from protocol.replica_lookup import replica_handle
 
     def counters() -> dict:  # per coordinator: requests on its listener, tokens it answered, pushes taken
         out = {}

@@ -125,7 +125,7 @@ def test_producer_ids_and_zombie_controller_fencing(cluster):
     # fencing: another controller claims epoch 3 in GCS KV and reaches broker 0 first; the controller
     # of epoch 2 learns it is stale (its long-poll on broker 0 answers STALE_CONTROLLER_EPOCH), resigns
     # and leaves, and the brokers elect a controller of epoch 4
-    from actors.metadata_store import ClusterKV
+    from actors.metadata.store import ClusterKV
 
     rival = ClusterKV(ch.cluster).claim_controller_epoch({"host_broker_id": -1})
     assert rival == 3
@@ -419,12 +419,12 @@ def test_commits_the_previous_controller_did_not_publish_are_found_and_described
     image they apply to, so their lines are written after all. Real GCS KV and a real log file."""
     import random as _random
 
-    from actors import controller_events
-    from actors import controller_requests as cr
-    from actors.controller_config import ControllerConfig
-    from actors.controller_logic import ControllerLogic
-    from actors.metadata_image import MetadataImage
-    from actors.metadata_store import ClusterKV, MetadataLog, load_image
+    from actors.metadata import controller_events
+    from actors.metadata import controller_requests as cr
+    from actors.metadata.controller_config import ControllerConfig
+    from actors.metadata.controller_logic import ControllerLogic
+    from actors.metadata.image import MetadataImage
+    from actors.metadata.store import ClusterKV, MetadataLog, load_image
 
     kv = ClusterKV(cluster_name + "-unpub")
     kv.clear()

@@ -16,8 +16,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from actors.bootstrap import start_cluster
-from actors.group_records import partition_for
-from actors.group_service import OFFSETS_TOPIC, is_retriable_coordinator_error
+from actors.group.records import partition_for
+from actors.group.service import OFFSETS_TOPIC, is_retriable_coordinator_error
 from protocol import group_messages as M
 
 pytestmark = pytest.mark.cluster

@@ -21,13 +21,13 @@ from ray.exceptions import GetTimeoutError, RayActorError
 import rafka
 from actors.bootstrap import start_cluster
 from actors.controller import RemoteController
-from actors.metadata_store import ClusterKV
+from actors.metadata.store import ClusterKV
 from actors.replica_host import process_handle
-from actors.worker_process import actor_pid
+from actors.server.worker_process import actor_pid
 from protocol.errors import KafkaStorageError, NotControllerError
 from protocol.names import RAY_NAMESPACE, controller_name
 from rafka import TopicPartition
-from rafka.clusterctl import pid_alive
+from rafka.cli.clusterctl import pid_alive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -113,11 +113,11 @@ def test_producer_sees_kafka_errors(vcluster):
 
 
 def test_leader_appends_one_channels_calls_in_their_order(vcluster):
-    """Ray may run calls to an actor out of order (actors/call_order.py), so the wire listener numbers a
+    """Ray may run calls to an actor out of order (actors/replication/call_order.py), so the wire listener numbers a
     connection's produce calls. Call 1 of a channel sent first waits for call 0; a lost call 0 is skipped
     after the gap wait and arrives late afterwards; a malformed order is INVALID_REQUEST and the leader
     takes writes after it."""
-    from actors.call_order import GAP_WAIT_S
+    from actors.replication.call_order import GAP_WAIT_S
 
     ch, _ = vcluster
     name = "order-" + uuid.uuid4().hex[:6]

@@ -1,5 +1,5 @@
 """The follower fetch path on a real cluster: followers fetch in sessions over TCP to the leader process's
-replication server (actors/fetch_session.py, actors/replication_channel.py), strangers and garbage are refused
+replication server (actors/replication/fetch_session.py, actors/channels/replication_channel.py), strangers and garbage are refused
 without disturbing them, and a follower process's partitions led in one process share one session."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_followers_fetch_over_the_leaders_replication_listener(steady_cluster):
 
     import msgpack
 
-    from actors.replication_channel import ReplicationConnection
+    from actors.channels.replication_channel import ReplicationConnection
     from protocol.replication_frames import encode_session_fetch
 
     ch = steady_cluster

@@ -1,6 +1,6 @@
-"""The brokers' warm pools of replica actors (actors/replica_pool.py) on real Ray: a topic's replicas are
+"""The brokers' warm pools of replica actors (actors/server/replica_pool.py) on real Ray: a topic's replicas are
 pre-started processes (their pids existed before the create), the pool refills, a SIGKILLed bound replica
-is replaced and found again through its broker (protocol/replica_lookup.py) with its data, a SIGKILLed warm
+is replaced and found again through its broker (actors/channels/replica_lookup.py) with its data, a SIGKILLed warm
 actor costs nothing but a refill, and a broker's end takes its pool's processes with it."""
 
 from __future__ import annotations

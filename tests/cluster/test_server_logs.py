@@ -1,4 +1,4 @@
-"""The Kafka-style server logs (actors/server_log.py) of a real 2-broker cluster: the broker hosting the
+"""The Kafka-style server logs (actors/server/server_log.py) of a real 2-broker cluster: the broker hosting the
 controller and leading a partition is SIGKILLed; the files under ``<data_dir>/logs`` then hold the controller
 failover, the fencing, the leader election and the ISR shrink, and, after the broker restarts, its replica
 starting as follower and the leader expanding the ISR again; `rafka cluster health`'s report says
@@ -18,8 +18,8 @@ import ray
 from support import SMALL_INTERNAL_TOPICS, clusters, part, wait_until
 
 import rafka
-from actors import server_log
-from rafka.health import health_report
+from actors.server import server_log
+from rafka.cli.health import health_report
 from rafka.structs import TopicPartition
 
 pytestmark = pytest.mark.cluster

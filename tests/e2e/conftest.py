@@ -71,7 +71,7 @@ def gateway(e2e_cluster):
     NOT_ENOUGH_REPLICAS produce fails in seconds rather than after Kafka's two minutes of retries; an 8 MiB
     body limit and a 5 s body timeout (test_http_gateway's BODY_LIMIT, BODY_TIMEOUT_S), so the edge tests
     stay short. Stopped when the package is done: its app is deleted and nothing answers on its port."""
-    from rafka.clusterctl import free_port
+    from rafka.cli.clusterctl import free_port
     from serve.gateway import start_gateway, stop_gateway
 
     url = start_gateway(

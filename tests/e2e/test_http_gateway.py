@@ -18,7 +18,7 @@ import pytest
 import requests
 
 import rafka
-from rafka.partitioner import partition_for_key
+from rafka.producer.partitioner import partition_for_key
 from rafka.structs import TopicPartition
 
 BINARY = "application/vnd.kafka.binary.v2+json"

@@ -24,7 +24,7 @@ from jobs.datasource import SCHEMA, TopicDatasink, TopicDatasource, read_topic, 
 from jobs.demo import ClickStream
 from rafka import TopicPartition
 from rafka.errors import UnknownTopicOrPartitionError
-from rafka.partitioner import partition_for_key
+from rafka.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.cluster
 
@@ -457,7 +457,7 @@ def test_job_incremental_runs_crash_redo_and_idle(e2e_cluster, e2e_admin, spark,
 def test_job_exactly_once_across_a_broker_kill(e2e_cluster, e2e_admin, spark, click_job):
     """The results partition's leader is SIGKILLed (its OS process) just before the run's transaction:
     the run completes, or a rerun does, and the totals equal plain Python's, no double count, no loss."""
-    from actors.worker_process import actor_pid
+    from actors.server.worker_process import actor_pid
     from protocol.names import RAY_NAMESPACE, broker_name
 
     job = click_job(3)  # RF 3: the broker kill leaves every input partition readable

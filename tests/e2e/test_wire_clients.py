@@ -236,7 +236,7 @@ def test_bad_input_closes_one_connection_and_the_broker_goes_on(e2e_cluster, boo
 
 def test_confluent_pipelined_producers_keep_their_order(bootstrap, topic, plain_topic):
     """librdkafka keeps up to 5 (idempotent) or 1,000,000 (not) Produce requests in flight per connection,
-    and the listener pipelines them; Ray may run the replica calls out of order (actors/call_order.py).
+    and the listener pipelines them; Ray may run the replica calls out of order (actors/replication/call_order.py).
     Paced producers (many small requests) must get no error and every partition must hold each producer's
     records in the order sent. Before the listener numbered its calls, the idempotent producer died within
     seconds on OUT_OF_ORDER_SEQUENCE_NUMBER (fatal in librdkafka)."""

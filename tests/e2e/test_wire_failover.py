@@ -27,7 +27,7 @@ from collections import defaultdict
 import pytest
 
 import rafka
-from actors.worker_process import actor_pid
+from actors.server.worker_process import actor_pid
 from rafka import TopicPartition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -20,7 +20,7 @@ import pytest
 
 import rafka
 from rafka import TopicPartition
-from rafka.txn_admin import describe_transaction
+from rafka.admin.txn_admin import describe_transaction
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

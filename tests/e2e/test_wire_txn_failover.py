@@ -27,10 +27,10 @@ import ray
 from support import confluent_read, coordinator_of
 
 import rafka
-from actors.worker_process import actor_pid
+from actors.server.worker_process import actor_pid
 from protocol.names import RAY_NAMESPACE, txn_coordinator_name
 from rafka import TopicPartition
-from rafka.txn_admin import describe_transaction
+from rafka.admin.txn_admin import describe_transaction
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

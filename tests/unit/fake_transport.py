@@ -23,7 +23,7 @@ Faults are injected per endpoint and method (``FakeReplica.inject(method, *fault
 - ``("slow", seconds)``: the call runs after ``seconds`` on a timer thread.
 
 :class:`FakeGroupCoordinator` is the group coordinator actor's shell in miniature over the real pure
-``GroupCoordinatorShard`` (actors/group_state.py): each request runs the shard handler with ``now_ms`` and
+``GroupCoordinatorShard`` (actors/group/shard.py): each request runs the shard handler with ``now_ms`` and
 replays its records; a parked JoinGroup/SyncGroup keeps its call pending until a completion answers it;
 the shard's timers fire whenever a client waits (``FakeTransport.wait``). Durable records are kept in
 ``records`` instead of being appended to ``__consumer_offsets``.
@@ -41,8 +41,8 @@ from typing import Any
 
 from ray.exceptions import ActorDiedError, GetTimeoutError
 
-from actors.group_model import GroupCoordinatorConfig, Pending
-from actors.group_state import GroupCoordinatorShard
+from actors.group.classic_group import GroupCoordinatorConfig, Pending
+from actors.group.shard import GroupCoordinatorShard
 from protocol.group_messages import (
     HeartbeatRequest,
     JoinGroupRequest,

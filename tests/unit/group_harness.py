@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from actors.group_records import decode_record
-from actors.group_state import GroupCoordinatorConfig, GroupCoordinatorShard, GroupState
+from actors.group.records import decode_record
+from actors.group.shard import GroupCoordinatorConfig, GroupCoordinatorShard, GroupState
 
 G = "g"
 SESSION = 10_000

@@ -26,9 +26,8 @@ import asyncio
 import uuid
 
 from protocol.messages import DeleteRecordsRequest
-
-from ..topic_ids import topic_uuid
-from . import configs as cfg
+from serve.kafka_wire.handlers import configs as cfg
+from serve.kafka_wire.topic_ids import topic_uuid
 
 INVALID_REQUEST, UNKNOWN_TOPIC_ID, ELECTION_NOT_NEEDED, MISMATCHED_ENDPOINT_TYPE = 42, 100, 84, 114
 REQUEST_TIMED_OUT = 7
@@ -60,7 +59,7 @@ def _spec(t) -> dict | tuple[int, str]:
 
 
 async def create_topics(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(19, version)
     timeout_ms = _ms(request.timeout)
@@ -123,7 +122,7 @@ async def create_topics(backend, request, version: int):
 
 
 async def delete_topics(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(20, version)
     if version >= 6:
@@ -165,7 +164,7 @@ async def delete_topics(backend, request, version: int):
 
 
 async def create_partitions(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(37, version)
     names = [t.name for t in request.topics]
@@ -193,7 +192,7 @@ async def create_partitions(backend, request, version: int):
 
 
 async def delete_records(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(21, version)
     calls, where = [], []
@@ -220,7 +219,7 @@ async def delete_records(backend, request, version: int):
 
 
 async def describe_cluster(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(60, version)
     endpoint_type = int(getattr(request, "endpoint_type", 1))
@@ -267,7 +266,7 @@ async def describe_cluster(backend, request, version: int):
 
 
 async def elect_leaders(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(43, version)
     election_type = int(getattr(request, "election_type", 0))

@@ -4,7 +4,7 @@ broker (4) resources.
 Topic configs: every config storage knows (``storage.log.LogConfig``) with its effective value and
 Kafka's source: DYNAMIC_TOPIC_CONFIG (1) for a topic override, STATIC_BROKER_CONFIG (4) when the broker's
 properties set its broker-level synonym (``log.retention.ms`` for ``retention.ms``: the replicas apply
-it, actors/leader_and_isr.py), else DEFAULT_CONFIG (5). ``include_synonyms`` lists that chain, most
+it, actors/replication/leader_and_isr.py), else DEFAULT_CONFIG (5). ``include_synonyms`` lists that chain, most
 specific first, as Kafka does; v3+ carries each config's type and, when asked, its documentation.
 
 Broker configs: the configs rafka's broker acts on, with Kafka's defaults (DEFAULT_CONFIG) or the value in
@@ -20,7 +20,7 @@ config name or a bad value answers INVALID_CONFIG (40) with the controller's mes
 
 from __future__ import annotations
 
-from actors.config_sources import (
+from actors.metadata.config_sources import (
     DOCS,
     LIST_CONFIGS,
     broker_entries,
@@ -54,7 +54,7 @@ async def _resource(backend, rtype: int, rname: str) -> dict:
 
 
 async def describe_configs(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(32, version)
     synonyms = bool(getattr(request, "include_synonyms", False))
@@ -138,7 +138,7 @@ async def _alter_topic(backend, name: str, configs, validate_only: bool) -> tupl
 
 
 async def incremental_alter_configs(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(44, version)
     names = [(int(r.resource_type), r.resource_name) for r in request.resources]

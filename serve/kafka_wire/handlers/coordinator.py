@@ -25,7 +25,7 @@ async def _one(backend, key: str, key_type: int, md: dict, endpoints: dict) -> d
 
 
 async def find_coordinator(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(10, version)
     key_type = int(getattr(request, "key_type", 0))

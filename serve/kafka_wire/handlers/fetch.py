@@ -19,8 +19,7 @@ import dataclasses
 import uuid
 
 from protocol.messages import FetchRequest
-
-from ..topic_ids import topic_uuid
+from serve.kafka_wire.topic_ids import topic_uuid
 
 UNKNOWN_TOPIC_ID = 100
 
@@ -103,7 +102,7 @@ async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int, budget
 
 
 async def handle(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(1, version)
     by_id = version >= 13
@@ -171,7 +170,7 @@ def _within(results: list, max_bytes: int) -> list:
 
 def _partition_data(mod, p: int, r: dict):
     """One partition's FetchResponse entry (records as bytes, empty never null)."""
-    from .. import apis
+    from serve.kafka_wire import apis
 
     aborted = r.get("aborted_transactions")
     return apis.make(

@@ -24,8 +24,7 @@ from __future__ import annotations
 import asyncio
 
 from protocol import group_messages as M
-
-from ..network import CLIENT_HOST
+from serve.kafka_wire.network import CLIENT_HOST
 
 NOT_COORDINATOR = 16
 UNKNOWN_SERVER_ERROR = -1
@@ -33,14 +32,14 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's INT32_MIN: no ACLs, nothing 
 
 
 def _client() -> tuple[str, str]:
-    from ..apis import CLIENT_ID
+    from serve.kafka_wire.apis import CLIENT_ID
 
     host = CLIENT_HOST.get()
     return CLIENT_ID.get() or "", f"/{host}" if host else ""
 
 
 async def join_group(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(11, version)
     client_id, client_host = _client()
@@ -87,7 +86,7 @@ async def join_group(backend, request, version: int):
 
 
 async def sync_group(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(14, version)
     req = M.SyncGroupRequest(
@@ -112,7 +111,7 @@ async def sync_group(backend, request, version: int):
 
 
 async def heartbeat(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(12, version)
     req = M.HeartbeatRequest(
@@ -128,7 +127,7 @@ async def heartbeat(backend, request, version: int):
 
 
 async def leave_group(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(13, version)
     if version < 3:
@@ -158,7 +157,7 @@ async def leave_group(backend, request, version: int):
 
 
 async def offset_commit(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(8, version)
     topics = [
@@ -225,7 +224,7 @@ def _fetch_topics(mod, r: dict, asked, suffix: str, fill_error: bool) -> tuple:
             }
             for t in asked
         ]
-    from .. import apis
+    from serve.kafka_wire import apis
 
     return tuple(
         apis.make(
@@ -257,7 +256,7 @@ def _offset_fetch_request(group_id: str, topics, require_stable: bool) -> M.Offs
 
 
 async def offset_fetch(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(9, version)
     stable = bool(getattr(request, "require_stable", False))
@@ -288,7 +287,7 @@ async def offset_fetch(backend, request, version: int):
 
 
 async def list_groups(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(16, version)
     states = list(getattr(request, "states_filter", ()) or ()) or None
@@ -315,7 +314,7 @@ async def list_groups(backend, request, version: int):
 
 
 async def describe_groups(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(15, version)
     ids = list(request.groups)
@@ -354,7 +353,7 @@ async def describe_groups(backend, request, version: int):
 
 
 async def delete_groups(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(42, version)
     ids = list(dict.fromkeys(request.groups_names))
@@ -368,7 +367,7 @@ async def delete_groups(backend, request, version: int):
 
 
 async def offset_delete(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(47, version)
     topics = [

@@ -6,7 +6,7 @@ Unknown names answer UNKNOWN_TOPIC_OR_PARTITION (3), unknown ids UNKNOWN_TOPIC_I
 Topic auto-creation (Kafka's AutoTopicCreationManager): an unknown topic named in a request that allows it
 (``allow_auto_topic_creation``, v4+; always on v0-3) is created when the broker's
 ``auto.create.topics.enable`` is true (Kafka's default), with ``num.partitions`` partitions and
-``default.replication.factor`` replicas (actors/auto_topic_creation.py), and answered
+``default.replication.factor`` replicas (actors/server/auto_topic_creation.py), and answered
 LEADER_NOT_AVAILABLE (5) until its partitions have leaders: the client asks again. Internal topics are
 never auto-created here; an invalid name answers INVALID_TOPIC_EXCEPTION (17), a replication factor above
 the live brokers INVALID_REPLICATION_FACTOR (38)."""
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from ..topic_ids import topic_uuid
+from serve.kafka_wire.topic_ids import topic_uuid
 
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_ID = 3, 5, 100
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -59,7 +59,7 @@ def _topic(apis, mod, name, tid, code, parts=(), internal=False):
 
 
 async def handle(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(3, version)
     md = await backend.metadata()

@@ -10,7 +10,7 @@ from protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest
 
 
 async def list_offsets(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(2, version)
     isolation = int(getattr(request, "isolation_level", 0))
@@ -45,7 +45,7 @@ async def list_offsets(backend, request, version: int):
 
 
 async def offset_for_leader_epoch(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(23, version)
     calls, where = [], []

@@ -8,7 +8,7 @@ replica call in its first step, and asyncio starts tasks in creation order), and
 answer: the Processor runs a connection's non-transactional Produce requests that way one after another
 without waiting for the earlier answers (``pipelinable``), so their acks=all waits overlap. The writes reach
 each replica in submission order on the broker's connection to its client listener, and the replica appends
-one connection's writes in that order (protocol/data_channel.py, actors/call_order.py). A request carrying a
+one connection's writes in that order (actors/channels/data_channel.py, actors/replication/call_order.py). A request carrying a
 partition's batches above ``PIPELINE_MAX_PARTITION_BYTES`` is handled alone (sized when writes were Ray calls,
 whose larger arguments went through the object store), as is a transactional one (its first write to a
 partition waits for the KIP-890 verification): pipelining them measured no gain then (librdkafka 47-71k
@@ -68,7 +68,7 @@ def submit(backend, request, version: int) -> Awaitable:
 
 
 async def _respond(calls: list, where: list, acks: int, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     results = await asyncio.gather(*calls)
     if acks == 0:
@@ -86,7 +86,7 @@ async def handle(backend, request, version: int):
 
 
 def _partition_answer(mod, p: int, r: dict):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     lat = r.get("log_append_time", -1)
     return apis.make(

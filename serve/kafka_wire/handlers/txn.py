@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 
-from actors.txn_state import STATE_NAMES
+from actors.txn.shard import STATE_NAMES
 from protocol.txn_messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -49,7 +49,7 @@ FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
 
 
 def _code(api_key: int, version: int, code: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     if code == PRODUCER_FENCED and version < FENCED_SINCE[api_key]:
         code = INVALID_PRODUCER_EPOCH
@@ -61,7 +61,7 @@ def _ms(d: datetime.timedelta) -> int:
 
 
 async def init_producer_id(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(22, version)
     if request.transactional_id is None:
@@ -86,7 +86,7 @@ async def init_producer_id(backend, request, version: int):
 
 
 async def add_partitions_to_txn(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(24, version)
     tid = request.v3_and_below_transactional_id
@@ -124,7 +124,7 @@ async def add_partitions_to_txn(backend, request, version: int):
 
 
 async def add_offsets_to_txn(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     req = AddOffsetsToTxnRequest(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
@@ -137,7 +137,7 @@ async def add_offsets_to_txn(backend, request, version: int):
 
 
 async def end_txn(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     req = EndTxnRequest(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), bool(request.committed)
@@ -150,7 +150,7 @@ async def end_txn(backend, request, version: int):
 
 
 async def txn_offset_commit(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     offsets = tuple(
         (t.name, int(p.partition_index), int(p.committed_offset), p.committed_metadata or "")
@@ -192,7 +192,7 @@ async def txn_offset_commit(backend, request, version: int):
 
 
 async def describe_transactions(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(65, version)
     ids = list(request.transactional_ids)
@@ -222,7 +222,7 @@ async def describe_transactions(backend, request, version: int):
 
 
 async def list_transactions(backend, request, version: int):
-    from .. import apis
+    from serve.kafka_wire import apis
 
     mod = apis.response_module(66, version)
     known = set(STATE_NAMES.values())

@@ -15,7 +15,7 @@ import pytest
 import ray
 
 import rafka
-from protocol.replica_lookup import replica_handle
+from actors.channels.replica_lookup import replica_handle
 from rafka import TopicPartition
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -21,7 +21,7 @@ from support import wait_until
 
 import rafka
 from jobs.eos_copy import Copier, read_all
-from rafka.nemesis import Nemesis
+from rafka.tools.nemesis import Nemesis
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import ray
 from support import coordinator_of, wait_until
 
 import rafka
-from actors.worker_process import actor_pid
+from actors.server.worker_process import actor_pid
 from protocol import errors as E
 from protocol.messages import ProduceRequest
 from protocol.names import RAY_NAMESPACE, broker_name, txn_coordinator_name
@@ -220,7 +220,7 @@ def test_a_hanging_transaction_is_found_and_aborted(ray_cluster, tmp_path):
 
 @pytest.mark.parametrize("fault", ["SIGSTOP", "SIGKILL"])
 def test_end_txn_on_the_coordinators_tcp_connection_survives_a_paused_or_killed_coordinator(txn_cluster, fault):
-    """EndTxn travels on the coordinator's TCP listener (actors/coordinator_channel.py). SIGSTOP: the
+    """EndTxn travels on the coordinator's TCP listener (actors/channels/coordinator_channel.py). SIGSTOP: the
     coordinator's process is paused while the EndTxn is on its connection, and the commit completes once it
     resumes. SIGKILL: the coordinator's broker process dies after the transaction's records were acknowledged
     and before the commit, so the EndTxn meets a dead connection; the producer finds the next coordinator

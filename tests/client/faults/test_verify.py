@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rafka.nemesis import KINDS
-from rafka.verify import VerifyConfig, format_report, run_verify
+from rafka.tools.nemesis import KINDS
+from rafka.tools.verify import VerifyConfig, format_report, run_verify
 
 RAFKA = str(Path(sys.executable).with_name("rafka"))
 

@@ -1,0 +1,40 @@
+"""The broker configs the controller acts on (Kafka's names and defaults), parsed once from the cluster's
+broker properties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from actors.metadata.topic_configs import truthy
+from protocol.errors import InvalidConfigError
+
+
+@dataclass
+class ControllerConfig:
+    """The broker configs the controller acts on (Kafka's names and defaults)."""
+
+    unclean_leader_election: bool = False  # unclean.leader.election.enable
+    auto_leader_rebalance: bool = True  # auto.leader.rebalance.enable
+    imbalance_percentage: int = 10  # leader.imbalance.per.broker.percentage
+    imbalance_check_interval_s: float = 300.0  # leader.imbalance.check.interval.seconds
+    num_partitions: int = 1  # num.partitions
+    default_replication_factor: int = 1  # default.replication.factor
+    session_timeout_ms: int = 9000  # broker.session.timeout.ms
+    heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
+
+    @classmethod
+    def from_props(cls, props: dict | None) -> "ControllerConfig":
+        props = props or {}
+        c = cls()
+        try:
+            c.unclean_leader_election = truthy(props.get("unclean.leader.election.enable", False))
+            c.auto_leader_rebalance = truthy(props.get("auto.leader.rebalance.enable", True))
+            c.imbalance_percentage = int(props.get("leader.imbalance.per.broker.percentage", 10))
+            c.imbalance_check_interval_s = float(props.get("leader.imbalance.check.interval.seconds", 300))
+            c.num_partitions = int(props.get("num.partitions", 1))
+            c.default_replication_factor = int(props.get("default.replication.factor", 1))
+            c.session_timeout_ms = int(props.get("broker.session.timeout.ms", 9000))
+            c.heartbeat_interval_ms = int(props.get("broker.heartbeat.interval.ms", 2000))
+        except (TypeError, ValueError) as e:
+            raise InvalidConfigError(f"Invalid broker config: {e}") from None
+        return c

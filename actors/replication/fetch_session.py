@@ -1,0 +1,173 @@
+"""Follower fetch sessions: one connection and one long-poll from a follower process to a leader process for
+every partition the first follows in the second (Kafka's ReplicaFetcherManager, whose fetcher thread per
+source broker fetches all of that broker's partitions in one FetchRequest).
+
+Why: with replica hosts (actors/replica_host.py) a broker's followers share a process, and so do a broker's
+leaders, yet each follower replica had its own connection and long-poll to its leader replica. Messages
+grew with partitions, not with brokers: an idle 96-partition topic made ~384 fetch round trips a second,
+and each acks=all round woke one fetch per follower replica.
+
+Who does what:
+- The replica's :class:`~actors.replication.replica_fetcher.ReplicaFetcher` still owns its partition's follower state:
+  it looks the leader up, asks its replication endpoint, truncates by leader epoch, then *joins* the session
+  of that endpoint as a :class:`SessionMember` and waits on the member's ``done`` future. It applies each of
+  its answers (``apply``, synchronous, on the shared event loop). An answer it cannot take (an error code, an
+  unexpected offset) or a broken connection fails the member's future with that exception, and the fetcher
+  handles it as before: back off, look up again, join again.
+- :class:`FetchSession` (one per leader endpoint and follower broker in a process, the event loop's
+  registry ``session_for``) builds one request from its members' log end offsets, sends it, hands each answer
+  to its member, and goes around. A member that joins while a fetch is held at the leader pokes it (the leader
+  answers at once), so a new follower does not wait out ``replica.fetch.wait.max.ms``. The session ends when
+  its last member leaves (its task is cancelled and its connection closed) or its connection breaks (every
+  member fails with ``ConnectionLost``).
+
+Concurrency: everything runs on the process's one event loop; a member is checked against the session's
+current members and its partition's ``generation`` before its answer is applied (it may have left, or the
+partition may have moved on, while the fetch was out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import Any
+
+from actors.channels.replication_channel import ConnectionLost, ReplicationConnection
+from protocol.replication_frames import encode_session_fetch
+
+log = logging.getLogger("actors.replica")
+
+# the largest session answer (Kafka's replica.fetch.response.max.bytes default); each partition's own share is
+# replica.fetch.max.bytes
+RESPONSE_MAX_BYTES = 10 * 1024 * 1024
+
+
+class SessionMember:
+    """One follower partition in a session: its fetcher (``partition``, ``apply(answer)``), the generation and
+    leader epoch it fetches under, its replica config, and ``done``, failed with what ended its membership."""
+
+    __slots__ = ("fetcher", "gen", "leader_epoch", "conf", "done", "applied", "key")
+
+    def __init__(self, fetcher: Any, gen: int, leader_epoch: int, conf: dict):
+        self.fetcher, self.gen, self.leader_epoch, self.conf = fetcher, gen, leader_epoch, conf
+        p = fetcher.partition
+        self.key = (p.topic, p.partition)
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.applied = 0  # answers applied (a member that fetched is not backing off from scratch)
+
+    def entry(self) -> list:
+        p = self.fetcher.partition
+        return [p.topic, p.partition, p.log.log_end_offset, self.leader_epoch, self.conf["replica.fetch.max.bytes"]]
+
+    def current(self) -> bool:
+        return self.fetcher.partition.generation == self.gen
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+
+class FetchSession:
+    """One follower broker's fetches from one leader process, for all of the partitions it follows there."""
+
+    def __init__(self, registry: dict, key: tuple, endpoint: dict, broker_id: int):
+        self.registry, self.key, self.endpoint, self.broker_id = registry, key, endpoint, broker_id
+        self.members: dict[tuple[str, int], SessionMember] = {}
+        self.conn: ReplicationConnection | None = None
+        self.in_flight = False
+        self.fetches = 0
+        self.task: asyncio.Task | None = None
+
+    def describe(self) -> dict:
+        """For ``state()``: the leader process's endpoint, this end's local port (one per connection), members."""
+        sock = None if self.conn is None else self.conn.writer.get_extra_info("sockname")
+        return {
+            "leader": f"{self.endpoint['host']}:{self.endpoint['port']}",
+            "local_port": None if not sock else sock[1],
+            "partitions": len(self.members),
+            "fetches": self.fetches,
+        }
+
+    def join(self, member: SessionMember) -> None:
+        old = self.members.get(member.key)
+        if old is not None and old is not member:
+            old.done.cancel()  # its partition's next membership replaces it (the old loop is being cancelled)
+        self.members[member.key] = member
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._run(member.conf))
+        elif self.in_flight and self.conn is not None:
+            self.conn.poke()
+
+    def leave(self, member: SessionMember) -> None:
+        if self.members.get(member.key) is member:
+            del self.members[member.key]
+        if not self.members:
+            self._end()
+
+    def _end(self) -> None:
+        if self.registry.get(self.key) is self:
+            del self.registry[self.key]
+        if self.task is not None and self.task is not asyncio.current_task():
+            self.task.cancel()
+        if self.conn is not None:
+            self.conn.close()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        members, self.members = list(self.members.values()), {}
+        for m in members:
+            m.fail(exc)
+
+    async def _run(self, conf: dict) -> None:
+        try:
+            self.conn = await ReplicationConnection.open(
+                self.endpoint, self.broker_id, conf["replica.socket.timeout.ms"] / 1000.0
+            )
+            while self.members:
+                batch = list(self.members.values())
+                wait_ms = batch[0].conf["replica.fetch.wait.max.ms"]
+                frame = encode_session_fetch(self.broker_id, wait_ms, 1, RESPONSE_MAX_BYTES, [m.entry() for m in batch])
+                self.in_flight = True
+                try:
+                    answers = await self.conn.fetch(frame, wait_ms)
+                finally:
+                    self.in_flight = False
+                if len(answers) != len(batch):
+                    raise ConnectionLost(f"{len(answers)} answers to a fetch of {len(batch)} partitions")
+                self.fetches += 1
+                for m, answer in zip(batch, answers):
+                    if self.members.get(m.key) is not m or not m.current():
+                        continue  # it left, or its partition moved on, while the fetch was out
+                    try:
+                        m.fetcher.apply(answer)
+                        m.applied += 1
+                    except Exception as exc:  # noqa: BLE001 - this member's trouble, handled by its fetcher
+                        del self.members[m.key]
+                        m.fail(exc)
+        except asyncio.CancelledError:
+            pass
+        except ConnectionLost as exc:
+            self._fail_all(exc)
+        except Exception as exc:  # noqa: BLE001 - every member backs off and joins again
+            log.exception("fetch session to %s:%s", self.endpoint.get("host"), self.endpoint.get("port"))
+            self._fail_all(ConnectionLost(f"fetch session failed: {type(exc).__name__}: {exc}"))
+        finally:
+            self._end()
+
+
+_registries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {key: FetchSession}
+
+
+def session_for(endpoint: dict, broker_id: int) -> FetchSession:
+    """The running session of this event loop to ``endpoint`` for ``broker_id``'s followers, or a new one."""
+    registry = _registries.setdefault(asyncio.get_running_loop(), {})
+    key = (endpoint["host"], endpoint["port"], endpoint["token"], broker_id)
+    session = registry.get(key)
+    if session is None:
+        session = registry[key] = FetchSession(registry, key, endpoint, broker_id)
+    return session
+
+
+def sessions() -> list[FetchSession]:
+    """This event loop's sessions (introspection and tests)."""
+    return list(_registries.get(asyncio.get_running_loop(), {}).values())

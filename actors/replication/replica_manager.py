@@ -1,0 +1,224 @@
+"""Kafka's ReplicaManager role for one partition replica: the delayed operations, their purgatories, and
+the one dispatch from what a :class:`~actors.replication.partition.Partition` call changed to the purgatories.
+
+``DelayedProduce`` (acks=all: waits until the high watermark passes the batch) and ``DelayedFetch`` (long
+poll until ``min_bytes`` are readable, a role change, or ``max_wait_ms``) run on the replica's event loop
+through ``actors.replication.purgatory``; they read the Partition (role, log, ISR, marks) and answer in the replica's
+response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
+``addCompletePurgatoryAction``: INCREASED -> produce and fetch purgatories, SAME -> fetch purgatory
+(followers waiting for data), NONE -> nothing. ``_err`` turns an exception into
+``{error_code, error_message, **fields}``, :func:`error_answer` into a typed response's dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TypeVar
+
+from actors.replication.partition import Partition
+from actors.replication.partition_state import LEADER, LeaderHwChange
+from actors.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
+from protocol import errors as E
+from protocol.messages import FetchRequest, FetchResponse
+
+log = logging.getLogger("actors.replica")
+
+# purgatory keys: acks=all produces wait on the HW; fetches by who asks (followers read to the LEO)
+HW_KEY, FOLLOWER_KEY, CONSUMER_KEY = "hw", "follower", "consumer"
+
+
+def _log_unexpected(exc: BaseException) -> None:
+    if not isinstance(exc, E.KafkaError) and E.error_response(exc)[0] == E.UnknownServerError.code:
+        log.exception("unexpected error")
+
+
+def _err(exc: BaseException, **fields) -> dict:
+    code, message = E.error_response(exc)
+    _log_unexpected(exc)
+    return {"error_code": code, "error_message": message, **fields}
+
+
+def error_answer(response_cls, exc: BaseException, **fields) -> dict:
+    """The dict of ``response_cls`` (a protocol.messages response) answering ``exc``."""
+    _log_unexpected(exc)
+    return response_cls.error(exc, **fields)
+
+
+def fetch_error(partition: Partition, exc: BaseException) -> dict:
+    """A fetch error answer: an OFFSET_OUT_OF_RANGE one carries the log's offsets."""
+    if isinstance(exc, E.OffsetOutOfRangeError):
+        snap = partition.log.fetch_offset_snapshot()
+        return error_answer(
+            FetchResponse,
+            exc,
+            log_start_offset=snap.log_start_offset,
+            high_watermark=snap.high_watermark,
+            log_end_offset=snap.log_end_offset,
+        )
+    return error_answer(FetchResponse, exc)
+
+
+def fetch_answer(partition: Partition, req: FetchRequest) -> dict:
+    """``Partition.read`` as the replica's fetch answer (errors as error fields)."""
+    try:
+        return partition.read(
+            req.fetch_offset,
+            req.max_bytes,
+            req.replica_id,
+            req.isolation_level,
+            req.current_leader_epoch,
+            req.min_one_message,
+        ).to_dict()
+    except Exception as exc:
+        return fetch_error(partition, exc)
+
+
+class DelayedProduce(DelayedOperation):
+    """acks=all: waits until the high watermark reaches ``required_offset`` (last offset + 1)."""
+
+    def __init__(self, partition: Partition, timeout_ms: int, required_offset: int, response: dict):
+        super().__init__(timeout_ms)
+        self.partition, self.required_offset, self.response = partition, required_offset, response
+
+    def try_complete(self) -> bool:
+        p = self.partition
+        if p.role != LEADER or p.log.high_watermark >= self.required_offset:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> dict:
+        p = self.partition
+        if self.expired:
+            return {
+                **self.response,
+                "error_code": E.RequestTimedOutError.code,
+                "error_message": f"acks=all: high watermark {p.log.high_watermark} did not reach "
+                f"{self.required_offset} in {self.delay_ms:.0f} ms",
+            }
+        if p.role != LEADER:
+            return {
+                **self.response,
+                **_err(E.NotLeaderOrFollowerError("leadership moved before the batch was replicated")),
+            }
+        min_isr = p.log.config.min_insync_replicas
+        if len(p.isr) < min_isr:
+            return {
+                **self.response,
+                **_err(
+                    E.NotEnoughReplicasAfterAppendError(f"ISR {list(p.isr)} is below min.insync.replicas={min_isr}")
+                ),
+            }
+        return self.response
+
+    def on_cancel(self) -> dict:
+        return {**self.response, **_err(E.NotLeaderOrFollowerError("replica stopped"))}
+
+
+class _FetchWait(DelayedOperation):
+    """A fetch of one partition parked until it can be answered: ``min_bytes`` readable past its offset (below
+    the HW for consumers, the LEO for followers), its offset out of range, or the partition moved on
+    (``generation``, role). ``DelayedFetch`` then reads the answer; ``SessionWatch`` wakes its session."""
+
+    def __init__(self, partition: Partition, req: FetchRequest):
+        super().__init__(req.max_wait_ms)
+        self.partition, self.req, self.min_bytes = partition, req, max(1, req.min_bytes)
+        self.gen = partition.generation
+
+    def try_complete(self) -> bool:
+        p, req, fetch_offset = self.partition, self.req, self.req.fetch_offset
+        if p.generation != self.gen or p.role != LEADER:
+            return self.force_complete()
+        if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
+            return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
+        end = p.log.log_end_offset if req.is_follower else p.fetchable_end(req.isolation_level)
+        if end > fetch_offset and p.marks.bytes_between(fetch_offset, end) >= self.min_bytes:
+            return self.force_complete()
+        return False
+
+
+class DelayedFetch(_FetchWait):
+    """Long poll: completes when ``min_bytes`` are readable (below the HW for consumers, the LEO for
+    followers), on a role change, or after ``max_wait_ms`` with whatever there is."""
+
+    def on_complete(self) -> dict:
+        return fetch_answer(self.partition, self.req)
+
+    def on_cancel(self) -> dict:
+        return error_answer(FetchResponse, E.NotLeaderOrFollowerError("replica stopped"))
+
+
+class SessionWatch(_FetchWait):
+    """A follower fetch session's wait on one of its partitions (actors/channels/replication_channel.py): done when a
+    DelayedFetch of the same request would be, it reads nothing and resolves ``wake``, the future the session
+    waits on for all of its partitions (under one timeout; then it cancels the others and reads them all). It
+    has no timer of its own."""
+
+    timed = False
+
+    def __init__(self, partition: Partition, req: FetchRequest, wake: asyncio.Future | None = None):
+        super().__init__(partition, req)
+        self.wake = wake
+
+    def on_complete(self) -> None:
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def on_cancel(self) -> None:
+        """Cancelled: by the session after its wait (``wake`` is done then), or by the purgatory's shutdown (the
+        replica stops), which must end the session's wait at once, as it ends a DelayedFetch's."""
+        self.on_complete()
+
+
+_Parked = TypeVar("_Parked", bound=_FetchWait)
+
+
+class ReplicaManager:
+    """Kafka's ReplicaManager for one local replica: its produce and fetch purgatories, and the one place
+    a :class:`LeaderHwChange` returned by the Partition becomes purgatory checks."""
+
+    def __init__(self, partition: Partition):
+        self.partition = partition
+        self.produce_purgatory = DelayedOperationPurgatory("produce")
+        self.fetch_purgatory = DelayedOperationPurgatory("fetch")
+
+    def complete_delayed_requests(self, change: LeaderHwChange | None) -> None:
+        """INCREASED: acks=all produces and every fetch may complete; SAME (new data below an unmoved
+        HW): follower fetches may; NONE (or None): nothing changed."""
+        if change is LeaderHwChange.INCREASED:
+            self.produce_purgatory.check_and_complete(HW_KEY)
+            self.fetch_purgatory.check_and_complete(FOLLOWER_KEY)
+            self.fetch_purgatory.check_and_complete(CONSUMER_KEY)
+        elif change is LeaderHwChange.SAME:
+            self.fetch_purgatory.check_and_complete(FOLLOWER_KEY)
+
+    def isr_changed(self) -> None:
+        """The committed ISR moved: waiting acks=all produces re-check min.insync.replicas."""
+        self.produce_purgatory.check_and_complete(HW_KEY)
+
+    def role_changed(self, produces: bool = True) -> None:
+        """A LeaderAndIsr applied: parked requests re-check (and answer NOT_LEADER_OR_FOLLOWER if moved)."""
+        if produces:
+            self.produce_purgatory.check_all()
+        self.fetch_purgatory.check_all()
+
+    async def wait_produce(self, op: DelayedProduce):
+        self.produce_purgatory.try_complete_else_watch(op, [HW_KEY])
+        return await op.wait()
+
+    def watch_fetch(self, op: _Parked) -> _Parked:
+        """Park ``op`` (or complete it now); its ``wait()`` is the answer."""
+        self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY])
+        return op
+
+    async def wait_fetch(self, op: DelayedFetch):
+        return await self.watch_fetch(op).wait()
+
+    def shutdown(self) -> None:
+        self.produce_purgatory.shutdown()
+        self.fetch_purgatory.shutdown()
+
+    def delayed(self) -> tuple[int, int]:
+        """(delayed produces, delayed fetches)."""
+        return self.produce_purgatory.delayed(), self.fetch_purgatory.delayed()

@@ -1,0 +1,312 @@
+"""A broker's link to the controller: the election, registration, heartbeats, and the controller's liveness.
+
+Election. The controller is the named actor ``controller_name(cluster)``; creating it with
+``get_if_exists=True`` is the election (GCS lets one actor hold a name). It is a non-detached child of
+the broker that created it, hard-pinned to that broker's node, so it dies with its host broker.
+
+Liveness (Kafka's KRaft brokers judge the active controller by ``controller.quorum.fetch.timeout.ms``,
+default 2000: a voter that has not heard from the leader for that long starts an election). A broker
+watches each controller incarnation (``ControllerRef``) two ways:
+
+- the long-poll ``broker_session`` raises ActorDiedError within ~20 ms of the controller process' death
+  (SIGKILL, OOM, ``ray.kill``);
+- a probe (``probe()``, a few per timeout, one in flight; it answers from its own thread) feeds a
+  ``SessionTimer``: a controller that answers nothing for ``controller.quorum.fetch.timeout.ms`` is
+  frozen (SIGSTOP, a hung machine). A broker on the controller's own node confirms it first in
+  ``/proc``: a process that still runs is only slow (a loaded machine: measured, probes went
+  unanswered for 2-15 s at a load average of 8 on 2 cores), and is left alone; a stopped one is frozen.
+  Brokers on other nodes have the timeout only, as in Kafka.
+
+Either way the broker *declares that incarnation dead*: ``ray.kill`` of its handle, which frees the name
+at once (after a real process death Ray keeps the dead actor's name while any handle to it lives -- 61 s
+measured when nobody killed it), and, for a frozen controller running on this broker's node, SIGKILL of
+its pid (a stopped process ignores ``ray.kill`` until it wakes). Then it elects the next one. Killing is
+by actor id, so a late broker can never kill the controller that replaced it. A woken zombie cannot write
+anything: brokers refuse its epoch, and it checks ``controller_epoch/<N+1>`` in GCS KV before each write.
+
+``call(method, *args)`` runs one controller call on the current incarnation and waits at most until that
+incarnation is declared dead (a call to a stopped actor would hang forever), retrying on the next
+controller until ``timeout_s``. Controller calls never run without it.
+
+Concurrency: everything runs on the broker's event loop; one election at a time (``_elect_lock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import ray
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.controller import RemoteController
+from actors.server.supervision import SessionTimer
+from actors.server.worker_process import kill_worker, process_state
+from protocol.errors import (
+    BrokerIdNotRegisteredError,
+    InvalidConfigError,
+    KafkaError,
+    NotControllerError,
+    StaleBrokerEpochError,
+)
+from protocol.names import RAY_NAMESPACE, controller_name
+
+log = logging.getLogger("rafka.broker")
+
+FETCH_TIMEOUT_KEY = "controller.quorum.fetch.timeout.ms"
+FETCH_TIMEOUT_DEFAULT_MS = 2000  # Kafka's default
+FIRST_CONTACT_S = 30.0  # a controller being created may wait for a worker process on a loaded node
+REGISTERED_OR_STALE = (StaleBrokerEpochError.code, BrokerIdNotRegisteredError.code)  # register again
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ControllerUnavailable(Exception):
+    """The controller incarnation a call went to died, resigned or was declared dead meanwhile."""
+
+
+class ControllerRef:
+    """One controller incarnation as this broker sees it."""
+
+    def __init__(self, handle, info: dict, timeout_ms: int):
+        self.handle = handle
+        self.epoch = int(info["controller_epoch"])
+        self.pid, self.node_id = info.get("pid"), info.get("node_id")
+        self.timer = SessionTimer(timeout_ms, now_ms())
+        self.dead = asyncio.Event()
+        self.why: str | None = None
+        self.probing = False
+
+
+class ControllerLink:
+    def __init__(self, broker):
+        self.b = broker
+        raw = broker.config.get(FETCH_TIMEOUT_KEY, FETCH_TIMEOUT_DEFAULT_MS)
+        try:
+            self.timeout_ms = int(raw)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"Invalid value {raw!r} for configuration {FETCH_TIMEOUT_KEY}") from None
+        if self.timeout_ms <= 0:
+            raise InvalidConfigError(f"{FETCH_TIMEOUT_KEY} must be positive, got {self.timeout_ms}")
+        self.heartbeat_s = int(broker.config.get("broker.heartbeat.interval.ms", 2000)) / 1000
+        self.current: ControllerRef | None = None
+        self.hb_suspended_until = 0.0
+        self._elect_lock = asyncio.Lock()
+        self._register_lock = asyncio.Lock()
+
+    # ---- election ------------------------------------------------------------------------------------
+    def _options(self):
+        return RemoteController.options(
+            name=controller_name(self.b.cluster),
+            namespace=RAY_NAMESPACE,
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=1000,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.b.node_id, soft=False),
+        )
+
+    async def ensure(self, timeout_s: float = 60.0) -> ControllerRef:
+        """The live controller, found by name or created (the election)."""
+        async with self._elect_lock:
+            ref = self.current
+            if ref is not None and not ref.dead.is_set():
+                return ref
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            delay = 0.02
+            while not self.b.stopping:
+                h = self._options().remote(self.b.cluster, self.b.data_dir, self.b.config, self.b.broker_id)
+                try:
+                    info = await asyncio.wait_for(h.probe.remote(), FIRST_CONTACT_S)
+                    if not info.get("resigned"):
+                        ref = ControllerRef(h, info, self.timeout_ms)
+                        self.b._see_epoch(ref.epoch)
+                        self.current = ref
+                        return ref
+                except ActorDiedError:  # a dead controller still holding the name: free it
+                    self._kill(h)
+                except asyncio.TimeoutError:  # holding the name but silent: frozen
+                    log.warning("broker %s: controller found by name does not answer: replacing it", self.b.broker_id)
+                    self._kill(h)
+                except (RayActorError, RayTaskError, ValueError) as e:
+                    log.info("broker %s: controller not reachable yet (%s)", self.b.broker_id, type(e).__name__)
+                if loop.time() > deadline:
+                    raise ControllerUnavailable(f"no controller within {timeout_s:.0f}s")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+            raise ControllerUnavailable("broker is stopping")
+
+    @staticmethod
+    def _kill(handle) -> None:
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception as e:  # noqa: BLE001 - already gone
+            log.debug("ray.kill of a controller handle: %s", e)
+
+    def declare_dead(self, ref: ControllerRef, why: str, frozen: bool = False) -> None:
+        """Give up on this incarnation: free its name (and end its process when frozen here), so that
+        the next ``ensure`` elects another."""
+        if ref.dead.is_set():
+            return
+        ref.why = why
+        ref.dead.set()
+        if self.current is ref:
+            self.current = None
+        log.warning("broker %s: controller epoch %s %s", self.b.broker_id, ref.epoch, why)
+        if frozen and ref.node_id == self.b.node_id and kill_worker(ref.pid, "ControllerActor"):
+            log.warning("broker %s: killed the frozen controller's process %s", self.b.broker_id, ref.pid)
+        self._kill(ref.handle)
+
+    # ---- calls ---------------------------------------------------------------------------------------
+    async def call_on(self, ref: ControllerRef, method: str, *args, timeout_s: float | None = None):
+        """One call to this incarnation; ControllerUnavailable if it dies or resigns first; an
+        ``asyncio.TimeoutError`` after ``timeout_s`` (the incarnation may still be fine)."""
+        call = asyncio.ensure_future(getattr(ref.handle, method).remote(*args))
+        dead = asyncio.ensure_future(ref.dead.wait())
+        try:
+            done, _ = await asyncio.wait({call, dead}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+        if call in done:
+            try:
+                return call.result()
+            except ActorDiedError as e:
+                self.declare_dead(ref, f"died ({type(e).__name__})")
+                raise ControllerUnavailable(ref.why) from None
+            except RayTaskError as e:
+                if isinstance(getattr(e, "cause", None), NotControllerError) or isinstance(e, NotControllerError):
+                    self.declare_dead(ref, "resigned")
+                    raise ControllerUnavailable(ref.why) from None
+                raise
+            except RayActorError as e:  # unavailable for a moment (never restarted: max_restarts=0)
+                raise ControllerUnavailable(f"unavailable ({type(e).__name__})") from None
+        call.cancel()
+        if ref.dead.is_set():
+            raise ControllerUnavailable(ref.why)
+        raise asyncio.TimeoutError(f"controller {method} took over {timeout_s}s")
+
+    async def call(self, method: str, *args, timeout_s: float = 60.0):
+        """``method`` on the controller, on the next one when the current one dies, until ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            left = deadline - loop.time()
+            try:
+                ref = await self.ensure(max(1.0, left))
+                return await self.call_on(ref, method, *args, timeout_s=max(0.05, left))
+            except ControllerUnavailable:
+                if loop.time() >= deadline or self.b.stopping:
+                    raise
+                await asyncio.sleep(0.05)
+
+    # ---- registration and heartbeats -------------------------------------------------------------------
+    async def register(self, if_epoch: int | None = None) -> dict:
+        """Register (again). ``if_epoch``: only if this incarnation still has that broker epoch (a stale
+        heartbeat answer racing a registration that already happened must not register twice)."""
+        b = self.b
+        async with self._register_lock:
+            if if_epoch is not None and if_epoch != b.broker_epoch:
+                return {}
+            info = {"node_id": b.node_id, "rack": b.config.get("broker.rack"), "log_dir": b.dir}
+            me = ray.get_runtime_context().current_actor
+            while not b.stopping:
+                try:
+                    res = await self.call("register_broker", b.broker_id, info, me)
+                except (ControllerUnavailable, asyncio.TimeoutError):
+                    continue
+                if res.get("error_code"):
+                    raise KafkaError(res.get("error_message"))
+                b._see_epoch(res["controller_epoch"])
+                b.broker_epoch = res["broker_epoch"]
+                return res
+            return {}
+
+    async def heartbeat_loop(self):
+        while not self.b.stopping:
+            await asyncio.sleep(self.heartbeat_s)
+            ref = self.current
+            if ref is None or asyncio.get_running_loop().time() < self.hb_suspended_until:
+                continue
+            await self._heartbeat(ref)
+
+    async def _heartbeat(self, ref: ControllerRef) -> None:
+        epoch, sent = self.b.broker_epoch, now_ms()
+        try:
+            res = await self.call_on(
+                ref, "heartbeat", self.b.broker_id, epoch, timeout_s=max(self.heartbeat_s, self.timeout_ms / 1000)
+            )
+        except (ControllerUnavailable, asyncio.TimeoutError, RayTaskError):
+            return  # the watch and the probe deal with the controller
+        ref.timer.answered(sent)
+        self.b._see_epoch(res.get("controller_epoch", -1))
+        if res.get("error_code") in REGISTERED_OR_STALE:
+            log.warning("broker %s was fenced (%s): registering again", self.b.broker_id, res.get("error_message"))
+            await self.register(if_epoch=epoch)
+
+    async def watch_loop(self):
+        """The long-poll on the current controller; elects the next one when it ends."""
+        watched = None
+        while not self.b.stopping:
+            try:
+                ref = await self.ensure()
+            except ControllerUnavailable:
+                await asyncio.sleep(0.2)
+                continue
+            if ref is not watched and watched is not None:
+                # a new controller probes registered brokers itself; this heartbeat registers again if
+                # it fenced us meanwhile
+                await self._heartbeat(ref)
+            watched = ref
+            try:
+                res = await self.call_on(ref, "broker_session", self.b.broker_id)
+                if isinstance(res, dict) and res.get("reason") == "resigned":
+                    self.declare_dead(ref, "resigned")
+                await asyncio.sleep(0.05)  # resigned or shut down: look again
+            except ControllerUnavailable:
+                pass
+            except RayTaskError as e:
+                log.info("broker %s: controller session failed (%s)", self.b.broker_id, e)
+                await asyncio.sleep(0.05)
+
+    async def probe_loop(self):
+        """Judge the current controller by its answers: silent past the timeout = frozen."""
+        interval = max(0.02, self.timeout_ms / 4000)
+        while not self.b.stopping:
+            await asyncio.sleep(interval)
+            ref = self.current
+            if ref is None or ref.dead.is_set():
+                continue
+            now = now_ms()
+            ref.timer.tick(now)
+            if not ref.probing:
+                ref.probing = True
+                asyncio.get_running_loop().create_task(self._probe(ref, now))
+            if ref.timer.expired(now):
+                why = f"answered nothing for {ref.timer.silent_ms(now)} ms ({FETCH_TIMEOUT_KEY}={self.timeout_ms})"
+                if ref.node_id != self.b.node_id:
+                    self.declare_dead(ref, why, frozen=True)  # another node: the timeout is all we have
+                    continue
+                state = process_state(ref.pid)
+                if state in ("T", "t"):
+                    self.declare_dead(ref, why + ", its process is stopped", frozen=True)
+                elif state in (None, "Z"):
+                    self.declare_dead(ref, why + ", its process is gone")
+                # else: it runs, only slowly (a loaded machine): not frozen
+
+    async def _probe(self, ref: ControllerRef, sent: int) -> None:
+        try:
+            info = await ref.handle.probe.remote()
+        except ActorDiedError:
+            self.declare_dead(ref, "died")
+            return
+        except (RayActorError, RayTaskError):
+            return
+        finally:
+            ref.probing = False
+        ref.timer.answered(sent)
+        if info.get("resigned"):
+            self.declare_dead(ref, "resigned")

@@ -1,0 +1,337 @@
+"""``rafka cluster start|stop``: a persistent local Ray head that outlives the command, plus detached
+rafka actors on it.
+
+start: ``ray start --head`` with its own ``--temp-dir`` (a fresh directory under /tmp) and free ports for
+GCS, Ray Client and the dashboard agent (so it coexists with other Ray instances on the machine); then
+this process attaches, starts the controller and brokers as detached actors, records everything in the
+state file (``$RAFKA_HOME/cluster.json``, default ``~/.rafka``) and detaches. Any later process attaches
+with ``rafka.connect()`` (which reads the state file) or the printed address.
+
+stop: stops the rafka actors cleanly (logs closed), then ends exactly the Ray processes of that temp dir
+(those whose command line names it, those with a file open under it -- every worker logs there, even one
+orphaned by a dead raylet -- and their descendants) with SIGTERM, then SIGKILL after a grace period. It
+never runs ``ray stop``, which would end every Ray instance on the machine.
+
+A head that crashed (its GCS killed, the state file left behind) can leave its raylet and the broker
+workers running, still holding the log directories: ``start`` ends those leftovers of the recorded temp
+dir before it starts a new head, and each broker's log directory lock (``.lock``) refuses a second
+broker set on the same directories anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from protocol.names import RAY_NAMESPACE, broker_name
+from rafka.cluster import WORKER_NICENESS, read_state, state_file
+from rafka.errors import ClusterNotFoundError, KafkaError
+from rafka.output import quiet_worker_pool_warnings
+
+
+def last_data_dir_file():
+    """``$RAFKA_HOME/last-data-dir``: the data directory of the last ``start``, where ``rafka logs`` reads the
+    server logs once the cluster is stopped (the state file is gone then)."""
+    return state_file().parent / "last-data-dir"
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports from the ephemeral range (outside Ray's worker range 10002-19999).
+
+    Every socket stays bound until all ``n`` are picked: ports picked one at a time can repeat, since the
+    kernel may hand out a port again as soon as its probe socket is closed (two of `ray start`'s ports were
+    once the same, and Ray refused to start)."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            held.append(s)
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+            if not 10002 <= port <= 19999:
+                ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    return ports
+
+
+def free_port() -> int:
+    """A free TCP port from the ephemeral range (outside Ray's worker range 10002-19999)."""
+    return free_ports(1)[0]
+
+
+def proc_table() -> tuple[dict[int, str], dict[int, int]]:
+    cmd, parent = {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd[int(d)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+            parent[int(d)] = int(st[st.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return cmd, parent
+
+
+def _has_open_file_under(pid: int, marker: str) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(marker):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def ray_processes(temp_dir: str) -> set[int]:
+    """Pids of the Ray processes started with ``temp_dir`` (named on their command line, or holding a file
+    open under it, as every worker does with its log files) and all their descendants."""
+    cmd, parent = proc_table()
+    marker = temp_dir.rstrip("/") + "/"
+    found = {
+        pid
+        for pid, c in cmd.items()
+        if marker in c or c.rstrip().endswith(temp_dir) or _has_open_file_under(pid, marker)
+    }
+    found.discard(os.getpid())
+    changed = True
+    while changed:
+        changed = False
+        for pid, ppid in parent.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                changed = True
+    return found
+
+
+def _kill(pids: set[int], grace_s: float = 5.0) -> int:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = {p for p in alive if pid_alive(p)}
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _ray_is_up(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_token() -> str:
+    """The cluster's authentication mode: token (Ray 2.60's default) unless the user set
+    ``RAY_AUTH_MODE``; a missing token is generated (``~/.ray/auth_token``, as ``ray get-auth-token
+    --generate`` does) so every process of this user can attach."""
+    mode = os.environ.get("RAY_AUTH_MODE", "token").lower()
+    if mode != "token":
+        return mode
+    from ray._private.authentication.authentication_token_setup import _enable_token_auth, generate_and_save_token
+    from ray._raylet import AuthenticationTokenLoader
+
+    if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
+        generate_and_save_token()
+    _enable_token_auth()  # RAY_AUTH_MODE=token for `ray start` and this process (its cached config too)
+    return mode
+
+
+def start(
+    brokers: int = 3,
+    data_dir: str | None = None,
+    cluster: str = "rafka",
+    num_cpus: int | None = None,
+    port: int | None = None,
+    config: dict | None = None,
+) -> dict:
+    state = read_state()
+    if state:
+        leftovers = ray_processes(state["temp_dir"])
+        if _ray_is_up(state["address"]) and leftovers:
+            raise KafkaError(
+                f"a rafka cluster is already running at {state['address']} "
+                f"(temp dir {state['temp_dir']}); stop it with `rafka cluster stop`"
+            )
+        # the recorded head is gone (crashed): end whatever is left of it (raylet, broker workers still
+        # holding the log directories) before another head starts on the same data
+        if leftovers:
+            print(
+                f"rafka: the cluster recorded in {state_file()} is not running; ending "
+                f"{len(leftovers)} leftover processes of its head",
+                file=sys.stderr,
+            )
+            _kill(leftovers)
+        shutil.rmtree(state["temp_dir"], ignore_errors=True)
+        state_file().unlink(missing_ok=True)
+    data_dir = os.path.abspath(data_dir or os.path.join(state_file().parent, "data"))
+    os.makedirs(data_dir, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix="rafka-ray-", dir="/tmp")
+    # the user's --port is kept out of the other two, or Ray refuses to start
+    gcs_port, client_port, agent_port = [p for p in free_ports(4) if p != port][:3]
+    gcs_port = port or gcs_port
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    cmd = [
+        ray_bin if os.path.exists(ray_bin) else "ray",
+        "start",
+        "--head",
+        "--temp-dir",
+        temp_dir,
+        "--port",
+        str(gcs_port),
+        "--ray-client-server-port",
+        str(client_port),
+        "--dashboard-agent-listen-port",
+        str(agent_port),
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        "--num-cpus",
+        str(num_cpus or os.cpu_count() or 1),
+    ]
+    ensure_token()
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": str(WORKER_NICENESS)},
+    )
+    from actors.server import server_log
+
+    # what `ray start` printed (its banner, the warnings of small machines) is kept with the server logs
+    os.makedirs(server_log.logs_dir(data_dir), exist_ok=True)
+    with open(os.path.join(server_log.logs_dir(data_dir), server_log.RAY_START_LOG), "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}\n")
+    server_log.route_ray_driver_logs(data_dir)
+    if proc.returncode != 0:
+        _kill(ray_processes(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise KafkaError(f"`ray start --head` failed: {' | '.join(tail)}")
+    import ray
+    from ray._private.services import get_node_ip_address
+
+    from rafka.ray_session import use_token_auth_if_available
+
+    use_token_auth_if_available()
+    address = f"{get_node_ip_address()}:{gcs_port}"
+    info = {
+        "cluster": cluster,
+        "address": address,
+        "client_address": f"ray://{address.rsplit(':', 1)[0]}:{client_port}",
+        "temp_dir": temp_dir,
+        "data_dir": data_dir,
+        "brokers": brokers,
+        "config": dict(config or {}),
+        "started_at": time.time(),
+        "pids": sorted(ray_processes(temp_dir)),
+    }
+    try:
+        quiet_worker_pool_warnings()
+        ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
+        from actors.bootstrap import start_cluster
+
+        server = start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
+        from rafka.cluster import bootstrap_servers
+
+        info["bootstrap_servers"] = bootstrap_servers(cluster)
+        info["metrics_url"] = server.metrics_url()
+        from rafka.cli.agent import start_agent
+
+        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24), pick_port=free_port)
+        info["cli_agent"] = f"{agent['host']}:{agent['port']}"
+    except BaseException:
+        if ray.is_initialized():
+            ray.shutdown()
+        _kill(ray_processes(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    ray.shutdown()
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    # the state file holds the CLI agent's token (rafka/cli/remote.py): readable by this user only
+    fd = os.open(state_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({**info, "cli_agent": agent}, indent=2))
+    last_data_dir_file().write_text(data_dir + "\n")
+    return info
+
+
+def stop() -> dict:
+    state = read_state()
+    if not state:
+        raise ClusterNotFoundError(f"no cluster was started from here (no {state_file()})")
+    temp_dir = state["temp_dir"]
+    if _ray_is_up(state["address"]):
+        import ray
+
+        from rafka.ray_session import use_token_auth_if_available
+
+        use_token_auth_if_available()
+        try:
+            if not ray.is_initialized():
+                quiet_worker_pool_warnings()
+                ray.init(
+                    address=state["address"], namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING"
+                )
+            from actors.bootstrap import ServerHandle
+
+            server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
+            for i in range(state["brokers"]):
+                try:
+                    server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)
+                except ValueError:
+                    continue
+            server.shutdown()
+        except Exception as exc:  # noqa: BLE001 - the processes are ended below regardless
+            print(
+                f"rafka: warning: clean actor shutdown failed ({type(exc).__name__}: {exc}); ending the Ray processes",
+                file=sys.stderr,
+            )
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+    killed = _kill(ray_processes(temp_dir))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        state_file().unlink()
+    except FileNotFoundError:
+        pass
+    return {"cluster": state["cluster"], "killed": killed, "temp_dir": temp_dir, "data_dir": state["data_dir"]}
