@@ -1,17 +1,7 @@
-"""Start and stop a rafka cluster from a Ray driver (tests, benchmarks, the client's LocalCluster).
-
-``start_cluster(cluster, num_brokers, data_dir, broker_config=None, node_ids=None)`` creates the broker
-actors in parallel (detached: the cluster outlives the driver; pinned to ``node_ids[i]`` when given),
-starts them (the first to get there creates the controller), and waits until the controller has every
-broker registered. ``ServerHandle.find_coordinator(group_id)`` / ``group_coordinator(group_id)`` answer
-FindCoordinator through any live broker, retried (the first call starts creating ``__consumer_offsets``).
-It also starts the cluster's Prometheus exporter (actors/metrics_exporter.py; ``metrics.listener`` in
-``broker_config``, ``none`` for none) without waiting for it: ``ServerHandle.metrics_url()`` waits.
-``ServerHandle.shutdown()`` stops it all and clears the cluster's GCS KV
-namespace: the durable copy of the metadata is the controller's log under ``data_dir``, so a later
-``start_cluster`` with the same name and directory brings back the same topics and data.
-
-Call from a driver (blocking ``ray.get``), not from inside an async actor.
+"""Start and stop a rafka cluster from a Ray driver (tests, benchmarks, the client's LocalCluster):
+``start_cluster`` creates and starts the brokers and the metrics exporter and returns a ``ServerHandle``.
+Blocking ``ray.get``: call it from a driver, never inside an async actor. Creates actors/broker.py and
+actors/metrics_exporter.py. docs/internals.md ("Bootstrap") has what it waits for.
 """
 
 from __future__ import annotations
@@ -25,9 +15,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker import RemoteBroker
 from actors.channels.replica_lookup import replica_handle
+from actors.metadata.kv import GcsKV
 from actors.metrics_exporter import start_exporter, stop_exporter
 from protocol.errors import CoordinatorNotAvailableError, raise_for_code
-from protocol.kv import GcsKV
 from protocol.names import RAY_NAMESPACE, broker_name, controller_name
 
 log = logging.getLogger("rafka.bootstrap")

@@ -1,52 +1,8 @@
-"""The broker: one async actor per broker id, named ``broker_name(cluster, id)``, detached.
-
-It owns ``data_dir/broker-{id}/`` (a ``<topic>-<partition>/`` directory per hosted replica, holding the
-replica's log plus Kafka's ``partition.metadata`` with the topic id: storage/partition_metadata.py) and
-hosts the replica actors of its partitions as non-detached children pinned to its own Ray node: they
-fate-share with the broker, as a Kafka broker's partitions live and die with its process.
-
-Lifecycle. ``start()`` locks the log directory (Kafka's ``.lock``, actors/server/log_dir_lock.py: a second
-broker process on the same directory fails its start with KAFKA_STORAGE_ERROR), makes sure a controller
-exists (creating the named controller actor with ``get_if_exists=True`` *is* the election), registers
-(getting a broker epoch), then heartbeats and watches the controller: a long-poll that raises within
-~20 ms of its death and a probe that finds it frozen after ``controller.quorum.fetch.timeout.ms``; either
-way the broker kills that controller's handle (freeing its name) and elects the next one
-(actors/server/controller_link.py). The controller is a *child* of the broker that created it (not detached),
-like Kafka's controller living inside a broker: killing that broker also kills the controller, and the
-surviving brokers elect a new one; a cluster whose brokers are all gone leaves no controller behind. It
-is hard-pinned to its creator's node, so its metadata log sits on that node's disk and a node loss takes
-broker and controller together (with soft pinning Ray placed it on another node under load, where its
-loss was only noticed by GCS's ~30 s node timeout).
-
-Replicas live in ``ReplicaHost`` processes of up to ``replica.host.max.partitions`` replicas each
-(actors/replica_host.py, placed by actors/server/replica_hosts.py, one spare host started ahead of need); with 1,
-each replica is a ``ReplicaActor`` process and the broker starts ``replica.warm.pool.size`` of them ahead of
-need, unbound (actors/server/replica_pool.py), binds one to a partition on LeaderAndIsr (a cold one when the pool
-is empty), and refills the pool in the background. It is the authority for which actor is which replica:
-``replica_handle(topic, partition)`` (actors/channels/replica_lookup.py is the one lookup). A replica locks its
-partition directory at bind, so two live replicas of one partition on one broker cannot both open it.
-
-Replica supervision (actors/server/replica_supervisor.py). Every replica actor is watched: a dead one (process
-killed) or a frozen one (silent for ``broker.session.timeout.ms``) is reported to the controller, which
-moves leadership and the ISR away at once, and is recreated from its log directory as a follower that
-catches up and rejoins the ISR.
-
-Partitions are recovered lazily: nothing is opened at start; the controller answers the registration
-with the broker's full partition set (a FULL ``LeaderAndIsrRequest``) and the broker creates a replica
-actor for each, passing its directory (an existing log reopens and recovers). A full LeaderAndIsr also
-deletes stray partition directories (topics deleted while the broker was away), and a directory whose
-``partition.metadata`` names another topic id (deleted and re-created under the same name) is wiped
-before use.
-
-Fencing. Every controller request carries the controller epoch; one older than the newest seen is
-answered with STALE_CONTROLLER_EPOCH (error code 11) and not applied.
-
-Coordination. The broker hosts a group coordinator and a transaction coordinator, each created on first
-need and told which ``__consumer_offsets`` / ``__transaction_state`` partitions it leads;
-``find_coordinator(key, key_type)`` creates that topic on first use (actors/server/coordinator_host.py).
-
-LeaderAndIsr / StopReplica decisions (which replicas to create, recreate, make leader or follower, stop;
-controller-epoch fencing; partition directories) are the pure actors/replication/leader_and_isr.py.
+"""The broker's Ray shell (Kafka's BrokerServer as an actor): one detached async actor per broker id
+(``broker_name(cluster, id)``) owning ``data_dir/broker-{id}/``, its replicas (in replica hosts, or a process
+each), its link to the controller and its coordinators. Created by actors/bootstrap.py; called by the
+controller, the replicas, the clients and the exporter. Calls actors/server/ and actors/replication/
+(``leader_and_isr`` decides). docs/internals.md ("Broker") has its lifecycle.
 """
 
 from __future__ import annotations
@@ -59,6 +15,7 @@ import shutil
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from actors.metadata.kv import GcsKV
 from actors.replica import (
     ReplicaActor,  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 )
@@ -87,7 +44,7 @@ from protocol.errors import (
     UnknownServerError,
     error_response,
 )
-from protocol.kv import GcsKV, read_cluster
+from protocol.kv import read_cluster
 from storage.partition_metadata import prepare_partition_dir
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
@@ -150,8 +107,8 @@ class BrokerActor:
         lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
         await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
         loop = asyncio.get_running_loop()
-        # the election first, in the background: the controller's process starts (~1 s: a worker and its
-        # imports) while this broker starts its Kafka listener; ``register`` below waits for the same election
+        # the election first, in the background: the controller's process starts (a worker and its imports)
+        # while this broker starts its Kafka listener; ``register`` below waits for the same election
         loop.create_task(self.link.ensure()).add_done_callback(_election_done)
         self.wire = await wire.start(self)
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]

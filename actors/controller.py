@@ -1,29 +1,8 @@
-"""The controller: a thin async actor over ``ControllerLogic`` (actors/metadata/controller_logic.py); the requests
-a commit sends to the brokers are derived by actors/metadata/controller_requests.py (pure). docs/internals.md
-("Liveness", "Controller") has the full story; in short:
-
-Election. The named actor ``controller_name(cluster)`` (protocol/names.py): creating it (brokers do, with
-``get_if_exists=True``) is the election. Its constructor locks ``data_dir/controller/.lock``, claims the
-next controller epoch (put-if-absent of ``controller_epoch/<N>`` in GCS KV) and loads the image, from KV
-or from its local metadata log, whichever is newer (``metadata_store.load_image``: a fresh log file per
-controller). Brokers judge its liveness (actors/server/controller_link.py) and ``ray.kill`` a dead or frozen one.
-
-Fencing. Every request to a broker carries the epoch; STALE_CONTROLLER_EPOCH in an answer makes it resign
-(NOT_CONTROLLER). Before each write of its own (metadata log append, GCS KV publish) it checks that
-``controller_epoch/<N+1>`` does not exist, so a controller replaced while frozen resigns instead of writing.
-
-Commit path (one at a time, under ``lock``): handler -> records -> metadata log append + fsync -> replay
--> KV -> ``derive_requests`` -> each broker's ``BrokerChannel`` (actors/metadata/controller_channel_manager.py, never under
-the lock): LeaderAndIsr, StopReplica(delete), topic configs, the full partition set to a (re)registered
-broker, UpdateMetadata(version) to every live broker.
-
-Broker liveness (actors/metadata/broker_heartbeats.py). One pending ``broker.controller_session`` long-poll per
-registered broker (raises ~20 ms after its death) plus heartbeats every ``broker.heartbeat.interval.ms``;
-silent for ``broker.session.timeout.ms`` = fenced (FenceBroker, new leaders from the ISR, leader epochs
-bumped).
-Replica deaths are reported as ``replicas_offline`` / ``replicas_online`` (actors/metadata/replica_state_machine.py).
-After a failover the new controller probes the brokers the image says are alive (fencing the ones that
-are gone or another incarnation), then sends each live broker its full partition set and UpdateMetadata.
+"""The controller's Ray shell (Kafka's QuorumController as an actor): the RPCs, the commit lock, the
+election and fencing checks, and the sends, over the pure decisions of actors/metadata/controller_logic.py.
+Created by a broker (actors/server/controller_link.py, the election); called by the brokers, the admin
+client and the metrics exporter. Calls actors/metadata/ and the brokers. docs/internals.md ("Controller",
+"Liveness") has how election, fencing and the commit path work.
 """
 
 from __future__ import annotations
@@ -38,7 +17,7 @@ import ray
 
 from actors.metadata import controller_events
 from actors.metadata import controller_requests as cr
-from actors.metadata.broker_heartbeats import BrokerSessions, probe_broker, rebalancer, session_checker
+from actors.metadata.broker_heartbeats import BrokerHeartbeats, BrokerSessions, probe_broker, session_checker
 from actors.metadata.controller_channel_manager import ControllerChannelManager
 from actors.metadata.controller_config import ControllerConfig
 from actors.metadata.controller_logic import ELECT_PREFERRED, ControllerLogic
@@ -48,7 +27,6 @@ from actors.metadata.store import ClusterKV, MetadataLog, load_image
 from actors.server import server_log
 from actors.server.log_dir_lock import LogDirLock
 from actors.server.metrics import ControllerStats
-from actors.server.supervision import BrokerHeartbeats
 from protocol.control_messages import AlterPartitionRequest, AlterPartitionResponse
 from protocol.errors import KafkaError, NotControllerError, RequestTimedOutError, error_response
 from protocol.kv import controller_epoch_key
@@ -64,12 +42,9 @@ class ControllerActor:
         self.cluster, self.data_dir, self.host_broker_id = cluster, data_dir, host_broker_id
         self.config = ControllerConfig.from_props(config)
         server_log.configure(server_log.controller_log(data_dir), f"Controller id={host_broker_id}")
-        # the metadata log's directory is locked like a broker's log directory, before the epoch is
-        # claimed: a candidate that cannot own it must not depose the controller that does
+        # locked before the epoch is claimed: a candidate that cannot own the metadata log must not depose
+        # the controller that does; retried for a session timeout (the previous one may still be exiting)
         self.dir_lock = LogDirLock(os.path.join(data_dir, "controller"))
-        # (polled every 50 ms): the previous controller's process may still be exiting. Bounded by the broker
-        # session timeout, as a broker's own log directory lock is (actors/broker.py): a holder alive longer
-        # than that is a live controller, not a leftover, and a fixed 10 s made every refusal wait 10 s
         self.dir_lock.acquire(self.config.session_timeout_ms / 1000)
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": int(time.time() * 1000)})
@@ -136,7 +111,18 @@ class ControllerActor:
                 self.channels.send_full_state(b, cr.full_state(self.image, b, self.epoch))
             self.channels.publish_version(self.image.version)
         loop = asyncio.get_running_loop()
-        self._tasks += [loop.create_task(session_checker(self)), loop.create_task(rebalancer(self))]
+        checker = session_checker(self.heartbeats, self.config.heartbeat_interval_ms, lambda: self.image, self.fence)
+        self._tasks += [loop.create_task(checker), loop.create_task(self._rebalancer())]
+
+    async def _rebalancer(self) -> None:
+        """Auto leader rebalance: preferred leader election of the imbalanced partitions, periodically."""
+        while self.config.auto_leader_rebalance:
+            await asyncio.sleep(self.config.imbalance_check_interval_s)
+            async with self.lock:
+                tps = self.logic.imbalanced_partitions()
+                if tps:
+                    log.info("auto leader rebalance: %s", tps)
+                    await self.commit(self.logic.elect_leaders(tps, ELECT_PREFERRED)[0])
 
     def resign(self, why: str) -> None:
         if self.resigned:
@@ -214,15 +200,19 @@ class ControllerActor:
             asyncio.get_running_loop().create_task(self._notify_acks())
 
     async def _notify_acks(self):
-        async with self._ack_cond:
-            self._ack_cond.notify_all()
+        cond = self._ack_cond
+        assert cond is not None  # scheduled only once started
+        async with cond:
+            cond.notify_all()
 
     async def _wait_leaders(self, keys, timeout_ms: int) -> bool:
         """DelayedCreateTopics: every partition's leader replica runs as leader of its current epoch."""
+        cond = self._ack_cond
+        assert cond is not None  # called after _ensure_started
         try:
-            async with self._ack_cond:
+            async with cond:
                 await asyncio.wait_for(
-                    self._ack_cond.wait_for(lambda: self.leader_acks.ready(self.image, keys)), max(0, timeout_ms) / 1000
+                    cond.wait_for(lambda: self.leader_acks.ready(self.image, keys)), max(0, timeout_ms) / 1000
                 )
             return True
         except asyncio.TimeoutError:

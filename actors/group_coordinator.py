@@ -1,58 +1,35 @@
-"""The group coordinator: one async actor per broker, a thin shell over ``GroupCoordinatorShard``.
-
-Named ``group_coordinator_name(cluster, broker_id)`` (protocol/names.py), created by its broker as a
-non-detached child pinned to the broker's node (it dies with the broker, as Kafka's GroupCoordinator
-lives in the broker process). It serves the consumer groups whose ``__consumer_offsets`` partition
-(``partition_for(group_id, offsets.topic.num.partitions)``) this broker's replica leads.
-
-``__consumer_offsets`` (its spec, error normalization, routing: actors/group/service.py) is created
-lazily by the broker on the first FindCoordinator. docs/internals.md ("Group coordinator") has the rules.
-
-Leadership (Kafka's onElection / onResignation). The broker calls ``on_elected(p, leader_epoch, replica)``
-/ ``on_resigned(p, leader_epoch)`` (ordered per partition; older epochs ignored). On election the partition
-is loaded (actors/coordinator/loader.py); meanwhile COORDINATOR_LOAD_IN_PROGRESS.
-
-Per request (Kafka's CoordinatorRuntime, one event loop, no lock; per partition a CoordinatorContext,
-actors/coordinator/runtime.py): the shard's handler with ``now_ms``, replay its records, append the durable
-ones (actors/coordinator/writer.py), synchronously so appends keep handler order. The answer (and parked
-JoinGroup/SyncGroup completions) goes out once that append and every earlier one are acknowledged; a failed
-append fails the requests in flight, answers parked calls and reloads the shard from the partition. Timers:
-one task per partition sleeps until ``shard.next_deadline()`` (``poll_expirations``); every
-``offsets.retention.check.interval.ms`` ``cleanup_expired_offsets`` runs. Each API method takes its typed
-request (protocol/group_messages.py) and answers a dict with Kafka error codes, never an exception.
+"""The group coordinator: one async actor per broker, a thin shell over the coordinator runtime
+(actors/coordinator/) with the consumer groups' kind plugged in (actors/group/: shard, service, records).
+Created by its broker (actors/server/coordinator_host.py), which tells it ``on_elected`` / ``on_resigned``
+per ``__consumer_offsets`` partition. Each API method takes its typed request (protocol/group_messages.py)
+and answers a dict with Kafka error codes, never an exception. docs/internals.md ("Group coordinator").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Callable
 
 import ray
 
-from actors.coordinator import loader as loader
-from actors.coordinator import writer as writer
-from actors.coordinator.leadership import LeaderEpochs
-from actors.coordinator.runtime import CoordinatorContext, list_groups
+from actors.coordinator.context import CoordinatorContext
+from actors.coordinator.runtime import CoordinatorRuntime
+from actors.coordinator.writer import TxnWrite
 from actors.group import service as svc
 from actors.group.classic_group import CoordinatorResult, Pending
-from actors.group.records import partition_for
-from actors.group.service import OFFSETS_TOPIC
+from actors.group.records import EndTxnMarker, partition_for
 from actors.group.shard import GroupCoordinatorShard
-from actors.group.txn_offsets import GroupTxnApi
 from actors.server import server_log
 from actors.server.metrics import group_metrics
 from protocol import group_messages as M
+from protocol.clock import now_ms
+from protocol.txn_messages import TxnOffsetCommitRequest
 
 log = logging.getLogger("rafka.group_coordinator")
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class GroupCoordinatorActor(GroupTxnApi):
+class GroupCoordinatorActor:
     def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
         if log_file:
@@ -61,77 +38,34 @@ class GroupCoordinatorActor(GroupTxnApi):
         self.config = svc.coordinator_config(self.props)
         self.num_partitions = svc.offsets_partitions(self.props)
         self.commit_timeout_ms = int(self.props.get("offsets.commit.timeout.ms", svc.DEFAULT_COMMIT_TIMEOUT_MS))
-        self.parts: dict[int, CoordinatorContext] = {}
-        self.epochs = LeaderEpochs()  # newest leader epoch seen per partition
+        self.runtime = CoordinatorRuntime(
+            svc.group_kind(self.config),
+            self.broker_id,
+            self.commit_timeout_ms,
+            log,
+            on_loaded=self._on_loaded,
+            on_deadline=lambda part: self._internal(part, part.shard.poll_expirations, "group timers"),
+            now_ms=now_ms,
+        )
+        self.parts = self.runtime.parts  # the __consumer_offsets partitions led here, by number
 
     # ================================================================== leadership
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
         """This broker's replica of ``__consumer_offsets-{partition}`` leads at ``leader_epoch``: load it."""
-        p, epoch = int(partition), int(leader_epoch)
-        cur = self.parts.get(p)
-        if not self.epochs.elected(
-            p, epoch, None if cur is None else cur.epoch, cur is not None and cur.state != svc.FAILED
-        ):
-            return {"error_code": 0, "ignored": True}
-        if cur is not None:
-            self._unload(cur, svc.NOT_COORDINATOR)
-        part = self.parts[p] = CoordinatorContext(p, epoch, replica, self.config)
-        self._start_load(part)
-        return {"error_code": 0}
+        return self.runtime.on_elected(partition, leader_epoch, replica)
 
     async def on_resigned(self, partition: int, leader_epoch: int | None = None) -> dict:
         """This broker no longer leads the partition (follower at ``leader_epoch``, or stopped: None)."""
-        p, cur = int(partition), self.parts.get(int(partition))
-        unload = self.epochs.resigned(
-            p, None if leader_epoch is None else int(leader_epoch), None if cur is None else cur.epoch
-        )
-        if unload is None:
-            return {"error_code": 0, "ignored": True}
-        if unload and cur is not None:
-            self._unload(cur, svc.NOT_COORDINATOR)
-        return {"error_code": 0}
+        return self.runtime.on_resigned(partition, leader_epoch)
 
-    def _unload(self, part: CoordinatorContext, code: int) -> None:
-        part.gen += 1
-        part.state = svc.FAILED
-        part.stop_tasks()
-        part.fail_parked(code)
-        if self.parts.get(part.partition) is part:
-            del self.parts[part.partition]
-        log.info("b%d: unloaded %s-%d (epoch %d)", self.broker_id, OFFSETS_TOPIC, part.partition, part.epoch)
-
-    def _start_load(self, part: CoordinatorContext) -> None:
-        part.gen += 1
-        part.state = svc.LOADING
-        part.stop_tasks()
-        part.tail = None
-        part.tasks.append(asyncio.get_running_loop().create_task(self._load(part, part.gen)))
-
-    def _current(self, part: CoordinatorContext, gen: int) -> bool:
-        return self.parts.get(part.partition) is part and part.gen == gen
-
-    async def _load(self, part: CoordinatorContext, gen: int) -> None:
-        """Load the partition (actors/coordinator/loader.py) and, if still current, serve the loaded shard."""
-        outcome = await loader.load_shard(part, lambda: self._current(part, gen), now_ms, self.broker_id)
-        if not self._current(part, gen):
-            return
-        if outcome == loader.MOVED:
-            self._unload(part, svc.NOT_COORDINATOR)  # a newer epoch moved leadership away
-        elif outcome == loader.FAILED:
-            part.state = svc.FAILED
-        elif isinstance(outcome, GroupCoordinatorShard):
-            outcome.replay_all(part.take_markers())  # markers written here while it loaded
-            part.shard, part.state = outcome, svc.ACTIVE
-            self._rearm(part)
-            part.tasks.append(asyncio.get_running_loop().create_task(self._cleanup_loop(part, gen)))
+    def _on_loaded(self, part: CoordinatorContext, gen: int) -> None:
+        part.spawn(self._cleanup_loop(part, gen))
 
     # ================================================================== the request pipeline
     def _route(self, group_id) -> tuple[CoordinatorContext | None, int]:
         if not svc.valid_group(group_id):
             return None, svc.INVALID_GROUP_ID
-        part = self.parts.get(partition_for(group_id, self.num_partitions))
-        code = svc.route_code(None if part is None else part.state)
-        return (None, code) if code else (part, code)
+        return self.runtime.route(partition_for(group_id, self.num_partitions))
 
     async def _write(
         self,
@@ -139,7 +73,7 @@ class GroupCoordinatorActor(GroupTxnApi):
         handler: Callable[[GroupCoordinatorShard, int], CoordinatorResult],
         on_error: Callable[[int, str], Any],
         too_large: int = svc.UNKNOWN_SERVER_ERROR,
-        txn: writer.TxnWrite | None = None,
+        txn: TxnWrite | None = None,
     ):
         part, code = self._route(group_id)
         if code:
@@ -151,16 +85,17 @@ class GroupCoordinatorActor(GroupTxnApi):
         return await self._complete(part, result, on_error, too_large, txn)
 
     async def _complete(self, part: CoordinatorContext, result: CoordinatorResult, on_error, too_large: int, txn=None):
+        """Replay the handler's records at once, append the durable ones (chained), answer once acknowledged."""
         gen = part.gen
         part.shard.replay_all(result.records)
         waiter = part.park(result.response.key) if isinstance(result.response, Pending) else None
         durable = result.durable_records
-        tail = writer.append(part, durable, self.commit_timeout_ms, now_ms(), txn) if durable else part.tail
-        self._rearm(part)
+        tail = self.runtime.append(part, durable, txn) if durable else part.tail
+        self.runtime.rearm(part)
         raw = await asyncio.shield(tail) if tail is not None else svc.NONE
         if raw:
             code = svc.append_error(raw, too_large)
-            self._append_failed(part, gen, code)
+            self.runtime.reload(part, gen, code)
             if waiter is not None and not waiter.done():
                 waiter.set_result(code)
             return on_error(code, svc.message(code))
@@ -170,41 +105,11 @@ class GroupCoordinatorActor(GroupTxnApi):
         answer = await waiter
         return on_error(answer, svc.message(answer)) if isinstance(answer, int) else answer
 
-    def _append_failed(self, part: CoordinatorContext, gen: int, code: int) -> None:
-        if not self._current(part, gen) or part.state != svc.ACTIVE:
-            return  # already unloaded or reloading
-        log.warning(
-            "b%d: append to %s-%d failed (error %d): reloading", self.broker_id, OFFSETS_TOPIC, part.partition, code
-        )
-        part.fail_parked(code)
-        self._start_load(part)
-
-    # ================================================================== timers
-    def _rearm(self, part: CoordinatorContext) -> None:
-        if part.state != svc.ACTIVE:
-            return
-        deadline = part.shard.next_deadline()
-        if deadline == part.timer_deadline and part.timer is not None:
-            return
-        if part.timer is not None:
-            part.timer.cancel()
-        part.timer, part.timer_deadline = None, deadline
-        if deadline is not None:
-            part.timer = asyncio.get_running_loop().create_task(self._fire(part, part.gen, deadline))
-
-    async def _fire(self, part: CoordinatorContext, gen: int, deadline: int) -> None:
-        await asyncio.sleep(max(0, deadline - now_ms()) / 1000)
-        if not self._current(part, gen) or part.state != svc.ACTIVE:
-            return
-        part.timer, part.timer_deadline = None, None  # this run is no longer cancellable by a re-arm
-        await self._internal(part, part.shard.poll_expirations, "group timers")  # a bug must not stop them
-        self._rearm(part)
-
     async def _cleanup_loop(self, part: CoordinatorContext, gen: int) -> None:
         interval = max(0.01, self.config.offsets_retention_check_interval_ms / 1000)
         while True:
             await asyncio.sleep(interval)
-            if not self._current(part, gen) or part.state != svc.ACTIVE:
+            if not self.runtime.serving(part, gen):
                 return
             await self._internal(part, part.shard.cleanup_expired_offsets, "offsets retention")
 
@@ -213,7 +118,7 @@ class GroupCoordinatorActor(GroupTxnApi):
         try:
             await self._complete(part, handler(now_ms()), lambda c, m: None, svc.UNKNOWN_SERVER_ERROR)
         except Exception:  # noqa: BLE001 - a coordinator bug must not stop the timers
-            log.exception("b%d: %s of %s-%d", self.broker_id, what, OFFSETS_TOPIC, part.partition)
+            log.exception("b%d: %s of %s-%d", self.broker_id, what, svc.OFFSETS_TOPIC, part.partition)
 
     async def _read(self, group_id, reader: Callable[[GroupCoordinatorShard], dict], on_error):
         """A read: answered from the current state once every append it reflects is acknowledged."""
@@ -228,7 +133,7 @@ class GroupCoordinatorActor(GroupTxnApi):
         raw = await asyncio.shield(tail) if tail is not None else svc.NONE
         if raw:
             code = svc.append_error(raw)
-            self._append_failed(part, gen, code)
+            self.runtime.reload(part, gen, code)
             return on_error(code, svc.message(code))
         return response
 
@@ -338,6 +243,57 @@ class GroupCoordinatorActor(GroupTxnApi):
         r = request
         return await self._write(r.group_id, lambda s, now: s.offset_delete(r.group_id, r.topics), on_error)
 
+    # ================================================================== transactional offsets
+    async def txn_offset_commit(self, request: TxnOffsetCommitRequest) -> dict:
+        """TxnOffsetCommit (Kafka's commitTransactionalOffsets): validated like OffsetCommit; the records go in a
+        transactional batch of the producer and stay pending in the shard until its marker."""
+        if type(request) is not TxnOffsetCommitRequest:
+            msg = f"txn_offset_commit takes one TxnOffsetCommitRequest, not {type(request).__name__}"
+            return {"error_code": svc.INVALID_REQUEST, "error_message": msg, "topics": []}
+        r = request
+        by_topic: dict[str, list[dict]] = {}
+        try:
+            for topic, p, offset, metadata in r.offsets:
+                by_topic.setdefault(topic, []).append(
+                    {"partition_index": int(p), "committed_offset": int(offset), "committed_metadata": metadata}
+                )
+        except (TypeError, ValueError) as e:
+            return {"error_code": svc.INVALID_REQUEST, "error_message": f"malformed offsets: {e}", "topics": []}
+        topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+        if not svc.valid_group(r.group_id):
+            return svc.offset_commit_error(topics, svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
+        return await self._write(
+            r.group_id,
+            lambda s, now: s.txn_offset_commit(
+                r.group_id,
+                topics,
+                r.producer_id,
+                now,
+                member_id=r.member_id,
+                generation_id=r.generation_id,
+                group_instance_id=r.group_instance_id,
+            ),
+            lambda c, m: svc.offset_commit_error(topics, c, m),
+            too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
+            txn=TxnWrite(r.producer_id, r.producer_epoch, r.transactional_id),
+        )
+
+    async def complete_transaction(self, partition: int, producer_id: int, committed: bool) -> dict:
+        """The partition's replica took a transaction marker (Kafka's onTransactionCompleted): the producer's
+        pending offsets are committed or dropped; while loading, after the load; not led here: ignored."""
+        part = self.parts.get(int(partition))
+        if part is None:
+            return {"error_code": 0, "error_message": None, "ignored": True}
+        if part.state == svc.LOADING:
+            part.deferred.append(EndTxnMarker(int(producer_id), bool(committed)))
+            return {"error_code": 0, "error_message": None, "queued": True}
+        if part.state != svc.ACTIVE:
+            return {"error_code": 0, "error_message": None, "ignored": True}
+        result = part.shard.complete_transaction(int(producer_id), bool(committed))
+        return await self._complete(
+            part, result, lambda c, m: {"error_code": c, "error_message": m}, svc.UNKNOWN_SERVER_ERROR
+        ) or {"error_code": 0, "error_message": None}
+
     # ================================================================== admin
     async def list_groups(self, request: M.ListGroupsRequest) -> dict:
         """ListGroups over every partition this coordinator leads; COORDINATOR_LOAD_IN_PROGRESS (with the
@@ -345,7 +301,7 @@ class GroupCoordinatorActor(GroupTxnApi):
         if bad := M.wrong_type(request, M.ListGroupsRequest):
             return {"error_code": svc.INVALID_REQUEST, "error_message": bad, "groups": []}
         try:
-            groups, code, tails = list_groups(self.parts, request.states_filter, request.types_filter)
+            groups, code, tails = svc.list_groups(self.parts, request.states_filter, request.types_filter)
         except Exception as exc:  # noqa: BLE001
             c, m = svc.bad_input(exc)
             return {"error_code": c, "error_message": m, "groups": []}
@@ -390,7 +346,9 @@ class GroupCoordinatorActor(GroupTxnApi):
         return {
             "broker_id": self.broker_id,
             "num_partitions": self.num_partitions,
-            "partitions": {p: part.describe() for p, part in sorted(self.parts.items())},
+            "partitions": {
+                p: {**part.describe(), "groups": part.shard.group_ids()} for p, part in sorted(self.parts.items())
+            },
         }
 
     def metrics(self) -> dict:

@@ -1,25 +1,7 @@
-"""The cluster's one Prometheus scrape endpoint: a detached actor per cluster (``metrics_exporter_name``)
-running ``prometheus_client``'s HTTP server, whose custom Collector asks the cluster's actors for their
-figures on each scrape and renders them under Kafka's metric names (docs/metrics.md lists them all).
-
-Why one actor and pull-on-scrape: rafka's broker, replicas, controller and coordinators are separate
-processes; each keeps cheap plain-Python counters (actors/server/metrics.py, counted per request, never per
-record) and answers a ``metrics()`` call. Between scrapes nothing moves. A scrape:
-
-1. reads the cluster metadata from GCS KV (brokers, topics, partitions, leaders, ISRs, topic configs);
-2. asks, in parallel, every live broker for its replica handles, the controller for its epoch and
-   election/ISR counters, and every broker's group and transaction coordinator for their figures;
-3. asks every replica for its counters and log figures, in parallel;
-4. renders the families.
-
-Every wait is bounded by ``metrics.scrape.timeout.ms`` (default 5000) overall: a dead actor answers
-RayActorError at once, a frozen one is left behind at the deadline. Either way the scrape answers with
-what it got, and ``rafka_exporter_unreachable_actors{kind}`` says how many did not answer.
-
-Endpoint: ``metrics.listener`` (``host:port``, default ``127.0.0.1:9404``; ``none`` turns the exporter
-off). When the port is taken (another cluster on the machine) an ephemeral port is bound instead, and
-logged. The URL (``http://host:port/metrics``) is published in the cluster's GCS KV (``metrics_url``):
-``LocalCluster.metrics_url``, ``rafka cluster start`` and ``rafka cluster info`` show it.
+"""The cluster's one Prometheus scrape endpoint: a detached actor per cluster running ``prometheus_client``'s
+HTTP server, whose Collector pulls the actors' ``metrics()`` on each scrape and renders Kafka's metric names
+(docs/metrics.md). Started by actors/bootstrap.py; calls the brokers, controller, replicas and coordinators
+under ``metrics.scrape.timeout.ms``. docs/internals.md ("Metrics") has the scrape and the endpoint.
 """
 
 from __future__ import annotations
@@ -34,8 +16,9 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector, CollectorRegistry
 from ray.exceptions import RayError
 
+from actors.metadata.kv import GcsKV
 from actors.server.metrics import LATENCY_BUCKETS_MS, REQUESTS, ReplicaStats
-from protocol.kv import GATEWAY_METRICS, GcsKV, read_cluster
+from protocol.kv import GATEWAY_METRICS, read_cluster
 from protocol.kv import METRICS_URL as METRICS_URL_KEY
 from protocol.names import (
     RAY_NAMESPACE,

@@ -1,79 +1,44 @@
-"""One partition replica as a Ray async actor: the shell around a pure :class:`~actors.replication.partition.Partition`.
-
-The replication logic (roles and epochs, the HW rule, ISR shrink/expand decisions, truncation) is the
-Partition's (``actors/replication/partition.py``, Kafka's ``kafka.cluster.Partition``); the purgatories and the one
-dispatch from a returned ``LeaderHwChange`` to them are the ReplicaManager's (``actors/replication/replica_manager.py``);
-the follower loop is the ReplicaFetcher's (``actors/replication/replica_fetcher.py``, Kafka's ReplicaFetcherThread);
-AlterPartition calls are the AlterPartitionManager's (``actors/replication/alter_partition.py``). This actor keeps
-the RPCs, the timers and the Log's lifecycle, and wires the returned changes to the purgatories.
-
-Created by the broker (a fate-sharing child, unnamed, pinned to its node) ahead of need as a warm pool
-actor, ``ReplicaActor.options(num_cpus=0, max_concurrency=1000).remote()`` (actors/server/replica_pool.py), and
-bound to a partition when a LeaderAndIsr makes the broker a replica of it: ``bind(cluster, topic,
-partition, topic_id, broker_id, log_dir, config_props)`` (what ``__init__(*same arguments)`` does for a
-cold one: lock the partition directory, open the log); then driven by ``become_leader(state)`` /
-``become_follower(state)`` (LeaderAndIsr). Replicas have no Ray names: the broker that hosts one is the
-authority for its handle (``BrokerActor.replica_handle``; ``actors/channels/replica_lookup.py``).
-
-Leader: ``produce`` appends through the Log (validation, idempotent dedup, offsets), acks=all waits in a
-DelayedProduce until the high watermark passes the batch; followers fetch with ``replica_id`` and their
-LEO, which advances the HW (min LEO over the ISR); followers that lag more than
-``replica.lag.time.max.ms`` leave the ISR and caught-up ones rejoin, through the controller's
-``alter_partition``. Consumers read up to the HW, long-polled in a DelayedFetch.
-
-Follower: a background loop truncates by leader epoch (OffsetForLeaderEpoch, KIP-279) after every
-leader change, then long-polls the leader's ``fetch`` and appends as follower. The follower's fetches
-travel on a TCP connection to the leader's replication listener (``replication_endpoint``,
-actors/channels/replication_channel.py), not as Ray calls: a Ray call costs ~1.4 ms of CPU here.
-
-The data calls (``produce``, ``fetch``, ``list_offsets``, ``offset_for_leader_epoch``) each take one typed
-request of ``protocol.messages`` and answer its response's dict; anything else answers INVALID_REQUEST.
-Errors never escape as exceptions: every method answers ``error_code`` / ``error_message``.
-
-Concurrency: all calls run on the actor's one event loop; the Log has exactly one owner (this actor)
-and every Log call is synchronous (one append or one read at a time). After each ``await`` the code
-re-checks ``partition.generation`` (bumped on every role change) before touching the log.
-
-``config_props`` are Kafka topic configs (``LogConfig.from_props``) plus these replica-level keys,
-stripped before the Log sees them: ``replica.lag.time.max.ms`` (30000), ``replica.fetch.max.bytes``
-(4194304), ``replica.fetch.wait.max.ms`` (500), ``replica.fetch.backoff.ms`` (50), ``replica.socket.timeout.ms``
-(30000),
-``log.retention.check.interval.ms`` (300000), ``log.flush.scheduler.interval.ms`` (1000).
-"""
+"""One partition replica as a Ray async actor (``ReplicaActor``), or one of a ReplicaHost's (actors/replica_host.py):
+the shell around a :class:`~actors.replication.partition.Partition` and the collaborators it holds (the broker's
+ReplicaManager, the LeaderWrites write path, the ReplicaFetcher, AlterPartitionManager, housekeeping, listeners).
+Called by the broker (bind, LeaderAndIsr, StopReplica), clients, coordinators and followers; it calls
+actors/replication/ and actors/channels/. How it works: docs/internals.md, "Partition replica"."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import sys
 import time
 
 import ray
 
 from actors.channels.client_channel import ClientListener
+from actors.channels.produce_channel import produce_listener
+from actors.channels.replica_lookup import broker_handle_async
 from actors.channels.replication_channel import replication_server
 from actors.replication.alter_partition import AlterPartitionManager
-from actors.replication.call_order import CallOrder
 from actors.replication.housekeeping import ReplicaHousekeeping
+from actors.replication.leader_writes import LeaderWrites
 from actors.replication.partition import Partition
-from actors.replication.partition_state import STOPPED, LeaderHwChange
+from actors.replication.partition_state import FOLLOWER, STOPPED, LeaderHwChange
 from actors.replication.replica_config import split_config
 from actors.replication.replica_fetcher import ReplicaFetcher
 from actors.replication.replica_manager import (
     DelayedFetch,
-    ReplicaManager,
+    SessionWatch,
     _err,
     error_answer,
     fetch_answer,
     fetch_error,
+    replica_manager_of,
 )
-from actors.replication.replica_status import ReplicaStatus
-from actors.replication.replica_writes import ReplicaWrites, now_ms
-from actors.replication.txn_verification import TxnVerifier
 from actors.server import server_log
 from actors.server.log_dir_lock import LogDirLock
 from actors.server.metrics import ReplicaStats
 from protocol import errors as E
+from protocol.clock import now_ms
 from protocol.control_messages import LeaderAndIsrPartitionState
 from protocol.messages import (
     DeleteRecordsRequest,
@@ -83,17 +48,22 @@ from protocol.messages import (
     ListOffsetsResponse,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    ProduceRequest,
     check_request,
 )
+from protocol.names import broker_name
+from protocol.txn_messages import TxnResponse, TxnVerifiedRequest, WriteTxnMarkersRequest
 from storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
 
 
 BIND_LOCK_TIMEOUT_S = 10.0  # a killed predecessor's process releases the partition directory's lock on exit
+# the modules a broker handle makes Ray import (actors.broker imports the coordinators' actor modules)
+PRELOADED_MODULES = ("actors.broker", "actors.group_coordinator", "actors.txn_coordinator")
 
 
-class Replica(ReplicaWrites, ReplicaStatus):
+class Replica:
     """One partition replica, the object behind a ``ReplicaActor`` process, or one of several in a
     ``ReplicaHost`` process (actors/replica_host.py, ``hosted``)."""
 
@@ -171,22 +141,21 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self.log = Log(log_dir, self.config, now_ms=now_ms())
         self.partition = Partition(self.broker_id, self.log, topic, int(partition))
         self.partition.topic_id = topic_id
-        self.replica_manager = ReplicaManager(self.partition)
+        self.replica_manager = replica_manager_of(self.broker_id)  # the broker's, shared by this process's replicas
+        self.replica_manager.add_partition(self.partition)
         self.fetcher = ReplicaFetcher(cluster, self.partition)
         self._follower_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
-        self.verifier = TxnVerifier(cluster, self.broker_id, topic, int(partition), lambda: self.partition.leader_epoch)
-        self.replication = replication_server(f"b{broker_id}")
-        self.replication.register(topic, int(partition), self)
-        self.clients = ClientListener(
-            self.produce, self.fetch, f"{self.tp} b{broker_id}", self.write_txn_markers, self.txn_verified
-        )
-        # per-connection produce order of the wire listener's and the client listener's connections
-        self.call_order = CallOrder()
-        self._group_coordinator = None  # this broker's, told of markers on __consumer_offsets partitions
         self._stats = {"acks_all_produces": 0, "acks_all_wait_ms": 0.0, "markers": 0, "markers_wait_ms": 0.0}
         self.metrics_stats = ReplicaStats()  # per request, never per record (actors/server/metrics.py)
+        self.writes = LeaderWrites(cluster, self.partition, self.replica_manager, self.metrics_stats, self._stats)
+        self.replication = replication_server(f"b{broker_id}")
+        self.replication.register(topic, int(partition), self)
+        w = self.writes
+        self.clients = ClientListener(
+            w.produce, self.fetch, f"{self.tp} b{broker_id}", w.write_txn_markers, w.txn_verified
+        )
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self.bound = True
 
@@ -202,12 +171,12 @@ class Replica(ReplicaWrites, ReplicaStatus):
             return self._ignored(stale)
         new_epoch, change = p.make_leader(state, now_ms())
         if not new_epoch:  # ISR/assignment update within the epoch: follower progress kept
-            self.replica_manager.complete_delayed_requests(change)
+            self.replica_manager.complete_delayed_requests(p, change)
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
         self.alter_partition.cancel()
-        self.replica_manager.complete_delayed_requests(change)
-        self.replica_manager.role_changed(produces=False)
+        self.replica_manager.complete_delayed_requests(p, change)
+        self.replica_manager.role_changed(p, produces=False)
         self._ensure_housekeeping()
         log.info(
             "Leader %s starts at leader epoch %d from offset %d with high watermark %d, ISR %s",
@@ -229,7 +198,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         self.alter_partition.cancel()
         self._cancel_follower()
         # waiting produces/fetches on this former leader answer NOT_LEADER_OR_FOLLOWER now
-        self.replica_manager.role_changed()
+        self.replica_manager.role_changed(p)
         if p.leader_id >= 0 and p.leader_id != self.broker_id:
             self._follower_task = asyncio.ensure_future(
                 self.fetcher.run(p.generation, p.leader_id, p.leader_epoch, self.replica_conf)
@@ -258,7 +227,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
         if self._housekeeping_task is not None:
             self._housekeeping_task.cancel()
         self.housekeeping.cancel()
-        self.replica_manager.shutdown()
+        self.replica_manager.stop_partition(self.partition)
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result({"reason": "stopped"})
         try:
@@ -284,7 +253,7 @@ class Replica(ReplicaWrites, ReplicaStatus):
             self.log.update_config(config)
         else:
             self.log.config = config
-        self.replica_manager.produce_purgatory.check_all()  # min.insync.replicas may have changed
+        self.replica_manager.recheck_produces(self.partition)  # min.insync.replicas may have changed
         return {"error_code": 0, "error_message": None}
 
     def _cancel_follower(self) -> None:
@@ -320,13 +289,184 @@ class Replica(ReplicaWrites, ReplicaStatus):
             change, proposal = p.update_follower_fetch_state(req.replica_id, req.fetch_offset, now_ms())
             if proposal is not None:
                 self.alter_partition.submit(proposal)
-            self.replica_manager.complete_delayed_requests(change)
+            self.replica_manager.complete_delayed_requests(p, change)
         return fetch_answer(p, req)
 
     def _isr_applied(self, change: LeaderHwChange) -> None:
         """An ISR was adopted from an AlterPartition answer: dispatch the HW change, re-check acks=all."""
-        self.replica_manager.complete_delayed_requests(change)
-        self.replica_manager.isr_changed()
+        self.replica_manager.complete_delayed_requests(self.partition, change)
+        self.replica_manager.recheck_produces(self.partition)
+
+    # ---- the write path (LeaderWrites) --------------------------------------------------------------
+    async def produce(self, req: ProduceRequest) -> dict:
+        return await self.writes.produce(req)
+
+    async def write_txn_markers(self, req: WriteTxnMarkersRequest) -> dict:
+        """WriteTxnMarkers from the transaction coordinator: the COMMIT/ABORT marker, acks=all."""
+        return await self.writes.write_txn_markers(req)
+
+    async def txn_verified(self, req: TxnVerifiedRequest) -> dict:
+        """The transaction coordinator's KIP-890 push (actors/replication/txn_verification.py)."""
+        return await self.writes.txn_verified(req)
+
+    async def describe_producers(self) -> dict:
+        """DescribeProducers: the producers of this partition (leader only)."""
+        err = self.partition.check_leader(-1)
+        if err is not None:
+            return {**TxnResponse(*E.error_response(err)).to_dict(), "producers": []}
+        return {"error_code": 0, "error_message": None, "producers": self.partition.describe_producers()}
+
+    # ---- endpoints: where followers and clients connect ---------------------------------------------
+    async def replication_endpoint(self) -> dict:
+        """Where this replica's followers fetch (actors/channels/replication_channel.py): host, port and the token a
+        connection presents, those of this process's replication server (every replica of a ReplicaHost gives
+        the same); the server starts on the first call, on this Ray node's IP."""
+        try:
+            if not self.bound or self.partition.role == STOPPED:
+                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            ep = await self.replication.start(ray.util.get_node_ip_address())
+        except Exception as exc:  # noqa: BLE001 - answered, the follower backs off and asks again
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, **ep}
+
+    # ---- the replication server's side (actors/channels/replication_channel.py ServedPartition) ----
+    def replica_ids(self):
+        return self.partition.replicas
+
+    def fetch_now(self, req: FetchRequest, track: bool = True) -> dict:
+        """A follower session's fetch of this partition, without the wait (the server waits for the session).
+        ``track=False``: the read again after the session's wait, which moves no follower state (the request's
+        fetch offset was taken when it arrived, as Kafka records a follower's fetch at the request's time)."""
+        t0 = time.perf_counter()
+        try:
+            answer = self._fetch_now(req, track)
+        except Exception as exc:  # noqa: BLE001 - answered as the fetch's error
+            answer = fetch_error(self.partition, exc)
+        self.metrics_stats.fetched(True, answer, (time.perf_counter() - t0) * 1000)
+        return answer
+
+    def park(self, req: FetchRequest, wake: asyncio.Future | None = None) -> SessionWatch:
+        """The follower session's wait on this partition: done, and ``wake`` resolved, when data comes past
+        ``req``'s offset."""
+        return self.replica_manager.watch_fetch(SessionWatch(self.partition, req, wake))
+
+    async def client_endpoint(self) -> dict:
+        return await self._endpoint(False)
+
+    async def internal_endpoint(self) -> dict:
+        """``client_endpoint`` with the internal token, for the brokers' coordinators: their connections may
+        also append as a coordinator and write transaction markers (actors/txn/markers.py)."""
+        return await self._endpoint(True)
+
+    async def produce_endpoint(self) -> dict:
+        """This process's produce listener (actors/channels/produce_channel.py: the producer's one request per leader
+        process per round), asked of any replica in it."""
+        return await self._endpoint(False, produce_listener(self.replication))
+
+    async def _endpoint(self, internal: bool, listener=None) -> dict:
+        """Where clients produce and fetch over TCP (actors/channels/client_channel.py): host, port and the token a
+        connection presents; the listener starts on the first call, on this Ray node's IP. Any replica
+        answers (a follower refuses produce and leader-only fetches there as it does over Ray)."""
+        listener = listener or self.clients
+        try:
+            if not self.bound or self.partition.role == STOPPED:
+                raise E.NotLeaderOrFollowerError(f"replica {getattr(self, 'tp', '?')} is not serving")
+            await listener.start(ray.util.get_node_ip_address())
+        except Exception as exc:  # noqa: BLE001 - answered, the client looks the leader up again
+            return _err(exc)
+        return {"error_code": 0, "error_message": None, **listener.endpoint(*((internal,) if internal else ()))}
+
+    # ---- introspection ----------------------------------------------------------------------------
+    async def state(self) -> dict:
+        lg, p = self.log, self.partition
+        st = {
+            "cluster": self.cluster,
+            "topic": self.topic,
+            "partition": p.partition,
+            "topic_id": p.topic_id,
+            "broker_id": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "leader_epoch": p.leader_epoch,
+            "partition_epoch": p.partition_epoch,
+            "controller_epoch": p.controller_epoch,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "pid": os.getpid(),
+        }
+        if p.role != STOPPED:
+            snap = lg.fetch_offset_snapshot()
+            st.update(
+                log_start_offset=snap.log_start_offset,
+                log_end_offset=snap.log_end_offset,
+                high_watermark=snap.high_watermark,
+                latest_epoch=lg.latest_epoch,
+                size_bytes=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        st["stats"] = dict(self._stats)
+        st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
+        st["client_listener"] = self.clients.describe()
+        st["produce_listener"] = produce_listener(self.replication).describe()  # the process's, shared
+        st["call_order"] = self.writes.call_order.describe()  # ordered produce channels: waits, gaps skipped, late
+        st["delayed_produces"], st["delayed_fetches"] = self.replica_manager.delayed(p)
+        # KIP-890 verification: calls to the coordinator, and the coordinator's pushes taken / refused as stale
+        verifier = self.writes.verifier
+        st["txn_verification"] = {
+            "calls": verifier.calls,
+            **verifier.state.pushes,
+            **{f"tokens_{k}": v for k, v in verifier.tokens.items()},
+        }
+        ls = p.leader_state
+        if ls is not None:
+            st["pending_isr"] = list(ls.pending_isr) if ls.pending_isr else None
+            st["followers"] = {
+                b: {"log_end_offset": f.log_end_offset, "last_caught_up_time_ms": f.last_caught_up_time_ms}
+                for b, f in ls.followers.items()
+            }
+        if p.role == FOLLOWER:
+            st["follower_fetches"] = self.fetcher.fetches
+            st["follower_connections"] = self.fetcher.connections
+            st["follower_error"] = self.fetcher.error
+            session = self.fetcher.session
+            st["follower_session"] = None if session is None else session.describe()
+        return st
+
+    async def metrics(self) -> dict:
+        """The exporter's scrape (actors/metrics_exporter.py): this replica's counters and log figures."""
+        lg, p = self.log, self.partition
+        out = {
+            "topic": self.topic,
+            "partition": p.partition,
+            "broker": self.broker_id,
+            "role": p.role,
+            "leader": p.leader_id,
+            "isr": list(p.isr),
+            "replicas": list(p.replicas),
+            "min_isr": self.config.min_insync_replicas,
+            **self.metrics_stats.snapshot(),
+        }
+        if p.role != STOPPED:
+            out.update(
+                log_start_offset=lg.log_start_offset,
+                log_end_offset=lg.log_end_offset,
+                high_watermark=lg.high_watermark,
+                size=lg.size_in_bytes,
+                segments=len(lg.segments),
+            )
+        return out
+
+    async def preload(self, cluster: str, broker_id: int) -> dict:
+        """Load the actor classes a bound replica calls (a broker handle imports ``actors.broker`` and the
+        coordinators' modules) while it waits in the warm pool, off the event loop; why: docs/internals.md.
+        ``{"loaded": [the broker's name], "modules": [those modules now imported here]}``; a missing broker
+        loads nothing (the first call that needs the class pays)."""
+        try:
+            await broker_handle_async(cluster, int(broker_id))  # dropped: the class Ray loaded for it stays
+            loaded = [broker_name(cluster, int(broker_id))]
+        except ValueError:  # no such broker
+            loaded = []
+        return {"loaded": loaded, "modules": sorted(m for m in PRELOADED_MODULES if m in sys.modules)}
 
     # ---- offsets ----------------------------------------------------------------------------------
     async def list_offsets(self, req: ListOffsetsRequest) -> dict:

@@ -1,34 +1,8 @@
-"""A replica host: several partition replicas in one Ray actor process (``replica.host.max.partitions`` > 1).
-
-Why: a replica per actor is a process per replica, and a Ray worker process has a floor that rafka cannot
-lower: ~60 MiB of memory, ~0.0033 idle cores (Ray's core worker wakes its main thread every 10 ms), and
-~0.5 s of CPU to start (docs/internals.md, the cost model). Kafka keeps every partition of a broker in one
-JVM. A ``ReplicaHost`` does the same for up to ``replica.host.max.partitions`` replicas of one broker:
-each is a plain :class:`~actors.replica.Replica` object (the same code a ``ReplicaActor`` runs: its Log, its
-purgatories, its listeners, its follower loop) on the host's one event loop, in a *slot*.
-
-The handle. :class:`HostedReplica` ``(host, slot)`` stands where a ``ReplicaActor`` handle stood (the
-broker's ``replicas``, ``replica_handle`` answers, the coordinators, the clients' metadata): ``h.m.remote(*a)``
-is ``host.call.remote(slot, "m", *a)``, ``h.ping.remote()`` the host's own liveness probe (its pid, from its
-own thread), ``h.m.options(**o).remote(...)`` passes the options to the host call. It pickles as
-``(host handle, slot)``, so it travels through Ray like an actor handle. Slots are never reused on a host, so
-a stale handle never reaches another partition: a call to a slot that is gone answers
-NOT_LEADER_OR_FOLLOWER (``supervise`` answers ``{"reason": "stopped"}``, ``stop`` succeeds).
-
-Faults. The host is one process: its death (SIGKILL, OOM) or freeze (SIGSTOP) is every hosted replica's,
-and each one's supervision (actors/server/replica_supervisor.py) sees it through its own ``supervise`` long-poll
-and pings, as for a replica process: each is reported offline to the controller and recreated, in a
-live host of the broker (a new one if none has room). ``process_handle`` / ``process_class`` name the actor
-and the worker title (``ray::ReplicaHost``) a supervisor checks before it signals a pid. Ending one replica
-(StopReplica, a failed bind: ``ReplicaHosts.end``) drops its slot; only the host's death ends the others.
-
-Server log: the process's context is ``ReplicaHost broker=N``; each call to a replica sets its asyncio task's
-context to the replica's own ``Partition <topic>-<p> broker=N`` (actors/server/server_log.py ``set_task_context``),
-which the tasks, callbacks and listeners it starts copy, so a replica's lines read as a ReplicaActor's.
-
-Concurrency: the host's one event loop runs every hosted replica's calls (the Log of each still has exactly
-one owner, its Replica object); ``ping`` runs on the ``liveness`` thread.
-"""
+"""A replica host: up to ``replica.host.max.partitions`` replicas of one broker in one Ray actor process
+(``ReplicaHost``), each a plain :class:`~actors.replica.Replica` in a slot on the host's one event loop, and
+:class:`HostedReplica`, the ``(host, slot)`` handle that stands where a ``ReplicaActor`` handle stood. Created and
+supervised by the broker (actors/server/replica_hosts.py); it calls actors/replica.py and the server log.
+Why, the handle, faults and logs: docs/internals.md, "Replica hosts" and "Replication: module notes"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
-"""The transaction coordinator: one async actor per broker, a thin shell over ``TxnCoordinatorShard``.
-
-Named ``txn_coordinator_name(cluster, broker_id)`` (protocol/names.py), created by its broker as a
-non-detached child pinned to the broker's node (it dies with the broker). It serves the transactional ids
-whose ``__transaction_state`` partition (``partition_for(transactional_id, n)``) this broker's replica
-leads; the broker tells it ``on_elected`` / ``on_resigned`` in LeaderAndIsr order, exactly as for the
-group coordinator (actors/server/coordinator_host.py).
-
-Load (Kafka's TransactionStateManager.loadTransactionsForTxnTopicPartition): wait until the replica leads
-at our epoch with its HW over its takeover LEO, read the partition to the HW through ``fetch``, replay every
-record (latest value per id), then resume the markers of every transaction found in a Prepare state.
-Meanwhile requests answer COORDINATOR_LOAD_IN_PROGRESS; ids of partitions not led here NOT_COORDINATOR.
-
-Per request: the shard's handler (pure, actors/txn/shard.py) returns records and a response; the records
-go to the replica as one RecordBatch with acks=all at our leader epoch; once acknowledged they are replayed
-and the response goes out (a failed append releases the id's pending mark and answers Kafka's mapped error).
-A replayed Prepare record starts its :class:`MarkerJob`: WriteTxnMarkers to the leader replica of every
-partition, retried (with a metadata refresh) until each took it, then CompleteCommit/CompleteAbort.
-Timers abort transactions past their timeout and remove expired transactional ids.
-Every method answers a plain dict with Kafka error codes, never an exception out of the actor.
+"""The transaction coordinator: one async actor per broker, a thin shell over the coordinator runtime
+(actors/coordinator/) with transactions plugged in: the pure shard (actors/txn/shard.py), its appends,
+marker jobs and timers (actors/txn/state_manager.py) and the markers' channel (actors/txn/markers.py).
+Created by its broker (actors/server/coordinator_host.py), which tells it ``on_elected`` / ``on_resigned``
+per ``__transaction_state`` partition. Every method answers a plain dict with Kafka error codes, never an
+exception. docs/internals.md ("Transaction coordinator").
 """
 
 from __future__ import annotations
@@ -30,23 +16,19 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from actors.channels.coordinator_channel import CoordinatorListener
-from actors.channels.data_channel import loop_channel, produce_timeout_s
-from actors.coordinator.leadership import LeaderEpochs
-from actors.coordinator.runtime import records_batch
+from actors.coordinator.context import ACTIVE, LOADING, CoordinatorContext
 from actors.group.records import partition_for as group_partition_for
-from actors.group.service import OFFSETS_TOPIC, offsets_partitions
+from actors.group.service import offsets_partitions
+from actors.metadata.kv import GcsKV, cluster_key
 from actors.server import server_log
 from actors.server.metrics import txn_metrics
 from actors.txn import service as svc
 from actors.txn.markers import TxnMarkerChannel
-from actors.txn.partition_tasks import TxnPartitionTasks, now_ms
-from actors.txn.service import ACTIVE, LOADING, TxnPartition
-from actors.txn.shard import ONGOING, STATE_NAMES, TxnResult
+from actors.txn.shard import ONGOING, STATE_NAMES
+from actors.txn.state_manager import TransactionStateManager
 from protocol import errors as E
-from protocol.channel_frames import API_PRODUCE, internal_produce_fields
-from protocol.kv import GcsKV
-from protocol.messages import ProduceRequest
-from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.clock import now_ms
+from protocol.names import OFFSETS_TOPIC, RAY_NAMESPACE, broker_name
 from protocol.txn_messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -58,7 +40,7 @@ from protocol.txn_messages import (
     ListTransactionsRequest,
     TxnResponse,
 )
-from protocol.txn_tokens import cluster_key, sign
+from protocol.txn_tokens import sign
 
 log = logging.getLogger("rafka.txn_coordinator")
 
@@ -71,7 +53,7 @@ def _error(exc: E.KafkaError) -> dict:
     return {"error_code": exc.code, "error_message": str(exc)}
 
 
-class TxnCoordinatorActor(TxnPartitionTasks):
+class TxnCoordinatorActor:
     def __init__(self, cluster: str, broker_id: int, config: dict | None = None, log_file: str | None = None):
         self.cluster, self.broker_id = cluster, int(broker_id)
         if log_file:
@@ -98,70 +80,35 @@ class TxnCoordinatorActor(TxnPartitionTasks):
             )
             / 1000
         )
-        self.parts: dict[int, TxnPartition] = {}
-        self.epochs = LeaderEpochs()  # newest leader epoch seen per partition
         self._kv = GcsKV(cluster)
         self._spare_pid: int | None = None
         self.markers = TxnMarkerChannel(cluster, broker_id, self._kv)
+        self.state = TransactionStateManager(
+            self.broker_id, self.config, self.append_timeout_ms, self.markers, self.abort_check_s, self.expire_check_s
+        )
+        self.parts = self.state.runtime.parts  # the __transaction_state partitions led here, by number
+        self.stats = self.state.stats
         # the producers' AddPartitionsToTxn / EndTxn ... on TCP (actors/channels/coordinator_channel.py)
         self._tasks: set[asyncio.Task] = set()  # verification pushes and lookups in flight (actors/txn/markers.py)
         self.clients = CoordinatorListener(lambda method: getattr(self, method), f"txn coordinator b{broker_id}")
-        # completed: transactions ended here; markers_ms / complete_ms: their total time writing markers and
-        # then appending CompleteCommit/CompleteAbort (the window in which the id answers CONCURRENT_TRANSACTIONS)
-        # parked_adds: AddPartitionsToTxn that waited for the previous transaction's markers; combined_appends:
-        # those whose Ongoing record went out with the Complete one
-        self.stats = {
-            "appends": 0,
-            "aborted_timeouts": 0,
-            "completed": 0,
-            "markers_ms": 0.0,
-            "complete_ms": 0.0,
-            "parked_adds": 0,
-            "combined_appends": 0,
-            "end_txns": 0,
-            "end_txn_ms": 0.0,
-            "verification_tokens": 0,  # KIP-890 tokens answered to rafka's producers instead of pushes
-        }
+
+    # ================================================================== leadership
+    async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
+        """This broker's replica of ``__transaction_state-{partition}`` leads at ``leader_epoch``: load it."""
+        return self.state.runtime.on_elected(partition, leader_epoch, replica)
+
+    async def on_resigned(self, partition: int, leader_epoch: int | None = None) -> dict:
+        """This broker no longer leads the partition (follower at ``leader_epoch``, or stopped: None)."""
+        return self.state.runtime.on_resigned(partition, leader_epoch)
 
     # ================================================================== the request pipeline
-    def _route(self, transactional_id) -> tuple[TxnPartition | None, dict | None]:
+    def _route(self, transactional_id) -> tuple[CoordinatorContext | None, dict | None]:
         if not isinstance(transactional_id, str) or not transactional_id:
             return None, _error(E.InvalidRequestError("a non-empty transactional id is required"))
-        part = self.parts.get(svc.txn_partition_for(transactional_id, self.props))
-        code = svc.route_code(None if part is None else part.state)
+        part, code = self.state.runtime.route(svc.txn_partition_for(transactional_id, self.props))
         if code:
             return None, {"error_code": code, "error_message": E.for_code(code).default_message}
         return part, None
-
-    async def _apply(self, part: TxnPartition, res: TxnResult, tid: str) -> dict:
-        """Append ``res``'s records (acks=all), replay them, start the marker jobs they begin."""
-        if not res.records:
-            return res.response
-        gen = part.gen
-        self.stats["appends"] += 1
-        req = ProduceRequest(
-            records_batch(res.records, now_ms()), -1, self.append_timeout_ms, current_leader_epoch=part.epoch
-        )
-        try:  # on the replica's internal channel (actors/channels/data_channel.py), not a Ray call
-            ans = await loop_channel(internal=True).submit_here(
-                part.replica, API_PRODUCE, internal_produce_fields(req), req.records, produce_timeout_s(req)
-            )
-            code = ans["error_code"]
-        except E.KafkaError:  # the replica died or its connection broke or timed out
-            code = E.NotCoordinatorError.code
-        if not self._current(part, gen):
-            return _error(E.NotCoordinatorError(f"{svc.TXN_TOPIC}-{part.partition} moved while appending"))
-        if code:
-            part.shard.append_failed(tid)
-            part.wake(tid)
-            mapped = svc.append_error(code)
-            return {"error_code": mapped, "error_message": f"{svc.TXN_TOPIC} append failed with error {code}"}
-        for rec in res.records:
-            job = part.shard.replay(rec)
-            if job is not None:
-                self._start_markers(part, job)
-            part.wake(rec.transactional_id)
-        return res.response
 
     async def _spare(self) -> None:
         """A fresh producer id from this broker, held for the next handler that needs one."""
@@ -198,7 +145,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
             req.producer_id,
             req.producer_epoch,
         )
-        ans = await self._apply(part, res, req.transactional_id)
+        ans = await self.state.apply(part, res, req.transactional_id)
         return InitProducerIdResponse(
             ans["error_code"], ans.get("error_message"), ans.get("producer_id", -1), ans.get("producer_epoch", -1)
         ).to_dict()
@@ -280,7 +227,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         if first:
             await asyncio.wait({task}, timeout=FIRST_PUSH_WAIT_S)
 
-    async def _add_partitions(self, part: TxnPartition, req: AddPartitionsToTxnRequest) -> dict:
+    async def _add_partitions(self, part: CoordinatorContext, req: AddPartitionsToTxnRequest) -> dict:
         """The shard's add_partitions, appended. While the id's previous transaction is still completing
         (CONCURRENT_TRANSACTIONS: its markers are going out), the request waits here up to ``PARK_S`` for the
         state to move rather than sending the client into a retry backoff; if it is still waiting when the
@@ -292,17 +239,18 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         while True:
             res = part.shard.add_partitions(tid, req.producer_id, req.producer_epoch, req.partitions, now_ms())
             left = deadline - time.monotonic()
-            if res.response.get("error_code") != E.ConcurrentTransactionsError.code or left <= 0 or tid in part.parked:
-                return await self._apply(part, res, tid)
-            waiter = part.parked[tid] = svc.ParkedAdd(
+            parked = self.state.parked(part)
+            if res.response.get("error_code") != E.ConcurrentTransactionsError.code or left <= 0 or tid in parked:
+                return await self.state.apply(part, res, tid)
+            waiter = parked[tid] = svc.ParkedAdd(
                 req.producer_id, req.producer_epoch, req.partitions, asyncio.get_running_loop().create_future()
             )
             self.stats["parked_adds"] += 1
             try:
                 await asyncio.wait({waiter.fut}, timeout=left)
             finally:
-                if part.parked.get(tid) is waiter:
-                    del part.parked[tid]
+                if parked.get(tid) is waiter:
+                    del parked[tid]
             got = waiter.fut.result() if waiter.fut.done() else None
             if got is not None:
                 return got
@@ -324,7 +272,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         assert part is not None
         tp = (OFFSETS_TOPIC, group_partition_for(req.group_id, offsets_partitions(self.props)))
         res = part.shard.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch, [tp], now_ms())
-        ans = await self._apply(part, res, req.transactional_id)
+        ans = await self.state.apply(part, res, req.transactional_id)
         return TxnResponse(ans["error_code"], ans.get("error_message")).to_dict()
 
     async def end_txn(self, req: EndTxnRequest) -> dict:
@@ -338,7 +286,7 @@ class TxnCoordinatorActor(TxnPartitionTasks):
         res = part.shard.end_txn(
             req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed), now_ms()
         )
-        ans = await self._apply(part, res, req.transactional_id)
+        ans = await self.state.apply(part, res, req.transactional_id)
         self.stats["end_txns"] += 1
         self.stats["end_txn_ms"] += round((time.perf_counter() - t0) * 1000, 2)
         return TxnResponse(ans["error_code"], ans.get("error_message")).to_dict()

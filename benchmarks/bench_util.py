@@ -39,9 +39,9 @@ def host_config(host_partitions: int | None) -> dict:
 
 
 def replica_memory(cluster) -> dict:
-    """USS of the processes running the cluster's replicas: one per replica, or shared ReplicaHosts
+    """USS and RSS of the processes running the cluster's replicas: one per replica, or shared ReplicaHosts
     (``replica.host.max.partitions``): ``{replicas, processes, uss_mib_per_replica (their total USS / replicas),
-    uss_mib_per_process_mean, uss_mib_per_process_max}``."""
+    uss_mib_per_process_mean, uss_mib_per_process_max, rss_mib_per_replica, rss_mib_per_process_mean}``."""
     import psutil
     import ray
 
@@ -49,7 +49,9 @@ def replica_memory(cluster) -> dict:
     for b in cluster.server.brokers.values():
         handles += list(ray.get(b.replica_handles.remote(), timeout=30).values())
     pids = {ray.get(h.state.remote(), timeout=30)["pid"] for h in handles}
-    uss = [psutil.Process(pid).memory_full_info().uss / 2**20 for pid in pids]
+    info = [psutil.Process(pid).memory_full_info() for pid in pids]
+    uss = [m.uss / 2**20 for m in info]
+    rss = [m.rss / 2**20 for m in info]
     if not uss:
         return {"replicas": 0, "processes": 0}
     return {
@@ -58,6 +60,8 @@ def replica_memory(cluster) -> dict:
         "uss_mib_per_replica": round(sum(uss) / len(handles), 1),
         "uss_mib_per_process_mean": round(sum(uss) / len(uss), 1),
         "uss_mib_per_process_max": round(max(uss), 1),
+        "rss_mib_per_replica": round(sum(rss) / len(handles), 1),
+        "rss_mib_per_process_mean": round(sum(rss) / len(rss), 1),
     }
 
 

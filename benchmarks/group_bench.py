@@ -29,9 +29,11 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import rafka  # noqa: E402
-from protocol.errors import TopicAlreadyExistsError  # noqa: E402
+from protocol.errors import (
+    KafkaError,  # noqa: E402
+    TopicAlreadyExistsError,  # noqa: E402
+)
 from rafka import TopicPartition  # noqa: E402
-from rafka.errors import KafkaError  # noqa: E402
 from rafka.output import claim_stdout  # noqa: E402
 
 VALUE_BYTES = 100

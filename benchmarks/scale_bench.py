@@ -15,6 +15,9 @@ fit in the machine's available memory (with
 about ``--size-bytes`` of values per size.
 
 Topics of earlier points are deleted before the next one, so each point is measured with only its own topic.
+``--cost-only`` measures only what a partition costs (create time, memory, idle CPU; no traffic, no record
+sizes), first the idle cluster without topics (``idle_no_topics``), and waits for the brokers' warm hosts (or
+pools) before each create.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil  # noqa: E402  (ray depends on it)
-from bench_util import add_host_partitions_arg, host_config, replica_memory  # noqa: E402
+from bench_util import add_host_partitions_arg, host_config, replica_memory, wait_pools_full  # noqa: E402
 
 import rafka  # noqa: E402
 from actors.replication.replica_config import HOST_MAX_PARTITIONS_DEFAULT  # noqa: E402
@@ -63,18 +66,23 @@ def main() -> int:
     ap.add_argument("--replica-mib", type=float, default=70.0, help="memory one replica actor needs (projection)")
     ap.add_argument("--memory-headroom-gib", type=float, default=4.0)
     add_host_partitions_arg(ap)
+    ap.add_argument("--cost-only", action="store_true", help="create time, memory and idle CPU only")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     stdout = claim_stdout()
     from client_bench import bench_e2e, idle_cores, wait_high_watermarks
 
     by_partitions, by_size = [], []
+    idle_no_topics = None
     with tempfile.TemporaryDirectory(prefix="rafka-scale-bench-") as data_dir:
         hosted = host_config(a.host_partitions)
         cluster = rafka.LocalCluster(brokers=3, data_dir=data_dir, name="scalebench", broker_config=hosted)
         admin = rafka.Admin(cluster)
         conf = {"min.insync.replicas": "2"} if a.rf == 3 else None
         try:
+            if a.cost_only:
+                wait_pools_full(cluster)
+                idle_no_topics = idle_cores(a.idle_window, settle_s=3)
             for p in (int(x) for x in a.partitions.split(",")):
                 per_host = a.host_partitions or HOST_MAX_PARTITIONS_DEFAULT
                 processes = p * a.rf if per_host == 1 else 3 * -(-p * a.rf // (3 * per_host))
@@ -88,22 +96,29 @@ def main() -> int:
                     by_partitions.append(row)
                     continue
                 topic = f"scale-p{p}"
+                if a.cost_only:
+                    wait_pools_full(cluster)
                 t0 = time.perf_counter()
                 admin.create_topic(topic, p, a.rf, conf)
                 row["topic_create_s"] = round(time.perf_counter() - t0, 2)
-                row["send_batch"] = send_batch(cluster, topic, a.records, 100)
-                wait_high_watermarks(admin, topic, p, a.records + 1)
-                row["consume"] = consume(cluster, topic, p, a.records + 1, 100)
-                e2e = bench_e2e(cluster, topic, 1000, 3, p)
-                row["e2e_p50_ms"], row["e2e_p99_ms"] = e2e.get("p50_ms"), e2e.get("p99_ms")
+                if not a.cost_only:
+                    row["send_batch"] = send_batch(cluster, topic, a.records, 100)
+                    wait_high_watermarks(admin, topic, p, a.records + 1)
+                    row["consume"] = consume(cluster, topic, p, a.records + 1, 100)
+                    e2e = bench_e2e(cluster, topic, 1000, 3, p)
+                    row["e2e_p50_ms"], row["e2e_p99_ms"] = e2e.get("p50_ms"), e2e.get("p99_ms")
                 row["replica_memory"] = replica_memory(cluster)
+                deadline = time.monotonic() + 30  # the create answers once the leaders run; followers bind after
+                while row["replica_memory"]["replicas"] < p * a.rf and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    row["replica_memory"] = replica_memory(cluster)
                 idle = idle_cores(a.idle_window, settle_s=3)
                 row["ray_processes"], row["idle_cores"] = idle["processes"], idle["cores"]
                 by_partitions.append(row)
                 if not a.json:
                     print(json.dumps(row), file=sys.stderr)
                 admin.delete_topics([topic])
-            for size in (int(x) for x in a.sizes.split(",")):
+            for size in () if a.cost_only else (int(x) for x in a.sizes.split(",")):
                 topic = f"scale-s{size}"
                 admin.create_topic(topic, 6, a.rf, {**(conf or {}), "max.message.bytes": str(max(1 << 20, 2 * size))})
                 n = max(1000, a.size_bytes // size)
@@ -120,6 +135,7 @@ def main() -> int:
         "brokers": 3,
         "replication_factor": a.rf,
         "host_partitions": a.host_partitions or HOST_MAX_PARTITIONS_DEFAULT,
+        "idle_no_topics": idle_no_topics,
         "by_partitions": by_partitions,
         "by_record_size": by_size,
     }

@@ -127,8 +127,8 @@ def cmd_job_run(args) -> int:
     if args.session_gap_ms < 0:
         raise UsageError("--session-gap-ms must be >= 0")
     handle = connect(args)
+    from protocol.errors import UnknownTopicOrPartitionError
     from rafka.admin.admin import Admin
-    from rafka.errors import UnknownTopicOrPartitionError
 
     if Admin(handle).metadata.topic(args.topic) is None:  # before paying for a Spark start
         raise UnknownTopicOrPartitionError(f"topic {args.topic!r} does not exist")

@@ -58,7 +58,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from rafka.errors import KafkaError, TopicAlreadyExistsError
+from protocol.errors import KafkaError, TopicAlreadyExistsError
 from rafka.structs import TopicPartition
 
 __all__ = ["run", "default_output_dir", "read_results", "load_state", "sessionize", "transactional_id", "JobCrashed"]
@@ -93,8 +93,8 @@ def ensure_results_topic(admin, name: str) -> None:
 def load_state(cluster: Any, results_topic: str, timeout_s: float = 120.0) -> dict[str, dict]:
     """The latest committed value of every key of the results topic (tombstones remove keys), read with
     ``isolation_level="read_committed"``: up to the last stable offset, aborted transactions left out."""
+    from protocol.errors import KafkaTimeoutError
     from rafka.consumer.consumer import Consumer
-    from rafka.errors import KafkaTimeoutError
 
     consumer = Consumer(cluster, isolation_level="read_committed", enable_auto_commit=False)
     state: dict[str, dict] = {}
@@ -350,7 +350,7 @@ def run(
     ``read_options`` go to ``TopicDatasource`` (e.g. ``{"num_cpus": 0.25}``); ``timeout_s`` bounds each
     transaction call (a coordinator or leader moving after a broker loss is waited for that long)."""
     from rafka.admin.admin import Admin
-    from rafka.cluster import resolve_cluster
+    from rafka.client_utils import resolve_cluster
     from rafka.producer.producer import Producer
 
     t0 = time.monotonic()
@@ -372,7 +372,7 @@ def run(
         parquet_dir = default_output_dir(name, group)
     admin = Admin(name)
     if admin.metadata.topic(topic) is None:
-        from rafka.errors import UnknownTopicOrPartitionError
+        from protocol.errors import UnknownTopicOrPartitionError
 
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
     ensure_results_topic(admin, results_topic)
@@ -453,7 +453,7 @@ def _wait_complete(admin, tid: str, timeout_s: float) -> None:
         except KafkaError:  # the coordinator moving: ask again
             pass
         if time.monotonic() >= deadline:
-            from rafka.errors import KafkaTimeoutError
+            from protocol.errors import KafkaTimeoutError
 
             raise KafkaTimeoutError(f"the transaction of {tid!r} was committed but its markers did not complete")
         time.sleep(0.05)

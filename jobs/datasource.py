@@ -40,19 +40,19 @@ import ray
 from ray.data import Datasink, Datasource, ReadTask
 from ray.data.block import BlockAccessor, BlockMetadata
 
-from protocol.errors import refresh_metadata
-from protocol.messages import READ_COMMITTED as PROTOCOL_READ_COMMITTED
-from protocol.messages import READ_UNCOMMITTED as PROTOCOL_READ_UNCOMMITTED
-from protocol.messages import FetchRequest
-from rafka.consumer.read_committed import AbortedTransactionFilter
-from rafka.errors import (
+from protocol.errors import (
     KafkaError,
     KafkaTimeoutError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
     for_code,
+    refresh_metadata,
 )
+from protocol.messages import READ_COMMITTED as PROTOCOL_READ_COMMITTED
+from protocol.messages import READ_UNCOMMITTED as PROTOCOL_READ_UNCOMMITTED
+from protocol.messages import FetchRequest
+from rafka.consumer.read_committed import AbortedTransactionFilter
 from rafka.structs import TopicPartition
 
 __all__ = ["SCHEMA", "TopicDatasource", "TopicDatasink", "plan_ranges", "read_partition", "read_topic", "write_topic"]
@@ -75,7 +75,7 @@ READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
 
 def _cluster_name(cluster: Any) -> str:
     """The name read tasks and write tasks carry (a LocalCluster or handle does not travel to workers)."""
-    from rafka.cluster import resolve_cluster
+    from rafka.client_utils import resolve_cluster
 
     return resolve_cluster(cluster)
 

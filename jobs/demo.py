@@ -149,7 +149,7 @@ def group_part(cluster, admin, records: int, ends: dict, console: Console) -> li
     them dies part-way (stops polling and heartbeating, never closes or leaves); after its session
     times out the survivors take its partitions over from its last commit and finish."""
     import rafka
-    from rafka.errors import KafkaError
+    from protocol.errors import KafkaError
 
     session_ms = 3000
     console.print(

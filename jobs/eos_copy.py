@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rafka
-from rafka.errors import KafkaError
+from protocol.errors import KafkaError
 from rafka.structs import TopicPartition
 
 

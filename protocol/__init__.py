@@ -1,7 +1,4 @@
-"""The client<->actor contract, written once: actor names and namespaces (``names``), the GCS-KV layout
-and its reader (``kv``), Kafka's error classes (``errors``), the Ray-error mapping (``ray_errors``) and
-typed messages (``messages``).
-
-A leaf package: no Ray import at module level (the few Ray calls import it lazily) and no import of
-``actors``, ``rafka``, ``serve`` or ``jobs``; ``storage`` may import it.
+"""The contract between the clients, the actors and the wire listeners: message types and their frames,
+names (actors, internal topics, KV keys), Kafka's errors, the clock and the transaction tokens. It does no
+I/O and imports only the stdlib, kio and msgpack (tests/unit/test_layers.py); every other package may import it.
 """

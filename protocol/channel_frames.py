@@ -1,16 +1,17 @@
-"""The data channel's frames: what a request and an answer look like on the wire, each API's fields, their
-decoding (actors/channels/client_channel.py and actors/channels/produce_channel.py serve them) and encoding (the client side's
-connections, actors/channels/data_channel.py).
+"""The data channel's frames (served by actors/channels/client_channel.py and produce_channel.py, encoded by
+actors/channels/data_channel.py). Each API's fields are its request dataclass's (``wire_fields``). Big-endian::
 
-Big-endian: a hello is ``u32 length`` + msgpack ``{"token": bytes}``; a request is ``u32 length, u32
-correlation id, u8 api, u32 meta length`` + a msgpack map of the request's fields + (produce) the record
-batches; an answer is ``u32 correlation id, u32 meta length, u32 records length`` + the msgpack map of the
-answer but ``records`` + the records' bytes.
+    hello   := u32 length, msgpack {"token": bytes}
+    request := u32 length, u32 correlation id, u8 api, u32 meta length, msgpack {field: value}, (produce) batches
+    answer  := u32 correlation id, u32 meta length, u32 records length, msgpack answer but records, records
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
+import types
+import typing
 from typing import Any
 
 import msgpack
@@ -25,42 +26,45 @@ U32 = struct.Struct(">I")
 REQUEST_HEAD = struct.Struct(">IIBI")  # length, correlation id, api, meta length
 ANSWER_HEAD = struct.Struct(">III")  # correlation id, meta length, records length
 
-PRODUCE_FIELDS = {
-    "acks": int,
-    "timeout_ms": int,
-    "current_leader_epoch": int,
-    "transactional_id": (str, type(None)),
-    "txn_start_ms": int,  # (these two only with a verification token: protocol/txn_tokens.py)
-    "txn_token": bytes,
-}
+
+_WIRE_TYPES = (int, bool, str, bytes, type(None))  # what a frame's msgpack map holds
+
+
+def wire_fields(cls: type, *, leave_out: tuple[str, ...] = ()) -> dict[str, type | tuple[type, ...]]:
+    """A request dataclass's fields as a frame carries them, in the dataclass's order (the order they are
+    encoded in): name -> the type, or the types of a union, its value must have; but ``leave_out`` (what the
+    frame itself carries, or what the channel sets)."""
+    hints = typing.get_type_hints(cls)
+    spec: dict[str, type | tuple[type, ...]] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in leave_out:
+            continue
+        hint = hints[f.name]
+        kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if not all(k in _WIRE_TYPES for k in kinds):
+            raise TypeError(f"{cls.__name__}.{f.name}: {hint} does not travel in a frame")
+        spec[f.name] = kinds if len(kinds) > 1 else kinds[0]
+    return spec
+
+
+# the records are the frame's payload; origin only on an internal connection; the order is the channel's
+PRODUCE_FIELDS = wire_fields(ProduceRequest, leave_out=("records", "origin", "order"))
 # an internal connection (a broker's coordinators, with the listener's internal token) may also append as a
 # coordinator and write transaction markers; a client connection never can
-INTERNAL_PRODUCE_FIELDS = {**PRODUCE_FIELDS, "origin": str}
+INTERNAL_PRODUCE_FIELDS = wire_fields(ProduceRequest, leave_out=("records", "order"))
 ORIGINS = ("client", "coordinator")
-MARKER_FIELDS = {
-    "producer_id": int,
-    "producer_epoch": int,
-    "committed": bool,
-    "coordinator_epoch": int,
-    "transactional_id": str,
-    "txn_start_ms": int,
-}
-VERIFIED_FIELDS = {
-    "producer_id": int,
-    "producer_epoch": int,
-    "txn_start_ms": int,
-    "leader_epoch": int,
-    "transactional_id": str,
-}
-FETCH_FIELDS = {
-    "fetch_offset": int,
-    "max_bytes": int,
-    "max_wait_ms": int,
-    "min_bytes": int,
-    "current_leader_epoch": int,
-    "isolation_level": int,
-    "min_one_message": bool,
-}
+MARKER_FIELDS = wire_fields(WriteTxnMarkersRequest)
+VERIFIED_FIELDS = wire_fields(TxnVerifiedRequest)
+FETCH_FIELDS = wire_fields(FetchRequest, leave_out=("replica_id",))  # a client never fetches as a follower
+
+
+def _required(cls: type) -> frozenset[str]:
+    """The fields a request cannot do without: those with no default."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING)
+
+
+_REQUIRED_MARKER = _required(WriteTxnMarkersRequest)
+_REQUIRED_VERIFIED = _required(TxnVerifiedRequest)
 
 
 class BadFrame(ValueError):
@@ -98,14 +102,14 @@ def decode_produce(meta: bytes, records: bytes, order: tuple[str, int], internal
 
 def decode_markers(meta: bytes) -> WriteTxnMarkersRequest:
     d = _fields(meta, MARKER_FIELDS, None)
-    if set(d) < set(MARKER_FIELDS) - {"transactional_id", "txn_start_ms"}:
+    if set(d) < _REQUIRED_MARKER:
         raise BadFrame("WriteTxnMarkers needs producer_id, producer_epoch, committed and coordinator_epoch")
     return WriteTxnMarkersRequest(**d)
 
 
 def decode_verified(meta: bytes) -> TxnVerifiedRequest:
     d = _fields(meta, VERIFIED_FIELDS, None)
-    if set(d) < set(VERIFIED_FIELDS) - {"transactional_id"}:
+    if set(d) < _REQUIRED_VERIFIED:
         raise BadFrame("a verification push needs producer_id, producer_epoch, txn_start_ms and leader_epoch")
     return TxnVerifiedRequest(**d)
 
@@ -129,7 +133,8 @@ def encode_answer(corr: int, answer: dict) -> list:
     return [ANSWER_HEAD.pack(corr, len(meta), len(records)), meta, records]
 
 
-_PRODUCE_KEYS = ("acks", "timeout_ms", "current_leader_epoch", "transactional_id")
+_TOKEN_KEYS = ("txn_start_ms", "txn_token")  # sent only with a verification token (protocol/txn_tokens.py)
+_PRODUCE_KEYS = tuple(k for k in PRODUCE_FIELDS if k not in _TOKEN_KEYS)
 _FETCH_KEYS = tuple(FETCH_FIELDS)
 
 

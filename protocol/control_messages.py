@@ -1,19 +1,7 @@
-"""Typed messages of the control plane: controller -> broker -> replica (LeaderAndIsr, StopReplica) and
-leader replica -> controller (AlterPartition). Frozen, slotted dataclasses named and shaped like Kafka's
-generated ``LeaderAndIsrRequestData`` / ``StopReplicaRequestData`` / ``AlterPartitionRequestData`` (one
-partition per AlterPartition here: a replica actor leads one partition). They travel over Ray as these
-objects (pickled); responses the brokers send back to the controller stay dicts (``to_dict``), since the
-controller's channel reads every broker answer the same way.
-
-LeaderAndIsr (``BrokerActor.leader_and_isr(request)``): a ``LeaderAndIsrRequest`` holds the controller
-epoch, the partition states and its type (``FULL``: the broker's whole partition set, sent after it
-registers; the broker removes what it does not name; ``INCREMENTAL``: only the changed partitions). Each
-``LeaderAndIsrPartitionState`` is also what ``ReplicaActor.become_leader`` / ``become_follower`` take;
-besides Kafka's fields it carries the topic's ``configs`` (the broker creates the replica with them).
-
-AlterPartition (``ControllerActor.alter_partition(request)``): the leader proposes ``new_isr`` at its
-``leader_epoch`` / ``partition_epoch``; the ``AlterPartitionResponse`` carries the partition's state as the
-controller has it (the new one, or the current one with the error).
+"""Typed messages of the control plane, named and shaped like Kafka's generated ones: controller -> broker
+-> replica (LeaderAndIsr, StopReplica) and leader replica -> controller (AlterPartition, one partition per
+request). They travel over Ray as these objects; the brokers' answers stay dicts (``to_dict``). Built and
+read by actors/ (the controller, the broker, the replica); semantics in docs/internals.md (protocol/).
 """
 
 from __future__ import annotations

@@ -1,69 +1,43 @@
-"""Kafka's error codes as Python exceptions: a leaf module any layer may import (no Ray, no I/O).
+"""Kafka's errors as Python exceptions, the one errors module (Kafka's ``org.apache.kafka.common.protocol.Errors``).
 
-Every error class carries, statically (a type checker sees ``NotLeaderOrFollowerError.code``), Kafka's
-numeric ``code``, its protocol ``name`` (``NOT_LEADER_OR_FOLLOWER``), whether a client may try again
-(``retriable``), whether the client's metadata is stale after it (``invalid_metadata``: Kafka's
-``InvalidMetadataException`` family, aiokafka's flag of the same name) and a default ``message``
-(Kafka's ``org.apache.kafka.common.protocol.Errors``). ``for_code(code)`` maps a wire code back to its
-class; ``error_response(exc)`` / ``raise_for_code(code, message)`` convert between exceptions and the
-``(error_code, error_message)`` pairs that travel in responses; ``refresh_metadata(code)`` says whether a
-client re-reads metadata (and drops its cached leader handle) after a response carrying ``code``.
-
-Exceptions pickle by their single ``message`` argument, so they cross Ray calls intact. The base class is
-protocol/kafka_error.py; the group, coordinator and transaction errors are in protocol/errors_groups.py.
+Each class has, statically, its wire ``code``, protocol ``name``, ``retriable``, ``invalid_metadata`` and a
+default message; ``for_code`` maps a code back to its class. The client's own exceptions (KafkaTimeoutError,
+IllegalStateError, ...) are at the end. Any layer imports it; it imports only the stdlib.
 """
 
 from __future__ import annotations
 
-from protocol.errors_groups import (  # noqa: F401 (re-exported: one module to import every Kafka error from)
-    ConcurrentTransactionsError,
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    DuplicateSequenceNumberError,
-    FencedInstanceIdError,
-    FencedMemberEpochError,
-    GroupAuthorizationFailedError,
-    GroupIdNotFoundError,
-    GroupMaxSizeReachedError,
-    GroupSubscribedToTopicError,
-    IllegalGenerationError,
-    InconsistentGroupProtocolError,
-    InvalidCommitOffsetSizeError,
-    InvalidGroupIdError,
-    InvalidProducerEpochError,
-    InvalidProducerIdMappingError,
-    InvalidSessionTimeoutError,
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
-    MemberIdRequiredError,
-    NonEmptyGroupError,
-    NotCoordinatorError,
-    OffsetMetadataTooLargeError,
-    OutOfOrderSequenceNumberError,
-    ProducerFencedError,
-    RebalanceInProgressError,
-    StaleMemberEpochError,
-    TransactionAbortableError,
-    TransactionalIdAuthorizationFailedError,
-    TransactionalIdNotFoundError,
-    TransactionCoordinatorFencedError,
-    UnknownMemberIdError,
-    UnknownProducerIdError,
-    UnreleasedInstanceIdError,
-    UnstableOffsetCommitError,
-    UnsupportedAssignorError,
-)
-from protocol.kafka_error import KafkaError
+from typing import ClassVar
 
 
-class NoError(KafkaError):
-    code, name, retriable = 0, "NONE", False
-    default_message = ""
+class KafkaError(Exception):
+    """Base of every rafka error; ``code`` is Kafka's wire error code."""
+
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+    invalid_metadata: ClassVar[bool] = False
+    default_message: ClassVar[str] = ""
+
+    def __init__(self, message: str | None = None):
+        self.message = message or self.default_message
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"[Error {self.code}] {self.name}: {self.message}"
+
+    def __reduce__(self):
+        return (type(self), (self.message,))
 
 
 class UnknownServerError(KafkaError):
     code, name, retriable = -1, "UNKNOWN_SERVER_ERROR", False
     default_message = "The server experienced an unexpected error when processing the request."
+
+
+class NoError(KafkaError):
+    code, name, retriable = 0, "NONE", False
+    default_message = ""
 
 
 class OffsetOutOfRangeError(KafkaError):
@@ -126,9 +100,29 @@ class StaleControllerEpochError(KafkaError):
     default_message = "The controller moved to another broker."
 
 
+class OffsetMetadataTooLargeError(KafkaError):
+    code, name, retriable = 12, "OFFSET_METADATA_TOO_LARGE", False
+    default_message = "The metadata field of the offset request was too large."
+
+
 class NetworkError(KafkaError):
     code, name, retriable, invalid_metadata = 13, "NETWORK_EXCEPTION", True, True
     default_message = "The server disconnected before a response was received."
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    code, name, retriable = 14, "COORDINATOR_LOAD_IN_PROGRESS", True
+    default_message = "The coordinator is loading and hence can't process requests."
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code, name, retriable = 15, "COORDINATOR_NOT_AVAILABLE", True
+    default_message = "The coordinator is not available."
+
+
+class NotCoordinatorError(KafkaError):
+    code, name, retriable = 16, "NOT_COORDINATOR", True
+    default_message = "This is not the correct coordinator."
 
 
 class InvalidTopicError(KafkaError):
@@ -156,9 +150,49 @@ class InvalidRequiredAcksError(KafkaError):
     default_message = "Produce request specified an invalid value for required acks."
 
 
+class IllegalGenerationError(KafkaError):
+    code, name, retriable = 22, "ILLEGAL_GENERATION", False
+    default_message = "Specified group generation id is not valid."
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    code, name, retriable = 23, "INCONSISTENT_GROUP_PROTOCOL", False
+    default_message = "The group member's supported protocols are incompatible with those of existing members."
+
+
+class InvalidGroupIdError(KafkaError):
+    code, name, retriable = 24, "INVALID_GROUP_ID", False
+    default_message = "The configured groupId is invalid."
+
+
+class UnknownMemberIdError(KafkaError):
+    code, name, retriable = 25, "UNKNOWN_MEMBER_ID", False
+    default_message = "The coordinator is not aware of this member."
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    code, name, retriable = 26, "INVALID_SESSION_TIMEOUT", False
+    default_message = "The session timeout is not within the range allowed by the broker."
+
+
+class RebalanceInProgressError(KafkaError):
+    code, name, retriable = 27, "REBALANCE_IN_PROGRESS", False
+    default_message = "The group is rebalancing, so a rejoin is needed."
+
+
+class InvalidCommitOffsetSizeError(KafkaError):
+    code, name, retriable = 28, "INVALID_COMMIT_OFFSET_SIZE", False
+    default_message = "The committing offset data size is not valid."
+
+
 class TopicAuthorizationFailedError(KafkaError):
     code, name, retriable = 29, "TOPIC_AUTHORIZATION_FAILED", False
     default_message = "Topic authorization failed."
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    code, name, retriable = 30, "GROUP_AUTHORIZATION_FAILED", False
+    default_message = "Group authorization failed."
 
 
 class ClusterAuthorizationFailedError(KafkaError):
@@ -234,6 +268,59 @@ class PolicyViolationError(KafkaError):
     default_message = "Request parameters do not satisfy the configured policy."
 
 
+class OutOfOrderSequenceNumberError(KafkaError):
+    code, name, retriable = 45, "OUT_OF_ORDER_SEQUENCE_NUMBER", False
+    default_message = "The broker received an out of order sequence number."
+
+
+class DuplicateSequenceNumberError(KafkaError):
+    code, name, retriable = 46, "DUPLICATE_SEQUENCE_NUMBER", False
+    default_message = "The broker received a duplicate sequence number."
+
+
+class InvalidProducerEpochError(KafkaError):
+    code, name, retriable = 47, "INVALID_PRODUCER_EPOCH", False
+    default_message = "Producer attempted to produce with an old epoch."
+
+
+class InvalidTxnStateError(KafkaError):
+    code, name, retriable = 48, "INVALID_TXN_STATE", False
+    default_message = "The producer attempted a transactional operation in an invalid state."
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code, name, retriable = 49, "INVALID_PRODUCER_ID_MAPPING", False
+    default_message = (
+        "The producer attempted to use a producer id which is not currently assigned to its transactional id."
+    )
+
+
+class InvalidTransactionTimeoutError(KafkaError):
+    code, name, retriable = 50, "INVALID_TRANSACTION_TIMEOUT", False
+    default_message = "The transaction timeout is larger than the maximum value allowed by the broker."
+
+
+class ConcurrentTransactionsError(KafkaError):
+    code, name, retriable = 51, "CONCURRENT_TRANSACTIONS", True
+    default_message = (
+        "The producer attempted to update a transaction while another concurrent operation on the "
+        "same transaction was ongoing."
+    )
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code, name, retriable = 52, "TRANSACTION_COORDINATOR_FENCED", False
+    default_message = (
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer the "
+        "current coordinator for a given producer."
+    )
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code, name, retriable = 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False
+    default_message = "Transactional Id authorization failed."
+
+
 class SecurityDisabledError(KafkaError):
     code, name, retriable = 54, "SECURITY_DISABLED", False
     default_message = "Security features are disabled."
@@ -259,6 +346,14 @@ class SaslAuthenticationFailedError(KafkaError):
     default_message = "SASL Authentication failed."
 
 
+class UnknownProducerIdError(KafkaError):
+    code, name, retriable = 59, "UNKNOWN_PRODUCER_ID", False
+    default_message = (
+        "This exception is raised by the broker if it could not locate the producer metadata "
+        "associated with the producerId in question."
+    )
+
+
 class ReassignmentInProgressError(KafkaError):
     code, name, retriable = 60, "REASSIGNMENT_IN_PROGRESS", False
     default_message = "A partition reassignment is in progress."
@@ -267,6 +362,16 @@ class ReassignmentInProgressError(KafkaError):
 class InvalidPrincipalTypeError(KafkaError):
     code, name, retriable = 67, "INVALID_PRINCIPAL_TYPE", False
     default_message = "Supplied principalType is not supported."
+
+
+class NonEmptyGroupError(KafkaError):
+    code, name, retriable = 68, "NON_EMPTY_GROUP", False
+    default_message = "The group is not empty."
+
+
+class GroupIdNotFoundError(KafkaError):
+    code, name, retriable = 69, "GROUP_ID_NOT_FOUND", False
+    default_message = "The group id does not exist."
 
 
 class FetchSessionIdNotFoundError(KafkaError):
@@ -319,9 +424,27 @@ class OffsetNotAvailableError(KafkaError):
     )
 
 
+class MemberIdRequiredError(KafkaError):
+    code, name, retriable = 79, "MEMBER_ID_REQUIRED", False
+    default_message = "The group member needs to have a valid member id before actually entering a consumer group."
+
+
 class PreferredLeaderNotAvailableError(KafkaError):
     code, name, retriable = 80, "PREFERRED_LEADER_NOT_AVAILABLE", True
     default_message = "The preferred leader was not available."
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    code, name, retriable = 81, "GROUP_MAX_SIZE_REACHED", False
+    default_message = "The consumer group has reached its max size."
+
+
+class FencedInstanceIdError(KafkaError):
+    code, name, retriable = 82, "FENCED_INSTANCE_ID", False
+    default_message = (
+        "The broker rejected this static consumer since another consumer with the same "
+        "group.instance.id has registered with a different member.id."
+    )
 
 
 class EligibleLeadersNotAvailableError(KafkaError):
@@ -339,14 +462,29 @@ class NoReassignmentInProgressError(KafkaError):
     default_message = "No partition reassignment is in progress."
 
 
+class GroupSubscribedToTopicError(KafkaError):
+    code, name, retriable = 86, "GROUP_SUBSCRIBED_TO_TOPIC", False
+    default_message = "Deleting offsets of a topic is forbidden while the consumer group is actively subscribed to it."
+
+
 class InvalidRecordError(KafkaError):
     code, name, retriable = 87, "INVALID_RECORD", False
     default_message = "This record has failed the validation on broker and hence will be rejected."
 
 
+class UnstableOffsetCommitError(KafkaError):
+    code, name, retriable = 88, "UNSTABLE_OFFSET_COMMIT", True
+    default_message = "There are unstable offsets that need to be cleared."
+
+
 class ThrottlingQuotaExceededError(KafkaError):
     code, name, retriable = 89, "THROTTLING_QUOTA_EXCEEDED", True
     default_message = "The throttling quota has been exceeded."
+
+
+class ProducerFencedError(KafkaError):
+    code, name, retriable = 90, "PRODUCER_FENCED", False
+    default_message = "There is a newer producer with the same transactionalId which fences the current one."
 
 
 class ResourceNotFoundError(KafkaError):
@@ -394,6 +532,11 @@ class InconsistentClusterIdError(KafkaError):
     default_message = "The clusterId in the request does not match that found on the server."
 
 
+class TransactionalIdNotFoundError(KafkaError):
+    code, name, retriable = 105, "TRANSACTIONAL_ID_NOT_FOUND", False
+    default_message = "The transactionalId could not be found."
+
+
 class IneligibleReplicaError(KafkaError):
     code, name, retriable = 107, "INELIGIBLE_REPLICA", False
     default_message = "The new ISR contains at least one ineligible replica."
@@ -404,7 +547,32 @@ class NewLeaderElectedError(KafkaError):
     default_message = "The AlterPartition request successfully updated the partition state but the leader has changed."
 
 
-# The table: every error class defined here or imported from protocol/errors_groups.py, in code order.
+class FencedMemberEpochError(KafkaError):
+    code, name, retriable = 110, "FENCED_MEMBER_EPOCH", False
+    default_message = "The member epoch is fenced by the group coordinator."
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    code, name, retriable = 111, "UNRELEASED_INSTANCE_ID", False
+    default_message = "The instance ID is still used by another member in the consumer group."
+
+
+class UnsupportedAssignorError(KafkaError):
+    code, name, retriable = 112, "UNSUPPORTED_ASSIGNOR", False
+    default_message = "The assignor or its version range is not supported by the consumer group."
+
+
+class StaleMemberEpochError(KafkaError):
+    code, name, retriable = 113, "STALE_MEMBER_EPOCH", False
+    default_message = "The member epoch is stale."
+
+
+class TransactionAbortableError(KafkaError):
+    code, name, retriable = 120, "TRANSACTION_ABORTABLE", False
+    default_message = "The server encountered an error with the transaction."
+
+
+# The wire table: every error class above, in code order (the ones below it are not on the wire).
 KAFKA_ERRORS: tuple[type[KafkaError], ...] = tuple(
     sorted(
         (
@@ -458,7 +626,7 @@ def all_errors() -> dict[int, type[KafkaError]]:
     return dict(_BY_CODE)
 
 
-# Internal to the broker, so not in the wire table above.
+# Not on the wire table: internal to the broker, and the client's own exceptions.
 class UnexpectedAppendOffsetError(KafkaError):
     """Follower append whose first offset does not continue the log (Kafka's UnexpectedAppendOffsetException).
     Internal to the broker; travels as UNKNOWN_SERVER_ERROR on the wire."""
@@ -467,4 +635,44 @@ class UnexpectedAppendOffsetError(KafkaError):
     default_message = "The first offset of the appended batches does not continue the log."
 
 
-# Every error of the wire table above, in code order (UnexpectedAppendOffsetError is internal: not listed).
+class KafkaTimeoutError(KafkaError, TimeoutError):
+    """A client-side deadline passed (Kafka's org.apache.kafka.common.errors.TimeoutException)."""
+
+    code, name, retriable = 7, "REQUEST_TIMED_OUT", True
+    default_message = "The operation timed out."
+
+
+class RecordTooLargeError(KafkaError):
+    """A record is larger than max_request_size or buffer_memory (Kafka's RecordTooLargeException)."""
+
+    code, name, retriable = 10, "MESSAGE_TOO_LARGE", False
+    default_message = "The record is larger than the producer accepts."
+
+
+class IllegalStateError(KafkaError):
+    """The client was used in a state that does not allow the call (closed, unassigned partition, ...)."""
+
+    code, name, retriable = -1, "ILLEGAL_STATE", False
+    default_message = "Illegal client state."
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """auto_offset_reset='none' and there is no valid position (Kafka's NoOffsetForPartitionException)."""
+
+    code, name, retriable = 1, "OFFSET_OUT_OF_RANGE", False
+    default_message = "No valid offset and no reset policy for the partition."
+
+
+class ClusterNotFoundError(KafkaError, ConnectionError):
+    """connect() found no Ray cluster, or no rafka cluster with that name on it."""
+
+    code, name, retriable = -1, "CLUSTER_NOT_FOUND", False
+    default_message = "No rafka cluster found."
+
+
+class CommitFailedError(KafkaError):
+    """The commit cannot complete: the group rebalanced and the partitions may belong to another member
+    (Kafka's CommitFailedException). Poll again (rejoining the group), then commit what you own."""
+
+    code, name, retriable = -1, "COMMIT_FAILED", False
+    default_message = "Commit cannot be completed since the group has already rebalanced."

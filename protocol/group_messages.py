@@ -1,23 +1,7 @@
-"""Typed messages of the group coordinator's calls (``GroupCoordinatorActor``), in the style of Kafka's
-generated ``JoinGroupRequestData`` & co: frozen, slotted dataclasses with Kafka's field names.
-
-A request travels to the actor as the dataclass itself, one positional argument
-(``coordinator.join_group.remote(JoinGroupRequest(...))``); ``METHOD`` names the actor method it is for, so
-a client sends any request through one call (``transport.call(handle, req.METHOD, req)``). An argument of
-the wrong type is answered INVALID_REQUEST (``wrong_type``), never an exception out of the actor.
-
-A response travels as the dict it always was (``to_dict()``), so callers that index it keep working; the
-server builds it through the typed class. Nested parts keep Kafka's shapes as plain data:
-
-- ``protocols``: ``[(name, metadata bytes)]`` or ``[{"name", "metadata"}]``
-- ``assignments`` (the SyncGroup leader's): ``{member_id: bytes}`` or ``[{"member_id", "assignment"}]``
-- ``members`` (LeaveGroup): ``[{"member_id", "group_instance_id"}]``
-- OffsetCommit ``topics``: ``[{"name", "partitions": [{"partition_index", "committed_offset",
-  "committed_leader_epoch"?, "committed_metadata"?}]}]``
-- OffsetFetch ``topics``: ``[{"name", "partition_indexes"}]``, or None for every committed offset
-- OffsetDelete ``topics``: ``[{"name", "partitions": [{"partition_index"}]}]``
-
-Pure: no Ray, no import of ``actors``/``rafka``.
+"""Typed messages of the group coordinator's calls (``GroupCoordinatorActor``), as Kafka's generated
+``JoinGroupRequestData`` & co: frozen, slotted dataclasses with Kafka's field names and a ``METHOD`` each. A
+request travels as the dataclass (a wrong type answers INVALID_REQUEST), a response as its dict. Built by
+rafka/ and serve/, served by actors/group_coordinator.py; nested shapes in docs/internals.md (protocol/).
 """
 
 from __future__ import annotations
@@ -25,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-INVALID_REQUEST = 42  # Kafka's INVALID_REQUEST (protocol/errors.py InvalidRequestError)
+from protocol import errors as E
+
+INVALID_REQUEST = E.InvalidRequestError.code
 
 __all__ = [
     "JoinGroupRequest",

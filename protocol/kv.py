@@ -1,4 +1,4 @@
-"""The cluster metadata in GCS KV: its namespace, its key layout, its value encoding, and the one reader.
+"""The cluster metadata in GCS KV: its namespace, key layout and value encoding, and the reader over any KV.
 
 Layout (namespace ``rafka:{cluster}``, every value msgpack), written only by the controller::
 
@@ -8,14 +8,13 @@ Layout (namespace ``rafka:{cluster}``, every value msgpack), written only by the
     metadata_version       int, bumped on every change (readers compare it before re-reading topics)
     producer_id_block      the next producer id block
 
-Readers (brokers, clients) and the controller's own store all go through ``GcsKV``; the pure functions
-above it (keys, ``pack``/``unpack``, ``strip_listed_key``) need no Ray, and ``GcsKV`` imports Ray's
-internal KV only when built. GCS calls are synchronous (get ~0.4 ms, put ~0.5 ms): call sparingly.
+Pure: the Ray client of this layout is ``GcsKV`` in actors/metadata/kv.py, which brokers, clients and the
+controller's store use; ``read_cluster`` / ``read_topics`` take any ``KVReader``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 
@@ -68,52 +67,21 @@ def strip_listed_key(cluster: str, prefix: str, key: bytes | str) -> str:
     return k
 
 
-class GcsKV:
-    """One cluster's namespace of GCS KV (Ray's internal KV, imported here, lazily)."""
+class KVReader(Protocol):
+    """What the readers below need of a KV namespace (``GcsKV`` in actors/metadata/kv.py)."""
 
-    def __init__(self, cluster: str):
-        from ray.experimental import internal_kv
+    def get(self, key: str) -> Any: ...
 
-        self._kv = internal_kv
-        self.cluster = cluster
-        self.ns = kv_namespace(cluster)
-
-    def get(self, key: str) -> Any:
-        raw = self._kv._internal_kv_get(key.encode(), namespace=self.ns)
-        return None if raw is None else unpack(raw)
-
-    def keys(self, prefix: str) -> list[str]:
-        """The keys under ``prefix``, sorted."""
-        return sorted(
-            strip_listed_key(self.cluster, prefix, k)
-            for k in self._kv._internal_kv_list(prefix.encode(), namespace=self.ns)
-        )
-
-    def exists(self, key: str) -> bool:
-        return bool(self._kv._internal_kv_exists(key.encode(), namespace=self.ns))
-
-    def put(self, key: str, value: Any) -> None:
-        self._kv._internal_kv_put(key.encode(), pack(value), True, namespace=self.ns)
-
-    def put_if_absent(self, key: str, value: Any) -> bool:
-        """True if the key was ours to create (it did not exist)."""
-        existed = self._kv._internal_kv_put(key.encode(), pack(value), False, namespace=self.ns)
-        return not existed
-
-    def delete(self, key: str) -> None:
-        self._kv._internal_kv_del(key.encode(), namespace=self.ns)
-
-    def clear(self) -> None:
-        self._kv._internal_kv_del(b"", del_by_prefix=True, namespace=self.ns)
+    def keys(self, prefix: str) -> list[str]: ...
 
 
-def read_topics(kv: GcsKV, names) -> dict:
+def read_topics(kv: KVReader, names) -> dict:
     """The metadata of the topics ``names`` alone (one KV read each), as in ``read_cluster``'s ``topics``; a topic
     that does not exist is left out."""
     return {t["name"]: t for t in (kv.get(topic_key(n)) for n in sorted(set(names))) if t}
 
 
-def read_cluster(kv: GcsKV) -> dict:
+def read_cluster(kv: KVReader) -> dict:
     """A reader's view of the metadata in KV: {version, brokers: [...], topics: {name: {...}}}."""
     version = kv.get(METADATA_VERSION) or 0
     brokers = sorted((b for b in (kv.get(k) for k in kv.keys(BROKERS)) if b), key=lambda b: b["id"])

@@ -1,28 +1,8 @@
-"""Typed messages of the actor calls that cross a process, in the style of Kafka's ``FetchParams`` and
-generated ``*RequestData``/``*ResponseData``: frozen, slotted dataclasses. A request travels as the
-dataclass itself (the one positional argument of the call); the actor checks it with
-:func:`check_request` (anything else answers INVALID_REQUEST, 42). A response travels as the dict it always
-was (``to_dict``; ``from_dict`` parses it back), so callers that index ``resp["error_code"]`` keep working;
-the actor builds it from the typed class, error answers included (:meth:`_Response.error`).
-
-Produce (``ReplicaActor.produce``): ``records`` is one or more RecordBatch v2 as ``bytes`` (never
-re-encoded); ``acks`` 0, 1 or -1 (all; waits up to ``timeout_ms`` for the high watermark). The answer
-carries the ``base_offset`` assigned, ``log_append_time`` (-1 unless the topic uses LogAppendTime),
-``log_start_offset``, and ``duplicate`` (only when true: an idempotent retry answered from producer state).
-
-Fetch (``ReplicaActor.fetch``): a consumer (``replica_id`` -1) reads up to the high watermark
-(``isolation_level`` 0) or the last stable offset (1); a follower (``replica_id`` = its broker id) reads up
-to the log end and gets the leader's ``log_end_offset`` and ``leader_epoch`` too. A response carries its
-``next_offset`` (where the next fetch continues: the offset after its last batch, the fetch offset when it
-holds no batch), so no reader walks the batch headers to find it.
-
-ListOffsets (``ReplicaActor.list_offsets``): ``timestamp`` -2 (earliest), -1 (latest: the HW, or the LSO
-under read_committed) or a time in ms (the first offset whose timestamp is at or after it; ``offset`` -1
-when none is). OffsetForLeaderEpoch (``ReplicaActor.offset_for_leader_epoch``, KIP-279): the largest epoch
-at or below ``leader_epoch`` the leader knows, and the end offset of that epoch.
-
-Every request's ``current_leader_epoch`` (-1: unchecked) fences a caller that holds a stale or a future
-leader epoch (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH).
+"""Typed messages of the replica actor's calls (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords), as Kafka's generated ``*RequestData``/``*ResponseData``: frozen, slotted dataclasses. A request
+travels as the dataclass (``check_request``: anything else is INVALID_REQUEST), a response as its dict
+(``to_dict``/``from_dict``). Built by the clients and brokers, served by actors/replica.py; imports only
+protocol.errors. The fields' meaning: docs/internals.md (protocol/).
 """
 
 from __future__ import annotations

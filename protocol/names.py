@@ -1,22 +1,15 @@
-"""Every Ray actor name of a cluster, and the Ray namespace they live in.
-
-A cluster ``{cluster}`` is a set of named actors in Ray namespace ``rafka``::
-
-    {cluster}:controller                                  the controller (creating it is the election)
-    {cluster}:broker-{broker_id}                          one broker per id, detached
-    {cluster}:replica-{topic}-{partition}-b{broker_id}    a replica's label (logs, faults): no actor has this
-                                                          name; replicas are unnamed children of their broker,
-                                                          found through it (actors/channels/replica_lookup.py)
-    {cluster}:group-coordinator-{broker_id}               a broker's group coordinator, a child of it
-    {cluster}:txn-coordinator-{broker_id}                 a broker's transaction coordinator, a child of it
-    {cluster}:metrics                                     the Prometheus exporter (actors/metrics_exporter.py)
-
-Every module that names an actor builds the name here; nothing else writes these strings.
+"""The names of a cluster's things: the Ray namespace, every actor's name (``{cluster}:broker-{id}``, ...; the
+list is in docs/internals.md, protocol/) and the internal topics. Every module that names an actor or an
+internal topic takes the name from here; nothing else writes these strings. Pure.
 """
 
 from __future__ import annotations
 
 RAY_NAMESPACE = "rafka"
+
+OFFSETS_TOPIC = "__consumer_offsets"  # the group coordinators' log (Kafka's Topic.GROUP_METADATA_TOPIC_NAME)
+TXN_TOPIC = "__transaction_state"  # the transaction coordinators' log (Kafka's Topic.TRANSACTION_STATE_TOPIC_NAME)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_TOPIC})  # never auto-created, reported is_internal
 
 
 def cluster_prefix(cluster: str) -> str:

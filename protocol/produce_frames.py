@@ -1,15 +1,9 @@
-"""The multi-partition produce frame: one request per leader process per Sender round, as Kafka's Sender sends one
-ProduceRequest per broker with every ready partition led there (the Python producer's path; the listener is
-actors/channels/produce_channel.py, the client side rafka/channel.py's ``ChannelTransport.produce_many``).
-
-A request is the client channel's (actors/channels/data_channel.py): ``u32 length, u32 correlation id, u8 api
-(API_PRODUCE_MULTI), u32 meta length``, then the msgpack map ``{"acks": int, "timeout_ms": int,
-"transactional_id": str | None, "parts": [[topic, partition, current_leader_epoch, records length], ...]}``,
-then every part's record batches, concatenated in that order (written as they are, not joined). Part ``i`` is
-answered on its own, with an ordinary produce answer under correlation id ``(request's + i) mod 2**32``, as
-soon as it is done (the client reserved the ids: actors/channels/data_channel.py ``ChannelIO.submit(parts=n)``).
-
-Pure: no sockets, no Ray; ``BadFrame`` for anything a well-behaved producer does not send.
+"""The multi-partition produce frame: one request per leader process per Sender round (Kafka's Sender sends
+one ProduceRequest per broker). Encoded by rafka/channel.py, decoded by actors/channels/produce_channel.py.
+The client channel's request head (protocol/channel_frames.py), then the msgpack map ``{acks, timeout_ms,
+transactional_id, parts: [[topic, partition, current_leader_epoch, records length, (txn_start_ms,
+txn_token)?], ...]}``, then the parts' batches in order; part ``i`` is answered under correlation id
+``request's + i``. Pure: ``BadFrame`` for anything a well-behaved producer does not send.
 """
 
 from __future__ import annotations

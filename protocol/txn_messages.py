@@ -1,17 +1,7 @@
-"""Typed messages of the transaction calls (KIP-98, Kafka's InitProducerId / AddPartitionsToTxn /
-AddOffsetsToTxn / EndTxn / WriteTxnMarkers / TxnOffsetCommit / DescribeTransactions / ListTransactions
-request data): frozen, slotted dataclasses. A request travels as the object itself (one positional
-argument of the actor call); a response travels as the dict of its typed class (``to_dict``), so callers
-index ``resp["error_code"]`` as with every other call.
-
-Who calls whom:
-
-- client -> transaction coordinator: InitProducerId, AddPartitionsToTxn (``verify_only`` = KIP-890's
-  verification, sent by a partition leader), AddOffsetsToTxn, EndTxn, DescribeTransactions,
-  ListTransactions;
-- transaction coordinator -> partition leader replica: WriteTxnMarkers (one partition per call: a replica
-  actor is one partition);
-- client -> group coordinator: TxnOffsetCommit (offsets pending until the transaction's marker).
+"""Typed messages of the transaction calls (KIP-98: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+EndTxn, WriteTxnMarkers, TxnOffsetCommit, DescribeTransactions, ListTransactions): frozen, slotted dataclasses.
+A request travels as the object, a response as the dict of its typed class. The clients call the coordinators,
+the transaction coordinator calls the leaders (WriteTxnMarkers); who calls whom: docs/internals.md (protocol/).
 """
 
 from __future__ import annotations

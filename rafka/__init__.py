@@ -10,7 +10,7 @@ with rafka.LocalCluster(brokers=3) as cluster:
     print(c.poll(timeout_ms=1000))
 """
 
-from rafka import errors
+from protocol import errors
 from rafka.admin.admin import Admin, NewTopic
 from rafka.cluster import ClusterHandle, LocalCluster, connect
 from rafka.consumer.consumer import Consumer

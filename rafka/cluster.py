@@ -1,100 +1,39 @@
-"""Finding a rafka cluster: ``LocalCluster`` (embedded, the default) and ``connect`` (attach to one).
+"""The handles a user holds on a cluster: ``ClusterHandle`` (``connect``: attach to a running one) and
+``LocalCluster`` (embedded: a ``ClusterHandle`` that starts and stops its cluster).
 
     with rafka.LocalCluster(brokers=3, data_dir="/tmp/rafka") as cluster:
-        producer = rafka.Producer(cluster)
-
-    cluster = rafka.connect()                 # RAY_ADDRESS, the `rafka cluster start` head, or "auto"
+        producer = cluster.producer()         # or rafka.Producer(cluster)
     cluster = rafka.connect("ray://head:10001", cluster="prod")
 
-A cluster is a set of named actors in Ray namespace ``rafka`` (controller, brokers, replicas: their names
-are built in ``protocol/names.py``) plus its metadata in GCS KV; clients only need the Ray
-connection and the cluster name. Client constructors take a ``LocalCluster``/``ClusterHandle``, a
-cluster name, or nothing (``connect()`` with the defaults).
+Called by users and the CLI; imports the client classes (for ``admin()``/``producer()``/``consumer()``),
+rafka/client_utils.py (finding the cluster) and, in ``start()``, actors/bootstrap.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import time
-from pathlib import Path
 from typing import Any
 
 from protocol.names import RAY_NAMESPACE, controller_name
-from rafka.errors import ClusterNotFoundError
+from rafka.admin.admin import Admin
+from rafka.client_utils import DEFAULT_CLUSTER, attach, bootstrap_servers, metrics_url
+from rafka.consumer.consumer import Consumer
 from rafka.output import quiet_worker_pool_warnings
-from rafka.ray_session import attach_ray, start_local_ray
+from rafka.producer.producer import Producer
+from rafka.ray_session import start_local_ray
 
-__all__ = [
-    "LocalCluster",
-    "ClusterHandle",
-    "connect",
-    "resolve_cluster",
-    "state_file",
-    "bootstrap_servers",
-    "metrics_url",
-    "DEFAULT_CLUSTER",
-]
+__all__ = ["LocalCluster", "ClusterHandle", "connect", "DEFAULT_CLUSTER", "WORKER_NICENESS"]
 
-DEFAULT_CLUSTER = "rafka"
 # The nice value of the worker processes on a node that rafka starts (LocalCluster, `rafka cluster start`),
-# Ray's ``worker_niceness``. Ray's default, 15, makes every actor yield to the raylet and GCS, and so to any
-# client process at nice 0 on the node too (CFS weights 36 vs 1024: a busy client gets ~28x a broker's CPU),
-# so each hop of a request waits for the client to sleep. Kafka's brokers run at the normal priority. Set
-# node-wide (it costs nothing at actor start; a per-actor runtime_env env var would make Ray start every
-# replica through its runtime-env agent, ~0.3 s more each). Measured (docs/internals.md, cost model): end-to-end
-# latency at 5,000 records/s acks=all RF 3 p50 136 -> 80 ms, p99 390 -> 217 ms (medians of 4 pairs); a client
-# on the same node now shares its CPU with the servers (idempotent send_batch on 2 cores 74k -> 63k records/s).
+# Ray's ``worker_niceness``: Kafka's brokers run at the normal priority (Ray's default is 15; the
+# measurements are in docs/internals.md, cost model).
 WORKER_NICENESS = 0
 
 
-def state_file() -> Path:
-    """Where ``rafka cluster start`` records the Ray head it started (``$RAFKA_HOME`` or ``~/.rafka``)."""
-    home = os.environ.get("RAFKA_HOME") or os.path.join(Path.home(), ".rafka")
-    return Path(home) / "cluster.json"
-
-
-def read_state() -> dict | None:
-    try:
-        return json.loads(state_file().read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def bootstrap_servers(cluster: str, timeout_s: float = 10.0) -> str:
-    """``host:port,...``: the Kafka wire listeners (serve/kafka_wire) of the cluster's live brokers, as a
-    Kafka client's ``bootstrap.servers``; "" when no broker runs a listener. Needs Ray connected."""
-    import ray
-
-    from protocol.kv import GcsKV, read_cluster
-    from protocol.names import RAY_NAMESPACE, broker_name
-
-    brokers = [b["id"] for b in read_cluster(GcsKV(cluster))["brokers"] if b.get("alive", True)]
-    refs = []
-    for bid in brokers:
-        try:
-            refs.append(ray.get_actor(broker_name(cluster, bid), namespace=RAY_NAMESPACE).incarnation.remote())
-        except ValueError:  # a broker that is down right now
-            continue
-    out = []
-    for inc in ray.get(refs, timeout=timeout_s):
-        if inc.get("listener"):
-            host, port = inc["listener"]
-            out.append(f"{host}:{port}")
-    return ",".join(out)
-
-
-def metrics_url(cluster: str) -> str | None:
-    """The cluster's Prometheus scrape URL (``http://host:port/metrics``, published by its exporter in GCS
-    KV; docs/metrics.md), None when no exporter runs. Needs Ray connected."""
-    from protocol.kv import METRICS_URL, GcsKV
-
-    return GcsKV(cluster).get(METRICS_URL)
-
-
 class ClusterHandle:
-    """A connection to a running rafka cluster: its name and the Ray address it lives on."""
+    """A connection to a running rafka cluster: its name and the Ray address it lives on, and the clients
+    made for it."""
 
     def __init__(self, name: str, address: str | None):
         self.name = name
@@ -110,7 +49,8 @@ class ClusterHandle:
 
     @property
     def bootstrap_servers(self) -> str:
-        """The brokers' Kafka listeners, ``host:port,...``, for any Kafka client."""
+        """The brokers' Kafka listeners (``listeners`` config; 127.0.0.1:9092+id by default), ``host:port,...``:
+        the ``bootstrap.servers`` of kcat, confluent-kafka, kafka-python and the other Kafka clients."""
         return bootstrap_servers(self.name)
 
     @property
@@ -118,36 +58,14 @@ class ClusterHandle:
         """The Prometheus scrape URL (docs/metrics.md), None when the exporter is off."""
         return metrics_url(self.name)
 
-    def admin(self, **config):
-        from rafka.admin.admin import Admin
-
+    def admin(self, **config) -> Admin:
         return Admin(self, **config)
 
-    def producer(self, **config):
-        from rafka.producer.producer import Producer
-
+    def producer(self, **config) -> Producer:
         return Producer(self, **config)
 
-    def consumer(self, **config):
-        from rafka.consumer.consumer import Consumer
-
+    def consumer(self, **config) -> Consumer:
         return Consumer(self, **config)
-
-
-def wait_for_controller(name: str, timeout_s: float) -> Any:
-    import ray
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return ray.get_actor(controller_name(name), namespace=RAY_NAMESPACE)
-        except ValueError:
-            if time.monotonic() >= deadline:
-                raise ClusterNotFoundError(
-                    f"no rafka cluster named {name!r} on this Ray cluster (no actor "
-                    f"{controller_name(name)!r} in namespace {RAY_NAMESPACE!r})"
-                ) from None
-            time.sleep(0.1)
 
 
 def connect(address: str | None = None, cluster: str | None = None, timeout_s: float = 5.0) -> ClusterHandle:
@@ -155,41 +73,10 @@ def connect(address: str | None = None, cluster: str | None = None, timeout_s: f
     ``ray://host:10001`` (Ray Client, e.g. from a notebook outside the cluster); by default
     ``RAY_ADDRESS``, else the head recorded by ``rafka cluster start``, else ``"auto"``.
     Raises ``ClusterNotFoundError`` (a ``ConnectionError``) when there is no such cluster."""
-    import ray
-
-    state = read_state()
-    if cluster is None:
-        cluster = (state or {}).get("cluster", DEFAULT_CLUSTER)
-    if not ray.is_initialized():
-        if address is None:
-            address = os.environ.get("RAY_ADDRESS") or (state or {}).get("address") or "auto"
-        address = attach_ray(address)
-    wait_for_controller(cluster, timeout_s)
-    return ClusterHandle(cluster, address)
+    return ClusterHandle(*attach(address, cluster, timeout_s))
 
 
-def resolve_cluster(cluster: Any, timeout_s: float = 5.0) -> str:
-    """The cluster name a client constructor was given, after checking that the cluster is there
-    (connecting to Ray first when needed); ``ClusterNotFoundError`` otherwise."""
-    import ray
-
-    if cluster is None:
-        return connect(timeout_s=timeout_s).name
-    if isinstance(cluster, str):
-        if not ray.is_initialized():
-            return connect(cluster=cluster, timeout_s=timeout_s).name
-        name = cluster
-    else:
-        name = getattr(cluster, "name", None)
-        if not isinstance(name, str):
-            raise TypeError(f"expected a LocalCluster, ClusterHandle or cluster name, not {type(cluster).__name__}")
-        if not ray.is_initialized():
-            raise ClusterNotFoundError(f"cluster {name!r} is not running (Ray is not initialized)")
-    wait_for_controller(name, timeout_s)
-    return name
-
-
-class LocalCluster:
+class LocalCluster(ClusterHandle):
     """An embedded rafka cluster in this process's Ray: controller + ``brokers`` broker actors.
 
     Starts a local Ray instance when none is initialized (``num_cpus`` defaults to the machine's; without
@@ -212,8 +99,8 @@ class LocalCluster:
         lean_ray: bool = True,
         **extra_config: Any,
     ):
+        super().__init__(name, None)
         self.num_brokers = brokers
-        self.name = name
         self._tmp = None
         if data_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="rafka-")
@@ -224,7 +111,6 @@ class LocalCluster:
         self._started_ray = False
         self.lean_ray = lean_ray
         self._handle: Any = None
-        self.address: str | None = None
         if start:
             self.start()
 
@@ -271,12 +157,6 @@ class LocalCluster:
         self._handle.restart_broker(broker_id)
 
     @property
-    def bootstrap_servers(self) -> str:
-        """The brokers' Kafka listeners (``listeners`` config; 127.0.0.1:9092+id by default), ``host:port,...``:
-        the ``bootstrap.servers`` of kcat, confluent-kafka, kafka-python and the other Kafka clients."""
-        return bootstrap_servers(self.name)
-
-    @property
     def metrics_url(self) -> str | None:
         """The Prometheus scrape URL, ``http://127.0.0.1:9404/metrics`` by default (an ephemeral port when
         9404 is taken; ``metrics.listener`` in ``broker_config`` sets it, ``none`` turns it off). Every
@@ -303,21 +183,6 @@ class LocalCluster:
             self._tmp = None
 
     shutdown = stop
-
-    def admin(self, **config):
-        from rafka.admin.admin import Admin
-
-        return Admin(self, **config)
-
-    def producer(self, **config):
-        from rafka.producer.producer import Producer
-
-        return Producer(self, **config)
-
-    def consumer(self, **config):
-        from rafka.consumer.consumer import Consumer
-
-        return Consumer(self, **config)
 
     def __enter__(self) -> "LocalCluster":
         return self

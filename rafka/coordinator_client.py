@@ -10,9 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from protocol.group_messages import GroupRequest
-from protocol.names import broker_name
-from rafka.errors import (
+from protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     KafkaError,
@@ -20,6 +18,8 @@ from rafka.errors import (
     NotCoordinatorError,
     for_code,
 )
+from protocol.group_messages import GroupRequest
+from protocol.names import broker_name
 from rafka.transport import RAY, Transport
 
 RETRIABLE_COORDINATOR = (

@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 from actors.channels.replica_lookup import replica_handle, replica_handles
+from actors.metadata.kv import GcsKV
 from protocol import kv as K
+from protocol.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from protocol.names import broker_name
-from rafka.errors import KafkaTimeoutError, UnknownTopicOrPartitionError, for_code
 from rafka.structs import PartitionInfo, TopicPartition
 from rafka.transport import RAY, Transport
 
@@ -66,15 +67,15 @@ class ClusterMetadata:
         self._last_refresh = 0.0
         self._stale = False
         self._handles: dict[tuple[str, int, int], Any] = {}
-        self._gcs: K.GcsKV | None = None
+        self._gcs: GcsKV | None = None
         # Kafka's producers send Metadata with allow_auto_topic_creation: a topic missing from metadata is
         # asked of a broker, which creates it when its auto.create.topics.enable is true (Producer sets it)
         self.auto_create_topics = False
 
     @property
-    def _kv(self) -> K.GcsKV:
+    def _kv(self) -> GcsKV:
         if self._gcs is None:
-            self._gcs = K.GcsKV(self.cluster)
+            self._gcs = GcsKV(self.cluster)
         return self._gcs
 
     # -- reads -------------------------------------------------------------------------------------

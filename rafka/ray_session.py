@@ -31,8 +31,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from protocol.errors import ClusterNotFoundError
 from protocol.names import RAY_NAMESPACE
-from rafka.errors import ClusterNotFoundError
 from rafka.output import quiet_worker_pool_warnings
 
 SKIPPED = ("start_api_server", "start_monitor", "start_log_monitor")

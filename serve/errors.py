@@ -12,7 +12,7 @@ when a Kafka error caused the failure, else null. ``from_exception`` maps any ex
 from __future__ import annotations
 
 from protocol import errors as E
-from rafka.errors import ClusterNotFoundError, CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError
+from protocol.errors import ClusterNotFoundError, CommitFailedError, IllegalStateError, KafkaError, KafkaTimeoutError
 
 # Confluent's codes where it has one; the rest follow its "HTTP status + sequence" scheme.
 MALFORMED = 40001  # body is not valid JSON/msgpack, or misses required fields
@@ -109,6 +109,6 @@ def from_exception(exc: BaseException) -> GatewayError:
     if isinstance(exc, KafkaError):
         return from_kafka(exc)
     if isinstance(exc, TimeoutError):
-        return GatewayError(503, UNAVAILABLE, f"timed out: {exc}", 7)
+        return GatewayError(503, UNAVAILABLE, f"timed out: {exc}", E.RequestTimedOutError.code)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return GatewayError(500, INTERNAL, f"{type(exc).__name__}: {first}" if first else type(exc).__name__)

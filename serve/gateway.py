@@ -15,7 +15,7 @@ __all__ = ["start_gateway", "stop_gateway", "gateway_status", "APP_NAME"]
 
 
 def _cluster_name(cluster: Any) -> str:
-    from rafka.cluster import resolve_cluster
+    from rafka.client_utils import resolve_cluster
 
     if cluster is None:
         import rafka

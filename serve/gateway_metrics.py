@@ -44,7 +44,7 @@ class GatewayMetrics:
         return [[m, r, s, n] for (m, r, s), n in sorted(self.counts.items())]
 
     def flush(self) -> None:
-        from protocol.kv import GcsKV
+        from actors.metadata.kv import GcsKV
 
         total = self._total
         GcsKV(self.cluster).put(self.key, {"ts": time.time(), "counts": self.snapshot()})

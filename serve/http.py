@@ -29,9 +29,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rafka.errors import KafkaError
+from protocol.errors import KafkaError
 from serve import gateway_metrics
 from serve.body import DEFAULT_BODY_TIMEOUT_S, read_body, read_json_or_none
+from serve.console_routes import console_mixin
 from serve.errors import (
     BAD_PARAMETER,
     MALFORMED,
@@ -42,6 +43,7 @@ from serve.errors import (
     GatewayError,
     from_exception,
 )
+from serve.http_admin import admin_mixin
 from serve.http_shapes import (  # content negotiation and the v2/v3 response shapes
     _base,
     _describe_topic,
@@ -192,9 +194,6 @@ def build_app():
     process never registers a route twice)."""
     from ray import serve as ray_serve
 
-    from serve.console_routes import console_mixin
-    from serve.http_admin import admin_mixin
-
     app = _fastapi()
 
     @ray_serve.ingress(app)
@@ -202,7 +201,7 @@ def build_app():
         # -- health and clusters ------------------------------------------------------------------------
         @app.get("/health", summary="Cluster reachable, controller epoch, brokers alive")
         async def health(self) -> Response:
-            status, body = await self.run(_health, self)
+            status, body = await self.run(_health, self.admin, self.cluster)
             return _json(body, status, "application/json")
 
         @app.get("/v3/clusters", summary="The cluster this gateway serves (v3)")
@@ -243,15 +242,15 @@ def build_app():
 
         @app.get("/topics/{topic}", summary="A topic's configs and partitions (v2)")
         async def topic(self, topic: str) -> Response:
-            return _json(await self.run(_describe_topic, self, topic))
+            return _json(await self.run(_describe_topic, self.admin, topic))
 
         @app.get("/topics/{topic}/partitions", summary="A topic's partitions: leader, replicas, in-sync (v2)")
         async def partitions(self, topic: str) -> Response:
-            return _json((await self.run(_describe_topic, self, topic))["partitions"])
+            return _json((await self.run(_describe_topic, self.admin, topic))["partitions"])
 
         @app.get("/topics/{topic}/partitions/{partition}", summary="One partition (v2)")
         async def partition(self, topic: str, partition: int) -> Response:
-            return _json(_v2_partition(await self.run(_partition_of, self, topic, partition)))
+            return _json(_v2_partition(await self.run(_partition_of, self.admin, topic, partition)))
 
         # -- v2 produce ---------------------------------------------------------------------------------
         @app.post("/topics/{topic}", summary="Produce records (v2: binary/json embedded format, or msgpack)")
@@ -328,7 +327,7 @@ def build_app():
         @app.get("/v3/clusters/{cluster_id}/topics/{topic}/partitions/{partition}", summary="One partition (v3)")
         async def v3_partition(self, cluster_id: str, topic: str, partition: int, request: Request) -> Response:
             self._cluster_id(cluster_id)
-            p = await self.run(_partition_of, self, topic, partition)
+            p = await self.run(_partition_of, self.admin, topic, partition)
             return _json(_v3_partition(_base(request), self.cluster, topic, p), media="application/json")
 
         @app.post(
@@ -392,13 +391,13 @@ def build_app():
         @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}", summary="One consumer group and its members (v3)")
         async def v3_group(self, cluster_id: str, group: str, request: Request) -> Response:
             self._cluster_id(cluster_id)
-            d = await self.run(_group, self, group)
+            d = await self.run(_group, self.admin, group)
             return _json(_v3_group(_base(request), self.cluster, d), media="application/json")
 
         @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}/lags", summary="Lag per partition (v3)")
         async def v3_lags(self, cluster_id: str, group: str) -> Response:
             self._cluster_id(cluster_id)
-            d = await self.run(_group, self, group)
+            d = await self.run(_group, self.admin, group)
             clients = {m["member_id"]: m for m in d["members"]}
             data = [
                 {

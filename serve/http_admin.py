@@ -240,7 +240,7 @@ def admin_mixin(app) -> type:
         @app.get("/v3/clusters/{cluster_id}/consumer-groups/{group}/lag-summary", summary="Max and total lag (v3)")
         async def v3_lag_summary(self, cluster_id: str, group: str, request: Request) -> Response:
             self._cluster_id(cluster_id)
-            d = await self.run(_group, self, group)
+            d = await self.run(_group, self.admin, group)
             url = f"{_base(request)}/v3/clusters/{self.cluster}/consumer-groups/{group}"
             lags = [o for o in d["offsets"] if o["lag"] is not None]
             top: dict[str, Any] = max(lags, key=lambda o: o["lag"]) if lags else {}

@@ -19,7 +19,7 @@ from serve.errors import (
 from serve.produce import BINARY_V2, JSON_V2, MSGPACK, V2_JSON
 
 if TYPE_CHECKING:
-    from serve.http import Gateway
+    from rafka.admin.admin import Admin
 
 
 # -- content negotiation ----------------------------------------------------------------------------------
@@ -70,34 +70,34 @@ def _offset_entry(res: BaseException) -> dict:
     return {"partition": None, "offset": None, "error_code": err.kafka_error_code, "error": err.message}
 
 
-def _describe_topic(gw: Gateway, topic: str) -> dict:
-    (d,) = gw.admin.describe_topics([topic])
+def _describe_topic(admin: Admin, topic: str) -> dict:
+    (d,) = admin.describe_topics([topic])
     return {
         "name": d["name"],
-        "configs": gw.admin.describe_configs(topic),
+        "configs": admin.describe_configs(topic),
         "partitions": [_v2_partition(p) for p in sorted(d["partitions"], key=lambda p: p["partition"])],
     }
 
 
-def _partition_of(gw: Gateway, topic: str, partition: int) -> dict:
-    (d,) = gw.admin.describe_topics([topic])
+def _partition_of(admin: Admin, topic: str, partition: int) -> dict:
+    (d,) = admin.describe_topics([topic])
     for p in d["partitions"]:
         if p["partition"] == partition:
             return p
     raise GatewayError(404, 40402, f"partition {partition} does not exist in topic {topic!r}", 3)
 
 
-def _health(gw: Gateway) -> tuple[int, dict]:
+def _health(admin: Admin, cluster: str) -> tuple[int, dict]:
     try:
-        desc = gw.admin.describe_cluster()
+        desc = admin.describe_cluster()
     except Exception as exc:  # noqa: BLE001 - unreachable cluster: the health answer, not an error page
         err = from_exception(exc)
-        return 503, {"status": "unavailable", "cluster": gw.cluster, "message": err.message}
+        return 503, {"status": "unavailable", "cluster": cluster, "message": err.message}
     alive = [b["id"] for b in desc["brokers"] if b.get("alive")]
     ok = bool(alive) and desc["controller_id"] is not None and desc["controller_id"] >= 0
     return (200 if ok else 503), {
         "status": "ok" if ok else "degraded",
-        "cluster": gw.cluster,
+        "cluster": cluster,
         "controller_id": desc["controller_id"],
         "controller_epoch": desc["controller_epoch"],
         "brokers": len(desc["brokers"]),
@@ -142,8 +142,8 @@ def _group_exists(d: dict) -> bool:
     return not (d["state"] == "Dead" or (d["state"] == "Empty" and not d["offsets"] and not d["members"]))
 
 
-def _group(gw: Gateway, group: str) -> dict:
-    (d,) = gw.admin.describe_groups([group])
+def _group(admin: Admin, group: str) -> dict:
+    (d,) = admin.describe_groups([group])
     if not _group_exists(d):
         raise GatewayError(404, NOT_FOUND, f"consumer group {group!r} not found", 69)
     return d

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from rafka.errors import KafkaError
+from protocol.errors import KafkaError
 from rafka.producer.accumulator import FutureRecordMetadata, wait_all
 from rafka.producer.producer import Producer
 from rafka.structs import RecordMetadata

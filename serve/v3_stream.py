@@ -19,7 +19,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from starlette.requests import ClientDisconnect
 
-from rafka.errors import KafkaError
+from protocol.errors import KafkaError
 from serve.body import next_chunk as _next_chunk
 from serve.errors import GatewayError, from_exception
 from serve.produce import JsonValueStream, iso_ms, parse_v3

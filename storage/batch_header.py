@@ -1,35 +1,11 @@
-"""The fixed 61-byte header of Kafka's RecordBatch v2 (magic 2): layout, named fields, frame checks and the
-in-place rewrites a leader makes. storage/records.py (the records inside a batch, the builder and the
-decoders) re-exports everything here.
+"""The fixed 61-byte header of Kafka's RecordBatch v2 (magic 2): layout, named fields (``BatchHeader``), frame
+and CRC checks and the leader's in-place rewrites; re-exported by storage/records.py. Pure. Big-endian::
 
-Grammar (big-endian)::
-
-    RecordBatch =>
-        BaseOffset => Int64                 0..8      \\
-        Length => Int32                     8..12     |  LOG_OVERHEAD (12): offset + length of the rest
-        PartitionLeaderEpoch => Int32       12..16    |  \\ outside the CRC: rewritten in place by the
-        Magic => Int8          (= 2)        16        |  /  leader (offsets, epoch) without re-checksumming
-        CRC => Uint32                       17..21   CRC-32C (Castagnoli) of Attributes .. end of batch
-        Attributes => Int16                 21..23
-            bit 0-2  compression: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
-            bit 3    timestamp type: 0 CreateTime, 1 LogAppendTime
-            bit 4    isTransactional
-            bit 5    isControlBatch
-            bit 6    hasDeleteHorizonMs (then BaseTimestamp is the delete horizon)
-        LastOffsetDelta => Int32            23..27
-        BaseTimestamp => Int64              27..35
-        MaxTimestamp => Int64               35..43
-        ProducerId => Int64                 43..51
-        ProducerEpoch => Int16              51..53
-        BaseSequence => Int32               53..57
-        RecordsCount => Int32               57..61   BATCH_OVERHEAD (61) bytes up to here
-        Records => [Record]                 61..     (storage/records.py)
-
-``BATCH_HEADER`` unpacks the 61 bytes in that order into a ``BatchHeader`` (a named tuple: code outside
-the two hot record loops reads its fields by name); ``*_POS`` name the byte positions for in-place
-reads and rewrites. Every malformed frame raises ``CorruptMessageError``.
-
-Thread safety: everything here is a pure function of its arguments.
+    BaseOffset Int64 0..8 | Length Int32 8..12 | PartitionLeaderEpoch Int32 12..16 | Magic Int8 (2) 16
+    CRC Uint32 17..21 (CRC-32C of Attributes .. end) | Attributes Int16 21..23 (bits 0-2 compression,
+    3 LogAppendTime, 4 transactional, 5 control, 6 delete horizon) | LastOffsetDelta Int32 23..27
+    BaseTimestamp Int64 27..35 | MaxTimestamp Int64 35..43 | ProducerId Int64 43..51
+    ProducerEpoch Int16 51..53 | BaseSequence Int32 53..57 | RecordsCount Int32 57..61 | Records 61..
 """
 
 from __future__ import annotations

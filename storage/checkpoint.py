@@ -1,20 +1,8 @@
-"""Small durable files of a partition directory: atomic rewrites, markers and Kafka's offset checkpoints.
-
-The one implementation of these write orders; every small file of the storage layer, the broker's
-``partition.metadata`` and the controller's metadata-log snapshot go through it.
-
-An atomic rewrite writes ``<path>.tmp``, fsyncs it, renames it over ``<path>`` and fsyncs the directory:
-a crash at any instant leaves the old file or the new one, never a torn or empty one (a leftover
-``.tmp`` is ignored and removed by the next open). Callers build the whole content first and write it
-once: a file rebuilt entry by entry would be valid, and wrong, between the writes.
-
-A marker (the clean-shutdown file) is an empty file whose existence is the message: created and fsynced,
-then the directory fsynced (``create_marker``); taken by removing it and fsyncing the directory before
-anything else happens (``take_marker``).
+"""Small durable files: atomic rewrites (tmp + fsync + rename + directory fsync), markers (the clean-shutdown
+file) and Kafka's offset checkpoints; the one implementation of these write orders, for the storage layer, the
+broker's ``partition.metadata`` and the controller's metadata-log snapshot. Plain functions, one writer per file::
 
     offset checkpoint file := "0" NL offset NL          (version 0; ASCII decimal)
-
-Concurrency: plain functions; each file has one writer (the owning Log, broker or controller).
 """
 
 from __future__ import annotations

@@ -1,52 +1,7 @@
-"""Log compaction (``cleanup.policy=compact`` and ``compact,delete``): Kafka's LogCleaner, one pass per call.
-
-Time-based and size-based retention (the ``delete`` policy) is ``Log.delete_old_segments``; this module
-only compacts. ``plan_clean(log, now_ms)`` is what ``Log.begin_clean`` / ``Log.compact`` call
-(storage/log_cleaning.py).
-
-What is cleaned. The cleanable range is the longest run of non-active segments, from the first, that lie
-entirely below ``last_stable_offset`` (the Log passes ``min(high watermark, first unstable offset)``: data
-above the HW may still be truncated, open transactions are undecided) and, with
-``min.compaction.lag.ms`` > 0, whose largest timestamp is at least that old. The active segment is never
-cleaned (Kafka). Every pass rewrites the whole cleanable range (no cleaner-offset checkpoint yet).
-
-How (Kafka's two passes):
-  1. Offset map: key -> offset of its latest record over the cleanable range. Records of aborted
-     transactions do not count; a transaction's records count once its COMMIT is seen (markers above the
-     range are looked up in the later segments, headers only). Batch CRCs are verified.
-  2. Rewrite each segment in order. A record is kept iff it has a key, its offset is the map's offset for
-     that key, and it is not an expired tombstone. Per batch (Kafka's ``filterTo``):
-     - offsets are preserved: a partially kept batch is rebuilt with its original base offset, last
-       offset delta, producer id/epoch/base sequence, transactional/control flags, partition leader
-       epoch, compression and timestamp type; a fully kept batch is copied byte for byte;
-     - a batch left with no record is dropped, unless it is the last batch of a producer still in
-       ``active_producers`` (then an empty batch keeps its offsets and sequences, so idempotence
-       survives compaction), or a marker kept for fencing;
-     - records of aborted transactions are dropped; records of transactions with no marker anywhere in
-       the log are kept untouched;
-     - tombstones (null value) and markers of transactions with no data left get a delete horizon
-       (``now + delete.retention.ms``, KIP-534, in the batch's attributes/base timestamp) the first
-       time they are cleaned, and are removed by a pass after that horizon;
-     - records with a null key are removed (the Log rejects them at append for compacted topics with
-       CORRUPT_MESSAGE, as Kafka does; they can only exist if the policy changed).
-  Consecutive cleaned segments are grouped into one while their cleaned size fits ``segment.bytes`` and
-  their offsets fit a 32-bit relative offset (Kafka groups small cleaned segments the same way); an
-  unchanged lone segment is not rewritten.
-
-Swap protocol (crash-safe, Kafka's file suffixes). Each group is written to a new ``LogSegment`` with
-suffix ``.cleaned`` (leftovers of a crashed pass removed first), fsynced, then handed to
-``Log.replace_segments(new, olds)``: rename ``.cleaned`` -> ``.swap`` (the commit point), delete the old
-segments, drop the suffix. On open the Log deletes ``*.cleaned`` files and completes every ``.swap``
-(the segments with base offsets in ``[swap base, swap next offset)`` are the ones it replaces; an old
-segment of the group past that range contributed no batch, so keeping it is consistent).
-
-Concurrency: a pass is planned and committed on the Log's owner thread, and may be built on another
-(storage/log_cleaning.py: the replica runs the build in a worker thread so a long pass never holds its event
-loop). The build reads only the planned segments, each read under the pass's ``CleanerGate``; it writes only
-its own ``.cleaned`` segments; it uses snapshots (producers' last batches, the last stable offset) taken at
-plan time. Anything on the owner thread that removes or rewrites segments first aborts the pass
-(``CleanerGate.abort``: waits out the read in progress, then every later read raises ``CleaningAborted``),
-and a pass aborted before its commit swaps nothing: its ``.cleaned`` files are deleted.
+"""Log compaction (``cleanup.policy=compact``): Kafka's LogCleaner, one pass per call: the offset map, the
+rewrite of each cleanable segment into ``.cleaned`` segments and the ``CleanerGate`` that lets the owner abort
+a pass built on another thread. Called by storage/log_cleaning.py (``plan_clean``); imports storage only. What
+is kept, the swap protocol and the threading: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

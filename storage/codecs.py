@@ -1,24 +1,6 @@
-"""Compression codecs of RecordBatch v2, written the way Kafka's Java client writes them.
-
-=========  ======================================================================================
-id  name   bytes of the compressed ``Records`` block
-=========  ======================================================================================
-1   gzip   a gzip stream (RFC 1952), like ``java.util.zip.GZIPOutputStream``; read: one or more
-           gzip members (zlib-wrapped and raw deflate are accepted too)
-2   snappy written in xerial block framing, like snappy-java's ``SnappyOutputStream`` (which Kafka's
-           Java client uses for every magic)::
-
-               XerialStream => Magic "\\x82SNAPPY\\x00" (8), Version Int32 (1), Compat Int32 (1),
-                               [BlockLength Int32, RawSnappyBlock]   (blocks of <= 32 KiB input)
-
-           read: xerial framing, a bare raw snappy block (librdkafka), or the snappy framing format
-3   lz4    the standard LZ4 frame format (Kafka's ``KafkaLZ4BlockOutputStream``: independent 64 KiB
-           blocks, no content size, no checksums beyond the frame header's)
-4   zstd   standard zstd frames; read: one or more frames, with or without the content size
-=========  ======================================================================================
-
-Every decoder caps its output at ``max_size`` bytes (a small compressed batch must not be able to
-blow up a replica's memory) and turns any codec failure into ``CorruptMessageError``.
+"""Compression codecs of RecordBatch v2 (1 gzip, 2 snappy in xerial framing, 3 lz4 frames, 4 zstd), written as
+Kafka's Java client writes them and read in every framing other clients use. Called by storage/records.py; every
+decoder caps its output at ``max_size`` and raises ``CorruptMessageError``. Formats: docs/internals.md (storage/).
 """
 
 from __future__ import annotations
@@ -177,9 +159,8 @@ def snappy_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
 
 
 def lz4_decompress(data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
-    # Output is asked for in steps of at most _LZ4_STEP: python-lz4 allocates max_length up front, and a
-    # 256 MiB buffer per call made a 16 KiB batch cost 5x its decompression (the leader decompresses every
-    # produced batch to validate it).
+    # Output is asked for in steps of at most _LZ4_STEP: python-lz4 allocates max_length up front (the cost
+    # of one large buffer per call: docs/internals.md, storage/codecs.py).
     out = []
     total = 0
     rest = bytes(data)

@@ -1,31 +1,9 @@
-"""Leader epoch cache: Kafka's LeaderEpochFileCache (KIP-101, KIP-279) and its checkpoint file.
+"""Leader epoch cache: Kafka's LeaderEpochFileCache (KIP-101, KIP-279), epoch -> first offset, and its
+checkpoint file (rewritten atomically on every change). Called by the owning Log only; not thread-safe.
+Corruption and write order: docs/internals.md (storage/). ``leader-epoch-checkpoint``, ASCII::
 
-The cache maps each leader epoch to the first offset written in it, as an ordered list of
-``(epoch, start_offset)`` entries, strictly increasing in both fields. A follower asks the leader
-``end_offset_for_epoch(my_latest_epoch)`` (OffsetsForLeaderEpoch) and truncates its log to the answer,
-which is how replicas agree on a common prefix after a leader change without trusting the high watermark.
-
-Checkpoint file grammar (``leader-epoch-checkpoint``; Kafka's CheckpointFile text format, ASCII, ``\\n``)::
-
-    file    := version NL count NL entry{count}
-    version := "0"                          -- the only version
-    count   := decimal int >= 0             -- number of entry lines that follow
-    entry   := epoch SP start_offset NL     -- decimal ints, epoch >= 0, start_offset >= 0,
-                                               both strictly increasing from line to line
-
-Writes are atomic (storage/checkpoint.py): the text goes to ``<path>.tmp``, is fsynced, renamed over
-``<path>`` and the directory is fsynced, so a crash leaves either the old or the new file, never a torn
-one. Loading tolerates a missing file (empty cache). A corrupt file (bad version, count mismatch, malformed line, non-monotonic
-entries) is logged and treated as empty; ``load_error`` then says why, so the owning Log can rebuild
-the cache from its batches' partition leader epochs.
-
-Every mutation (``assign`` that changes something, both truncations, ``clear``, ``replace``) rewrites the
-checkpoint immediately, as Kafka does: epoch changes are rare. The owning Log orders these writes so the
-file is never behind the log it describes (an entry is written before its batch, truncations after the
-data and after the log start checkpoint): recovery truncates the cache to the recovered log end and log
-start, and a cache rebuilt from batch headers is computed in memory and installed with one ``replace``.
-
-Concurrency: not thread-safe. Only the owning Log (itself driven by its single replica actor) calls it.
+    file  := "0" NL count NL entry{count}
+    entry := epoch SP start_offset NL        (decimal, both >= 0 and strictly increasing)
 """
 
 from __future__ import annotations

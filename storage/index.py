@@ -1,34 +1,9 @@
-"""Sparse per-segment indexes: Kafka's OffsetIndex (``.index``) and TimeIndex (``.timeindex``).
+"""Sparse per-segment indexes: Kafka's OffsetIndex (``.index``) and TimeIndex (``.timeindex``), append-only
+files mirrored in memory; a lookup gives a lower-bound position. Called by the owning segment only. Storage
+choices and corruption handling: docs/internals.md (storage/). Big-endian, fixed-size entries, no header::
 
-File grammars (big-endian, fixed-size entries, no header; a file is a whole number of entries)::
-
-    OffsetIndexFile => [OffsetEntry]
-        OffsetEntry => RelativeOffset Int32      offset - segment base offset; the LAST offset of the
-                                                 indexed batch (Kafka's rule), strictly increasing
-                       Position Int32            byte position of that batch in the .log, increasing
-
-    TimeIndexFile => [TimeEntry]
-        TimeEntry => Timestamp Int64             largest record timestamp seen in the segment so far,
-                                                 strictly increasing from entry to entry
-                     RelativeOffset Int32        offset - base offset of (the batch holding) that
-                                                 timestamp's last offset, non-decreasing
-
-Storage choice (documented, as the brief allows): files are *append-only* and never preallocated, so a
-crash never leaves a zero-filled tail to trim and a closed or rolled segment needs no resize. The cap
-``segment.index.bytes`` still applies: an index holds at most ``max_index_size // entry_size`` entries
-and ``is_full`` tells the segment to roll. The entries live in memory in two compact ``array``s (4/8
-bytes per field), looked up by ``bisect`` (arrays support the sequence protocol); the file is written
-through a small buffer, flushed (``flush``: write + fsync) by the owning segment. Indexes of old segments
-load lazily: the segment builds these objects on first use. ``AbstractIndex`` holds what both share (the
-arrays, the file, the cap, truncation, the whole-entries check); each subclass its lookups and rules.
-
-A lookup on a sparse index gives a *lower bound* position: the caller scans batch headers forward from it.
-An index that fails ``sanity_check`` (torn entry, non-monotonic entries, offsets outside the segment)
-raises ``CorruptIndexError``; the segment then rebuilds both indexes from its log (``truncate`` + append).
-A damaged entry that still looks ordered is caught when used: the segment checks that the batch at the
-entry's position ends at the entry's offset, and rebuilds on a mismatch.
-
-Concurrency: none. A segment's single owner (the Log, driven by one replica actor) calls these.
+    OffsetIndexFile => [RelativeOffset Int32 (of a batch's LAST offset, increasing), Position Int32 (increasing)]
+    TimeIndexFile   => [Timestamp Int64 (running max, increasing), RelativeOffset Int32 (non-decreasing)]
 """
 
 from __future__ import annotations

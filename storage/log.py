@@ -1,41 +1,7 @@
-"""One partition's log: Kafka's UnifiedLog/LocalLog (synchronous) over segments (storage/segment.py), with
-its leader epoch cache (storage/epoch_cache.py), producer state (storage/producer_state.py) and
-checkpoints. ``LogConfig`` (Kafka's topic configs) lives in storage/log_config.py and is re-exported here.
-
-Directory of one partition (``Log(dir)``)::
-
-    00000000000000000000.log / .index / .timeindex    segments, named by base offset
-    00000000000000000000.txnindex                      aborted transactions (storage/txn_index.py)
-    00000000000000000000.snapshot                      producer state (at each roll and close)
-    leader-epoch-checkpoint                            the epoch cache (its grammar: epoch_cache.py)
-    recovery-point-checkpoint                          every batch below it is fsynced
-    high-watermark-checkpoint, log-start-offset-checkpoint
-    .kafka_cleanshutdown                               written by close(), removed by open
-
-    offset checkpoint file := "0" NL offset NL          (version 0; ASCII decimal; atomic rewrite:
-                                                          tmp + fsync + rename + directory fsync)
-
-Opening recovers the directory (storage/log_loader.py, Kafka's LogLoader: the clean-shutdown marker goes
-first, interrupted swaps complete, segments after a hole go, everything from the recovery point on is
-validated and the tail cut at the first bad batch, the epoch cache and producer state rebuilt as needed).
-
-Crash safety: every mutation orders its writes so that a process killed between any two of them leaves a
-directory that open turns into a correct log -- the old one, the new one, or (truncation, deletion) one
-in between: checkpoints that allow more recovery are written before the data changes (a lowered recovery
-point and high watermark before truncating, a raised log start before the epoch cache follows it),
-segments are deleted from the highest base offset down when truncating (a prefix remains, never a hole),
-from the lowest up when deleting old data (a suffix remains), files rebuilt in memory are written once
-(tmp + fsync + rename), and the clean-shutdown marker is written last by ``close`` and removed first by
-open. The order of each operation is listed in docs/internals.md; tests/unit/test_crash_points.py kills
-each at every mutating system call.
-
-Flushing: ``flush()`` fsyncs what is above the recovery point and moves the recovery point to the log end.
-Appends flush by themselves when ``flush.messages`` unflushed records or ``flush.ms`` since the last flush
-are reached; the owner may call ``maybe_flush(now_ms)`` periodically (also flushes rolled segments).
-
-Concurrency: single-threaded. One owner (the replica actor) calls a Log; nothing inside is thread-safe,
-except a cleaner pass's build, which may run on another thread between ``begin_clean`` and ``end_clean``
-(storage/log_cleaning.py): every operation here that removes or rewrites segments aborts it first.
+"""One partition's log: Kafka's UnifiedLog/LocalLog (synchronous) over segments, with its leader epoch cache,
+producer state and checkpoints; ``LogConfig`` (storage/log_config.py) is re-exported here. Single owner (the
+replica actor), single-threaded but for a cleaner pass's build. The directory layout, the crash-safe order of
+every mutation and flushing: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""Compaction for ``storage.log.Log`` (a mixin, like log_retention.py): a cleaner pass planned and committed
-on the Log's owner thread and built anywhere, so a replica can build it on a worker thread while its event
-loop goes on serving (Kafka's LogCleaner threads beside the request handlers).
-
-    p = log.begin_clean(now_ms)          # owner thread: the cleanable range and snapshots, or None
-    await asyncio.to_thread(p.build)     # any thread: reads the planned segments, writes .cleaned ones
-    stats = log.end_clean(p)             # owner thread: swaps them in, or discards an aborted pass
-
-``compact(now_ms)`` does the three in a row on the calling thread. One pass per log at a time.
-
-Aborting (Kafka's ``abortAndPauseCleaning``): every Log operation that removes or rewrites segments --
-truncation, a full truncation, retention and DeleteRecords deleting segments, close, delete -- first calls
-``_abort_cleaning``, which marks the pass aborted and waits for the segment read in progress to end
-(storage/cleaner.py ``CleanerGate``); the build stops at its next read, and ``end_clean`` then deletes the
-pass's ``.cleaned`` files instead of swapping them. So a build never reads a segment that is being cut or
-deleted (or a reused file descriptor), and a swap never replaces segments that changed after the plan.
-Segments the build only reads while they grow (the active one, for markers) are read up to their size at
-the time of each read. A crash at any point leaves ``.cleaned`` files that the next open deletes.
-
-Swap protocol (``replace_segments``): rename ``.cleaned`` -> ``.swap`` (the commit point), delete the old
-segments, drop the suffix; open completes an interrupted swap (storage/cleaner.py).
+"""Compaction for ``storage.log.Log`` (a mixin, like log_retention.py): ``begin_clean`` / ``end_clean`` on the
+Log's owner thread around a pass's ``build`` on any thread, or ``compact`` for the three in a row; every
+operation that removes or rewrites segments aborts a pass first. Calls storage/cleaner.py. The abort and swap
+protocols: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

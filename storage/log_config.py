@@ -1,23 +1,6 @@
-"""``LogConfig``: Kafka's topic-level log configs, their dotted names, defaults and validation.
-
-``storage.log`` re-exports ``LogConfig`` (the contract's ``from storage.log import LogConfig``); it lives
-in its own module so the Log stays readable. Keys (Kafka's defaults)::
-
-    segment.bytes 1 GiB (>= 14)           segment.ms 7 d (>= 1)            segment.jitter.ms 0
-    segment.index.bytes 10 MiB (>= 4)     index.interval.bytes 4096        flush.messages / flush.ms Long.MAX
-    retention.ms 7 d (-1: forever)        retention.bytes -1 (no limit)    cleanup.policy delete[,compact]
-    delete.retention.ms 1 d               min.compaction.lag.ms 0          max.compaction.lag.ms Long.MAX
-    min.cleanable.dirty.ratio 0.5         max.message.bytes 1048588        message.timestamp.type CreateTime
-    min.insync.replicas 1                 unclean.leader.election.enable false
-    message.timestamp.before.max.ms Long.MAX      message.timestamp.after.max.ms 3600000 (1 hour)
-
-The two timestamp bounds are KIP-937's (Kafka 3.6+), with Kafka 4.x's defaults (``ServerLogConfigs``:
-before ``Long.MAX_VALUE``, after 3600000; 3.x had ``Long.MAX_VALUE`` for both). Under ``CreateTime`` the
-leader refuses a record whose timestamp is more than ``before`` ms behind or ``after`` ms ahead of its
-clock (INVALID_TIMESTAMP, storage/log_validator.py). The deprecated ``message.timestamp.difference.max.ms`` is not supported.
-
-Values may be given as strings (as they travel in Kafka requests) or Python values; anything unknown or
-out of range raises ``InvalidConfigError``. Immutable (frozen dataclass): safe to share between threads.
+"""``LogConfig``: Kafka's topic-level log configs, their dotted names, defaults and validation
+(``InvalidConfigError``); frozen, re-exported by storage/log.py. Used by the Log, the controller's topic configs
+and the replica. The keys and their defaults: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

@@ -1,35 +1,6 @@
 """Opening a partition directory: Kafka's LogLoader. ``load_log`` turns whatever a crash left into a correct
-log -- segments contiguous, every batch valid, indexes agreeing with the batches, the leader epoch cache
-what the batch headers imply, producer state covering the log -- and tells ``Log`` where it starts and ends.
-
-The order of its writes (a kill at any of them is repaired by the next open, itself killable)::
-
-    1. the clean-shutdown marker, if present, is removed and the directory fsynced before anything else
-       changes: from then on a crash makes the next open a recovery, never one that trusts the files
-    2. leftovers removed (``.cleaned``, ``.deleted``, checkpoint ``.tmp``); each ``.log.swap`` completes
-       its interrupted swap (the segments it replaces deleted, then the suffix dropped; its ``.txnindex``
-       is kept: it cannot be rebuilt from cleaned data, and it was renamed before the ``.log``)
-    3. index files without a segment removed
-    4. continuity of the segments not scanned below (all of them after a clean shutdown): each must start
-       where the previous one ends (``cleanup.policy=delete``; with compaction, not below it). A hole or an
-       overlap means the segments from there on are garbage (an interrupted truncation): they are deleted
-       from the highest base offset down. A trusted segment whose last batch is unreadable is scanned.
-    5. without the marker, every segment from the one holding the recovery point on is validated (length,
-       magic, CRC, offsets, leader epochs), its indexes rebuilt and fsynced, the log truncated at the first
-       bad batch and later segments deleted, top down
-    6. the leader epoch cache is computed in memory -- rebuilt from the batch headers when its file was
-       corrupt or missing, else the file's entries plus the epochs the scan met -- cut to [log start, log
-       end], and written once if it changed (before the recovery point moves: the next open re-scans
-       what this one scanned until the checkpoint says otherwise)
-    7. producer state: the latest snapshot at or below the log end, then a replay of later batches;
-       the aborted transaction indexes (``.txnindex``) are truncated to where the replay starts and
-       rebuilt by it. After a crash, or when a txn index is torn or damaged, or names a marker past its
-       segment's end, the replay starts at the latest snapshot at or below the first segment recovered
-       (or damaged), so every index that may be stale is rebuilt (from the log start without a snapshot)
-
-``Log`` then writes the recovery point, high watermark and log start checkpoints that changed.
-
-Concurrency: called by ``Log.__init__`` only, before the log is shared.
+log (contiguous segments, valid batches, agreeing indexes, epoch cache and producer state) and tells ``Log``
+where it starts and ends. Called by ``Log.__init__`` only. The order of its writes: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""DeleteRecords and retention for ``storage.log.Log`` (a mixin: ``Log`` inherits these methods; they use its
-segments, offsets and checkpoints). Data goes from the start of the log only, in whole segments.
-
-Order of writes (crash-safe at every step):
-
-- ``delete_records(offset)``: the log start checkpoint (atomic), then the leader epoch cache cut at it, then
-  whole segments below the new log start, lowest first, then the checkpoints again.
-- retention (``delete_old_segments``): a roll first when the active segment itself is to go; segments
-  deleted lowest first (a crash leaves a contiguous suffix; open raises the log start to its first base);
-  then a raised log start checkpoint, the epoch cache, producer snapshots below the new start.
-
-A crash never leaves the epoch cache starting above the log start (open cuts a cache that starts below).
-
-Concurrency: single-threaded, like Log.
+"""DeleteRecords and retention for ``storage.log.Log`` (a mixin: ``Log`` inherits these methods): data goes from
+the start of the log only, in whole segments, in a crash-safe order (docs/internals.md, storage/).
+Single-threaded, like Log.
 """
 
 from __future__ import annotations

@@ -1,47 +1,7 @@
-"""Kafka's LogValidator: what a partition leader checks in every batch before it appends anything.
-
-``validate_leader_append(buf, config, now_ms, origin)`` runs on the bytes of one leader append (one produce
-request for one partition) and either returns each batch's ``(position, size, header)`` or raises; one bad
-batch refuses the whole request, so nothing of it is written. Per batch, in this order:
-
-===================================================  =========================================================
-check                                                 error (Kafka code)
-===================================================  =========================================================
-frame, magic 2, CRC-32C (``records.validate_batch``)  CORRUPT_MESSAGE (2)
-size <= ``max.message.bytes``                         MESSAGE_TOO_LARGE (10)
-records count == last offset delta + 1                INVALID_RECORD (87)
-client: no control batch (transaction marker)         INVALID_RECORD
-client: a producer id comes with a sequence >= 0      INVALID_RECORD
-transactional only with a producer id                 INVALID_RECORD
-LogAppendTime topic: no LogAppendTime batch           INVALID_TIMESTAMP (32)
-a known codec (ids 5-7 are not)                       UNSUPPORTED_COMPRESSION_TYPE (76)
-the records block decompresses                        CORRUPT_MESSAGE
-every record parses to exactly its declared length,   INVALID_RECORD
-offset deltas 0..count-1, no bytes after the last
-compacted topic: every record has a key               INVALID_RECORD
-CreateTime: each timestamp (but -1) within            INVALID_TIMESTAMP
-[now - message.timestamp.before.max.ms,
- now + message.timestamp.after.max.ms]
-===================================================  =========================================================
-
-Messages name the batch (its index in the request and byte position), the record (its index in the batch)
-and the problem. Anything this accepts, ``records.decode_records`` decodes: a consumer can never be stuck
-behind a batch the leader wrote.
-
-Like Kafka's ``assignOffsetsNonCompressed``/``setMaxTimestamp``, a CreateTime batch whose header
-MaxTimestamp differs from its records' largest timestamp gets the header corrected in place (and its CRC
-recomputed): the time index and retention trust that field. Records that do not start at offset delta 0
-or skip deltas are refused rather than rebuilt (the leader never re-encodes a batch).
-
-``origin``: ``CLIENT`` (producers; the default) or ``COORDINATOR`` (a coordinator's own writes, e.g. the
-transaction markers, which clients may not send). Follower appends are not validated (the leader did, as in
-Kafka), so there is no replication origin here.
-
-The record walk runs in C (``storage._crecords.validate_records``, no Python object per record) when the
-extension is built and ``RAFKA_PURE_PYTHON`` is unset; ``_walk_records`` is its pure-Python twin, giving
-identical answers (tests/unit/test_log_validator_diff.py).
-
-Pure functions; ``buf`` (a bytearray) is mutated only to correct a MaxTimestamp. Any thread may call them.
+"""Kafka's LogValidator: what a partition leader checks in every batch before it appends anything
+(``validate_leader_append``; one bad batch refuses the whole request). Called by the Log's leader append;
+pure (``buf`` is mutated only to correct a MaxTimestamp); the record walk runs in C when the extension is
+built. The checks, in order, with their error codes: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

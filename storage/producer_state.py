@@ -1,62 +1,12 @@
-"""Idempotent/transactional producer state of one partition: Kafka's ProducerStateManager.
+"""Idempotent and transactional producer state of one partition: Kafka's ProducerStateManager (sequence and
+epoch checks, open transactions, the last stable offset, snapshots). Called only by the owning Log (leader
+append: ``check`` then ``update``; follower append and replay: ``update``); not thread-safe. The rules and
+the use by the Log: docs/internals.md (storage/). Snapshot ``<offset:020d>.snapshot``, big-endian::
 
-Per producer id the manager keeps the producer epoch, the metadata of its last
-``max_batches_per_producer`` (5, Kafka's max.in.flight limit for idempotence) data batches
-``(first_seq, last_seq, first_offset, last_offset, timestamp)``, the coordinator epoch of its last
-transaction marker, the first offset of its open transaction, and the broker time of its last append
-(for ``producer.id.expiration.ms``).
-
-Use by the owning Log:
-
-- Leader append: ``check(header)`` for each batch *before* writing (returns the original
-  ``(first_offset, last_offset)`` of a duplicate -- nothing must be written -- or None; raises
-  ``InvalidProducerEpochError`` / ``OutOfOrderSequenceNumberError`` / ``InvalidTxnStateError`` /
-  ``TransactionCoordinatorFencedError``), then ``update(header, now_ms, buf, pos)`` for each batch
-  *after* writing, with the assigned offsets in ``header``. ``check`` sees the state as of the last
-  ``update``: a Log appending several batches of one producer in a single call must check and update
-  them one by one (Kafka clients send one batch per partition per request, so this is rare).
-- Follower append and recovery replay: ``update`` only (no checks, like Kafka's REPLICATION origin).
-- Open / recovery: ``replay_from = load(log_start_offset, log_end_offset, now_ms)``, then ``update``
-  for every batch in ``[replay_from, log_end_offset)``, passing the batch's ``max_timestamp`` as time.
-- Segment roll / close: ``take_snapshot(log_end_offset)``; log start moved / segments deleted:
-  ``delete_snapshots_below(offset)``; truncation: ``truncate(offset, log_start_offset)`` then replay;
-  ``truncate_fully_and_start_at(offset)``; high watermark moved: ``on_high_watermark_updated(hw)``.
-
-Sequence rules (Kafka >= 2.5, KIP-360), checked in this order:
-  1. producer id -1 (non-idempotent batch): no checks, no state.
-  2. unknown producer id: accepted with any epoch and any sequence. When retention/DeleteRecords moves
-     the log start past a producer's last data batch its state is dropped (``evict_unretained``, Kafka's
-     ``onLogStartOffsetIncremented``; ``load`` drops such snapshot entries too), so a non-zero sequence is
-     legal.
-  3. epoch < known epoch: ``InvalidProducerEpochError``.
-  4. same epoch and ``(base_seq, last_seq)`` equal to one of the cached batches: duplicate.
-  5. higher epoch: the first sequence must be 0, else ``OutOfOrderSequenceNumberError``.
-  6. same epoch: ``base_seq`` must be ``last_seq + 1`` (0 after 2**31-1), else
-     ``OutOfOrderSequenceNumberError``. A producer made known by a marker alone (a COMMIT/ABORT for a
-     producer unknown here) has no sequence to follow on from: its next data batch of that epoch may
-     start anywhere (Kafka refuses a non-zero one, so a producer whose data went to DeleteRecords was
-     accepted or refused depending on whether a marker, or a crash replaying one, came in between). A
-     marker that bumps the epoch of a known producer resets it: the new epoch starts at 0.
-Transactions: the first transactional data batch of a producer opens its transaction at that batch's
-base offset; a COMMIT/ABORT control batch closes it (``update`` returns a ``CompletedTxn`` for the
-transaction index). A closed transaction stays "unreplicated" -- still unstable -- until the high
-watermark passes its marker. ``first_unstable_offset`` is the smallest first offset of all open or
-unreplicated transactions; the last stable offset is ``min(first_unstable_offset, high_watermark)``.
-
-Snapshot file ``<offset:020d>.snapshot`` (state after every batch below ``offset``), big-endian::
-
-    snapshot := version:int16 (=1) crc:uint32 count:int32 entry{count}
-                -- crc: CRC-32C of every byte after the crc field
-    entry    := producer_id:int64 producer_epoch:int16 coordinator_epoch:int32
-                last_timestamp:int64 txn_first_offset:int64 (-1: no open transaction)
-                batch_count:int8 batch{batch_count}
+    snapshot := version:int16 (=1) crc:uint32 (CRC-32C of what follows) count:int32 entry{count}
+    entry    := producer_id:int64 producer_epoch:int16 coordinator_epoch:int32 last_timestamp:int64
+                txn_first_offset:int64 (-1: none) batch_count:int8 batch{batch_count}
     batch    := first_seq:int32 last_seq:int32 first_offset:int64 last_offset:int64 timestamp:int64
-
-Unlike Kafka (which keeps only the last batch) all cached batches are stored, so duplicate detection
-survives a restart. Written to ``<name>.tmp``, fsynced, renamed, directory fsynced. A snapshot that fails
-its length or CRC check is logged, deleted and the next older one is tried.
-
-Concurrency: not thread-safe. Only the owning Log (driven by its single replica actor) calls it.
 """
 
 from __future__ import annotations

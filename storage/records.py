@@ -1,63 +1,16 @@
-"""Kafka's RecordBatch v2 (magic 2): the on-disk, replication and wire format, byte for byte.
+"""Kafka's RecordBatch v2 (magic 2), the on-disk, replication and wire format byte for byte: the records inside
+a batch, the builder and the decoders (the fixed header is storage/batch_header.py, re-exported here). Called by
+the Log, the producer and the consumer; the hot decode runs in the C extension ``storage._crecords`` when built.
+Every malformed input raises ``CorruptMessageError`` or ``InvalidRecordError``. Big-endian; ``varint``/``varlong``
+are zigzag base-128::
 
-Grammar (big-endian; ``varint``/``varlong`` are zigzag-encoded base-128, as protobuf)::
-
-    RecordBatch =>
-        BaseOffset => Int64                 \\
-        Length => Int32                      |  LOG_OVERHEAD (12): offset + length of the rest
-        PartitionLeaderEpoch => Int32        |  \\ outside the CRC: rewritten in place by the
-        Magic => Int8          (= 2)         |  /  leader (offsets, epoch) without re-checksumming
-        CRC => Uint32          CRC-32C (Castagnoli) of Attributes .. end of batch
-        Attributes => Int16
-            bit 0-2  compression: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd
-            bit 3    timestamp type: 0 CreateTime, 1 LogAppendTime
-            bit 4    isTransactional
-            bit 5    isControlBatch
-            bit 6    hasDeleteHorizonMs (then BaseTimestamp is the delete horizon)
-        LastOffsetDelta => Int32
-        BaseTimestamp => Int64
-        MaxTimestamp => Int64
-        ProducerId => Int64
-        ProducerEpoch => Int16
-        BaseSequence => Int32
-        RecordsCount => Int32              BATCH_OVERHEAD (61) bytes up to here
-        Records => [Record]                compressed as one block when compression != 0
-
-    Record =>
-        Length => varint                   bytes from Attributes to the end of Headers
-        Attributes => Int8                 unused, 0
-        TimestampDelta => varlong          from BaseTimestamp
-        OffsetDelta => varint              from BaseOffset
-        KeyLength => varint                -1: null key
-        Key => Bytes
-        ValueLength => varint              -1: null value
-        Value => Bytes
-        HeadersCount => varint
-        Headers => [Header]
-
-    Header =>
-        HeaderKeyLength => varint
-        HeaderKey => String (utf-8)
-        HeaderValueLength => varint        -1: null value
-        HeaderValue => Bytes
-
-    Control record (in a batch with isControlBatch set; one record):
-        Key   => Version Int16 (0), Type Int16 (0 ABORT, 1 COMMIT)
-        Value => Version Int16 (0), CoordinatorEpoch Int32
-
-The fixed header (its byte positions, ``BatchHeader``, the frame and CRC checks, the leader's in-place
-rewrites) lives in storage/batch_header.py and is re-exported here.
-
-Under LogAppendTime every record's timestamp is the batch's MaxTimestamp (Kafka's rule). Every
-malformed input raises ``CorruptMessageError`` (the batch frame or CRC) or ``InvalidRecordError`` (a
-record inside a batch whose CRC was fine); no other exception type escapes this module's readers.
-
-Decoding records (the consumer's hot loop) runs in the C extension ``storage._crecords`` when it is
-built (``pip install -e .`` compiles it; ``ACCELERATED`` says whether it is in use); the pure-Python
-``_decode_records`` is the fallback and the reference it is tested against. ``RAFKA_PURE_PYTHON=1`` in
-the environment (read at import) forces the pure path.
-
-Thread safety: everything here is a pure function of its arguments; the builder is single-owner.
+    RecordBatch => header (storage/batch_header.py, BATCH_OVERHEAD 61 bytes), Records => [Record]
+                   (compressed as one block when compression != 0)
+    Record  => Length varint, Attributes Int8 (0), TimestampDelta varlong, OffsetDelta varint,
+               KeyLength varint (-1: null), Key, ValueLength varint (-1: null), Value,
+               HeadersCount varint, [Header => KeyLength varint, Key utf-8, ValueLength varint (-1), Value]
+    Control record (isControlBatch): Key => Version Int16 (0), Type Int16 (0 ABORT, 1 COMMIT);
+                                     Value => Version Int16 (0), CoordinatorEpoch Int32
 """
 
 from __future__ import annotations
@@ -368,8 +321,8 @@ class RecordBatchBuilder:
     def build(self) -> bytes | bytearray:
         """The batch's bytes (the builder may keep being appended to and built again). A batch of one part with
         headroom (a run ``append_many`` encoded at once) is sealed in place: its header is written into that
-        part's first bytes and the part itself is returned (a bytearray), not copied behind a new header.
-        Measured on this machine's VM: copying a 340 KB batch into fresh memory took ~200 us, the CRC 25 us."""
+        part's first bytes and the part itself is returned (a bytearray), not copied behind a new header
+        (why: docs/internals.md, storage/records.py)."""
         parts = self._parts
         if self._head:
             if len(parts) == 1:

@@ -1,28 +1,7 @@
-"""One log segment: Kafka's LogSegment -- a ``.log`` file of whole RecordBatch v2 batches plus its sparse
-``.index`` and ``.timeindex`` (see storage/index.py for their grammars).
-
-Files are named by the segment's base offset (the first offset it may hold), zero-padded to 20 digits::
-
-    00000000000000000000.log          batches, back to back, offsets increasing
-    00000000000000000000.index        last offset of a batch -> byte position, every index.interval.bytes
-    00000000000000000000.timeindex    running max timestamp -> offset, at the same points
-    00000000000000000000.txnindex     aborted transactions whose ABORT marker is here (storage/txn_index.py)
-
-An optional ``suffix`` (``.cleaned``, ``.swap``) is appended to all four names while the cleaner builds a
-replacement segment; ``Log.replace_segments`` renames it into place.
-
-Appends go straight to the OS with ``os.pwrite`` at the end of the file (no user-space buffer, so a read
-by ``os.pread`` sees every appended byte, and a process crash loses nothing the call returned for);
-durability is ``flush()`` (fsync). Reads return whole batches as one ``bytes`` from one ``os.pread``.
-The segment never parses records: only the 61-byte batch headers.
-
-Lazily known state (so opening a log with many segments reads nothing but directory entries): the
-indexes (loaded and sanity-checked on first use, rebuilt from the log if corrupt), the next offset
-(scanned from the last index entry), the max timestamp (the time index's last entry; the segment
-appends its final maximum when it becomes inactive or is closed).
-
-Concurrency: none. Only the owning Log (itself driven by one replica actor) or, for a ``.cleaned``
-segment it is building, the cleaner working on behalf of that Log, calls a segment.
+"""One log segment: Kafka's LogSegment, a ``.log`` of whole RecordBatch v2 batches (``os.pwrite`` appends,
+``os.pread`` reads, ``flush`` fsyncs) with its ``.index``, ``.timeindex`` and ``.txnindex``, named by base
+offset (20 digits; ``.cleaned`` / ``.swap`` suffixes while the cleaner replaces it). Called by the owning Log
+(or the cleaner building a ``.cleaned`` one); parses only batch headers. Details: docs/internals.md (storage/).
 """
 
 from __future__ import annotations

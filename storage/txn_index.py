@@ -1,30 +1,9 @@
-"""Aborted transaction index: Kafka's TransactionIndex (``.txnindex``), one file per segment.
+"""Aborted transaction index: Kafka's TransactionIndex (``.txnindex``), one file per segment, for read_committed
+fetches. Called by the owning segment only. Loading and repair: docs/internals.md (storage/). Big-endian,
+fixed 34-byte entries in marker order::
 
-A read_committed fetch needs the aborted transactions overlapping the offsets it returns; each segment
-lists those whose ABORT marker it holds. File grammar (big-endian, fixed 34-byte entries, no header; a
-file is a whole number of entries, appended in marker order)::
-
-    TxnIndexFile => [AbortedTxn]
-        AbortedTxn => Version Int16               0
-                      ProducerId Int64            the producer that aborted
-                      FirstOffset Int64           the transaction's first offset (maybe in an earlier
-                                                  segment)
-                      LastOffset Int64            the offset of its ABORT marker (in this segment);
-                                                  strictly increasing
-                      LastStableOffset Int64      the LSO when the marker was written (Kafka's
-                                                  ``ProducerStateManager.lastStableOffset(completedTxn)``:
-                                                  the first offset of the earliest other open
-                                                  transaction, else LastOffset + 1)
-
-Loading keeps the longest valid prefix in memory (whole entries, version 0, ``first <= last``, ``last >=
-base``, last offsets increasing, ``0 <= LSO <= last + 1``) and leaves the file alone: a torn tail or a
-damaged entry sets ``damaged``, and the log loader then rebuilds the index by replaying the log from a
-producer snapshot and writing it once with ``replace`` (tmp + fsync + rename), so a crash during the
-repair leaves the damaged file, found damaged again by the next open (storage/log_loader.py). Appends are
-rare (one per aborted transaction): each opens the file, writes one entry with ``os.pwrite`` and closes
-it; ``flush`` fsyncs.
-
-Concurrency: none. Only the owning segment (its Log, driven by one replica actor) calls an index.
+    AbortedTxn => Version Int16 (0), ProducerId Int64, FirstOffset Int64, LastOffset Int64 (its ABORT
+                  marker, in this segment; increasing), LastStableOffset Int64 (the LSO at the marker)
 """
 
 from __future__ import annotations

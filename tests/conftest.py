@@ -11,6 +11,11 @@ import pytest
 # (services.resolve_ip_for_localhost) while the head node listens on 127.0.0.1 only, and the connect
 # times out. Must be set before ray is imported (ray_constants reads it at import).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Ray Data's usage collection starts a daemon thread in the driver (ray.data._internal.usage.poller) that polls
+# Prometheus every 10 s for the life of the process: in this pytest process it outlived the session and wrote
+# to pytest's closed capture stream, so a fresh clone's `make test` ended with a "--- Logging error ---"
+# traceback after the results line. The tests read no usage statistics: no poller.
+os.environ.setdefault("RAY_DATA_USAGE_DISABLED", "1")
 
 
 @pytest.fixture(scope="session")

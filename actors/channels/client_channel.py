@@ -1,36 +1,8 @@
-"""Clients' produce and fetch over a plain TCP connection to the leader replica (the data plane), not Ray calls.
-
-Why: a Ray actor call costs ~1.4 ms of CPU across the processes it touches on this machine and adds 4-6 ms
-of delay each way beside a busy cluster (measured: docs/internals.md, the cost model). The follower fetch
-moved to TCP first (actors/channels/replication_channel.py); this does the same for the clients' own hot calls, as
-Kafka's clients talk to the broker's listener: the Python Producer's produce and the Consumer's fetch
-travel on one connection per leader replica (rafka/channel.py), Ray stays the control plane (metadata,
-names, the endpoint query, coordinators, list offsets, admin).
-
-Leader side, :class:`ClientListener`: an asyncio server on the Ray node's IP and an ephemeral port, started
-on the first ``ReplicaActor.client_endpoint()`` Ray call. The endpoint carries a random token (a 16-byte
-secret handed out only through Ray, so only what can call the replica actor can connect); a connection's
-first frame must present it or the connection is closed with a log line. A client connection can only
-produce (origin ``client``) and fetch as a consumer (replica id -1): it can never pose as a follower
-(a follower's fetch offset moves the high watermark) nor as a coordinator.
-
-Requests are answered by the replica's own ``produce`` and ``fetch`` (same checks, same purgatory, same
-metrics), several at a time per connection (long-polls and acks=all waits overlap); a connection's produce
-requests append in the order they were sent (the replica's ``CallOrder``, one channel per connection, as a
-Kafka broker handles one connection's requests in order) and answers carry the request's correlation id.
-
-Frames (big-endian):
-
-- hello: ``u32 length`` + msgpack ``{"token": bytes}``;
-- request: ``u32 length, u32 correlation id, u8 api, u32 meta length`` + a msgpack map of the request's
-  fields + (produce) the record batches as sent; ``length`` counts everything after itself and is at most
-  ``MAX_FRAME_BYTES`` (Kafka's ``socket.request.max.bytes``);
-- answer: ``u32 correlation id, u32 meta length, u32 records length`` + the msgpack map of the answer but
-  ``records`` + the records' bytes (never re-packed).
-
-A malformed frame (bad hello, unknown api or field, a field of the wrong type, an oversize length) closes
-that connection and counts in ``stats["bad_frames"]``; the replica and its other connections go on.
-"""
+"""The leader replica's client listener (:class:`ClientListener`, a TokenListener): clients' produce and fetch over
+a plain TCP connection instead of Ray calls, and, with the internal token, the coordinators' appends, markers and
+verification pushes. Frames are protocol/channel_frames.py's; each request is answered by the replica's own
+handler. Held by the replica shell (actors/replica.py); why and the frames: docs/internals.md, "Replication:
+module notes"."""
 
 from __future__ import annotations
 
@@ -44,7 +16,7 @@ from typing import Any
 
 import msgpack
 
-from actors.channels.replication_channel import TokenListener, serving
+from actors.channels.listener import TokenListener, serving
 from protocol.channel_frames import (
     API_FETCH,
     API_PRODUCE,

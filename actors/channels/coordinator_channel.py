@@ -1,21 +1,7 @@
-"""The transaction coordinator's client requests over TCP (the coordinator's own listener), not Ray calls.
-
-Why: a transactional producer's EndTxn took 5.5 ms from the client while the coordinator's own work (the
-PrepareCommit append, acks=all) took 1.4 ms: the rest was the Ray call there and back on a busy 2-core machine
-(benchmarks/txn_bench.py). Each transaction pays two such calls in sequence (AddPartitionsToTxn before its
-first record goes out, EndTxn at its commit), so the producer's Python client sends them on a TCP connection
-to the coordinator, as it sends produce and fetch to the leader replicas (actors/channels/client_channel.py): Kafka's
-clients talk to the coordinator's broker on the same socket as to any broker.
-
-:class:`CoordinatorListener` is an asyncio server on the Ray node's IP and an ephemeral port, started on the
-first ``client_endpoint()`` Ray call. Its endpoint carries a random token handed out only through Ray (what
-can call the actor can connect); the frames are the client channel's (actors/channels/data_channel.py) with api
-``API_COORDINATOR``: the request's fields are ``{"method": name, "request": {field: value}}``, decoded into
-the typed request of an allowed method (``CHANNEL_METHODS``) and answered by the actor's own handler, so the
-checks, errors and state moves are the same as over Ray. Requests of one connection are handled concurrently
-and answered by correlation id, as Ray calls on the async actor were. A malformed frame (bad hello, unknown
-api or method, a field the request does not have) closes that connection with a log line; a handler's
-failure is answered with its Kafka error code; the coordinator and its other connections go on.
+"""The transaction coordinator's client listener (a TokenListener, actors/channels/listener.py): rafka
+producers' InitProducerId / AddPartitionsToTxn / AddOffsetsToTxn / EndTxn as ``API_COORDINATOR`` frames on
+TCP, decoded into the typed requests of ``CHANNEL_METHODS`` and answered by the actor's own handlers.
+Started by actors/txn_coordinator.py; why and the frame rules: docs/internals.md ("Transactions").
 """
 
 from __future__ import annotations
@@ -27,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors.channels.client_channel import read_token
-from actors.channels.replication_channel import TokenListener, serving
+from actors.channels.listener import TokenListener, serving
 from protocol import errors as E
 from protocol.channel_frames import API_COORDINATOR, MAX_FRAME_BYTES, REQUEST_HEAD, BadFrame, encode_answer
 from protocol.coordinator_frames import CHANNEL_METHODS, decode_coordinator_request

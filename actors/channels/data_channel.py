@@ -1,6 +1,6 @@
-"""The client data channel's client side: its connections (:class:`ChannelIO`: rafka/channel.py's transport for
-the Python clients, the broker's Kafka listener and its coordinators). The frames they carry are
-protocol/channel_frames.py's (actors/channels/client_channel.py serves them)."""
+"""The client side of the client data channel (threads and sockets): :class:`ChannelIO`, the connections from the
+Python clients (rafka/channel.py's transport), the broker's Kafka listener and its coordinators to the replicas'
+client listeners (client_channel.py), on an I/O thread's asyncio loop. Frames: protocol/channel_frames.py."""
 
 from __future__ import annotations
 

@@ -1,26 +1,7 @@
-"""A leader process's produce listener: the Python producer's one request per leader process per Sender round.
-
-Kafka's Sender sends one ProduceRequest per broker, carrying every ready partition led there, and the broker
-answers it once every partition is done. rafka's replicas of one broker live in one process (a ReplicaHost),
-so the producer's Sender groups a round's ready partitions by leader process and sends each group as one
-frame here (protocol/produce_frames.py); the per-replica client listener (actors/channels/client_channel.py) keeps
-the consumers' fetches, the broker's Kafka listener and the coordinators' appends.
-
-One :class:`ProduceListener` per process, on the process's Ray node IP and an ephemeral port, started by the
-first ``produce_endpoint()`` Ray call of any replica in it. Its token is handed out only through Ray, as the
-client listener's; a connection may only produce as a client. Each part goes to the replica the process's
-replication server has registered under its topic and partition (actors/channels/replication_channel.py: a replica
-registers there when it is bound and leaves when it stops); a partition not served here answers
-NOT_LEADER_OR_FOLLOWER for that part alone, and the producer looks its leader up again. Each part is the
-replica's own ``produce`` (same checks, purgatory and metrics as on its own listener), numbered per
-connection and replica for its ``CallOrder`` (``order = (connection, n)``), so a connection's produces to a
-partition append in the order they were sent while the parts of one request run concurrently. Each part is
-answered when it is done, under the request's correlation id plus its index (an acks=all part does not wait for
-a slower partition's replication; Kafka answers a ProduceRequest once, after all of them).
-
-A malformed frame (no or wrong token, an unknown api, bad fields or lengths) closes that connection with a
-log line and a count in ``stats["bad_frames"]``; the replicas and the other connections go on.
-"""
+"""A leader process's produce listener (:class:`ProduceListener`, a TokenListener): the Python producer's one request
+per leader process per Sender round; each part goes to the replica registered under its topic and partition in
+the process's replication server and is answered as soon as it is done. Started by any replica's
+``produce_endpoint()``; frames are protocol/produce_frames.py's; more: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -31,7 +12,7 @@ import logging
 from typing import Any
 
 from actors.channels.client_channel import MAX_IN_FLIGHT_PER_CONNECTION, read_request, read_token
-from actors.channels.replication_channel import TokenListener, serving
+from actors.channels.listener import TokenListener, serving
 from protocol import errors as E
 from protocol.channel_frames import API_PRODUCE_MULTI, BadFrame, encode_answer
 from protocol.messages import ProduceRequest

@@ -1,14 +1,7 @@
-"""A failed Ray call to an actor, as the Kafka error a client acts on: the one mapping.
-
-- the actor is dead, restarting or unreachable (``RayActorError``, ``ActorDiedError``...) ->
-  NOT_LEADER_OR_FOLLOWER: the client refreshes metadata and finds the partition's new leader;
-- the call timed out (``GetTimeoutError``) -> REQUEST_TIMED_OUT (``timeout_error``, a client's own
-  ``KafkaTimeoutError`` by default its base class);
-- the actor raised a ``KafkaError`` (wrapped in ``RayTaskError``) -> that error;
-- anything else -> UNKNOWN_SERVER_ERROR.
-
-Ray is imported inside the function: this module stays importable without it.
-"""
+"""A failed Ray call to an actor as the Kafka error a client acts on, the one mapping (``kafka_error_for``): a dead or
+unreachable actor -> NOT_LEADER_OR_FOLLOWER, a timeout -> REQUEST_TIMED_OUT, a raised KafkaError -> that error,
+anything else -> UNKNOWN_SERVER_ERROR. Used by the producer's Sender and the consumer's Fetcher; Ray is imported
+inside the function, so the module imports without it."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""The one way to find a replica actor: "the handle of replica (topic, p) on broker b".
-
-Replica actors have no Ray names (a broker binds warm, pre-started actors to partitions:
-actors/server/replica_pool.py, and a name cannot be given to a process after it started). The broker that
-hosts a replica is the authority for its handle: ``BrokerActor.replica_handle(topic, partition)`` answers
-the actor it bound, or None. Brokers are named (``protocol.names.broker_name``), so a lookup is
-``get_actor(broker) + one call`` (~1-2 ms); callers cache the handle and look it up again when a call
-raises ActorDiedError (the replica was replaced) or answers NOT_LEADER_OR_FOLLOWER after a refresh.
-
-``replica_handle(cluster, topic, p, broker_id, transport=None, timeout_s=10)`` blocks (drivers, clients,
-threads); ``replica_handle_async(...)`` is for actors' event loops. Both raise ``ValueError`` when the
-broker is unknown, does not answer, or hosts no replica of the partition -- the error
-``ray.get_actor`` raised for a missing name, so callers keep their handling. ``transport`` is the client's
-seam (rafka/transport.py: ``get_actor``, ``call``, ``get``); Ray by default.
-"""
+"""Ray calls that find actors: ``replica_handle`` (blocking) and ``replica_handle_async`` ask the broker that hosts
+a replica for its handle (replicas have no Ray names) and raise ``ValueError`` when there is none; also brokers'
+and named actors' handles. Used by the clients, the replicas' fetchers and write path, and the coordinators;
+``transport`` is the clients' seam (rafka/transport.py)."""
 
 from __future__ import annotations
 

@@ -1,43 +1,20 @@
-"""The follower fetch path over a plain TCP connection (Kafka's replication listener), not over Ray calls.
-
-Why: a Ray actor call costs ~1.4 ms of CPU across the processes it touches on this machine (measured:
-1,200-1,300 calls/s saturate 2 cores), and one acks=all round needs one follower fetch per follower.
-With Ray calls the follower's request took 6.4 ms to reach a leader and the answer 3.9 ms to come back
-at 200 records/s (acks=all wait 14-19 ms). Kafka replicates over its own TCP connections; so does this:
-Ray stays the control plane (actors, names, LeaderAndIsr, OffsetForLeaderEpoch, lookups) and the
-follower's long-polled ``fetch`` travels on a connection from the follower to its leader replica.
-
-Leader side, :class:`ReplicationListener`: an asyncio server on the Ray node's IP, an ephemeral port,
-started on the first ``ReplicaActor.replication_endpoint()`` call (the follower asks through Ray, so it
-only reaches a leader it could already call). The endpoint carries a random token: the connection's first
-frame must present it, with the follower's broker id, or the connection is closed with a log line (a
-stranger on the network must not pose as a follower: a follower's fetch offset moves the high watermark).
-Then each frame is one ``FetchRequest`` answered by the replica's own ``fetch`` (same checks, same
-purgatory), one at a time per connection, in order.
-
-Frames (big-endian; the codec is protocol/replication_frames.py): a request is ``u32 length`` + a msgpack map of FetchRequest's fields; the hello is
-the same with ``{"token": bytes, "replica_id": int}``. An answer is ``u32 meta length, u32 records
-length`` + the msgpack map of the FetchResponse fields but ``records`` + the records' bytes (never
-re-packed). A frame over ``MAX_REQUEST_BYTES`` (requests) or a malformed map closes the connection; the
-leader and its other connections go on.
-
-Follower side, :class:`ReplicationConnection`: opened by the ReplicaFetcher per leader; any socket error,
-EOF or ``replica.socket.timeout.ms`` without an answer raises :class:`ConnectionLost`, which the fetcher
-treats like a dead leader actor (look it up again, back off). Cancellation (a new LeaderAndIsr) closes it.
-"""
+"""The follower fetch path over plain TCP (Kafka's replication listener), not Ray calls: a leader process's
+:class:`ReplicationServer` (a TokenListener; every leader replica in the process registers in it) answers each
+follower broker's session fetch of all its partitions; :class:`ReplicationConnection` is the follower's side
+and raises :class:`ConnectionLost` on trouble. Frames: protocol/replication_frames.py; why TCP and the rules:
+docs/internals.md, "Replication: module notes"."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
-import secrets
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Collection
 from typing import Any, Protocol
 
 import msgpack
 
+from actors.channels.listener import TokenListener, serving
 from protocol import errors as E
 from protocol.channel_frames import U32, BadFrame
 from protocol.messages import FetchRequest, FetchResponse
@@ -58,56 +35,6 @@ log = logging.getLogger("actors.replica")
 
 class ConnectionLost(Exception):
     """The replication connection to the leader broke, timed out or was refused."""
-
-
-@contextlib.contextmanager
-def serving(conns: set, writer: asyncio.StreamWriter, stats: dict, name: str, what: str) -> Iterator[None]:
-    """One accepted connection's life: a peer that goes away ends it quietly, a bad frame or a missing hello
-    closes it with a log line and a count in ``stats``, anything else is logged; the listener and its other
-    connections go on. Used by this module's listener and the client listener (actors/channels/client_channel.py)."""
-    peer = writer.get_extra_info("peername")
-    conns.add(writer)
-    try:
-        yield
-    except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-        pass  # the peer went away (or we are closing)
-    except (BadFrame, asyncio.TimeoutError) as exc:
-        stats["bad_frames" if isinstance(exc, BadFrame) else "refused"] += 1
-        log.warning("%s: %s connection from %s closed: %s", name, what, peer, exc or "no hello in 10 s")
-    except Exception:  # noqa: BLE001 - never let one connection take the replica down
-        log.exception("%s: %s connection from %s failed", name, what, peer)
-    finally:
-        conns.discard(writer)
-        writer.close()
-
-
-class TokenListener:
-    """An asyncio server on an ephemeral port whose connections present a token (handed out through Ray);
-    the replication and client listeners build on it. ``serve`` handles one accepted connection."""
-
-    def __init__(self, name: str, serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]):
-        self.name, self._handle_connection = name, serve
-        self.token = secrets.token_bytes(16)
-        self.server: asyncio.AbstractServer | None = None
-        self.host, self.port = "", 0
-        self._conns: set[asyncio.StreamWriter] = set()
-
-    async def start(self, host: str) -> dict:
-        if self.server is None:
-            self.server = await asyncio.start_server(self._handle_connection, host, 0, limit=STREAM_LIMIT)
-            self.host, self.port = host, self.server.sockets[0].getsockname()[1]
-        return self.endpoint()
-
-    def endpoint(self) -> dict:
-        return {"host": self.host, "port": self.port, "token": self.token}
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for w in list(self._conns):
-            w.close()
-        self._conns.clear()
 
 
 class ServedPartition(Protocol):

@@ -1,12 +1,7 @@
-"""Loading a ``__consumer_offsets`` partition into a fresh shard (Kafka's CoordinatorLoader): wait until
-this broker's replica leads at the coordinator's epoch with its HW over the log end it held at takeover,
-read the partition to the HW through the replica's ``fetch`` and replay it into a new
-``GroupCoordinatorShard``. Transient conditions (a replica call failing, a retriable Kafka error, a fetch
-returning no batch) are retried every 50 ms; a corrupt or undecodable partition is not served.
-
-``load_shard`` is driven by the coordinator actor (actors/group_coordinator.py), which installs the
-outcome: the loaded shard, ``MOVED`` (a newer epoch took leadership away), ``FAILED``, or None when the
-load was abandoned (``is_current()`` went False: the partition was unloaded or reloaded meanwhile).
+"""Loading a coordinator partition into a fresh shard (Kafka's CoordinatorLoader): wait until this broker's
+replica leads at the context's epoch with its HW over the log end it held at takeover, read ``[log start,
+HW)`` through the replica's ``fetch``, decode with the kind's decoder and ``load`` it into a new shard.
+Driven by the runtime (actors/coordinator/runtime.py); calls the replica actor, nothing else.
 """
 
 from __future__ import annotations
@@ -14,32 +9,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from actors.coordinator.runtime import CoordinatorContext, LoadRetry
-from actors.group.records import EndTxnMarker
-from actors.group.service import OFFSETS_TOPIC
-from actors.group.shard import GroupCoordinatorShard
+from actors.coordinator.context import CoordinatorContext
+from actors.coordinator.shard import CoordinatorKind, CoordinatorShard
 from protocol import errors as E
 from protocol.messages import FetchRequest
 from storage.control import CONTROL_COMMIT, parse_control_record
 from storage.records import RecordBatch, decode_records, iter_batch_headers
 
-log = logging.getLogger("rafka.group_coordinator")
-
 MOVED, FAILED = "moved", "failed"
 RETRY_S = 0.05
 
 
+class LoadRetry(Exception):
+    """A transient condition while reading the partition: try the load again."""
+
+
 async def load_shard(
-    part: CoordinatorContext, is_current: Callable[[], bool], now_ms: Callable[[], int], broker_id: int
-) -> GroupCoordinatorShard | str | None:
-    """The partition's shard once loaded (see the module docstring for the other outcomes)."""
+    part: CoordinatorContext,
+    kind: CoordinatorKind,
+    is_current: Callable[[], bool],
+    now_ms: Callable[[], int],
+    broker_id: int,
+    log: logging.Logger,
+) -> CoordinatorShard | str | None:
+    """The partition's shard once loaded; ``MOVED`` (a newer epoch took leadership away), ``FAILED`` (corrupt
+    or undecodable: not served), or None when abandoned (``is_current()`` went False). Transient conditions
+    (a replica call failing, a retriable Kafka error, a fetch returning no batch) retry every 50 ms."""
     t0 = time.monotonic()
     target = None
-    name = f"b{broker_id}: {OFFSETS_TOPIC}-{part.partition}"
+    name = f"b{broker_id}: {kind.topic}-{part.partition}"
     while is_current():
         try:
             st = await part.replica.state.remote()
@@ -48,17 +50,17 @@ async def load_shard(
             if st.get("role") == "leader" and st.get("leader_epoch") == part.epoch:
                 target = st["log_end_offset"] if target is None else target
                 if st["high_watermark"] >= target:
-                    pairs = await read_partition(part, st["log_start_offset"], st["high_watermark"])
+                    records = await read_partition(part, kind, st["log_start_offset"], st["high_watermark"])
                     if not is_current():
                         return None
-                    shard = GroupCoordinatorShard(part.config)
-                    part.loaded_records = shard.load(pairs, now_ms())
+                    shard = kind.new_shard(part.epoch)
+                    part.loaded_records = shard.load(records, now_ms())
                     log.info(
-                        "%s loaded at epoch %d: %d records, %d groups in %.0f ms",
+                        "%s loaded at epoch %d: %d records, %s in %.0f ms",
                         name,
                         part.epoch,
                         part.loaded_records,
-                        len(shard.group_ids()),
+                        kind.summary(shard),
                         (time.monotonic() - t0) * 1000,
                     )
                     return shard
@@ -76,11 +78,11 @@ async def load_shard(
     return None
 
 
-async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list:
-    """Every record in ``[start, hw)`` of the partition, through the replica's fetch, in log order: a
-    ``(key, value, producer_id)`` triple per record (producer id -1 unless its batch is transactional) and an
-    ``EndTxnMarker`` per transaction marker."""
-    pairs: list = []
+async def read_partition(part: CoordinatorContext, kind: CoordinatorKind, start: int, hw: int) -> list[Any]:
+    """Every record in ``[start, hw)`` of the partition, through the replica's fetch, in log order, decoded:
+    ``kind.decode(key, value, producer_id)`` per record (producer id -1 unless its batch is transactional)
+    and ``kind.end_txn(producer_id, committed)`` per transaction marker; a None decoding is skipped."""
+    out: list[Any] = []
     offset = start
     while offset < hw:
         res = await part.replica.fetch.remote(FetchRequest(offset, 1 << 20, current_leader_epoch=part.epoch))
@@ -96,12 +98,15 @@ async def read_partition(part: CoordinatorContext, start: int, hw: int) -> list:
             if h.is_control:
                 records = RecordBatch(buf, pos, header=h).records()
                 if records:
-                    kind = parse_control_record(records[0])[0]
-                    pairs.append(EndTxnMarker(h.producer_id, kind == CONTROL_COMMIT))
+                    marker = kind.end_txn(h.producer_id, parse_control_record(records[0])[0] == CONTROL_COMMIT)
+                    if marker is not None:
+                        out.append(marker)
                 continue
             pid = h.producer_id if h.is_transactional else -1
             for r in decode_records(buf[pos : pos + h.size_in_bytes]):
                 if offset <= r.offset < hw:
-                    pairs.append((r.key, r.value, pid))
+                    rec = kind.decode(r.key, r.value, pid)
+                    if rec is not None:
+                        out.append(rec)
         offset = next_offset
-    return pairs
+    return out

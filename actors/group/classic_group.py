@@ -1,20 +1,7 @@
-"""The classic consumer-group model: states, members, the group, and the coordinator's result types.
-
-Pure data, no Ray, no clock. Kafka's ``ClassicGroupState`` / ``ClassicGroupMember`` / ``ClassicGroup``.
-
-Groups are copy-on-write. The coordinator never edits an installed group: a handler ``clone()``\\ s it,
-edits the clone (every state change goes through ``transition_to``, which asserts Kafka's valid previous
-states), ``seal()``\\ s it and emits it inside a ``GroupSnapshotRecord``; ``replay`` installs it. A sealed
-group refuses further edits, so a stray mutation of installed state fails loudly instead of silently
-diverging from the records.
-
-State machine (``VALID_PREVIOUS_STATES``; Kafka's ClassicGroupState)::
-
-    Empty --join--> PreparingRebalance --all joined / rebalance timeout--> CompletingRebalance
-    CompletingRebalance --leader SyncGroup--> Stable
-    Stable | CompletingRebalance --join/leave/expiry--> PreparingRebalance
-    PreparingRebalance --last member gone--> Empty
-    any --delete/unload--> Dead
+"""The classic consumer-group model (Kafka's ClassicGroupState / ClassicGroupMember / ClassicGroup) and the
+coordinator's result types: pure data, copy-on-write groups (``clone`` / ``seal``), every state move through
+``transition_to`` against ``VALID_PREVIOUS_STATES``. Used by the shard and its managers (actors/group/);
+no Ray, no clock. The state machine: docs/internals.md ("Group coordinator").
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Classic group membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the group timers.
-
-Kafka's ``GroupMetadataManager`` (classic-group half) as pure handlers. Each handler reads the installed
-groups, works on a ``clone()`` of the one it touches, and returns a ``CoordinatorResult`` whose records end
-with a ``GroupSnapshotRecord`` of the edited group; nothing here mutates installed state (the shard's
-``replay`` does). Time comes in as ``now_ms``.
-
-Timers are deadlines stored in the group (Kafka's DelayedHeartbeat / DelayedJoin / InitialDelayedJoin /
-DelayedSync): ``ClassicGroup.timers()`` lists them and ``poll_expirations(now_ms)`` fires the due ones.
-
-Parked requests: a JoinGroup waiting for the rebalance and a SyncGroup waiting for the leader return
-``Pending(kind, group_id, member_id)``; their answers come back later in some result's ``completions`` as
-``(Pending.key, response)``. A member removed while parked is answered (UNKNOWN_MEMBER_ID, or
-FENCED_INSTANCE_ID when a static member replaced it), so no parked request is ever forgotten.
+"""Classic group membership (Kafka's GroupMetadataManager, classic half) as pure handlers: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup and the group timers; each returns a CoordinatorResult ending with the edited group's
+snapshot, parked requests as ``Pending``. Called by the shard (actors/group/shard.py); no Ray, no clock.
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ from protocol import errors as E
 
 __all__ = ["GroupMetadataManager", "JoinRequest"]
 
-NONE = 0
+NONE = E.NoError.code
 COORDINATOR_NOT_AVAILABLE = E.for_name("COORDINATOR_NOT_AVAILABLE").code
 ILLEGAL_GENERATION = E.for_name("ILLEGAL_GENERATION").code
 INCONSISTENT_GROUP_PROTOCOL = E.for_name("INCONSISTENT_GROUP_PROTOCOL").code

@@ -1,17 +1,6 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offsets retention.
-
-Kafka's ``OffsetMetadataManager`` as pure handlers. The committed offsets of a shard live here, keyed by
-group then ``(topic, partition)``; only ``replay`` of an OffsetCommit record changes them (a tombstone
-deletes one). Handlers read the group (for the generation/member checks) and return records.
-
-Request/response shapes follow Kafka's messages in snake_case:
-``topics=[{"name", "partitions": [{"partition_index", "committed_offset", "committed_leader_epoch",
-"committed_metadata"}]}]`` -> ``{"topics": [{"name", "partitions": [{"partition_index", "error_code"}]}]}``.
-
-Retention (KIP-211, ``offsets.retention.minutes``): offsets of a group with a protocol type expire only
-once the group is Empty, counted from when it became Empty; offsets of a Stable consumer group for topics
-it no longer subscribes to, and offsets of simple (no protocol) groups, expire by commit timestamp; a
-value carrying an explicit expire timestamp (OffsetCommitValue v1) expires then.
+"""Committed offsets (Kafka's OffsetMetadataManager) as pure handlers: OffsetCommit, OffsetFetch, OffsetDelete,
+transactional offsets and retention (KIP-211); only ``replay`` changes them. Called by the shard
+(actors/group/shard.py); no Ray, no clock.
 """
 
 from __future__ import annotations
@@ -30,7 +19,7 @@ from protocol import errors as E
 
 __all__ = ["OffsetManager"]
 
-NONE = 0
+NONE = E.NoError.code
 COORDINATOR_NOT_AVAILABLE = E.for_name("COORDINATOR_NOT_AVAILABLE").code
 ILLEGAL_GENERATION = E.for_name("ILLEGAL_GENERATION").code
 UNKNOWN_MEMBER_ID = E.for_name("UNKNOWN_MEMBER_ID").code

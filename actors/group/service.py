@@ -1,30 +1,28 @@
 """The group coordinator's request-level rules, pure (Kafka's GroupCoordinatorService and the offsets topic's
-configs): no Ray, no I/O. actors/group_coordinator.py is the actor over them and the shard
-(actors/group/shard.py).
-
-- ``__consumer_offsets``: its name, partition count, CreateTopics spec (``offsets_topic_spec``) and
-  ``partition_for`` routing of a group (actors/group/records.py); ``coordinator_config`` maps Kafka's
-  broker config names onto ``GroupCoordinatorConfig``.
-- Error normalization of a failed append (Kafka's GroupCoordinatorService.normalizeException:
-  ``append_error``), malformed input (``bad_input``), the retriable codes a client answers by finding the
-  coordinator again (``is_retriable_coordinator_error``), and the error answer of each API.
-- Routing of a request to its partition's state (``route_code``).
+configs): the ``__consumer_offsets`` spec and config mapping, append error normalization, input checks,
+routing codes, each API's error answer, and ``group_kind`` (the groups' kind on the coordinator runtime).
+Called by actors/group_coordinator.py and the broker's coordinator host; no Ray, no I/O.
 """
 
 from __future__ import annotations
 
+from actors.coordinator.context import ACTIVE, LOADING, CoordinatorContext
+from actors.coordinator.context import FAILED as FAILED  # the runtime's states and routing, re-exported
+from actors.coordinator.context import route_code as route_code
+from actors.coordinator.shard import CoordinatorKind
 from actors.group.classic_group import GroupCoordinatorConfig
-from actors.group.records import partition_for
+from actors.group.records import CoordinatorRecord, EndTxnMarker, decode_record, partition_for
+from actors.group.shard import GroupCoordinatorShard
 from protocol import errors as E
 from protocol.group_messages import JoinGroupResponse, OffsetCommitResponse, SyncGroupResponse
+from protocol.names import OFFSETS_TOPIC
 
-OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 5
 DEFAULT_OFFSETS_REPLICATION = 3
 DEFAULT_OFFSETS_SEGMENT_BYTES = 104857600
 DEFAULT_COMMIT_TIMEOUT_MS = 5000
 
-NONE = 0
+NONE = E.NoError.code
 UNKNOWN_SERVER_ERROR = E.for_name("UNKNOWN_SERVER_ERROR").code
 COORDINATOR_LOAD_IN_PROGRESS = E.for_name("COORDINATOR_LOAD_IN_PROGRESS").code
 COORDINATOR_NOT_AVAILABLE = E.for_name("COORDINATOR_NOT_AVAILABLE").code
@@ -55,8 +53,6 @@ APPEND_ERRORS = {
     },
 }
 TOO_LARGE = {E.for_name(n).code for n in ("MESSAGE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_FETCH_SIZE")}
-
-LOADING, ACTIVE, FAILED = "loading", "active", "failed"
 
 
 def coordinator_config(props: dict | None) -> GroupCoordinatorConfig:
@@ -120,15 +116,38 @@ def append_error(raw: int, too_large: int = UNKNOWN_SERVER_ERROR) -> int:
     return too_large if raw in TOO_LARGE else APPEND_ERRORS.get(raw, raw)
 
 
-def route_code(state: str | None) -> int:
-    """The error of a request for a group whose partition is in ``state`` (None: not led here)."""
-    if state is None:
-        return NOT_COORDINATOR
-    if state == LOADING:
-        return COORDINATOR_LOAD_IN_PROGRESS
-    if state != ACTIVE:
-        return COORDINATOR_NOT_AVAILABLE
-    return NONE
+def decode(key: bytes | None, value: bytes | None, producer_id: int) -> CoordinatorRecord:
+    """A ``__consumer_offsets`` record read back (``producer_id`` >= 0: of a transactional batch)."""
+    rec = decode_record(key, value)  # type: ignore[arg-type]  # a null key is corrupt: it raises
+    return CoordinatorRecord(rec.key, rec.value, producer_id) if producer_id >= 0 else rec
+
+
+def group_kind(config: GroupCoordinatorConfig) -> CoordinatorKind:
+    """Consumer groups on the coordinator runtime (actors/coordinator/)."""
+    return CoordinatorKind(
+        topic=OFFSETS_TOPIC,
+        new_shard=lambda epoch: GroupCoordinatorShard(config),
+        decode=decode,
+        end_txn=EndTxnMarker,
+        append_error=append_error,
+        summary=lambda shard: f"{len(shard.group_ids())} groups",
+    )
+
+
+def list_groups(parts: dict[int, CoordinatorContext], states_filter=None, types_filter=None):
+    """ListGroups over the partitions led here -> ``(groups, code, tails)``: the loaded partitions' groups,
+    COORDINATOR_LOAD_IN_PROGRESS while one is still loading, and the pending appends the answer waits for."""
+    groups: list = []
+    code, tails = NONE, []
+    for p in sorted(parts):
+        part = parts[p]
+        if part.state == LOADING:
+            code = COORDINATOR_LOAD_IN_PROGRESS
+        elif part.state == ACTIVE:
+            groups += part.shard.list_groups(states_filter, types_filter)["groups"]
+            if part.tail is not None:
+                tails.append(part.tail)
+    return groups, code, tails
 
 
 def group_ids_by_partition(group_ids, num_partitions: int) -> tuple[dict[int, list], dict]:

@@ -1,27 +1,8 @@
-"""The group coordinator of one ``__consumer_offsets`` partition as a pure state machine.
-
-Kafka's ``GroupCoordinatorShard`` (GroupMetadataManager + OffsetMetadataManager) for classic consumer
-groups, with no Ray, no I/O and no clock: every handler takes ``now_ms`` and returns a
-``CoordinatorResult(records, response, completions)``; ``replay(record)`` is the only thing that changes
-state. The actor shell (``actors/group_coordinator.py``) drives it like Kafka's CoordinatorRuntime:
-
-    result = shard.join_group(..., now_ms=clock())        # or any handler
-    shard.replay_all(result.records)                      # apply at once (handlers see their own writes)
-    append(result.durable_records)                        # key_bytes()/value_bytes() to __consumer_offsets
-    # after the append is acknowledged:
-    answer(result.response)  unless it is a Pending -> park a future under response.key
-    for key, resp in result.completions: resolve the futures parked under key
-    arm a timer for shard.next_deadline(); when it fires: the same with shard.poll_expirations(clock())
-    every offsets.retention.check.interval.ms: the same with shard.cleanup_expired_offsets(clock())
-
-Records are of two kinds. ``CoordinatorRecord`` (durable): OffsetCommit and GroupMetadata key/values in
-Kafka's byte format, appended to the partition. ``GroupSnapshotRecord`` (in memory): the edited group,
-which Kafka also keeps only in memory (rebalance progress, parked requests, timers). If an append fails,
-the shell rebuilds the shard with ``load()`` from the partition, which is the truth.
-
-Loading (``load(records, now_ms)``) replays a partition from the start: offsets, and each group as of its
-last GroupMetadata record (Stable with its members and assignment, or Empty), then arms every loaded
-member's session timer.
+"""The group coordinator of one ``__consumer_offsets`` partition as a pure state machine (Kafka's
+GroupCoordinatorShard): handlers take ``now_ms`` and return ``CoordinatorResult(records, response,
+completions)``; ``replay(record)`` is the only mutator and ``load`` rebuilds from the partition. A
+CoordinatorShard of the runtime (actors/coordinator/), driven by actors/group_coordinator.py; it composes
+actors/group/membership.py and actors/group/offsets.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Kafka's config sources, pure (no Ray): which value a topic or broker config has and where it comes from,
-as DescribeConfigs answers it and ``rafka topic describe`` / ``rafka cluster configs`` print it.
-
-Topic configs: every config storage knows (``storage.log.LogConfig``) with its effective value and Kafka's
-source: DYNAMIC_TOPIC_CONFIG (1) for a topic override, STATIC_BROKER_CONFIG (4) when the broker's properties
-set its broker-level synonym (``log.retention.ms`` for ``retention.ms``: the replicas apply it,
-actors/replication/leader_and_isr.py), else DEFAULT_CONFIG (5); ``synonyms`` is that chain, most specific first.
-Broker configs: the configs rafka's broker acts on, with Kafka's defaults (DEFAULT_CONFIG) or the value in
-the broker's properties (STATIC_BROKER_CONFIG); all read-only (rafka has no dynamic broker configs).
+"""Kafka's config sources for DescribeConfigs: each topic or broker config's value and where it comes from
+(DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, with its synonyms). Pure; called by the
+controller logic (topic configs) and the broker (broker configs); imports storage's ``LogConfig`` and the
+replicas' config defaults. docs/internals.md ("Controller") has the rules.
 """
 
 from __future__ import annotations

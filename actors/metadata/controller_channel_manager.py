@@ -1,31 +1,35 @@
-"""Ordered requests from the controller to one broker incarnation (Kafka's ControllerChannelManager queue)
-and the controller's long-poll on that broker (its death detector).
-
-``BrokerChannel(ctl, broker_id, broker_epoch, handle)``: ``send(method, *args)`` queues a request, sent in
-order with the controller's epoch first (``getattr(handle, method).remote(ctl.epoch, *args)``);
-``send_request(method, request)`` queues a typed request (protocol/control_messages.py: LeaderAndIsr,
-StopReplica), which carries the epoch itself; ``send_version(v)`` coalesces UpdateMetadata. A broker answering STALE_CONTROLLER_EPOCH makes the
-controller resign. ``_watch`` is the pending ``controller_session`` call: it raises within ~20 ms of the
-broker's death and then the controller fences that broker incarnation. Runs on the controller's event
-loop only.
+"""The controller's channels to the brokers (Kafka's ControllerChannelManager): one ordered request queue
+per live broker incarnation, carrying the controller's epoch, and the controller's ``controller_session``
+long-poll on each broker (its death detector). Called by the controller shell (actors/controller.py) on its
+event loop; calls the brokers through Ray and the controller only through ``ChannelOwner``.
+docs/internals.md ("Controller") has the ordering and fencing rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ray.exceptions import RayActorError, RayTaskError
 
+from actors.metadata.controller_requests import BrokerRequestBatch
 from protocol.control_messages import LeaderAndIsrRequest, StopReplicaRequest
 from protocol.errors import KafkaError, StaleControllerEpochError
 
-if TYPE_CHECKING:
-    from actors.controller import ControllerActor
-    from actors.metadata.controller_requests import BrokerRequestBatch
-
 log = logging.getLogger("rafka.controller")
+
+
+class ChannelOwner(Protocol):
+    """What a channel needs of the controller: its epoch, and where broker answers and losses go."""
+
+    epoch: int
+
+    def resign(self, why: str) -> None: ...
+
+    def on_broker_response(self, broker_id: int, method: str, args: tuple, res: Any) -> None: ...
+
+    def schedule_fence(self, broker_id: int, broker_epoch: int) -> None: ...
 
 
 def _observe(fut: asyncio.Future) -> None:
@@ -36,7 +40,7 @@ def _observe(fut: asyncio.Future) -> None:
 class BrokerChannel:
     """Ordered requests to one broker incarnation (Kafka's ControllerChannelManager queue)."""
 
-    def __init__(self, ctl: "ControllerActor", broker_id: int, broker_epoch: int, handle):
+    def __init__(self, ctl: ChannelOwner, broker_id: int, broker_epoch: int, handle):
         self.ctl, self.broker_id, self.broker_epoch, self.handle = ctl, broker_id, broker_epoch, handle
         self.queue: asyncio.Queue = asyncio.Queue()
         self.closed = False
@@ -126,7 +130,7 @@ class ControllerChannelManager:
     """The controller's channels, one per live broker incarnation (Kafka's ControllerChannelManager): opens
     and closes them and sends one commit's ``BrokerRequestBatch`` (actors/metadata/controller_requests.py)."""
 
-    def __init__(self, ctl: "ControllerActor"):
+    def __init__(self, ctl: ChannelOwner):
         self.ctl = ctl
         self.channels: dict[int, BrokerChannel] = {}
 
@@ -154,7 +158,7 @@ class ControllerChannelManager:
         """A FULL LeaderAndIsr (the broker's whole partition set)."""
         self.channels[broker_id].send_request("leader_and_isr", request)
 
-    def send_batch(self, batch: "BrokerRequestBatch") -> list[asyncio.Future]:
+    def send_batch(self, batch: BrokerRequestBatch) -> list[asyncio.Future]:
         """StopReplica, topic configs, LeaderAndIsr to the brokers with a channel, then UpdateMetadata to
         every channel; returns the StopReplica futures."""
         stops = [

@@ -1,5 +1,6 @@
 """The broker configs the controller acts on (Kafka's names and defaults), parsed once from the cluster's
-broker properties."""
+broker properties. Pure; built by the controller shell, read by ``ControllerLogic`` and the session checker.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The controller's log lines for a commit (Kafka's controller.log / state-change.log), pure.
-
-``describe(records, prior)`` turns the metadata records of one commit into ``(level, message)`` pairs, given
-``prior`` (``controller_requests.prior_state``: each changed partition's state before the commit). One line
-per state change an operator looks for: broker registered / fenced, topic created / deleted, partition
-created, leader elected or lost (OfflinePartition), ISR shrunk / expanded, reassignment. Config and producer
-id records are summarised, snapshot markers skipped.
+"""The controller's log lines for a commit (Kafka's controller.log / state-change.log): ``describe(records,
+prior)`` -> ``(level, message)`` pairs, one per state change an operator looks for. Pure; called by the
+controller shell on each commit. docs/internals.md ("Server logs") lists the lines.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The controller's pure decisions (Kafka's QuorumController / ReplicationControlManager role): no Ray,
-no I/O, time passed in. The records it emits and the image they change are in actors/metadata/image.py.
-
-``ControllerLogic`` holds the image and the controller config; its handlers read the image and return
-``(records, response)``. The actor persists the records, replays them, then acts on the response
-(sends LeaderAndIsr, StopReplica, ...). Handlers never mutate. A handler that needs the effect of its
-own earlier records (fencing several brokers) is called once per step by the actor.
+"""The controller's pure decisions (Kafka's QuorumController / ReplicationControlManager): ``ControllerLogic``
+holds the image and the config, and each handler reads the image and returns ``(records, response)``
+without mutating anything. Called by the controller shell, which commits and replays the records; imports
+the image, partition changes, placement and topic configs. No Ray, no I/O, time passed in.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""What a commit asks of the brokers: the controller's metadata delta -> LeaderAndIsr / StopReplica /
-topic configs / UpdateMetadata, per broker (Kafka's ControllerBrokerRequestBatch; a KRaft broker derives
-the same work from a MetadataDelta). Pure: no Ray, no I/O; the controller actor sends what this returns.
-
-``prior_state(image, records)`` is read *before* the records are replayed (what changed partitions and
-removed topics looked like); ``derive_requests(image, records, prior, controller_epoch)`` *after*:
-
-- a new partition (``Partition``): LeaderAndIsr to each of its replicas;
-- a ``PartitionChange`` that moved the leader epoch or the replica set: LeaderAndIsr to each replica
-  (an ISR-only change by AlterPartition is not sent: the leader asked for it); a replica the change
-  dropped (reassignment done): StopReplica(delete);
-- ``RemoveTopic``: StopReplica(delete) to every replica of every partition it had;
-- ``ConfigRecord``: the topic's configs to every broker hosting one of its replicas;
-- ``RegisterBroker`` / ``FenceBroker``: open / close that broker's channel, in record order (a new channel
-  is first sent the broker's full partition set, ``full_state``);
-- always: UpdateMetadata(image version) to every live broker.
-
-``LeaderAcks`` tracks which leader epochs the brokers confirmed running (Kafka's DelayedCreatePartitions
-completes on them).
+"""What a commit asks of the brokers (Kafka's ControllerBrokerRequestBatch): ``prior_state`` (before replay)
+and ``derive_requests`` (after) -> LeaderAndIsr / StopReplica / topic configs / UpdateMetadata per broker;
+``LeaderAcks`` tracks the leader epochs the brokers confirmed running. Pure; called by the controller shell,
+sent by controller_channel_manager. docs/internals.md ("Controller") lists which record asks for what.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The cluster metadata image (Kafka's MetadataImage): brokers, topics, partitions, configs; no Ray, no I/O.
-
-Every change is a record, a msgpack-able dict with a ``type`` (Kafka's KRaft metadata records):
+"""The cluster metadata image (Kafka's MetadataImage): brokers, topics, partitions, configs, changed only by
+``replay(record)``, which asserts each transition. Pure; replayed by the controller shell and the store,
+read by controller_logic and controller_requests. Its records (Kafka's KRaft metadata records, msgpack-able
+dicts with a ``type``):
 
 ====================  ==========================================================================
 RegisterBroker        broker_id, broker_epoch, node_id, rack, log_dir   (broker alive)
@@ -14,12 +15,6 @@ RemoveTopic           name, topic_id
 ProducerIds           broker_id, broker_epoch, next_producer_id
 SnapshotVersion       version   (ends a snapshot: sets the version instead of bumping it)
 ====================  ==========================================================================
-
-``MetadataImage.replay(record)`` is the only thing that mutates the image; it asserts each transition.
-``image.version`` counts the records replayed (the metadata offset): a broker's epoch is the offset of
-its RegisterBroker record, as in Kafka.
-
-The controller's decisions over this image are in actors/metadata/controller_logic.py.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""One partition's state and the rules that change it (Kafka's PartitionRegistration + PartitionChangeBuilder).
-
-Pure: no Ray, no clock. ``PartitionChangeBuilder`` starts from the current ``PartitionRegistration``, takes the
-wanted changes (a new ISR, a reassignment, an election kind) plus the set of live brokers, and builds at
-most one ``PartitionChange`` record carrying the complete new state:
-
-- ISR is filtered to the replica set; while a reassignment is in progress and every target replica is
-  in the ISR, the reassignment completes in the same record (replicas := target, removed replicas leave
-  the ISR, ``adding``/``removing`` empty);
-- leader: kept while it is alive and in the ISR (``ELECT_PREFERRED`` moves it to ``replicas[0]`` when that
-  one is alive and in the ISR); otherwise the first live ISR member in replica order; otherwise, with
-  unclean election, the first live replica and the ISR becomes just it (**data loss**: records the
-  old leader acknowledged but this replica never fetched are gone, and the new leader's log wins);
-  otherwise no leader (-1) and the ISR is left as it was, so that it names the replicas that may hold
-  every acknowledged record (Kafka's KRaft never empties the ISR);
-- the leader epoch goes up when the leader changes (or ``bump_leader_epoch``: the controller removed a
-  replica from the ISR); the partition epoch goes up on any change.
-
-Valid transitions (asserted by ``check_partition`` on every replay): replicas non-empty and unique;
-ISR a subset of replicas; leader -1 or an ISR member; adding/removing disjoint subsets of replicas;
-leader epoch never goes down; partition epoch strictly up.
+"""One partition's state and the rules that change it (Kafka's PartitionRegistration + PartitionChangeBuilder):
+the builder takes the wanted changes and the live brokers and builds at most one ``PartitionChange`` record;
+``check_partition`` asserts the valid transitions on every replay. Pure; called by controller_logic,
+replica_state_machine and the image. docs/internals.md ("Controller") has the election and ISR rules.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Replica placement (and, re-exported from storage/topic.py, the topic-name rule): pure, no Ray, no I/O.
-
-Placement follows Kafka's ``AdminUtils.assignReplicasToBrokers``:
-
-- rack-unaware: partition ``p``'s first replica is broker ``(p + start) % n`` with a random ``start``;
-  the followers are shifted by ``1 + (shift + j) % (n - 1)`` from it, and the shift grows by one every
-  ``n`` partitions, so that leaders and followers both spread evenly over the brokers;
-- rack-aware (used when the brokers carry at least two distinct rack keys): the same walk over a
-  broker list that alternates racks (``rack1-b0, rack2-b1, rack1-b2, ...``), skipping a broker whose
-  rack (or the broker itself) already holds a replica of the partition until every rack has one.
-
-A broker's rack key is its ``rack`` when set, else its Ray ``node_id``: replicas of one partition land
-on different Ray nodes when the cluster has several, which is what a node loss test needs.
-
-Randomness comes from a ``random.Random`` the caller passes, so tests can fix the seed.
+"""Replica placement (Kafka's ``AdminUtils.assignReplicasToBrokers``, rack-aware or not) and, re-exported from
+storage/topic.py, the topic-name rule. Pure, with randomness from the caller's ``random.Random``; called by
+controller_logic. docs/internals.md ("Controller") has the walk.
 """
 
 from __future__ import annotations

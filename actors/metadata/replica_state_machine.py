@@ -1,25 +1,7 @@
-"""Kafka's OfflineReplica / OnlineReplica transitions for single replicas (the ZooKeeper controller's
-``ReplicaStateMachine``; in KRaft a broker reports offline log directories the same way), as pure
-controller decisions over a ``MetadataImage``. No Ray, no I/O.
-
-A broker stays alive while one of its replica actors dies (its process SIGKILLed or OOM-killed, or frozen
-past ``broker.session.timeout.ms``). The broker reports it, and the controller must not wait for the
-replica to come back:
-
-- ``offline_replicas(logic, broker_id, broker_epoch, partitions)``: for each partition, the replica of
-  ``broker_id`` leaves the ISR when others remain in it (the leader epoch goes up, as when the
-  controller fences a broker), and leadership moves to the first other live ISR member; a replica that
-  was the only ISR member and led leaves the partition leaderless (-1, ISR kept: it names the replica
-  holding every acknowledged record), unless unclean election is enabled for the topic. A replica that
-  was not in the ISR changes nothing.
-- ``online_replicas(logic, broker_id, broker_epoch, partitions)``: the recreated replica runs again;
-  partitions left leaderless elect a leader (the replica is eligible again: in the ISR, or unclean).
-  It then rejoins the ISR the normal way, through the leader's ISR expansion once it caught up.
-
-Both return ``(records, results)``: at most one PartitionChange record per partition and one result
-``{topic, partition, error_code, error_message}`` per requested partition. A broker that is not
-registered or not the live incarnation (``broker_epoch``) gets STALE_BROKER_EPOCH /
-BROKER_ID_NOT_REGISTERED for every partition; a partition it does not host, UNKNOWN_TOPIC_OR_PARTITION.
+"""Kafka's OfflineReplica / OnlineReplica transitions for single replicas: ``offline_replicas`` /
+``online_replicas`` -> ``(records, results)`` when a live broker reports replica actors dead or running
+again. Pure decisions over the image; called by the controller shell (``replicas_offline`` /
+``replicas_online``); uses partition_change. docs/internals.md ("Controller") has the rules.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Where the controller keeps the metadata: its local metadata log and the cluster's GCS KV.
-
-Metadata log (``data_dir/controller/metadata.log``), one frame per record::
+"""Where the controller keeps the metadata: its write-ahead metadata log and its writes to the cluster's GCS
+KV (``ClusterKV``). Called by the controller shell only (one owner: the live controller); uses
+storage/checkpoint.py for the snapshot's rename and actors/metadata/kv.py for KV. The metadata log
+(``data_dir/controller/metadata.log``), one frame per record::
 
     frame   := length:u32be crc:u32be payload[length]      crc = CRC32 (zlib) of payload
     payload := msgpack(record dict)
-
-Appends are written, flushed and fsync'd before the records are replayed or published (write-ahead).
-A torn or corrupt tail (a crash mid-append) is cut off at the first bad frame on open. ``rewrite``
-replaces the log with a snapshot (the image as records) through a temp file + rename + directory
-fsync (storage/checkpoint.py), so a crash leaves either the old or the new file. Single owner: the one live controller.
-
-GCS KV: the layout and the reader are ``protocol/kv.py``; ``ClusterKV`` adds the controller's writes
-(epoch claim, the image) to its ``GcsKV``. Readers (brokers, clients) use ``protocol.kv``.
 """
 
 from __future__ import annotations
@@ -23,8 +16,8 @@ import zlib
 from typing import BinaryIO
 
 from actors.metadata.image import MetadataImage
+from actors.metadata.kv import GcsKV
 from protocol import kv as K
-from protocol.kv import GcsKV
 from protocol.kv import pack as _pack
 from protocol.kv import unpack as _unpack
 from storage.checkpoint import write_atomically

@@ -1,7 +1,7 @@
-"""Topic config overrides as the controller accepts them (Kafka's ControllerConfigurationValidator).
-
-``storage.log.LogConfig`` is the authority on names and values; this module only normalizes a request's
-overrides to the strings the metadata records carry and turns a bad one into INVALID_CONFIG.
+"""Topic config overrides as the controller accepts them (Kafka's ControllerConfigurationValidator): a
+request's overrides normalized to the strings the metadata records carry, a bad one -> INVALID_CONFIG;
+``storage.log.LogConfig`` is the authority on names and values. Pure; called by controller_logic and the
+broker's auto topic creation.
 """
 
 from __future__ import annotations

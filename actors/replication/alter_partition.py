@@ -1,21 +1,14 @@
-"""The leader's AlterPartition sender for one partition (Kafka's AlterPartitionManager, one partition).
-
-The :class:`~actors.replication.partition.Partition` decides an ISR change and marks it in flight
-(:class:`~actors.replication.partition.AlterPartitionProposal`); this sends it to the controller's
-``alter_partition`` (an ``AlterPartitionRequest``, answered by an ``AlterPartitionResponse``), retrying while the controller is unavailable or answers a retriable error, and hands
-the answer back to the Partition (``apply_isr`` / ``alter_partition_refused``). What that changed goes
-to ``on_isr_applied`` (the replica actor dispatches it to the purgatories).
-
-Concurrency: one task at a time on the replica actor's event loop; a role change cancels it and the
-partition's ``generation`` makes a late answer a no-op.
-"""
+"""The leader's AlterPartition sender for one partition (Kafka's AlterPartitionManager, one partition), held by
+the replica shell: it sends the Partition's ``AlterPartitionProposal`` to the controller's ``alter_partition``,
+retrying while the controller is away or answers a retriable error, and hands the answer back to the Partition
+(``apply_isr`` / ``alter_partition_refused``); what that changed goes to ``on_isr_applied``. One task at a time on
+the replica's event loop; a role change cancels it, the partition's ``generation`` makes a late answer a no-op."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Callable
+from typing import Any, Callable
 
 import ray
 from ray.exceptions import RayActorError
@@ -23,20 +16,17 @@ from ray.exceptions import RayActorError
 from actors.replication.partition import Partition
 from actors.replication.partition_state import LEADER, AlterPartitionProposal, LeaderHwChange
 from protocol import errors as E
+from protocol.clock import now_ms
 from protocol.control_messages import AlterPartitionRequest, AlterPartitionResponse
 from protocol.names import RAY_NAMESPACE, controller_name
 
 log = logging.getLogger("actors.replica")
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class AlterPartitionManager:
     def __init__(self, cluster: str, partition: Partition, on_isr_applied: Callable[[LeaderHwChange], None]):
         self.cluster, self.partition, self.on_isr_applied = cluster, partition, on_isr_applied
-        self._controller = None
+        self._controller: Any = None
         self._task: asyncio.Task | None = None
 
     def submit(self, proposal: AlterPartitionProposal) -> None:
@@ -87,7 +77,7 @@ class AlterPartitionManager:
             code = resp.error_code
             if code == 0:
                 log.info("ISR updated to %s and partition epoch updated to %d", list(resp.isr), resp.partition_epoch)
-                self._applied(p.apply_isr(resp.isr, resp.partition_epoch, _now_ms()))
+                self._applied(p.apply_isr(resp.isr, resp.partition_epoch, now_ms()))
                 return
             if E.for_code(code).retriable:
                 await asyncio.sleep(backoff)
@@ -101,7 +91,7 @@ class AlterPartitionManager:
                 list(new_isr),
                 E.for_code(code).name,
             )
-            self._applied(p.alter_partition_refused(resp, _now_ms()))
+            self._applied(p.alter_partition_refused(resp, now_ms()))
             return
 
     def _applied(self, change: LeaderHwChange | None) -> None:

@@ -1,24 +1,7 @@
-"""Kafka's per-connection request order at a replica.
-
-A Kafka broker handles one connection's requests in the order they were sent, so a producer with several
-Produce requests in flight (librdkafka: up to 5 with idempotence, 1,000,000 without) has its batches
-appended in that order. The replica serves a connection's requests concurrently (its acks=all waits and
-long-polls overlap, actors/channels/client_channel.py), and a produce may suspend before its append (KIP-890
-verification), so ordered produces carry ``order = (channel, n)``: the n-th produce (from 0) of
-``channel``. The client listener numbers each TCP connection's produces as they arrive; a Ray caller may
-stamp its own (Ray does not keep call order for an async actor: measured on Ray 2.60, 20,000 calls from one
-caller ran with 600-1,200 inversions, and an idempotent librdkafka producer paced at 200 records/s got
-OUT_OF_ORDER_SEQUENCE_NUMBER within seconds when its writes were Ray calls).
-
-``CallOrder`` (the callee's side) lets call n of a channel start once call n-1 left (``leave``: it did what
-must happen in order, e.g. its append) and makes it wait otherwise. A gap that does not fill within
-``gap_wait_s`` (a call lost with its caller) is logged and skipped, so one lost call never stalls a channel
-for good; a call numbered below the channel's turn (one that arrived after its gap was skipped) runs at
-once. Channels without waiters are forgotten least recently used first beyond ``max_channels``; a forgotten
-channel that comes back starts at the number it brings.
-
-Concurrency: the callee's event loop only (futures are resolved on it).
-"""
+"""Kafka's per-connection request order at a replica: ``CallOrder`` lets the n-th ordered produce of a channel
+(``order = (channel, n)``) start once call n-1 left, and skips a gap that does not fill within ``gap_wait_s``.
+Held by the replica's write path (leader_writes.py); the client and produce listeners number their connections'
+produces. Runs on the callee's event loop only; why: docs/internals.md, "Replication: module notes"."""
 
 from __future__ import annotations
 

@@ -1,30 +1,8 @@
-"""Follower fetch sessions: one connection and one long-poll from a follower process to a leader process for
-every partition the first follows in the second (Kafka's ReplicaFetcherManager, whose fetcher thread per
-source broker fetches all of that broker's partitions in one FetchRequest).
-
-Why: with replica hosts (actors/replica_host.py) a broker's followers share a process, and so do a broker's
-leaders, yet each follower replica had its own connection and long-poll to its leader replica. Messages
-grew with partitions, not with brokers: an idle 96-partition topic made ~384 fetch round trips a second,
-and each acks=all round woke one fetch per follower replica.
-
-Who does what:
-- The replica's :class:`~actors.replication.replica_fetcher.ReplicaFetcher` still owns its partition's follower state:
-  it looks the leader up, asks its replication endpoint, truncates by leader epoch, then *joins* the session
-  of that endpoint as a :class:`SessionMember` and waits on the member's ``done`` future. It applies each of
-  its answers (``apply``, synchronous, on the shared event loop). An answer it cannot take (an error code, an
-  unexpected offset) or a broken connection fails the member's future with that exception, and the fetcher
-  handles it as before: back off, look up again, join again.
-- :class:`FetchSession` (one per leader endpoint and follower broker in a process, the event loop's
-  registry ``session_for``) builds one request from its members' log end offsets, sends it, hands each answer
-  to its member, and goes around. A member that joins while a fetch is held at the leader pokes it (the leader
-  answers at once), so a new follower does not wait out ``replica.fetch.wait.max.ms``. The session ends when
-  its last member leaves (its task is cancelled and its connection closed) or its connection breaks (every
-  member fails with ``ConnectionLost``).
-
-Concurrency: everything runs on the process's one event loop; a member is checked against the session's
-current members and its partition's ``generation`` before its answer is applied (it may have left, or the
-partition may have moved on, while the fetch was out).
-"""
+"""Follower fetch sessions (Kafka's ReplicaFetcherManager, one fetcher per source broker): one connection and one
+long-poll from a follower process to a leader process for every partition the first follows in the second. A
+ReplicaFetcher joins the :class:`FetchSession` of its leader's endpoint as a :class:`SessionMember`; the session
+sends one request for all its members and hands each answer to its member's ``apply``. Runs on the process's one
+event loop; it calls the replication connection (actors/channels/replication_channel.py)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""A partition replica's periodic work (Kafka's isr-expiration task, log flusher, log-retention task and
-LogCleaner pass for compacted topics), over the pure Partition/Log: plain asyncio, no Ray. The replica actor
-runs :meth:`ReplicaHousekeeping.run` while it leads or follows.
-
-A compaction pass is built on a worker thread (``asyncio.to_thread``; storage/log_cleaning.py), planned and
-committed on the event loop, as its own task: the replica (and every replica sharing its process, in a
-ReplicaHost) goes on serving while a pass reads and rewrites segments, and the ISR, flush and retention
-checks keep their pace. A Log operation that removes segments meanwhile aborts the pass; ``stop`` does too.
-"""
+"""A partition replica's periodic work (Kafka's isr-expiration task, log flusher, log-retention task and the
+LogCleaner pass for compacted topics) over the pure Partition and its Log: plain asyncio, no Ray. Held and run by
+the replica shell (actors/replica.py) while it leads or follows; a compaction pass builds on a worker thread
+(storage/log_cleaning.py) so the process goes on serving."""
 
 from __future__ import annotations
 
@@ -18,13 +13,10 @@ from collections.abc import Callable
 from actors.replication.partition import Partition
 from actors.replication.partition_state import FOLLOWER, LEADER
 from protocol import errors as E
+from protocol.clock import now_ms
 from storage.log_cleaning import CleaningAborted
 
 log = logging.getLogger("rafka.replica")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ReplicaHousekeeping:

@@ -1,21 +1,7 @@
-"""The broker's LeaderAndIsr / StopReplica decisions, pure (Kafka's ReplicaManager.becomeLeaderOrFollower
-and its controller-epoch check): no Ray, no I/O. actors/broker.py carries them out.
-
-- Controller-epoch fencing: a request whose controller epoch is older than the newest the broker has seen
-  is answered STALE_CONTROLLER_EPOCH and not applied (``stale_controller_epoch``).
-- Per partition state of a LeaderAndIsr (``replica_action``; protocol/control_messages.py's
-  ``LeaderAndIsrPartitionState``): a broker not in the replica set answers
-  NOT_LEADER_OR_FOLLOWER; no hosted replica -> create one; a hosted replica of another topic id (the topic
-  was deleted and re-created under the same name) -> stop and delete it, then create; otherwise update.
-  Then the replica becomes leader or follower (``ReplicaAction.state``). Leader-epoch fencing is the
-  replica's: it answers ``ignored`` to a state older than (or equal to) the one it runs.
-- A full LeaderAndIsr (the broker's whole partition set, after it registers) also stops and deletes the
-  hosted replicas it does not name (``replicas_to_remove``) and the partition directories it does not name
-  (``stray_partition_dirs``: topics deleted while the broker was away).
-- Partition directories are ``<topic>-<partition>`` under the broker's directory (``partition_dir_name``).
-- Replica configs: the broker's ``log.*`` defaults under their topic config names, the replica's own
-  settings, then the topic's overrides (``replica_props``).
-"""
+"""The broker's LeaderAndIsr / StopReplica decisions, pure (Kafka's ReplicaManager.becomeLeaderOrFollower and its
+controller-epoch check): which hosted replicas to create, update, stop or delete, the stray partition
+directories, the partition directory names and each replica's configs. No Ray, no I/O; actors/broker.py carries
+them out."""
 
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
-"""Pure replication logic of one partition (no Ray, no I/O): Kafka's Partition / Replica bookkeeping.
-
-The replica actor (``actors/replica.py``) is a thin shell over these pieces:
-
-- :class:`FollowerProgress`: the leader's view of one remote replica (Kafka's ``Replica``): its LEO as
-  reported by its fetches and the time it was last caught up.
-- :class:`LeaderState`: the leader's ISR (committed + the one in-flight AlterPartition), the high
-  watermark rule (min LEO over the maximal ISR), ISR shrink (``replica.lag.time.max.ms``) and
-  expansion (caught up to the HW and to this leader epoch's start offset) decisions.
-- :func:`truncation_offset`: the follower side of OffsetForLeaderEpoch (KIP-101 / KIP-279).
-- :class:`ByteMarks`: offset -> cumulative appended bytes, so a DelayedFetch can tell whether
-  ``min_bytes`` are available without reading the log.
-- :class:`Partition`: Kafka's ``kafka.cluster.Partition`` for one local replica. It owns the Log and the
-  pieces above, applies LeaderAndIsr (``make_leader`` / ``make_follower``), appends as leader or
-  follower, reads, and *returns* what changed: a :class:`LeaderHwChange` (for the ReplicaManager's
-  purgatory dispatch), an :class:`AlterPartitionProposal` (the ISR to send to the controller), a
-  truncation offset. It never awaits, sleeps or calls another actor.
-
-Time is always passed in (``now_ms``). Single-threaded: called from the actor's event loop only.
-"""
+"""Kafka's ``kafka.cluster.Partition`` for one local replica, pure (no Ray, no I/O, never awaits): it owns the Log
+and the bookkeeping of partition_state.py, applies LeaderAndIsr, appends as leader or follower, reads, and returns
+what changed (``LeaderHwChange``, ``AlterPartitionProposal``, truncation offsets) for the caller to act on.
+Called from the replica's event loop only (the shell, LeaderWrites, ReplicaFetcher, AlterPartitionManager,
+housekeeping); time is passed in."""
 
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
-"""Delayed operations on asyncio: Kafka's DelayedOperation / DelayedOperationPurgatory.
-
-A request that cannot be answered yet (acks=all produce waiting for the high watermark, a fetch waiting
-for ``fetch.min.bytes``, a join waiting for the group) becomes a :class:`DelayedOperation` parked in a
-:class:`DelayedOperationPurgatory` under one or more *watch keys*. Whoever changes the state an
-operation waits on calls ``purgatory.check_and_complete(key)``; each operation watching that key is
-asked ``try_complete()``. An operation that is never satisfied expires after ``delay_ms``: it is
-completed with ``expired`` set and ``on_expiration()`` run first.
-
-Life of an operation (it completes exactly once, whichever path wins)::
-
-    created --try_complete_else_watch--> watched --try_complete() true--> completed (on_complete)
-                                            |--timer fires----------------> completed (expired)
-                                            '--cancel()/shutdown()--------> completed (on_cancel)
-
-Subclasses implement ``try_complete()`` (check the condition; when it holds, return
-``self.force_complete()``), ``on_complete()`` (build and return the response: it becomes the result
-of ``await op.wait()``), and optionally ``on_expiration()`` and ``on_cancel()``. ``on_cancel()``
-returns a response too; the default cancels the waiter's future (``asyncio.CancelledError``).
-
-Concurrency: everything here runs on the one event loop of the owning actor (Ray async actors run
-all default-group calls on one loop); nothing is thread-safe, and nothing needs to be. Unlike Kafka
-there is no lock around ``try_complete``: the event loop serialises it.
-"""
+"""Delayed operations on asyncio: Kafka's DelayedOperation / DelayedOperationPurgatory. An operation parked under
+watch keys completes exactly once: when ``check_and_complete(key)`` finds its condition holds, when its timer
+expires, or when it is cancelled. Used by the ReplicaManager (replica_manager.py); it runs on the owning actor's
+one event loop (nothing here is thread-safe, nothing needs to be); the life of an operation: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -282,6 +262,10 @@ class DelayedOperationPurgatory:
     def delayed(self) -> int:
         """Operations still pending (watched, not completed)."""
         return len(self._pending)
+
+    def delayed_for(self, key: Hashable) -> int:
+        """Operations still pending under ``key``."""
+        return sum(1 for op in self._watchers.get(key, ()) if not op.completed)
 
     def watched(self) -> int:
         """Watch entries over all keys, including completed ones not yet purged."""

@@ -1,19 +1,7 @@
-"""The follower's loop for one partition (Kafka's ReplicaFetcherThread's per-partition state).
-
-Run by the replica as an asyncio task while it follows ``leader_id`` at ``leader_epoch``: it looks the
-leader's replica up (through the leader's broker: actors/channels/replica_lookup.py), asks its replication endpoint
-(the leader process's server), truncates by leader epoch (OffsetForLeaderEpoch, KIP-101/279) until the log is
-a prefix of the leader's, then joins the fetch session from this process to that one
-(actors/replication/fetch_session.py): one TCP connection and one long-poll for every partition this broker follows
-there, not Ray calls. The session hands each answer to ``apply`` (append, HW, log start). What it cannot
-apply (an error code, an unexpected offset) or a broken connection ends the membership with that exception:
-retriable trouble backs off (``replica.fetch.backoff.ms`` doubling to 1 s) and joins again; a dead or missing
-leader is looked up again until the next LeaderAndIsr bumps the partition's ``generation``, which ends the
-loop.
-
-Concurrency: runs on the replica's event loop; after every ``await`` it re-checks the partition's
-``generation`` before touching the log, and the session checks it before each ``apply``.
-"""
+"""The follower's loop for one partition (Kafka's ReplicaFetcherThread's per-partition state), run by the replica
+shell while it follows: look the leader up (actors/channels/replica_lookup.py), ask its replication endpoint,
+truncate by leader epoch (KIP-101/279), then join the fetch session to the leader's process (fetch_session.py).
+Trouble backs off and joins again until a LeaderAndIsr bumps the partition's ``generation``."""
 
 from __future__ import annotations
 

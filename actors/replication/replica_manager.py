@@ -1,14 +1,8 @@
-"""Kafka's ReplicaManager role for one partition replica: the delayed operations, their purgatories, and
-the one dispatch from what a :class:`~actors.replication.partition.Partition` call changed to the purgatories.
-
-``DelayedProduce`` (acks=all: waits until the high watermark passes the batch) and ``DelayedFetch`` (long
-poll until ``min_bytes`` are readable, a role change, or ``max_wait_ms``) run on the replica's event loop
-through ``actors.replication.purgatory``; they read the Partition (role, log, ISR, marks) and answer in the replica's
-response shapes. :meth:`ReplicaManager.complete_delayed_requests` is Kafka's
-``addCompletePurgatoryAction``: INCREASED -> produce and fetch purgatories, SAME -> fetch purgatory
-(followers waiting for data), NONE -> nothing. ``_err`` turns an exception into
-``{error_code, error_message, **fields}``, :func:`error_answer` into a typed response's dict.
-"""
+"""Kafka's ReplicaManager, one per broker per process (``replica_manager_of``): the Partitions online here, the
+produce and fetch purgatories with their delayed operations (``DelayedProduce``, ``DelayedFetch``,
+``SessionWatch``) keyed by partition, and the one dispatch from a Partition's ``LeaderHwChange`` to them.
+Called by the replica shell (actors/replica.py), its write path (leader_writes.py) and the replication server's
+session waits; it calls only the Partition and the purgatory. Also the replica's error answer shapes."""
 
 from __future__ import annotations
 
@@ -24,7 +18,9 @@ from protocol.messages import FetchRequest, FetchResponse
 
 log = logging.getLogger("actors.replica")
 
-# purgatory keys: acks=all produces wait on the HW; fetches by who asks (followers read to the LEO)
+# purgatory keys are (Partition, kind), Kafka's TopicPartitionOperationKey: the local replica's identity, so a
+# stopped predecessor of a partition in this process never shares its watch lists. Kinds: acks=all produces
+# wait on the HW; fetches by who asks (followers read to the LEO)
 HW_KEY, FOLLOWER_KEY, CONSUMER_KEY = "hw", "follower", "consumer"
 
 
@@ -175,50 +171,76 @@ _Parked = TypeVar("_Parked", bound=_FetchWait)
 
 
 class ReplicaManager:
-    """Kafka's ReplicaManager for one local replica: its produce and fetch purgatories, and the one place
-    a :class:`LeaderHwChange` returned by the Partition becomes purgatory checks."""
+    """Kafka's ReplicaManager for one broker's replicas in this process (a ReplicaHost's, or a ReplicaActor's
+    one): the Partitions online here, the produce and fetch purgatories with each operation watched under its
+    partition, and the one place a :class:`LeaderHwChange` returned by a Partition becomes purgatory checks."""
 
-    def __init__(self, partition: Partition):
-        self.partition = partition
+    def __init__(self, broker_id: int = -1):
+        self.broker_id = int(broker_id)
+        self.partitions: dict[tuple[str, int], Partition] = {}  # Kafka's allPartitions (this process's share)
         self.produce_purgatory = DelayedOperationPurgatory("produce")
         self.fetch_purgatory = DelayedOperationPurgatory("fetch")
 
-    def complete_delayed_requests(self, change: LeaderHwChange | None) -> None:
+    def add_partition(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.partition)] = partition
+
+    def stop_partition(self, partition: Partition) -> None:
+        """StopReplica: the partition leaves, its parked requests are answered now (their ``on_cancel``)."""
+        if self.partitions.get((partition.topic, partition.partition)) is partition:
+            del self.partitions[(partition.topic, partition.partition)]
+        self.produce_purgatory.cancel_for_key((partition, HW_KEY))
+        self.fetch_purgatory.cancel_for_key((partition, FOLLOWER_KEY))
+        self.fetch_purgatory.cancel_for_key((partition, CONSUMER_KEY))
+
+    def complete_delayed_requests(self, partition: Partition, change: LeaderHwChange | None) -> None:
         """INCREASED: acks=all produces and every fetch may complete; SAME (new data below an unmoved
         HW): follower fetches may; NONE (or None): nothing changed."""
         if change is LeaderHwChange.INCREASED:
-            self.produce_purgatory.check_and_complete(HW_KEY)
-            self.fetch_purgatory.check_and_complete(FOLLOWER_KEY)
-            self.fetch_purgatory.check_and_complete(CONSUMER_KEY)
+            self.produce_purgatory.check_and_complete((partition, HW_KEY))
+            self.fetch_purgatory.check_and_complete((partition, FOLLOWER_KEY))
+            self.fetch_purgatory.check_and_complete((partition, CONSUMER_KEY))
         elif change is LeaderHwChange.SAME:
-            self.fetch_purgatory.check_and_complete(FOLLOWER_KEY)
+            self.fetch_purgatory.check_and_complete((partition, FOLLOWER_KEY))
 
-    def isr_changed(self) -> None:
-        """The committed ISR moved: waiting acks=all produces re-check min.insync.replicas."""
-        self.produce_purgatory.check_and_complete(HW_KEY)
+    def recheck_produces(self, partition: Partition) -> None:
+        """The committed ISR or ``min.insync.replicas`` moved: waiting acks=all produces re-check."""
+        self.produce_purgatory.check_and_complete((partition, HW_KEY))
 
-    def role_changed(self, produces: bool = True) -> None:
+    def role_changed(self, partition: Partition, produces: bool = True) -> None:
         """A LeaderAndIsr applied: parked requests re-check (and answer NOT_LEADER_OR_FOLLOWER if moved)."""
         if produces:
-            self.produce_purgatory.check_all()
-        self.fetch_purgatory.check_all()
+            self.produce_purgatory.check_and_complete((partition, HW_KEY))
+        self.fetch_purgatory.check_and_complete((partition, FOLLOWER_KEY))
+        self.fetch_purgatory.check_and_complete((partition, CONSUMER_KEY))
 
     async def wait_produce(self, op: DelayedProduce):
-        self.produce_purgatory.try_complete_else_watch(op, [HW_KEY])
+        self.produce_purgatory.try_complete_else_watch(op, [(op.partition, HW_KEY)])
         return await op.wait()
 
     def watch_fetch(self, op: _Parked) -> _Parked:
         """Park ``op`` (or complete it now); its ``wait()`` is the answer."""
-        self.fetch_purgatory.try_complete_else_watch(op, [FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY])
+        key = FOLLOWER_KEY if op.req.is_follower else CONSUMER_KEY
+        self.fetch_purgatory.try_complete_else_watch(op, [(op.partition, key)])
         return op
 
     async def wait_fetch(self, op: DelayedFetch):
         return await self.watch_fetch(op).wait()
 
-    def shutdown(self) -> None:
-        self.produce_purgatory.shutdown()
-        self.fetch_purgatory.shutdown()
+    def delayed(self, partition: Partition) -> tuple[int, int]:
+        """(delayed produces, delayed fetches) of ``partition``."""
+        fetches = self.fetch_purgatory.delayed_for((partition, FOLLOWER_KEY))
+        return self.produce_purgatory.delayed_for((partition, HW_KEY)), fetches + self.fetch_purgatory.delayed_for(
+            (partition, CONSUMER_KEY)
+        )
 
-    def delayed(self) -> tuple[int, int]:
-        """(delayed produces, delayed fetches)."""
-        return self.produce_purgatory.delayed(), self.fetch_purgatory.delayed()
+
+_managers: dict[int, ReplicaManager] = {}
+
+
+def replica_manager_of(broker_id: int) -> ReplicaManager:
+    """This process's ReplicaManager of broker ``broker_id`` (a ReplicaHost's replicas, or one ReplicaActor's,
+    share it: a process hosts replicas of one broker)."""
+    manager = _managers.get(int(broker_id))
+    if manager is None:
+        manager = _managers[int(broker_id)] = ReplicaManager(broker_id)
+    return manager

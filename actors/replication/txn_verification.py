@@ -1,43 +1,24 @@
-"""KIP-890 part 1 at a partition leader: a transactional produce whose producer has no transaction open in
-this partition is verified with the transaction coordinator first (AddPartitionsToTxn, verify only), so a
-late or hanging write can never start a transaction the coordinator does not know about, or join the next
-one.
-
-The verified state of a producer is ``(producer_epoch, marker generation, leader epoch)``: it holds until a
-marker for that producer is written here (the transaction ended), the producer's epoch changes or this replica's
-leadership does. A produce that waited for the coordinator appends only if none of these moved in between (else
-INVALID_TXN_STATE, as Kafka's VerificationGuard does).
-
-The coordinator also *pushes* the state (what the issue allows beside asking): once an AddPartitionsToTxn is
-durable it tells each added partition's leader, on the replicas' internal channel, that the producer's
-transaction started at ``txn_start_ms`` includes it, before it answers the producer; so the transaction's first
-produce to a partition finds it verified and costs no call to the coordinator. A push is taken only for this
-leader epoch and only if no marker of that transaction or a later one was written here: the coordinator gives
-each transaction of an id a start time above the previous one's, and every marker carries its transaction's
-start, so a late push (its ack timed out, then it arrived after the transaction's marker) is refused and can
-never verify the next transaction. A push that did not arrive leaves the produce to ask, as before.
-
-rafka's producer carries the same word itself: the coordinator answers its AddPartitionsToTxn with a token per
-partition (protocol/txn_tokens.py), signed with the cluster's key, that the produce brings; a token that checks
-is taken by the same rule as a push (:meth:`VerificationState.take`), and one that does not (forged, for
-another partition, producer or epoch) or is stale leaves the produce to ask. The coordinator then pushes only
-for Kafka's clients.
-:class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to the broker (FindCoordinator, key
-type 1) and the coordinator.
-"""
+"""KIP-890 part 1 at a partition leader: a transactional produce whose producer has no transaction open here is
+verified first, by the coordinator's push, the producer's signed token, or a call to the coordinator.
+:class:`VerificationState` is pure; :class:`TxnVerifier` adds the calls to the broker (FindCoordinator) and the
+coordinator. Held by the leader's write path (leader_writes.py); the rules: docs/internals.md, "Replication:
+module notes"."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from actors.channels.replica_lookup import broker_handle_async, named_actor_async
+from actors.metadata.kv import cluster_key
 from protocol import errors as E
 from protocol.txn_messages import AddPartitionsToTxnRequest
-from protocol.txn_tokens import check, cluster_key
+from protocol.txn_tokens import check
 
 log = logging.getLogger("actors.replica")
 
@@ -117,8 +98,8 @@ class TxnVerifier:
         self.state = VerificationState(leader_epoch)
         self.calls = 0
         self.tokens = {"taken": 0, "stale": 0, "bad": 0}  # produces that came with a verification token
-        self._broker = None
-        self._coordinators: dict[str, object] = {}  # transactional id -> coordinator actor handle
+        self._broker: Any = None
+        self._coordinators: dict[str, Any] = {}  # transactional id -> coordinator actor handle
         self._inflight: dict[tuple, asyncio.Future] = {}
 
     async def verify(
@@ -148,7 +129,7 @@ class TxnVerifier:
         fut = self._inflight.get(key)
         if fut is None:
             fut = self._inflight[key] = asyncio.ensure_future(self._verify(transactional_id, producer_id, token))
-            fut.add_done_callback(lambda f, key=key: self._done(key, f))
+            fut.add_done_callback(functools.partial(self._done, key))
         await asyncio.shield(fut)
 
     async def _token_taken(self, transactional_id, producer_id: int, producer_epoch: int, start_ms, token) -> bool:

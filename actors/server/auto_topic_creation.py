@@ -1,25 +1,16 @@
 """Topic auto-creation (Kafka's AutoTopicCreationManager), the broker's pure half: whether a topic a client
-asked for may be created, and the CreateTopics entry the broker sends the controller (no Ray, no I/O).
-
-Broker configs, Kafka's names and defaults:
-
-    auto.create.topics.enable   true   a Metadata request (allow_auto_topic_creation) or a rafka Producer
-                                       naming an unknown topic creates it
-    num.partitions              1      its partition count
-    default.replication.factor  1      its replication factor; the controller refuses more than the live
-                                       brokers with INVALID_REPLICATION_FACTOR, as Kafka does
-
-Internal topics (``__consumer_offsets``, ``__transaction_state``) are never auto-created here (their
-coordinators create them on first use) and an invalid name answers INVALID_TOPIC_EXCEPTION (17).
+asked for may be created (``auto.create.topics.enable``, never an internal topic, a valid name) and the
+CreateTopics entry the broker sends the controller. Called by the broker shell; no Ray, no I/O.
+docs/internals.md ("Broker") has the configs.
 """
 
 from __future__ import annotations
 
 from actors.metadata.topic_configs import truthy
 from protocol.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from protocol.names import INTERNAL_TOPICS
 from storage.topic import validate_topic_name
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 AUTO_CREATE_KEY = "auto.create.topics.enable"
 
 

@@ -1,41 +1,14 @@
-"""A broker's link to the controller: the election, registration, heartbeats, and the controller's liveness.
-
-Election. The controller is the named actor ``controller_name(cluster)``; creating it with
-``get_if_exists=True`` is the election (GCS lets one actor hold a name). It is a non-detached child of
-the broker that created it, hard-pinned to that broker's node, so it dies with its host broker.
-
-Liveness (Kafka's KRaft brokers judge the active controller by ``controller.quorum.fetch.timeout.ms``,
-default 2000: a voter that has not heard from the leader for that long starts an election). A broker
-watches each controller incarnation (``ControllerRef``) two ways:
-
-- the long-poll ``broker_session`` raises ActorDiedError within ~20 ms of the controller process' death
-  (SIGKILL, OOM, ``ray.kill``);
-- a probe (``probe()``, a few per timeout, one in flight; it answers from its own thread) feeds a
-  ``SessionTimer``: a controller that answers nothing for ``controller.quorum.fetch.timeout.ms`` is
-  frozen (SIGSTOP, a hung machine). A broker on the controller's own node confirms it first in
-  ``/proc``: a process that still runs is only slow (a loaded machine: measured, probes went
-  unanswered for 2-15 s at a load average of 8 on 2 cores), and is left alone; a stopped one is frozen.
-  Brokers on other nodes have the timeout only, as in Kafka.
-
-Either way the broker *declares that incarnation dead*: ``ray.kill`` of its handle, which frees the name
-at once (after a real process death Ray keeps the dead actor's name while any handle to it lives -- 61 s
-measured when nobody killed it), and, for a frozen controller running on this broker's node, SIGKILL of
-its pid (a stopped process ignores ``ray.kill`` until it wakes). Then it elects the next one. Killing is
-by actor id, so a late broker can never kill the controller that replaced it. A woken zombie cannot write
-anything: brokers refuse its epoch, and it checks ``controller_epoch/<N+1>`` in GCS KV before each write.
-
-``call(method, *args)`` runs one controller call on the current incarnation and waits at most until that
-incarnation is declared dead (a call to a stopped actor would hang forever), retrying on the next
-controller until ``timeout_s``. Controller calls never run without it.
-
-Concurrency: everything runs on the broker's event loop; one election at a time (``_elect_lock``).
+"""A broker's link to the controller (Kafka's BrokerLifecycleManager with its controller channel): the
+election (creating the named controller actor), registration, heartbeats, and the judgement of each
+controller incarnation's liveness; ``call(method, *args)`` runs a controller call on the live incarnation.
+Called by the broker shell on its event loop; creates actors/controller.py, uses supervision's
+``SessionTimer`` and worker_process. docs/internals.md ("Liveness") has how it judges and kills.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
@@ -44,6 +17,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.controller import RemoteController
 from actors.server.supervision import SessionTimer
 from actors.server.worker_process import kill_worker, process_state
+from protocol.clock import monotonic_ms
 from protocol.errors import (
     BrokerIdNotRegisteredError,
     InvalidConfigError,
@@ -61,10 +35,6 @@ FIRST_CONTACT_S = 30.0  # a controller being created may wait for a worker proce
 REGISTERED_OR_STALE = (StaleBrokerEpochError.code, BrokerIdNotRegisteredError.code)  # register again
 
 
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class ControllerUnavailable(Exception):
     """The controller incarnation a call went to died, resigned or was declared dead meanwhile."""
 
@@ -76,7 +46,7 @@ class ControllerRef:
         self.handle = handle
         self.epoch = int(info["controller_epoch"])
         self.pid, self.node_id = info.get("pid"), info.get("node_id")
-        self.timer = SessionTimer(timeout_ms, now_ms())
+        self.timer = SessionTimer(timeout_ms, monotonic_ms())
         self.dead = asyncio.Event()
         self.why: str | None = None
         self.probing = False
@@ -234,7 +204,7 @@ class ControllerLink:
             await self._heartbeat(ref)
 
     async def _heartbeat(self, ref: ControllerRef) -> None:
-        epoch, sent = self.b.broker_epoch, now_ms()
+        epoch, sent = self.b.broker_epoch, monotonic_ms()
         try:
             res = await self.call_on(
                 ref, "heartbeat", self.b.broker_id, epoch, timeout_s=max(self.heartbeat_s, self.timeout_ms / 1000)
@@ -280,7 +250,7 @@ class ControllerLink:
             ref = self.current
             if ref is None or ref.dead.is_set():
                 continue
-            now = now_ms()
+            now = monotonic_ms()
             ref.timer.tick(now)
             if not ref.probing:
                 ref.probing = True

@@ -1,16 +1,9 @@
-"""The broker's side of coordination: it hosts one coordinator actor per kind, the group coordinator
-(actors/group_coordinator.py over ``__consumer_offsets``, FindCoordinator key type 0) and the transaction
-coordinator (actors/txn_coordinator.py over ``__transaction_state``, key type 1). Each is a non-detached
-child pinned to the broker's node (``group_coordinator_name`` / ``txn_coordinator_name``), created when the
-broker first leads a partition of its topic (an idle actor costs ~120 MiB, so clusters without consumer
-groups or transactions do not pay for it) and again if it died alone. The broker tells it, in the
-partition's LeaderAndIsr order, when its replica of such a partition becomes leader or follower or is
-stopped (``notify``). ``find_coordinator(key)`` answers the leader of the key's partition
-(``coordinator_answer``, pure); on first use it starts the topic's creation through the controller in the
-background and answers COORDINATOR_NOT_AVAILABLE meanwhile, as Kafka's AutoTopicCreationManager does: the
-client retries, and a Kafka connection that carried the FindCoordinator is not held for the seconds a
-creation takes (its Fetch and Produce requests queue behind it, one request at a time per connection).
-:class:`CoordinatorKind` says which topic, actor and name each kind uses.
+"""The broker's side of coordination: one coordinator actor per kind hosted by the broker, the group
+coordinator (actors/group_coordinator.py over ``__consumer_offsets``, FindCoordinator key type 0) and the
+transaction coordinator (actors/txn_coordinator.py over ``__transaction_state``, key type 1), told in
+LeaderAndIsr order which partitions this broker leads (``notify``); FindCoordinator (``coordinator_answer``,
+pure) and the internal topics' creation on first use. Called by actors/broker.py through
+:class:`CoordinatorBroker`, the little of the broker it needs. docs/internals.md ("Broker") has the rules.
 """
 
 from __future__ import annotations
@@ -18,28 +11,44 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.group.records import partition_for
-from actors.group.service import OFFSETS_TOPIC, offsets_partitions, offsets_topic_spec
+from actors.group.service import offsets_partitions, offsets_topic_spec
 from actors.group_coordinator import RemoteGroupCoordinator
 from actors.server import server_log
 from actors.server.controller_link import ControllerUnavailable
 from actors.txn import service as txn_service
 from actors.txn_coordinator import RemoteTxnCoordinator
 from protocol.errors import CoordinatorNotAvailableError, InvalidRequestError, TopicAlreadyExistsError
-from protocol.names import RAY_NAMESPACE, group_coordinator_name, txn_coordinator_name
-
-if TYPE_CHECKING:
-    from actors.broker import BrokerActor
+from protocol.names import OFFSETS_TOPIC, RAY_NAMESPACE, TXN_TOPIC, group_coordinator_name, txn_coordinator_name
 
 log = logging.getLogger("rafka.broker")
 
 NOT_AVAILABLE = CoordinatorNotAvailableError.code
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
+
+
+class ControllerCalls(Protocol):
+    async def call(self, method: str, *args: Any, timeout_s: float = 60.0) -> Any: ...
+
+
+class CoordinatorBroker(Protocol):
+    """What a coordinator host uses of its broker (actors/broker.py's BrokerActor), so neither imports the other."""
+
+    cluster: str
+    broker_id: int
+    node_id: Any
+    config: dict
+    data_dir: str
+    link: ControllerCalls
+
+    async def metadata(self) -> dict: ...
+
+    async def _fresh_metadata(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ GROUPS = CoordinatorKind(
 )
 TXNS = CoordinatorKind(
     TXN_KEY,
-    txn_service.TXN_TOPIC,
+    TXN_TOPIC,
     RemoteTxnCoordinator,
     txn_coordinator_name,
     txn_service.txn_partitions,
@@ -96,11 +105,11 @@ def offsets_partition_state(topic: dict | None, p: int) -> dict | None:
 
 
 class CoordinatorHost:
-    def __init__(self, broker: BrokerActor, kind: CoordinatorKind = GROUPS):
+    def __init__(self, broker: CoordinatorBroker, kind: CoordinatorKind = GROUPS):
         self.b, self.kind = broker, kind
         self.gc = None  # the group coordinator actor (created on first need)
         self._gc_lock: asyncio.Lock | None = None
-        self.roles: dict[int, tuple[bool, int, object]] = {}  # p -> (leader?, epoch, replica)
+        self.roles: dict[int, tuple[bool, int | None, object]] = {}  # p -> (leader?, epoch, replica)
         self._create_lock: asyncio.Lock | None = None
         self._creating: asyncio.Task | None = None  # the internal topic's creation under way
 

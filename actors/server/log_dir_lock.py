@@ -1,15 +1,6 @@
-"""Kafka's ``.lock`` file in a log directory: one broker process at a time owns the directory.
-
-``LogDirLock(log_dir)``: ``try_acquire()`` takes ``flock(LOCK_EX | LOCK_NB)`` on ``log_dir/.lock`` and
-writes the holder's pid into it; ``acquire(timeout_s, sleep)`` retries for ``timeout_s`` (a restarted
-broker may start while the process of its previous incarnation is still exiting) and then raises
-``KafkaStorageError`` naming the directory and the pid that holds it. The lock belongs to the open file:
-the kernel releases it when the holding process ends, however it ends (SIGKILL, OOM), so a crashed
-broker never blocks its own restart; a *frozen* (SIGSTOPped) holder keeps it, as it must (it may wake
-and write). ``release()`` closes the file. No Ray, no asyncio: the broker runs ``acquire`` in a thread.
-
-Concurrency: one owner per instance; flock locks are per open file, so a second ``LogDirLock`` on the
-same directory fails even inside the same process.
+"""Kafka's ``.lock`` file in a log directory: ``LogDirLock`` holds ``flock`` on ``log_dir/.lock`` so that one
+process at a time owns the directory; the kernel drops it when the holder dies. Used by the broker and
+controller shells (``acquire`` in a thread); no Ray, no asyncio. docs/internals.md ("Liveness") has the rules.
 """
 
 from __future__ import annotations

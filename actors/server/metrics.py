@@ -1,22 +1,7 @@
-"""The counters each actor keeps for the Prometheus exporter (actors/metrics_exporter.py): plain Python, no
-Ray, no prometheus_client, nothing per record.
-
-Cost in the hot path: a replica counts once per produce/fetch *request* (a few integer additions, one
-``bisect`` into the latency buckets and two ``perf_counter`` reads), never per record: the number of records
-of a produce comes from the batch headers (``RecordsCount``, one ``struct`` read per batch). The exporter
-reads the snapshots on scrape (``metrics()`` of each actor), so nothing is sent anywhere between scrapes.
-
-Counters live in the actor's memory: a replica actor that is recreated (its broker restarted, its
-process killed) starts again from zero, which Prometheus treats as a counter reset (``rate()`` and
-``increase()`` handle it). docs/metrics.md lists what each figure means under which Kafka name.
-
-- ``ReplicaStats``: one per replica actor. ``BrokerTopicMetrics`` (messages/bytes in and out, total and
-  failed produce/fetch requests) and ``RequestMetrics`` (a latency histogram per request type:
-  ``Produce``, ``Fetch``, ``FetchFollower``) of that replica; the exporter sums them per
-  broker and topic.
-- ``ControllerStats``: the controller's, fed by each metadata commit: leader elections (clean and
-  unclean) and ISR shrinks / expands, judged from the partition state before and after the commit.
-- ``group_metrics`` / ``txn_metrics``: what the group and transaction coordinators report on scrape.
+"""The counters each actor keeps for the Prometheus exporter (actors/metrics_exporter.py): ``ReplicaStats`` per
+replica, ``ControllerStats`` per controller, the coordinators' ``group_metrics`` / ``txn_metrics``. Plain
+Python, counted per request, never per record; read on scrape through each actor's ``metrics()``.
+docs/metrics.md names each figure; docs/internals.md ("Metrics") has the costs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""A broker's replica hosts (``replica.host.max.partitions`` > 1): where its replicas go instead of a
-process each (actors/replica_host.py says why and how a hosted replica behaves).
-
-The broker uses this in place of its warm pool (actors/server/replica_pool.py), through the same calls: ``take()``
-hands out a :class:`~actors.replica_host.HostedReplica` in a fresh slot of the live host with the fewest
-replicas that has room (starting a host when none has), ``bound()`` follows each bind, ``end(handle)`` ends a
-replica the broker gave up, ``fill()`` keeps one host with room started ahead of need, so a topic create binds
-into a running process instead of waiting ~0.5 s per replica for a new one.
-
-- Ownership: hosts are the broker's non-detached children, hard-pinned to its node, like its replica actors:
-  they fate-share with it.
-- Deaths: each host has a pending ``supervise()`` call; when its process dies the call raises and the host
-  leaves the list (its replicas' own supervision recreates each of them elsewhere: in another live host, or
-  a new one), and ``fill`` starts a spare.
-- Retirement: a host left empty while another live host has room is killed (one spare is enough).
-- ``shutdown()`` kills every host without replicas; the broker's shutdown stops its replicas first.
-
-Concurrency: the broker's event loop only.
+"""A broker's replica hosts (``replica.host.max.partitions`` > 1): ``ReplicaHosts`` places replicas in fresh
+slots of ``ReplicaHost`` processes, keeps one host with room started ahead of need (the warm host), and
+watches and retires hosts. Used by the broker shell on its event loop in place of the warm pool; creates
+actors/replica_host.py. docs/internals.md ("Replica hosts") has how and why.
 """
 
 from __future__ import annotations
@@ -23,12 +9,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from typing import cast
 
 import ray
+from ray.actor import ActorClass
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.replica_host import HostedReplica, ReplicaHost
+
+# ray.remote's stubs lack ``concurrency_groups``, so mypy sees ReplicaHost as the undecorated class
+_HOST_ACTOR = cast(ActorClass, ReplicaHost)
 
 log = logging.getLogger("rafka.broker")
 
@@ -56,7 +47,7 @@ class ReplicaHosts:
     # ---- hosts ----------------------------------------------------------------------------------------
     def _start(self) -> _HostEntry:
         h = _HostEntry(
-            ReplicaHost.options(
+            _HOST_ACTOR.options(
                 num_cpus=0,
                 max_concurrency=HOST_MAX_CONCURRENCY,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(self.b.node_id, soft=False),

@@ -1,31 +1,7 @@
-"""A broker's warm pool of unbound replica actors (``replica.warm.pool.size``, actors/replication/replica_config.py).
-
-A Ray actor is a worker process of its own: starting one costs 0.5-0.64 CPU-seconds (interpreter, Ray's
-core worker, rafka's imports), and Ray does not reuse idle task workers for actors. Creating the replicas
-of a topic on LeaderAndIsr paid that on the critical path (a 6 x RF 3 topic: 7.8 s on 2 cores). The
-broker therefore keeps ``size`` ReplicaActor processes started ahead of need and *unbound*
-(``ReplicaActor.__init__()`` with no arguments: imports done, no partition, no log; then ``preload``: the
-classes of the broker and transaction coordinator it will call loaded too); a LeaderAndIsr CREATE takes one
-and ``bind``s it (actors/replica.py), else starts one cold as before.
-
-- Ownership: pool actors are created by the broker, non-detached, hard-pinned to its node: they
-  fate-share with it like its bound replicas. They are unnamed (a name cannot be given to a process
-  later): the broker is the authority for which actor is which replica (``BrokerActor.replica_handle``).
-- Refill: in the background, one actor at a time (Ray starts ~2 workers at a time anyway), and only once
-  every taken actor's bind answered and none was taken for ``REFILL_QUIET_S``: a burst of creates (one
-  LeaderAndIsr of a new topic, cold starts included) is never slowed by its own refill. ``take`` hands
-  out the oldest actor, ready or still starting (a starting one is nearer to ready than a new one).
-- Spare CPU only: before each start the node's idle CPU is measured over ``IDLE_SAMPLE_S`` (``/proc/stat``;
-  the pool's actors run on the broker's node); below ``replica.warm.pool.min.idle.cpus`` (1.0: a start
-  keeps a core busy ~0.5 s, so it waits for a whole idle core) the start waits. The pool is an
-  optimization: it must not slow the work under way (a loaded node keeps creating replicas cold, as
-  without a pool), and a busy machine's tests do not pay for pools they never use.
-- Deaths: each warm actor has a pending ``supervise()`` call; when its process dies (SIGKILL, OOM) the
-  call raises, the actor leaves the pool and the refill replaces it. A warm actor's death is harmless: it
-  held no partition.
-- ``shutdown()`` kills every warm actor (``ray.kill``); a broker that is killed takes them with it.
-
-Concurrency: the broker's event loop only.
+"""A broker's warm pool of unbound replica actors (``replica.warm.pool.size``, with
+``replica.host.max.partitions`` = 1): ``ReplicaActor`` processes started ahead of need, taken and bound on
+LeaderAndIsr, refilled in the background when the node has a whole idle core. Used by the broker shell on
+its event loop; creates actors/replica.py. docs/internals.md ("Warm replica pool") has why and the rules.
 """
 
 from __future__ import annotations

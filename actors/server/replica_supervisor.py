@@ -1,39 +1,14 @@
-"""A broker's supervision of its replica actors (the thin Ray side of ``actors.server.supervision``).
-
-A replica actor is a separate process: it can die (SIGKILL, OOM) or freeze (SIGSTOP) while its broker
-lives on, and nobody else would notice -- its partition would stay led by a dead process forever. The
-broker watches every replica actor it creates:
-
-- a long-poll per replica (``supervise()``, pending while the replica runs, answered when it is stopped
-  on purpose) raises ActorDiedError within ~20 ms of the process' death;
-- a probe (``ping()``, every ``broker.heartbeat.interval.ms`` or a tenth of the session timeout, whichever
-  is longer; one in flight per process: the replicas of one ReplicaHost share its answer) judges the
-  replicas whose log is open (their bind answered with their pid, or a probe answered once; a replica still
-  recovering its log may take long): one silent for ``broker.session.timeout.ms`` -- the timeout the
-  controller applies to the broker itself -- whose process is stopped (``/proc``: it runs on this node) is frozen. A silent
-  process that still runs is only starved on a loaded machine (measured: a broker saw all of its
-  replicas silent for 11-15 s at a load average of 8 on 2 cores) and is left alone.
-  ``ping`` runs in its own concurrency group (thread), so a long synchronous step of the replica (a
-  compaction pass) is not mistaken for a frozen process; SIGSTOP stops all of its threads.
-
-On a death (reported once per incarnation): SIGKILL of a frozen process (it runs on this node; a stopped
-process ignores ``ray.kill`` until it wakes, and must never wake to write into the log its successor
-opened), ``ray.kill`` of the handle (frees the actor's name at once), then ``replicas_offline`` to the
-controller, which moves leadership and the ISR away at once (Kafka's OfflineReplica). Then the replica
-is recreated from its log directory with the state the controller answered (a follower that catches up
-and rejoins the ISR through the leader's ISR expansion), after a backoff when it keeps dying; a
-partition it left leaderless (it was the only ISR member) is handed back with ``replicas_online``. A
-LeaderAndIsr arriving meanwhile may recreate it first: creation is under the partition's lock, and the
-replica ignores a state older than the one it runs.
-
-Concurrency: the broker's event loop; recreation takes the broker's per-partition lock.
+"""A broker's supervision of its replica actors (the Ray side of ``supervision.ReplicaSupervision``): a
+``supervise()`` long-poll per replica and a ``ping()`` probe per process; on a death or a freeze the kill,
+``replicas_offline`` to the controller, the recreation and ``replicas_online``. Used by the broker shell on
+its event loop; calls the replicas, the controller (through controller_link) and worker_process.
+docs/internals.md ("Liveness") has the rules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from ray.exceptions import RayActorError, RayTaskError
 
@@ -41,14 +16,11 @@ from actors.replica_host import process_class, process_handle
 from actors.server.controller_link import ControllerUnavailable
 from actors.server.supervision import ReplicaSupervision
 from actors.server.worker_process import actor_pid, kill_worker, stopped
+from protocol.clock import monotonic_ms
 from protocol.control_messages import NO_LEADER, LeaderAndIsrPartitionState
 from protocol.errors import RequestTimedOutError
 
 log = logging.getLogger("rafka.broker")
-
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ReplicaSupervisor:
@@ -76,7 +48,7 @@ class ReplicaSupervisor:
         """A replica actor was just bound to ``key`` (the caller holds the partition's lock); ``pid`` when its
         bind answered it: its log is open, so it is judged by its answers from now on (a replica frozen
         before the first probe answered would otherwise be judged by its death only, and never die)."""
-        inc = self.state.started(key, now_ms(), pid)
+        inc = self.state.started(key, monotonic_ms(), pid)
         old = self._polls.pop(key, None)
         if old is not None:
             old.cancel()
@@ -152,7 +124,7 @@ class ReplicaSupervisor:
     async def probe_loop(self) -> None:
         while not self.b.stopping:
             await asyncio.sleep(self.interval_s)
-            now = now_ms()
+            now = monotonic_ms()
             self.state.tick(now)
             # one ping per process: the replicas of a ReplicaHost share its answer (actors/replica_host.py)
             by_process: dict = {}
@@ -163,13 +135,14 @@ class ReplicaSupervisor:
             for h, members in by_process.values():
                 self._spawn(self._probe(members, h, now))
             for inc in self.state.frozen(now):
-                seq, h = self._handles.get(inc.key, (None, None))
-                if seq == inc.seq and stopped(inc.pid):  # a process that still runs is only slow
+                current = self._handles.get(inc.key)
+                # a process that still runs is only slow
+                if current is not None and current[0] == inc.seq and stopped(inc.pid):
                     self._spawn(
                         self.on_death(
                             inc.key,
-                            seq,
-                            h,
+                            inc.seq,
+                            current[1],
                             f"frozen: answered nothing for {inc.timer.silent_ms(now)} ms, its process is stopped",
                             frozen=True,
                         )
@@ -194,7 +167,7 @@ class ReplicaSupervisor:
             return
         inc = self.state.current.get(key)
         pid = inc.pid if inc is not None and inc.seq == seq else None
-        if not self.state.died(key, seq, now_ms()):
+        if not self.state.died(key, seq, monotonic_ms()):
             return
         log.warning("broker %s: replica %s-%s %s: recreating it", b.broker_id, key[0], key[1], why)
         if frozen and kill_worker(pid, process_class(handle)):

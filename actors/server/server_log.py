@@ -1,32 +1,7 @@
-"""Kafka-style server logs on disk: what a broker and the controller did, readable after the cluster stopped.
-
-Files, under the cluster's data directory (they are not in Ray's temp dir, so ``rafka cluster stop`` keeps
-them; ``rafka logs`` reads them without attaching to Ray)::
-
-    <data_dir>/logs/broker-<id>.log   one broker: the broker actor, its replica actors, its group and
-                                      transaction coordinators (Kafka's server.log + state-change.log)
-    <data_dir>/logs/controller.log    the controller, whichever broker hosts it (Kafka's controller.log)
-    <data_dir>/logs/ray.log           Ray's own driver-side warnings (``route_ray_driver_logs``: the start-up
-                                      warnings of small machines, kept off the user's terminal)
-    <data_dir>/logs/ray-start.log     what ``ray start --head`` printed for ``rafka cluster start``
-
-Each file rotates at ``MAX_BYTES`` keeping ``BACKUPS`` old files (``broker-1.log.1`` ...). Several processes
-write one broker's file (every replica is its own Ray worker process), so the handler is
-``concurrent_log_handler.ConcurrentRotatingFileHandler``: a lock file around each write and each rotation.
-
-A line is Kafka's log4j shape, ``[%d] %p [context] %m (%c)``::
-
-    [2026-11-26 19:20:01,123] INFO [Partition clicks-0 broker=1] Shrinking ISR from [0, 1, 2] to [1, 2] (actors.replica)
-
-The context is the process's role (``Broker id=1``, ``Partition clicks-0 broker=1``, ``Controller id=0
-epoch=3``, ``GroupCoordinator 1``), or a record's own ``extra={"ctx": ...}``, or the asyncio task's
-(``set_task_context``: a replica host's calls and tasks carry their replica's ``Partition ...`` context).
-
-``configure(path, context)`` runs once per actor process, from the actor's constructor, and only inside a
-Ray worker (an actor class built in a test process leaves that process's logging alone). It sends the
-project's loggers (``rafka``, ``actors``, ``storage``, ``serve``, ``protocol``, ``jobs``) at INFO to the file and
-nowhere else: lines are written on state changes (leadership, ISR, elections, topics, segments, groups),
-never per request.
+"""Kafka-style server logs on disk (``<data_dir>/logs/broker-<id>.log``, ``controller.log``, ``ray.log``), in
+log4j's line shape with the process's role as context. ``configure`` is called once by each actor's
+constructor, only inside a Ray worker; ``rafka logs`` reads the files. docs/internals.md ("Server logs") has
+the files, the line shape and the rotation.
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
-"""Liveness judged by answers, and restarts with backoff: the pure logic under a broker's supervision of
-its controller and of its replica actors. No Ray, no clock: every method takes ``now_ms``.
-
-``SessionTimer`` is Kafka's session timeout seen from the watcher's side: a peer is alive while it
-answered within ``timeout_ms`` (Kafka's ``controller.quorum.fetch.timeout.ms`` for the controller,
-``broker.session.timeout.ms`` for a broker). A frozen process (SIGSTOP, a hung machine) never answers,
-so silence is the only signal. The watcher's own stalls do not count against the peer: the watcher
-``tick``s at a steady pace, and a tick that comes more than ``stall_ms`` after the previous one (its own
-event loop was blocked, or the machine overloaded) restarts the session, as the controller already
-does for broker sessions.
-
-``ReplicaSupervision`` tracks the replica actors one broker hosts, one *incarnation* (a created actor)
-at a time per partition. States and their only transitions (asserted)::
+"""Liveness judged by answers, and restarts with backoff: the pure logic under a broker's supervision of its
+controller (``SessionTimer``) and of its replica actors (``ReplicaSupervision``). No Ray, no clock (every
+method takes ``now_ms``); owned by controller_link and replica_supervisor on the broker's event loop.
+docs/internals.md ("Liveness") has the rules. A replica incarnation's states, and their only transitions
+(asserted)::
 
     STARTING --answered--> RUNNING           (or RUNNING at once: started with the pid its bind answered)
     STARTING | RUNNING --died--> DEAD        (its long-poll raised, or it stayed silent: frozen)
     STARTING | RUNNING --stopped--> STOPPED  (StopReplica, shutdown, a newer incarnation)
-
-A STARTING replica is still opening its log (recovery may take long) and is judged by its death only;
-a RUNNING one also by its answers: ``frozen`` lists those silent past the timeout, which the caller
-confirms (its process stopped) before acting. ``died`` answers True once per incarnation (the caller
-acts on it: report the replica offline, kill it, recreate it); later reports of the same death are
-ignored. A partition whose replicas keep dying is recreated after a growing delay (``restart_delay_ms``):
-0 after the first death, then ``RESTART_BACKOFF_MS`` doubling to ``RESTART_BACKOFF_MAX_MS``; the count
-resets once an incarnation ran ``RESTART_STABLE_MS``.
-
-Concurrency: single-threaded, owned by the broker's event loop.
 """
 
 from __future__ import annotations
@@ -170,28 +152,3 @@ class ReplicaSupervision:
         if deaths <= 1:
             return 0
         return min(RESTART_BACKOFF_MAX_MS, RESTART_BACKOFF_MS * (1 << min(deaths - 2, 16)))
-
-
-class BrokerHeartbeats:
-    """When each live broker was last heard from (Kafka's BrokerHeartbeatManager). Times are seconds of a
-    monotonic clock, passed in. A stall of the controller's own loop is not the brokers' fault: ``extend``
-    gives every session a fresh start."""
-
-    def __init__(self, session_timeout_s: float):
-        self.session_timeout_s = session_timeout_s
-        self.last_seen: dict[int, float] = {}
-
-    def seen(self, broker_id: int, now: float) -> None:
-        self.last_seen[broker_id] = now
-
-    def extend(self, now: float) -> None:
-        for b in self.last_seen:
-            self.last_seen[b] = now
-
-    def deadline(self, now: float) -> float:
-        """A broker last heard from before this is timed out."""
-        return now - self.session_timeout_s
-
-    def expired(self, broker_id: int, deadline: float) -> bool:
-        seen = self.last_seen.get(broker_id)
-        return seen is not None and seen < deadline

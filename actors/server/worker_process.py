@@ -1,23 +1,6 @@
-"""The OS process behind an actor on this node: kill a frozen one for good.
-
-A worker process stopped by SIGSTOP (or hung in the kernel) ignores ``ray.kill`` until it runs again:
-Ray frees the actor's name at once, but the process lingers and, once woken, may still run a little of
-its own code. A supervisor on the same node (a broker for its replicas, the controller's host broker)
-that judged such a process dead ends it with SIGKILL, which needs no cooperation from the process, so
-it never wakes up to write into files its successor owns.
-
-``kill_worker(pid, actor_class)`` only signals a process whose command line is that actor class's Ray
-worker title (``ray::<Class>...``), never a pid that was reused by something else. Returns whether it
-sent the signal.
-
-``actor_pid(handle)`` reads an actor's worker pid from GCS's actor table, for a supervisor that has not heard
-the actor's own answer yet (a replica frozen right after it started).
-
-``process_state(pid)`` is the kernel's one-letter state (``/proc/<pid>/stat``: R running, S sleeping, D
-disk wait, T stopped by a signal, t stopped by a tracer, Z zombie) or None when there is no such process.
-A supervisor on the same node uses it to tell a *frozen* process (``stopped``) from one that is only slow
-to answer on a loaded machine: its liveness probe runs on its own thread, so silence from a process that
-still runs is starvation, not a fault to act on.
+"""The OS process behind an actor on this node: ``kill_worker`` SIGKILLs a frozen one (only a ``ray::<Class>``
+worker), ``actor_pid`` reads its pid from GCS, ``process_state`` / ``stopped`` tell a frozen process from a
+slow one (/proc). Used by controller_link and replica_supervisor. docs/internals.md ("Liveness") has why.
 """
 
 from __future__ import annotations

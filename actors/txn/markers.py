@@ -1,18 +1,7 @@
 """The transaction coordinator's marker writer (Kafka's TransactionMarkerChannelManager): WriteTxnMarkers to
-the leader replica of every partition of a transaction, retried until each took its marker.
-
-A partition's leader comes from the cluster metadata in GCS KV, read once and cached (Kafka's metadata
-cache): it is re-read only when a round left a partition unmarked (a leader moved, died or is unknown), and
-the replica actor handles are cached per (partition, leader) likewise, so a transaction's markers cost one
-call per partition, all in parallel, and no GCS round trips. The request goes to the leader's replica actor
-(looked up through the leader's broker: actors/channels/replica_lookup.py) on its internal channel (a TCP
-connection with the listener's internal token, actors/channels/data_channel.py; a client connection cannot write
-markers), and it appends the COMMIT/ABORT control batch with acks=all. A deleted
-partition (UNKNOWN_TOPIC_OR_PARTITION, or gone from the metadata) needs no marker. A marker the partition
-refuses because a newer coordinator epoch or producer epoch already wrote there
-(TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH) means this coordinator is stale for the
-transaction: the job is abandoned (the current coordinator completes it). A dead replica or a broken or
-timed-out connection drops the cached handle and the partition is retried. The retry policy is plain asyncio.
+the leader replica of every partition of a transaction on its internal channel, retried until each took its
+marker, and the KIP-890 verification pushes. Called by actors/txn/state_manager.py and
+actors/txn_coordinator.py; calls replica actors (actors/channels/). Its rules: docs/internals.md ("Transactions").
 """
 
 from __future__ import annotations
@@ -23,10 +12,11 @@ from collections.abc import Callable
 
 from actors.channels.data_channel import loop_channel
 from actors.channels.replica_lookup import broker_handle_async, replica_handle_async
+from actors.metadata.kv import GcsKV
 from actors.txn.shard import MarkerJob
 from protocol import errors as E
 from protocol.channel_frames import API_TXN_MARKERS, API_TXN_VERIFIED, marker_fields, verified_fields
-from protocol.kv import GcsKV, read_cluster, read_topics
+from protocol.kv import read_cluster, read_topics
 from protocol.txn_messages import TxnVerifiedRequest, WriteTxnMarkersRequest
 
 log = logging.getLogger("rafka.txn_coordinator")

@@ -1,31 +1,23 @@
-"""The transaction coordinator's request-level rules, pure (Kafka's TransactionStateManager configs and the
-``__transaction_state`` topic): no Ray, no I/O. actors/txn_coordinator.py is the actor over them and the
-shard (actors/txn/shard.py).
-
-Broker configs (Kafka's names; rafka's defaults where they differ are noted):
-
-- ``transaction.state.log.num.partitions`` (Kafka 50; rafka 5: each partition replica is an actor),
-  ``transaction.state.log.replication.factor`` (3, capped by the live brokers),
-  ``transaction.state.log.min.isr`` (2, capped by the replication factor),
-  ``transaction.state.log.segment.bytes`` (100 MiB); the topic is compacted;
-- ``transaction.max.timeout.ms`` (15 min), ``transactional.id.expiration.ms`` (7 days),
-- ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s),
-  ``transaction.remove.expired.transaction.cleanup.interval.ms`` (1 h).
+"""The transaction coordinator's request-level rules, pure: Kafka's TransactionStateManager configs (names and
+defaults: docs/internals.md, "Transactions"), the ``__transaction_state`` spec, append error mapping,
+``txn_kind`` (transactions on the coordinator runtime) and the parked AddPartitionsToTxn. No Ray, no I/O;
+called by actors/txn_coordinator.py, actors/txn/state_manager.py and the broker's coordinator host.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from actors.group.service import ACTIVE as ACTIVE  # the same states and routing as groups
-from actors.group.service import FAILED as FAILED
-from actors.group.service import LOADING
-from actors.group.service import route_code as route_code
-from actors.txn.records import partition_for
+from actors.coordinator.context import ACTIVE as ACTIVE  # the runtime's states and routing
+from actors.coordinator.context import FAILED as FAILED
+from actors.coordinator.context import LOADING as LOADING
+from actors.coordinator.context import route_code as route_code
+from actors.coordinator.shard import CoordinatorKind
+from actors.txn.records import TxnRecord, decode_key, decode_value, partition_for
 from actors.txn.shard import TxnConfig, TxnCoordinatorShard
 from protocol import errors as E
+from protocol.names import TXN_TOPIC
 
-TXN_TOPIC = "__transaction_state"
 DEFAULT_TXN_PARTITIONS = 5
 DEFAULT_TXN_REPLICATION = 3
 DEFAULT_TXN_MIN_ISR = 2
@@ -93,31 +85,21 @@ def append_error(code: int) -> int:
     return APPEND_ERRORS.get(code, code) if code else 0
 
 
-class TxnPartition:
-    """One ``__transaction_state`` partition led (or being loaded) here: its shard, load state, the
-    generation that stale tasks check (bumped on unload) and its tasks (load, markers, timers)."""
+def decode(key: bytes | None, value: bytes | None, producer_id: int) -> TxnRecord | None:
+    """A ``__transaction_state`` record read back (keyless records are skipped)."""
+    return None if key is None else TxnRecord(decode_key(key), decode_value(value))
 
-    def __init__(self, partition: int, epoch: int, replica, shard: TxnCoordinatorShard):
-        self.partition, self.epoch, self.replica, self.shard = partition, epoch, replica, shard
-        self.state, self.gen = LOADING, 0
-        self.tasks: list[asyncio.Task] = []
-        self.loaded_records = 0
-        # AddPartitionsToTxn waiting (at most one per id) for the id's transaction to complete: see the actor
-        self.parked: dict[str, ParkedAdd] = {}
 
-    def wake(self, transactional_id: str) -> None:
-        """The id's state moved (or its append failed): its parked AddPartitionsToTxn tries again."""
-        w = self.parked.get(transactional_id)
-        if w is not None and not w.combined and not w.fut.done():
-            w.fut.set_result(None)
-
-    def stop_tasks(self) -> None:
-        for t in self.tasks:
-            t.cancel()
-        self.tasks = []
-        for w in self.parked.values():  # they retry and are routed again (NOT_COORDINATOR, or the new load)
-            if not w.fut.done():
-                w.fut.set_result(None)
+def txn_kind(config: TxnConfig) -> CoordinatorKind:
+    """Transactions on the coordinator runtime (actors/coordinator/): no markers are written to this topic."""
+    return CoordinatorKind(
+        topic=TXN_TOPIC,
+        new_shard=lambda epoch: TxnCoordinatorShard(epoch, config),
+        decode=decode,
+        end_txn=lambda producer_id, committed: None,
+        append_error=append_error,
+        summary=lambda shard: f"{len(shard.txns)} transactional ids",
+    )
 
 
 class ParkedAdd:

@@ -1,24 +1,8 @@
 """The transaction coordinator's state machine for one ``__transaction_state`` partition (Kafka's
-TransactionMetadata + TransactionStateManager + the decisions of TransactionCoordinator), pure: no Ray,
-no I/O, time passed in.
-
-Shape (Kafka's CoordinatorShard): every request handler returns a :class:`TxnResult` -- the records to
-append (acks=all) and the response to give once they are appended -- and changes nothing durable. Only
-:meth:`TxnCoordinatorShard.replay` changes state, for records appended by this coordinator and for records
-read back while loading the partition. A handler that returns records marks its transactional id
-*pending* (Kafka's ``pendingState``): until the record is replayed (or :meth:`append_failed` clears the
-mark) any other request for that id answers CONCURRENT_TRANSACTIONS, so two transitions never race.
-
-Two-phase commit: EndTxn writes PrepareCommit/PrepareAbort; replaying a Prepare record yields a
-:class:`MarkerJob` (write COMMIT/ABORT markers to every partition of the transaction); once every leader
-took its marker, :meth:`markers_written` returns the CompleteCommit/CompleteAbort record. Loading a partition
-yields the jobs of every transaction it finds in a Prepare state (a new coordinator resumes them).
-
-Fencing: InitProducerId bumps the producer epoch; if the previous instance left a transaction Ongoing, the
-bump writes PrepareAbort with the new epoch (Kafka's PrepareEpochFence then abort), so its markers fence
-the old epoch at every partition, and the caller retries (CONCURRENT_TRANSACTIONS) until it completes.
-Expired transactions (``transaction.timeout.ms``) are aborted the same way; transactional ids idle longer
-than ``transactional.id.expiration.ms`` are removed with a tombstone.
+TransactionMetadata + TransactionStateManager + the decisions of TransactionCoordinator), pure, time passed
+in: handlers return a :class:`TxnResult` (records, response), ``replay`` is the only mutator and a Prepare
+record yields its :class:`MarkerJob`. A CoordinatorShard of the runtime (actors/coordinator/), driven by
+actors/txn/state_manager.py and actors/txn_coordinator.py.
 """
 
 from __future__ import annotations
@@ -92,6 +76,14 @@ class TxnCoordinatorShard:
         if v.status in (PREPARE_COMMIT, PREPARE_ABORT):
             return self._job(md)
         return None
+
+    def load(self, records: Iterable[TxnRecord], now_ms: int) -> int:
+        """Rebuild from the partition read from its start (latest value per id); the records replayed."""
+        n = 0
+        for rec in records:
+            self.replay(rec, loading=True)
+            n += 1
+        return n
 
     def append_failed(self, transactional_id: str) -> None:
         """The records of a handler were not appended: the id takes requests again."""

@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
+from protocol.errors import BrokerNotAvailableError, ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
 from protocol.names import RAY_NAMESPACE, controller_name
-from rafka.cluster import resolve_cluster
+from rafka.client_utils import resolve_cluster
 from rafka.config import AdminConfig, ConsumerConfig
 from rafka.consumer.fetcher import EARLIEST, LATEST, Fetcher
-from rafka.errors import BrokerNotAvailableError, ElectionNotNeededError, KafkaError, KafkaTimeoutError, for_code
 from rafka.metadata import ClusterMetadata
 from rafka.structs import OffsetAndTimestamp, TopicPartition
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from protocol.errors import UnknownTopicOrPartitionError, for_code
 from protocol.group_messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
@@ -21,7 +22,6 @@ from protocol.group_messages import (
 from protocol.names import RAY_NAMESPACE, group_coordinator_name
 from rafka.consumer.assignors import decode_assignment
 from rafka.coordinator_client import GroupCoordinatorClient, _first_code
-from rafka.errors import UnknownTopicOrPartitionError, for_code
 from rafka.structs import TopicPartition
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 
+from protocol.errors import KafkaError, NotLeaderOrFollowerError, for_code
 from protocol.names import RAY_NAMESPACE, txn_coordinator_name
 from protocol.txn_messages import DescribeTransactionsRequest, ListTransactionsRequest, WriteTxnMarkersRequest
 from rafka.coordinator_client import RETRIABLE_COORDINATOR, TxnCoordinatorClient
-from rafka.errors import KafkaError, NotLeaderOrFollowerError, for_code
 from rafka.structs import TopicPartition
 
 DEFAULT_MAX_TXN_TIMEOUT_MS = 900000

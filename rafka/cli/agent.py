@@ -21,11 +21,22 @@ import socketserver
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 from rafka.cli.remote import recv_frame, send_frame
+from rafka.cli.support import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 
 AGENT_NAME = "cli-agent:{cluster}"
+
+
+class CliEntry(NamedTuple):
+    """The CLI the agent runs, handed to it by rafka/cli/main.py (``main.ENTRY``): the agent sits below the
+    parser, which holds ``rafka cluster start``, which starts the agent."""
+
+    build_parser: Callable[[], Any]
+    run: Callable[[Any], int]
+
+
 OUT_BUFFER = 64 * 1024
 
 _local = threading.local()
@@ -195,28 +206,26 @@ class _Session:
                 self.interrupt()
 
 
-def run_verb(parser, argv: list[str], address: str | None) -> int:
-    """Parse (with the agent's one parser) and run one verb in this thread (its streams are the session's);
-    the exit code."""
-    from rafka.cli.main import main as cli
-
+def run_verb(parser, run: Callable[[Any], int], argv: list[str], address: str | None) -> int:
+    """Parse (with the agent's one parser) and ``run`` one verb in this thread (its streams are the
+    session's); the exit code."""
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "remote", False):
             print(f"rafka: `{' '.join(argv[:2])}` does not run in the CLI agent", file=sys.stderr)
-            return cli.EXIT_USAGE
+            return EXIT_USAGE
         if args.address is None:
             args.address = address
-        return cli._run(args)
+        return run(args)
     except SystemExit as exc:  # argparse's errors (the client parsed the same argv first, so rare)
-        return exc.code if isinstance(exc.code, int) else cli.EXIT_USAGE
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return cli.EXIT_OK
+        return EXIT_OK
     except Exception:  # noqa: BLE001 - the verb's failure is the client's to see, not the agent's end
         traceback.print_exc(file=sys.stderr)
-        return cli.EXIT_ERROR
+        return EXIT_ERROR
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -230,7 +239,7 @@ class CliAgent:
     """The actor: a threaded TCP server on ``host:port`` (the port is fixed by ``rafka cluster start`` so a
     restarted agent binds the same one)."""
 
-    def __init__(self, cluster: str, address: str, token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, cluster: str, address: str, token: str, entry: CliEntry, host: str = "127.0.0.1", port: int = 0):
         self.cluster, self.address, self._token = cluster, address, token
         if not isinstance(sys.stdout, _Router):
             sys.stdout, sys.stderr = _Router("stdout", sys.stdout), _Router("stderr", sys.stderr)
@@ -239,11 +248,10 @@ class CliAgent:
         agent = self
         # the verbs' modules and the parser (its entry points are read from disk) load once, not per command
         from rafka.admin.admin import Admin  # noqa: F401
-        from rafka.cli.main import main as cli
         from rafka.consumer.consumer import Consumer  # noqa: F401
         from rafka.producer.producer import Producer  # noqa: F401
 
-        self._parser = cli.build_parser()
+        self._parser, self._run = entry.build_parser(), entry.run
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
@@ -280,7 +288,7 @@ class CliAgent:
         _local.session = session
         code = 1
         try:
-            code = run_verb(self._parser, argv, self.address)
+            code = run_verb(self._parser, self._run, argv, self.address)
         finally:
             try:
                 with session.state_lock:
@@ -296,8 +304,11 @@ class CliAgent:
                 _local.session = None
 
 
-def start_agent(cluster: str, address: str, port: int, token: str, pick_port=None, attempts: int = 3) -> dict:
-    """Start the agent (detached, restarted if its process dies, on this node) and return its endpoint.
+def start_agent(
+    cluster: str, address: str, port: int, token: str, entry: CliEntry, pick_port=None, attempts: int = 3
+) -> dict:
+    """Start the agent (detached, restarted if its process dies, on this node) running ``entry``'s verbs, and
+    return its endpoint.
 
     ``port`` was free when it was probed, but any process may bind it before the agent does (an outgoing
     connection takes a free port of the same range): the agent's constructor then fails with EADDRINUSE,
@@ -320,7 +331,7 @@ def start_agent(cluster: str, address: str, port: int, token: str, pick_port=Non
     )
     while True:
         attempts -= 1
-        actor = agent.remote(cluster, address, token, "127.0.0.1", port)
+        actor = agent.remote(cluster, address, token, entry, "127.0.0.1", port)
         try:
             ep = ray.get(actor.endpoint.remote(), timeout=60)
         except RayActorError as e:

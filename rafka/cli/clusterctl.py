@@ -31,9 +31,11 @@ import sys
 import tempfile
 import time
 
+from protocol.errors import ClusterNotFoundError, KafkaError
 from protocol.names import RAY_NAMESPACE, broker_name
-from rafka.cluster import WORKER_NICENESS, read_state, state_file
-from rafka.errors import ClusterNotFoundError, KafkaError
+from rafka.cli.agent import CliEntry, start_agent
+from rafka.client_utils import read_state, state_file
+from rafka.cluster import WORKER_NICENESS
 from rafka.output import quiet_worker_pool_warnings
 
 
@@ -181,7 +183,11 @@ def start(
     num_cpus: int | None = None,
     port: int | None = None,
     config: dict | None = None,
+    *,
+    entry: CliEntry,
 ) -> dict:
+    """Start the Ray head, the cluster on it and its CLI agent (running ``entry``'s verbs); record them in the
+    state file. The cluster's description, as ``rafka cluster start`` prints it."""
     state = read_state()
     if state:
         leftovers = ray_processes(state["temp_dir"])
@@ -269,13 +275,11 @@ def start(
         from actors.bootstrap import start_cluster
 
         server = start_cluster(cluster, brokers, data_dir, broker_config=dict(config or {}) or None)
-        from rafka.cluster import bootstrap_servers
+        from rafka.client_utils import bootstrap_servers
 
         info["bootstrap_servers"] = bootstrap_servers(cluster)
         info["metrics_url"] = server.metrics_url()
-        from rafka.cli.agent import start_agent
-
-        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24), pick_port=free_port)
+        agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24), entry, pick_port=free_port)
         info["cli_agent"] = f"{agent['host']}:{agent['port']}"
     except BaseException:
         if ray.is_initialized():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
+from protocol.errors import KafkaError, UnknownTopicOrPartitionError
 from rafka.cli.support import EXIT_OK, UsageError, bound, connect, echo, output_stream
-from rafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 
 def _headers(items: list[str] | None) -> list[tuple[str, bytes]]:

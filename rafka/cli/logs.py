@@ -22,7 +22,7 @@ from actors.server import server_log
 from rafka.cli.clusterctl import last_data_dir_file
 from rafka.cli.support import EXIT_OK, UsageError, echo, output_stream
 from rafka.cli.types import index as _index
-from rafka.cluster import read_state, state_file
+from rafka.client_utils import read_state, state_file
 
 LINE = re.compile(
     r"^\[(?P<time>[^\]]+)\] (?P<level>[A-Z]+) \[(?P<context>[^\]]*)\] (?P<message>.*) \((?P<logger>[^()]*)\)$"

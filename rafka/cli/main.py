@@ -28,6 +28,7 @@ import os
 import sys
 from importlib.metadata import entry_points
 
+from protocol.errors import ClusterNotFoundError, KafkaError
 from rafka.cli import clusterctl
 from rafka.cli import groups as cli_groups
 from rafka.cli import help as cli_help
@@ -35,6 +36,7 @@ from rafka.cli import logs as cli_logs
 from rafka.cli import perf as cli_perf
 from rafka.cli import support as cli_support
 from rafka.cli import topics as cli_topics
+from rafka.cli.agent import CliEntry
 from rafka.cli.data import ENCODINGS, cmd_topic_consume, cmd_topic_produce
 from rafka.cli.remote import run_remote
 from rafka.cli.support import (
@@ -51,7 +53,6 @@ from rafka.cli.support import (
 )
 from rafka.cli.types import count as _count
 from rafka.cli.types import index as _index
-from rafka.errors import ClusterNotFoundError, KafkaError
 from rafka.output import claim_stdout
 
 COMMANDS_GROUP = "rafka.commands"  # entry points: name -> register(groups, common) adding a verb group
@@ -70,6 +71,7 @@ def cmd_cluster_start(args) -> int:
         num_cpus=args.num_cpus,
         port=args.port,
         config=_kv_pairs(args.config, "--config"),
+        entry=ENTRY,
     )
     _print(
         args,
@@ -460,6 +462,9 @@ def _run(args) -> int:
     except KeyboardInterrupt:
         return 130
 
+
+# what the cluster's CLI agent runs (rafka/cli/agent.py), handed to it by `rafka cluster start`
+ENTRY = CliEntry(build_parser, _run)
 
 if __name__ == "__main__":
     sys.exit(main())

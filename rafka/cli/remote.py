@@ -86,7 +86,7 @@ def agent_endpoint(args) -> dict | None:
         return None
     if getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"):
         return None
-    from rafka.cluster import read_state
+    from rafka.client_utils import read_state
 
     state = read_state() or {}
     agent = state.get("cli_agent")

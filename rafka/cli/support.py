@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from rafka.errors import ClusterNotFoundError
+from protocol.errors import ClusterNotFoundError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NO_CLUSTER = 0, 1, 2, 3
 
@@ -77,8 +77,8 @@ def connect(args):
     """The cluster to talk to: --address, else RAY_ADDRESS, else the one `rafka cluster start` recorded.
     Unlike ``rafka.connect()``, the CLI does not guess with Ray's "auto" (it could pick up any Ray
     instance on the machine)."""
+    from rafka.client_utils import read_state, state_file
     from rafka.cluster import connect as connect_cluster
-    from rafka.cluster import read_state, state_file
 
     address = args.address or os.environ.get("RAY_ADDRESS") or (read_state() or {}).get("address")
     if address is None:

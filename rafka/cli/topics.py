@@ -17,7 +17,7 @@ from rafka.cli.types import index
 
 
 def _partitions_of(admin, name: str, wanted: list[int] | None) -> list[int]:
-    from rafka.errors import UnknownTopicOrPartitionError
+    from protocol.errors import UnknownTopicOrPartitionError
 
     (d,) = admin.describe_topics([name])
     have = sorted(p["partition"] for p in d["partitions"])
@@ -59,8 +59,8 @@ def cmd_topic_trim_prefix(args) -> int:
 
 
 def cmd_topic_elect_leaders(args) -> int:
+    from protocol.errors import for_code
     from rafka.admin.admin import Admin
-    from rafka.errors import for_code
 
     admin = Admin(connect(args))
     if args.partition is not None and len(args.names) != 1:

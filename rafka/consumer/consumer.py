@@ -21,12 +21,12 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from protocol.errors import IllegalStateError
 from rafka.channel import data_transport
-from rafka.cluster import resolve_cluster
+from rafka.client_utils import resolve_cluster
 from rafka.config import ConsumerConfig
 from rafka.consumer.fetcher import EARLIEST, LATEST, Fetcher
 from rafka.consumer.subscription import SubscriptionState
-from rafka.errors import IllegalStateError
 from rafka.metadata import ClusterMetadata
 from rafka.structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 

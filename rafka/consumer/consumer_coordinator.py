@@ -31,25 +31,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from protocol.group_messages import (
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    OffsetCommitRequest,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-)
-from rafka.consumer.assignors import (
-    COOPERATIVE,
-    Subscription,
-    decode_assignment,
-    encode_subscription,
-    get_assignor,
-    perform_assignment,
-)
-from rafka.consumer.subscription import SubscriptionState
-from rafka.coordinator_client import GroupCoordinatorClient, _Call, _first_code
-from rafka.errors import (
+from protocol.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,
     KafkaError,
@@ -60,12 +42,30 @@ from rafka.errors import (
     UnstableOffsetCommitError,
     for_code,
 )
+from protocol.group_messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from protocol.names import OFFSETS_TOPIC
+from rafka.consumer.assignors import (
+    COOPERATIVE,
+    Subscription,
+    decode_assignment,
+    encode_subscription,
+    get_assignor,
+    perform_assignment,
+)
+from rafka.consumer.subscription import SubscriptionState
+from rafka.coordinator_client import GroupCoordinatorClient, _Call, _first_code
 from rafka.structs import OffsetAndMetadata, TopicPartition
 from rafka.transport import RAY, Transport
 
 log = logging.getLogger("rafka.group")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 PROTOCOL_TYPE = "consumer"
 NONE = NoError.code
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = IllegalGenerationError.code, UnknownMemberIdError.code
@@ -455,7 +455,7 @@ class ConsumerCoordinator:
         code = _first_code(res)
         if code in (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION):
             self._reset_generation(lost=code == UNKNOWN_MEMBER_ID)
-            from rafka.errors import CommitFailedError
+            from protocol.errors import CommitFailedError
 
             raise CommitFailedError(
                 "the group rebalanced and assigned the partitions to another member; the commit cannot be completed"
@@ -463,7 +463,7 @@ class ConsumerCoordinator:
         if code == REBALANCE_IN_PROGRESS:
             with self._lock:
                 self._rejoin = True
-            from rafka.errors import RebalanceInProgressError
+            from protocol.errors import RebalanceInProgressError
 
             raise RebalanceInProgressError("commit refused during a rebalance: poll, then commit again")
         if code:

@@ -22,18 +22,18 @@ import logging
 import time
 
 from actors.channels.ray_errors import kafka_error_for
-from protocol.errors import refresh_metadata
-from protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
-from rafka.consumer.read_committed import AbortedTransactionFilter
-from rafka.consumer.subscription import SubscriptionState, TopicPartitionState
-from rafka.errors import (
+from protocol.errors import (
     KafkaError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     for_code,
+    refresh_metadata,
 )
+from protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
+from rafka.consumer.read_committed import AbortedTransactionFilter
+from rafka.consumer.subscription import SubscriptionState, TopicPartitionState
 from rafka.metadata import ClusterMetadata
 from rafka.producer.gc_pause import gc_paused
 from rafka.structs import ConsumerRecord, TopicPartition

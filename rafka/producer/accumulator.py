@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable
 
-from rafka.errors import KafkaError
+from protocol.errors import KafkaError
 from rafka.producer.producer_batch import (
     BufferPool,
     FutureRecordMetadata,

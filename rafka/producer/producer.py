@@ -24,10 +24,10 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from protocol.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from rafka.channel import data_transport
-from rafka.cluster import resolve_cluster
+from rafka.client_utils import resolve_cluster
 from rafka.config import ProducerConfig
-from rafka.errors import IllegalStateError, KafkaTimeoutError, RecordTooLargeError
 from rafka.metadata import ClusterMetadata
 from rafka.producer.accumulator import RECORD_OVERHEAD, FutureRecordMetadata, RecordAccumulator, now_ms
 from rafka.producer.gc_pause import gc_paused

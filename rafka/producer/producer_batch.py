@@ -14,17 +14,14 @@ import time
 from collections.abc import Sequence
 from typing import Callable
 
-from rafka.errors import KafkaTimeoutError, RecordTooLargeError
+from protocol.clock import now_ms  # noqa: F401 (re-exported through rafka.producer.accumulator)
+from protocol.errors import KafkaTimeoutError, RecordTooLargeError
 from rafka.structs import RecordMetadata, TopicPartition
 from storage.records import NO_SEQUENCE, RecordBatchBuilder, decode_records
 
 log = logging.getLogger("rafka.producer")
 
 _new_metadata = tuple.__new__  # RecordMetadata(...) minus NamedTuple's Python-level __new__
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def monotonic_ms() -> float:

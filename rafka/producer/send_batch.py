@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from rafka.errors import InvalidTimestampError
+from protocol.errors import InvalidTimestampError
 from rafka.producer.accumulator import now_ms
 from rafka.producer.producer_batch import RecordFutures
 from storage.log_config import LogConfig

@@ -32,12 +32,9 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Any
 
 from actors.channels.ray_errors import kafka_error_for
-from protocol.errors import refresh_metadata
-from protocol.messages import ProduceRequest, ProduceResponse
-from rafka.errors import (
+from protocol.errors import (
     DuplicateSequenceNumberError,
     InvalidProducerEpochError,
     KafkaError,
@@ -48,11 +45,12 @@ from rafka.errors import (
     RequestTimedOutError,
     UnknownProducerIdError,
     for_code,
+    refresh_metadata,
 )
+from protocol.messages import ProduceRequest, ProduceResponse
 from rafka.metadata import ClusterMetadata
 from rafka.producer.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
-from rafka.producer.sender_ids import SenderIds
-from rafka.producer.txn_manager import TransactionState
+from rafka.producer.transaction_manager import TransactionManager
 from rafka.structs import TopicPartition
 from rafka.transport import RAY, Transport
 
@@ -71,7 +69,7 @@ class InFlight:
         self.abandoned = False
 
 
-class Sender(SenderIds, threading.Thread):
+class Sender(threading.Thread):
     def __init__(
         self,
         cluster: str,
@@ -94,14 +92,9 @@ class Sender(SenderIds, threading.Thread):
         self._round: list[tuple[tuple, InFlight]] = []  # this pass's produce calls, sent together (_issue)
         self._tp_batches: dict[TopicPartition, int] = collections.defaultdict(int)
         self._tp_calls: dict[TopicPartition, int] = collections.defaultdict(int)
-        self._next_seq: dict[TopicPartition, int] = collections.defaultdict(int)
-        self._last_acked: dict[TopicPartition, int] = collections.defaultdict(lambda: -1)
-        self.producer_id = -1
-        self.producer_epoch = -1
-        self._reset_pending = False  # KIP-360: a new producer id once nothing is in flight
-        self.resets = 0
-        self._pid_retry_at = 0.0
-        self._pid_warnings = 0
+        # the producer id, epoch and sequences, and the AddPartitionsToTxn of a transactional producer
+        self.transaction_manager = tm = TransactionManager(cluster, config, accumulator, metadata, transport)
+        tm.wakeup = self._wake.set
         # Ray calls stay under Ray's inline-argument limit (100 KB) so they skip the object store (a single
         # larger batch still goes, alone); the TCP channel takes requests up to max.request.size
         self._max_call_bytes = config.max_request_size
@@ -110,19 +103,24 @@ class Sender(SenderIds, threading.Thread):
         self.running = True
         self.force_close = False
         self.fatal_error: BaseException | None = None
-        # transactions (rafka/producer/txn_manager.py): set by the Producer; partitions are added before they are sent
-        self.txn: TransactionState | None = None
-        self.txn_client = None
-        self._adding: tuple[Any, list[TopicPartition]] | None = None  # the AddPartitionsToTxn in flight
-        self._add_retry_at, self._warmed = 0.0, set()  # (_warmed: partitions whose leader SenderIds._warm found)
-        # _adding is started from the Sender's loop and from the caller's thread (add_partitions_now)
-        self._add_lock = threading.Lock()
         accumulator.wakeup = self._wake.set
         accumulator.wake_by = self.wake_by
         self._sleep_until = 0.0  # monotonic ms the loop sleeps until; 0.0 while it runs
 
     def wakeup(self) -> None:
         self._wake.set()
+
+    @property
+    def producer_id(self) -> int:
+        return self.transaction_manager.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self.transaction_manager.producer_epoch
+
+    def add_partitions_now(self) -> None:
+        """The transaction's AddPartitionsToTxn from the caller's thread, now (TransactionManager)."""
+        self.transaction_manager.add_partitions_now()
 
     def wake_by(self, deadline_ms: float) -> None:
         """Wake the loop if it sleeps past ``deadline_ms`` (a new batch's linger deadline) or is running (it
@@ -158,19 +156,22 @@ class Sender(SenderIds, threading.Thread):
             )
         self._check_request_timeouts(now)
         wait_ms = 50.0
-        if self.txn is not None:
-            with self._add_lock:
-                self._add_partitions(now)
-            if self._adding is None and self.txn.pending and self._add_retry_at > now:
-                wait_ms = min(wait_ms, self._add_retry_at - now)  # retry AddPartitionsToTxn on time, not at the tick
-        elif self.idempotent and self._reset_pending and not self._in_flight:
-            log.warning("producer id %d has a sequence gap: taking a new one and re-sequencing", self.producer_id)
-            self._reset_pending = False
-            self.producer_id = -1
-            self.resets += 1
-        if self.txn is None and self.idempotent and self.producer_id < 0:
-            if not self._ensure_producer_id(now):
-                wait_ms = max(1.0, self._pid_retry_at - now)
+        tm = self.transaction_manager
+        if tm.txn is not None:
+            refused = tm.add_partitions(now)
+            if refused is not None:
+                tps, err = refused
+                for tp in tps:  # their records can never be sent in this transaction
+                    for batch in self.acc.drain(tp, 1 << 62, 1 << 30):
+                        self._fail(batch, err)
+            retry_ms = tm.add_retry_wait(now)
+            if retry_ms is not None:
+                wait_ms = min(wait_ms, retry_ms)  # retry AddPartitionsToTxn on time, not at the tick
+        elif self.idempotent and tm.reset_pending and not self._in_flight:
+            tm.reset_producer_id()
+        if tm.txn is None and self.idempotent and tm.producer_id < 0:
+            if not tm.ensure_producer_id(now):
+                wait_ms = max(1.0, tm.pid_retry_at - now)
                 self._wake.wait(wait_ms / 1000.0)
                 self._wake.clear()
                 return
@@ -188,16 +189,6 @@ class Sender(SenderIds, threading.Thread):
         self._sleep_until = 0.0
         self._wake.clear()
 
-    def _resequence(self) -> None:
-        """Batches sealed under an earlier producer id (retries waiting in the queues) take the new id and
-        sequences from 0 in queue order, so the leader sees the producer start afresh (KIP-360)."""
-        for tp, batches in self.acc.sealed().items():
-            for batch in batches:
-                if batch.producer_id != self.producer_id:
-                    seq = self._next_seq[tp]
-                    self._next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
-                    batch.reseal(self.producer_id, self.producer_epoch, seq)
-
     def _can_send(self, tp: TopicPartition, first: ProducerBatch) -> bool:
         """The in-flight gate (Ray does not keep an async actor's calls in order): a retried batch goes only
         when nothing of its partition is in flight, and with idempotence a producer id's first batch on a
@@ -205,12 +196,13 @@ class Sender(SenderIds, threading.Thread):
         calls = self._tp_calls[tp]
         if first.attempts and calls:
             return False
-        if self._reset_pending or (self.idempotent and self.producer_id < 0):
+        tm = self.transaction_manager
+        if tm.reset_pending or (self.idempotent and tm.producer_id < 0):
             return False  # the in-flight calls drain first, then a new producer id re-sequences the rest
-        if self.txn is not None and (self.producer_id < 0 or tp in self.txn.pending):
+        if tm.txn is not None and (tm.producer_id < 0 or tp in tm.txn.pending):
             return False  # not in the transaction yet: AddPartitionsToTxn first
         if self.idempotent:
-            if calls and self._last_acked[tp] < 0:
+            if calls and tm.last_acked[tp] < 0:
                 return False
             return self._tp_batches[tp] < self.cfg.max_in_flight_requests_per_connection
         return calls < self.cfg.max_in_flight_requests_per_connection
@@ -230,9 +222,10 @@ class Sender(SenderIds, threading.Thread):
             self.metadata.request_update()
             return False
         handle, leader_id, _epoch = leader
+        tm = self.transaction_manager
         if self.idempotent:
             budget = self.cfg.max_in_flight_requests_per_connection - self._tp_batches[tp]
-            if self._last_acked[tp] < 0:
+            if tm.last_acked[tp] < 0:
                 budget = 1
         else:
             budget = 1 << 30
@@ -242,13 +235,13 @@ class Sender(SenderIds, threading.Thread):
         for batch in batches:
             if batch.payload is None:
                 if self.idempotent:
-                    seq = self._next_seq[tp]
-                    self._next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
-                    batch.seal(self.producer_id, self.producer_epoch, seq, self.txn is not None)
+                    seq = tm.next_seq[tp]
+                    tm.next_seq[tp] = (seq + batch.record_count) & 0x7FFFFFFF
+                    batch.seal(tm.producer_id, tm.producer_epoch, seq, tm.txn is not None)
                 else:
                     batch.seal(-1, -1, -1)
         payload = batches[0].payload if len(batches) == 1 else b"".join(b.payload for b in batches)
-        txn = self.txn.produce_fields(tp) if self.txn is not None else {}  # (the id, and a verification token)
+        txn = tm.txn.produce_fields(tp) if tm.txn is not None else {}  # (the id, and a verification token)
         req = ProduceRequest(payload, self.cfg.acks, self.cfg.request_timeout_ms, **txn)
         inf = InFlight(tp, batches, leader_id, now)
         self._in_flight[id(inf)] = inf
@@ -304,11 +297,10 @@ class Sender(SenderIds, threading.Thread):
         if err is None:
             base = resp.base_offset
             lat = resp.log_append_time or -1
+            tm = self.transaction_manager
             for batch in inf.batches:
-                if self.idempotent and batch.producer_id == self.producer_id:
-                    self._last_acked[inf.tp] = max(
-                        self._last_acked[inf.tp], batch.base_sequence + batch.record_count - 1
-                    )
+                if self.idempotent and batch.producer_id == tm.producer_id:
+                    tm.last_acked[inf.tp] = max(tm.last_acked[inf.tp], batch.base_sequence + batch.record_count - 1)
                 batch.complete(base if self.cfg.acks != 0 else -1, lat)
                 self.acc.finish(batch)
                 base += batch.record_count
@@ -324,6 +316,7 @@ class Sender(SenderIds, threading.Thread):
 
     def _retry_or_fail(self, batch: ProducerBatch, err: BaseException, now: float) -> None:
         code = getattr(err, "code", -1)
+        tm = self.transaction_manager
         if isinstance(err, DuplicateSequenceNumberError):
             batch.complete(-1)  # Kafka: already written, offset unknown
             self.acc.finish(batch)
@@ -331,7 +324,7 @@ class Sender(SenderIds, threading.Thread):
         if (
             code == MessageTooLargeError.code
             and batch.record_count > 1
-            and batch.producer_id == (self.producer_id if self.idempotent else -1)
+            and batch.producer_id == (tm.producer_id if self.idempotent else -1)
             and now - batch.created_ms < self.cfg.delivery_timeout_ms
             and not self.force_close
         ):
@@ -343,21 +336,21 @@ class Sender(SenderIds, threading.Thread):
         if (
             isinstance(err, OutOfOrderSequenceNumberError)
             and self.idempotent
-            and batch.producer_id == self.producer_id
-            and batch.base_sequence != (self._last_acked[batch.tp] + 1) & 0x7FFFFFFF
+            and batch.producer_id == tm.producer_id
+            and batch.base_sequence != (tm.last_acked[batch.tp] + 1) & 0x7FFFFFFF
         ):
             # it overtook an earlier batch of its partition (still in flight, or failed and coming
             # back): resend it, without backoff, once nothing of the partition is in flight
             retriable = overtaken = True
         if (
             not retriable
-            and self.txn is None
+            and tm.txn is None
             and self.idempotent
             and code in _RESET_PID_ERRORS
-            and batch.producer_id == self.producer_id
+            and batch.producer_id == tm.producer_id
         ):
             # a real gap at the leader (KIP-360): retried under a new producer id, re-sequenced
-            retriable = self._reset_pending = True
+            retriable = tm.reset_pending = True
         batch.last_error = err
         expired = now - batch.created_ms >= self.cfg.delivery_timeout_ms
         if retriable and batch.attempts < self.cfg.retries and not expired and not self.force_close:
@@ -382,8 +375,9 @@ class Sender(SenderIds, threading.Thread):
     def _fail(self, batch: ProducerBatch, err: BaseException) -> None:
         batch.fail(err)
         self.acc.finish(batch)
-        if self.txn is not None:
-            self.txn.fail(err)  # the transaction can only be aborted now (or the producer is fenced)
+        txn = self.transaction_manager.txn
+        if txn is not None:
+            txn.fail(err)  # the transaction can only be aborted now (or the producer is fenced)
 
     def _abort_everything(self, err: BaseException) -> None:
         for inf in list(self._in_flight.values()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from protocol.errors import KafkaTimeoutError, for_code
 from protocol.txn_messages import (
     AddOffsetsToTxnRequest,
     EndTxnRequest,
@@ -19,7 +20,6 @@ from protocol.txn_messages import (
     TxnOffsetCommitRequest,
 )
 from rafka.coordinator_client import GroupCoordinatorClient, TxnCoordinatorClient
-from rafka.errors import KafkaTimeoutError, for_code
 from rafka.producer.txn_manager import TransactionAbortedError, TransactionState
 
 
@@ -37,7 +37,7 @@ class Transactions:
         )
         self.backoff_s = max(0.01, cfg.retry_backoff_ms / 1000)
         self.default_timeout_s = cfg.max_block_ms / 1000
-        producer.sender.use_transaction(self.state, self.client)
+        producer.sender.transaction_manager.use_transaction(self.state, self.client)
 
     def _call(self, request: Any, timeout: float | None, client: Any = None) -> dict:
         """``request`` until a non-retriable answer (returned) or the deadline (KafkaTimeoutError)."""
@@ -79,7 +79,7 @@ class Transactions:
             st.state, st.error = "FATAL_ERROR", err
             raise err
         st.initialized(res["producer_id"], res["producer_epoch"])
-        self.producer.sender.set_producer(res["producer_id"], res["producer_epoch"])
+        self.producer.sender.transaction_manager.set_producer(res["producer_id"], res["producer_epoch"])
 
     def begin_transaction(self) -> None:
         self.state.begin()
@@ -143,7 +143,7 @@ class Transactions:
             producer.sender._fail(batch, err)
         producer.flush(timeout)
         deadline = time.monotonic() + (self.default_timeout_s if timeout is None else timeout)
-        while producer.sender._adding is not None and time.monotonic() < deadline:
+        while producer.sender.transaction_manager._adding is not None and time.monotonic() < deadline:
             time.sleep(0.005)  # an AddPartitionsToTxn in flight: its partitions must be ended too
         if st.has_partitions:
             pid, epoch = producer.sender.producer_id, producer.sender.producer_epoch

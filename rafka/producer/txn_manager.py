@@ -19,7 +19,7 @@ Error classes (what the coordinator or a partition leader answered):
 from __future__ import annotations
 
 from protocol import errors as E
-from rafka.errors import IllegalStateError, KafkaError
+from protocol.errors import IllegalStateError, KafkaError
 from rafka.structs import TopicPartition
 
 UNINITIALIZED = "UNINITIALIZED"

@@ -504,7 +504,7 @@ def _server_handle(name: str):
 
     from actors.bootstrap import ServerHandle
     from protocol.names import RAY_NAMESPACE, broker_name
-    from rafka.cluster import read_state
+    from rafka.client_utils import read_state
 
     state = read_state() or {}
     if state.get("cluster") != name:

@@ -19,12 +19,12 @@ from typing import Protocol
 
 from actors.channels.data_channel import fetch_timeout_s, loop_channel, produce_timeout_s
 from protocol.channel_frames import API_FETCH, API_PRODUCE, fetch_fields, produce_fields
-from protocol.errors import KafkaError
+from protocol.errors import KafkaError, NotCoordinatorError
 
 log = logging.getLogger("rafka.kafka_wire")
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_CONTROLLER = 3, 6, 7, 41
-NOT_COORDINATOR = 16
+NOT_COORDINATOR = NotCoordinatorError.code
 GROUP_KEY, TXN_KEY = 0, 1  # FindCoordinator key types
 
 

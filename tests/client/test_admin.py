@@ -8,13 +8,13 @@ import uuid
 import pytest
 
 import rafka
-from rafka import TopicPartition
-from rafka.errors import (
+from protocol.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from rafka import TopicPartition
 
 pytestmark = pytest.mark.cluster
 
@@ -111,7 +111,7 @@ def test_partition_reassignment_moves_data(rafka_cluster, admin, new_topic):
 def test_delete_records_moves_the_log_start_for_every_reader(rafka_cluster, admin, new_topic):
     """Kafka's DeleteRecords through the leader: the log start offset moves up, consumers start there, an
     offset past the high watermark is OFFSET_OUT_OF_RANGE, -1 means the high watermark."""
-    from rafka.errors import OffsetOutOfRangeError
+    from protocol.errors import OffsetOutOfRangeError
 
     name = new_topic(2, 2)
     with rafka.Producer(rafka_cluster, acks="all") as p:

@@ -14,6 +14,7 @@ from ray.exceptions import RayActorError
 from protocol.names import RAY_NAMESPACE
 from rafka.cli.agent import AGENT_NAME, start_agent
 from rafka.cli.clusterctl import free_port
+from rafka.cli.main import ENTRY
 from rafka.cli.remote import recv_frame, send_frame
 
 
@@ -31,14 +32,14 @@ def test_agent_takes_another_port_when_its_probed_port_was_taken(ray_cluster):
     taken = held.getsockname()[1]
     moved, stuck = "ap" + uuid.uuid4().hex[:6], "ap" + uuid.uuid4().hex[:6]
     try:
-        ep = start_agent(moved, "unused", taken, "tok", pick_port=free_port)
+        ep = start_agent(moved, "unused", taken, "tok", ENTRY, pick_port=free_port)
         assert ep["port"] != taken
         with socket.create_connection(("127.0.0.1", ep["port"]), timeout=30) as s:  # it serves there
             send_frame(s, {"token": "wrong", "argv": ["topic", "list"]})
             assert "bad token" in recv_frame(s)["error"]
         # without another port to try, the bind error is the caller's, at once (not a 60 s wait)
         with pytest.raises(RayActorError, match="Address already in use"):
-            start_agent(stuck, "unused", taken, "tok")
+            start_agent(stuck, "unused", taken, "tok", ENTRY)
     finally:
         held.close()
         _kill(moved)

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import rafka
+from protocol.errors import ClusterNotFoundError
 from rafka import TopicPartition
-from rafka.errors import ClusterNotFoundError
 
 pytestmark = pytest.mark.cluster
 

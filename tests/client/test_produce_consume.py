@@ -7,14 +7,14 @@ import time
 import pytest
 
 import rafka
-from rafka import TopicPartition
-from rafka.errors import (
+from protocol.errors import (
     InvalidTimestampError,
     KafkaTimeoutError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from rafka import TopicPartition
 from rafka.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.cluster

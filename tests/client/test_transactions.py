@@ -216,7 +216,7 @@ def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, ne
     every = {TopicPartition(topic, q) for q in range(3)}
 
     def sent_or_added() -> set:
-        adding = p.sender._adding  # (read first: the answer marks them added before _adding clears)
+        adding = p.sender.transaction_manager._adding  # (read first: the answer marks them added before _adding clears)
         return (set(adding[1]) if adding is not None else set()) | p._txn.state.partitions
 
     for round_ in range(3):
@@ -235,7 +235,7 @@ def test_send_batch_sends_its_add_partitions_before_it_returns(rafka_cluster, ne
 
             p.send_batch(topic, records())
             assert mid == [every], (round_, mid)
-        assert sent_or_added() == every, (round_, p.sender._adding, p._txn.state.partitions)
+        assert sent_or_added() == every, (round_, p.sender.transaction_manager._adding, p._txn.state.partitions)
         p.commit_transaction(timeout=60)
     p.close()
     got = read(rafka_cluster, topic, 3, "read_committed", until=b"r2-299")

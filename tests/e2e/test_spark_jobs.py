@@ -22,8 +22,8 @@ import rafka
 from jobs import clickstream
 from jobs.datasource import SCHEMA, TopicDatasink, TopicDatasource, read_topic, write_topic
 from jobs.demo import ClickStream
+from protocol.errors import UnknownTopicOrPartitionError
 from rafka import TopicPartition
-from rafka.errors import UnknownTopicOrPartitionError
 from rafka.producer.partitioner import partition_for_key
 
 pytestmark = pytest.mark.cluster

@@ -43,6 +43,15 @@ from ray.exceptions import ActorDiedError, GetTimeoutError
 
 from actors.group.classic_group import GroupCoordinatorConfig, Pending
 from actors.group.shard import GroupCoordinatorShard
+from protocol.clock import now_ms
+from protocol.errors import (
+    FencedLeaderEpochError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+    for_code,
+)
 from protocol.group_messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -62,24 +71,12 @@ from protocol.messages import (
 )
 from protocol.names import broker_name as _broker_name
 from protocol.names import replica_name
-from rafka.errors import (
-    FencedLeaderEpochError,
-    KafkaError,
-    NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    UnknownLeaderEpochError,
-    for_code,
-)
 from rafka.metadata import ClusterMetadata, TopicMetadata
 from rafka.structs import TopicPartition
 from storage.log import Log
 from storage.records import RecordBatchBuilder, decode_records
 
 EARLIEST, LATEST = -2, -1
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def batch(values, keys=None, ts: int | None = None) -> bytes:

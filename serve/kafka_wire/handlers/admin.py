@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from protocol import errors as E
 from protocol.messages import DeleteRecordsRequest
+from serve.kafka_wire import responses
 from serve.kafka_wire.handlers import configs as cfg
 from serve.kafka_wire.topic_ids import topic_uuid
 
 INVALID_REQUEST, UNKNOWN_TOPIC_ID, ELECTION_NOT_NEEDED, MISMATCHED_ENDPOINT_TYPE = 42, 100, 84, 114
-REQUEST_TIMED_OUT = 7
+REQUEST_TIMED_OUT = E.RequestTimedOutError.code
 NIL = uuid.UUID(int=0)
 NOT_REQUESTED = -(2**31)
 
@@ -59,9 +61,7 @@ def _spec(t) -> dict | tuple[int, str]:
 
 
 async def create_topics(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(19, version)
+    mod = responses.response_module(19, version)
     timeout_ms = _ms(request.timeout)
     names = [t.name for t in request.topics]
     answers: dict[int, dict] = {}
@@ -92,7 +92,7 @@ async def create_topics(backend, request, version: int):
             overrides = a["spec"]["configs"]
             effective = LogConfig.from_props(overrides).to_props()
             entries = tuple(
-                apis.make(
+                responses.make(
                     mod,
                     "CreatableTopicConfigs",
                     name=e["name"],
@@ -105,12 +105,12 @@ async def create_topics(backend, request, version: int):
             )
         tid = a.get("topic_id") if ok and not request.validate_only else None
         out.append(
-            apis.make(
+            responses.make(
                 mod,
                 "CreatableTopicResult",
                 name=t.name,
                 topic_id=topic_uuid(tid) if tid else NIL,
-                error_code=apis.error_code(a.get("error_code", 0)),
+                error_code=responses.error_code(a.get("error_code", 0)),
                 error_message=a.get("error_message"),
                 topic_config_error_code=0,
                 num_partitions=int(a.get("num_partitions") or -1) if ok else -1,
@@ -118,13 +118,11 @@ async def create_topics(backend, request, version: int):
                 configs=entries,
             )
         )
-    return apis.make(mod, "CreateTopicsResponse", throttle_time=apis.ZERO, topics=tuple(out))
+    return responses.make(mod, "CreateTopicsResponse", throttle_time=responses.ZERO, topics=tuple(out))
 
 
 async def delete_topics(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(20, version)
+    mod = responses.response_module(20, version)
     if version >= 6:
         asked = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -148,25 +146,23 @@ async def delete_topics(backend, request, version: int):
         for (i, name), r in zip(names, results):
             answers[i] = {**r, "name": name}
     out = tuple(
-        apis.make(
+        responses.make(
             mod,
             "DeletableTopicResult",
             name=a.get("name"),
             topic_id=a["topic_id"]
             if isinstance(a.get("topic_id"), uuid.UUID)
             else (topic_uuid(a["topic_id"]) if a.get("topic_id") else NIL),
-            error_code=apis.error_code(a.get("error_code", 0)),
+            error_code=responses.error_code(a.get("error_code", 0)),
             error_message=a.get("error_message"),
         )
         for a in (answers[i] for i in range(len(asked)))
     )
-    return apis.make(mod, "DeleteTopicsResponse", throttle_time=apis.ZERO, responses=out)
+    return responses.make(mod, "DeleteTopicsResponse", throttle_time=responses.ZERO, responses=out)
 
 
 async def create_partitions(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(37, version)
+    mod = responses.response_module(37, version)
     names = [t.name for t in request.topics]
 
     async def one(t) -> dict:
@@ -179,56 +175,54 @@ async def create_partitions(backend, request, version: int):
 
     results = await asyncio.gather(*(one(t) for t in request.topics))
     out = tuple(
-        apis.make(
+        responses.make(
             mod,
             "CreatePartitionsTopicResult",
             name=t.name,
-            error_code=apis.error_code(r.get("error_code", 0)),
+            error_code=responses.error_code(r.get("error_code", 0)),
             error_message=r.get("error_message"),
         )
         for t, r in zip(request.topics, results)
     )
-    return apis.make(mod, "CreatePartitionsResponse", throttle_time=apis.ZERO, results=out)
+    return responses.make(mod, "CreatePartitionsResponse", throttle_time=responses.ZERO, results=out)
 
 
 async def delete_records(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(21, version)
+    mod = responses.response_module(21, version)
     calls, where = [], []
     for t in request.topics:
         for p in t.partitions:
             calls.append(backend.delete_records(t.name, int(p.partition_index), DeleteRecordsRequest(int(p.offset))))
             where.append((t.name, int(p.partition_index)))
     results = await asyncio.gather(*calls)
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             name,
-            apis.make(
+            responses.make(
                 mod,
                 "DeleteRecordsPartitionResult",
                 partition_index=p,
                 low_watermark=r.get("low_watermark", -1),
-                error_code=apis.error_code(r.get("error_code", 0)),
+                error_code=responses.error_code(r.get("error_code", 0)),
             ),
         )
         for (name, p), r in zip(where, results)
     )
-    topics = tuple(apis.make(mod, "DeleteRecordsTopicResult", name=n, partitions=ps) for n, ps in per_topic.items())
-    return apis.make(mod, "DeleteRecordsResponse", throttle_time=apis.ZERO, topics=topics)
+    topics = tuple(
+        responses.make(mod, "DeleteRecordsTopicResult", name=n, partitions=ps) for n, ps in per_topic.items()
+    )
+    return responses.make(mod, "DeleteRecordsResponse", throttle_time=responses.ZERO, topics=topics)
 
 
 async def describe_cluster(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(60, version)
+    mod = responses.response_module(60, version)
     endpoint_type = int(getattr(request, "endpoint_type", 1))
     if endpoint_type != 1:
-        return apis.make(
+        return responses.make(
             mod,
             "DescribeClusterResponse",
-            throttle_time=apis.ZERO,
-            error_code=apis.error_code(MISMATCHED_ENDPOINT_TYPE),
+            throttle_time=responses.ZERO,
+            error_code=responses.error_code(MISMATCHED_ENDPOINT_TYPE),
             error_message=f"The request was sent to a broker endpoint, asking for endpoint type {endpoint_type}",
             endpoint_type=endpoint_type,
             cluster_id=backend.cluster_id,
@@ -247,15 +241,15 @@ async def describe_cluster(backend, request, version: int):
             continue
         host, port, rack = ep if ep is not None else ("", -1, b.get("rack"))
         brokers.append(
-            apis.make(
+            responses.make(
                 mod, "DescribeClusterBroker", broker_id=b["id"], host=host, port=port, rack=rack, is_fenced=not alive
             )
         )
-    return apis.make(
+    return responses.make(
         mod,
         "DescribeClusterResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(0),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(0),
         error_message=None,
         endpoint_type=1,
         cluster_id=backend.cluster_id,
@@ -266,33 +260,33 @@ async def describe_cluster(backend, request, version: int):
 
 
 async def elect_leaders(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(43, version)
+    mod = responses.response_module(43, version)
     election_type = int(getattr(request, "election_type", 0))
     every = request.topic_partitions is None
     parts = None if every else [(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions]
     results = await backend.elect_leaders(parts, election_type)
     if every:
         results = [r for r in results if r.get("error_code") != ELECTION_NOT_NEEDED]
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             r["topic"],
-            apis.make(
+            responses.make(
                 mod,
                 "PartitionResult",
                 partition_id=r["partition"],
-                error_code=apis.error_code(r.get("error_code", 0)),
+                error_code=responses.error_code(r.get("error_code", 0)),
                 error_message=r.get("error_message"),
             ),
         )
         for r in results
     )
-    out = tuple(apis.make(mod, "ReplicaElectionResult", topic=t, partition_result=ps) for t, ps in per_topic.items())
-    return apis.make(
+    out = tuple(
+        responses.make(mod, "ReplicaElectionResult", topic=t, partition_result=ps) for t, ps in per_topic.items()
+    )
+    return responses.make(
         mod,
         "ElectLeadersResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(0),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(0),
         replica_election_results=out,
     )

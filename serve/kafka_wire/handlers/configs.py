@@ -27,6 +27,7 @@ from actors.metadata.config_sources import (
     config_type,
     topic_entries,
 )
+from serve.kafka_wire import responses
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -54,9 +55,7 @@ async def _resource(backend, rtype: int, rname: str) -> dict:
 
 
 async def describe_configs(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(32, version)
+    mod = responses.response_module(32, version)
     synonyms = bool(getattr(request, "include_synonyms", False))
     docs = bool(getattr(request, "include_documentation", False))
     results = []
@@ -64,7 +63,7 @@ async def describe_configs(backend, request, version: int):
         res = await _resource(backend, int(r.resource_type), r.resource_name)
         keys = None if r.configuration_keys is None else set(r.configuration_keys)
         configs = tuple(
-            apis.make(
+            responses.make(
                 mod,
                 "DescribeConfigsResourceResult",
                 name=e["name"],
@@ -73,7 +72,8 @@ async def describe_configs(backend, request, version: int):
                 config_source=e["source"],
                 is_sensitive=False,
                 synonyms=tuple(
-                    apis.make(mod, "DescribeConfigsSynonym", name=n, value=v, source=s) for n, v, s in e["synonyms"]
+                    responses.make(mod, "DescribeConfigsSynonym", name=n, value=v, source=s)
+                    for n, v, s in e["synonyms"]
                 )
                 if synonyms
                 else (),
@@ -84,17 +84,17 @@ async def describe_configs(backend, request, version: int):
             if keys is None or e["name"] in keys
         )
         results.append(
-            apis.make(
+            responses.make(
                 mod,
                 "DescribeConfigsResult",
-                error_code=apis.error_code(res["error_code"]),
+                error_code=responses.error_code(res["error_code"]),
                 error_message=res["error_message"],
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
                 configs=configs,
             )
         )
-    return apis.make(mod, "DescribeConfigsResponse", throttle_time=apis.ZERO, results=tuple(results))
+    return responses.make(mod, "DescribeConfigsResponse", throttle_time=responses.ZERO, results=tuple(results))
 
 
 def _list_op(op: int, current: str, value: str | None) -> str:
@@ -138,9 +138,7 @@ async def _alter_topic(backend, name: str, configs, validate_only: bool) -> tupl
 
 
 async def incremental_alter_configs(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(44, version)
+    mod = responses.response_module(44, version)
     names = [(int(r.resource_type), r.resource_name) for r in request.resources]
     out = []
     for r in request.resources:
@@ -157,13 +155,13 @@ async def incremental_alter_configs(backend, request, version: int):
         else:
             code, msg = INVALID_REQUEST, f"Unsupported resource type {rtype} (rafka serves topic (2) and broker (4))"
         out.append(
-            apis.make(
+            responses.make(
                 mod,
                 "AlterConfigsResourceResponse",
-                error_code=apis.error_code(code),
+                error_code=responses.error_code(code),
                 error_message=msg,
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
             )
         )
-    return apis.make(mod, "IncrementalAlterConfigsResponse", throttle_time=apis.ZERO, responses=tuple(out))
+    return responses.make(mod, "IncrementalAlterConfigsResponse", throttle_time=responses.ZERO, responses=tuple(out))

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-COORDINATOR_NOT_AVAILABLE = 15
+from protocol import errors as E
+from serve.kafka_wire import responses
+
+COORDINATOR_NOT_AVAILABLE = E.CoordinatorNotAvailableError.code
 
 
 async def _one(backend, key: str, key_type: int, md: dict, endpoints: dict) -> dict:
@@ -25,9 +28,7 @@ async def _one(backend, key: str, key_type: int, md: dict, endpoints: dict) -> d
 
 
 async def find_coordinator(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(10, version)
+    mod = responses.response_module(10, version)
     key_type = int(getattr(request, "key_type", 0))
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
     md = await backend.metadata()
@@ -35,18 +36,18 @@ async def find_coordinator(backend, request, version: int):
     answers = await asyncio.gather(*(_one(backend, k, key_type, md, endpoints) for k in keys))
     if version < 4:
         a = answers[0]
-        return apis.make(
+        return responses.make(
             mod,
             "FindCoordinatorResponse",
-            throttle_time=apis.ZERO,
-            error_code=apis.error_code(a["error_code"]),
+            throttle_time=responses.ZERO,
+            error_code=responses.error_code(a["error_code"]),
             error_message=a["error_message"],
             node_id=a["node_id"],
             host=a["host"],
             port=a["port"],
         )
     coords = tuple(
-        apis.make(mod, "Coordinator", key=k, **{**a, "error_code": apis.error_code(a["error_code"])})
+        responses.make(mod, "Coordinator", key=k, **{**a, "error_code": responses.error_code(a["error_code"])})
         for k, a in zip(keys, answers)
     )
-    return apis.make(mod, "FindCoordinatorResponse", throttle_time=apis.ZERO, coordinators=coords)
+    return responses.make(mod, "FindCoordinatorResponse", throttle_time=responses.ZERO, coordinators=coords)

@@ -18,10 +18,12 @@ import asyncio
 import dataclasses
 import uuid
 
+from protocol import errors as E
 from protocol.messages import FetchRequest
+from serve.kafka_wire import responses
 from serve.kafka_wire.topic_ids import topic_uuid
 
-UNKNOWN_TOPIC_ID = 100
+UNKNOWN_TOPIC_ID = E.UnknownTopicIdError.code
 
 
 def _drop(task: asyncio.Future) -> None:
@@ -102,9 +104,7 @@ async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int, budget
 
 
 async def handle(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(1, version)
+    mod = responses.response_module(1, version)
     by_id = version >= 13
     names: dict[uuid.UUID, str] = {}
     if by_id:
@@ -142,11 +142,16 @@ async def handle(backend, request, version: int):
     for key, p in unknown:
         answers.append((key, _partition_data(mod, p, {"error_code": UNKNOWN_TOPIC_ID})))
     topics = tuple(
-        apis.make(mod, "FetchableTopicResponse", topic=key, topic_id=key, partitions=ps)
-        for key, ps in apis.by_topic(answers).items()
+        responses.make(mod, "FetchableTopicResponse", topic=key, topic_id=key, partitions=ps)
+        for key, ps in responses.by_topic(answers).items()
     )
-    return apis.make(
-        mod, "FetchResponse", throttle_time=apis.ZERO, error_code=apis.error_code(0), session_id=0, responses=topics
+    return responses.make(
+        mod,
+        "FetchResponse",
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(0),
+        session_id=0,
+        responses=topics,
     )
 
 
@@ -170,20 +175,20 @@ def _within(results: list, max_bytes: int) -> list:
 
 def _partition_data(mod, p: int, r: dict):
     """One partition's FetchResponse entry (records as bytes, empty never null)."""
-    from serve.kafka_wire import apis
-
     aborted = r.get("aborted_transactions")
-    return apis.make(
+    return responses.make(
         mod,
         "PartitionData",
         partition_index=p,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        error_code=responses.error_code(r.get("error_code", 0)),
         high_watermark=r.get("high_watermark", -1),
         last_stable_offset=r.get("last_stable_offset", -1),
         log_start_offset=r.get("log_start_offset", -1),
         aborted_transactions=None
         if aborted is None
-        else tuple(apis.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted),
+        else tuple(
+            responses.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted
+        ),
         preferred_read_replica=-1,
         records=bytes(r.get("records") or b""),
     )

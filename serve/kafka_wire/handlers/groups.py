@@ -23,25 +23,23 @@ from __future__ import annotations
 
 import asyncio
 
+from protocol import errors as E
 from protocol import group_messages as M
+from serve.kafka_wire import responses
 from serve.kafka_wire.network import CLIENT_HOST
 
-NOT_COORDINATOR = 16
-UNKNOWN_SERVER_ERROR = -1
+NOT_COORDINATOR = E.NotCoordinatorError.code
+UNKNOWN_SERVER_ERROR = E.UnknownServerError.code
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's INT32_MIN: no ACLs, nothing to report
 
 
 def _client() -> tuple[str, str]:
-    from serve.kafka_wire.apis import CLIENT_ID
-
     host = CLIENT_HOST.get()
-    return CLIENT_ID.get() or "", f"/{host}" if host else ""
+    return responses.CLIENT_ID.get() or "", f"/{host}" if host else ""
 
 
 async def join_group(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(11, version)
+    mod = responses.response_module(11, version)
     client_id, client_host = _client()
     req = M.JoinGroupRequest(
         group_id=request.group_id,
@@ -60,7 +58,7 @@ async def join_group(backend, request, version: int):
     )
     r = await backend.group_call(req)
     members = tuple(
-        apis.make(
+        responses.make(
             mod,
             "JoinGroupResponseMember",
             member_id=m["member_id"],
@@ -69,11 +67,11 @@ async def join_group(backend, request, version: int):
         )
         for m in r.get("members") or ()
     )
-    return apis.make(
+    return responses.make(
         mod,
         "JoinGroupResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(r.get("error_code", 0)),
         generation_id=r.get("generation_id", -1),
         protocol_type=r.get("protocol_type"),
         # v0-6: a non-nullable string ("" until a protocol is chosen); v7+: nullable
@@ -86,9 +84,7 @@ async def join_group(backend, request, version: int):
 
 
 async def sync_group(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(14, version)
+    mod = responses.response_module(14, version)
     req = M.SyncGroupRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -99,11 +95,11 @@ async def sync_group(backend, request, version: int):
         protocol_name=getattr(request, "protocol_name", None),
     )
     r = await backend.group_call(req)
-    return apis.make(
+    return responses.make(
         mod,
         "SyncGroupResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(r.get("error_code", 0)),
         protocol_type=r.get("protocol_type"),
         protocol_name=r.get("protocol_name"),
         assignment=bytes(r.get("assignment") or b""),  # never null: an empty assignment is valid
@@ -111,9 +107,7 @@ async def sync_group(backend, request, version: int):
 
 
 async def heartbeat(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(12, version)
+    mod = responses.response_module(12, version)
     req = M.HeartbeatRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -121,15 +115,13 @@ async def heartbeat(backend, request, version: int):
         group_instance_id=getattr(request, "group_instance_id", None),
     )
     r = await backend.group_call(req)
-    return apis.make(
-        mod, "HeartbeatResponse", throttle_time=apis.ZERO, error_code=apis.error_code(r.get("error_code", 0))
+    return responses.make(
+        mod, "HeartbeatResponse", throttle_time=responses.ZERO, error_code=responses.error_code(r.get("error_code", 0))
     )
 
 
 async def leave_group(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(13, version)
+    mod = responses.response_module(13, version)
     if version < 3:
         idents = [{"member_id": request.member_id, "group_instance_id": None}]
     else:
@@ -140,26 +132,26 @@ async def leave_group(backend, request, version: int):
     if version < 3:  # one member: its error is the answer
         if not code and answers:
             code = answers[0].get("error_code", 0)
-        return apis.make(mod, "LeaveGroupResponse", throttle_time=apis.ZERO, error_code=apis.error_code(code))
+        return responses.make(
+            mod, "LeaveGroupResponse", throttle_time=responses.ZERO, error_code=responses.error_code(code)
+        )
     members = tuple(
-        apis.make(
+        responses.make(
             mod,
             "MemberResponse",
             member_id=m.get("member_id", ""),
             group_instance_id=m.get("group_instance_id"),
-            error_code=apis.error_code(m.get("error_code", 0)),
+            error_code=responses.error_code(m.get("error_code", 0)),
         )
         for m in answers
     )
-    return apis.make(
-        mod, "LeaveGroupResponse", throttle_time=apis.ZERO, error_code=apis.error_code(code), members=members
+    return responses.make(
+        mod, "LeaveGroupResponse", throttle_time=responses.ZERO, error_code=responses.error_code(code), members=members
     )
 
 
 async def offset_commit(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(8, version)
+    mod = responses.response_module(8, version)
     topics = [
         {
             "name": t.name,
@@ -190,14 +182,14 @@ async def offset_commit(backend, request, version: int):
         for p in t.get("partitions") or ()
     }
     # every partition asked gets an answer: a request-level error (e.g. NOT_COORDINATOR) goes on each
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             t["name"],
-            apis.make(
+            responses.make(
                 mod,
                 "OffsetCommitResponsePartition",
                 partition_index=p["partition_index"],
-                error_code=apis.error_code(
+                error_code=responses.error_code(
                     top or answered.get((t["name"], p["partition_index"]), UNKNOWN_SERVER_ERROR)
                 ),
             ),
@@ -205,8 +197,8 @@ async def offset_commit(backend, request, version: int):
         for t in topics
         for p in t["partitions"]
     )
-    out = tuple(apis.make(mod, "OffsetCommitResponseTopic", name=n, partitions=ps) for n, ps in per_topic.items())
-    return apis.make(mod, "OffsetCommitResponse", throttle_time=apis.ZERO, topics=out)
+    out = tuple(responses.make(mod, "OffsetCommitResponseTopic", name=n, partitions=ps) for n, ps in per_topic.items())
+    return responses.make(mod, "OffsetCommitResponse", throttle_time=responses.ZERO, topics=out)
 
 
 def _fetch_topics(mod, r: dict, asked, suffix: str, fill_error: bool) -> tuple:
@@ -224,22 +216,20 @@ def _fetch_topics(mod, r: dict, asked, suffix: str, fill_error: bool) -> tuple:
             }
             for t in asked
         ]
-    from serve.kafka_wire import apis
-
     return tuple(
-        apis.make(
+        responses.make(
             mod,
             f"OffsetFetchResponseTopic{suffix}",
             name=t["name"],
             partitions=tuple(
-                apis.make(
+                responses.make(
                     mod,
                     f"OffsetFetchResponsePartition{suffix}",
                     partition_index=p["partition_index"],
                     committed_offset=p.get("committed_offset", -1),
                     committed_leader_epoch=p.get("committed_leader_epoch", -1),
                     metadata=p.get("metadata") or "",
-                    error_code=apis.error_code(p.get("error_code", 0)),
+                    error_code=responses.error_code(p.get("error_code", 0)),
                 )
                 for p in t.get("partitions") or ()
             ),
@@ -256,9 +246,7 @@ def _offset_fetch_request(group_id: str, topics, require_stable: bool) -> M.Offs
 
 
 async def offset_fetch(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(9, version)
+    mod = responses.response_module(9, version)
     stable = bool(getattr(request, "require_stable", False))
     if version >= 8:  # KIP-709: several groups in one request, each answered on its own
         groups = list(request.groups)
@@ -266,35 +254,33 @@ async def offset_fetch(backend, request, version: int):
             *(backend.group_call(_offset_fetch_request(g.group_id, g.topics, stable)) for g in groups)
         )
         out = tuple(
-            apis.make(
+            responses.make(
                 mod,
                 "OffsetFetchResponseGroup",
                 group_id=g.group_id,
                 topics=_fetch_topics(mod, r, g.topics, "s", False),
-                error_code=apis.error_code(r.get("error_code", 0)),
+                error_code=responses.error_code(r.get("error_code", 0)),
             )
             for g, r in zip(groups, results)
         )
-        return apis.make(mod, "OffsetFetchResponse", throttle_time=apis.ZERO, groups=out)
+        return responses.make(mod, "OffsetFetchResponse", throttle_time=responses.ZERO, groups=out)
     r = await backend.group_call(_offset_fetch_request(request.group_id, request.topics, stable))
-    return apis.make(
+    return responses.make(
         mod,
         "OffsetFetchResponse",
-        throttle_time=apis.ZERO,
+        throttle_time=responses.ZERO,
         topics=_fetch_topics(mod, r, request.topics, "", version < 2),
-        error_code=apis.error_code(r.get("error_code", 0)),
+        error_code=responses.error_code(r.get("error_code", 0)),
     )
 
 
 async def list_groups(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(16, version)
+    mod = responses.response_module(16, version)
     states = list(getattr(request, "states_filter", ()) or ()) or None
     types = list(getattr(request, "types_filter", ()) or ()) or None
     r = await backend.group_call(M.ListGroupsRequest(states_filter=states, types_filter=types))
     groups = tuple(
-        apis.make(
+        responses.make(
             mod,
             "ListedGroup",
             group_id=g["group_id"],
@@ -304,19 +290,17 @@ async def list_groups(backend, request, version: int):
         )
         for g in r.get("groups") or ()
     )
-    return apis.make(
+    return responses.make(
         mod,
         "ListGroupsResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(r.get("error_code", 0)),
         groups=groups,
     )
 
 
 async def describe_groups(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(15, version)
+    mod = responses.response_module(15, version)
     ids = list(request.groups)
     r = await backend.group_call(M.DescribeGroupsRequest(group_ids=ids))
     by_id = {g["group_id"]: g for g in r.get("groups") or ()}
@@ -325,7 +309,7 @@ async def describe_groups(backend, request, version: int):
     def one(gid: str):
         g = by_id.get(gid) or {"error_code": code or UNKNOWN_SERVER_ERROR, "group_id": gid}
         members = tuple(
-            apis.make(
+            responses.make(
                 mod,
                 "DescribedGroupMember",
                 member_id=m["member_id"],
@@ -337,10 +321,10 @@ async def describe_groups(backend, request, version: int):
             )
             for m in g.get("members") or ()
         )
-        return apis.make(
+        return responses.make(
             mod,
             "DescribedGroup",
-            error_code=apis.error_code(g.get("error_code", 0)),
+            error_code=responses.error_code(g.get("error_code", 0)),
             group_id=gid,
             group_state=g.get("group_state") or "",
             protocol_type=g.get("protocol_type") or "",
@@ -349,53 +333,52 @@ async def describe_groups(backend, request, version: int):
             authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
 
-    return apis.make(mod, "DescribeGroupsResponse", throttle_time=apis.ZERO, groups=tuple(one(g) for g in ids))
+    return responses.make(
+        mod, "DescribeGroupsResponse", throttle_time=responses.ZERO, groups=tuple(one(g) for g in ids)
+    )
 
 
 async def delete_groups(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(42, version)
+    mod = responses.response_module(42, version)
     ids = list(dict.fromkeys(request.groups_names))
     r = await backend.group_call(M.DeleteGroupsRequest(group_ids=ids))
     by_id = {x["group_id"]: x.get("error_code", 0) for x in r.get("results") or ()}
     code = r.get("error_code", 0) or UNKNOWN_SERVER_ERROR
     results = tuple(
-        apis.make(mod, "DeletableGroupResult", group_id=g, error_code=apis.error_code(by_id.get(g, code))) for g in ids
+        responses.make(mod, "DeletableGroupResult", group_id=g, error_code=responses.error_code(by_id.get(g, code)))
+        for g in ids
     )
-    return apis.make(mod, "DeleteGroupsResponse", throttle_time=apis.ZERO, results=results)
+    return responses.make(mod, "DeleteGroupsResponse", throttle_time=responses.ZERO, results=results)
 
 
 async def offset_delete(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(47, version)
+    mod = responses.response_module(47, version)
     topics = [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index} for p in t.partitions]}
         for t in request.topics
     ]
     r = await backend.group_call(M.OffsetDeleteRequest(group_id=request.group_id, topics=topics))
     out = tuple(
-        apis.make(
+        responses.make(
             mod,
             "OffsetDeleteResponseTopic",
             name=t["name"],
             partitions=tuple(
-                apis.make(
+                responses.make(
                     mod,
                     "OffsetDeleteResponsePartition",
                     partition_index=p["partition_index"],
-                    error_code=apis.error_code(p.get("error_code", 0)),
+                    error_code=responses.error_code(p.get("error_code", 0)),
                 )
                 for p in t.get("partitions") or ()
             ),
         )
         for t in r.get("topics") or ()
     )
-    return apis.make(
+    return responses.make(
         mod,
         "OffsetDeleteResponse",
-        error_code=apis.error_code(r.get("error_code", 0)),
-        throttle_time=apis.ZERO,
+        error_code=responses.error_code(r.get("error_code", 0)),
+        throttle_time=responses.ZERO,
         topics=out,
     )

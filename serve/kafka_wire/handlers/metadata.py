@@ -16,24 +16,25 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from protocol.names import INTERNAL_TOPICS
+from serve.kafka_wire import responses
 from serve.kafka_wire.topic_ids import topic_uuid
 
 UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_ID = 3, 5, 100
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 NOT_REQUESTED = -(2**31)  # authorized operations: "not asked for"
 NIL = uuid.UUID(int=0)
 
 
-def _partitions(apis, mod, topic: dict, alive: set[int]) -> tuple:
+def _partitions(mod, topic: dict, alive: set[int]) -> tuple:
     out = []
     for p, s in sorted(topic.get("partitions", {}).items()):
         leader = s.get("leader", -1)
         replicas = tuple(s.get("replicas", ()))
         out.append(
-            apis.make(
+            responses.make(
                 mod,
                 "MetadataResponsePartition",
-                error_code=apis.error_code(0 if leader >= 0 else LEADER_NOT_AVAILABLE),
+                error_code=responses.error_code(0 if leader >= 0 else LEADER_NOT_AVAILABLE),
                 partition_index=int(p),
                 leader_id=leader,
                 leader_epoch=s.get("leader_epoch", -1),
@@ -45,11 +46,11 @@ def _partitions(apis, mod, topic: dict, alive: set[int]) -> tuple:
     return tuple(out)
 
 
-def _topic(apis, mod, name, tid, code, parts=(), internal=False):
-    return apis.make(
+def _topic(mod, name, tid, code, parts=(), internal=False):
+    return responses.make(
         mod,
         "MetadataResponseTopic",
-        error_code=apis.error_code(code),
+        error_code=responses.error_code(code),
         name=name,
         topic_id=tid,
         is_internal=internal,
@@ -59,15 +60,13 @@ def _topic(apis, mod, name, tid, code, parts=(), internal=False):
 
 
 async def handle(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(3, version)
+    mod = responses.response_module(3, version)
     md = await backend.metadata()
     topics: dict = md["topics"]
     alive = {b["id"] for b in md["brokers"] if b.get("alive", True)}
     endpoints = await backend.endpoints(md["brokers"])
     brokers = tuple(
-        apis.make(mod, "MetadataResponseBroker", node_id=bid, host=host, port=port, rack=rack)
+        responses.make(mod, "MetadataResponseBroker", node_id=bid, host=host, port=port, rack=rack)
         for bid, (host, port, rack) in sorted(endpoints.items())
         if bid in alive
     )
@@ -88,18 +87,18 @@ async def handle(backend, request, version: int):
         if name is None and tid is not None and tid != NIL:
             name = by_id.get(tid)
             if name is None:
-                out.append(_topic(apis, mod, None, tid, UNKNOWN_TOPIC_ID))
+                out.append(_topic(mod, None, tid, UNKNOWN_TOPIC_ID))
                 continue
         t = topics.get(name) if name is not None else None
         if t is None:
-            out.append(_topic(apis, mod, name, NIL, created.get(name, UNKNOWN_TOPIC_OR_PARTITION)))
+            out.append(_topic(mod, name, NIL, created.get(name, UNKNOWN_TOPIC_OR_PARTITION)))
             continue
-        parts = _partitions(apis, mod, t, alive)
-        out.append(_topic(apis, mod, name, topic_uuid(t["topic_id"]), 0, parts, name in INTERNAL_TOPICS))
-    return apis.make(
+        parts = _partitions(mod, t, alive)
+        out.append(_topic(mod, name, topic_uuid(t["topic_id"]), 0, parts, name in INTERNAL_TOPICS))
+    return responses.make(
         mod,
         "MetadataResponse",
-        throttle_time=apis.ZERO,
+        throttle_time=responses.ZERO,
         brokers=brokers,
         cluster_id=backend.cluster_id,
         controller_id=backend.broker_id,

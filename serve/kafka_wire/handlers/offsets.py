@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 
 from protocol.messages import ListOffsetsRequest, OffsetForLeaderEpochRequest
+from serve.kafka_wire import responses
 
 
 async def list_offsets(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(2, version)
+    mod = responses.response_module(2, version)
     isolation = int(getattr(request, "isolation_level", 0))
     calls, where = [], []
     for t in request.topics:
@@ -25,14 +24,14 @@ async def list_offsets(backend, request, version: int):
             calls.append(backend.list_offsets(t.name, p.partition_index, req))
             where.append((t.name, p.partition_index))
     results = await asyncio.gather(*calls)
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             name,
-            apis.make(
+            responses.make(
                 mod,
                 "ListOffsetsPartitionResponse",
                 partition_index=p,
-                error_code=apis.error_code(r.get("error_code", 0)),
+                error_code=responses.error_code(r.get("error_code", 0)),
                 timestamp=r.get("timestamp", -1),
                 offset=r.get("offset", -1),
                 leader_epoch=r.get("leader_epoch", -1),
@@ -40,14 +39,14 @@ async def list_offsets(backend, request, version: int):
         )
         for (name, p), r in zip(where, results)
     )
-    topics = tuple(apis.make(mod, "ListOffsetsTopicResponse", name=n, partitions=ps) for n, ps in per_topic.items())
-    return apis.make(mod, "ListOffsetsResponse", throttle_time=apis.ZERO, topics=topics)
+    topics = tuple(
+        responses.make(mod, "ListOffsetsTopicResponse", name=n, partitions=ps) for n, ps in per_topic.items()
+    )
+    return responses.make(mod, "ListOffsetsResponse", throttle_time=responses.ZERO, topics=topics)
 
 
 async def offset_for_leader_epoch(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(23, version)
+    mod = responses.response_module(23, version)
     calls, where = [], []
     for t in request.topics:
         for p in t.partitions:
@@ -57,13 +56,13 @@ async def offset_for_leader_epoch(backend, request, version: int):
             calls.append(backend.offset_for_leader_epoch(t.topic, p.partition, req))
             where.append((t.topic, p.partition))
     results = await asyncio.gather(*calls)
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             name,
-            apis.make(
+            responses.make(
                 mod,
                 "EpochEndOffset",
-                error_code=apis.error_code(r.get("error_code", 0)),
+                error_code=responses.error_code(r.get("error_code", 0)),
                 partition=p,
                 leader_epoch=r.get("leader_epoch", -1),
                 end_offset=r.get("end_offset", -1),
@@ -71,5 +70,7 @@ async def offset_for_leader_epoch(backend, request, version: int):
         )
         for (name, p), r in zip(where, results)
     )
-    topics = tuple(apis.make(mod, "OffsetForLeaderTopicResult", topic=n, partitions=ps) for n, ps in per_topic.items())
-    return apis.make(mod, "OffsetForLeaderEpochResponse", throttle_time=apis.ZERO, topics=topics)
+    topics = tuple(
+        responses.make(mod, "OffsetForLeaderTopicResult", topic=n, partitions=ps) for n, ps in per_topic.items()
+    )
+    return responses.make(mod, "OffsetForLeaderEpochResponse", throttle_time=responses.ZERO, topics=topics)

@@ -20,9 +20,11 @@ import asyncio
 import datetime
 from collections.abc import Awaitable
 
+from protocol import errors as E
 from protocol.messages import ProduceRequest
+from serve.kafka_wire import responses
 
-CORRUPT_MESSAGE = 2
+CORRUPT_MESSAGE = E.CorruptMessageError.code
 EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 PIPELINE_MAX_PARTITION_BYTES = 90 * 1024
 
@@ -68,17 +70,15 @@ def submit(backend, request, version: int) -> Awaitable:
 
 
 async def _respond(calls: list, where: list, acks: int, version: int):
-    from serve.kafka_wire import apis
-
     results = await asyncio.gather(*calls)
     if acks == 0:
         return None
-    mod = apis.response_module(0, version)
-    per_topic = apis.by_topic((name, _partition_answer(mod, p, r)) for (name, p), r in zip(where, results))
+    mod = responses.response_module(0, version)
+    per_topic = responses.by_topic((name, _partition_answer(mod, p, r)) for (name, p), r in zip(where, results))
     topics = tuple(
-        apis.make(mod, "TopicProduceResponse", name=n, partition_responses=ps) for n, ps in per_topic.items()
+        responses.make(mod, "TopicProduceResponse", name=n, partition_responses=ps) for n, ps in per_topic.items()
     )
-    return apis.make(mod, "ProduceResponse", responses=topics, throttle_time=apis.ZERO)
+    return responses.make(mod, "ProduceResponse", responses=topics, throttle_time=responses.ZERO)
 
 
 async def handle(backend, request, version: int):
@@ -86,14 +86,12 @@ async def handle(backend, request, version: int):
 
 
 def _partition_answer(mod, p: int, r: dict):
-    from serve.kafka_wire import apis
-
     lat = r.get("log_append_time", -1)
-    return apis.make(
+    return responses.make(
         mod,
         "PartitionProduceResponse",
         index=p,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        error_code=responses.error_code(r.get("error_code", 0)),
         base_offset=r.get("base_offset", -1),
         log_append_time=None if lat is None or lat < 0 else EPOCH + datetime.timedelta(milliseconds=lat),
         log_start_offset=r.get("log_start_offset", -1),

@@ -40,6 +40,7 @@ from protocol.txn_messages import (
     ListTransactionsRequest,
     TxnOffsetCommitRequest,
 )
+from serve.kafka_wire import responses
 
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 3, 47, 55, 90
 EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
@@ -49,11 +50,9 @@ FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
 
 
 def _code(api_key: int, version: int, code: int):
-    from serve.kafka_wire import apis
-
     if code == PRODUCER_FENCED and version < FENCED_SINCE[api_key]:
         code = INVALID_PRODUCER_EPOCH
-    return apis.error_code(code)
+    return responses.error_code(code)
 
 
 def _ms(d: datetime.timedelta) -> int:
@@ -61,9 +60,7 @@ def _ms(d: datetime.timedelta) -> int:
 
 
 async def init_producer_id(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(22, version)
+    mod = responses.response_module(22, version)
     if request.transactional_id is None:
         r = await backend.init_producer_id()
     else:
@@ -75,10 +72,10 @@ async def init_producer_id(backend, request, version: int):
             int(getattr(request, "producer_epoch", -1)),
         )
         r = await backend.txn_call(tid, req)
-    return apis.make(
+    return responses.make(
         mod,
         "InitProducerIdResponse",
-        throttle_time=apis.ZERO,
+        throttle_time=responses.ZERO,
         error_code=_code(22, version, r.get("error_code", 0)),
         producer_id=r.get("producer_id", -1),
         producer_epoch=r.get("producer_epoch", -1),
@@ -86,9 +83,7 @@ async def init_producer_id(backend, request, version: int):
 
 
 async def add_partitions_to_txn(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(24, version)
+    mod = responses.response_module(24, version)
     tid = request.v3_and_below_transactional_id
     asked = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
     topics = (await backend.metadata())["topics"]
@@ -105,10 +100,10 @@ async def add_partitions_to_txn(backend, request, version: int):
         r = await backend.txn_call(tid, req)
         per = {(x["topic"], x["partition"]): x["error_code"] for x in r.get("results") or ()}
         codes = {tp: per.get(tp, r.get("error_code", 0)) for tp in asked}
-    per_topic = apis.by_topic(
+    per_topic = responses.by_topic(
         (
             t,
-            apis.make(
+            responses.make(
                 mod,
                 "AddPartitionsToTxnPartitionResult",
                 partition_index=p,
@@ -118,40 +113,40 @@ async def add_partitions_to_txn(backend, request, version: int):
         for t, p in asked
     )
     results = tuple(
-        apis.make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=ps) for t, ps in per_topic.items()
+        responses.make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=ps)
+        for t, ps in per_topic.items()
     )
-    return apis.make(mod, "AddPartitionsToTxnResponse", throttle_time=apis.ZERO, results_by_topic_v3_and_below=results)
+    return responses.make(
+        mod, "AddPartitionsToTxnResponse", throttle_time=responses.ZERO, results_by_topic_v3_and_below=results
+    )
 
 
 async def add_offsets_to_txn(backend, request, version: int):
-    from serve.kafka_wire import apis
-
     req = AddOffsetsToTxnRequest(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), request.group_id
     )
     r = await backend.txn_call(request.transactional_id, req)
-    mod = apis.response_module(25, version)
-    return apis.make(
-        mod, "AddOffsetsToTxnResponse", throttle_time=apis.ZERO, error_code=_code(25, version, r.get("error_code", 0))
+    mod = responses.response_module(25, version)
+    return responses.make(
+        mod,
+        "AddOffsetsToTxnResponse",
+        throttle_time=responses.ZERO,
+        error_code=_code(25, version, r.get("error_code", 0)),
     )
 
 
 async def end_txn(backend, request, version: int):
-    from serve.kafka_wire import apis
-
     req = EndTxnRequest(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), bool(request.committed)
     )
     r = await backend.txn_call(request.transactional_id, req)
-    mod = apis.response_module(26, version)
-    return apis.make(
-        mod, "EndTxnResponse", throttle_time=apis.ZERO, error_code=_code(26, version, r.get("error_code", 0))
+    mod = responses.response_module(26, version)
+    return responses.make(
+        mod, "EndTxnResponse", throttle_time=responses.ZERO, error_code=_code(26, version, r.get("error_code", 0))
     )
 
 
 async def txn_offset_commit(backend, request, version: int):
-    from serve.kafka_wire import apis
-
     offsets = tuple(
         (t.name, int(p.partition_index), int(p.committed_offset), p.committed_metadata or "")
         for t in request.topics
@@ -174,11 +169,11 @@ async def txn_offset_commit(backend, request, version: int):
         for p in t.get("partitions") or ()
     }
     top = r.get("error_code", 0)
-    mod = apis.response_module(28, version)
-    per_topic = apis.by_topic(
+    mod = responses.response_module(28, version)
+    per_topic = responses.by_topic(
         (
             t,
-            apis.make(
+            responses.make(
                 mod,
                 "TxnOffsetCommitResponsePartition",
                 partition_index=p,
@@ -187,14 +182,14 @@ async def txn_offset_commit(backend, request, version: int):
         )
         for t, p, _off, _md in offsets
     )
-    topics = tuple(apis.make(mod, "TxnOffsetCommitResponseTopic", name=t, partitions=ps) for t, ps in per_topic.items())
-    return apis.make(mod, "TxnOffsetCommitResponse", throttle_time=apis.ZERO, topics=topics)
+    topics = tuple(
+        responses.make(mod, "TxnOffsetCommitResponseTopic", name=t, partitions=ps) for t, ps in per_topic.items()
+    )
+    return responses.make(mod, "TxnOffsetCommitResponse", throttle_time=responses.ZERO, topics=topics)
 
 
 async def describe_transactions(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(65, version)
+    mod = responses.response_module(65, version)
     ids = list(request.transactional_ids)
     answers = await asyncio.gather(*(backend.txn_call(tid, DescribeTransactionsRequest((tid,))) for tid in ids))
     states = []
@@ -202,12 +197,12 @@ async def describe_transactions(backend, request, version: int):
         s = (r.get("transaction_states") or [r])[0]
         code = r.get("error_code") or s.get("error_code", 0)
         ok = not code
-        topics = apis.by_topic((t, p) for t, p in s.get("topics") or ()) if ok else {}
+        topics = responses.by_topic((t, p) for t, p in s.get("topics") or ()) if ok else {}
         states.append(
-            apis.make(
+            responses.make(
                 mod,
                 "TransactionState",
-                error_code=apis.error_code(code),
+                error_code=responses.error_code(code),
                 transactional_id=tid,
                 transaction_state=s.get("state", "") if ok else "",
                 transaction_timeout=datetime.timedelta(milliseconds=s.get("transaction_timeout_ms", 0) if ok else 0),
@@ -215,16 +210,16 @@ async def describe_transactions(backend, request, version: int):
                 + datetime.timedelta(milliseconds=max(0, s.get("transaction_start_time_ms", -1)) if ok else 0),
                 producer_id=s.get("producer_id", -1) if ok else -1,
                 producer_epoch=s.get("producer_epoch", -1) if ok else -1,
-                topics=tuple(apis.make(mod, "TopicData", topic=t, partitions=ps) for t, ps in topics.items()),
+                topics=tuple(responses.make(mod, "TopicData", topic=t, partitions=ps) for t, ps in topics.items()),
             )
         )
-    return apis.make(mod, "DescribeTransactionsResponse", throttle_time=apis.ZERO, transaction_states=tuple(states))
+    return responses.make(
+        mod, "DescribeTransactionsResponse", throttle_time=responses.ZERO, transaction_states=tuple(states)
+    )
 
 
 async def list_transactions(backend, request, version: int):
-    from serve.kafka_wire import apis
-
-    mod = apis.response_module(66, version)
+    mod = responses.response_module(66, version)
     known = set(STATE_NAMES.values())
     states = tuple(request.state_filters)
     req = ListTransactionsRequest(
@@ -233,14 +228,14 @@ async def list_transactions(backend, request, version: int):
     r = await backend.list_transactions(req)
     unknown = tuple(s for s in states if s not in known)  # reported, and not filtered on (as Kafka does)
     listed = r.get("transaction_states") or ()
-    return apis.make(
+    return responses.make(
         mod,
         "ListTransactionsResponse",
-        throttle_time=apis.ZERO,
-        error_code=apis.error_code(r.get("error_code", 0)),
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(r.get("error_code", 0)),
         unknown_state_filters=unknown,
         transaction_states=tuple(
-            apis.make(
+            responses.make(
                 mod,
                 "TransactionState",
                 transactional_id=x["transactional_id"],

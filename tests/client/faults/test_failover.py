@@ -8,8 +8,8 @@ import time
 import pytest
 
 import rafka
+from protocol.errors import KafkaTimeoutError
 from rafka import TopicPartition
-from rafka.errors import KafkaTimeoutError
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -1,14 +1,17 @@
 """The group coordinator's request-level rules (actors/group/service.py) and its per-partition context
-(actors/coordinator/runtime.py), without Ray."""
+(actors/coordinator/context.py), without Ray."""
 
 from __future__ import annotations
 
 import asyncio
 
-from actors.coordinator.runtime import CoordinatorContext, list_groups, records_batch
+from actors.coordinator.context import CoordinatorContext
+from actors.coordinator.writer import records_batch
 from actors.group import service as svc
 from actors.group.classic_group import GroupCoordinatorConfig
 from actors.group.records import partition_for
+from actors.group.service import list_groups
+from actors.group.shard import GroupCoordinatorShard
 from protocol import errors as E
 from storage.records import decode_records
 
@@ -88,7 +91,7 @@ def test_records_batch_and_context():
     assert [(r.key, r.value, r.timestamp) for r in recs] == [(b"k1", b"v1", 1234), (b"k2", None, 1234)]
 
     async def run():
-        ctx = CoordinatorContext(0, 3, None, GroupCoordinatorConfig())
+        ctx = CoordinatorContext(0, 3, None, GroupCoordinatorShard(GroupCoordinatorConfig()))
         assert ctx.state == svc.LOADING
         f1, f2, f3 = ctx.park(("join", "g")), ctx.park(("join", "g")), ctx.park(("sync", "g"))
         ctx.complete([(("join", "g"), "first"), (("nobody", "x"), "dropped")])
@@ -97,59 +100,8 @@ def test_records_batch_and_context():
         assert f2.result() == 16 and f3.result() == 16 and ctx.parked == {}
         d = ctx.describe()
         assert d["state"] == svc.LOADING and d["leader_epoch"] == 3 and d["parked"] == 0
-        other = CoordinatorContext(1, 0, None, GroupCoordinatorConfig())
+        other = CoordinatorContext(1, 0, None, GroupCoordinatorShard(GroupCoordinatorConfig()))
         other.state = svc.ACTIVE
         assert list_groups({1: other, 0: ctx}) == ([], svc.COORDINATOR_LOAD_IN_PROGRESS, [])
-
-    asyncio.run(run())
-
-
-def test_coordinator_appends_go_on_the_internal_channel_in_submission_order():
-    """The writer submits a context's appends (plain and transactional) synchronously on the replica's internal
-    channel (a real client listener on loopback here), so the replica receives them in handler order and
-    numbers them on one connection (actors/replication/call_order.py); the transactional one appends as the coordinator.
-    A broken connection answers NOT_COORDINATOR."""
-    import concurrent.futures
-
-    from actors.channels.client_channel import ClientListener
-    from actors.coordinator.writer import TxnWrite, append
-
-    async def run():
-        seen = []
-
-        async def produce(req):
-            seen.append(req)
-            await asyncio.sleep(0.01 * (3 - len(seen)) if len(seen) < 3 else 0)  # answers come back out of order
-            return {"error_code": 0, "error_message": None}
-
-        async def fetch(req):
-            return {"error_code": 0, "error_message": None}
-
-        listener = ClientListener(produce, fetch, "__consumer_offsets-0 b1")
-        await listener.start("127.0.0.1")
-
-        class Handle:  # the replica actor handle's surface: handle.internal_endpoint.remote().future()
-            internal_endpoint = property(lambda self: self)
-
-            def remote(self):
-                return self
-
-            def future(self):
-                f = concurrent.futures.Future()
-                f.set_result({"error_code": 0, "error_message": None, **listener.endpoint(internal=True)})
-                return f
-
-        ctx = CoordinatorContext(0, 3, Handle(), GroupCoordinatorConfig())
-        tasks = [append(ctx, [_Rec(b"k", b"%d" % i)], 5000, 1234) for i in range(3)]
-        tasks.append(append(ctx, [_Rec(b"k", b"t")], 5000, 1234, TxnWrite(7, 0, "tx")))
-        assert await asyncio.gather(*tasks) == [0, 0, 0, 0]
-        assert [decode_records(r.records)[0][3] for r in seen] == [b"0", b"1", b"2", b"t"]
-        assert [r.origin for r in seen] == ["client"] * 3 + ["coordinator"]
-        assert seen[-1].transactional_id == "tx" and {r.current_leader_epoch for r in seen} == {3}
-        assert len({r.order[0] for r in seen}) == 1 and [r.order[1] for r in seen] == [0, 1, 2, 3]
-        assert listener.stats["internal"] == 1
-        listener.close()
-        await asyncio.sleep(0.05)
-        assert await append(ctx, [_Rec(b"k", b"x")], 5000, 1234) == svc.NOT_COORDINATOR
 
     asyncio.run(run())

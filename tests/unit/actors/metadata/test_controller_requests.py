@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from actors.metadata.broker_heartbeats import BrokerHeartbeats
 from actors.metadata.controller_config import ControllerConfig
 from actors.metadata.controller_logic import ControllerLogic
 from actors.metadata.controller_requests import (
@@ -18,7 +19,6 @@ from actors.metadata.controller_requests import (
     prior_state,
 )
 from actors.metadata.image import MetadataImage
-from actors.server.supervision import BrokerHeartbeats
 from protocol.control_messages import FULL, INCREMENTAL, StopReplicaRequest
 from protocol.errors import BrokerIdNotRegisteredError, StaleBrokerEpochError, UnknownTopicOrPartitionError
 

@@ -417,7 +417,7 @@ def test_follower_drops_an_empty_epoch_it_led_so_truncation_converges(part):
 def test_a_session_watch_wakes_its_session_on_data_on_a_move_and_on_shutdown_never_by_itself(part):
     """``SessionWatch`` (a follower session's wait on one partition, actors/replication/replica_manager.py): no timer, nothing
     read; it resolves the session's future when data comes past the follower's offset, when the partition moves on
-    (a LeaderAndIsr: ``role_changed``) and when the replica stops (purgatory shutdown), as a DelayedFetch answers."""
+    (a LeaderAndIsr: ``role_changed``) and when the replica stops (``stop_partition``), as a DelayedFetch answers."""
     import asyncio
 
     from actors.replication.replica_manager import ReplicaManager, SessionWatch
@@ -426,7 +426,7 @@ def test_a_session_watch_wakes_its_session_on_data_on_a_move_and_on_shutdown_nev
     async def go():
         p = part()
         p.make_leader(state(isr=(1,), replicas=(1, 2)), 0)
-        rm = ReplicaManager(p)
+        rm = ReplicaManager(1)
         loop = asyncio.get_running_loop()
         out = {}
         for case in ("data", "move", "shutdown"):
@@ -436,14 +436,60 @@ def test_a_session_watch_wakes_its_session_on_data_on_a_move_and_on_shutdown_nev
             waited = wake.done()
             if case == "data":
                 _, change = p.append_records_to_leader(batch(2), 1, 5)
-                rm.complete_delayed_requests(change)
+                rm.complete_delayed_requests(p, change)
             elif case == "move":
                 p.make_leader(state(isr=(1,), replicas=(1, 2), epoch=2, pe=2), 0)
-                rm.role_changed()
+                rm.role_changed(p)
             else:
-                rm.shutdown()
+                rm.stop_partition(p)
             out[case] = (waited, wake.done(), op.completed, op._timer is None)
         return out
 
     out = asyncio.run(go())
     assert out == {c: (False, True, True, True) for c in ("data", "move", "shutdown")}
+
+
+def test_one_replica_manager_holds_a_brokers_partitions_and_keys_their_delayed_operations_by_partition(tmp_path):
+    """The ReplicaManager is the broker's (one per process, as a ReplicaHost holds many of its replicas): an
+    acks=all produce waits under its own partition, a HW move on another partition completes nothing of it, and
+    StopReplica of one partition answers only that partition's waits."""
+    import asyncio
+
+    from actors.replication.replica_manager import DelayedProduce, ReplicaManager
+
+    async def go():
+        rm = ReplicaManager(1)
+        parts = []
+        for n in (0, 1):
+            lg = Log(str(tmp_path / f"t-{n}"), LogConfig(min_insync_replicas=1), now_ms=0)
+            p = Partition(1, lg, "t", n)
+            p.make_leader(state(isr=(1, 2), replicas=(1, 2)), 0)
+            rm.add_partition(p)
+            parts.append(p)
+        p0, p1 = parts
+        waits = []
+        for p in parts:
+            info, change = p.append_records_to_leader(batch(1), -1, 5)
+            rm.complete_delayed_requests(p, change)
+            op = DelayedProduce(p, 30000, info.last_offset + 1, {"error_code": 0})
+            waits.append(asyncio.ensure_future(rm.wait_produce(op)))
+        await asyncio.sleep(0)
+        counted = (rm.delayed(p0), rm.delayed(p1))
+        # b2 catches up on p1 only: p1's HW moves, p0's produce keeps waiting
+        change, _ = p1.update_follower_fetch_state(2, p1.log.log_end_offset, 10)
+        rm.complete_delayed_requests(p1, change)
+        await asyncio.sleep(0)
+        after_hw = (waits[0].done(), waits[1].done() and waits[1].result()["error_code"])
+        p0.stop()
+        rm.stop_partition(p0)
+        await asyncio.sleep(0)
+        stopped = waits[0].result()["error_code"]
+        for p in parts:
+            p.log.close()
+        return counted, after_hw, stopped, sorted(rm.partitions)
+
+    counted, after_hw, stopped, left = asyncio.run(go())
+    assert counted == ((1, 0), (1, 0))
+    assert after_hw == (False, 0)
+    assert stopped == E.NotLeaderOrFollowerError.code
+    assert left == [("t", 1)]

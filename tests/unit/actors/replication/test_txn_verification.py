@@ -187,7 +187,7 @@ KEY = b"k" * 32
 
 @pytest.fixture
 def token_key(monkeypatch):
-    import protocol.txn_tokens as T
+    import actors.metadata.kv as T
 
     monkeypatch.setitem(T._KEYS, "c", KEY)  # what the first token's check reads from the cluster's KV
     return KEY

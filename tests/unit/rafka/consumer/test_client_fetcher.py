@@ -7,10 +7,10 @@ import time
 import pytest
 from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
+from protocol.errors import OffsetOutOfRangeError
 from protocol.messages import FetchRequest, FetchResponse, ListOffsetsRequest
 from rafka.config import ConsumerConfig
 from rafka.consumer.fetcher import Fetcher
-from rafka.errors import OffsetOutOfRangeError
 from rafka.structs import TopicPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -9,11 +9,11 @@ import pytest
 from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
 from actors.group.records import OffsetCommitKey
+from protocol.errors import CommitFailedError
 from rafka.config import ConsumerConfig
 from rafka.consumer.consumer_coordinator import ConsumerCoordinator
 from rafka.consumer.fetcher import Fetcher
 from rafka.consumer.subscription import SubscriptionState
-from rafka.errors import CommitFailedError
 from rafka.structs import OffsetAndMetadata, TopicPartition
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rafka.errors import KafkaTimeoutError, NotEnoughReplicasError, RecordTooLargeError
+from protocol.errors import KafkaTimeoutError, NotEnoughReplicasError, RecordTooLargeError
 from rafka.producer.accumulator import BufferPool, RecordAccumulator, monotonic_ms
 from rafka.structs import TopicPartition
 from storage.records import decode_records, iter_batch_headers

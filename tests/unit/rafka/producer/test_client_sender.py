@@ -7,8 +7,8 @@ import time
 import pytest
 from fake_transport import FakeCluster, FakeMetadata, FakeTransport
 
+from protocol.errors import KafkaTimeoutError, NotEnoughReplicasError, NotLeaderOrFollowerError, RecordListTooLargeError
 from rafka.config import ProducerConfig
-from rafka.errors import KafkaTimeoutError, NotEnoughReplicasError, NotLeaderOrFollowerError, RecordListTooLargeError
 from rafka.producer.accumulator import RecordAccumulator
 from rafka.producer.sender import Sender
 from rafka.structs import TopicPartition
@@ -236,17 +236,17 @@ def test_a_sequence_gap_at_the_leader_resequences_under_a_new_producer_id(cluste
     assert [md.offset for md in got[:5]] == [1, 2, 3, 4, 5] and got[5].offset == 1
     assert values(cluster, T0) == [(0, b"a")] + [(i + 1, b"c%d" % i) for i in range(5)]
     assert values(cluster, T1) == [(0, b"other"), (1, b"other-after")]
-    assert cl.sender.producer_id != pid and cl.sender.resets == 1
+    assert cl.sender.producer_id != pid and cl.sender.transaction_manager.resets == 1
     assert cl.send(T0, b"d").get(timeout=10).offset == 6  # and it goes on with the new id
     assert values(cluster, T0)[-1] == (6, b"d")
 
 
 def test_warm_looks_up_each_leader_once_and_asks_the_transport_to_open_it(cluster):
-    """``SenderIds._warm`` (run while an AddPartitionsToTxn is in flight): each partition's leader is looked up
+    """``TransactionManager._warm`` (run while an AddPartitionsToTxn is in flight): each partition's leader is looked up
     and handed to ``transport.warm`` once; a partition that does not exist is skipped, not raised."""
     cl = Client(cluster)
     try:
-        s = cl.sender
+        s = cl.sender.transaction_manager
         s._warm([T0, T1, TopicPartition("missing", 0)])
         leaders = [cl.metadata.leader(tp)[0] for tp in (T0, T1)]
         assert cl.transport.warmed == leaders

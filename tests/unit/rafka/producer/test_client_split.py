@@ -5,7 +5,7 @@ holds the record. Pure client logic: no cluster, nothing sent."""
 
 from __future__ import annotations
 
-from rafka.errors import NotEnoughReplicasError
+from protocol.errors import NotEnoughReplicasError
 from rafka.producer.accumulator import RecordAccumulator
 from rafka.producer.producer_batch import RecordFutures, wait_all
 from rafka.structs import TopicPartition

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from protocol import errors as E
-from rafka.errors import IllegalStateError
+from protocol.errors import IllegalStateError
 from rafka.producer.txn_manager import (
     ABORTABLE_ERROR,
     FATAL_ERROR,

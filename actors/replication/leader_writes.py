@@ -1,28 +1,28 @@
-"""The replica actor's write side (a mixin of ``ReplicaActor``, actors/replica.py): Produce with acks 0/1/all,
-WriteTxnMarkers from the transaction coordinator, DescribeProducers, and the group coordinator told of markers
-on ``__consumer_offsets`` partitions."""
+"""The leader's write path of one partition replica, a collaborator the replica shell (actors/replica.py) holds:
+Produce with acks 0/1/all, WriteTxnMarkers and the KIP-890 verification pushes (Kafka's
+ReplicaManager.appendRecords -> Partition.appendRecordsToLeader, with its DelayedProduce). It calls the
+Partition, the broker's ReplicaManager, the TxnVerifier and, for markers on ``__consumer_offsets``, this
+broker's group coordinator."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from typing import Any
 
 import ray
 
 from actors.channels.replica_lookup import named_actor_async
-from actors.group.service import OFFSETS_TOPIC
-from actors.replication.replica_manager import (
-    DelayedProduce,
-    error_answer,
-)
+from actors.replication.call_order import CallOrder
+from actors.replication.partition import Partition
+from actors.replication.replica_manager import DelayedProduce, ReplicaManager, error_answer
+from actors.replication.txn_verification import TxnVerifier
+from actors.server.metrics import ReplicaStats
 from protocol import errors as E
-from protocol.messages import (
-    ProduceRequest,
-    ProduceResponse,
-    check_request,
-)
-from protocol.names import group_coordinator_name
+from protocol.clock import now_ms
+from protocol.messages import ProduceRequest, ProduceResponse, check_request
+from protocol.names import OFFSETS_TOPIC, group_coordinator_name
 from protocol.txn_messages import TxnResponse, TxnVerifiedRequest, WriteTxnMarkersRequest
 from storage.batch_header import BATCH_OVERHEAD as HEADER_SIZE
 from storage.batch_header import parse_header
@@ -30,11 +30,29 @@ from storage.batch_header import parse_header
 log = logging.getLogger("actors.replica")
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+class LeaderWrites:
+    """One replica's appends as leader. ``stats`` is the replica's own counters dict (acks=all and marker
+    waits); ``metrics`` its per-request metrics, shared with its fetches."""
 
+    def __init__(
+        self,
+        cluster: str,
+        partition: Partition,
+        replica_manager: ReplicaManager,
+        metrics: ReplicaStats,
+        stats: dict,
+    ):
+        self.cluster, self.partition, self.replica_manager = cluster, partition, replica_manager
+        self.metrics, self.stats = metrics, stats
+        self.broker_id, self.topic = partition.broker_id, partition.topic
+        self.tp = f"{partition.topic}-{partition.partition}"
+        self.verifier = TxnVerifier(
+            cluster, self.broker_id, partition.topic, partition.partition, lambda: partition.leader_epoch
+        )
+        # per-connection produce order of the wire listener's and the client listener's connections
+        self.call_order = CallOrder()
+        self._group_coordinator: Any = None  # this broker's, told of markers on __consumer_offsets partitions
 
-class ReplicaWrites:
     # ---- produce ----------------------------------------------------------------------------------
     async def produce(self, req: ProduceRequest) -> dict:
         t0 = time.perf_counter()
@@ -49,7 +67,7 @@ class ReplicaWrites:
                 answer = await self._produce(req, order)
             finally:
                 self.call_order.leave(order)
-        self.metrics_stats.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
+        self.metrics.produced(getattr(req, "records", b""), answer, (time.perf_counter() - t0) * 1000)
         return answer
 
     async def _produce(self, req: ProduceRequest, order=None) -> dict:
@@ -78,11 +96,11 @@ class ReplicaWrites:
                 info, change = p.append_records_to_leader(batches, req.acks, now_ms(), req.origin)
             finally:
                 self.call_order.leave(order)
-            self.replica_manager.complete_delayed_requests(change)
+            self.replica_manager.complete_delayed_requests(p, change)
             response = ProduceResponse(
                 base_offset=info.first_offset,
                 log_append_time=info.log_append_time,
-                log_start_offset=self.log.log_start_offset,
+                log_start_offset=p.log.log_start_offset,
                 duplicate=bool(info.duplicate),
             ).to_dict()
             if req.acks != -1:
@@ -90,8 +108,8 @@ class ReplicaWrites:
             op = DelayedProduce(p, req.timeout_ms, info.last_offset + 1, response)
             t0 = time.perf_counter()
             result = await self.replica_manager.wait_produce(op)
-            self._stats["acks_all_produces"] += 1
-            self._stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
+            self.stats["acks_all_produces"] += 1
+            self.stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
             return result
         except Exception as exc:
             return error_answer(ProduceResponse, exc)
@@ -109,12 +127,12 @@ class ReplicaWrites:
                 req.producer_id, req.producer_epoch, bool(req.committed), req.coordinator_epoch, now_ms()
             )
             self.verifier.state.marker_written(req.producer_id, req.txn_start_ms)
-            self.replica_manager.complete_delayed_requests(change)
+            self.replica_manager.complete_delayed_requests(p, change)
             done = TxnResponse().to_dict()
             t0 = time.perf_counter()
             ans = await self.replica_manager.wait_produce(DelayedProduce(p, 30000, info.last_offset + 1, done))
-            self._stats["markers"] += 1  # each marker's acks=all wait (benchmarks/txn_bench.py's breakdown)
-            self._stats["markers_wait_ms"] += (time.perf_counter() - t0) * 1000
+            self.stats["markers"] += 1  # each marker's acks=all wait (benchmarks/txn_bench.py's breakdown)
+            self.stats["markers_wait_ms"] += (time.perf_counter() - t0) * 1000
             if not ans["error_code"] and self.topic == OFFSETS_TOPIC:
                 await self._offsets_marker(req.producer_id, bool(req.committed))
             return ans
@@ -136,13 +154,6 @@ class ReplicaWrites:
             return TxnResponse(*E.error_response(err)).to_dict()
         taken = self.verifier.state.pushed(req.producer_id, req.producer_epoch, req.txn_start_ms)
         return {**TxnResponse().to_dict(), "taken": taken}
-
-    async def describe_producers(self) -> dict:
-        """DescribeProducers: the producers of this partition (leader only)."""
-        err = self.partition.check_leader(-1)
-        if err is not None:
-            return {**TxnResponse(*E.error_response(err)).to_dict(), "producers": []}
-        return {"error_code": 0, "error_message": None, "producers": self.partition.describe_producers()}
 
     async def _offsets_marker(self, producer_id: int, committed: bool) -> None:
         """A marker on a ``__consumer_offsets`` partition: this broker's group coordinator applies the
