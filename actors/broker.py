@@ -364,7 +364,7 @@ class BrokerActor:
         return await self.metadata()
 
     async def _notify_coordinator(self, key, leader: bool, epoch: int | None, replica) -> None:
-        kind = ch.INTERNAL_TOPICS.get(key[0])
+        kind = ch.KIND_BY_TOPIC.get(key[0])
         if kind is not None:
             await self.coordinators[kind.key_type].notify(key[1], leader, epoch, replica)
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol.names import INTERNAL_TOPICS
 from rafka.structs import TopicPartition
 
 log = logging.getLogger("rafka.console")
@@ -127,8 +128,6 @@ class ConsoleViews:
 
     # -- topics -------------------------------------------------------------------------------------------
     def topics(self, internal: bool = False, message: str | None = None) -> tuple[str, dict]:
-        from actors.server.auto_topic_creation import INTERNAL_TOPICS
-
         names = sorted(n for n in self.admin.list_topics() if internal or n not in INTERNAL_TOPICS)
         rows = []
         for d in self.admin.describe_topics(names) if names else []:

@@ -1,6 +1,6 @@
 """Log compaction (``cleanup.policy=compact``): Kafka's LogCleaner, one pass per call: the offset map, the
 rewrite of each cleanable segment into ``.cleaned`` segments and the ``CleanerGate`` that lets the owner abort
-a pass built on another thread. Called by storage/log_cleaning.py (``plan_clean``); imports storage only. What
+a pass built on another thread. Called by storage/log.py (``plan_clean``); imports storage only. What
 is kept, the swap protocol and the threading: docs/internals.md (storage/).
 """
 
@@ -473,7 +473,7 @@ def compact_log(
 
 def plan_clean(log, now_ms: int) -> CleanPass | None:
     """A pass over ``log`` with its configs, bounded by its last stable offset (so by its high watermark),
-    keeping its active producers' last batches, planned on the log's owner thread (storage/log_cleaning.py);
+    keeping its active producers' last batches, planned on the log's owner thread (storage/log.py);
     None unless ``cleanup.policy`` includes ``compact`` and some segment is cleanable."""
     c = log.config
     if not c.compact:

@@ -19,10 +19,10 @@ from protocol.errors import (
     RecordListTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from storage import log_validator
-from storage.checkpoint import create_marker, write_offset_checkpoint
+from storage import cleaner, log_validator
+from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
+from storage.cleaner import CleanerStats, CleanPass
 from storage.epoch_cache import LeaderEpochCache
-from storage.log_cleaning import LogCleaning
 from storage.log_config import LogConfig
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
@@ -42,7 +42,6 @@ from storage.log_offsets import (
     offset_by_timestamp,
 )
 from storage.log_results import FetchDataInfo, LogAppendInfo, LogOffsetSnapshot
-from storage.log_retention import LogRetention
 from storage.producer_state import ProducerStateManager, in_sequence
 from storage.records import (
     CONTROL_MASK,
@@ -54,7 +53,7 @@ from storage.records import (
     validate_batch,
 )
 from storage.segment import LogSegment
-from storage.txn_index import AbortedTxn, collect_aborted
+from storage.txn_index import AbortedTxn, carry_aborted, collect_aborted
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +81,24 @@ def _now(now_ms: int | None) -> int:
     return int(time.time() * 1000) if now_ms is None else now_ms
 
 
+def _dirty_enough(p: CleanPass, dirty_from: int, now_ms: int, config: LogConfig) -> bool:
+    """Nothing past ``dirty_from`` has no dirty bytes and no first dirty record: never enough."""
+    clean = sum(s.size for s in p.cleanable if s.next_offset <= dirty_from)
+    dirty_segments = [s for s in p.cleanable if s.next_offset > dirty_from]
+    dirty = sum(s.size for s in dirty_segments)
+    if clean + dirty and dirty / (clean + dirty) > config.min_cleanable_dirty_ratio:
+        return True
+    first = dirty_segments[0].first_batch_timestamp() if dirty_segments else -1
+    return 0 <= first < now_ms - config.max_compaction_lag_ms
+
+
 # ---------------------------------------------------------------------------------------------- log
 
 
-class Log(LogRetention, LogCleaning):
-    """A partition's segmented log in ``dir``; opening it recovers it. DeleteRecords and retention
-    (``delete_records``, ``delete_old_segments``) come from storage/log_retention.py, compaction
-    (``compact``, ``begin_clean``/``end_clean``, ``replace_segments``) from storage/log_cleaning.py."""
+class Log:
+    """A partition's segmented log in ``dir``; opening it recovers it. Appends, reads, truncation, DeleteRecords
+    and retention (``delete_records``, ``delete_old_segments``), and compaction's per-log half (``compact``,
+    ``begin_clean``/``end_clean``, ``replace_segments``; the pass itself is storage/cleaner.py)."""
 
     def __init__(self, dir: str, config: LogConfig | None = None, now_ms: int | None = None):
         self.dir = os.path.abspath(dir)
@@ -100,6 +110,7 @@ class Log(LogRetention, LogCleaning):
         self._closed = False
         self._written: dict[str, int] = {}  # checkpoint file -> value last written
         self._unflushed = 0
+        self._cleaning: CleanPass | None = None  # the compaction pass between begin_clean and end_clean
         self._last_flush_ms = self._last_checkpoint_ms = now
         self.epoch_cache = LeaderEpochCache(os.path.join(self.dir, EPOCH_FILE))
         self.producer_state = ProducerStateManager(self.dir)
@@ -507,6 +518,173 @@ class Log(LogRetention, LogCleaning):
         self._segments, self._bases = [self._new_segment(offset, _now(now_ms))], [offset]
         self._leo = self._log_start_offset = self._hw = self._rp = offset
         self._write_checkpoints()
+
+    # ------------------------------------------------------------------ DeleteRecords and retention
+    # Data goes from the start of the log only, in whole segments, in a crash-safe order (docs/internals.md).
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,
+        else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
+        self._check_open()
+        if offset > self._hw:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.dir} to {offset}: above the high watermark {self._hw}"
+            )
+        if offset > self._log_start_offset:
+            self._advance_log_start(offset)
+            self._delete_segments(
+                self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset),
+                None,
+                "DeleteRecords",
+            )
+        return self._log_start_offset
+
+    def _advance_log_start(self, offset: int) -> None:
+        """The log start checkpoint first, then the epoch cache: a crash between them leaves a cache that
+        starts below the log start, which open cuts (never one starting above it)."""
+        self._log_start_offset = offset
+        self._write_checkpoints()
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.evict_unretained(offset)
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
+        largest timestamp) and the oldest segments beyond ``retention.bytes`` (never the active one); in
+        any case segments wholly below the log start offset. Only segments below the high watermark go.
+        Returns the number of segments deleted."""
+        self._check_open()
+        c, deleted = self.config, 0
+        if c.delete and c.retention_ms >= 0:
+            deleted += self._delete_segments(
+                self._deletable(lambda seg, nxt: now_ms - seg.largest_timestamp() > c.retention_ms),
+                now_ms,
+                f"retention time {c.retention_ms}ms breach",
+            )
+        if c.delete and c.retention_bytes >= 0:
+            excess = [self.size_in_bytes - c.retention_bytes]
+
+            def over(seg, nxt):
+                if nxt is not None and excess[0] - seg.size >= 0:
+                    excess[0] -= seg.size
+                    return True
+                return False
+
+            deleted += self._delete_segments(
+                self._deletable(over), now_ms, f"retention size {c.retention_bytes} breach"
+            )
+        deleted += self._delete_segments(
+            self._deletable(lambda seg, nxt: nxt is not None and nxt <= self._log_start_offset),
+            now_ms,
+            "log start offset breach",
+        )
+        return deleted
+
+    def _deletable(self, predicate) -> list[LogSegment]:
+        out = []
+        for i, seg in enumerate(self._segments):
+            nxt = self._bases[i + 1] if i + 1 < len(self._bases) else None
+            upper = nxt if nxt is not None else self._leo
+            if upper > self._hw or (nxt is None and seg.size == 0) or not predicate(seg, nxt):
+                break
+            out.append(seg)
+        return out
+
+    def _delete_segments(self, segs: list[LogSegment], now_ms: int | None, why: str = "log start offset breach") -> int:
+        if not segs:
+            return 0
+        log.info(  # Kafka's UnifiedLog line
+            "Deleting segments of %s due to %s: %s",
+            self.dir,
+            why,
+            ", ".join(f"LogSegment(baseOffset={seg.base_offset}, size={seg.size})" for seg in segs),
+        )
+        self._abort_cleaning()  # a pass under way may be reading these segments
+        if segs[-1] is self._segments[-1]:
+            self.roll(now_ms)  # never leave the log without an active segment
+        for seg in segs:  # lowest first: a crash leaves a suffix; open raises the log start to its base
+            self._segments.pop(0)
+            self._bases.pop(0)
+            seg.delete()
+        self._rp = max(self._rp, self._bases[0])
+        if self._bases[0] > self._log_start_offset:
+            self._advance_log_start(self._bases[0])
+            log.info("Incremented log start offset to %d due to segment deletion", self._bases[0])
+        self.producer_state.delete_snapshots_below(self._bases[0])
+        self._write_checkpoints()
+        return len(segs)
+
+    # ------------------------------------------------------------------ compaction
+    # begin_clean / end_clean on the owner thread around a pass's build on any thread (storage/cleaner.py), or
+    # compact for the three in a row; every operation that removes or rewrites segments aborts a pass first.
+    def begin_clean(self, now_ms: int, dirty_from: int = 0) -> CleanPass | None:
+        """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, a pass is already under
+        way, or the range is not dirty enough. ``dirty_from`` is where the owner's last pass ended (Kafka's
+        cleaner checkpoint): the planned segments below it are the clean section, the rest the dirty one. A
+        pass runs when the dirty section's share of the bytes is over ``min.cleanable.dirty.ratio``, or when
+        its first record is older than ``max.compaction.lag.ms`` (Kafka's LogCleanerManager)."""
+        self._check_open()
+        if self._cleaning is not None:
+            return None
+        p = cleaner.plan_clean(self, now_ms)
+        if p is not None and not _dirty_enough(p, dirty_from, now_ms, self.config):
+            p = None
+        self._cleaning = p
+        return p
+
+    def end_clean(self, p: CleanPass) -> CleanerStats | None:
+        """After ``p.build()`` returned or raised (owner thread): swap the built segments in and return the
+        pass's stats, or, when the pass was aborted (so when the log closed) or failed, delete them and return
+        None."""
+        if self._cleaning is p:
+            self._cleaning = None
+        if p.gate.aborted or p.failed:
+            p.discard()
+            return None
+        return p.commit()
+
+    def _abort_cleaning(self) -> None:
+        """Before segments are removed or rewritten: stop the pass under way (it swaps nothing)."""
+        p = self._cleaning
+        if p is not None:
+            self._cleaning = None
+            p.gate.abort()
+
+    def compact(self, now_ms: int) -> CleanerStats:
+        """One pass on the calling thread (``begin_clean``, ``build``, ``end_clean``); empty stats when
+        there is nothing to clean. Raises what the build raised (CorruptMessageError: nothing changed)."""
+        p = self.begin_clean(now_ms)
+        if p is None:
+            return CleanerStats()
+        try:
+            p.build()
+        finally:
+            stats = self.end_clean(p)
+        return stats if stats is not None else CleanerStats()
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
+        """Swap a cleaned segment (built with suffix ``.cleaned``, covering exactly the offsets of the
+        contiguous ``old_segments``) into the log: flush it, rename it ``.swap`` (the commit point:
+        recovery completes an interrupted swap), delete the old segments, drop the suffix."""
+        self._check_open()
+        if not old_segments or any(s not in self._segments for s in old_segments):
+            raise ValueError("old_segments must be segments of this log")
+        if new_segment.base_offset != old_segments[0].base_offset or old_segments[-1] is self._segments[-1]:
+            raise ValueError("the cleaned segment must start where the old ones start, before the active one")
+        olds = [s.txn_index for s in old_segments]
+        if any(len(t) for t in olds):  # entries whose marker the cleaned segment still holds
+            carry_aborted(
+                new_segment.txn_index, olds, (h.base_offset for _, h in new_segment.iter_headers() if h.is_control)
+            )
+        new_segment.flush()
+        new_segment.change_suffix(".swap")
+        fsync_dir(self.dir)
+        i = self._segments.index(old_segments[0])
+        for seg in old_segments:
+            seg.delete()
+        del self._segments[i : i + len(old_segments)], self._bases[i : i + len(old_segments)]
+        new_segment.change_suffix("")
+        fsync_dir(self.dir)
+        self._segments.insert(i, new_segment)
+        self._bases.insert(i, new_segment.base_offset)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ray.experimental import internal_kv
-
 from protocol.kv import kv_namespace, pack, strip_listed_key, unpack
 from protocol.txn_tokens import load_key
 
@@ -22,6 +20,8 @@ class GcsKV:
     """One cluster's namespace of GCS KV (Ray's internal KV). Every call is a synchronous GCS round trip."""
 
     def __init__(self, cluster: str):
+        from ray.experimental import internal_kv  # here, not at the top: the CLI's agent path never imports Ray
+
         self._kv = internal_kv
         self.cluster = cluster
         self.ns = kv_namespace(cluster)

@@ -1,7 +1,7 @@
 """A partition replica's periodic work (Kafka's isr-expiration task, log flusher, log-retention task and the
 LogCleaner pass for compacted topics) over the pure Partition and its Log: plain asyncio, no Ray. Held and run by
 the replica shell (actors/replica.py) while it leads or follows; a compaction pass builds on a worker thread
-(storage/log_cleaning.py) so the process goes on serving."""
+(storage/log.py, storage/cleaner.py) so the process goes on serving."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from actors.replication.partition import Partition
 from actors.replication.partition_state import FOLLOWER, LEADER
 from protocol import errors as E
 from protocol.clock import now_ms
-from storage.log_cleaning import CleaningAborted
+from storage.cleaner import CleaningAborted
 
 log = logging.getLogger("rafka.replica")
 

@@ -81,7 +81,7 @@ TXNS = CoordinatorKind(
     "transactional id",
 )
 KINDS = {GROUP_KEY: GROUPS, TXN_KEY: TXNS}
-INTERNAL_TOPICS = {k.topic: k for k in KINDS.values()}
+KIND_BY_TOPIC = {k.topic: k for k in KINDS.values()}  # internal topic -> its coordinator kind
 
 
 def coordinator_answer(

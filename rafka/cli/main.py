@@ -29,6 +29,7 @@ import sys
 from importlib.metadata import entry_points
 
 from protocol.errors import ClusterNotFoundError, KafkaError
+from protocol.names import INTERNAL_TOPICS
 from rafka.cli import clusterctl
 from rafka.cli import groups as cli_groups
 from rafka.cli import help as cli_help
@@ -154,7 +155,6 @@ def cmd_topic_create(args) -> int:
 
 
 def cmd_topic_list(args) -> int:
-    from actors.server.auto_topic_creation import INTERNAL_TOPICS
     from rafka.admin.admin import Admin
 
     admin = Admin(_connect(args))

@@ -213,7 +213,7 @@ def test_a_sigstopped_host_is_found_frozen_killed_and_its_replicas_recreated(hos
 
 @pytest.mark.slow
 def test_a_host_sigkilled_while_a_replica_compacts_on_its_thread_recovers_every_latest_value(hosted):
-    """The cleaner builds a pass on a worker thread of the host (storage/log_cleaning.py); the host's process is
+    """The cleaner builds a pass on a worker thread of the host (storage/log.py); the host's process is
     SIGKILLed while the pass has ``.cleaned`` segments on disk. The replica (RF 1: its directory is the only
     copy) is recreated from that directory, the loader finishes or drops the half-made pass, and every key's
     latest acknowledged value is read back, with no cleaner file left behind."""

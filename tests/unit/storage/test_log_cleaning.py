@@ -1,4 +1,4 @@
-"""A cleaner pass built on a worker thread while the Log's owner goes on (storage/log_cleaning.py): the owner
+"""A cleaner pass built on a worker thread while the Log's owner goes on (storage/log.py): the owner
 appends and reads during the build, and every operation that removes segments aborts the pass, which then
 swaps nothing and leaves no ``.cleaned`` file; the replica's housekeeping keeps its event loop serving while
 a pass builds. Real files, real threads, no Ray."""
