@@ -44,7 +44,7 @@ from protocol.errors import (
     UnknownServerError,
     error_response,
 )
-from protocol.kv import read_cluster
+from protocol.kv import METADATA_VERSION, read_cluster
 from storage.partition_metadata import prepare_partition_dir
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
@@ -310,8 +310,14 @@ class BrokerActor:
         return {"error_code": 0, "error_message": None}
 
     # ---- client-facing --------------------------------------------------------------------------------
-    async def metadata(self) -> dict:
-        """Cached cluster metadata (refreshed from GCS KV when the controller announced a newer version)."""
+    async def metadata(self, fresh: bool = False) -> dict:
+        """Cached cluster metadata (refreshed from GCS KV when the controller announced a newer version).
+        ``fresh``: KV's metadata version is read first (one key), so that a topic the controller has just
+        created is answered before its UpdateMetadata reaches this broker (the Kafka listener asks it when a
+        Metadata request names a topic the cache lacks: an auto-created topic is listed on the next Metadata)."""
+        if fresh and self._cache is not None:
+            stored = await asyncio.to_thread(self._kv.get, METADATA_VERSION)
+            self.latest_version = max(self.latest_version, int(stored or 0))
         if self._cache is None or self._cache_version < self.latest_version:
             self._cache = read_cluster(self._kv)
             self._cache_version = self._cache["version"]

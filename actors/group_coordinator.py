@@ -216,6 +216,7 @@ class GroupCoordinatorActor:
                 member_id=r.member_id,
                 generation_id=r.generation_id,
                 group_instance_id=r.group_instance_id,
+                api_version=r.api_version,
             ),
             lambda c, m: svc.offset_commit_error(r.topics, c, m),
             too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
@@ -253,9 +254,14 @@ class GroupCoordinatorActor:
         r = request
         by_topic: dict[str, list[dict]] = {}
         try:
-            for topic, p, offset, metadata in r.offsets:
+            for topic, p, offset, metadata, epoch in r.offsets:
                 by_topic.setdefault(topic, []).append(
-                    {"partition_index": int(p), "committed_offset": int(offset), "committed_metadata": metadata}
+                    {
+                        "partition_index": int(p),
+                        "committed_offset": int(offset),
+                        "committed_leader_epoch": int(epoch),
+                        "committed_metadata": metadata,
+                    }
                 )
         except (TypeError, ValueError) as e:
             return {"error_code": svc.INVALID_REQUEST, "error_message": f"malformed offsets: {e}", "topics": []}

@@ -166,7 +166,8 @@ class TxnCoordinatorActor:
                 return AddPartitionsToTxnResponse(E.InvalidRequestError.code, f"malformed partitions: {e}").to_dict()
             first = next((c for c in codes.values() if c), 0)
             results = tuple((t, p, c) for (t, p), c in sorted(codes.items()))
-            msg = "partition not in the ongoing transaction" if first else None
+            why = part.shard.verify_error(req.transactional_id, req.producer_id, req.producer_epoch)
+            msg = why.message if why is not None else "partition not in the ongoing transaction" if first else None
             return AddPartitionsToTxnResponse(first, msg, results).to_dict()
         try:
             data_parts = [(t, int(n)) for t, n in req.partitions if t != OFFSETS_TOPIC]

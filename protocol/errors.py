@@ -635,6 +635,27 @@ class UnexpectedAppendOffsetError(KafkaError):
     default_message = "The first offset of the appended batches does not continue the log."
 
 
+class RecordValidationError(KafkaError):
+    """Kafka's RecordValidationException (KIP-467): records of one batch failed the leader's validation.
+    ``record_errors``: ``((batch_index, message), ...)``, which Produce v8+ answers beside the error. Raised as
+    one of the two below; ``code`` is theirs (INVALID_RECORD / INVALID_TIMESTAMP)."""
+
+    def __init__(self, message: str | None = None, record_errors: tuple[tuple[int, str | None], ...] = ()):
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.record_errors))
+
+
+class InvalidRecordsError(RecordValidationError, InvalidRecordError):
+    """Records of a batch are invalid (a compacted topic's records without a key): INVALID_RECORD (87)."""
+
+
+class InvalidTimestampsError(RecordValidationError, InvalidTimestampError):
+    """Records of a batch have timestamps out of range: INVALID_TIMESTAMP (32)."""
+
+
 class KafkaTimeoutError(KafkaError, TimeoutError):
     """A client-side deadline passed (Kafka's org.apache.kafka.common.errors.TimeoutException)."""
 

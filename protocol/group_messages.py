@@ -165,6 +165,7 @@ class OffsetCommitRequest:
     member_id: str = ""
     generation_id: int = -1
     group_instance_id: str | None = None
+    api_version: int = -1  # the wire request's version (v9+: GROUP_ID_NOT_FOUND for an unknown group); -1: rafka's
 
 
 @dataclass(frozen=True, slots=True)

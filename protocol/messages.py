@@ -101,7 +101,7 @@ class ProduceRequest:
 
 @dataclass(frozen=True, slots=True)
 class ProduceResponse(_Response):
-    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("duplicate",)
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("duplicate", "record_errors")
 
     error_code: int = 0
     error_message: str | None = None
@@ -109,6 +109,8 @@ class ProduceResponse(_Response):
     log_append_time: int = -1
     log_start_offset: int = -1
     duplicate: bool = False  # in the dict only when true
+    # KIP-467: ((batch_index, message), ...) of the records that failed validation (in the dict only when any)
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 # ---- fetch ---------------------------------------------------------------------------------------------

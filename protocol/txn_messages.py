@@ -92,7 +92,7 @@ class TxnOffsetCommitRequest:
     group_id: str
     producer_id: int
     producer_epoch: int
-    offsets: tuple[tuple[str, int, int, str], ...]  # (topic, partition, offset, metadata)
+    offsets: tuple[tuple[str, int, int, str, int], ...]  # (topic, partition, offset, metadata, leader epoch or -1)
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None

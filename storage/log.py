@@ -263,6 +263,11 @@ class Log:
             raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
         buf = bytearray(batches)
         infos = log_validator.validate_leader_append(buf, c, now_ms, origin)
+        if c.compression_type != "producer":  # the topic's codec (Kafka's LogValidator recompression)
+            buf, infos = log_validator.convert_compression(buf, infos, c)
+            n = len(buf)
+            if n > c.segment_bytes:
+                raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
         records = sum(h.records_count for _, _, h in infos)
         producers = any(h.producer_id >= 0 for _, _, h in infos)
         if producers:

@@ -9,11 +9,11 @@ import dataclasses
 
 from protocol.errors import InvalidConfigError
 
-__all__ = ["LogConfig", "LONG_MAX", "INT_MAX", "config_kinds"]
+__all__ = ["LogConfig", "LONG_MAX", "INT_MAX", "COMPRESSION_TYPES", "config_kinds"]
 
 LONG_MAX, INT_MAX = (1 << 63) - 1, (1 << 31) - 1
 
-# dotted key -> (attribute, kind, default, minimum); kind: int32/int64/bool/ratio/policy/tstype
+# dotted key -> (attribute, kind, default, minimum); kind: int32/int64/bool/ratio/policy/tstype/compression
 _CONFIG_KEYS = {
     "segment.bytes": ("segment_bytes", "int32", 1073741824, 14),
     "segment.ms": ("segment_ms", "int64", 604800000, 1),
@@ -35,7 +35,10 @@ _CONFIG_KEYS = {
     "unclean.leader.election.enable": ("unclean_leader_election_enable", "bool", False, None),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "int64", LONG_MAX, 0),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "int64", 3600000, 0),
+    "compression.type": ("compression_type", "compression", "producer", None),
 }
+# compression.type's values (Kafka's BrokerCompressionType): 'producer' keeps the producer's codec
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
 def _parse_value(key: str, kind: str, minimum, value):
@@ -69,6 +72,11 @@ def _parse_value(key: str, kind: str, minimum, value):
             if value not in ("CreateTime", "LogAppendTime"):
                 raise ValueError("must be CreateTime or LogAppendTime")
             return value
+        if kind == "compression":
+            name = value.strip() if isinstance(value, str) else value  # (Kafka's ValidString: case matters)
+            if name not in COMPRESSION_TYPES:
+                raise ValueError(f"must be one of {', '.join(COMPRESSION_TYPES)}")
+            return name
     except (ValueError, TypeError, AttributeError) as e:
         raise InvalidConfigError(f"invalid value {value!r} for configuration {key}: {e}") from None
     raise AssertionError(kind)
@@ -99,6 +107,7 @@ class LogConfig:
     unclean_leader_election_enable: bool = False
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = 3600000
+    compression_type: str = "producer"
 
     def __post_init__(self):
         for key, (attr, kind, _, minimum) in _CONFIG_KEYS.items():
@@ -132,5 +141,6 @@ class LogConfig:
 
 
 def config_kinds() -> dict[str, str]:
-    """Each topic config's value kind: int32, int64, bool, ratio, policy (a list) or tstype (a string)."""
+    """Each topic config's value kind: int32, int64, bool, ratio, policy (a list), tstype or compression (a
+    string)."""
     return {key: kind for key, (_, kind, _, _) in _CONFIG_KEYS.items()}

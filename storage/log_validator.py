@@ -14,28 +14,42 @@ from crc32c import crc32c
 from protocol.errors import (
     CorruptMessageError,
     InvalidRecordError,
+    InvalidRecordsError,
     InvalidTimestampError,
+    InvalidTimestampsError,
     KafkaError,
     MessageTooLargeError,
+    RecordValidationError,
     UnsupportedCompressionTypeError,
 )
-from storage.codecs import decompress
+from storage.codecs import compress, decompress
 from storage.log_config import LogConfig
 from storage.records import (
     ATTRIBUTES_POS,
     COMPRESSION_MASK,
     CONTROL_MASK,
     CRC_POS,
+    LENGTH_POS,
+    LOG_OVERHEAD,
     MAX_TIMESTAMP_POS,
     NO_TIMESTAMP,
     RECORDS_POS,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
+    parse_header,
     validate_batch,
 )
 
-__all__ = ["CLIENT", "COORDINATOR", "ORIGINS", "validate_leader_append", "walk_records", "ACCELERATED"]
+__all__ = [
+    "CLIENT",
+    "COORDINATOR",
+    "ORIGINS",
+    "validate_leader_append",
+    "convert_compression",
+    "walk_records",
+    "ACCELERATED",
+]
 
 CLIENT, COORDINATOR = "client", "coordinator"  # Kafka's AppendOrigin.CLIENT / COORDINATOR
 ORIGINS = (CLIENT, COORDINATOR)
@@ -43,6 +57,8 @@ ORIGINS = (CLIENT, COORDINATOR)
 WALK_OK, WALK_MALFORMED, WALK_NULL_KEY, WALK_TIMESTAMP = 0, 1, 2, 3
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _KNOWN_CODECS = (0, 1, 2, 3, 4)
+# compression.type -> the codec a leader writes (Kafka's BrokerCompressionType; 'producer' keeps the batch's)
+TARGET_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 def _load_walker() -> Callable | None:
@@ -88,9 +104,20 @@ def _varint(data, p: int, lim: int) -> tuple[int, int, int]:
 
 
 def _walk_records(
-    data, p: int, end: int, count: int, base_ts: int, log_append_time: bool, compacted: bool, ts_low: int, ts_high: int
+    data,
+    p: int,
+    end: int,
+    count: int,
+    base_ts: int,
+    log_append_time: bool,
+    compacted: bool,
+    ts_low: int,
+    ts_high: int,
+    errors: list | None = None,
 ) -> tuple:
-    """The pure-Python twin of ``_crecords.validate_records`` (same arguments, same answers)."""
+    """The pure-Python twin of ``_crecords.validate_records`` (same arguments, same answers). With ``errors``
+    (a list), a record without a key or with its timestamp out of range is added to it as ``(index, status,
+    detail)`` and the walk goes on (Kafka's per-record errors, KIP-467); a malformed record still ends it."""
     max_ts = NO_TIMESTAMP
     for i in range(count):
         st, n, p = _varint(data, p, end)
@@ -157,10 +184,16 @@ def _walk_records(
         if p != rend:
             return WALK_MALFORMED, i, f"the record's fields end {rend - p} bytes before its declared length {n}"
         if compacted and klen < 0:
-            return WALK_NULL_KEY, i, None
+            if errors is None:
+                return WALK_NULL_KEY, i, None
+            errors.append((i, WALK_NULL_KEY, None))
+            continue
         if not log_append_time:
             if ts != NO_TIMESTAMP and (ts < ts_low or ts > ts_high):
-                return WALK_TIMESTAMP, i, ts
+                if errors is None:
+                    return WALK_TIMESTAMP, i, ts
+                errors.append((i, WALK_TIMESTAMP, ts))
+                continue
             if ts > max_ts:
                 max_ts = ts
     if p != end:
@@ -268,16 +301,15 @@ def validate_leader_append(
         status, rec, detail = walk_records(
             data, start, end, count, h.base_timestamp, lat_batch or lat_topic, compacted, ts_low, ts_high
         )
+        if status in (WALK_NULL_KEY, WALK_TIMESTAMP):  # every bad record of the batch, as Kafka (KIP-467)
+            errors: list[tuple[int, int, int | None]] = []
+            status, rec, detail = _walk_records(
+                data, start, end, count, h.base_timestamp, lat_batch or lat_topic, compacted, ts_low, ts_high, errors
+            )
+            if status == WALK_OK:
+                raise _record_errors(index, pos, errors, ts_low, ts_high)
         if status != WALK_OK:
-            where = f"{_where(index, pos)}, record {rec}: "
-            if status == WALK_NULL_KEY:
-                raise InvalidRecordError(where + "a compacted topic cannot accept a record without a key")
-            if status == WALK_TIMESTAMP:
-                raise InvalidTimestampError(
-                    where + f"Timestamp {detail} of the record is out of range. The timestamp should be within "
-                    f"[{ts_low}, {ts_high}] (message.timestamp.before.max.ms / after.max.ms)"
-                )
-            raise InvalidRecordError(where + detail)
+            raise InvalidRecordError(f"{_where(index, pos)}, record {rec}: " + detail)
         batch_max_ts = h.max_timestamp
         if lat_batch and not lat_topic and batch_max_ts != NO_TIMESTAMP and not ts_low <= batch_max_ts <= ts_high:
             raise _fail(
@@ -296,6 +328,78 @@ def validate_leader_append(
         p, size, h = out[i]
         out[i] = (p, size, _set_max_timestamp(buf, p, size, h, max_ts))
     return out
+
+
+def _record_errors(index: int, pos: int, errors: list, ts_low: int, ts_high: int) -> RecordValidationError:
+    """Kafka's processRecordErrors: INVALID_TIMESTAMP if any record's timestamp is out of range, else
+    INVALID_RECORD, with every bad record's ``(batch_index, message)`` and the first three in the message."""
+    record_errors = []
+    for i, status, ts in errors:
+        if status == WALK_NULL_KEY:
+            msg = "a compacted topic cannot accept a record without a key"
+        else:
+            msg = (
+                f"Timestamp {ts} of the record is out of range. The timestamp should be within [{ts_low}, "
+                f"{ts_high}] (message.timestamp.before.max.ms / after.max.ms)"
+            )
+        record_errors.append((i, msg))
+    first = "; ".join(f"record {i}: {m}" for i, m in record_errors[:3])
+    where = _where(index, pos)
+    if any(status == WALK_TIMESTAMP for _, status, _ in errors):
+        return InvalidTimestampsError(
+            f"{where}: One or more records have been rejected due to invalid timestamp "
+            f"({len(record_errors)} in total, the first three at most: {first})",
+            tuple(record_errors),
+        )
+    return InvalidRecordsError(
+        f"{where}: One or more records have been rejected due to {len(record_errors)} record errors in total, "
+        f"and only showing the first three errors at most: {first}",
+        tuple(record_errors),
+    )
+
+
+def convert_compression(
+    buf: bytearray, infos: list[tuple[int, int, BatchHeader]], config: LogConfig
+) -> tuple[bytearray, list[tuple[int, int, BatchHeader]]]:
+    """The topic's compression.type on validated batches (Kafka's validateMessagesAndAssignOffsetsCompressed
+    with a target codec other than the source's): each batch in another codec is rebuilt in the topic's, its
+    records as they came (validated: offset deltas 0, 1, 2, ..., so the leader's base offset gives them their
+    offsets as Kafka's rebuild does), header fields kept, length, attributes and CRC new. Control batches stay
+    as written. ``(buf, infos)`` unchanged when nothing is to convert; MESSAGE_TOO_LARGE if a rebuilt batch
+    exceeds max.message.bytes."""
+    codec = TARGET_CODECS.get(config.compression_type)
+    if codec is None or all(h.attributes & COMPRESSION_MASK == codec or h.is_control for _, _, h in infos):
+        return buf, infos
+    out = bytearray()
+    new_infos: list[tuple[int, int, BatchHeader]] = []
+    with memoryview(buf) as mv:
+        for index, (pos, size, h) in enumerate(infos):
+            source = h.attributes & COMPRESSION_MASK
+            start = len(out)
+            if source == codec or h.is_control:
+                out += mv[pos : pos + size]
+            else:
+                body = mv[pos + RECORDS_POS : pos + size]
+                records = decompress(source, body) if source else body
+                out += mv[pos : pos + RECORDS_POS]
+                out += compress(codec, records) if codec else records
+                n = len(out) - start
+                if n > config.max_message_bytes:
+                    raise _fail(
+                        MessageTooLargeError,
+                        index,
+                        pos,
+                        f"{n} bytes in compression.type {config.compression_type} exceed max.message.bytes "
+                        f"{config.max_message_bytes}",
+                    )
+                out[start + LENGTH_POS : start + LENGTH_POS + 4] = (n - LOG_OVERHEAD).to_bytes(4, "big")
+                attributes = (h.attributes & ~COMPRESSION_MASK) | codec
+                out[start + ATTRIBUTES_POS : start + ATTRIBUTES_POS + 2] = attributes.to_bytes(2, "big")
+                with memoryview(out) as omv:
+                    crc = crc32c(omv[start + ATTRIBUTES_POS :])
+                out[start + CRC_POS : start + CRC_POS + 4] = crc.to_bytes(4, "big")
+            new_infos.append((start, len(out) - start, parse_header(out, start)))
+    return out, new_infos
 
 
 def _set_max_timestamp(buf: bytearray, pos: int, size: int, h: BatchHeader, max_ts: int) -> BatchHeader:

@@ -81,30 +81,46 @@ class OffsetManager:
     # ------------------------------------------------------------------ OffsetCommit
     @staticmethod
     def validate_commit(
-        group: ClassicGroup | None, member_id: str, generation_id: int, group_instance_id: str | None
+        group: ClassicGroup | None,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        *,
+        transactional: bool = False,
+        api_version: int = -1,
     ) -> int:
-        """Kafka's ClassicGroup.validateOffsetCommit (plus the unknown-group rule)."""
+        """Kafka 4's OffsetMetadataManager.validateOffsetCommit / validateTransactionalOffsetCommit over
+        ClassicGroup.validateOffsetCommit: 0 or the error every partition of the commit answers.
+
+        A commit without member id, instance id and generation (-1) into a group with members is refused
+        (UNKNOWN_MEMBER_ID) only when it is not ``transactional``: TxnOffsetCommit v0-2 carry no member fields.
+        Transactional commits are not held back by CompletingRebalance either. ``api_version``: OffsetCommit's;
+        v9+ answers GROUP_ID_NOT_FOUND for a generation into an unknown group (older versions, and
+        TxnOffsetCommit, ILLEGAL_GENERATION)."""
         if group is None:
-            # No group: a simple consumer (generation -1) may commit; anything else is a stale generation.
-            return NONE if generation_id < 0 else ILLEGAL_GENERATION
+            # No group: a simple consumer or the admin client (generation -1) commits into a new simple group.
+            if generation_id < 0:
+                return NONE
+            return GROUP_ID_NOT_FOUND if not transactional and api_version >= 9 else ILLEGAL_GENERATION
         if group.in_state(GroupState.DEAD):
             return COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and group.in_state(GroupState.EMPTY):
             return NONE  # admin client / manual assignment into an empty group
         if generation_id >= 0 or member_id or group_instance_id is not None:
+            # ClassicGroup.validateMember, then the generation
             if group_instance_id is not None:
                 existing = group.static_members.get(group_instance_id)
                 if existing is None:
                     return UNKNOWN_MEMBER_ID
                 if existing != member_id:
                     return FENCED_INSTANCE_ID
-            elif not group.has_member(member_id):
+            if not group.has_member(member_id):
                 return UNKNOWN_MEMBER_ID
             if generation_id != group.generation_id:
                 return ILLEGAL_GENERATION
-        elif not group.in_state(GroupState.EMPTY):
-            return UNKNOWN_MEMBER_ID
-        if group.in_state(GroupState.COMPLETING_REBALANCE):
+        elif not transactional and not group.in_state(GroupState.EMPTY):
+            return UNKNOWN_MEMBER_ID  # only members commit into a non-empty group
+        if not transactional and group.in_state(GroupState.COMPLETING_REBALANCE):
             # The member has its new generation but not its assignment yet.
             return REBALANCE_IN_PROGRESS
         return NONE
@@ -120,9 +136,17 @@ class OffsetManager:
         generation_id: int = -1,
         group_instance_id: str | None = None,
         producer_id: int = -1,
+        api_version: int = -1,
     ) -> CoordinatorResult:
         """OffsetCommit, or with ``producer_id`` TxnOffsetCommit (records pending until the marker)."""
-        error = self.validate_commit(group, member_id, generation_id, group_instance_id)
+        error = self.validate_commit(
+            group,
+            member_id,
+            generation_id,
+            group_instance_id,
+            transactional=producer_id >= 0,
+            api_version=api_version,
+        )
         records, out_topics = [], []
         max_meta = self.config.offset_metadata_max_bytes
         for topic in topics:

@@ -116,10 +116,12 @@ class GroupCoordinatorShard:
         generation_id: int = -1,
         group_instance_id: str | None = None,
         producer_id: int = -1,
+        api_version: int = -1,
     ) -> CoordinatorResult:
         """OffsetCommit: group members pass their member id and generation; simple consumers and admin
         resets pass generation -1 (accepted for an unknown or Empty group). With ``producer_id`` it is
-        TxnOffsetCommit: the records stay pending (invisible to OffsetFetch) until the transaction's marker."""
+        TxnOffsetCommit: the records stay pending (invisible to OffsetFetch) until the transaction's marker.
+        ``api_version``: the OffsetCommit request's (-1: not a wire request), see ``OffsetManager.validate_commit``."""
         return self._offsets.commit(
             self._groups.get(group_id),
             group_id,
@@ -129,6 +131,7 @@ class GroupCoordinatorShard:
             generation_id=generation_id,
             group_instance_id=group_instance_id,
             producer_id=producer_id,
+            api_version=api_version,
         )
 
     def txn_offset_commit(

@@ -7,6 +7,7 @@ replicas' config defaults. docs/internals.md ("Controller") has the rules.
 from __future__ import annotations
 
 from actors.metadata.controller_config import ControllerConfig
+from actors.metadata.topic_configs import KAFKA_TOPIC_CONFIGS, topic_config_type
 from actors.replication.leader_and_isr import BROKER_TOPIC_DEFAULTS
 from actors.replication.replica_config import REPLICA_DEFAULTS, WARM_POOL_DEFAULTS
 from storage.log import LogConfig
@@ -24,8 +25,20 @@ SOURCE_NAMES = {
 }
 # Kafka's ConfigType (DescribeConfigs v3+)
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
-_TYPE_OF_KIND = {"int32": INT, "int64": LONG, "bool": BOOLEAN, "ratio": DOUBLE, "policy": LIST, "tstype": STRING}
-LIST_CONFIGS = frozenset(k for k, kind in config_kinds().items() if kind == "policy")
+_TYPE_OF_KIND = {
+    "int32": INT,
+    "int64": LONG,
+    "bool": BOOLEAN,
+    "ratio": DOUBLE,
+    "policy": LIST,
+    "tstype": STRING,
+    "compression": STRING,
+}
+_TYPE_CODES = {"BOOLEAN": BOOLEAN, "STRING": STRING, "INT": INT, "LONG": LONG, "DOUBLE": DOUBLE, "LIST": LIST}
+# the LIST configs (IncrementalAlterConfigs APPEND / SUBTRACT apply to these only, as in Kafka)
+LIST_CONFIGS = frozenset(k for k, kind in config_kinds().items() if kind == "policy") | frozenset(
+    k for k, d in KAFKA_TOPIC_CONFIGS.items() if d.type == "LIST"
+)
 
 # a topic config -> its broker-level synonym (the broker default the replicas apply)
 TOPIC_SYNONYM = {t: b for b, t in BROKER_TOPIC_DEFAULTS.items()} | {
@@ -82,6 +95,9 @@ def _str(v) -> str:
 
 
 def config_type(name: str) -> int:
+    kafka_type = topic_config_type(name)
+    if kafka_type is not None:
+        return _TYPE_CODES[kafka_type]
     kind = config_kinds().get(name)
     if kind is not None:
         return _TYPE_OF_KIND[kind]

@@ -20,7 +20,12 @@ from actors.metadata.partition_change import (
     reassignment_plan,
 )
 from actors.metadata.placement import assign_replicas, unify_collision_chars, validate_topic_name
-from actors.metadata.topic_configs import topic_config_keys, truthy, validate_topic_configs
+from actors.metadata.topic_configs import (
+    effective_topic_configs,
+    topic_config_keys,
+    truthy,
+    validate_topic_configs,
+)
 from protocol.errors import (
     BrokerIdNotRegisteredError,
     ElectionNotNeededError,
@@ -43,7 +48,6 @@ from protocol.errors import (
     UnknownTopicOrPartitionError,
     error_response,
 )
-from storage.log import LogConfig
 
 __all__ = [
     "ControllerLogic",
@@ -231,11 +235,11 @@ class ControllerLogic:
         return out
 
     def describe_configs(self, name: str) -> dict:
-        """The effective configs (``LogConfig`` over the topic's overrides) and the overrides."""
+        """The effective configs (topic_configs.effective_topic_configs of the overrides) and the overrides."""
         t = self.image.topics.get(name)
         if t is None:
             return {"name": name, **_err(_unknown_topic(name)), "configs": {}, "overrides": {}}
-        effective = {k: str(v) for k, v in LogConfig.from_props(dict(t.configs)).to_props().items()}
+        effective = effective_topic_configs(t.configs)
         return {
             "name": name,
             "error_code": 0,

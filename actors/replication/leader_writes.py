@@ -111,6 +111,8 @@ class LeaderWrites:
             self.stats["acks_all_produces"] += 1
             self.stats["acks_all_wait_ms"] += (time.perf_counter() - t0) * 1000
             return result
+        except E.RecordValidationError as exc:  # which records of the batch were bad (KIP-467)
+            return error_answer(ProduceResponse, exc, record_errors=exc.record_errors)
         except Exception as exc:
             return error_answer(ProduceResponse, exc)
 

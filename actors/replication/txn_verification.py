@@ -175,6 +175,17 @@ class TxnVerifier:
         ):
             self._coordinators.pop(transactional_id, None)
             raise E.NotEnoughReplicasError(f"transaction coordinator busy: {ans.get('error_message')}")
+        if code in (E.ProducerFencedError.code, E.InvalidProducerEpochError.code):
+            # Kafka's AddPartitionsToTxnManager: "producers expect to handle INVALID_PRODUCER_EPOCH" on a
+            # produce (librdkafka: fatal _FENCED for a transactional producer)
+            raise E.InvalidProducerEpochError(
+                f"produce to {self.tp[0]}-{self.tp[1]} by producer {producer_id} epoch {producer_epoch} of "
+                f"{transactional_id!r}: {ans.get('error_message') or 'fenced by a newer instance'}"
+            )
+        if code == E.InvalidProducerIdMappingError.code:
+            raise E.InvalidProducerIdMappingError(
+                f"produce to {self.tp[0]}-{self.tp[1]}: {ans.get('error_message') or 'unknown producer id'}"
+            )
         if code:
             raise E.InvalidTxnStateError(
                 f"{self.tp[0]}-{self.tp[1]} is not in the ongoing transaction of {transactional_id!r} "

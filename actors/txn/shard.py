@@ -184,20 +184,34 @@ class TxnCoordinatorShard:
         return self._write(transactional_id, value)
 
     def verify(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable) -> dict:
-        """KIP-890 verification (AddPartitionsToTxn verify-only): per partition, 0 when the producer's
-        ongoing transaction includes it, else INVALID_TXN_STATE (a late write cannot join a transaction)."""
-        md = self.txns.get(transactional_id)
-        out = {}
-        for tp in partitions:
-            tp = (tp[0], int(tp[1]))
-            good = (
-                md is not None
-                and md.state == ONGOING
-                and (md.producer_id, md.producer_epoch) == (producer_id, producer_epoch)
-                and tp in md.partitions
+        """KIP-890 verification (AddPartitionsToTxn verify-only), per partition: 0 when the producer's ongoing
+        transaction includes it, INVALID_TXN_STATE when it does not, else the producer's own error
+        (:meth:`verify_error`) for every partition."""
+        parts = [(tp[0], int(tp[1])) for tp in partitions]
+        err = self.verify_error(transactional_id, producer_id, producer_epoch)
+        if err is not None:
+            return {tp: err.code for tp in parts}
+        md = self.txns[transactional_id]
+        ongoing = md.state == ONGOING
+        return {tp: 0 if ongoing and tp in md.partitions else E.InvalidTxnStateError.code for tp in parts}
+
+    def verify_error(self, transactional_id: str, producer_id: int, producer_epoch: int) -> E.KafkaError | None:
+        """Kafka's handleVerifyPartitionsInTransaction checks the producer before the partitions: an unknown
+        id or another producer id -> INVALID_PRODUCER_ID_MAPPING, another epoch (a newer instance
+        initialised the id) -> PRODUCER_FENCED, markers being written -> CONCURRENT_TRANSACTIONS."""
+        md = self.txns.get(transactional_id) if isinstance(transactional_id, str) else None
+        if md is None or md.producer_id != producer_id:
+            return E.InvalidProducerIdMappingError(
+                f"producer {producer_id} is not the producer of transactional id {transactional_id!r}"
             )
-            out[tp] = 0 if good else E.InvalidTxnStateError.code
-        return out
+        if md.producer_epoch != producer_epoch:
+            return E.ProducerFencedError(
+                f"producer {producer_id} epoch {producer_epoch} of {transactional_id!r} is fenced: a newer "
+                f"instance initialised the transactional id (current epoch {md.producer_epoch})"
+            )
+        if md.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            return E.ConcurrentTransactionsError(f"transaction {transactional_id!r} is completing; retry")
+        return None
 
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, now_ms: int

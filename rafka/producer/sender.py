@@ -373,11 +373,13 @@ class Sender(threading.Thread):
         self._fail(batch, err)
 
     def _fail(self, batch: ProducerBatch, err: BaseException) -> None:
-        batch.fail(err)
-        self.acc.finish(batch)
         txn = self.transaction_manager.txn
         if txn is not None:
-            txn.fail(err)  # the transaction can only be aborted now (or the producer is fenced)
+            # the transaction can only be aborted now, or the producer is fenced (INVALID_PRODUCER_EPOCH from
+            # the leader: the record fails with ProducerFencedError)
+            err = txn.fail(err)
+        batch.fail(err)
+        self.acc.finish(batch)
 
     def _abort_everything(self, err: BaseException) -> None:
         for inf in list(self._in_flight.values()):

@@ -184,7 +184,7 @@ class TransactionManager:
                     min(20, self.cfg.retry_backoff_ms) if concurrent else self.cfg.retry_backoff_ms
                 )
                 return None
-            txn.fail(err)
+            err = txn.fail(err)
             return tps, err  # their records can never be sent in this transaction
         pending = sorted(txn.pending)
         if not pending or self.producer_id < 0 or now < self.add_retry_at:

@@ -12,7 +12,7 @@ States and moves (Kafka's ``TransactionManager.State.isTransitionValid``)::
 Error classes (what the coordinator or a partition leader answered):
 - *retriable* (CONCURRENT_TRANSACTIONS, coordinator moving or loading, timeouts): the caller retries;
 - *fatal* (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, and
-  INVALID_TXN_STATE from EndTxn): every later call raises it;
+  INVALID_TXN_STATE from EndTxn): every later call raises it (INVALID_PRODUCER_EPOCH as ProducerFencedError);
 - anything else is *abortable*: ``commit_transaction`` raises it, ``abort_transaction`` recovers.
 """
 
@@ -164,6 +164,13 @@ class TransactionState:
         """Record an error of a transactional call or produce; returns it classified (fatal or abortable)."""
         code = getattr(err, "code", None)
         fatal = code in FATAL or (from_end_txn and code == E.InvalidTxnStateError.code)
+        if code == E.InvalidProducerEpochError.code:
+            # a leader's or an older coordinator's word for it: Kafka's client and librdkafka (_FENCED) treat it
+            # as PRODUCER_FENCED, so the application learns to close the producer
+            err = E.ProducerFencedError(
+                f"{self.transactional_id!r} (producer {self.producer_id} epoch {self.producer_epoch}) was fenced "
+                f"by a newer instance: {getattr(err, 'message', err)}"
+            )
         if fatal:
             self.state, self.error = FATAL_ERROR, err
         elif self.state in (IN_TRANSACTION, COMMITTING_TRANSACTION, ABORTABLE_ERROR):

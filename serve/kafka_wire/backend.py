@@ -39,7 +39,7 @@ class Backend(Protocol):
     broker_id: int
     cluster_id: str
 
-    async def metadata(self) -> dict: ...
+    async def metadata(self, fresh: bool = False) -> dict: ...
 
     async def endpoints(self, brokers: list[dict]) -> dict[int, tuple[str, int, str | None]]: ...
 
@@ -100,8 +100,8 @@ class BrokerBackend:
         self.advertised = advertised
         self._endpoints: dict[tuple[int, int], tuple[str, int] | None] = {}
 
-    async def metadata(self) -> dict:
-        return await self.broker.metadata()
+    async def metadata(self, fresh: bool = False) -> dict:
+        return await self.broker.metadata(fresh)
 
     async def _endpoint_of(self, b: dict) -> tuple[str, int] | None:
         import ray

@@ -30,6 +30,7 @@ from serve.kafka_wire import prescan
 
 SIZE = struct.Struct(">i")
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
+CLIENT_ID_SIZE = struct.Struct(">h")  # the client_id's length, -1 for null
 
 log = logging.getLogger("rafka.kafka_wire")
 
@@ -45,6 +46,18 @@ def header_prefix(payload: bytes | memoryview) -> tuple[int, int, int]:
     if len(payload) < HEADER_PREFIX.size:
         raise RequestError(f"request of {len(payload)} bytes is shorter than a request header")
     return HEADER_PREFIX.unpack_from(payload, 0)
+
+
+def header_client_id(payload: bytes | memoryview) -> str | None:
+    """The request header's client_id (an int16-length string after the prefix, in every header version),
+    read without knowing whether the version is served; None if absent, null or cut short."""
+    end = HEADER_PREFIX.size + CLIENT_ID_SIZE.size
+    if len(payload) < end:
+        return None
+    (n,) = CLIENT_ID_SIZE.unpack_from(payload, HEADER_PREFIX.size)
+    if n < 0 or len(payload) < end + n:
+        return None
+    return bytes(payload[end : end + n]).decode("utf-8", "replace")
 
 
 def decode_request(payload: bytes | memoryview, api_key: int, api_version: int):

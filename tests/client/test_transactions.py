@@ -98,6 +98,32 @@ def test_a_second_instance_fences_the_first_and_aborts_its_transaction(rafka_clu
     old.close(timeout=5)
 
 
+def test_a_fenced_producer_that_sends_again_raises_producer_fenced(rafka_cluster, new_topic):
+    """The zombie writes again to its partition after a second instance initialised the id: the leader's
+    verification hears PRODUCER_FENCED from the coordinator (INVALID_PRODUCER_EPOCH on the produce, as Kafka),
+    and rafka's producer raises ProducerFencedError, for the record and every later call."""
+    topic = new_topic(1, 3)
+    t = tid()
+    old = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1, retries=3, delivery_timeout_ms=40000)
+    old.init_transactions(timeout=90)
+    old.begin_transaction()
+    old.send(topic, value=b"zombie", partition=0).get(30)
+    new = rafka.Producer(rafka_cluster, transactional_id=t, linger_ms=1)
+    new.init_transactions(timeout=90)
+    with pytest.raises(E.ProducerFencedError, match="fenced"):
+        old.send(topic, value=b"again", partition=0).get(30)
+    with pytest.raises(E.ProducerFencedError):
+        old.commit_transaction(timeout=30)
+    with pytest.raises(E.ProducerFencedError):
+        old.send(topic, value=b"more", partition=0)
+    new.begin_transaction()
+    new.send(topic, value=b"fresh", partition=0)
+    new.commit_transaction(timeout=60)
+    assert read(rafka_cluster, topic, 1, "read_committed", until=b"fresh") == [b"fresh"]
+    new.close()
+    old.close(timeout=5)
+
+
 def test_bad_transaction_calls_get_kafka_errors(rafka_cluster, new_topic):
     topic = new_topic(1, 3)
     p = rafka.Producer(rafka_cluster, transactional_id=tid(), linger_ms=1)

@@ -31,10 +31,10 @@ def uid(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def ck_producer(bootstrap: str, tid: str):
+def ck_producer(bootstrap: str, tid: str, **conf):
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5, **conf})
     p.init_transactions(60)
     return p
 
@@ -184,6 +184,38 @@ def test_zombie_producer_is_fenced(bootstrap, e2e_topic):
     assert err.fatal(), err
     assert sorted(confluent_read(bootstrap, [(t, 0)], "read_committed", 3)) == [f"live-{i}".encode() for i in range(3)]
     assert len(confluent_read(bootstrap, [(t, 0)], "read_uncommitted", 6)) == 6
+
+
+def test_zombie_that_sends_again_is_told_it_is_fenced(bootstrap, e2e_topic):
+    """The fenced first instance writes again to a partition of its (aborted) transaction: the leader's
+    KIP-890 verification hears PRODUCER_FENCED from the coordinator and answers INVALID_PRODUCER_EPOCH, as
+    Kafka's AddPartitionsToTxnManager does, which librdkafka turns into the fatal _FENCED (before: an
+    abortable INVALID_TXN_STATE, so the application went on with a zombie)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    t = e2e_topic(1, 3)
+    tid = uid("zombie-again")
+    first = ck_producer(bootstrap, tid)
+    first.begin_transaction()
+    first.produce(t, value=b"zombie-0", partition=0)
+    assert first.flush(30) == 0
+    second = ck_producer(bootstrap, tid)  # fences the first, aborts its transaction
+    first.produce(t, value=b"zombie-1", partition=0)
+    try:  # confluent-kafka raises librdkafka's fatal error from the flush that meets it
+        first.flush(30)
+    except KafkaException as e:
+        err = e.args[0]
+        assert err.fatal() and err.code() == KafkaError._FENCED, err
+        assert "old epoch" in err.str(), err  # the leader's INVALID_PRODUCER_EPOCH, not INVALID_TXN_STATE
+    with pytest.raises(KafkaException) as exc:
+        first.commit_transaction(30)
+    err = exc.value.args[0]
+    assert err.fatal() and err.code() == KafkaError._FENCED, err
+    assert "fenced" in err.str().lower(), err
+    second.begin_transaction()
+    second.produce(t, value=b"live", partition=0)
+    second.commit_transaction(60)
+    assert confluent_read(bootstrap, [(t, 0)], "read_committed", 1) == [b"live"]
 
 
 def test_wire_and_python_producers_share_a_topic(bootstrap, e2e_cluster, e2e_topic):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from actors.metadata.topic_configs import effective_topic_configs
 from protocol import errors as E
 from protocol.messages import DeleteRecordsRequest
 from serve.kafka_wire import responses
@@ -87,10 +88,8 @@ async def create_topics(backend, request, version: int):
         ok = not a.get("error_code")
         entries = None
         if version >= 5 and ok:
-            from storage.log import LogConfig
-
             overrides = a["spec"]["configs"]
-            effective = LogConfig.from_props(overrides).to_props()
+            effective = effective_topic_configs(overrides)
             entries = tuple(
                 responses.make(
                     mod,

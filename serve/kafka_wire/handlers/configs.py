@@ -1,5 +1,5 @@
-"""DescribeConfigs (api key 32, v1-4) and IncrementalAlterConfigs (api key 44, v0-1), for topic (2) and
-broker (4) resources.
+"""DescribeConfigs (api key 32, v1-4), IncrementalAlterConfigs (api key 44, v0-1) and the legacy
+AlterConfigs (api key 33, v0-2), for topic (2) and broker (4) resources.
 
 Topic configs: every config storage knows (``storage.log.LogConfig``) with its effective value and
 Kafka's source: DYNAMIC_TOPIC_CONFIG (1) for a topic override, STATIC_BROKER_CONFIG (4) when the broker's
@@ -16,6 +16,11 @@ resource to that broker).
 IncrementalAlterConfigs on topics: SET (0), DELETE (1), and APPEND (2) / SUBTRACT (3) on the list config
 ``cleanup.policy``, applied by the controller (``alter_configs``, validate_only honoured); an unknown
 config name or a bad value answers INVALID_CONFIG (40) with the controller's message.
+
+Legacy AlterConfigs replaces all: a topic's dynamic configs become exactly the ones given (the others are
+deleted), validated as a whole, validate_only honoured; duplicate keys or a null value answer INVALID_REQUEST
+(Kafka's ConfigAdminManager.preprocess). A broker resource (this broker's id or "") takes only an empty set,
+which is already its state: rafka has no dynamic broker configs.
 """
 
 from __future__ import annotations
@@ -165,3 +170,64 @@ async def incremental_alter_configs(backend, request, version: int):
             )
         )
     return responses.make(mod, "IncrementalAlterConfigsResponse", throttle_time=responses.ZERO, responses=tuple(out))
+
+
+async def _replace_topic(backend, name: str, configs, validate_only: bool) -> tuple[int, str | None]:
+    """Legacy AlterConfigs of a topic: the given configs set, every other override deleted."""
+    if name == "":
+        return INVALID_REQUEST, "Default topic resources are not allowed."
+    res = await backend.describe_configs(name)
+    if res.get("error_code"):
+        return res["error_code"], res.get("error_message")
+    given = {c.name: c.value for c in configs}
+    delete = sorted(k for k in (res.get("overrides") or {}) if k not in given)
+    res = await backend.alter_configs(name, given, delete, validate_only)
+    return res.get("error_code", 0), res.get("error_message")
+
+
+async def _legacy_resource(backend, rtype: int, rname: str, configs, validate_only: bool) -> tuple[int, str | None]:
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        return INVALID_REQUEST, "Error due to duplicate config keys"
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        return INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls)
+    if rtype == TOPIC:
+        return await _replace_topic(backend, rname, configs, validate_only)
+    if rtype == BROKER:
+        if rname != "":
+            if not rname.lstrip("-").isdigit():
+                return INVALID_REQUEST, f"Node id must be an integer, but it is: {rname}"
+            if int(rname) != backend.broker_id:
+                return INVALID_REQUEST, f"Unexpected broker id, expected {backend.broker_id}, but received {rname}"
+        if configs:
+            return (
+                INVALID_CONFIG,
+                "rafka has no dynamic broker configs: set them in the broker's properties and restart it",
+            )
+        return 0, None
+    return INVALID_REQUEST, f"Unknown resource type {rtype}"
+
+
+async def alter_configs(backend, request, version: int):
+    """Legacy AlterConfigs (api key 33): each resource's dynamic configs replaced by the ones given."""
+    mod = responses.response_module(33, version)
+    names = [(int(r.resource_type), r.resource_name) for r in request.resources]
+    out = []
+    for r in request.resources:
+        rtype = int(r.resource_type)
+        if names.count((rtype, r.resource_name)) > 1:
+            code, msg = INVALID_REQUEST, "Each resource must appear at most once."
+        else:
+            code, msg = await _legacy_resource(backend, rtype, r.resource_name, r.configs, bool(request.validate_only))
+        out.append(
+            responses.make(
+                mod,
+                "AlterConfigsResourceResponse",
+                error_code=responses.error_code(code),
+                error_message=msg,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+        )
+    return responses.make(mod, "AlterConfigsResponse", throttle_time=responses.ZERO, responses=tuple(out))

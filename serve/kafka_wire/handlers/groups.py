@@ -10,8 +10,11 @@ NOT_COORDINATOR (16) for a group whose ``__consumer_offsets`` partition this bro
 COORDINATOR_LOAD_IN_PROGRESS (14) while that partition loads, MEMBER_ID_REQUIRED (79) once for a JoinGroup
 v4+ without a member id (KIP-394), static membership (``group.instance.id``, KIP-345), OffsetCommit
 accepted from the current generation while a rebalance is prepared and refused only while awaiting sync.
+OffsetCommit checks the topics first, as KafkaApis does: a partition not in the metadata answers
+UNKNOWN_TOPIC_OR_PARTITION (3) and is not stored.
 
-Version notes: JoinGroup v0-1 and OffsetCommit v0-1 are gone in Kafka 4.0 (KIP-896) and not served;
+Version notes: OffsetCommit v0-1 are gone in Kafka 4.0 (KIP-896) and not served; JoinGroup v0-1 are kept, as
+in Kafka 4 (v0 has no rebalance timeout: the session timeout stands for it);
 LeaveGroup v0-2 name one member (answered with that member's error); OffsetFetch v1 has no top-level
 error (a group error goes on every partition), v8+ asks for several groups (KIP-709), each asked of the
 coordinator on its own; OffsetCommit v2-4's ``retention_time`` is ignored (the broker's
@@ -30,6 +33,7 @@ from serve.kafka_wire.network import CLIENT_HOST
 
 NOT_COORDINATOR = E.NotCoordinatorError.code
 UNKNOWN_SERVER_ERROR = E.UnknownServerError.code
+UNKNOWN_TOPIC_OR_PARTITION = E.for_name("UNKNOWN_TOPIC_OR_PARTITION").code
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's INT32_MIN: no ACLs, nothing to report
 
 
@@ -167,21 +171,40 @@ async def offset_commit(backend, request, version: int):
         }
         for t in request.topics
     ]
-    req = M.OffsetCommitRequest(
-        group_id=request.group_id,
-        topics=topics,
-        member_id=request.member_id,
-        generation_id=request.generation_id_or_member_epoch,
-        group_instance_id=getattr(request, "group_instance_id", None),
+    # KafkaApis.handleOffsetCommitRequest: a topic or partition not in the metadata answers
+    # UNKNOWN_TOPIC_OR_PARTITION and is not committed; only the others go to the coordinator
+    known = await existing_partitions(
+        backend, [(t["name"], p["partition_index"]) for t in topics for p in t["partitions"]]
     )
-    r = await backend.group_call(req)
-    top = r.get("error_code", 0)
-    answered = {
-        (t["name"], p["partition_index"]): p.get("error_code", 0)
-        for t in r.get("topics") or ()
-        for p in t.get("partitions") or ()
-    }
-    # every partition asked gets an answer: a request-level error (e.g. NOT_COORDINATOR) goes on each
+    valid = [
+        {"name": t["name"], "partitions": ps}
+        for t in topics
+        if (ps := [p for p in t["partitions"] if (t["name"], p["partition_index"]) in known])
+    ]
+    top, answered = 0, {}
+    if valid:
+        req = M.OffsetCommitRequest(
+            group_id=request.group_id,
+            topics=valid,
+            member_id=request.member_id,
+            generation_id=request.generation_id_or_member_epoch,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            api_version=version,
+        )
+        r = await backend.group_call(req)
+        top = r.get("error_code", 0)
+        answered = {
+            (t["name"], p["partition_index"]): p.get("error_code", 0)
+            for t in r.get("topics") or ()
+            for p in t.get("partitions") or ()
+        }
+
+    def code(name: str, index: int) -> int:
+        if (name, index) not in known:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        # every partition asked gets an answer: a request-level error (e.g. NOT_COORDINATOR) goes on each
+        return top or answered.get((name, index), UNKNOWN_SERVER_ERROR)
+
     per_topic = responses.by_topic(
         (
             t["name"],
@@ -189,9 +212,7 @@ async def offset_commit(backend, request, version: int):
                 mod,
                 "OffsetCommitResponsePartition",
                 partition_index=p["partition_index"],
-                error_code=responses.error_code(
-                    top or answered.get((t["name"], p["partition_index"]), UNKNOWN_SERVER_ERROR)
-                ),
+                error_code=responses.error_code(code(t["name"], p["partition_index"])),
             ),
         )
         for t in topics
@@ -199,6 +220,20 @@ async def offset_commit(backend, request, version: int):
     )
     out = tuple(responses.make(mod, "OffsetCommitResponseTopic", name=n, partitions=ps) for n, ps in per_topic.items())
     return responses.make(mod, "OffsetCommitResponse", throttle_time=responses.ZERO, topics=out)
+
+
+async def existing_partitions(backend, asked) -> set[tuple[str, int]]:
+    """Those of the (topic, partition)s ``asked`` that the broker's metadata holds (Kafka's
+    metadataCache.getPartitionInfo), for the offset commits' checks and AddPartitionsToTxn's (handlers/txn.py).
+    When one is missing the cache is checked against KV first: the topic may be just created."""
+    asked = {(t, int(p)) for t, p in asked}
+
+    def held(md) -> set[tuple[str, int]]:
+        topics = md["topics"]
+        return {(t, p) for t, p in asked if p in {int(q) for q in (topics.get(t) or {}).get("partitions") or ()}}
+
+    known = held(await backend.metadata())
+    return known if known == asked else held(await backend.metadata(fresh=True))
 
 
 def _fetch_topics(mod, r: dict, asked, suffix: str, fill_error: bool) -> tuple:

@@ -76,6 +76,12 @@ async def handle(backend, request, version: int):
         asked = [(n, None) for n in sorted(topics)]
     else:
         asked = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in wanted]
+    if any(n is not None and n not in topics for n, _ in asked):
+        # a topic this broker's cache lacks may be just created (its UpdateMetadata not here yet): KV's version
+        # is read, and the topic listed as soon as the controller committed it
+        md = await backend.metadata(fresh=True)
+        topics = md["topics"]
+        by_id = {topic_uuid(t["topic_id"]): n for n, t in topics.items()}
     created: dict[str, int] = {}
     if getattr(request, "allow_auto_topic_creation", True) and backend.auto_create_topics_enable:
         missing = list(dict.fromkeys(n for n, _ in asked if n is not None and n not in topics))
@@ -99,6 +105,7 @@ async def handle(backend, request, version: int):
         mod,
         "MetadataResponse",
         throttle_time=responses.ZERO,
+        error_code=responses.error_code(0),  # v13+ (KIP-1102: REBOOTSTRAP_REQUIRED is never sent here)
         brokers=brokers,
         cluster_id=backend.cluster_id,
         controller_id=backend.broker_id,

@@ -95,6 +95,17 @@ def _partition_answer(mod, p: int, r: dict):
         base_offset=r.get("base_offset", -1),
         log_append_time=None if lat is None or lat < 0 else EPOCH + datetime.timedelta(milliseconds=lat),
         log_start_offset=r.get("log_start_offset", -1),
-        record_errors=(),
+        record_errors=_record_errors(mod, r.get("record_errors") or ()),
         error_message=r.get("error_message") if r.get("error_code") else None,
+    )
+
+
+def _record_errors(mod, errors) -> tuple:
+    """KIP-467 (v8+): the records of the partition's batch that failed validation, by index in the batch
+    (librdkafka fails those with INVALID_RECORD and the batch's others with _INVALID_DIFFERENT_RECORD)."""
+    if not errors or not hasattr(mod, "BatchIndexAndErrorMessage"):
+        return ()
+    return tuple(
+        responses.make(mod, "BatchIndexAndErrorMessage", batch_index=int(i), batch_index_error_message=m)
+        for i, m in errors
     )

@@ -15,7 +15,8 @@ rafka's Python producer sends, and goes to the same actor:
 - ListTransactions: this broker's transaction coordinator only (the admin client asks every broker).
 
 AddPartitionsToTxn checks the topics first as Kafka's KafkaApis does: a partition that does not exist gets
-UNKNOWN_TOPIC_OR_PARTITION (3) and the others OPERATION_NOT_ATTEMPTED (55); nothing is added. Versions
+UNKNOWN_TOPIC_OR_PARTITION (3) and the others OPERATION_NOT_ATTEMPTED (55); nothing is added. TxnOffsetCommit
+answers 3 for such a partition alone and commits the others (with their leader epoch, v2+). Versions
 before KIP-588 (InitProducerId < 4, AddPartitionsToTxn / AddOffsetsToTxn / EndTxn < 2, TxnOffsetCommit < 3)
 know no PRODUCER_FENCED (90): they get INVALID_PRODUCER_EPOCH (47), as Kafka answers them. Transaction
 version 2 (EndTxn 5, TxnOffsetCommit 5, AddPartitionsToTxn 4+ broker batches) is not served.
@@ -41,8 +42,10 @@ from protocol.txn_messages import (
     TxnOffsetCommitRequest,
 )
 from serve.kafka_wire import responses
+from serve.kafka_wire.handlers.groups import existing_partitions
 
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED = 3, 47, 55, 90
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
 EPOCH = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
 
 # the first version of each API that knows PRODUCER_FENCED (KIP-588); older ones get INVALID_PRODUCER_EPOCH
@@ -86,8 +89,7 @@ async def add_partitions_to_txn(backend, request, version: int):
     mod = responses.response_module(24, version)
     tid = request.v3_and_below_transactional_id
     asked = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-    topics = (await backend.metadata())["topics"]
-    missing = {tp for tp in asked if tp[1] not in topics.get(tp[0], {}).get("partitions", {})}
+    missing = set(asked) - await existing_partitions(backend, asked)
     if missing:
         codes = {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in missing else OPERATION_NOT_ATTEMPTED for tp in asked}
     else:
@@ -148,39 +150,54 @@ async def end_txn(backend, request, version: int):
 
 async def txn_offset_commit(backend, request, version: int):
     offsets = tuple(
-        (t.name, int(p.partition_index), int(p.committed_offset), p.committed_metadata or "")
+        (
+            t.name,
+            int(p.partition_index),
+            int(p.committed_offset),
+            p.committed_metadata or "",
+            int(getattr(p, "committed_leader_epoch", -1)),  # v2+
+        )
         for t in request.topics
         for p in t.partitions
     )
-    req = TxnOffsetCommitRequest(
-        request.transactional_id,
-        request.group_id,
-        int(request.producer_id),
-        int(request.producer_epoch),
-        offsets,
-        int(getattr(request, "generation_id", -1)),
-        getattr(request, "member_id", "") or "",
-        getattr(request, "group_instance_id", None),
-    )
-    r = await backend.txn_offset_commit(request.group_id, req)
-    per = {
-        (t["name"], int(p["partition_index"])): p.get("error_code", 0)
-        for t in r.get("topics") or ()
-        for p in t.get("partitions") or ()
-    }
-    top = r.get("error_code", 0)
+    # KafkaApis.handleTxnOffsetCommitRequest: partitions not in the metadata answer UNKNOWN_TOPIC_OR_PARTITION
+    # and are not committed; the coordinator is asked for the others only (not at all when none is left)
+    known = await existing_partitions(backend, [(o[0], o[1]) for o in offsets])
+    valid = tuple(o for o in offsets if (o[0], o[1]) in known)
+    per, top = {}, 0
+    if valid:
+        req = TxnOffsetCommitRequest(
+            request.transactional_id,
+            request.group_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
+            valid,
+            int(getattr(request, "generation_id", -1)),
+            getattr(request, "member_id", "") or "",
+            getattr(request, "group_instance_id", None),
+        )
+        r = await backend.txn_offset_commit(request.group_id, req)
+        per = {
+            (t["name"], int(p["partition_index"])): p.get("error_code", 0)
+            for t in r.get("topics") or ()
+            for p in t.get("partitions") or ()
+        }
+        top = r.get("error_code", 0)
+
+    def code(t: str, p: int) -> int:
+        c = UNKNOWN_TOPIC_OR_PARTITION if (t, p) not in known else (per.get((t, p)) or top)
+        # KafkaApis: clients of TxnOffsetCommit v0-1 (before KAFKA-7296) do not retry a loading coordinator
+        return COORDINATOR_NOT_AVAILABLE if c == COORDINATOR_LOAD_IN_PROGRESS and version < 2 else c
+
     mod = responses.response_module(28, version)
     per_topic = responses.by_topic(
         (
             t,
             responses.make(
-                mod,
-                "TxnOffsetCommitResponsePartition",
-                partition_index=p,
-                error_code=_code(28, version, per.get((t, p)) or top),
+                mod, "TxnOffsetCommitResponsePartition", partition_index=p, error_code=_code(28, version, code(t, p))
             ),
         )
-        for t, p, _off, _md in offsets
+        for t, p, *_ in offsets
     )
     topics = tuple(
         responses.make(mod, "TxnOffsetCommitResponseTopic", name=t, partitions=ps) for t, ps in per_topic.items()

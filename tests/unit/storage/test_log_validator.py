@@ -148,3 +148,37 @@ def test_follower_appends_are_not_revalidated(d):
 
 def test_records_body_helper_matches_builder():
     assert records_body(build(1, key=None, value=b"x")) == enc_record(0, 0, None, b"x")
+
+
+@pytest.mark.parametrize("accelerated", [True, False], ids=["c-walk", "python-walk"])
+@pytest.mark.parametrize("codec", [NONE, ZSTD])
+def test_every_bad_record_of_a_batch_is_named_kip_467(d, monkeypatch, accelerated, codec):
+    """Kafka's processRecordErrors: the walk goes on past a bad record, and the error carries every bad
+    record's index in the batch (Produce v8+ answers them as record_errors), INVALID_RECORD for keys."""
+    from protocol.errors import InvalidRecordsError, InvalidTimestampsError
+    from storage import log_validator
+
+    if not accelerated:
+        monkeypatch.setattr(log_validator, "_c_walk", None)
+    bad = {3, 17, 18, 42, 99}
+    body = b"".join(enc_record(i, i, None if i in bad else b"k%d" % i, b"v%d" % i) for i in range(100))
+    lg = Log(d, LogConfig.from_props(COMPACT), now_ms=NOW)
+    with pytest.raises(InvalidRecordsError) as info:
+        lg.append_as_leader(wrap(body, 100, codec), 0, NOW)
+    exc = info.value
+    assert exc.code == 87 and [i for i, _ in exc.record_errors] == sorted(bad)
+    assert all("without a key" in m for _, m in exc.record_errors)
+    assert "5 record errors" in exc.message and "record 3:" in exc.message and "record 42" not in exc.message
+    assert lg.log_end_offset == 0
+    # a timestamp out of range among them: INVALID_TIMESTAMP, still every record named
+    recs = [enc_record(i, i, None if i == 2 else b"k", b"v") for i in range(5)]
+    recs[4] = enc_record(3 * HOUR, 4, b"k", b"v")
+    with pytest.raises(InvalidTimestampsError) as info:
+        lg.append_as_leader(wrap(b"".join(recs), 5, codec), 0, NOW)
+    assert info.value.code == 32 and [i for i, _ in info.value.record_errors] == [2, 4]
+    assert "out of range" in info.value.record_errors[1][1] and "without a key" in info.value.record_errors[0][1]
+    # a malformed record after a bad one still refuses the batch as malformed, with no record errors
+    tail = enc_record(5, 7, b"k", b"v")
+    with pytest.raises(InvalidRecordError) as info:
+        lg.append_as_leader(wrap(b"".join(recs[:4]) + tail, 5, codec), 0, NOW)
+    assert not isinstance(info.value, InvalidRecordsError) and "offset delta 7" in info.value.message

@@ -250,3 +250,24 @@ def test_a_token_for_anything_else_is_not_taken_and_the_produce_asks(token_key, 
         assert v.tokens == {"taken": 0, "stale": 0, "bad": 1}
 
     asyncio.run(run())
+
+
+# ---- the coordinator's producer errors (issue 45: a fenced producer is told so) -------------------------------
+@pytest.mark.parametrize(
+    "code, raised",
+    [
+        (E.ProducerFencedError.code, E.InvalidProducerEpochError),  # Kafka's AddPartitionsToTxnManager mapping
+        (E.InvalidProducerEpochError.code, E.InvalidProducerEpochError),
+        (E.InvalidProducerIdMappingError.code, E.InvalidProducerIdMappingError),
+        (E.InvalidTxnStateError.code, E.InvalidTxnStateError),  # the partition is not in the transaction
+    ],
+)
+def test_the_coordinators_verification_error_reaches_the_produce_as_kafka_maps_it(code, raised):
+    async def run():
+        v = ScriptedVerifier([{"error_code": code, "error_message": "epoch 1 is current"}])
+        with pytest.raises(raised) as exc:
+            await v.verify("tx-zombie", 7, 0)
+        assert type(exc.value) is raised and "t-0" in exc.value.message
+        assert not v.state.is_verified(7, 0)
+
+    asyncio.run(run())

@@ -324,3 +324,22 @@ def test_each_transaction_of_an_id_starts_after_the_previous_one_and_its_markers
     res = c.shard.markers_written(c.jobs[-1], T0, then_add=(pid, epoch, [("b", 0)]))
     c.apply(res)
     assert c.shard.txns["t1"].start_ms == T0 + 4
+
+
+def test_verify_checks_the_producer_before_the_partitions_as_kafka():
+    """Kafka's handleVerifyPartitionsInTransaction: a fenced epoch is PRODUCER_FENCED for every partition
+    (not INVALID_TXN_STATE), another or unknown producer id INVALID_PRODUCER_ID_MAPPING, markers being written
+    CONCURRENT_TRANSACTIONS; only the current producer's partitions outside its transaction are
+    INVALID_TXN_STATE."""
+    c = Coordinator()
+    c.init()
+    c.add("t1", 1000, 0, [("a", 0)])
+    parts = [("a", 0), ("a", 1)]
+    assert c.shard.verify("t1", 1000, 0, parts) == {("a", 0): 0, ("a", 1): E.InvalidTxnStateError.code}
+    assert c.shard.verify("t1", 1000, 1, parts) == dict.fromkeys(parts, E.ProducerFencedError.code)
+    assert "fenced" in c.shard.verify_error("t1", 1000, 1).message
+    assert c.shard.verify("t1", 999, 0, parts) == dict.fromkeys(parts, E.InvalidProducerIdMappingError.code)
+    assert c.shard.verify("nobody", 1000, 0, parts) == dict.fromkeys(parts, E.InvalidProducerIdMappingError.code)
+    assert c.shard.verify_error("t1", 1000, 0) is None
+    c.init()  # a second instance: the epoch is bumped and the open transaction aborted
+    assert c.shard.verify("t1", 1000, 0, [("a", 0)]) == {("a", 0): E.ProducerFencedError.code}

@@ -92,3 +92,15 @@ def test_retriable_codes():
     assert TransactionState.is_retriable(E.ConcurrentTransactionsError.code)
     assert TransactionState.is_retriable(E.NotCoordinatorError.code)
     assert not TransactionState.is_retriable(E.ProducerFencedError.code)
+
+
+def test_invalid_producer_epoch_is_told_as_fenced():
+    """A leader's INVALID_PRODUCER_EPOCH (a verification the coordinator answered PRODUCER_FENCED, as Kafka
+    maps it) is fatal and raised as ProducerFencedError, as Kafka's client and librdkafka (_FENCED) do."""
+    t = ready()
+    t.begin()
+    err = t.fail(E.InvalidProducerEpochError("produce to a-0: epoch 0 is fenced"))
+    assert isinstance(err, E.ProducerFencedError) and "epoch 0 is fenced" in err.message
+    assert t.state == FATAL_ERROR and t.error is err
+    with pytest.raises(E.ProducerFencedError):
+        t.start_commit()

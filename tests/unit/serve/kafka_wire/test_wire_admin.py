@@ -71,7 +71,7 @@ class AdminBackend:
     def broker_config(self) -> dict:
         return dict(self.config)
 
-    async def metadata(self):
+    async def metadata(self, fresh=False):
         img = self.logic.image
         return {
             "brokers": [b.to_dict() for b in img.brokers.values()],
@@ -172,7 +172,7 @@ def test_api_versions_advertise_the_admin_apis():
         60: (0, 2),
         43: (0, 2),
     }
-    assert got == versions.SUPPORTED
+    assert got == versions.advertised()  # SUPPORTED, with Produce listed from v0 (KAFKA-18659)
 
 
 def test_create_topics_v7_answers_counts_configs_and_id():
@@ -483,6 +483,45 @@ def test_metadata_auto_creates_then_answers_the_topic():
     assert int(ask("other", allow=False)["other"].error_code) == 3 and "other" not in b.logic.image.topics
     v3 = call(b, md3.MetadataRequest(topics=(md3.MetadataRequestTopic(name="v3topic"),)))  # v0-3 always ask
     assert int(v3.topics[0].error_code) == 5 and "v3topic" in b.logic.image.topics
+
+
+class CachingBackend(AdminBackend):
+    """A broker whose metadata cache lags the controller (its UpdateMetadata not arrived yet): ``metadata()``
+    answers the cache, ``metadata(fresh=True)`` reads what the controller committed (KV) into it."""
+
+    def __init__(self, broker_config: dict | None = None):
+        super().__init__(broker_config)
+        self.cache = None
+        self.fresh_reads = 0
+
+    async def metadata(self, fresh=False):
+        if self.cache is None or fresh:
+            self.fresh_reads += fresh
+            self.cache = await super().metadata()
+        return self.cache
+
+
+def test_a_topic_the_cache_lacks_is_looked_up_before_it_is_called_unknown():
+    """Item 7 of issue 45: the Metadata after an auto-creation lists the topic although this broker's cache
+    has not heard of it; a known topic does not cost a lookup."""
+    b = CachingBackend()
+
+    def ask(name, allow):
+        req = md12.MetadataRequest(
+            topics=(md12.MetadataRequestTopic(topic_id=NIL, name=name),),
+            allow_auto_topic_creation=allow,
+            include_topic_authorized_operations=False,
+        )
+        (t,) = call(b, req).topics
+        return t
+
+    assert int(ask("late", allow=True).error_code) == 5 and b.auto_created == ["late"]
+    reads = b.fresh_reads
+    listed = ask("late", allow=False)  # the cache still lacks it: one lookup, and it is listed
+    assert int(listed.error_code) == 0 and len(listed.partitions) == 1 and b.auto_created == ["late"]
+    assert b.fresh_reads == reads + 1
+    assert int(ask("late", allow=False).error_code) == 0 and b.fresh_reads == reads + 1  # cached now
+    assert int(ask("nowhere", allow=False).error_code) == 3
 
 
 def test_metadata_auto_creation_off_or_over_replicated_refused():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+import uuid
 
 import pytest
 from kio.schema.delete_groups.v0 import request as dg0
@@ -59,8 +60,10 @@ from test_wire_listener import Client, FakeBackend, listening
 from protocol import group_messages as M
 from serve.kafka_wire import codec, versions
 from serve.kafka_wire.apis import KafkaApis
+from serve.kafka_wire.topic_ids import topic_id_str
 
 S = datetime.timedelta(seconds=1)
+U_TID = topic_id_str(uuid.UUID("87654321-4321-8765-4321-876543218765"))
 
 
 class GroupBackend(FakeBackend):
@@ -71,6 +74,12 @@ class GroupBackend(FakeBackend):
         super().__init__()
         self.calls: list = []
         self.answers: dict = {}
+
+    async def metadata(self, fresh=False):
+        """FakeBackend's topic ``t`` (2 partitions) and ``u`` (3): OffsetCommit checks the partitions exist."""
+        md = await super().metadata()
+        parts = {p: {"leader": 0, "leader_epoch": 1, "replicas": [0], "isr": [0]} for p in range(3)}
+        return {**md, "topics": {**md["topics"], "u": {"name": "u", "topic_id": U_TID, "partitions": parts}}}
 
     async def group_call(self, request) -> dict:
         self.calls.append(request)
@@ -115,7 +124,7 @@ JOINED = {
 def test_versions_cover_what_the_clients_send():
     # wire-notes: JoinGroup 5/7/9, SyncGroup 3/5, Heartbeat 3/4, LeaveGroup 1/3/5, OffsetCommit 3..9,
     # OffsetFetch 3..9; the non-flexible caps (JoinGroup <=5, ...) and Kafka 4.0's floors
-    want = {11: (2, 9), 14: (0, 5), 12: (0, 4), 13: (0, 5), 8: (2, 9), 9: (1, 9), 16: (0, 5), 15: (0, 5), 42: (0, 2)}
+    want = {11: (0, 9), 14: (0, 5), 12: (0, 4), 13: (0, 5), 8: (2, 9), 9: (1, 9), 16: (0, 5), 15: (0, 5), 42: (0, 2)}
     for key, rng in want.items():
         assert versions.SUPPORTED[key] == rng
     assert versions.SUPPORTED[47] == (0, 0)
@@ -355,6 +364,55 @@ def test_offset_commit_v2_and_v9(gserver):
     assert (req.generation_id, req.member_id, req.group_instance_id) == (3, "m-1", "i-1")
     assert req.topics[0]["partitions"][0]["committed_leader_epoch"] == 4
     assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [("u", [(2, 16)])]
+
+
+def test_offset_commit_to_an_unknown_topic_or_partition(gserver):
+    """KafkaApis.handleOffsetCommitRequest: a topic not in the metadata, or a partition index past the topic's
+    partitions, answers UNKNOWN_TOPIC_OR_PARTITION (3) and does not reach the coordinator; the request's other
+    partitions are committed (and carry the request's version, for the coordinator's v9 rule)."""
+    port, backend, _ = gserver
+    backend.answers["offset_commit"] = lambda req: {
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [{"partition_index": p["partition_index"], "error_code": 0} for p in t["partitions"]],
+            }
+            for t in req.topics
+        ]
+    }
+
+    def part(i: int):
+        return oc9.OffsetCommitRequestPartition(
+            partition_index=i, committed_offset=10 + i, committed_leader_epoch=1, committed_metadata=""
+        )
+
+    def commit(*topics):
+        return ask(
+            port,
+            oc9.OffsetCommitRequest(
+                group_id="g",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=tuple(oc9.OffsetCommitRequestTopic(name=n, partitions=tuple(map(part, ps))) for n, ps in topics),
+            ),
+            oc9r.OffsetCommitResponse,
+        )
+
+    r = commit(("t", (0, 1, 2)), ("nope", (0,)))
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
+        ("t", [(0, 0), (1, 0), (2, 3)]),
+        ("nope", [(0, 3)]),
+    ]
+    req = backend.calls[-1]
+    assert req.api_version == 9
+    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in req.topics] == [("t", [0, 1])]
+    calls = len(backend.calls)
+    r = commit(("nope", (0, 1)), ("t", (5,)))  # nothing left to commit: the coordinator is not asked
+    assert [(t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in r.topics] == [
+        ("nope", [(0, 3), (1, 3)]),
+        ("t", [(5, 3)]),
+    ]
+    assert len(backend.calls) == calls
 
 
 FETCHED = {

@@ -45,7 +45,7 @@ class FakeBackend:
         self.produced: list = []
         self.reads: list = []  # (partition, max_bytes, min_one_message) of every fetch read
 
-    async def metadata(self):
+    async def metadata(self, fresh=False):
         parts = {p: {"leader": 0, "leader_epoch": 4, "replicas": [0, 1], "isr": [0, 1]} for p in (0, 1)}
         return {
             "brokers": [{"id": 0, "alive": True, "epoch": 1}, {"id": 1, "alive": False, "epoch": 1}],
@@ -229,7 +229,7 @@ def test_api_versions_advertises_exactly_what_is_served(server):
     c.send(codec.encode_request(1, api_versions_req()))
     cid, resp = c.recv(ApiVersionsResponse)
     assert cid == 1 and resp.error_code == 0
-    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == versions.SUPPORTED
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == versions.advertised()
 
 
 def test_unknown_api_versions_version_gets_v0_error_35_and_stays_open(server):

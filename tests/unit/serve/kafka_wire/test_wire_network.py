@@ -205,7 +205,7 @@ def _count(lst: Listener):
 @pytest.mark.parametrize(
     ("header", "expected"),
     [
-        (struct.pack(">hhih", 3, 99, 1, -1), "api key 3 (Metadata) version 99 is not served: served versions 0..12"),
+        (struct.pack(">hhih", 3, 99, 1, -1), "api key 3 (Metadata) version 99 is not served: served versions 0..13"),
         (struct.pack(">hhih", 0, 2, 1, -1), "api key 0 (Produce) version 2 is not served: served versions 3..11"),
         (struct.pack(">hhih", 999, 0, 1, -1), "api key 999 (unknown) version 0 is not served: this api key is not"),
         (struct.pack(">hhih", 68, 0, 1, -1), "api key 68 (ConsumerGroupHeartbeat) version 0 is not served: this api"),

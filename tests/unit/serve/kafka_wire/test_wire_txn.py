@@ -92,7 +92,7 @@ class TxnBackend(FakeBackend):
         if T.TxnOffsetCommitRequest in self.answers:
             return self.answers.pop(T.TxnOffsetCommitRequest)
         topics: dict = {}
-        for t, p, _o, _m in req.offsets:
+        for t, p, _o, _m, _e in req.offsets:
             topics.setdefault(t, []).append({"partition_index": p, "error_code": 0})
         return {"error_code": 0, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
 
@@ -306,7 +306,9 @@ def test_txn_offset_commit_v0_goes_to_the_group_coordinator(wire):
         ("t", 0, 0),
         ("t", 1, 0),
     ]
-    assert b.calls[-1] == ("g", T.TxnOffsetCommitRequest("tx-1", "g", 7000, 3, (("t", 0, 5, "m"), ("t", 1, 6, ""))))
+    # v0 has no leader epoch: -1
+    offsets = (("t", 0, 5, "m", -1), ("t", 1, 6, "", -1))
+    assert b.calls[-1] == ("g", T.TxnOffsetCommitRequest("tx-1", "g", 7000, 3, offsets))
     # a top-level error (e.g. NOT_COORDINATOR) reaches every partition
     b.answers[T.TxnOffsetCommitRequest] = {"error_code": NOT_COORDINATOR, "error_message": "moved"}
     r = ask(c, req, tc0r.TxnOffsetCommitResponse)
@@ -314,6 +316,10 @@ def test_txn_offset_commit_v0_goes_to_the_group_coordinator(wire):
     b.answers[T.TxnOffsetCommitRequest] = {"error_code": PRODUCER_FENCED}
     r = ask(c, req, tc0r.TxnOffsetCommitResponse)
     assert {p.error_code for t in r.topics for p in t.partitions} == {INVALID_PRODUCER_EPOCH}
+    # KafkaApis answers v0-1 COORDINATOR_NOT_AVAILABLE for a loading coordinator (KAFKA-7296)
+    b.answers[T.TxnOffsetCommitRequest] = {"error_code": COORDINATOR_LOAD_IN_PROGRESS}
+    r = ask(c, req, tc0r.TxnOffsetCommitResponse)
+    assert {p.error_code for t in r.topics for p in t.partitions} == {15}
 
 
 def test_txn_offset_commit_v3_carries_the_member(wire):
@@ -343,10 +349,50 @@ def test_txn_offset_commit_v3_carries_the_member(wire):
     }
     r = ask(c, req, tc3r.TxnOffsetCommitResponse)
     assert [(t.name, p.partition_index, p.error_code) for t in r.topics for p in t.partitions] == [("t", 1, 22)]
-    assert b.calls[-1] == ("g", T.TxnOffsetCommitRequest("tx-1", "g", 7000, 3, (("t", 1, 9, ""),), 4, "m-1", "inst"))
+    # the committed leader epoch (v2+) goes with the offset
+    assert b.calls[-1] == ("g", T.TxnOffsetCommitRequest("tx-1", "g", 7000, 3, (("t", 1, 9, "", 2),), 4, "m-1", "inst"))
     b.answers[T.TxnOffsetCommitRequest] = {"error_code": PRODUCER_FENCED}
     r = ask(c, req, tc3r.TxnOffsetCommitResponse)
     assert {p.error_code for t in r.topics for p in t.partitions} == {PRODUCER_FENCED}
+
+
+def test_txn_offset_commit_to_an_unknown_topic_or_partition(wire):
+    """KafkaApis.handleTxnOffsetCommitRequest: partitions not in the metadata answer UNKNOWN_TOPIC_OR_PARTITION
+    and are not sent to the group coordinator; none left, no call at all."""
+    c, b = wire
+
+    def req(*parts):
+        topics = {}
+        for name, i in parts:
+            topics.setdefault(name, []).append(
+                tc3.TxnOffsetCommitRequestPartition(
+                    partition_index=i, committed_offset=3, committed_leader_epoch=0, committed_metadata=""
+                )
+            )
+        return tc3.TxnOffsetCommitRequest(
+            transactional_id="tx-1",
+            group_id="g",
+            producer_id=7000,
+            producer_epoch=3,
+            generation_id=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=tuple(tc3.TxnOffsetCommitRequestTopic(name=n, partitions=tuple(ps)) for n, ps in topics.items()),
+        )
+
+    r = ask(c, req(("t", 1), ("t", 2), ("gone", 0)), tc3r.TxnOffsetCommitResponse)
+    assert [(t.name, p.partition_index, p.error_code) for t in r.topics for p in t.partitions] == [
+        ("t", 1, 0),
+        ("t", 2, UNKNOWN_TOPIC_OR_PARTITION),
+        ("gone", 0, UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert b.calls[-1] == ("g", T.TxnOffsetCommitRequest("tx-1", "g", 7000, 3, (("t", 1, 3, "", 0),)))
+    calls = len(b.calls)
+    r = ask(c, req(("gone", 0)), tc3r.TxnOffsetCommitResponse)
+    assert [(t.name, p.partition_index, p.error_code) for t in r.topics for p in t.partitions] == [
+        ("gone", 0, UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert len(b.calls) == calls
 
 
 def test_describe_transactions(wire):
