@@ -104,8 +104,10 @@ class Transactions:
         for tp, om in sorted(offsets.items()):
             offset = om if isinstance(om, int) else om.offset
             metadata = "" if isinstance(om, int) else (om.metadata or "")
-            epoch = -1 if isinstance(om, int) else getattr(om, "leader_epoch", -1)
-            entries.append((tp.topic, tp.partition, int(offset), metadata, -1 if epoch is None else int(epoch)))
+            leader_epoch = -1 if isinstance(om, int) else getattr(om, "leader_epoch", -1)
+            entries.append(
+                (tp.topic, tp.partition, int(offset), metadata, -1 if leader_epoch is None else int(leader_epoch))
+            )
         req = TxnOffsetCommitRequest(
             st.transactional_id,
             group_id,
