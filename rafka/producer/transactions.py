@@ -118,7 +118,13 @@ class Transactions:
             meta.get("member_id") or "",
             meta.get("group_instance_id"),
         )
-        group_client = GroupCoordinatorClient(self.producer.cluster_name, self.producer.metadata, group_id)
+        group_client = GroupCoordinatorClient(  # on the producer's transport too (a group coordinator: Ray calls)
+            self.producer.cluster_name,
+            self.producer.metadata,
+            group_id,
+            self.producer.config.retry_backoff_ms,
+            self.producer.sender.transport,
+        )
         self._raise(self._call(req, timeout, group_client))
 
     def commit_transaction(self, timeout: float | None = None) -> None:

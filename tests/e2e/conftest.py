@@ -4,7 +4,11 @@ session's Ray (tests/conftest.py). Fixtures private to one suite live in that su
 from __future__ import annotations
 
 import itertools
+import json
+import shutil
+import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
@@ -13,6 +17,7 @@ from support import SMALL_INTERNAL_TOPICS
 import rafka
 
 _names = itertools.count()
+KAFKAJS = Path(__file__).parent / "kafkajs"
 
 
 @pytest.fixture(scope="package")
@@ -85,6 +90,28 @@ def gateway(e2e_cluster):
     assert stop_gateway() is True
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{url}/health", timeout=5)
+
+
+@pytest.fixture(scope="package")
+def kafkajs():
+    """``kafkajs(script, *args, timeout=150)`` runs ``node tests/e2e/kafkajs/<script> <args>`` and returns the JSON
+    summary the script prints on its last line of stdout (a non-zero exit fails the test with its output).
+    kafkajs 2.2.4 (npm, pure JavaScript) is installed once per run from tests/e2e/kafkajs's lock file (``npm ci``
+    into its gitignored node_modules): no Node.js, no npm or no registry fails the tests."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node and npm, "the kafkajs tests need Node.js and npm (Node 20)"
+    r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=KAFKAJS, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"npm ci failed (registry unreachable?):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    assert (KAFKAJS / "node_modules" / "kafkajs" / "package.json").exists()
+
+    def run(script: str, *args: str, timeout: float = 150) -> dict:
+        r = subprocess.run(
+            [node, str(KAFKAJS / script), *args], cwd=KAFKAJS, capture_output=True, text=True, timeout=timeout
+        )
+        assert r.returncode == 0, f"node {script} {' '.join(args)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    return run
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """kafkajs 2.2.4 (npm, pure JavaScript; tests/e2e/kafkajs/package.json and its package-lock.json) against the
 shared 3-broker cluster's Kafka listeners (tests/e2e/conftest.py). The test installs it itself with
-``npm ci`` into tests/e2e/kafkajs/node_modules (gitignored): no npm or no registry fails the test.
+``npm ci`` into tests/e2e/kafkajs/node_modules (gitignored; the ``kafkajs`` fixture of tests/e2e/conftest.py, which
+runs the scripts): no npm or no registry fails the test.
 
 tests/e2e/kafkajs/roundtrip.js creates a topic through the kafkajs admin (3 partitions, RF 3,
 min.insync.replicas 2), produces keyed records with an idempotent producer and acks -1, consumes them in a
@@ -11,53 +12,28 @@ clients: the Python consumer reads the same records at the same offsets, and raf
 offsets the kafkajs member committed (one group coordinator for both). Its ``txn`` run does kafkajs's
 transactions (commit, abort, offsets in a transaction, fencing by a second instance) at kafkajs's own API
 versions, which no other client here uses (v1 of InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
-TxnOffsetCommit and EndTxn)."""
+TxnOffsetCommit and EndTxn). tests/e2e/kafkajs/configs.js creates a topic with Kafka topic configs, describes them
+and alters them with the legacy AlterConfigs (replace-all)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import time
 import uuid
 from collections import defaultdict
-from pathlib import Path
-
-import pytest
 
 import rafka
 from rafka import TopicPartition
 
-KAFKAJS = Path(__file__).parent / "kafkajs"
 N = 200
 PARTITIONS = 3
 
 
-@pytest.fixture(scope="module")
-def node() -> str:
-    """node, with kafkajs installed from the lock file (``npm ci``); fails when npm cannot install it."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "the kafkajs tests need Node.js and npm (Node 20)"
-    r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=KAFKAJS, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"npm ci failed (registry unreachable?):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    assert (KAFKAJS / "node_modules" / "kafkajs" / "package.json").exists()
-    return node
-
-
-def run_script(node: str, *args: str, timeout: float = 150) -> dict:
-    r = subprocess.run(
-        [node, str(KAFKAJS / "roundtrip.js"), *args], cwd=KAFKAJS, capture_output=True, text=True, timeout=timeout
-    )
-    assert r.returncode == 0, f"roundtrip.js {args[0]} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def test_kafkajs_admin_idempotent_produce_group_consume_commit_and_delete(node, bootstrap, e2e_cluster, e2e_admin):
+def test_kafkajs_admin_idempotent_produce_group_consume_commit_and_delete(kafkajs, bootstrap, e2e_cluster, e2e_admin):
     topic = "kjs-" + uuid.uuid4().hex[:6]
     group = "kjs-g-" + uuid.uuid4().hex[:6]
     t0 = time.monotonic()
     try:
-        s = run_script(node, "roundtrip", bootstrap, topic, group, str(N))
+        s = kafkajs("roundtrip.js", "roundtrip", bootstrap, topic, group, str(N))
         took = time.monotonic() - t0
 
         assert s["created"] is True and s["listed"] is True
@@ -102,7 +78,7 @@ def test_kafkajs_admin_idempotent_produce_group_consume_commit_and_delete(node, 
         c.close()
         assert sorted(mine) == sorted((p, k, v, o) for p, recs in got.items() for k, v, o in recs)
 
-        deleted = run_script(node, "delete", bootstrap, topic, timeout=90)
+        deleted = kafkajs("roundtrip.js", "delete", bootstrap, topic, timeout=90)
         assert deleted == {"deleted": True}
         deadline = time.monotonic() + 20
         while topic in e2e_admin.list_topics() and time.monotonic() < deadline:
@@ -114,7 +90,7 @@ def test_kafkajs_admin_idempotent_produce_group_consume_commit_and_delete(node, 
             e2e_admin.delete_topics([topic])
 
 
-def test_kafkajs_transactions_commit_abort_offsets_and_fencing(node, bootstrap, e2e_cluster, e2e_topic):
+def test_kafkajs_transactions_commit_abort_offsets_and_fencing(kafkajs, bootstrap, e2e_cluster, e2e_topic):
     """kafkajs's transactions (its own versions: InitProducerId 1, AddPartitionsToTxn 1, AddOffsetsToTxn 1,
     TxnOffsetCommit 1, EndTxn 1): a committed transaction with the group's offsets, an aborted one with other
     offsets, a second committed one, then a producer of the same transactional id fences the first, whose
@@ -123,7 +99,7 @@ def test_kafkajs_transactions_commit_abort_offsets_and_fencing(node, bootstrap, 
     topic = e2e_topic(PARTITIONS, 3)
     group = "kjs-tx-" + uuid.uuid4().hex[:6]
     n = 60
-    s = run_script(node, "txn", bootstrap, topic, group, str(n))
+    s = kafkajs("roundtrip.js", "txn", bootstrap, topic, group, str(n))
     committed = {f"kjs-c{k}-{i}" for k in (1, 2) for i in range(n)}
     aborted = {f"kjs-ab-{i}" for i in range(n)}
     values = [m["value"] for m in s["consumed"]]
@@ -148,3 +124,61 @@ def test_kafkajs_transactions_commit_abort_offsets_and_fencing(node, bootstrap, 
     uncommitted = read("read_uncommitted", 3 * n)
     assert set(uncommitted) >= committed | aborted
     assert not [v for v in uncommitted if v.startswith("kjs-zombie")], "the fenced producer's records were written"
+
+
+DEFAULT, TOPIC_CONFIG = 5, 1  # DescribeConfigs config sources (kafkajs's ConfigSource)
+
+
+def test_kafkajs_topic_configs_create_describe_and_legacy_alter(kafkajs, bootstrap, e2e_admin):
+    """Issue 45 items 4 and 5 with kafkajs (tests/e2e/kafkajs/configs.js). CreateTopics with Kafka topic
+    configs rafka acts on (compression.type, retention.ms) or only stores (file.delete.delay.ms, preallocate):
+    DescribeConfigs shows each with its value as a topic config; a value Kafka's validator refuses
+    (compression.type=brotli) answers INVALID_CONFIG and no topic is made. kafkajs's alterConfigs is the legacy
+    AlterConfigs (api key 33): each request replaces the topic's overrides as a whole, so what the second one
+    leaves out goes back to its default; a refused value (min.insync.replicas=0) changes nothing."""
+    topic, bad = "kjs-cfg-" + uuid.uuid4().hex[:6], "kjs-cfg-bad-" + uuid.uuid4().hex[:6]
+    try:
+        s = kafkajs("configs.js", bootstrap, topic, bad)
+    finally:
+        if topic in e2e_admin.list_topics():
+            e2e_admin.delete_topics([topic])
+    steps = s["steps"]
+    versions = {k: sorted({v for kk, v in s["sent"] if kk == k}) for k, _ in s["sent"]}
+    assert versions.get(33) == [1] and 44 not in versions, versions  # AlterConfigs v1, never IncrementalAlterConfigs
+    assert versions.get(19) == [3] and versions.get(32) == [2], versions  # CreateTopics v3, DescribeConfigs v2
+
+    assert steps["create"]["error"] is None, steps["create"]
+    created = steps["create"]["configs"]
+    for name, value in {
+        "compression.type": "zstd",
+        "file.delete.delay.ms": "30000",
+        "retention.ms": "3600000",
+        "preallocate": "true",
+    }.items():
+        assert created[name] == [value, TOPIC_CONFIG, False], (name, created[name])
+    assert created["cleanup.policy"] == ["delete", DEFAULT, True], created["cleanup.policy"]
+    assert steps["createBad"]["error"] == [
+        {"name": "KafkaJSCreateTopicError", "type": "INVALID_CONFIG", "topic": bad}
+    ], steps["createBad"]
+    assert s["listed"] == [topic], s["listed"]  # the refused topic was not made
+
+    assert steps["alter1"]["error"] is None, steps["alter1"]
+    first = steps["alter1"]["configs"]
+    assert first["retention.ms"] == ["7200000", TOPIC_CONFIG, False]
+    assert first["cleanup.policy"] == ["compact", TOPIC_CONFIG, False]
+    # replace-all: the overrides of CreateTopics the request did not name are gone
+    assert first["compression.type"] == ["producer", DEFAULT, True], first["compression.type"]
+    assert first["file.delete.delay.ms"] == ["60000", DEFAULT, True], first["file.delete.delay.ms"]
+    assert first["preallocate"] == ["false", DEFAULT, True], first["preallocate"]
+
+    assert steps["alter2"]["error"] is None, steps["alter2"]
+    second = steps["alter2"]["configs"]
+    assert second["retention.ms"] == ["1800000", TOPIC_CONFIG, False]
+    assert second["cleanup.policy"] == ["delete", DEFAULT, True], second["cleanup.policy"]
+    overrides = {k: v[0] for k, v in second.items() if v[1] == TOPIC_CONFIG}
+    assert overrides == {"retention.ms": "1800000"}, overrides
+
+    assert steps["alterBad"]["error"] == [{"name": "KafkaJSProtocolError", "type": "INVALID_CONFIG", "topic": None}], (
+        steps["alterBad"]
+    )
+    assert steps["alterBad"]["configs"] == second  # refused as a whole

@@ -9,21 +9,17 @@ still lists metadata but cannot produce: Produce v0-2 were removed in Kafka 4.0 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import shutil
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
-import pytest
 from kio.schema.index import api_key_map
 
 from serve.kafka_wire import versions
 
-KAFKAJS = Path(__file__).parent / "kafkajs"
 KEYS = {"".join(w.capitalize() for w in n.split("_")): k for k, n in api_key_map.items()}
 ALIASES = {"ApiVersion": 18, "Offset": 2, "ListOffset": 2, "GroupCoordinator": 10}
 LIBRDKAFKA_SENT = re.compile(r"Sent (\w+) \(v(\d+)")
@@ -101,17 +97,7 @@ def aiokafka(bootstrap: str, topic: str, value: bytes) -> list[tuple[int, int]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def node() -> str:
-    """node, with kafkajs installed from tests/e2e/kafkajs's lock file (``npm ci``), as test_wire_kafkajs.py."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, "the kafkajs check needs Node.js and npm (Node 20)"
-    r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=KAFKAJS, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"npm ci failed (registry unreachable?):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
-    return node
-
-
-def test_each_client_negotiates_served_versions_and_produces(node, bootstrap, e2e_topic):
+def test_each_client_negotiates_served_versions_and_produces(kafkajs, bootstrap, e2e_topic):
     topic = e2e_topic(1, 1)
     kcat = shutil.which("kcat")
     assert kcat, "kcat is not installed (.ci/run installs the Debian package)"
@@ -121,15 +107,7 @@ def test_each_client_negotiates_served_versions_and_produces(node, bootstrap, e2
         "kafka-python": kafka_python(bootstrap, topic, f"kafka-python-{tag}".encode()),
         "aiokafka": aiokafka(bootstrap, topic, f"aiokafka-{tag}".encode()),
     }
-    r = subprocess.run(
-        [node, str(KAFKAJS / "versions.js"), bootstrap, topic, f"kafkajs-{tag}"],
-        cwd=KAFKAJS,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    js = json.loads(r.stdout.strip().splitlines()[-1])
+    js = kafkajs("versions.js", bootstrap, topic, f"kafkajs-{tag}", timeout=120)
     assert js["error"] == 0
     sent["kafkajs"] = [tuple(p) for p in js["sent"]]
     # kcat (librdkafka 2.0.2) with gzip: compressed only if ApiVersions lists Produce v0 (librdkafka#4956). The

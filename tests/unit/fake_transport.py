@@ -28,6 +28,13 @@ replays its records; a parked JoinGroup/SyncGroup keeps its call pending until a
 the shard's timers fire whenever a client waits (``FakeTransport.wait``). Durable records are kept in
 ``records`` instead of being appended to ``__consumer_offsets``.
 
+:class:`FakeTxnCoordinator` (``FakeCluster.add_txn_coordinator``) is the transaction coordinator in miniature
+over the real ``TxnCoordinatorShard`` (actors/txn/shard.py): InitProducerId, AddOffsetsToTxn (the group's
+``__consumer_offsets`` partition, partition 0 here, joins the transaction) and EndTxn (the markers are taken as
+written at once). With one, the group coordinator's TxnOffsetCommit first checks the producer and the offsets
+partition as the ``__consumer_offsets`` leader's KIP-890 verification does (``TxnCoordinatorShard.verify``).
+Every request each coordinator took is kept in its ``requests``.
+
 Ray's exception classes are imported from ``ray.exceptions`` only; nothing here starts or talks to Ray.
 """
 
@@ -43,6 +50,7 @@ from ray.exceptions import ActorDiedError, GetTimeoutError
 
 from actors.group.classic_group import GroupCoordinatorConfig, Pending
 from actors.group.shard import GroupCoordinatorShard
+from actors.txn.shard import TxnCoordinatorShard
 from protocol.clock import now_ms
 from protocol.errors import (
     FencedLeaderEpochError,
@@ -69,8 +77,9 @@ from protocol.messages import (
     ProduceResponse,
     check_request,
 )
+from protocol.names import OFFSETS_TOPIC, replica_name
 from protocol.names import broker_name as _broker_name
-from protocol.names import replica_name
+from protocol.txn_messages import AddOffsetsToTxnRequest, EndTxnRequest, InitProducerIdRequest, TxnOffsetCommitRequest
 from rafka.metadata import ClusterMetadata, TopicMetadata
 from rafka.structs import TopicPartition
 from storage.log import Log
@@ -229,7 +238,7 @@ class FakeBroker(Endpoint):
         return None if r is None or r.dead else r
 
     def find_coordinator(self, group_id: str, key_type: int = 0) -> dict:
-        name = self.cluster.coordinator_name
+        name = self.cluster.txn_coordinator_name if key_type == 1 else self.cluster.coordinator_name
         if name is None:
             return {"error_code": 15, "error_message": "no coordinator", "coordinator": None}
         return {"error_code": 0, "error_message": None, "coordinator": name}
@@ -251,6 +260,7 @@ class FakeGroupCoordinator(Endpoint):
         super().__init__(cluster, label)
         self.shard = GroupCoordinatorShard(config)
         self.records: list = []
+        self.requests: list = []  # the TxnOffsetCommit requests taken
 
     def _apply(self, result):
         self.shard.replay_all(result.records)
@@ -312,6 +322,99 @@ class FakeGroupCoordinator(Endpoint):
     def offset_fetch(self, r: OffsetFetchRequest):
         return self.shard.offset_fetch(r.group_id, r.topics)
 
+    def txn_offset_commit(self, r: TxnOffsetCommitRequest):
+        self.requests.append(r)
+        topics: dict[str, list[dict]] = {}
+        for topic, p, offset, metadata, epoch in r.offsets:
+            topics.setdefault(topic, []).append(
+                {
+                    "partition_index": p,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": epoch,
+                    "committed_metadata": metadata,
+                }
+            )
+        txn = self.cluster.txn_coordinator
+        if txn is not None:  # the __consumer_offsets leader verifies the producer's transaction (KIP-890)
+            (code,) = txn.shard.verify(
+                r.transactional_id, r.producer_id, r.producer_epoch, [OFFSETS_PARTITION]
+            ).values()
+            if code:
+                return {
+                    "error_code": 0,
+                    "topics": [
+                        {"name": t, "partitions": [{"partition_index": p["partition_index"], "error_code": code}]}
+                        for t, ps in topics.items()
+                        for p in ps
+                    ],
+                }
+        return self._apply(
+            self.shard.txn_offset_commit(
+                r.group_id,
+                [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                r.producer_id,
+                now_ms(),
+                member_id=r.member_id,
+                generation_id=r.generation_id,
+                group_instance_id=r.group_instance_id,
+            )
+        )
+
+
+OFFSETS_PARTITION = (OFFSETS_TOPIC, 0)  # every group's offsets partition in the fake cluster
+
+
+class FakeTxnCoordinator(Endpoint):
+    """The transaction coordinator over the real shard (see the module docstring)."""
+
+    def __init__(self, cluster: "FakeCluster", label: str):
+        super().__init__(cluster, label)
+        self.shard = TxnCoordinatorShard(0)
+        self.requests: list = []
+
+    def _apply(self, result) -> dict:
+        for rec in result.records:
+            job = self.shard.replay(rec)
+            if job is not None:  # every partition leader takes the markers at once
+                for done in self.shard.markers_written(job, now_ms()).records:
+                    self.shard.replay(done)
+                group = self.cluster.coordinator
+                if OFFSETS_PARTITION in job.partitions and group is not None:  # the group's pending offsets
+                    group._apply(group.shard.complete_transaction(job.producer_id, job.commit))
+        return result.response
+
+    def _new_producer_id(self) -> int:
+        pid = self.cluster.next_producer_id
+        self.cluster.next_producer_id += 1
+        return pid
+
+    def init_producer_id(self, r: InitProducerIdRequest) -> dict:
+        self.requests.append(r)
+        return self._apply(
+            self.shard.init_producer_id(
+                r.transactional_id,
+                r.transaction_timeout_ms,
+                now_ms(),
+                self._new_producer_id,
+                r.producer_id,
+                r.producer_epoch,
+            )
+        )
+
+    def add_offsets_to_txn(self, r: AddOffsetsToTxnRequest) -> dict:
+        self.requests.append(r)
+        return self._apply(
+            self.shard.add_partitions(
+                r.transactional_id, r.producer_id, r.producer_epoch, [OFFSETS_PARTITION], now_ms()
+            )
+        )
+
+    def end_txn(self, r: EndTxnRequest) -> dict:
+        self.requests.append(r)
+        return self._apply(
+            self.shard.end_txn(r.transactional_id, r.producer_id, r.producer_epoch, r.committed, now_ms())
+        )
+
 
 class FakeCluster:
     """Brokers, partitions and named endpoints of one fake cluster."""
@@ -328,6 +431,8 @@ class FakeCluster:
         self.next_producer_id = 1000
         self.coordinator_name: str | None = None
         self.coordinator: FakeGroupCoordinator | None = None
+        self.txn_coordinator_name: str | None = None
+        self.txn_coordinator: FakeTxnCoordinator | None = None
         self.parked: dict[tuple, FakeCall] = {}
         self.completions: list[tuple[tuple, dict]] = []
         self._broker_name = broker_name or _broker_name
@@ -346,6 +451,13 @@ class FakeCluster:
         c = self.coordinator = FakeGroupCoordinator(self, name, GroupCoordinatorConfig(**config))
         self.named[name] = c
         self.coordinator_name = name
+        return c
+
+    def add_txn_coordinator(self, name: str = "txn-coordinator-0") -> FakeTxnCoordinator:
+        """A transaction coordinator that every broker's FindCoordinator (key type 1) names."""
+        c = self.txn_coordinator = FakeTxnCoordinator(self, name)
+        self.named[name] = c
+        self.txn_coordinator_name = name
         return c
 
     def tick(self) -> None:

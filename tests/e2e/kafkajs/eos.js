@@ -10,6 +10,7 @@
 'use strict'
 
 const { Kafka, logLevel } = require('kafkajs')
+const printSummary = require('./summary')
 
 const [bootstrap, source, out, group, nArg] = process.argv.slice(2)
 
@@ -91,13 +92,4 @@ async function main() {
   }
 }
 
-main().then(
-  (summary) => {
-    console.log(JSON.stringify(summary))
-    process.exit(0)
-  },
-  (err) => {
-    console.error(err && err.stack ? err.stack : String(err))
-    process.exit(1)
-  },
-)
+printSummary(main)

@@ -16,6 +16,7 @@
 'use strict'
 
 const { Kafka, Partitioners, logLevel } = require('kafkajs')
+const printSummary = require('./summary')
 
 const [mode, bootstrap, topic, group, nArg] = process.argv.slice(2)
 
@@ -170,13 +171,4 @@ if (run === null) {
   console.error(`usage: node roundtrip.js roundtrip|delete|txn <bootstrap> <topic> [group n]`)
   process.exit(2)
 }
-run().then(
-  (summary) => {
-    console.log(JSON.stringify(summary))
-    process.exit(0)
-  },
-  (err) => {
-    console.error(err && err.stack ? err.stack : String(err))
-    process.exit(1)
-  },
-)
+printSummary(run)
