@@ -10,17 +10,49 @@ import logging
 import time
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker import RemoteBroker
 from actors.channels.replica_lookup import replica_handle
 from actors.metadata.kv import GcsKV
 from actors.metrics_exporter import start_exporter, stop_exporter
-from protocol.errors import CoordinatorNotAvailableError, raise_for_code
-from protocol.names import RAY_NAMESPACE, broker_name, controller_name
+from actors.server.broker_placement import BrokerPlacement, RayNode, node_indexes, place_brokers
+from protocol.errors import ClusterAlreadyRunningError, CoordinatorNotAvailableError, KafkaError, raise_for_code
+from protocol.names import RAY_NAMESPACE, broker_name, controller_name, metrics_exporter_name
 
 log = logging.getLogger("rafka.bootstrap")
+
+
+def alive_nodes() -> list[RayNode]:
+    return [RayNode.from_ray(n) for n in ray.nodes() if n.get("Alive")]
+
+
+def plan_nodes(
+    num_brokers: int, placement: BrokerPlacement | None, node_ids: list[str] | None
+) -> tuple[list[str], list[int], list[str]]:
+    """``(node id, index on that node, node address)`` of each broker: ``node_ids`` as given, else
+    ``placement`` (actors/server/broker_placement.py) over the alive nodes."""
+    nodes = alive_nodes()
+    if node_ids:
+        by_id = {n.node_id: n for n in nodes}
+        assigned = [by_id.get(nid, RayNode(nid, "")) for nid in node_ids[:num_brokers]]
+    else:
+        assigned = place_brokers(nodes, num_brokers, placement or BrokerPlacement())
+    return [n.node_id for n in assigned], node_indexes(assigned), [n.address for n in assigned]
+
+
+def check_name_free(cluster: str) -> None:
+    """A second rafka cluster of one name on one Ray cluster would share actor names and KV keys: refused."""
+    for name in (controller_name(cluster), broker_name(cluster, 0), metrics_exporter_name(cluster)):
+        try:
+            ray.get_actor(name, namespace=RAY_NAMESPACE)
+        except ValueError:
+            continue
+        raise ClusterAlreadyRunningError(
+            f"a rafka cluster named {cluster!r} is already running on this Ray cluster (its actor {name!r} "
+            "exists): stop it first, or choose another name"
+        )
 
 
 def _broker_options(cluster: str, broker_id: int, node_id: str | None):
@@ -41,11 +73,20 @@ class ServerHandle:
     (the client's ``rafka.ClusterHandle`` is only a cluster name and an address)."""
 
     def __init__(
-        self, cluster: str, num_brokers: int, data_dir: str, broker_config: dict | None, node_ids: list[str] | None
+        self,
+        cluster: str,
+        num_brokers: int,
+        data_dir: str,
+        broker_config: dict | None,
+        node_ids: list[str] | None,
+        node_indexes: list[int] | None = None,
+        node_addresses: list[str] | None = None,
     ):
         self.cluster, self.num_brokers, self.data_dir = cluster, num_brokers, data_dir
         self.broker_config = dict(broker_config or {})
         self.node_ids = list(node_ids) if node_ids else None
+        self.node_indexes = list(node_indexes) if node_indexes else [0] * num_brokers
+        self.node_addresses = list(node_addresses) if node_addresses else None
         self.brokers: dict[int, object] = {}
         self.timings: dict[str, float] = {}
         self.exporter = None  # the Prometheus exporter actor (start_cluster starts it)
@@ -172,12 +213,14 @@ class ServerHandle:
     def restart_broker(self, i: int, timeout_s: float = 60.0) -> dict:
         """Start broker ``i`` again on the same directory (after ``kill_broker``, or after its process was
         killed: the dead actor's handle is killed first, which frees its name at once)."""
-        node = self.node_ids[i] if self.node_ids else None
+        node = self.node_of(i)
         self.kill_broker(i)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                h = _broker_options(self.cluster, i, node).remote(self.cluster, i, self.data_dir, self.broker_config)
+                h = _broker_options(self.cluster, i, node).remote(
+                    self.cluster, i, self.data_dir, self.broker_config, self.node_indexes[i]
+                )
                 break
             except ValueError:  # the killed incarnation still holds the name for a moment
                 if time.monotonic() > deadline:
@@ -185,6 +228,21 @@ class ServerHandle:
                 time.sleep(0.05)
         self.brokers[i] = h
         return ray.get(h.start.remote(), timeout=timeout_s)
+
+    def node_of(self, i: int) -> str | None:
+        """The node broker ``i`` starts on again: its node, or the alive node now at that node's address (a
+        machine whose Ray node was started again has a new node id); None when none is known."""
+        if not self.node_ids:
+            return None
+        nid = self.node_ids[i]
+        nodes = alive_nodes()
+        if any(n.node_id == nid for n in nodes) or not self.node_addresses:
+            return nid
+        same = [n.node_id for n in nodes if n.address == self.node_addresses[i]]
+        if same:
+            self.node_ids[i] = same[0]
+            return same[0]
+        return nid
 
     def metrics_url(self, timeout_s: float = 60.0) -> str | None:
         """The Prometheus scrape URL (``http://host:port/metrics``), once the exporter has bound it; None
@@ -235,6 +293,33 @@ class ServerHandle:
         self.shutdown()
 
 
+class BrokerStartError(KafkaError):
+    """A broker of the cluster did not start; the message names it and says why (its own error's words)."""
+
+    code, name, retriable = -1, "BROKER_START_FAILED", False
+
+
+def _await_starts(brokers: dict[int, object], timeout_s: float) -> None:
+    """Every broker's ``start``; the first failure raises BrokerStartError with the broker's own message
+    (a held log directory, a listener that cannot bind) rather than Ray's traceback."""
+    refs = {i: h.start.remote() for i, h in brokers.items()}
+    ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    for i, ref in refs.items():
+        if ref in pending:
+            raise BrokerStartError(f"broker {i} did not start within {timeout_s:.0f} s")
+        try:
+            ray.get(ref)
+        except (RayTaskError, RayActorError) as e:
+            cause = e.cause if isinstance(e, RayTaskError) and e.cause is not None else e
+            raise BrokerStartError(f"broker {i} did not start: {_first_line(cause)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    last = [ln for ln in text.splitlines() if ln.strip()]
+    return last[-1] if last else type(exc).__name__
+
+
 def start_cluster(
     cluster: str,
     num_brokers: int,
@@ -242,22 +327,31 @@ def start_cluster(
     broker_config: dict | None = None,
     node_ids: list[str] | None = None,
     timeout_s: float = 120.0,
+    placement: BrokerPlacement | None = None,
 ) -> ServerHandle:
+    """Start ``num_brokers`` brokers (each on its node: ``node_ids``, else ``placement``) and the exporter;
+    returns once every broker has registered and the exporter has bound its listener. A broker that cannot
+    start (its log directory held, a listener that cannot bind) fails the start with its own error, and
+    everything started is stopped again."""
     t0 = time.monotonic()
-    ch = ServerHandle(cluster, num_brokers, data_dir, broker_config, node_ids)
-    for i in range(num_brokers):
-        node = node_ids[i] if node_ids else None
-        ch.brokers[i] = _broker_options(cluster, i, node).remote(cluster, i, data_dir, ch.broker_config)
+    check_name_free(cluster)
+    nodes, indexes, addresses = plan_nodes(num_brokers, placement, node_ids)
+    ch = ServerHandle(cluster, num_brokers, data_dir, broker_config, nodes, indexes, addresses)
     try:
-        ray.get([h.start.remote() for h in ch.brokers.values()], timeout=timeout_s)
+        for i in range(num_brokers):
+            ch.brokers[i] = _broker_options(cluster, i, nodes[i]).remote(
+                cluster, i, data_dir, ch.broker_config, indexes[i]
+            )
+        ch.exporter = start_exporter(cluster, ch.broker_config)  # binds while the brokers start
+        _await_starts(ch.brokers, timeout_s)
         ch.wait_for(
             lambda md: {b["id"] for b in md["brokers"] if b["alive"]} >= set(range(num_brokers)),
             timeout_s,
             what="every broker registered",
         )
+        ch.metrics_url(timeout_s)
     except BaseException:
         ch.shutdown()
         raise
-    ch.exporter = start_exporter(cluster, ch.broker_config)
     ch.timings["start_s"] = time.monotonic() - t0
     return ch

@@ -25,6 +25,8 @@ from actors.server import auto_topic_creation as atc
 from actors.server import coordinator_host as ch
 from actors.server import listeners as wire
 from actors.server import server_log
+from actors.server.broker_config import broker_overrides
+from actors.server.broker_placement import DEFAULT_RACK_LABEL
 from actors.server.controller_link import ControllerLink, ControllerUnavailable
 from actors.server.log_dir_lock import LogDirLock
 from actors.server.replica_hosts import ReplicaHosts
@@ -51,6 +53,8 @@ _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(
 
 log = logging.getLogger("rafka.broker")
 
+NODE_DATA_DIR_ENV = "RAFKA_DATA_DIR"
+
 
 def _election_done(task: asyncio.Task) -> None:
     """The early election's outcome: ``register`` elects again if it failed."""
@@ -66,13 +70,23 @@ def _err_dict(exc: BaseException) -> dict:
 
 
 class BrokerActor:
-    def __init__(self, cluster: str, broker_id: int, data_dir: str, config: dict | None = None):
+    def __init__(self, cluster: str, broker_id: int, data_dir: str, config: dict | None = None, node_index: int = 0):
+        # the node's own data directory, when its machine sets one (``RAFKA_DATA_DIR`` in ``ray start``'s
+        # environment: a volume mounted elsewhere on that node), wins over the cluster's
+        data_dir = os.environ.get(NODE_DATA_DIR_ENV) or data_dir
         self.cluster, self.broker_id, self.data_dir = cluster, int(broker_id), data_dir
-        self.config = dict(config or {})
+        self.config = broker_overrides(config or {}, self.broker_id)
+        self.node_index = int(node_index)  # this broker's index among its node's brokers (listener ports)
         self.dir = os.path.join(data_dir, f"broker-{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
         server_log.configure(server_log.broker_log(data_dir, self.broker_id), f"Broker id={self.broker_id}")
-        self.node_id = ray.get_runtime_context().get_node_id()
+        ctx = ray.get_runtime_context()
+        self.node_id = ctx.get_node_id()
+        self.node_address = ray.util.get_node_ip_address()
+        if "broker.rack" not in self.config:  # the rack from the node's label (a Kubernetes zone, ...)
+            rack = ctx.get_node_labels().get(self.config.get("broker.rack.label", DEFAULT_RACK_LABEL))
+            if rack:
+                self.config["broker.rack"] = rack
         self.dir_lock = LogDirLock(self.dir)
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
@@ -110,7 +124,11 @@ class BrokerActor:
         # the election first, in the background: the controller's process starts (a worker and its imports)
         # while this broker starts its Kafka listener; ``register`` below waits for the same election
         loop.create_task(self.link.ensure()).add_done_callback(_election_done)
-        self.wire = await wire.start(self)
+        try:
+            self.wire = await wire.start(self)
+        except BaseException:
+            self.dir_lock.release()
+            raise
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
         self.pool.fill()  # warm replica actors, in the background (actors/server/replica_pool.py)

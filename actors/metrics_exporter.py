@@ -443,19 +443,21 @@ class MetricsExporter:
     def __init__(self, cluster: str, config: dict | None = None):
         config = dict(config or {})
         self.cluster = cluster
-        host, port = parse_listener(config.get("metrics.listener", DEFAULT_LISTENER)) or ("127.0.0.1", 0)
+        configured = config.get("metrics.listener")
+        host, port = parse_listener(configured or DEFAULT_LISTENER) or ("127.0.0.1", 0)
         timeout_s = int(config.get("metrics.scrape.timeout.ms", DEFAULT_SCRAPE_TIMEOUT_MS)) / 1000
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ClusterCollector(cluster, timeout_s))
         try:
             self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as e:
-            if port == 0:
-                raise
+            if port == 0 or configured:  # a listener the user chose is theirs or an error, never another
+                raise OSError(e.errno, f"cluster {cluster}: metrics.listener {host}:{port} cannot bind: {e}") from e
             log.warning("metrics listener %s:%s not free (%s): binding an ephemeral port instead", host, port, e)
             self.server, self.thread = start_http_server(0, addr=host, registry=self.registry)
         bound = self.server.server_port
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        # an every-interface bind is reached at the node's own address (what other machines see)
+        shown = ray.util.get_node_ip_address() if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{bound}/metrics"
         GcsKV(cluster).put(METRICS_URL_KEY, self.url)
         log.info("cluster %s: Prometheus metrics at %s", cluster, self.url)

@@ -691,6 +691,13 @@ class ClusterNotFoundError(KafkaError, ConnectionError):
     default_message = "No rafka cluster found."
 
 
+class ClusterAlreadyRunningError(KafkaError):
+    """A rafka cluster of that name already runs on this Ray cluster (its actors and KV keys would be shared)."""
+
+    code, name, retriable = -1, "CLUSTER_ALREADY_RUNNING", False
+    default_message = "A rafka cluster of that name is already running."
+
+
 class CommitFailedError(KafkaError):
     """The commit cannot complete: the group rebalanced and the partitions may belong to another member
     (Kafka's CommitFailedException). Poll again (rejoining the group), then commit what you own."""

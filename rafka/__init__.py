@@ -12,7 +12,7 @@ with rafka.LocalCluster(brokers=3) as cluster:
 
 from protocol import errors
 from rafka.admin.admin import Admin, NewTopic
-from rafka.cluster import ClusterHandle, LocalCluster, connect
+from rafka.cluster import ClusterHandle, Deployment, LocalCluster, connect, deploy
 from rafka.consumer.consumer import Consumer
 from rafka.consumer.consumer_coordinator import ConsumerRebalanceListener
 from rafka.producer.producer import Producer
@@ -31,8 +31,10 @@ __all__ = [
     "Admin",
     "NewTopic",
     "ClusterHandle",
+    "Deployment",
     "LocalCluster",
     "connect",
+    "deploy",
     "Consumer",
     "Producer",
     "ConsumerRebalanceListener",

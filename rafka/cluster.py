@@ -4,6 +4,7 @@
     with rafka.LocalCluster(brokers=3, data_dir="/tmp/rafka") as cluster:
         producer = cluster.producer()         # or rafka.Producer(cluster)
     cluster = rafka.connect("ray://head:10001", cluster="prod")
+    cluster = rafka.deploy("10.0.0.1:6379", brokers=3, data_dir="/var/lib/rafka")   # onto a running Ray cluster
 
 Called by users and the CLI; imports the client classes (for ``admin()``/``producer()``/``consumer()``),
 rafka/client_utils.py (finding the cluster) and, in ``start()``, actors/bootstrap.py.
@@ -23,7 +24,7 @@ from rafka.output import quiet_worker_pool_warnings
 from rafka.producer.producer import Producer
 from rafka.ray_session import start_local_ray
 
-__all__ = ["LocalCluster", "ClusterHandle", "connect", "DEFAULT_CLUSTER", "WORKER_NICENESS"]
+__all__ = ["LocalCluster", "ClusterHandle", "Deployment", "connect", "deploy", "DEFAULT_CLUSTER", "WORKER_NICENESS"]
 
 # The nice value of the worker processes on a node that rafka starts (LocalCluster, `rafka cluster start`),
 # Ray's ``worker_niceness``: Kafka's brokers run at the normal priority (Ray's default is 15; the
@@ -74,6 +75,56 @@ def connect(address: str | None = None, cluster: str | None = None, timeout_s: f
     ``RAY_ADDRESS``, else the head recorded by ``rafka cluster start``, else ``"auto"``.
     Raises ``ClusterNotFoundError`` (a ``ConnectionError``) when there is no such cluster."""
     return ClusterHandle(*attach(address, cluster, timeout_s))
+
+
+class Deployment(ClusterHandle):
+    """A rafka cluster this process started on a Ray cluster it did not start (``deploy``): ``stop()`` stops
+    the rafka actors it started there and leaves Ray running."""
+
+    def __init__(self, name: str, address: str | None, server, data_dir: str):
+        super().__init__(name, address)
+        self.server, self.data_dir = server, data_dir
+
+    def stop(self) -> None:
+        """Stop the brokers, the controller and the exporter (logs closed cleanly); Ray keeps running."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server = None
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def deploy(
+    address: str | None = None,
+    brokers: int = 3,
+    data_dir: str = "/var/lib/rafka",
+    name: str = DEFAULT_CLUSTER,
+    broker_config: dict | None = None,
+    brokers_per_node: int | None = None,
+    node_label: str | None = None,
+    node_resource: str | None = None,
+) -> Deployment:
+    """Start a rafka cluster on a running Ray cluster (``rafka cluster start --address``): ``brokers`` brokers,
+    one per node while a chosen node has none (``brokers_per_node`` caps it), on the nodes with ``node_label``
+    (``key`` or ``key=value``) or ``node_resource``; each broker's log directory is ``data_dir`` on its own
+    node (a node's ``RAFKA_DATA_DIR`` wins). ``address``: as ``connect``'s (default ``RAY_ADDRESS``, else
+    ``auto``). Raises ``ClusterNotFoundError`` when no Ray answers there, ``ClusterAlreadyRunningError``
+    when a rafka cluster of that name runs there, ``InvalidConfigError`` when no node matches."""
+    import ray
+
+    from actors.bootstrap import start_cluster
+    from actors.server.broker_placement import BrokerPlacement
+    from rafka.ray_session import attach_ray
+
+    if not ray.is_initialized():
+        address = attach_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
+    placement = BrokerPlacement(node_label, node_resource, brokers_per_node)
+    server = start_cluster(name, brokers, str(data_dir), broker_config=broker_config or None, placement=placement)
+    return Deployment(name, address or ray.get_runtime_context().gcs_address, server, str(data_dir))
 
 
 class LocalCluster(ClusterHandle):

@@ -39,6 +39,16 @@ def _serve_http_config():
     return cfg.host, cfg.port
 
 
+def _url(host: str, port: int) -> str:
+    """The gateway's URL: an every-interface bind is shown at this node's address (what other machines reach;
+    Serve runs a proxy on every node), never 0.0.0.0 or loopback."""
+    if host in ("0.0.0.0", "::", ""):
+        import ray.util
+
+        host = ray.util.get_node_ip_address()
+    return f"http://{host}:{port}"
+
+
 def _port_free(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,7 +108,7 @@ def start_gateway(
         ray_actor_options=opts,
     ).bind(name_, acks, instances, producer_config, max_request_bytes, body_timeout_s)
     ray_serve.run(ingress, name=name, route_prefix="/", logging_config={"enable_access_log": False})
-    return f"http://{host}:{port}"
+    return _url(host, port)
 
 
 def gateway_status(name: str = APP_NAME) -> dict | None:
@@ -115,7 +125,7 @@ def gateway_status(name: str = APP_NAME) -> dict | None:
     return {
         "app": name,
         "status": str(st.status.value if hasattr(st.status, "value") else st.status),
-        "url": f"http://{running[0]}:{running[1]}",
+        "url": _url(running[0], running[1]),
         "deployments": {
             d: str(s.status.value if hasattr(s.status, "value") else s.status) for d, s in st.deployments.items()
         },

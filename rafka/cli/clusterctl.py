@@ -1,5 +1,5 @@
 """``rafka cluster start|stop``: a persistent local Ray head that outlives the command, plus detached
-rafka actors on it.
+rafka actors on it; or, with ``--address``, the rafka actors alone on a Ray cluster that runs already.
 
 start: ``ray start --head`` with its own ``--temp-dir`` (a fresh directory under /tmp) and free ports for
 GCS, Ray Client and the dashboard agent (so it coexists with other Ray instances on the machine); then
@@ -11,6 +11,10 @@ stop: stops the rafka actors cleanly (logs closed), then ends exactly the Ray pr
 (those whose command line names it, those with a file open under it -- every worker logs there, even one
 orphaned by a dead raylet -- and their descendants) with SIGTERM, then SIGKILL after a grace period. It
 never runs ``ray stop``, which would end every Ray instance on the machine.
+
+With ``--address`` (``start_on``: deploying onto a Ray cluster someone else runs) no Ray process is started,
+the brokers are placed one per node (actors/server/broker_placement.py), and ``stop`` stops the rafka actors it
+started there (brokers, controller, exporter, CLI agent) and no Ray process at all.
 
 A head that crashed (its GCS killed, the state file left behind) can leave its raylet and the broker
 workers running, still holding the log directories: ``start`` ends those leftovers of the recorded temp
@@ -33,7 +37,7 @@ import time
 
 from protocol.errors import ClusterNotFoundError, KafkaError
 from protocol.names import RAY_NAMESPACE, broker_name
-from rafka.cli.agent import CliEntry, start_agent
+from rafka.cli.agent import AGENT_NAME, CliEntry, start_agent
 from rafka.client_utils import read_state, state_file
 from rafka.cluster import WORKER_NICENESS
 from rafka.output import quiet_worker_pool_warnings
@@ -176,6 +180,90 @@ def ensure_token() -> str:
     return mode
 
 
+def _write_state(info: dict, agent: dict) -> None:
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    # the state file holds the CLI agent's token (rafka/cli/remote.py): readable by this user only
+    fd = os.open(state_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({**info, "cli_agent": agent}, indent=2))
+    last_data_dir_file().write_text(info["data_dir"] + "\n")
+
+
+def _refuse_if_recorded_running(state: dict | None) -> None:
+    if state and state.get("attached") and _ray_is_up(state["address"].removeprefix("ray://")):
+        raise KafkaError(
+            f"the rafka cluster {state['cluster']!r} started from here on the Ray cluster at {state['address']} "
+            "is recorded as running; stop it with `rafka cluster stop`"
+        )
+
+
+def start_on(
+    address: str,
+    brokers: int = 3,
+    data_dir: str | None = None,
+    cluster: str = "rafka",
+    config: dict | None = None,
+    *,
+    entry: CliEntry,
+    brokers_per_node: int | None = None,
+    node_label: str | None = None,
+    node_resource: str | None = None,
+) -> dict:
+    """Start the cluster on the running Ray cluster at ``address`` (its brokers one per node, by the placement
+    options) and its CLI agent on this node; record them in the state file. ``data_dir`` is a path on each node
+    (default /var/lib/rafka)."""
+    state = read_state()
+    _refuse_if_recorded_running(state)
+    if state and not state.get("attached") and ray_processes(state["temp_dir"]):
+        raise KafkaError(f"a rafka cluster started from here is running (temp dir {state['temp_dir']}); stop it first")
+    import ray
+
+    from rafka.cluster import deploy
+    from rafka.ray_session import attach_ray
+
+    data_dir = os.path.abspath(data_dir or "/var/lib/rafka")
+    quiet_worker_pool_warnings()
+    address = attach_ray(address) or address  # ClusterNotFoundError (exit 3) when nothing answers there
+    try:
+        d = deploy(
+            address,
+            brokers,
+            data_dir,
+            cluster,
+            broker_config=dict(config or {}) or None,
+            brokers_per_node=brokers_per_node,
+            node_label=node_label,
+            node_resource=node_resource,
+        )
+        from rafka.client_utils import bootstrap_servers
+
+        info = {
+            "cluster": cluster,
+            "address": address,
+            "client_address": None,
+            "attached": True,
+            "temp_dir": None,
+            "data_dir": data_dir,
+            "brokers": brokers,
+            "nodes": d.server.node_addresses,
+            "config": dict(config or {}),
+            "started_at": time.time(),
+            "bootstrap_servers": bootstrap_servers(cluster),
+            "metrics_url": d.server.metrics_url(),
+        }
+        try:
+            agent = start_agent(cluster, address, free_port(), secrets.token_urlsafe(24), entry, pick_port=free_port)
+        except BaseException:
+            d.stop()
+            raise
+        info["cli_agent"] = f"{agent['host']}:{agent['port']}"
+    finally:
+        ray.shutdown()
+    _write_state(info, agent)
+    return info
+
+
 def start(
     brokers: int = 3,
     data_dir: str | None = None,
@@ -189,6 +277,10 @@ def start(
     """Start the Ray head, the cluster on it and its CLI agent (running ``entry``'s verbs); record them in the
     state file. The cluster's description, as ``rafka cluster start`` prints it."""
     state = read_state()
+    _refuse_if_recorded_running(state)
+    if state and state.get("attached"):  # a deployment recorded here whose Ray is gone: nothing to end
+        state_file().unlink(missing_ok=True)
+        state = None
     if state:
         leftovers = ray_processes(state["temp_dir"])
         if _ray_is_up(state["address"]) and leftovers:
@@ -288,20 +380,52 @@ def start(
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     ray.shutdown()
-    state_file().parent.mkdir(parents=True, exist_ok=True)
-    # the state file holds the CLI agent's token (rafka/cli/remote.py): readable by this user only
-    fd = os.open(state_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({**info, "cli_agent": agent}, indent=2))
-    last_data_dir_file().write_text(data_dir + "\n")
+    _write_state(info, agent)
     return info
+
+
+def stop_on(state: dict) -> dict:
+    """Stop what ``start_on`` started (the rafka actors and the CLI agent), leaving Ray running."""
+    import ray
+
+    from rafka.ray_session import attach_ray
+
+    stopped = 0
+    try:
+        attach_ray(state["address"])
+        from actors.bootstrap import ServerHandle
+
+        server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
+        for i in range(state["brokers"]):
+            try:
+                server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)
+            except ValueError:
+                continue
+        stopped = len(server.brokers)
+        server.shutdown()
+        try:
+            ray.kill(ray.get_actor(AGENT_NAME.format(cluster=state["cluster"]), namespace=RAY_NAMESPACE))
+        except ValueError:
+            pass
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    state_file().unlink(missing_ok=True)
+    return {
+        "cluster": state["cluster"],
+        "killed": 0,
+        "brokers_stopped": stopped,
+        "temp_dir": None,
+        "data_dir": state["data_dir"],
+    }
 
 
 def stop() -> dict:
     state = read_state()
     if not state:
         raise ClusterNotFoundError(f"no cluster was started from here (no {state_file()})")
+    if state.get("attached"):
+        return stop_on(state)
     temp_dir = state["temp_dir"]
     if _ray_is_up(state["address"]):
         import ray

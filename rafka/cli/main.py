@@ -1,6 +1,8 @@
 """The ``rafka`` command line (Redpanda ``rpk``'s verbs).
 
     rafka cluster start [--brokers N] [--data-dir D]      a persistent local Ray head + detached actors
+    rafka cluster start --address HOST:PORT [--brokers-per-node K] [--node-label L] [--node-resource R]
+                                                         the actors alone, on a running Ray cluster
     rafka cluster info | stop | health [--json]                  health exits 0 healthy, 4-7 (rafka/cli/health.py)
     rafka logs [--broker N] [--controller] [-f] [-n LINES]     the server logs on disk (no Ray needed)
     rafka topic create NAME -p P -r R [-c key=value ...]   list | describe NAME | delete NAME
@@ -65,6 +67,36 @@ _print, _table, _connect, _kv_pairs, _echo = print_result, table, connect, kv_pa
 
 # -- cluster -------------------------------------------------------------------------------------------
 def cmd_cluster_start(args) -> int:
+    address = getattr(args, "address", None)
+    if address:  # onto a Ray cluster that runs already: no Ray process is started
+        info = clusterctl.start_on(
+            address,
+            brokers=args.brokers,
+            data_dir=args.data_dir,
+            cluster=args.cluster or "rafka",
+            config=_kv_pairs(args.config, "--config"),
+            entry=ENTRY,
+            brokers_per_node=args.brokers_per_node,
+            node_label=args.node_label,
+            node_resource=args.node_resource,
+        )
+        nodes = ", ".join(info["nodes"])
+        _print(
+            args,
+            info,
+            f"rafka cluster {info['cluster']!r} started on the Ray cluster at {info['address']}: "
+            f"{info['brokers']} broker(s) on {nodes}\n"
+            f"  data dir      {info['data_dir']} (on each node)\n"
+            f"  kafka         {info.get('bootstrap_servers') or '(no listener)'}\n"
+            f"  metrics       {info.get('metrics_url') or '(off)'}\n"
+            f"Stop with: rafka cluster stop (Ray keeps running)",
+        )
+        return EXIT_OK
+    if args.brokers_per_node or args.node_label or args.node_resource:
+        raise UsageError(
+            "--brokers-per-node, --node-label and --node-resource place brokers on a Ray cluster's "
+            "nodes: give its --address"
+        )
     info = clusterctl.start(
         brokers=args.brokers,
         data_dir=args.data_dir,
@@ -89,7 +121,12 @@ def cmd_cluster_start(args) -> int:
 
 def cmd_cluster_stop(args) -> int:
     info = clusterctl.stop()
-    _print(args, info, f"stopped rafka cluster {info['cluster']!r} ({info['killed']} Ray process(es))")
+    if info.get("temp_dir") is None:
+        _print(
+            args, info, f"stopped rafka cluster {info['cluster']!r} ({info['brokers_stopped']} broker(s)); Ray runs on"
+        )
+    else:
+        _print(args, info, f"stopped rafka cluster {info['cluster']!r} ({info['killed']} Ray process(es))")
     return EXIT_OK
 
 
@@ -297,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--num-cpus", type=int, default=None, help="CPUs Ray may use (default: all)")
     s.add_argument("--port", type=int, default=None, help="Ray GCS port (default: a free one)")
     s.add_argument("-c", "--config", action="append", help="broker config key=value (repeatable)")
+    s.add_argument("--brokers-per-node", type=int, default=None, help="with --address: at most N brokers on one node")
+    s.add_argument(
+        "--node-label", default=None, help="with --address: only nodes with this Ray label (key or key=value)"
+    )
+    s.add_argument("--node-resource", default=None, help="with --address: only nodes with this custom Ray resource")
     s.set_defaults(func=cmd_cluster_start)
     cl.add_parser("stop", parents=[common], help="stop the cluster started here").set_defaults(func=cmd_cluster_stop)
     cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)

@@ -25,7 +25,7 @@ from kio.schema.produce.v9 import response as pr9r
 
 from serve.kafka_wire import codec, versions
 from serve.kafka_wire.apis import KafkaApis
-from serve.kafka_wire.config import listener_config, parse_endpoint
+from serve.kafka_wire.config import advertised, listener_config, parse_endpoint
 from serve.kafka_wire.network import Acceptor
 from serve.kafka_wire.topic_ids import topic_id_str, topic_uuid
 
@@ -216,6 +216,24 @@ def test_config_parsing():
     assert not listener_config({"listeners": "none"}, 0).enabled
     with pytest.raises(ValueError):
         parse_endpoint("nohostport")
+
+
+def test_a_wildcard_listener_advertises_the_nodes_address_and_shared_ports_never_collide():
+    every = {"listeners": "PLAINTEXT://:9092"}
+    first, second = listener_config(every, 0, node_index=0), listener_config(every, 5, node_index=1)
+    assert (first.host, first.port, second.port) == ("0.0.0.0", 9092, 9093)  # the second broker of the node
+    assert advertised(first, 9092, "10.1.2.3") == ("10.1.2.3", 9092)  # the node's IP, never loopback
+    assert advertised(first, 9092, None) == ("127.0.0.1", 9092)  # only when the node's address is unknown
+    loop = listener_config({"listeners": "127.0.0.1:0"}, 1, node_index=1)
+    assert loop.port == 0 and advertised(loop, 40001, "10.1.2.3") == ("127.0.0.1", 40001)  # ephemeral stays 0
+    # a broker's own lines: its listener and advertised address as given, never shifted
+    own = {**every, "broker.1.listeners": "0.0.0.0:7000", "broker.1.advertised.listeners": "PLAINTEXT://k1:9092"}
+    cfg = listener_config(own, 1, node_index=3)
+    assert (cfg.port, cfg.advertised_host, cfg.advertised_port) == (7000, "k1", 9092)
+    assert advertised(cfg, 7000, "10.1.2.3") == ("k1", 9092)
+    # a shared advertised port is shifted as the shared listener port is; a wildcard advertised host is the node's
+    shared_adv = listener_config({**every, "advertised.listeners": "PLAINTEXT://:19092"}, 2, node_index=1)
+    assert advertised(shared_adv, 9093, "10.1.2.4") == ("10.1.2.4", 19093)
 
 
 def test_topic_id_round_trip():
