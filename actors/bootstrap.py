@@ -6,6 +6,7 @@ actors/metrics_exporter.py. docs/internals.md ("Bootstrap") has what it waits fo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -14,6 +15,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker import RemoteBroker
+from actors.broker_supervisor import RemoteBrokerSupervisor, supervisor_name
 from actors.channels.replica_lookup import replica_handle
 from actors.metadata.kv import GcsKV
 from actors.metrics_exporter import start_exporter, stop_exporter
@@ -44,7 +46,13 @@ def plan_nodes(
 
 def check_name_free(cluster: str) -> None:
     """A second rafka cluster of one name on one Ray cluster would share actor names and KV keys: refused."""
-    for name in (controller_name(cluster), broker_name(cluster, 0), metrics_exporter_name(cluster)):
+    names = (
+        controller_name(cluster),
+        broker_name(cluster, 0),
+        metrics_exporter_name(cluster),
+        supervisor_name(cluster),
+    )
+    for name in names:
         try:
             ray.get_actor(name, namespace=RAY_NAMESPACE)
         except ValueError:
@@ -253,6 +261,14 @@ class ServerHandle:
 
     # ---- shutdown ---------------------------------------------------------------------------------
     def shutdown(self, clear_kv: bool = True) -> None:
+        try:  # first: nothing starts a broker again while they stop
+            sup = ray.get_actor(supervisor_name(self.cluster), namespace=RAY_NAMESPACE)
+            with contextlib.suppress(Exception):
+                ray.get(sup.stop.remote(), timeout=10)
+            ray.kill(sup, no_restart=True)
+            del sup
+        except ValueError:
+            pass
         self.exporter = None  # no handle held while it dies: its name is freed at once
         stop_exporter(self.cluster)
         live = []
@@ -328,11 +344,13 @@ def start_cluster(
     node_ids: list[str] | None = None,
     timeout_s: float = 120.0,
     placement: BrokerPlacement | None = None,
+    supervise: bool = False,
 ) -> ServerHandle:
     """Start ``num_brokers`` brokers (each on its node: ``node_ids``, else ``placement``) and the exporter;
     returns once every broker has registered and the exporter has bound its listener. A broker that cannot
     start (its log directory held, a listener that cannot bind) fails the start with its own error, and
-    everything started is stopped again."""
+    everything started is stopped again. ``supervise``: a broker supervisor starts a broker again on its machine
+    when the machine's Ray node comes back after a loss (actors/broker_supervisor.py; deployments use it)."""
     t0 = time.monotonic()
     check_name_free(cluster)
     nodes, indexes, addresses = plan_nodes(num_brokers, placement, node_ids)
@@ -350,6 +368,17 @@ def start_cluster(
             what="every broker registered",
         )
         ch.metrics_url(timeout_s)
+        if supervise:
+            homes = {i: {"node_id": nodes[i], "address": addresses[i]} for i in range(num_brokers)}
+            sup = RemoteBrokerSupervisor.options(
+                name=supervisor_name(cluster),
+                namespace=RAY_NAMESPACE,
+                lifetime="detached",
+                num_cpus=0,
+                max_restarts=-1,
+                max_task_retries=-1,
+            ).remote(cluster, data_dir, ch.broker_config, homes, dict(enumerate(indexes)))
+            ray.get(sup.ping.remote(), timeout=timeout_s)
     except BaseException:
         ch.shutdown()
         raise

@@ -47,6 +47,7 @@ from protocol.errors import (
     error_response,
 )
 from protocol.kv import METADATA_VERSION, read_cluster
+from storage import meta_properties
 from storage.partition_metadata import prepare_partition_dir
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
@@ -77,6 +78,7 @@ class BrokerActor:
         self.cluster, self.broker_id, self.data_dir = cluster, int(broker_id), data_dir
         self.config = broker_overrides(config or {}, self.broker_id)
         self.node_index = int(node_index)  # this broker's index among its node's brokers (listener ports)
+        self.directory_id = ""  # meta.properties' directory.id, read at start
         self.dir = os.path.join(data_dir, f"broker-{broker_id}")
         os.makedirs(self.dir, exist_ok=True)
         server_log.configure(server_log.broker_log(data_dir, self.broker_id), f"Broker id={self.broker_id}")
@@ -120,6 +122,10 @@ class BrokerActor:
         self._pid_lock = asyncio.Lock()
         lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
         await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
+        # the directory's identity: a new one when the disk was replaced (the controller then knows its replicas
+        # are gone, and never elects them while they catch up)
+        props = await asyncio.to_thread(meta_properties.load_or_create, self.dir, self.broker_id)
+        self.directory_id = props["directory.id"]
         loop = asyncio.get_running_loop()
         # the election first, in the background: the controller's process starts (a worker and its imports)
         # while this broker starts its Kafka listener; ``register`` below waits for the same election

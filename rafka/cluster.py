@@ -123,7 +123,9 @@ def deploy(
     if not ray.is_initialized():
         address = attach_ray(address or os.environ.get("RAY_ADDRESS") or "auto")
     placement = BrokerPlacement(node_label, node_resource, brokers_per_node)
-    server = start_cluster(name, brokers, str(data_dir), broker_config=broker_config or None, placement=placement)
+    server = start_cluster(
+        name, brokers, str(data_dir), broker_config=broker_config or None, placement=placement, supervise=True
+    )
     return Deployment(name, address or ray.get_runtime_context().gcs_address, server, str(data_dir))
 
 

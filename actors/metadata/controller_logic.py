@@ -156,6 +156,9 @@ class ControllerLogic:
         if old is not None and old.alive:
             records += self.fence_broker(broker_id)
             alive.discard(broker_id)
+        new_dir = info.get("directory_id") or ""
+        if old is not None and old.directory_id and new_dir and new_dir != old.directory_id:
+            records += self._replaced_disk(broker_id, alive, records)
         epoch = self.image.version + len(records)
         records.append(
             {
@@ -165,6 +168,7 @@ class ControllerLogic:
                 "node_id": info.get("node_id"),
                 "rack": info.get("rack"),
                 "log_dir": info.get("log_dir", ""),
+                "directory_id": new_dir,
             }
         )
         alive.add(broker_id)
@@ -179,6 +183,26 @@ class ControllerLogic:
                 changed[(t.name, p)] = rec
                 records.append(rec)
         return records, {"broker_epoch": epoch}
+
+    def _replaced_disk(self, broker_id: int, alive: set[int], earlier: list[dict]) -> list[dict]:
+        """A broker back with another log directory (a new meta.properties directory.id: the disk was replaced or
+        emptied) holds none of its replicas' data: it leaves every ISR it is still in, even the last place of one
+        (the partition then has no leader until a replica with the data is back, or an unclean election), so it is
+        never elected while it is behind (the idea of Kafka's KIP-966 and KIP-858). It rejoins each ISR by catching
+        up, as any follower does."""
+        changed = {(r["topic"], r["partition"]): r for r in earlier if r["type"] == "PartitionChange"}
+        records = []
+        for t, p, s in list(self.image.partitions_of_broker(broker_id)):
+            cur = PartitionRegistration.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
+            if broker_id not in cur.isr:
+                continue
+            builder = PartitionChangeBuilder(t.name, p, cur, alive - {broker_id}, self.unclean_enabled(t.name))
+            builder.set_isr([r for r in cur.isr if r != broker_id])
+            builder.bump_leader_epoch = True
+            rec = builder.build()
+            if rec is not None:
+                records.append(rec)
+        return records
 
     def fence_broker(self, broker_id: int, broker_epoch: int | None = None) -> list[dict]:
         """Broker loss: FenceBroker, then for each of its partitions shrink the ISR (never to empty),
@@ -366,15 +390,24 @@ class ControllerLogic:
             res.update(_err(e))
             return [], res
 
-    def alter_configs(self, name: str, set_configs: dict | None, delete: list | None) -> tuple[list[dict], dict]:
-        """Topic config overrides; turning unclean election on elects leaders of offline partitions."""
+    def alter_configs(
+        self, name: str, set_configs: dict | None, delete: list | None, replace: bool = False
+    ) -> tuple[list[dict], dict]:
+        """Topic config overrides; turning unclean election on elects leaders of offline partitions.
+
+        ``replace`` (legacy AlterConfigs, api key 33): the overrides become exactly ``set_configs``, every other
+        one deleted (``delete`` is ignored). The deletions are read from the image this very write commits
+        against, so the replace is one controller operation (the actor's lock): two concurrent replaces apply
+        one after the other and never mix (Kafka's ConfigurationControlManager.legacyAlterConfigResource: the
+        explicitly altered and the implicitly deleted ConfigRecords of one resource, validated together and
+        committed in one atomic batch by QuorumController.legacyAlterConfigs' write event)."""
         res = {"name": name, "error_code": 0, "error_message": None}
         try:
             t = self.image.topics.get(name) if isinstance(name, str) else None
             if t is None:
                 raise UnknownTopicOrPartitionError(f"Topic {name!r} does not exist.")
             new = validate_topic_configs(set_configs or {})
-            delete = list(delete or [])
+            delete = [k for k in t.configs if k not in new] if replace else list(delete or [])
             for k in delete:
                 if k not in topic_config_keys():
                     raise InvalidConfigError(f"Unknown topic config name: {k}")

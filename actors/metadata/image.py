@@ -39,6 +39,7 @@ class BrokerInfo:
     rack: str | None = None
     log_dir: str = ""
     alive: bool = True
+    directory_id: str = ""  # its log directory's meta.properties directory.id (KIP-858)
 
     def to_dict(self) -> dict:  # the KV shape of internals.md
         return {
@@ -48,6 +49,7 @@ class BrokerInfo:
             "log_dir": self.log_dir,
             "epoch": self.broker_epoch,
             "alive": self.alive,
+            "directory_id": self.directory_id,
         }
 
     @property
@@ -93,7 +95,13 @@ class MetadataImage:
         if old is not None and r["broker_epoch"] <= old.broker_epoch:
             raise MetadataInvariantError(f"broker {r['broker_id']} epoch went down")
         self.brokers[r["broker_id"]] = BrokerInfo(
-            r["broker_id"], r["broker_epoch"], r.get("node_id"), r.get("rack"), r.get("log_dir", ""), True
+            r["broker_id"],
+            r["broker_epoch"],
+            r.get("node_id"),
+            r.get("rack"),
+            r.get("log_dir", ""),
+            True,
+            r.get("directory_id", ""),
         )
 
     def _replay_FenceBroker(self, r):
@@ -159,6 +167,7 @@ class MetadataImage:
                     "node_id": b.node_id,
                     "rack": b.rack,
                     "log_dir": b.log_dir,
+                    "directory_id": b.directory_id,
                 }
             )
             if not b.alive:
@@ -192,7 +201,13 @@ class MetadataImage:
         img = cls()
         for b in brokers:
             img.brokers[b["id"]] = BrokerInfo(
-                b["id"], b["epoch"], b.get("node_id"), b.get("rack"), b.get("log_dir", ""), bool(b.get("alive"))
+                b["id"],
+                b["epoch"],
+                b.get("node_id"),
+                b.get("rack"),
+                b.get("log_dir", ""),
+                bool(b.get("alive")),
+                b.get("directory_id", ""),
             )
         for t in topics:
             parts = {int(p): PartitionRegistration.from_dict(s) for p, s in t["partitions"].items()}

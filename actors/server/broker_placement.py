@@ -91,3 +91,17 @@ def _address_key(address: str) -> tuple:
     if len(parts) == 4 and all(p.isdigit() for p in parts):
         return (0, tuple(int(p) for p in parts), "")
     return (1, (), address)
+
+
+def returned_nodes(homes: dict[int, RayNode], nodes: list[RayNode], running: set[int]) -> dict[int, RayNode]:
+    """The brokers to start again, each on the node now at its home's address: brokers not ``running`` whose
+    machine is back as a new Ray node (same address, another node id: the node was lost and started again, with
+    its disk or without). A broker whose own node is still up is not started here (it was stopped on purpose,
+    or its node's Ray restarts it), nor one whose machine has not come back (issue 47 heals those)."""
+    by_address = {n.address: n for n in nodes}
+    out = {}
+    for b, home in homes.items():
+        now = by_address.get(home.address)
+        if b not in running and now is not None and now.node_id != home.node_id:
+            out[b] = now
+    return out

@@ -181,7 +181,12 @@ class ControllerLink:
         async with self._register_lock:
             if if_epoch is not None and if_epoch != b.broker_epoch:
                 return {}
-            info = {"node_id": b.node_id, "rack": b.config.get("broker.rack"), "log_dir": b.dir}
+            info = {
+                "node_id": b.node_id,
+                "rack": b.config.get("broker.rack"),
+                "log_dir": b.dir,
+                "directory_id": b.directory_id,
+            }
             me = ray.get_runtime_context().current_actor
             while not b.stopping:
                 try:

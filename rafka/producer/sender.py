@@ -147,13 +147,15 @@ class Sender(threading.Thread):
         while self._responses:
             self._handle(self._responses.popleft(), now)
         for batch in self.acc.expired(now):
-            self._fail(
-                batch,
-                KafkaTimeoutError(
-                    f"expiring {batch.record_count} record(s) for {batch.tp}: "
-                    f"{now - batch.created_ms:.0f} ms has passed since batch creation"
-                ),
+            # a batch waiting to be retried says why it was retried: the leader's last answer is the cause
+            # (NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas, ...)
+            last = f"; last error: {batch.last_error}" if batch.last_error is not None else ""
+            timeout = KafkaTimeoutError(
+                f"expiring {batch.record_count} record(s) for {batch.tp}: "
+                f"{now - batch.created_ms:.0f} ms has passed since batch creation{last}"
             )
+            timeout.__cause__ = batch.last_error
+            self._fail(batch, timeout)
         self._check_request_timeouts(now)
         wait_ms = 50.0
         tm = self.transaction_manager
@@ -366,10 +368,12 @@ class Sender(threading.Thread):
             self.acc.reenqueue(batch, now, backoff=not overtaken)
             return
         if expired and retriable:
+            cause = err
             err = KafkaTimeoutError(
                 f"expiring {batch.record_count} record(s) for {batch.tp}: delivery_timeout_ms "
                 f"({self.cfg.delivery_timeout_ms}) passed; last error: {err}"
             )
+            err.__cause__ = cause
         self._fail(batch, err)
 
     def _fail(self, batch: ProducerBatch, err: BaseException) -> None:

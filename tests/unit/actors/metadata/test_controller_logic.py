@@ -192,6 +192,33 @@ def test_alter_configs():
     assert logic.image.topics["t"].configs == {"segment.bytes": "1048576"}
 
 
+def test_legacy_replace_deletes_the_overrides_of_the_image_it_commits_against():
+    # Kafka's ConfigurationControlManager.legacyAlterConfigResource: the overrides not given are deleted, read
+    # from the controller's current state in the same operation that writes the given ones
+    logic = make()
+    create(logic)
+    apply(logic, logic.alter_configs("t", {"retention.ms": 5000, "preallocate": "true"}, [])[0])
+    recs, res = logic.alter_configs("t", {"max.message.bytes": "65536"}, ["ignored"], replace=True)
+    assert res["error_code"] == 0
+    assert sorted((r["name"], r["value"]) for r in recs) == [
+        ("max.message.bytes", "65536"),
+        ("preallocate", None),
+        ("retention.ms", None),
+    ]
+    apply(logic, recs)
+    assert logic.image.topics["t"].configs == {"max.message.bytes": "65536"}
+    # two replaces decided one after the other (the controller's lock) leave the second's set only
+    apply(logic, logic.alter_configs("t", {"retention.ms": "1"}, [], replace=True)[0])
+    apply(logic, logic.alter_configs("t", {"compression.type": "lz4"}, [], replace=True)[0])
+    assert logic.image.topics["t"].configs == {"compression.type": "lz4"}
+    # a refused value changes nothing; an empty set deletes every override
+    recs, res = logic.alter_configs("t", {"retention.ms": "soon"}, [], replace=True)
+    assert res["error_code"] == 40 and recs == []
+    apply(logic, logic.alter_configs("t", {}, [], replace=True)[0])
+    assert logic.image.topics["t"].configs == {}
+    assert logic.alter_configs("zz", {}, [], replace=True)[1]["error_code"] == 3
+
+
 # ---- brokers: loss, return, unclean election -------------------------------------------------------
 
 
@@ -273,6 +300,39 @@ def test_reregistration_of_alive_broker_fences_old_incarnation():
     assert [r["type"] for r in recs][:1] == ["FenceBroker"] and resp["broker_epoch"] > old
     apply(logic, recs)
     assert logic.image.brokers[0].alive and 0 not in part(logic).isr
+
+
+def _lose_all_but_the_last_isr_member(logic):
+    """t-0 on [0, 1, 2]: brokers 1 and 2 lost, then 0 (the ISR stops shrinking at its last member, [0])."""
+    apply(logic, logic.create_topics([{"name": "t", "replica_assignment": [[0, 1, 2]]}])[0])
+    for b in (1, 2, 0):
+        apply(logic, logic.fence_broker(b))
+    assert part(logic).isr == [0] and part(logic).leader == NO_LEADER
+
+
+def test_a_broker_back_with_its_disk_leads_again_but_one_back_with_an_empty_disk_never_leads_while_behind():
+    """KIP-858/966's idea: the last ISR member back with the same log directory (its meta.properties directory.id)
+    is elected; back with another one (a replaced or emptied disk), it has none of the data, so it leaves the ISR
+    (even its last place) and the partition stays leaderless rather than led by an empty log."""
+    same = make()
+    apply(same, same.register_broker(0, {"directory_id": "dir-a"})[0])  # its first directory
+    _lose_all_but_the_last_isr_member(same)
+    apply(same, same.register_broker(0, {"directory_id": "dir-a"})[0])
+    assert part(same).leader == 0 and part(same).isr == [0]
+
+    empty = make()
+    apply(empty, empty.register_broker(0, {"directory_id": "dir-a"})[0])
+    _lose_all_but_the_last_isr_member(empty)
+    recs, _ = empty.register_broker(0, {"directory_id": "dir-b"})
+    apply(empty, recs)
+    assert part(empty).leader == NO_LEADER and part(empty).isr == []
+    assert empty.image.brokers[0].alive and empty.image.brokers[0].directory_id == "dir-b"
+    # a broker with a new disk that is still in a larger ISR only leaves it; the leader keeps leading
+    live = make()
+    apply(live, live.register_broker(1, {"directory_id": "d1"})[0])
+    apply(live, live.create_topics([{"name": "t", "replica_assignment": [[0, 1, 2]]}])[0])
+    apply(live, live.register_broker(1, {"directory_id": "d1-new"})[0])
+    assert part(live).leader == 0 and part(live).isr == [0, 2]
 
 
 # ---- AlterPartition -------------------------------------------------------------------------------

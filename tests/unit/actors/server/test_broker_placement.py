@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.server.broker_config import broker_overrides
-from actors.server.broker_placement import BrokerPlacement, RayNode, node_indexes, place_brokers
+from actors.server.broker_placement import BrokerPlacement, RayNode, node_indexes, place_brokers, returned_nodes
 from protocol.errors import InvalidConfigError
 
 
@@ -69,3 +69,13 @@ def test_a_brokers_own_lines_win_over_the_shared_config():
     assert broker_overrides(shared, 0)["broker.rack"] == "r0"
     assert "x" not in broker_overrides(shared, 1)  # broker.10.* is broker 10's, not broker 1's
     assert broker_overrides(shared, 10)["x"] == "y"
+
+
+def test_a_broker_is_started_again_only_when_its_machine_is_back_as_a_new_ray_node():
+    homes = {0: RayNode("old0", "10.0.0.1"), 1: RayNode("id1", "10.0.0.2"), 2: RayNode("old2", "10.0.0.3")}
+    nodes = [RayNode("new0", "10.0.0.1"), RayNode("id1", "10.0.0.2"), RayNode("id9", "10.0.0.9")]
+    got = returned_nodes(homes, nodes, running={2})
+    # broker 0: its machine is back (same address, new node): again there. Broker 1: its node never went away (it
+    # was stopped on purpose): left alone. Broker 2: its machine has not come back (10.0.0.3 is gone), and it runs.
+    assert got == {0: RayNode("new0", "10.0.0.1")}
+    assert returned_nodes(homes, nodes, running={0, 1, 2}) == {}  # running brokers are never touched

@@ -155,8 +155,11 @@ def test_delivery_timeout_fails_the_future_with_the_last_error(cluster, client_f
         fut.get(timeout=10)
     took = time.monotonic() - t0
     assert 0.5 <= took < 5
-    # expired either in the accumulator (waiting out a backoff) or on its last failed answer
+    # expired either in the accumulator (waiting out a backoff) or on its last failed answer: either way the
+    # leader's last answer is the cause, in the message and as __cause__
     assert "expiring 1 record(s) for t-0" in str(ei.value)
+    assert "last error: [Error 19] NOT_ENOUGH_REPLICAS" in str(ei.value)
+    assert isinstance(ei.value.__cause__, NotEnoughReplicasError)
     assert values(cluster, T0) == []
     assert len(cluster.methods_called(method="produce")) >= 3
 
