@@ -351,11 +351,18 @@ class ControllerActor:
         return res
 
     async def alter_configs(
-        self, name: str, set: dict | None = None, delete: list | None = None, validate_only: bool = False
+        self,
+        name: str,
+        set: dict | None = None,
+        delete: list | None = None,
+        validate_only: bool = False,
+        replace: bool = False,
     ) -> dict:
+        """Topic config overrides set and deleted; ``replace`` (legacy AlterConfigs): the overrides become
+        exactly ``set``, decided and committed under the lock (ControllerLogic.alter_configs)."""
         if validate_only:
-            return await self._validate(self.logic.alter_configs, name, set, delete)
-        return (await self._write(self.logic.alter_configs, name, set, delete))[1]
+            return await self._validate(self.logic.alter_configs, name, set, delete, replace)
+        return (await self._write(self.logic.alter_configs, name, set, delete, replace))[1]
 
     async def describe_configs(self, name: str) -> dict:
         await self._ensure_started()

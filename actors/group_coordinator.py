@@ -14,6 +14,7 @@ from typing import Any, Callable
 import ray
 
 from actors.coordinator.context import CoordinatorContext
+from actors.coordinator.partition_view import PartitionView
 from actors.coordinator.runtime import CoordinatorRuntime
 from actors.coordinator.writer import TxnWrite
 from actors.group import service as svc
@@ -24,6 +25,7 @@ from actors.server import server_log
 from actors.server.metrics import group_metrics
 from protocol import group_messages as M
 from protocol.clock import now_ms
+from protocol.kv import read_topics
 from protocol.txn_messages import TxnOffsetCommitRequest
 
 log = logging.getLogger("rafka.group_coordinator")
@@ -48,6 +50,8 @@ class GroupCoordinatorActor:
             now_ms=now_ms,
         )
         self.parts = self.runtime.parts  # the __consumer_offsets partitions led here, by number
+        self.partition_view = PartitionView()  # which partitions exist, for the offset commits' check
+        self._kv: Any = None  # the cluster's GCS KV (actors/metadata/kv.py), opened on first need
 
     # ================================================================== leadership
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
@@ -200,13 +204,38 @@ class GroupCoordinatorActor:
         return await self._write(r.group_id, lambda s, now: s.leave_group(r.group_id, list(r.members), now), on_error)
 
     # ================================================================== offsets
+    async def _existing_partitions(self, topics) -> set[tuple[str, int]] | None:
+        """Those of a commit's partitions the cluster's metadata holds (Kafka's KafkaApis check of an
+        OffsetCommit / TxnOffsetCommit against the metadataCache, done here for every client: rafka's own and
+        the Kafka listener's). Read from GCS KV by topic, cached (``PartitionView``); None when the request is
+        malformed (the shard answers it) or KV cannot be read: the commit is then not held back."""
+        try:
+            asked = {(t["name"], int(p["partition_index"])) for t in topics for p in t.get("partitions", [])}
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
+        names = self.partition_view.to_read(asked, now_ms())
+        if names:
+            try:
+                if self._kv is None:
+                    from actors.metadata.kv import GcsKV
+
+                    self._kv = GcsKV(self.cluster)
+                found = await asyncio.to_thread(read_topics, self._kv, names)
+            except Exception as e:  # noqa: BLE001 - GCS unreachable: commits go on unchecked
+                log.warning("b%d: topic metadata unreadable, offset commit not checked: %s", self.broker_id, e)
+                return None
+            self.partition_view.update(names, found, now_ms())
+        return self.partition_view.existing(asked)
+
     async def offset_commit(self, request: M.OffsetCommitRequest) -> dict:
-        """OffsetCommit -> per-partition error codes."""
+        """OffsetCommit -> per-partition error codes; a partition the cluster does not have answers
+        UNKNOWN_TOPIC_OR_PARTITION and is not stored (``_existing_partitions``)."""
         if bad := M.wrong_type(request, M.OffsetCommitRequest):
             return M.OffsetCommitResponse([], svc.INVALID_REQUEST, bad).to_dict()
         r = request
         if not svc.valid_group(r.group_id):
             return M.OffsetCommitResponse([], svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID)).to_dict()
+        existing = await self._existing_partitions(r.topics)
         return await self._write(
             r.group_id,
             lambda s, now: s.offset_commit(
@@ -217,8 +246,9 @@ class GroupCoordinatorActor:
                 generation_id=r.generation_id,
                 group_instance_id=r.group_instance_id,
                 api_version=r.api_version,
+                existing=existing,
             ),
-            lambda c, m: svc.offset_commit_error(r.topics, c, m),
+            lambda c, m: svc.offset_commit_error(r.topics, c, m, existing),
             too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
         )
 
@@ -268,6 +298,7 @@ class GroupCoordinatorActor:
         topics = [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
         if not svc.valid_group(r.group_id):
             return svc.offset_commit_error(topics, svc.INVALID_GROUP_ID, svc.message(svc.INVALID_GROUP_ID))
+        existing = await self._existing_partitions(topics)
         return await self._write(
             r.group_id,
             lambda s, now: s.txn_offset_commit(
@@ -278,8 +309,9 @@ class GroupCoordinatorActor:
                 member_id=r.member_id,
                 generation_id=r.generation_id,
                 group_instance_id=r.group_instance_id,
+                existing=existing,
             ),
-            lambda c, m: svc.offset_commit_error(topics, c, m),
+            lambda c, m: svc.offset_commit_error(topics, c, m, existing),
             too_large=svc.INVALID_COMMIT_OFFSET_SIZE,
             txn=TxnWrite(r.producer_id, r.producer_epoch, r.transactional_id),
         )

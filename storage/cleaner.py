@@ -484,7 +484,7 @@ def plan_clean(log, now_ms: int) -> CleanPass | None:
         now_ms,
         c.delete_retention_ms,
         c.min_compaction_lag_ms,
-        c.segment_bytes,
+        c.segment_size,
         log.producer_state.producers,
         log.replace_segments,
         c.index_interval_bytes,

@@ -1,6 +1,7 @@
 """Compression codecs of RecordBatch v2 (1 gzip, 2 snappy in xerial framing, 3 lz4 frames, 4 zstd), written as
-Kafka's Java client writes them and read in every framing other clients use. Called by storage/records.py; every
-decoder caps its output at ``max_size`` and raises ``CorruptMessageError``. Formats: docs/internals.md (storage/).
+Kafka's Java client writes them and read in every framing other clients use. Called by storage/records.py and the
+leader's recompression (storage/log_validator.py, at the topic's KIP-390 level); every decoder caps its output at
+``max_size`` and raises ``CorruptMessageError``. Formats: docs/internals.md (storage/).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _pack_block_length = XERIAL_BLOCK_LENGTH.pack
 _unpack_block_length = XERIAL_BLOCK_LENGTH.unpack_from
 _XERIAL_PREFIX = XERIAL_HEADER.pack(XERIAL_MAGIC, 1, 1)
 _ZSTD_COMPRESSOR = _zstd.ZstdCompressor(level=3)
+_ZSTD_BY_LEVEL = {3: _ZSTD_COMPRESSOR}  # one compressor per level asked for (a topic's compression.zstd.level)
+_LZ4_DEFAULT_LEVEL = 9  # Kafka's CompressionType.LZ4.defaultLevel()
 _ZSTD_DECOMPRESSOR = _zstd.ZstdDecompressor()
 
 
@@ -48,8 +51,9 @@ def _unsupported(compression_type: int) -> UnsupportedCompressionTypeError:
 # --- writers ------------------------------------------------------------------------------------
 
 
-def gzip_compress(data) -> bytes:
-    c = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16+15: gzip header and trailer
+def gzip_compress(data, level: int = -1) -> bytes:
+    """``level``: 1-9, or -1 for deflate's default (6), as Kafka's GzipCompression passes it to the Deflater."""
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)  # wbits 16+15: gzip header and trailer
     return c.compress(data) + c.flush()
 
 
@@ -63,27 +67,49 @@ def snappy_compress(data) -> bytes:
     return b"".join(out)
 
 
-def lz4_compress(data) -> bytes:
+def lz4_compress(data, level: int = _LZ4_DEFAULT_LEVEL) -> bytes:
+    """``level`` 1-17: Kafka's Lz4BlockOutputStream uses lz4's fast compressor at the default level (9) and its
+    high-compression one at ``level`` otherwise. lz4 frames take HC levels 3-16 (below 3 they are the fast
+    compressor, liblz4 caps at 12), so 1-2 are written at HC 3 and 17 at 16."""
+    hc = (
+        0
+        if level == _LZ4_DEFAULT_LEVEL
+        else max(_lz4f.COMPRESSIONLEVEL_MINHC, min(int(level), _lz4f.COMPRESSIONLEVEL_MAX))
+    )
     return _lz4f.compress(
-        data, block_size=_lz4f.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False, store_size=False
+        data,
+        compression_level=hc,
+        block_size=_lz4f.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        content_checksum=False,
+        store_size=False,
     )
 
 
-def zstd_compress(data) -> bytes:
-    return _ZSTD_COMPRESSOR.compress(data)
+def zstd_compress(data, level: int = 3) -> bytes:
+    """``level``: -131072 to 22 (zstd's ZSTD_minCLevel..ZSTD_MAX_CLEVEL; 3 is its default)."""
+    c = _ZSTD_BY_LEVEL.get(level)
+    if c is None:
+        c = _ZSTD_BY_LEVEL.setdefault(level, _zstd.ZstdCompressor(level=level))
+    return c.compress(data)
 
 
 _COMPRESSORS = {GZIP: gzip_compress, SNAPPY: snappy_compress, LZ4: lz4_compress, ZSTD: zstd_compress}
+_LEVELLED = {GZIP: gzip_compress, LZ4: lz4_compress, ZSTD: zstd_compress}  # the codecs with levels (KIP-390)
 
 
-def compress(compression_type: int, data) -> bytes:
-    """``data`` compressed with codec ``compression_type`` (0 returns the bytes unchanged)."""
+def compress(compression_type: int, data, level: int | None = None) -> bytes:
+    """``data`` compressed with codec ``compression_type`` (0 returns the bytes unchanged); ``level``: the codec's
+    compression level (KIP-390; None: the codec's default, snappy has none)."""
     if compression_type == NONE:
         return bytes(data)
     fn = _COMPRESSORS.get(compression_type)
     if fn is None:
         raise _unsupported(compression_type)
-    return fn(data)
+    levelled = _LEVELLED.get(compression_type)
+    if level is None or levelled is None:
+        return fn(data)
+    return levelled(data, level)
 
 
 # --- readers ------------------------------------------------------------------------------------

@@ -259,15 +259,15 @@ class Log:
         if n == 0:
             return LogAppendInfo(-1, -1, -1, -1, self._log_start_offset, 0, 0, False)
         c = self.config
-        if n > c.segment_bytes:
-            raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
+        if n > c.segment_size:
+            raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_size}")
         buf = bytearray(batches)
         infos = log_validator.validate_leader_append(buf, c, now_ms, origin)
         if c.compression_type != "producer":  # the topic's codec (Kafka's LogValidator recompression)
             buf, infos = log_validator.convert_compression(buf, infos, c)
             n = len(buf)
-            if n > c.segment_bytes:
-                raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_bytes}")
+            if n > c.segment_size:
+                raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {c.segment_size}")
         records = sum(h.records_count for _, _, h in infos)
         producers = any(h.producer_id >= 0 for _, _, h in infos)
         if producers:
@@ -339,8 +339,8 @@ class Log:
         n = len(batches)
         if n == 0:
             return LogAppendInfo(-1, -1, -1, -1, self._log_start_offset, 0, 0, False)
-        if n > self.config.segment_bytes:
-            raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {self.config.segment_bytes}")
+        if n > self.config.segment_size:
+            raise RecordListTooLargeError(f"append of {n} bytes exceeds segment.bytes {self.config.segment_size}")
         now = _now(now_ms)
         gaps_ok = self.config.compact
         expected = self._leo
@@ -387,7 +387,7 @@ class Log:
 
     def _maybe_roll(self, size: int, max_ts: int, max_offset: int, first_offset: int, now_ms: int) -> None:
         seg, c = self._segments[-1], self.config
-        if seg.should_roll(size, max_ts, max_offset, now_ms, c.segment_bytes, c.segment_ms, c.segment_jitter_ms):
+        if seg.should_roll(size, max_ts, max_offset, now_ms, c.segment_size, c.segment_ms, c.segment_jitter_ms):
             self.roll(now_ms, first_offset)
         elif seg.size == 0 and not seg.can_convert_to_relative_offset(max_offset):
             self.roll(now_ms, first_offset)

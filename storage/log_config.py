@@ -1,6 +1,10 @@
 """``LogConfig``: Kafka's topic-level log configs, their dotted names, defaults and validation
 (``InvalidConfigError``); frozen, re-exported by storage/log.py. Used by the Log, the controller's topic configs
 and the replica. The keys and their defaults: docs/internals.md (storage/).
+
+``segment.bytes`` is at least 1 MiB (KIP-1030; Kafka 4.1's LogConfig ``atLeast(1024 * 1024)``, KAFKA-19080);
+tests that want tiny segments set ``internal.segment.bytes`` instead, which wins over it when set (Kafka's
+``LogConfig.segmentSize()``; the Log reads ``segment_size``).
 """
 
 from __future__ import annotations
@@ -9,13 +13,27 @@ import dataclasses
 
 from protocol.errors import InvalidConfigError
 
-__all__ = ["LogConfig", "LONG_MAX", "INT_MAX", "COMPRESSION_TYPES", "config_kinds"]
+__all__ = [
+    "LogConfig",
+    "LONG_MAX",
+    "INT_MAX",
+    "COMPRESSION_TYPES",
+    "SEGMENT_BYTES_MIN",
+    "config_kinds",
+    "config_keys",
+]
 
 LONG_MAX, INT_MAX = (1 << 63) - 1, (1 << 31) - 1
 
-# dotted key -> (attribute, kind, default, minimum); kind: int32/int64/bool/ratio/policy/tstype/compression
+SEGMENT_BYTES_MIN = 1024 * 1024  # KIP-1030 (Kafka 4.1's LogConfig: segment.bytes atLeast(1024 * 1024))
+INTERNAL_SEGMENT_BYTES_MIN = 14  # LegacyRecord.RECORD_OVERHEAD_V0, the floor segment.bytes had before KIP-1030
+# KIP-390's levels (Kafka's CompressionType.GZIP/LZ4/ZSTD: defaultLevel, minLevel, maxLevel)
+GZIP_LEVELS, LZ4_LEVELS, ZSTD_LEVELS = (-1, 1, 9), (9, 1, 17), (3, -131072, 22)
+
+# dotted key -> (attribute, kind, default, minimum); kind: int32/int64/bool/ratio/policy/tstype/compression,
+# or level (an int32 in a codec's range, ``_LEVEL_RANGES``); a default of None: unset unless given
 _CONFIG_KEYS = {
-    "segment.bytes": ("segment_bytes", "int32", 1073741824, 14),
+    "segment.bytes": ("segment_bytes", "int32", 1073741824, SEGMENT_BYTES_MIN),
     "segment.ms": ("segment_ms", "int64", 604800000, 1),
     "segment.jitter.ms": ("segment_jitter_ms", "int64", 0, 0),
     "segment.index.bytes": ("segment_index_bytes", "int32", 10485760, 4),
@@ -36,6 +54,16 @@ _CONFIG_KEYS = {
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "int64", LONG_MAX, 0),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "int64", 3600000, 0),
     "compression.type": ("compression_type", "compression", "producer", None),
+    "compression.gzip.level": ("compression_gzip_level", "level", GZIP_LEVELS[0], None),
+    "compression.lz4.level": ("compression_lz4_level", "level", LZ4_LEVELS[0], None),
+    "compression.zstd.level": ("compression_zstd_level", "level", ZSTD_LEVELS[0], None),
+    # Kafka's LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG (defineInternal): for tests only, overrides segment.bytes
+    "internal.segment.bytes": ("internal_segment_bytes", "int32", None, INTERNAL_SEGMENT_BYTES_MIN),
+}
+_LEVEL_RANGES = {
+    "compression.gzip.level": GZIP_LEVELS,
+    "compression.lz4.level": LZ4_LEVELS,
+    "compression.zstd.level": ZSTD_LEVELS,
 }
 # compression.type's values (Kafka's BrokerCompressionType): 'producer' keeps the producer's codec
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
@@ -43,6 +71,13 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 
 def _parse_value(key: str, kind: str, minimum, value):
     try:
+        if kind == "level":
+            default, lo, hi = _LEVEL_RANGES[key]
+            v = _parse_value(key, "int32", None, value)
+            if not lo <= v <= hi and not (key == "compression.gzip.level" and v == default):
+                extra = f" or equal to {default}" if key == "compression.gzip.level" else ""
+                raise ValueError(f"must be between {lo} and {hi}{extra}")
+            return v
         if kind in ("int32", "int64"):
             if isinstance(value, bool) or isinstance(value, float):
                 raise ValueError("not an integer")
@@ -108,10 +143,30 @@ class LogConfig:
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = 3600000
     compression_type: str = "producer"
+    compression_gzip_level: int = GZIP_LEVELS[0]
+    compression_lz4_level: int = LZ4_LEVELS[0]
+    compression_zstd_level: int = ZSTD_LEVELS[0]
+    internal_segment_bytes: int | None = None
 
     def __post_init__(self):
-        for key, (attr, kind, _, minimum) in _CONFIG_KEYS.items():
-            object.__setattr__(self, attr, _parse_value(key, kind, minimum, getattr(self, attr)))
+        for key, (attr, kind, default, minimum) in _CONFIG_KEYS.items():
+            value = getattr(self, attr)
+            if value is None and default is None:
+                continue  # an optional config left unset
+            object.__setattr__(self, attr, _parse_value(key, kind, minimum, value))
+
+    @property
+    def segment_size(self) -> int:
+        """The segment size the log rolls at: ``internal.segment.bytes`` when set, else ``segment.bytes``
+        (Kafka's LogConfig.segmentSize())."""
+        return self.internal_segment_bytes if self.internal_segment_bytes is not None else self.segment_bytes
+
+    def compression_level(self, codec: int) -> int | None:
+        """The topic's KIP-390 level for codec ``codec`` (1 gzip, 3 lz4, 4 zstd; None for the others), as
+        Kafka's LogConfig.getCompression builds the topic's Compression."""
+        return {1: self.compression_gzip_level, 3: self.compression_lz4_level, 4: self.compression_zstd_level}.get(
+            codec
+        )
 
     @classmethod
     def from_props(cls, props: dict | None = None, defaults: "LogConfig | None" = None) -> "LogConfig":
@@ -124,10 +179,14 @@ class LogConfig:
         return dataclasses.replace(defaults, **values) if defaults is not None else cls(**values)
 
     def to_props(self) -> dict[str, str]:
-        """Every config as dotted key -> string value (Kafka's DescribeConfigs shape)."""
+        """Every config as dotted key -> string value (Kafka's DescribeConfigs shape); an optional one
+        (``internal.segment.bytes``) only when set, as Kafka lists an internal config only from the topic's own
+        overrides (ConfigHelperUtils.createResponseConfig: originals plus nonInternalValues)."""
         out = {}
         for key, (attr, kind, _, _) in _CONFIG_KEYS.items():
             v = getattr(self, attr)
+            if v is None:
+                continue
             out[key] = ("true" if v else "false") if kind == "bool" else str(v)
         return out
 
@@ -142,5 +201,10 @@ class LogConfig:
 
 def config_kinds() -> dict[str, str]:
     """Each topic config's value kind: int32, int64, bool, ratio, policy (a list), tstype or compression (a
-    string)."""
-    return {key: kind for key, (_, kind, _, _) in _CONFIG_KEYS.items()}
+    string); the codecs' levels are int32."""
+    return {key: "int32" if kind == "level" else kind for key, (_, kind, _, _) in _CONFIG_KEYS.items()}
+
+
+def config_keys() -> frozenset:
+    """Every topic config name ``LogConfig`` acts on, the optional ones included."""
+    return frozenset(_CONFIG_KEYS)

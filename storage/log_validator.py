@@ -362,7 +362,9 @@ def convert_compression(
     buf: bytearray, infos: list[tuple[int, int, BatchHeader]], config: LogConfig
 ) -> tuple[bytearray, list[tuple[int, int, BatchHeader]]]:
     """The topic's compression.type on validated batches (Kafka's validateMessagesAndAssignOffsetsCompressed
-    with a target codec other than the source's): each batch in another codec is rebuilt in the topic's, its
+    with a target codec other than the source's): each batch in another codec is rebuilt in the topic's, at the
+    topic's level for that codec (``compression.gzip.level`` / ``lz4`` / ``zstd``, KIP-390; a batch already in the
+    topic's codec is kept whatever level it was written at, as Kafka keeps it), its
     records as they came (validated: offset deltas 0, 1, 2, ..., so the leader's base offset gives them their
     offsets as Kafka's rebuild does), header fields kept, length, attributes and CRC new. Control batches stay
     as written. ``(buf, infos)`` unchanged when nothing is to convert; MESSAGE_TOO_LARGE if a rebuilt batch
@@ -382,7 +384,9 @@ def convert_compression(
                 body = mv[pos + RECORDS_POS : pos + size]
                 records = decompress(source, body) if source else body
                 out += mv[pos : pos + RECORDS_POS]
-                out += compress(codec, records) if codec else records
+                # the topic's Compression, level included (Kafka's LogConfig.getCompression ->
+                # BrokerCompressionType.targetCompression -> LogValidator's builder of the new batch)
+                out += compress(codec, records, config.compression_level(codec)) if codec else records
                 n = len(out) - start
                 if n > config.max_message_bytes:
                     raise _fail(

@@ -13,6 +13,7 @@ from actors.group.classic_group import (
     ClassicGroupMember,
     CoordinatorResult,
     GroupCoordinatorConfig,
+    GroupSnapshotRecord,
     GroupState,
     InvalidGroupTransition,
     Pending,
@@ -454,6 +455,16 @@ class GroupMetadataManager:
         g.update_member(member_id, heartbeat_deadline_ms=now_ms + m.session_timeout_ms)
         code = REBALANCE_IN_PROGRESS if g.in_state(GS.PREPARING_REBALANCE) else NONE
         return ctx.result(g, {"error_code": code}, installed)
+
+    def commit_heartbeat(self, installed: ClassicGroup, member_id: str, now_ms: int) -> list:
+        """An accepted OffsetCommit's heartbeat: the member's session rescheduled to now + its session timeout
+        when the group is Stable or PreparingRebalance (Kafka's OffsetMetadataManager.commitOffset ->
+        rescheduleClassicGroupMemberHeartbeat), as the record installing the group so changed; [] otherwise."""
+        if not installed.in_state(GS.STABLE, GS.PREPARING_REBALANCE) or not installed.has_member(member_id):
+            return []
+        g = installed.clone()
+        g.update_member(member_id, heartbeat_deadline_ms=now_ms + g.member(member_id).session_timeout_ms)
+        return [GroupSnapshotRecord(g.group_id, g.seal())]
 
     # ============================================================================== LeaveGroup
     def leave_group(self, group_id: str, members, now_ms: int) -> CoordinatorResult:

@@ -5,7 +5,7 @@ transactional offsets and retention (KIP-211); only ``replay`` changes them. Cal
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Container, Iterable
 
 from actors.group.classic_group import (
     CONSUMER_PROTOCOL_TYPE,
@@ -30,8 +30,35 @@ GROUP_ID_NOT_FOUND = E.for_name("GROUP_ID_NOT_FOUND").code
 NON_EMPTY_GROUP = E.for_name("NON_EMPTY_GROUP").code
 GROUP_SUBSCRIBED_TO_TOPIC = E.for_name("GROUP_SUBSCRIBED_TO_TOPIC").code
 UNSTABLE_OFFSET_COMMIT = E.UnstableOffsetCommitError.code
+UNKNOWN_TOPIC_OR_PARTITION = E.UnknownTopicOrPartitionError.code
 
 TP = tuple[str, int]
+
+
+def unknown_partitions(topics: Iterable[dict], existing: Container[TP] | None) -> set[TP]:
+    """The partitions of a commit's ``topics`` (``[{"name", "partitions": [{"partition_index"}]}]``) not in
+    ``existing`` (None: no check, none unknown)."""
+    if existing is None:
+        return set()
+    asked = {(t["name"], int(p["partition_index"])) for t in topics for p in t.get("partitions", [])}
+    return {tp for tp in asked if tp not in existing}
+
+
+def has_known_partitions(topics: Iterable[dict], unknown: set[TP]) -> bool:
+    """Whether a commit names a partition outside ``unknown`` (the coordinator has something to do)."""
+    return any((t["name"], int(p["partition_index"])) not in unknown for t in topics for p in t.get("partitions", []))
+
+
+def _answer_all(topics: Iterable[dict], code: int) -> list[dict]:
+    return [
+        {
+            "name": t["name"],
+            "partitions": [
+                {"partition_index": int(p["partition_index"]), "error_code": code} for p in t.get("partitions", [])
+            ],
+        }
+        for t in topics
+    ]
 
 
 class OffsetManager:
@@ -137,8 +164,19 @@ class OffsetManager:
         group_instance_id: str | None = None,
         producer_id: int = -1,
         api_version: int = -1,
+        existing: Container[TP] | None = None,
     ) -> CoordinatorResult:
-        """OffsetCommit, or with ``producer_id`` TxnOffsetCommit (records pending until the marker)."""
+        """OffsetCommit, or with ``producer_id`` TxnOffsetCommit (records pending until the marker).
+
+        ``existing``: the partitions the cluster's metadata holds (None: not checked). A partition not in it
+        answers UNKNOWN_TOPIC_OR_PARTITION and nothing is stored for it; the others are validated and stored
+        as usual; when none is left the group is not looked at (Kafka's KafkaApis.handleOffsetCommitRequest
+        and handleTxnOffsetCommitRequest: partitions missing from the metadataCache are answered there, the
+        coordinator gets the rest, and is not called at all when nothing is left)."""
+        topics = list(topics)
+        unknown = unknown_partitions(topics, existing)
+        if unknown and not has_known_partitions(topics, unknown):
+            return CoordinatorResult([], {"topics": _answer_all(topics, UNKNOWN_TOPIC_OR_PARTITION)})
         error = self.validate_commit(
             group,
             member_id,
@@ -152,6 +190,11 @@ class OffsetManager:
         for topic in topics:
             parts = []
             for p in topic.get("partitions", []):
+                if (topic["name"], int(p["partition_index"])) in unknown:
+                    parts.append(
+                        {"partition_index": int(p["partition_index"]), "error_code": UNKNOWN_TOPIC_OR_PARTITION}
+                    )
+                    continue
                 code = error
                 metadata = p.get("committed_metadata") or ""
                 if not code and len(metadata.encode("utf-8")) > max_meta:

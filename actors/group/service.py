@@ -30,6 +30,7 @@ NOT_COORDINATOR = E.for_name("NOT_COORDINATOR").code
 INVALID_GROUP_ID = E.for_name("INVALID_GROUP_ID").code
 INVALID_REQUEST = E.for_name("INVALID_REQUEST").code
 INVALID_COMMIT_OFFSET_SIZE = E.for_name("INVALID_COMMIT_OFFSET_SIZE").code
+UNKNOWN_TOPIC_OR_PARTITION = E.UnknownTopicOrPartitionError.code
 _RETRIABLE = (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR)
 
 # Kafka's GroupCoordinatorService.normalizeException for append failures.
@@ -171,9 +172,17 @@ def sync_error(code: int, msg: str | None) -> dict:
     return SyncGroupResponse(code, msg).to_dict()
 
 
-def offset_commit_error(topics, code: int, msg: str | None) -> dict:
-    """Every partition of the request gets the error (a malformed request: the top-level error)."""
-    return OffsetCommitResponse.for_every_partition(topics, code, msg).to_dict()
+def offset_commit_error(topics, code: int, msg: str | None, existing=None) -> dict:
+    """Every partition of the request gets the error (a malformed request: the top-level error), except, with
+    ``existing`` (the partitions the cluster has), the unknown ones: UNKNOWN_TOPIC_OR_PARTITION whatever the
+    coordinator's error, as Kafka's KafkaApis answers them before the coordinator is asked."""
+    out = OffsetCommitResponse.for_every_partition(topics, code, msg).to_dict()
+    if existing is not None:
+        for t in out["topics"]:
+            for p in t["partitions"]:
+                if (t["name"], int(p["partition_index"])) not in existing:
+                    p["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+    return out
 
 
 def describe_group_error(group_id, code: int, msg: str | None) -> dict:

@@ -7,7 +7,7 @@ actors/group/membership.py and actors/group/offsets.py.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Container, Iterable
 
 from actors.group.classic_group import (
     CONSUMER_PROTOCOL_TYPE,
@@ -22,7 +22,7 @@ from actors.group.classic_group import (
     Pending,
 )
 from actors.group.membership import GroupMetadataManager
-from actors.group.offsets import OffsetManager
+from actors.group.offsets import OffsetManager, has_known_partitions, unknown_partitions
 from actors.group.records import (
     CoordinatorRecord,
     EndTxnMarker,
@@ -117,22 +117,42 @@ class GroupCoordinatorShard:
         group_instance_id: str | None = None,
         producer_id: int = -1,
         api_version: int = -1,
+        existing: Container[tuple[str, int]] | None = None,
     ) -> CoordinatorResult:
         """OffsetCommit: group members pass their member id and generation; simple consumers and admin
         resets pass generation -1 (accepted for an unknown or Empty group). With ``producer_id`` it is
         TxnOffsetCommit: the records stay pending (invisible to OffsetFetch) until the transaction's marker.
-        ``api_version``: the OffsetCommit request's (-1: not a wire request), see ``OffsetManager.validate_commit``."""
-        return self._offsets.commit(
-            self._groups.get(group_id),
+        ``api_version``: the OffsetCommit request's (-1: not a wire request), see ``OffsetManager.validate_commit``.
+        ``existing``: the partitions the cluster has; the others answer UNKNOWN_TOPIC_OR_PARTITION, unstored
+        (``OffsetManager.commit``).
+
+        An accepted OffsetCommit from a member of a Stable or PreparingRebalance group counts as its heartbeat:
+        its session deadline moves to now + session.timeout.ms (Kafka's OffsetMetadataManager.commitOffset ->
+        GroupMetadataManager.rescheduleClassicGroupMemberHeartbeat: "the offset commits maintain the session");
+        a TxnOffsetCommit does not (commitTransactionalOffset reschedules nothing)."""
+        topics = list(topics)
+        group = self._groups.get(group_id)
+        result = self._offsets.commit(
+            group,
             group_id,
-            list(topics),
+            topics,
             now_ms,
             member_id=member_id,
             generation_id=generation_id,
             group_instance_id=group_instance_id,
             producer_id=producer_id,
             api_version=api_version,
+            existing=existing,
         )
+        # (nothing to commit, or only unknown partitions: Kafka's coordinator is not called, no heartbeat)
+        asks = has_known_partitions(topics, unknown_partitions(topics, existing))
+        if producer_id < 0 and group is not None and asks:
+            accepted = not OffsetManager.validate_commit(
+                group, member_id, generation_id, group_instance_id, api_version=api_version
+            )
+            if accepted:
+                result.records.extend(self._membership.commit_heartbeat(group, member_id, now_ms))
+        return result
 
     def txn_offset_commit(
         self, group_id: str, topics: Iterable[dict], producer_id: int, now_ms: int, **kw

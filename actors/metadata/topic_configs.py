@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from protocol.errors import InvalidConfigError, KafkaError
 from storage.log import LogConfig
+from storage.log_config import SEGMENT_BYTES_MIN, config_keys
 
 __all__ = [
     "validate_topic_configs",
@@ -23,6 +24,7 @@ __all__ = [
     "config_str",
     "truthy",
     "KAFKA_TOPIC_CONFIGS",
+    "INTERNAL_TOPIC_CONFIGS",
 ]
 
 LONG_MAX, INT_MAX = (1 << 63) - 1, (1 << 31) - 1
@@ -47,7 +49,8 @@ class ConfigDef(NamedTuple):
 # Kafka 4's LogConfig.CONFIG, in its order (message.format.version and message.timestamp.difference.max.ms
 # are gone in 4.0; message.downconversion.enable is kept there as a deprecated no-op)
 KAFKA_TOPIC_CONFIGS: dict[str, ConfigDef] = {
-    "segment.bytes": ConfigDef(INT, "1073741824", ("min", 14)),
+    # KIP-1030: at least 1 MiB (Kafka 4.1's LogConfig, KAFKA-19080); tiny segments: internal.segment.bytes
+    "segment.bytes": ConfigDef(INT, "1073741824", ("min", SEGMENT_BYTES_MIN)),
     "segment.ms": ConfigDef(LONG, "604800000", ("min", 1)),
     "segment.jitter.ms": ConfigDef(LONG, "0", ("min", 0)),
     "segment.index.bytes": ConfigDef(INT, "10485760", ("min", 4)),
@@ -83,6 +86,13 @@ KAFKA_TOPIC_CONFIGS: dict[str, ConfigDef] = {
     "remote.log.delete.on.disable": ConfigDef(BOOLEAN, "false"),
 }
 
+# Kafka's internal topic configs (LogConfig.defineInternal): accepted by name (LogConfig.validateNames takes
+# every defined name) and described only when a topic sets one. internal.segment.bytes overrides segment.bytes
+# for tests (LogConfig.segmentSize()); Kafka leaves it unvalidated, rafka keeps the old floor of 14 bytes.
+INTERNAL_TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    "internal.segment.bytes": ConfigDef(INT, "", ("min", 14)),
+}
+
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _THROTTLED_ENTRY = re.compile(r"([0-9]+:[0-9]+)?")
 
@@ -98,13 +108,15 @@ def truthy(v) -> bool:
 
 
 def acted_on_keys() -> frozenset:
-    """The topic config names storage acts on (``LogConfig.to_props`` keys); the replicas get only these."""
-    return frozenset(LogConfig().to_props())
+    """The topic config names storage's ``LogConfig`` acts on (its optional ones included); the replicas get
+    only these."""
+    return config_keys()
 
 
 def topic_config_keys() -> frozenset:
-    """Every topic config name accepted: Kafka's and whatever storage's ``LogConfig`` knows."""
-    return frozenset(KAFKA_TOPIC_CONFIGS) | acted_on_keys()
+    """Every topic config name accepted: Kafka's (its internal ones too) and whatever storage's ``LogConfig``
+    knows."""
+    return frozenset(KAFKA_TOPIC_CONFIGS) | frozenset(INTERNAL_TOPIC_CONFIGS) | acted_on_keys()
 
 
 def acted_on(configs: dict | None) -> dict:
@@ -115,7 +127,7 @@ def acted_on(configs: dict | None) -> dict:
 
 def topic_config_type(name: str) -> str | None:
     """Kafka's ConfigDef type of a topic config (``INT``, ``LIST``...), None when Kafka defines no such name."""
-    d = KAFKA_TOPIC_CONFIGS.get(name)
+    d = KAFKA_TOPIC_CONFIGS.get(name) or INTERNAL_TOPIC_CONFIGS.get(name)
     return d.type if d is not None else None
 
 
@@ -206,7 +218,7 @@ def validate_topic_configs(configs: object) -> dict[str, str]:
         if v is None:
             raise InvalidConfigError(f"Null value not supported for topic configs: {k}")
         out[k] = config_str(v)
-        d = KAFKA_TOPIC_CONFIGS.get(k)
+        d = KAFKA_TOPIC_CONFIGS.get(k) or INTERNAL_TOPIC_CONFIGS.get(k)
         if d is not None:
             _parse(k, d, out[k])
     _check_combined(out)

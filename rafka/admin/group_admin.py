@@ -143,6 +143,14 @@ def alter_offsets(admin, group_id: str, offsets: dict[Any, int]) -> None:
         timeout_ms=admin.config.default_api_timeout_ms,
     )
     code = _first_code(res)
+    if code == UnknownTopicOrPartitionError.code:  # nothing stored for a partition the cluster does not have
+        missing = sorted(
+            f"{t['name']}-{p['partition_index']}"
+            for t in res.get("topics") or ()
+            for p in t.get("partitions") or ()
+            if p.get("error_code") == code
+        )
+        raise UnknownTopicOrPartitionError(f"altering offsets of group {group_id!r} failed for {', '.join(missing)}")
     if code:
         raise for_code(code)(
             f"altering offsets of group {group_id!r} failed (a group with active members "

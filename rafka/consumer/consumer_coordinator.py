@@ -467,7 +467,16 @@ class ConsumerCoordinator:
 
             raise RebalanceInProgressError("commit refused during a rebalance: poll, then commit again")
         if code:
-            raise for_code(code)(f"OffsetCommit for {self.group_id!r} failed")
+            # e.g. UNKNOWN_TOPIC_OR_PARTITION: the coordinator stores nothing for a partition the cluster does not
+            # have (Kafka's KafkaApis check), and says which ones
+            failed = sorted(
+                f"{t['name']}-{p['partition_index']}"
+                for t in res.get("topics") or ()
+                for p in t.get("partitions") or ()
+                if p.get("error_code") == code
+            )
+            where = f" for {', '.join(failed)}" if failed else ""
+            raise for_code(code)(f"OffsetCommit for {self.group_id!r} failed{where}")
 
     def commit_quietly(self, partitions: set[TopicPartition] | None = None) -> None:
         offsets = self.subscriptions.all_consumed()

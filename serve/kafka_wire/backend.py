@@ -81,7 +81,9 @@ class Backend(Protocol):
 
     async def describe_configs(self, topic: str) -> dict: ...
 
-    async def alter_configs(self, topic: str, set_: dict, delete: list[str], validate_only: bool) -> dict: ...
+    async def alter_configs(
+        self, topic: str, set_: dict, delete: list[str], validate_only: bool, replace: bool = False
+    ) -> dict: ...
 
     async def elect_leaders(self, partitions: list | None, election_type: int) -> list[dict]: ...
 
@@ -275,8 +277,11 @@ class BrokerBackend:
     async def describe_configs(self, topic: str) -> dict:
         return await self._controller("describe_configs", topic)
 
-    async def alter_configs(self, topic: str, set_: dict, delete: list[str], validate_only: bool) -> dict:
-        return await self._controller("alter_configs", topic, set_, delete, validate_only)
+    async def alter_configs(
+        self, topic: str, set_: dict, delete: list[str], validate_only: bool, replace: bool = False
+    ) -> dict:
+        """``replace``: legacy AlterConfigs' replace-all, done by the controller in one write."""
+        return await self._controller("alter_configs", topic, set_, delete, validate_only, replace)
 
     async def elect_leaders(self, partitions: list | None, election_type: int) -> list[dict]:
         res = await self._controller("elect_leaders", partitions, election_type)

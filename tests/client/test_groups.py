@@ -441,3 +441,35 @@ def test_crashed_member_is_expired_by_session_timeout_and_its_records_reprocesse
             proc.kill()
         survivor.close()
         out.close()
+
+
+def test_commits_to_an_unknown_topic_or_partition_are_refused_and_not_stored(gcluster, gadmin):
+    """rafka's consumer (and admin) commit through the group coordinator, which checks the partitions as Kafka's
+    KafkaApis does for OffsetCommit: an unknown topic, or a partition past the topic's count, answers
+    UNKNOWN_TOPIC_OR_PARTITION and nothing is stored for it; the request's other partitions are committed."""
+    from protocol.errors import UnknownTopicOrPartitionError
+
+    name, g = topic(gadmin, 1), group()
+    produce(gcluster, name, 5)
+    missing = f"nope-{uuid.uuid4().hex[:6]}"
+    c = rafka.Consumer(gcluster, group_id=g, enable_auto_commit=False, **FAST)
+    try:
+        seen = []
+        c.subscribe([name])
+        poll_until([c], lambda: len(seen) >= 5, sink=seen)  # a member of the group, generation >= 1
+        with pytest.raises(UnknownTopicOrPartitionError, match=f"{missing}-0"):
+            c.commit({TopicPartition(missing, 0): 3})
+        with pytest.raises(UnknownTopicOrPartitionError, match=f"{name}-4"):
+            c.commit({TopicPartition(name, 4): 3})  # the topic has 1 partition
+        with pytest.raises(UnknownTopicOrPartitionError, match=f"{missing}-1"):
+            c.commit({TopicPartition(name, 0): 4, TopicPartition(missing, 1): 2})
+        assert c.committed(TopicPartition(name, 0)).offset == 4  # the known partition was committed
+        assert c.committed(TopicPartition(missing, 0)) is None and c.committed(TopicPartition(name, 4)) is None
+        c.commit({TopicPartition(name, 0): 5})  # the member is still in good standing
+        assert c.committed(TopicPartition(name, 0)).offset == 5
+    finally:
+        c.close()
+    assert gadmin.list_consumer_group_offsets(g) == {TopicPartition(name, 0): 5}
+    with pytest.raises(UnknownTopicOrPartitionError, match=f"{missing}-0"):
+        gadmin.alter_consumer_group_offsets(g, {TopicPartition(missing, 0): 1})
+    assert gadmin.list_consumer_group_offsets(g) == {TopicPartition(name, 0): 5}

@@ -17,7 +17,10 @@ def test_compacted_topic_is_cleaned_by_its_replicas(ray_cluster, cluster_name, t
     ch = start_cluster(cluster_name, 2, str(tmp_path), broker_config={"log.cleaner.backoff.ms": 200})
     try:
         ch.create_topic(
-            "compacted", 1, 2, {"cleanup.policy": "compact", "segment.bytes": "4096", "min.compaction.lag.ms": "0"}
+            "compacted",
+            1,
+            2,
+            {"cleanup.policy": "compact", "internal.segment.bytes": "4096", "min.compaction.lag.ms": "0"},
         )
         leader, h = full_isr(ch, "compacted", n=2)
         latest = {}

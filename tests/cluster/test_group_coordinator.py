@@ -45,6 +45,9 @@ def shared(ray_cluster, tmp_path_factory):
     t0 = time.monotonic()
     ch = start_cluster("g" + uuid.uuid4().hex[:10], 2, str(tmp_path_factory.mktemp("groups")), CONFIG)
     print(f"cluster start {time.monotonic() - t0:.2f}s")
+    # the topics the tests commit offsets for (a partition the cluster lacks answers UNKNOWN_TOPIC_OR_PARTITION)
+    ch.create_topic("orders", 3, 1)
+    ch.create_topic("t", 1, 1)
     yield ch
     ch.shutdown()
 
@@ -293,6 +296,7 @@ def test_coordinator_broker_killed_group_moves_offsets_survive(ray_cluster, clus
     ch = start_cluster(cluster_name, 2, str(tmp_path), {**CONFIG, "offsets.topic.num.partitions": 1})
     try:
         print(f"cluster start {time.monotonic() - t0:.2f}s")
+        ch.create_topic("orders", 3, 2)
         group = "g-failover"
         m = join_new(ch, group)
         (j,) = join_all(ch, group, [m])

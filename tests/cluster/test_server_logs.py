@@ -3,7 +3,7 @@ controller and leading a partition is SIGKILLed; the files under ``<data_dir>/lo
 failover, the fencing, the leader election and the ISR shrink, and, after the broker restarts, its replica
 starting as follower and the leader expanding the ISR again; `rafka cluster health`'s report says
 under-replicated (exit 4), then healthy. The files outlive the cluster's shutdown. On a 1-broker cluster: a
-topic with a tiny segment.bytes and retention.ms leaves its segment rolls and retention deletes in the broker's
+topic with a tiny internal.segment.bytes (segment.bytes is at least 1 MiB, KIP-1030) and retention.ms leaves its segment rolls and retention deletes in the broker's
 file, and a consumer group's join leaves its rebalance lines there."""
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def test_segment_roll_and_delete_and_group_rebalance_are_in_the_broker_log(ray_c
         start(num_brokers=1, config=config)
         log0 = server_log.broker_log(data_dir, 0)
         admin = rafka.Admin(cluster_name)
-        # segment.bytes 200: every ~3 records of 60 bytes roll a segment; retention.ms 1000 deletes them
-        admin.create_topic("segs", 1, 1, {"segment.bytes": "200", "retention.ms": "1000"})
+        # internal.segment.bytes 200: every ~3 records of 60 bytes roll a segment; retention.ms 1000 deletes them
+        admin.create_topic("segs", 1, 1, {"internal.segment.bytes": "200", "retention.ms": "1000"})
         with rafka.Producer(cluster_name, acks="all", linger_ms=0) as producer:
             for _ in range(12):
                 producer.send("segs", b"x" * 60, partition=0).get(timeout=30)

@@ -415,3 +415,45 @@ def test_kafka_topic_configs_and_legacy_alter_configs(admin_client, e2e_admin, c
         assert e2e_admin.describe_configs(t, include_defaults=False) == want  # refused as a whole
     finally:
         kp.close()
+
+
+def test_concurrent_legacy_alter_configs_never_mix(bootstrap, e2e_admin, cleanup):
+    """Legacy AlterConfigs is one controller operation (Kafka's ConfigurationControlManager.legacyAlterConfigs,
+    one write event): four confluent-kafka clients replacing one topic's overrides at once, each with its own
+    set, leave exactly one client's set, round after round, never a mix of two."""
+    import threading
+
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    t = name("cfg-race")
+    cleanup.append(t)
+    clients = [AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 30000}) for _ in range(4)]
+    clients[0].create_topics([NewTopic(t, 1, 1, config={"preallocate": "true"})], operation_timeout=30)[t].result(
+        TIMEOUT
+    )
+    sets = [
+        {"retention.ms": "3600000", "preallocate": "false"},
+        {"max.message.bytes": "65536", "file.delete.delay.ms": "1000"},
+        {"retention.bytes": "1048576", "segment.ms": "600000", "compression.type": "lz4"},
+        {"min.insync.replicas": "1"},
+    ]
+    for rnd in range(8):
+        start = threading.Barrier(len(clients))
+        errors: list = []
+
+        def replace(client, configs, rnd=rnd):
+            res = ConfigResource(ConfigResource.Type.TOPIC, t, set_config={**configs, "delete.retention.ms": str(rnd)})
+            start.wait(TIMEOUT)
+            try:
+                client.alter_configs([res])[res].result(TIMEOUT)
+            except Exception as e:  # noqa: BLE001 - collected, asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=replace, args=(c, s)) for c, s in zip(clients, sets)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(TIMEOUT)
+        assert not errors, errors
+        final = e2e_admin.describe_configs(t, include_defaults=False)
+        assert final in [{**s, "delete.retention.ms": str(rnd)} for s in sets], (rnd, final)

@@ -22,8 +22,8 @@ from storage.log import CLEAN_SHUTDOWN_FILE, EPOCH_FILE, Log, LogConfig
 from storage.log_validator import CLIENT, COORDINATOR
 from storage.records import RecordBatchBuilder
 
-DELETE = LogConfig(segment_bytes=600, index_interval_bytes=200)
-COMPACT = LogConfig(segment_bytes=600, index_interval_bytes=200, cleanup_policy="compact")
+DELETE = LogConfig(internal_segment_bytes=600, index_interval_bytes=200)
+COMPACT = LogConfig(internal_segment_bytes=600, index_interval_bytes=200, cleanup_policy="compact")
 
 
 def ts(i: int) -> int:
@@ -272,7 +272,7 @@ def _close(d, lg):
 
 
 def _retention(ms):
-    return LogConfig(segment_bytes=600, index_interval_bytes=200, retention_ms=ms)
+    return LogConfig(internal_segment_bytes=600, index_interval_bytes=200, retention_ms=ms)
 
 
 RETENTION_SOME, RETENTION_ALL = _retention((200 - 9) * 60_000), _retention(1)

@@ -18,7 +18,8 @@ IncrementalAlterConfigs on topics: SET (0), DELETE (1), and APPEND (2) / SUBTRAC
 config name or a bad value answers INVALID_CONFIG (40) with the controller's message.
 
 Legacy AlterConfigs replaces all: a topic's dynamic configs become exactly the ones given (the others are
-deleted), validated as a whole, validate_only honoured; duplicate keys or a null value answer INVALID_REQUEST
+deleted, decided by the controller in the same write: atomic against a concurrent alter), validated as a
+whole, validate_only honoured; duplicate keys or a null value answer INVALID_REQUEST
 (Kafka's ConfigAdminManager.preprocess). A broker resource (this broker's id or "") takes only an empty set,
 which is already its state: rafka has no dynamic broker configs.
 """
@@ -173,15 +174,13 @@ async def incremental_alter_configs(backend, request, version: int):
 
 
 async def _replace_topic(backend, name: str, configs, validate_only: bool) -> tuple[int, str | None]:
-    """Legacy AlterConfigs of a topic: the given configs set, every other override deleted."""
+    """Legacy AlterConfigs of a topic: the given configs set, every other override deleted, in one controller
+    write (``replace``: the controller reads the overrides to delete under its lock, as Kafka's
+    ConfigurationControlManager.legacyAlterConfigs does in one write event), so concurrent alters never mix."""
     if name == "":
         return INVALID_REQUEST, "Default topic resources are not allowed."
-    res = await backend.describe_configs(name)
-    if res.get("error_code"):
-        return res["error_code"], res.get("error_message")
     given = {c.name: c.value for c in configs}
-    delete = sorted(k for k in (res.get("overrides") or {}) if k not in given)
-    res = await backend.alter_configs(name, given, delete, validate_only)
+    res = await backend.alter_configs(name, given, [], validate_only, True)
     return res.get("error_code", 0), res.get("error_message")
 
 

@@ -279,7 +279,7 @@ def test_open_transaction_blocks_cleaning(logdir):
 
 
 def test_small_segments_are_grouped_and_unchanged_ones_left_alone(logdir):
-    log = Log(logdir, config(segment_bytes=4096), now_ms=T0)
+    log = Log(logdir, config(internal_segment_bytes=4096), now_ms=T0)
     for i in range(40):
         put(log, [(b"k%d" % (i % 4), b"v" * 300)])
         if i % 2:
@@ -298,7 +298,7 @@ def test_small_segments_are_grouped_and_unchanged_ones_left_alone(logdir):
 
 
 def test_grouping_respects_segment_bytes(logdir):
-    log = Log(logdir, config(segment_bytes=2048), now_ms=T0)
+    log = Log(logdir, config(internal_segment_bytes=2048), now_ms=T0)
     for i in range(30):  # distinct keys: nothing is removed, neighbours cannot all merge
         put(log, [(b"k%d" % i, b"v" * 500)])
         log.roll()
@@ -413,7 +413,7 @@ ops = st.lists(
 @example(ops=[("del", 0, 1), ("roll", 0, 0), ("compact", 0, 0), ("compact", 1000, 0), ("compact", 0, 0)])
 def test_matches_dict_model(tmp_path_factory, ops):
     d = str(tmp_path_factory.mktemp("log"))
-    log = Log(d, config(delete_retention_ms=1000, segment_bytes=600), now_ms=T0)
+    log = Log(d, config(delete_retention_ms=1000, internal_segment_bytes=600), now_ms=T0)
     written = {}  # offset -> (key, value): everything ever appended
     latest = {}  # key -> offset of its latest record
     horizon = {}  # tombstone offset -> its delete horizon, from the first pass that kept it
@@ -459,7 +459,7 @@ def test_matches_dict_model(tmp_path_factory, ops):
                 elif latest[written[o][0]] == o:
                     assert now >= h  # the key's tombstone went: only after the horizon
     log.close()
-    reopened = Log(d, config(delete_retention_ms=1000, segment_bytes=600), now_ms=now)
+    reopened = Log(d, config(delete_retention_ms=1000, internal_segment_bytes=600), now_ms=now)
     assert reopened.log_end_offset == (max(written) + 1 if written else 0)
     reopened.close()
 

@@ -78,7 +78,8 @@ def test_config_defaults_and_props_round_trip():
     assert LogConfig.from_props(props) == c
     c2 = LogConfig.from_props(
         {
-            "segment.bytes": "1024",
+            "segment.bytes": "1048576",
+            "internal.segment.bytes": "1024",
             "cleanup.policy": "compact,delete",
             "unclean.leader.election.enable": "TRUE",
             "min.cleanable.dirty.ratio": "0.2",
@@ -86,9 +87,22 @@ def test_config_defaults_and_props_round_trip():
             "message.timestamp.type": "LogAppendTime",
         }
     )
-    assert c2.segment_bytes == 1024 and c2.compact and c2.delete and c2.unclean_leader_election_enable
-    assert c2.min_cleanable_dirty_ratio == 0.2 and c2.retention_ms == -1
-    assert LogConfig.from_props({"retention.ms": "5"}, defaults=c2).segment_bytes == 1024
+    assert c2.segment_bytes == 1 << 20 and c2.segment_size == 1024 and c2.compact and c2.delete
+    assert c2.unclean_leader_election_enable and c2.min_cleanable_dirty_ratio == 0.2 and c2.retention_ms == -1
+    assert LogConfig.from_props({"retention.ms": "5"}, defaults=c2).segment_size == 1024
+    assert "internal.segment.bytes" not in props and c2.to_props()["internal.segment.bytes"] == "1024"
+    assert LogConfig.from_props(c2.to_props()) == c2
+
+
+def test_segment_bytes_floor_is_one_mebibyte_and_internal_segment_bytes_overrides_it():
+    # KIP-1030 (Kafka 4.1's LogConfig: segment.bytes atLeast(1024 * 1024)); internal.segment.bytes is the tests'
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        LogConfig.from_props({"segment.bytes": str((1 << 20) - 1)})
+    assert LogConfig.from_props({"segment.bytes": str(1 << 20)}).segment_size == 1 << 20
+    assert LogConfig().segment_size == 1 << 30 and LogConfig().internal_segment_bytes is None
+    assert LogConfig(internal_segment_bytes=600).segment_size == 600
+    with pytest.raises(InvalidConfigError):
+        LogConfig(internal_segment_bytes=13)
 
 
 @pytest.mark.parametrize(
@@ -96,6 +110,13 @@ def test_config_defaults_and_props_round_trip():
     [
         {"no.such.key": "1"},
         {"segment.bytes": "13"},
+        {"segment.bytes": "1048575"},
+        {"internal.segment.bytes": "13"},
+        {"compression.gzip.level": "0"},
+        {"compression.gzip.level": "10"},
+        {"compression.lz4.level": "18"},
+        {"compression.zstd.level": "23"},
+        {"compression.zstd.level": "-131073"},
         {"segment.bytes": "abc"},
         {"segment.bytes": 2**31},
         {"segment.ms": 0},
@@ -117,7 +138,7 @@ def test_config_rejects_bad_values(props):
 
 def test_config_validates_direct_construction():
     with pytest.raises(InvalidConfigError):
-        LogConfig(segment_bytes=-1)
+        LogConfig(internal_segment_bytes=-1)
 
 
 # ---------------------------------------------------------------------------------------------- indexes
@@ -290,7 +311,7 @@ def test_leader_append_assigns_offsets_epoch_and_keeps_crc(d):
 
 
 def test_leader_append_rejects_bad_input(d):
-    lg = Log(d, LogConfig(max_message_bytes=200, segment_bytes=1000), now_ms=0)
+    lg = Log(d, LogConfig(max_message_bytes=200, internal_segment_bytes=1000), now_ms=0)
     with pytest.raises(MessageTooLargeError):
         lg.append_as_leader(batch(1, value=b"x" * 300), 0, 0)
     with pytest.raises(RecordListTooLargeError):
@@ -422,7 +443,7 @@ def test_follower_append_keeps_offsets_and_checks_continuity(d):
 
 def test_roll_by_segment_bytes_and_snapshots(d):
     size = len(batch(2))
-    lg = Log(d, LogConfig(segment_bytes=size * 3), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 3), now_ms=0)
     for _i in range(10):
         lg.append_as_leader(batch(2), 0, 0)
     assert [s.base_offset for s in lg.segments] == [0, 6, 12, 18]
@@ -450,7 +471,7 @@ def test_roll_by_segment_ms_and_index_full_and_explicit(d):
 
 def test_read_limits_and_ranges(d):
     size = len(batch(2))
-    lg = Log(d, LogConfig(segment_bytes=size * 4, index_interval_bytes=size), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 4, index_interval_bytes=size), now_ms=0)
     for i in range(20):
         lg.append_as_leader(batch(2, ts=1000 + i), 0, 0)
     assert len(lg.segments) == 5
@@ -486,7 +507,7 @@ def test_read_limits_and_ranges(d):
 
 def test_fetch_offset_by_timestamp(d):
     size = len(batch(3))
-    lg = Log(d, LogConfig(segment_bytes=size * 3, index_interval_bytes=1), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 3, index_interval_bytes=1), now_ms=0)
     assert lg.fetch_offset_by_timestamp(-3) is None and lg.fetch_offset_by_timestamp(5) is None
     tss = [100, 300, 200, 600, 500, 900, 700, 800]
     for i, ts in enumerate(tss):
@@ -512,7 +533,7 @@ def test_fetch_offset_by_timestamp(d):
 
 def test_truncate_to(d):
     size = len(batch(2))
-    lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 2), now_ms=0)
     for e in range(6):
         lg.append_as_leader(batch(2, producer_id=1, producer_epoch=0, base_sequence=2 * e), e, 0)
     lg.update_high_watermark(12)
@@ -529,7 +550,7 @@ def test_truncate_to(d):
     assert lg.log_end_offset == 4 and [s.base_offset for s in lg.segments] == [0, 4]
     assert ckpt(d, RECOVERY_POINT_FILE) <= 4
     lg.close()
-    lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 2), now_ms=0)
     assert lg.log_end_offset == 4 and offsets(lg.read(0, 10**6).records) == [0, 1, 2, 3]
 
 
@@ -552,7 +573,7 @@ def test_truncate_fully_and_start_at(d):
 
 def test_delete_records(d):
     size = len(batch(2))
-    lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 2), now_ms=0)
     for _ in range(6):
         lg.append_as_leader(batch(2), 0, 0)
     with pytest.raises(OffsetOutOfRangeError):
@@ -566,13 +587,13 @@ def test_delete_records(d):
     assert lg.read(5, 10**6).first_offset == 4  # the batch holding 5, whole
     assert lg.delete_records(12) == 12 and [s.base_offset for s in lg.segments] == [8]  # never the active one
     lg.close()
-    lg = Log(d, LogConfig(segment_bytes=size * 2), now_ms=0)
+    lg = Log(d, LogConfig(internal_segment_bytes=size * 2), now_ms=0)
     assert lg.log_start_offset == 12 and lg.log_end_offset == 12
 
 
 def test_retention_by_time_bytes_and_high_watermark(d):
     size = len(batch(2))
-    cfg = LogConfig(segment_bytes=size * 2, retention_ms=1000)
+    cfg = LogConfig(internal_segment_bytes=size * 2, retention_ms=1000)
     lg = Log(d, cfg, now_ms=0)
     for i in range(8):
         lg.append_as_leader(batch(2, ts=10_000 + 1000 * i), 0, 0)  # segment k: max ts 11_001 + 2000 k
@@ -584,13 +605,15 @@ def test_retention_by_time_bytes_and_high_watermark(d):
     assert lg.delete_old_segments(now_ms=14_500) == 0
     assert lg.delete_old_segments(now_ms=10**9) == 2  # all old: the active one too, after a roll
     assert [s.base_offset for s in lg.segments] == [16] and lg.log_start_offset == 16 and lg.log_end_offset == 16
-    lg.update_config(LogConfig(segment_bytes=size * 2, retention_bytes=size * 3, retention_ms=-1))
+    lg.update_config(LogConfig(internal_segment_bytes=size * 2, retention_bytes=size * 3, retention_ms=-1))
     for _ in range(7):
         lg.append_as_leader(batch(2, ts=0), 0, 0)
     lg.update_high_watermark(30)
     assert lg.delete_old_segments(now_ms=10**9) == 2  # 7 batches, keep <= 3: whole segments, not the active
     assert lg.size_in_bytes == size * 3 and [s.base_offset for s in lg.segments] == [24, 28]
-    lg.update_config(LogConfig(segment_bytes=size * 2, retention_bytes=0, retention_ms=-1, cleanup_policy="compact"))
+    lg.update_config(
+        LogConfig(internal_segment_bytes=size * 2, retention_bytes=0, retention_ms=-1, cleanup_policy="compact")
+    )
     assert lg.delete_old_segments(now_ms=10**9) == 0  # compact only: no size/time retention
 
 
@@ -620,7 +643,7 @@ def test_flush_recovery_point_and_checkpoints(d):
 
 def test_close_and_reopen_is_clean(d):
     size = len(batch(2))
-    cfg = LogConfig(segment_bytes=size * 3, index_interval_bytes=1)
+    cfg = LogConfig(internal_segment_bytes=size * 3, index_interval_bytes=1)
     lg = Log(d, cfg, now_ms=0)
     for i in range(10):
         lg.append_as_leader(batch(2, ts=100 * i), i // 4, 0)
@@ -644,7 +667,7 @@ def test_close_and_reopen_is_clean(d):
 
 def test_compaction_through_replace_segments(d):
     size = len(batch(1, key=b"a"))
-    cfg = LogConfig(segment_bytes=size * 4, cleanup_policy="compact", index_interval_bytes=1)
+    cfg = LogConfig(internal_segment_bytes=size * 4, cleanup_policy="compact", index_interval_bytes=1)
     lg = Log(d, cfg, now_ms=0)
     for i in range(16):
         lg.append_as_leader(batch(1, key=b"key%d" % (i % 2), ts=i, value=b"v%02d" % i), 0, 0)

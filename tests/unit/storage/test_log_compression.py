@@ -106,3 +106,70 @@ def test_an_unknown_compression_type_is_invalid_config(bad):
     with pytest.raises(InvalidConfigError, match="compression.type"):
         LogConfig.from_props({"compression.type": bad})
     assert LogConfig.from_props({"compression.type": " zstd "}).compression_type == "zstd"
+
+
+# ---- KIP-390: the topic's level for its codec (Kafka's LogConfig.getCompression) ----------------------------
+
+
+def compressible(n: int = 400) -> bytes:
+    """One uncompressed batch of records that compress well (repetitive text, varied numbers)."""
+    b = RecordBatchBuilder(compression_type=NONE, batch_size=1 << 20)
+    for i in range(n):
+        text = b"order %06d of customer %04d: %s" % (i, i % 97, b"widget gadget sprocket " * (1 + i % 5))
+        assert b.append(NOW - 500 + i, b"k%d" % i, text)
+    return b.build()
+
+
+def stored_at(tmp_path, name: str, props: dict) -> tuple[int, list]:
+    """The stored size and records of ``compressible()`` appended to a log with ``props``."""
+    lg = Log(str(tmp_path / f"{name}-0"), LogConfig.from_props(props), now_ms=NOW)
+    lg.append_as_leader(compressible(), 0, NOW)
+    headers, records = stored(lg)
+    (h,) = headers
+    return h.size_in_bytes, [(r.offset, r.key, r.value) for r in records]
+
+
+@pytest.mark.parametrize(
+    "codec, low, high",
+    [("gzip", "1", "9"), ("zstd", "1", "19"), ("zstd", "-5", "3"), ("lz4", "1", "9"), ("lz4", "9", "17")],
+)
+def test_the_topics_compression_level_is_the_one_the_leader_rebuilds_at(tmp_path, codec, low, high):
+    key = f"compression.{codec}.level"
+    lo_size, lo_records = stored_at(tmp_path, "lo", {"compression.type": codec, key: low})
+    hi_size, hi_records = stored_at(tmp_path, "hi", {"compression.type": codec, key: high})
+    assert lo_size != hi_size  # the level reached the codec
+    assert lo_records == hi_records and len(lo_records) == 400  # and the records read back the same
+    # the default level is the codec's default (gzip -1 = deflate 6, lz4 9 = lz4's fast compressor, zstd 3)
+    default_size, _ = stored_at(tmp_path, "default", {"compression.type": codec})
+    named = {"gzip": "6", "lz4": "9", "zstd": "3"}[codec]
+    named_size, _ = stored_at(tmp_path, "named", {"compression.type": codec, key: named})
+    assert default_size == named_size
+
+
+def test_gzip_level_9_stores_fewer_bytes_than_level_1(tmp_path):
+    fast, _ = stored_at(tmp_path, "fast", {"compression.type": "gzip", "compression.gzip.level": "1"})
+    best, _ = stored_at(tmp_path, "best", {"compression.type": "gzip", "compression.gzip.level": "9"})
+    assert best < fast
+
+
+def test_another_codecs_level_or_a_batch_already_in_the_codec_is_not_rebuilt(tmp_path):
+    # only the topic's codec's level counts; a batch in that codec is kept as the producer wrote it
+    # (Kafka's LogValidator: inPlaceAssignment when the source codec is the target's, whatever its level)
+    plain, _ = stored_at(tmp_path, "a", {"compression.type": "gzip", "compression.zstd.level": "19"})
+    default, _ = stored_at(tmp_path, "b", {"compression.type": "gzip"})
+    assert plain == default
+    lg = Log(str(tmp_path / "c-0"), LogConfig.from_props({"compression.type": "gzip", "compression.gzip.level": "9"}))
+    sent = build(50, value=b"y" * 100, codec=GZIP)
+    lg.append_as_leader(sent, 0, NOW)
+    (h,), _ = stored(lg)
+    assert h.size_in_bytes == len(sent)
+
+
+@pytest.mark.parametrize(
+    "key, bad", [("compression.gzip.level", "0"), ("compression.lz4.level", "0"), ("compression.zstd.level", "23")]
+)
+def test_a_level_out_of_the_codecs_range_is_invalid_config(key, bad):
+    with pytest.raises(InvalidConfigError, match=key):
+        LogConfig.from_props({key: bad})
+    assert LogConfig.from_props({"compression.gzip.level": "-1"}).compression_level(GZIP) == -1
+    assert LogConfig().compression_level(SNAPPY) is None

@@ -19,7 +19,7 @@ from storage.log import Log, LogConfig
 from storage.records import CONTROL_ABORT, CONTROL_COMMIT, RecordBatchBuilder, decode_records
 from storage.txn_index import AbortedTxn
 
-CFG = LogConfig(segment_bytes=700, index_interval_bytes=150, retention_ms=-1)
+CFG = LogConfig(internal_segment_bytes=700, index_interval_bytes=150, retention_ms=-1)
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -164,7 +164,10 @@ class LogMachine(RuleBasedStateMachine):
     @rule(retention_bytes=st.integers(-1, 3000), retention_ms=st.integers(-1, 1500), now=st.integers(0, 2000))
     def retention(self, retention_bytes, retention_ms, now):
         self.config = LogConfig(
-            segment_bytes=700, index_interval_bytes=150, retention_bytes=retention_bytes, retention_ms=retention_ms
+            internal_segment_bytes=700,
+            index_interval_bytes=150,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
         )
         self.lg.update_config(self.config)
         before_segments = [(s.base_offset, s.size) for s in self.lg.segments]

@@ -19,7 +19,7 @@ from storage.records import RecordBatchBuilder, decode_records, iter_batch_heade
 from storage.segment import log_file_name
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-CFG = LogConfig(segment_bytes=1800, index_interval_bytes=300)
+CFG = LogConfig(internal_segment_bytes=1800, index_interval_bytes=300)
 
 
 def batch(i: int, producer: bool = False) -> bytes:

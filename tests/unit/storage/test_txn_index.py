@@ -199,7 +199,7 @@ def test_abort_writes_an_entry_with_the_lso_at_abort(logdir):
 
 
 def test_entries_across_rolls_and_collect(logdir):
-    log = Log(logdir, LogConfig(segment_bytes=400), now_ms=T0)
+    log = Log(logdir, LogConfig(internal_segment_bytes=400), now_ms=T0)
     w = Writer(log)
     want = []
     for pid in range(10, 16):
@@ -222,7 +222,7 @@ def test_entries_across_rolls_and_collect(logdir):
 
 
 def test_truncation_drops_entries_above_the_point(logdir):
-    log = Log(logdir, LogConfig(segment_bytes=400), now_ms=T0)
+    log = Log(logdir, LogConfig(internal_segment_bytes=400), now_ms=T0)
     w = Writer(log)
     marks = []
     for pid in range(20, 26):
@@ -238,20 +238,20 @@ def test_truncation_drops_entries_above_the_point(logdir):
     assert [t.last_offset for e in index_of(log) for t in e] == marks[:3] + [m]
     live = index_of(log)
     log.close()
-    again = Log(logdir, LogConfig(segment_bytes=400), now_ms=T0)
+    again = Log(logdir, LogConfig(internal_segment_bytes=400), now_ms=T0)
     assert index_of(again) == live
     again.close()
 
 
 def test_follower_builds_the_same_index(logdir, tmp_path):
-    leader = Log(logdir, LogConfig(segment_bytes=400), now_ms=T0)
+    leader = Log(logdir, LogConfig(internal_segment_bytes=400), now_ms=T0)
     w = Writer(leader)
     for pid in range(40, 44):
         w.data(pid)
         w.data(pid + 10)
         w.end(pid)
         w.end(pid + 10, CONTROL_COMMIT if pid % 2 else CONTROL_ABORT)
-    follower = Log(str(tmp_path / "f-0"), LogConfig(segment_bytes=400), now_ms=T0)
+    follower = Log(str(tmp_path / "f-0"), LogConfig(internal_segment_bytes=400), now_ms=T0)
     off = 0
     while off < leader.log_end_offset:
         r = leader.read(off, 300)
@@ -272,7 +272,7 @@ def _crash_copy(log, dst):
 
 @pytest.mark.parametrize("damage", ["none", "deleted", "flipped"])
 def test_recovery_rebuild_equals_the_live_index(logdir, tmp_path, damage):
-    cfg = LogConfig(segment_bytes=400)
+    cfg = LogConfig(internal_segment_bytes=400)
     log = Log(logdir, cfg, now_ms=T0)
     w = Writer(log)
     for pid in range(60, 70):

@@ -106,6 +106,17 @@ def test_every_kafka4_topic_config_name_is_accepted_in_one_topic():
             "3000000000",
             "Invalid value 3000000000 for configuration segment.bytes: Not a number of type INT",
         ),
+        (  # KIP-1030: Kafka 4.1's LogConfig defines segment.bytes with atLeast(1024 * 1024)
+            "segment.bytes",
+            "1048575",
+            "Invalid value 1048575 for configuration segment.bytes: Value must be at least 1048576",
+        ),
+        ("segment.bytes", "200", "Invalid value 200 for configuration segment.bytes: Value must be at least 1048576"),
+        (
+            "internal.segment.bytes",
+            "13",
+            "Invalid value 13 for configuration internal.segment.bytes: Value must be at least 14",
+        ),
         (
             "preallocate",
             "yes",
@@ -209,3 +220,28 @@ def test_alter_configs_accepts_and_validates_the_same_names():
     assert res["error_code"] == 40 and "String must be one of" in res["error_message"]
     assert apply(lg, lg.alter_configs("a", {}, ["preallocate"]))["error_code"] == 0
     assert lg.image.topics["a"].configs == {"compression.type": "lz4"}
+
+
+def test_internal_segment_bytes_reaches_the_replicas_and_is_described_only_when_set():
+    # Kafka's LogConfig.INTERNAL_SEGMENT_BYTES_CONFIG: accepted by name, wins over segment.bytes in the log
+    # (segmentSize()), listed by DescribeConfigs only from the topic's own overrides (ConfigHelperUtils)
+    lg = logic()
+    spec = {"name": "tiny", "num_partitions": 1, "replication_factor": 1}
+    records, (res,) = lg.create_topics([{**spec, "configs": {"internal.segment.bytes": "300"}}])
+    assert res["error_code"] == 0, res
+    prior = cr.prior_state(lg.image, records)
+    for r in records:
+        lg.image.replay(r)
+    sent = [
+        ps.configs
+        for req in cr.derive_requests(lg.image, records, prior, 1).leader_and_isr.values()
+        for ps in req.partition_states
+    ]
+    assert sent and all(c == {"internal.segment.bytes": "300"} for c in sent)
+    d = lg.describe_configs("tiny")
+    assert d["configs"]["internal.segment.bytes"] == "300" and d["configs"]["segment.bytes"] == "1073741824"
+    assert (config_type("internal.segment.bytes"), config_type("segment.bytes")) == (3, 3)  # INT
+    apply(lg, lg.create_topics([{"name": "plain", "num_partitions": 1, "replication_factor": 1}]))
+    assert "internal.segment.bytes" not in lg.describe_configs("plain")["configs"]
+    res = apply(lg, lg.alter_configs("plain", {"segment.bytes": "4096"}, []))
+    assert res["error_code"] == 40 and "Value must be at least 1048576" in res["error_message"]

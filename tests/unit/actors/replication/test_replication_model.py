@@ -31,7 +31,7 @@ from storage.records import RecordBatchBuilder, decode_records
 BROKERS = (0, 1, 2)
 MIN_ISR = 2
 LAG_MS = 100
-CFG = LogConfig(segment_bytes=600, index_interval_bytes=150, retention_ms=-1, min_insync_replicas=MIN_ISR)
+CFG = LogConfig(internal_segment_bytes=600, index_interval_bytes=150, retention_ms=-1, min_insync_replicas=MIN_ISR)
 
 
 def contents(lg: Log) -> list[tuple[int, bytes]]:

@@ -60,7 +60,7 @@ DATA = ("data", 0)
 OFFSETS = ("__consumer_offsets", 0)
 TIMEOUT_MS = 10_000
 T0 = 1_000_000
-CFG = LogConfig(segment_bytes=2000, index_interval_bytes=200, retention_ms=-1)
+CFG = LogConfig(internal_segment_bytes=2000, index_interval_bytes=200, retention_ms=-1)
 
 
 def group_of(tid: str) -> str:

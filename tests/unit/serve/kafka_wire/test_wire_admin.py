@@ -121,10 +121,10 @@ class AdminBackend:
     async def describe_configs(self, topic):
         return self.logic.describe_configs(topic)
 
-    async def alter_configs(self, topic, set_, delete, validate_only):
+    async def alter_configs(self, topic, set_, delete, validate_only, replace=False):
         if validate_only:
-            return self.logic.alter_configs(topic, set_, delete)[1]
-        return self._write(self.logic.alter_configs, topic, set_, delete)
+            return self.logic.alter_configs(topic, set_, delete, replace)[1]
+        return self._write(self.logic.alter_configs, topic, set_, delete, replace)
 
     async def elect_leaders(self, partitions, election_type):
         return self._write(self.logic.elect_leaders, partitions, election_type)

@@ -4,12 +4,15 @@ and the legacy AlterConfigs (api key 33, v0-2) with Kafka's replace-all semantic
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from kio.schema.alter_configs.v0 import request as ac0
 from kio.schema.alter_configs.v2 import request as ac2
 from test_wire_admin import AdminBackend, call, create, describe, topic
 
 from serve.kafka_wire import versions
+from serve.kafka_wire.handlers import configs as configs_handlers
 
 
 def legacy_alter(b, *resources, validate_only=False, mod=ac2):
@@ -90,3 +93,47 @@ def test_legacy_alter_configs_errors():
     )
     assert legacy_alter(b, (2, "e", [("unknown.key", "1")]))[0] == (40, "Unknown topic config name: unknown.key")
     assert legacy_alter(b, (2, "", []))[0] == (42, "Default topic resources are not allowed.")
+
+
+class SlowController(AdminBackend):
+    """The controller as a separate actor: every call yields to the event loop before it is served, and the
+    writes are served one at a time (the controller's lock), so two requests' calls interleave as over Ray."""
+
+    async def describe_configs(self, topic):
+        await asyncio.sleep(0.01)
+        return await super().describe_configs(topic)
+
+    async def alter_configs(self, topic, set_, delete, validate_only, replace=False):
+        await asyncio.sleep(0.01)
+        return await super().alter_configs(topic, set_, delete, validate_only, replace)
+
+
+def test_two_concurrent_legacy_alter_configs_never_mix():
+    # Kafka's controller replaces a resource's configs in one write (ConfigurationControlManager
+    # .legacyAlterConfigResource in QuorumController.legacyAlterConfigs' write event): whichever replace comes
+    # last leaves exactly its own configs. A read of the overrides in the handler, then a write, lets two
+    # replaces read the same old set and leave a mix of both.
+    b = SlowController()
+    create(b, topic("race", 1, 1, configs=[("preallocate", "true")]))
+    sets = [[("retention.ms", "60000")], [("max.message.bytes", "65536"), ("compression.type", "lz4")]]
+
+    async def both():
+        reqs = [
+            ac2.AlterConfigsRequest(
+                resources=(
+                    ac2.AlterConfigsResource(
+                        resource_type=2,
+                        resource_name="race",
+                        configs=tuple(ac2.AlterableConfig(name=k, value=v) for k, v in given),
+                    ),
+                ),
+                validate_only=False,
+            )
+            for given in sets
+        ]
+        return await asyncio.gather(*(configs_handlers.alter_configs(b, r, 2) for r in reqs))
+
+    answers = asyncio.run(both())
+    assert [int(a.responses[0].error_code) for a in answers] == [0, 0]
+    final = dict(b.logic.image.topics["race"].configs)
+    assert final in (dict(sets[0]), dict(sets[1])), final
