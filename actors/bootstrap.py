@@ -377,6 +377,8 @@ def start_cluster(
                 num_cpus=0,
                 max_restarts=-1,
                 max_task_retries=-1,
+                # beside the driver that deployed (the head, for the CLI): Ray moves it if that node is lost
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True),
             ).remote(cluster, data_dir, ch.broker_config, homes, dict(enumerate(indexes)))
             ray.get(sup.ping.remote(), timeout=timeout_s)
     except BaseException:

@@ -26,6 +26,7 @@ from actors.server import coordinator_host as ch
 from actors.server import listeners as wire
 from actors.server import server_log
 from actors.server.broker_config import broker_overrides
+from actors.server.broker_config import validate as validate_broker_config
 from actors.server.broker_placement import DEFAULT_RACK_LABEL
 from actors.server.controller_link import ControllerLink, ControllerUnavailable
 from actors.server.log_dir_lock import LogDirLock
@@ -77,6 +78,7 @@ class BrokerActor:
         data_dir = os.environ.get(NODE_DATA_DIR_ENV) or data_dir
         self.cluster, self.broker_id, self.data_dir = cluster, int(broker_id), data_dir
         self.config = broker_overrides(config or {}, self.broker_id)
+        validate_broker_config(self.config)  # a broker that cannot run with its config does not start
         self.node_index = int(node_index)  # this broker's index among its node's brokers (listener ports)
         self.directory_id = ""  # meta.properties' directory.id, read at start
         self.dir = os.path.join(data_dir, f"broker-{broker_id}")

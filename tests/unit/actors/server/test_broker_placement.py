@@ -79,3 +79,14 @@ def test_a_broker_is_started_again_only_when_its_machine_is_back_as_a_new_ray_no
     # was stopped on purpose): left alone. Broker 2: its machine has not come back (10.0.0.3 is gone), and it runs.
     assert got == {0: RayNode("new0", "10.0.0.1")}
     assert returned_nodes(homes, nodes, running={0, 1, 2}) == {}  # running brokers are never touched
+
+
+def test_a_broker_refuses_a_default_segment_size_under_kafka_4s_floor():
+    from actors.server.broker_config import validate
+
+    validate({"log.segment.bytes": 1 << 20})
+    validate({})
+    with pytest.raises(InvalidConfigError, match="log.segment.bytes: Value must be at least 1048576"):
+        validate({"log.segment.bytes": 1024})
+    with pytest.raises(InvalidConfigError, match="Not a number"):
+        validate({"log.segment.bytes": "big"})
