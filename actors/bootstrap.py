@@ -99,6 +99,18 @@ class ServerHandle:
         self.timings: dict[str, float] = {}
         self.exporter = None  # the Prometheus exporter actor (start_cluster starts it)
 
+    @classmethod
+    def of_running(cls, cluster: str, num_brokers: int, data_dir: str = "") -> "ServerHandle":
+        """A handle on a cluster another process started (its brokers looked up by name; those down are left out),
+        e.g. to stop it."""
+        ch = cls(cluster, num_brokers, data_dir, None, None)
+        for i in range(num_brokers):
+            try:
+                ch.brokers[i] = ray.get_actor(broker_name(cluster, i), namespace=RAY_NAMESPACE)
+            except ValueError:
+                continue
+        return ch
+
     # ---- lookups ----------------------------------------------------------------------------------
     def controller(self, timeout_s: float = 30.0):
         """The current controller's handle (looked up by name: it changes on failover). One that does not

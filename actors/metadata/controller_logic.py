@@ -191,18 +191,11 @@ class ControllerLogic:
         never elected while it is behind (the idea of Kafka's KIP-966 and KIP-858). It rejoins each ISR by catching
         up, as any follower does."""
         changed = {(r["topic"], r["partition"]): r for r in earlier if r["type"] == "PartitionChange"}
-        records = []
-        for t, p, s in list(self.image.partitions_of_broker(broker_id)):
-            cur = PartitionRegistration.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s
-            if broker_id not in cur.isr:
-                continue
-            builder = PartitionChangeBuilder(t.name, p, cur, alive - {broker_id}, self.unclean_enabled(t.name))
-            builder.set_isr([r for r in cur.isr if r != broker_id])
-            builder.bump_leader_epoch = True
-            rec = builder.build()
-            if rec is not None:
-                records.append(rec)
-        return records
+        states = [
+            (t, p, PartitionRegistration.from_dict(changed[(t.name, p)]) if (t.name, p) in changed else s)
+            for t, p, s in self.image.partitions_of_broker(broker_id)
+        ]
+        return self._out_of_isrs(broker_id, states, alive - {broker_id}, to_empty=True)
 
     def fence_broker(self, broker_id: int, broker_epoch: int | None = None) -> list[dict]:
         """Broker loss: FenceBroker, then for each of its partitions shrink the ISR (never to empty),
@@ -212,9 +205,15 @@ class ControllerLogic:
             return []
         records = [{"type": "FenceBroker", "broker_id": broker_id, "broker_epoch": b.broker_epoch}]
         alive = self.image.alive_brokers() - {broker_id}
-        for t, p, s in self.image.partitions_of_broker(broker_id):
+        return records + self._out_of_isrs(broker_id, self.image.partitions_of_broker(broker_id), alive, False)
+
+    def _out_of_isrs(self, broker_id: int, states, alive: set[int], to_empty: bool) -> list[dict]:
+        """``broker_id`` out of the ISR of each of ``states`` (``(topic, partition, registration)``): never to an
+        empty ISR unless ``to_empty``; a new leader where it led, the leader epoch bumped."""
+        records = []
+        for t, p, s in states:
             builder = PartitionChangeBuilder(t.name, p, s, alive, self.unclean_enabled(t.name))
-            if broker_id in s.isr and len(s.isr) > 1:
+            if broker_id in s.isr and (to_empty or len(s.isr) > 1):
                 builder.set_isr([r for r in s.isr if r != broker_id])
                 builder.bump_leader_epoch = True
             rec = builder.build()

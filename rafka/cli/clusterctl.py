@@ -36,7 +36,7 @@ import tempfile
 import time
 
 from protocol.errors import ClusterNotFoundError, KafkaError
-from protocol.names import RAY_NAMESPACE, broker_name
+from protocol.names import RAY_NAMESPACE
 from rafka.cli.agent import AGENT_NAME, CliEntry, start_agent
 from rafka.client_utils import read_state, state_file
 from rafka.cluster import WORKER_NICENESS
@@ -395,12 +395,7 @@ def stop_on(state: dict) -> dict:
         attach_ray(state["address"])
         from actors.bootstrap import ServerHandle
 
-        server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
-        for i in range(state["brokers"]):
-            try:
-                server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)
-            except ValueError:
-                continue
+        server = ServerHandle.of_running(state["cluster"], state["brokers"], state["data_dir"])
         stopped = len(server.brokers)
         server.shutdown()
         try:
@@ -441,13 +436,7 @@ def stop() -> dict:
                 )
             from actors.bootstrap import ServerHandle
 
-            server = ServerHandle(state["cluster"], state["brokers"], state["data_dir"], None, None)
-            for i in range(state["brokers"]):
-                try:
-                    server.brokers[i] = ray.get_actor(broker_name(state["cluster"], i), namespace=RAY_NAMESPACE)
-                except ValueError:
-                    continue
-            server.shutdown()
+            ServerHandle.of_running(state["cluster"], state["brokers"], state["data_dir"]).shutdown()
         except Exception as exc:  # noqa: BLE001 - the processes are ended below regardless
             print(
                 f"rafka: warning: clean actor shutdown failed ({type(exc).__name__}: {exc}); ending the Ray processes",

@@ -214,11 +214,8 @@ print(json.dumps({"nodes": d.server.node_addresses, "indexes": d.server.node_ind
         assert len({node_of[r] for r in part["replicas"]}) == 2, part  # never two replicas on one node
     c.python(
         0,
-        "import json, rafka\nfrom actors.bootstrap import ServerHandle\nimport ray\n"
-        "from protocol.names import RAY_NAMESPACE, broker_name\nrafka.connect(cluster='capped')\n"
-        "s = ServerHandle('capped', 4, '', None, None)\n"
-        "s.brokers = {i: ray.get_actor(broker_name('capped', i), namespace=RAY_NAMESPACE) for i in range(4)}\n"
-        "s.shutdown()\nprint(json.dumps(0))",
+        "import json, rafka\nfrom actors.bootstrap import ServerHandle\nrafka.connect(cluster='capped')\n"
+        "ServerHandle.of_running('capped', 4).shutdown()\nprint(json.dumps(0))",
     )
 
     blocker = serve_tcp(c.node(2).ns, 9092)  # something else holds 9092 on node 2
