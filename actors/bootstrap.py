@@ -329,7 +329,8 @@ class BrokerStartError(KafkaError):
 
 def _await_starts(brokers: dict[int, object], timeout_s: float) -> None:
     """Every broker's ``start``; the first failure raises BrokerStartError with the broker's own message
-    (a held log directory, a listener that cannot bind) rather than Ray's traceback."""
+    (a held log directory, a listener that cannot bind) rather than Ray's traceback, and the broker's
+    Kafka error (KafkaStorageError for a held directory) as its ``__cause__``."""
     refs = {i: h.start.remote() for i, h in brokers.items()}
     ready, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     for i, ref in refs.items():
@@ -339,7 +340,9 @@ def _await_starts(brokers: dict[int, object], timeout_s: float) -> None:
             ray.get(ref)
         except (RayTaskError, RayActorError) as e:
             cause = e.cause if isinstance(e, RayTaskError) and e.cause is not None else e
-            raise BrokerStartError(f"broker {i} did not start: {_first_line(cause)}") from None
+            raise BrokerStartError(f"broker {i} did not start: {_first_line(cause)}") from (
+                cause if isinstance(cause, KafkaError) else None
+            )
 
 
 def _first_line(exc: BaseException) -> str:
