@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
@@ -25,6 +26,7 @@ from protocol.errors import (
     NotControllerError,
     StaleBrokerEpochError,
 )
+from protocol.kv import BROKERS
 from protocol.names import RAY_NAMESPACE, controller_name
 
 log = logging.getLogger("rafka.broker")
@@ -33,6 +35,21 @@ FETCH_TIMEOUT_KEY = "controller.quorum.fetch.timeout.ms"
 FETCH_TIMEOUT_DEFAULT_MS = 2000  # Kafka's default
 FIRST_CONTACT_S = 30.0  # a controller being created may wait for a worker process on a loaded node
 REGISTERED_OR_STALE = (StaleBrokerEpochError.code, BrokerIdNotRegisteredError.code)  # register again
+SILENT_VOTES = "controller_silent/"  # GCS KV: controller_silent/<epoch>/<broker id> -> {"at": wall ms}
+VOTE_FRESH_MS = 10_000  # at least; a voter still hearing nothing refreshes its vote every probe
+
+
+def silent_vote_key(epoch: int, broker_id: int) -> str:
+    return f"{SILENT_VOTES}{epoch}/{broker_id}"
+
+
+def silent_majority(votes: dict[int, int], brokers: int, now_ms: int, fresh_ms: int) -> bool:
+    """Whether the brokers that find a controller on another node silent (``votes``: broker id -> wall ms of its
+    latest vote) are a majority of the cluster's ``brokers``: only then is it deposed by silence. A broker cut off
+    from the controller alone (a network partition) must not depose a controller the majority still reaches, as a
+    KRaft controller is elected by a majority of the quorum."""
+    fresh = sum(1 for at in votes.values() if now_ms - at <= fresh_ms)
+    return fresh >= max(1, brokers) // 2 + 1
 
 
 class ControllerUnavailable(Exception):
@@ -50,6 +67,9 @@ class ControllerRef:
         self.dead = asyncio.Event()
         self.why: str | None = None
         self.probing = False
+        self.voting = False  # a silence vote is being written or counted
+        self.voted = False  # this broker's silence vote for this incarnation is in KV
+        self.alone_since: int | None = None  # when it first found itself alone in finding it silent (logged once)
 
 
 class ControllerLink:
@@ -124,6 +144,8 @@ class ControllerLink:
             return
         ref.why = why
         ref.dead.set()
+        if ref.voted:
+            asyncio.get_running_loop().create_task(self._withdraw(ref))
         if self.current is ref:
             self.current = None
         log.warning("broker %s: controller epoch %s %s", self.b.broker_id, ref.epoch, why)
@@ -217,6 +239,8 @@ class ControllerLink:
         except (ControllerUnavailable, asyncio.TimeoutError, RayTaskError):
             return  # the watch and the probe deal with the controller
         ref.timer.answered(sent)
+        if ref.voted:
+            await self._withdraw(ref)
         self.b._see_epoch(res.get("controller_epoch", -1))
         if res.get("error_code") in REGISTERED_OR_STALE:
             log.warning("broker %s was fenced (%s): registering again", self.b.broker_id, res.get("error_message"))
@@ -263,7 +287,11 @@ class ControllerLink:
             if ref.timer.expired(now):
                 why = f"answered nothing for {ref.timer.silent_ms(now)} ms ({FETCH_TIMEOUT_KEY}={self.timeout_ms})"
                 if ref.node_id != self.b.node_id:
-                    self.declare_dead(ref, why, frozen=True)  # another node: the timeout is all we have
+                    # another node: the timeout is all we have, and this broker may be the one cut off; deposed
+                    # only when a majority of the brokers find it silent too
+                    if not ref.voting:
+                        ref.voting = True
+                        asyncio.get_running_loop().create_task(self._vote_silent(ref, why))
                     continue
                 state = process_state(ref.pid)
                 if state in ("T", "t"):
@@ -283,5 +311,60 @@ class ControllerLink:
         finally:
             ref.probing = False
         ref.timer.answered(sent)
+        if ref.voted:
+            await self._withdraw(ref)
         if info.get("resigned"):
             self.declare_dead(ref, "resigned")
+
+    # ---- deposing a silent controller on another node: a majority's call ----------------------------------
+    def _put_vote(self, epoch: int) -> tuple[dict[int, int], int]:
+        """Write this broker's silence vote for controller ``epoch`` and read everyone's (GCS round trips: run
+        off the event loop)."""
+        kv = self.b._kv
+        now = int(time.time() * 1000)
+        kv.put(silent_vote_key(epoch, self.b.broker_id), {"at": now})
+        prefix = f"{SILENT_VOTES}{epoch}/"
+        votes = {}
+        for k in kv.keys(prefix):
+            v = kv.get(k)
+            if v:
+                votes[int(k.rsplit("/", 1)[1])] = int(v["at"])
+        return votes, len(kv.keys(BROKERS))
+
+    async def _vote_silent(self, ref: ControllerRef, why: str) -> None:
+        try:
+            votes, brokers = await asyncio.to_thread(self._put_vote, ref.epoch)
+            ref.voted = True
+        except Exception as e:  # noqa: BLE001 - no GCS: nobody can elect anyway; the next probe votes again
+            log.info("broker %s: silence vote for controller epoch %s not written (%s)", self.b.broker_id, ref.epoch, e)
+            return
+        finally:
+            ref.voting = False
+        now = monotonic_ms()
+        if ref.dead.is_set():
+            return
+        if not ref.timer.expired(now):  # it answered meanwhile
+            await self._withdraw(ref)
+            return
+        fresh_ms = max(VOTE_FRESH_MS, 5 * self.timeout_ms)
+        if silent_majority(votes, brokers, int(time.time() * 1000), fresh_ms):
+            self.declare_dead(ref, f"{why}; silent to brokers {sorted(votes)} of {brokers}", frozen=True)
+        elif ref.alone_since is None:
+            ref.alone_since = now
+            log.warning(
+                "broker %s: controller epoch %s %s, but only brokers %s of %s find it silent: not deposing it "
+                "(this broker may be the one cut off)",
+                self.b.broker_id,
+                ref.epoch,
+                why,
+                sorted(votes),
+                brokers,
+            )
+
+    async def _withdraw(self, ref: ControllerRef) -> None:
+        ref.voted = False
+        ref.alone_since = None
+        try:
+            await asyncio.to_thread(self.b._kv.delete, silent_vote_key(ref.epoch, self.b.broker_id))
+        except Exception as e:  # noqa: BLE001 - a stale vote ages out (VOTE_FRESH_MS)
+            log.debug("broker %s: silence vote not withdrawn: %s", self.b.broker_id, e)

@@ -21,6 +21,10 @@ longest wait from the fault to the first acknowledgement of a record sent after 
 (controller faults) the time until a controller answers again.
 
 Exit status: 0 when nothing was violated, 1 otherwise (2 usage, 3 no cluster).
+
+Network partitions on real nodes (tests/multinode/test_partitions.py, docs/jepsen.md) reuse check_history and add
+the checks of rafka/tools/jepsen.py: reads later truncated, committed offsets regressing, leader epochs going back,
+read_committed atomicity and the unavailability window of each fault.
 """
 
 from __future__ import annotations

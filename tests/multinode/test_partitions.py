@@ -102,6 +102,18 @@ def _read(c, tmp_path, bootstrap, topic, partitions, start, isolation, tag):
         return {int(q): recs for q, recs in json.load(f)["log"].items()}
 
 
+def _brief(st) -> str:
+    """A state in a line: the controller, and each partition's leader/ISR (leader epoch)."""
+    if not isinstance(st, dict) or "partitions" not in st:
+        return str(st)[:300]
+    parts = " ".join(
+        f"{t[-3:]}{p['partition']}:{p['leader']}/{''.join(map(str, p['isr']))}e{p['leader_epoch']}"
+        for t, ps in st["partitions"].items()
+        for p in ps
+    )
+    return f"controller {st['controller_id']} epoch {st['controller_epoch']}; {parts}"
+
+
 def _expectations(kind: str, strike: Strike, before: dict, after: dict) -> list[str]:
     """What each fault must have made the cluster do (beyond the history's checks); a list of what did not happen."""
     bad = []
@@ -173,9 +185,15 @@ def test_five_network_faults_each_over_a_100k_history(node_cluster, tmp_path):
             "reads": rep["reads"]["reads"],
             "txns": rep["txn"]["txns"],
             "txn_committed": rep["txn"]["txn_committed"],
+            "txn_aborted": rep["txn"]["txn_aborted"],
+            "txn_reads": rep["txn"]["txn_reads"],
+            "committed_observed": rep["committed"]["committed_observed"],
+            "leader_epochs": rep["epochs"]["epochs"],
             "unavailable_max_s": rep["unavailability"]["max_gap_s"],
             "unavailable_s": rep["unavailability"]["gap_s"],
             "controller_epoch": [before["controller_epoch"], after["controller_epoch"]],
+            "during": _brief(strike.during),
+            "observed_s": round((strike.detail.get("observed_at") or strike.struck_at) - strike.struck_at, 1),
             "revived_nodes": revived,
             "violations": rep["violations"],
             "expectations": rep["expectations"],
