@@ -62,6 +62,8 @@ class Run:
         self.start_offsets = ends(a.bootstrap, a.topic, a.partitions)
         self.txn_start_offsets = ends(a.bootstrap, a.txn_topic, 2)
         self.sent = 0
+        self.pos = list(self.start_offsets)  # the reader's positions
+        self.txn_ready = threading.Event()  # the transactional producer has its producer id
 
     # -- the producer --
     def producer(self) -> None:
@@ -133,7 +135,7 @@ class Run:
         c = _consumer(a.bootstrap, f"jepsen-{a.run}")
         tps = [TopicPartition(a.topic, q, self.start_offsets[q]) for q in range(a.partitions)]
         c.assign(tps)
-        pos = list(self.start_offsets)
+        pos = self.pos = list(self.start_offsets)
         last_commit = last_fetch = time.time()
         try:
             while not self.stop.is_set():
@@ -190,6 +192,7 @@ class Run:
             return p
 
         p = make()
+        self.txn_ready.set()
         n = 0
         while not self.stop.is_set():
             began = time.time()
@@ -246,8 +249,19 @@ class Run:
         }
         for t in threads.values():
             t.start()
+        if not self.txn_ready.wait(180):
+            self.errors.append("transactions: no producer id in 180 s")
+        print("ready", flush=True)  # the driver times its fault from here
         self._guard("producer")()
-        time.sleep(2)  # the readers catch up with the last acknowledgements
+        # the reader catches up with the last acknowledgements (20 s at most: it is a check, not a wait for ever)
+        last = [-1] * self.a.partitions
+        for row in self.produce:
+            if not row[4]:
+                last[row[2]] = max(last[row[2]], row[3])
+        deadline = time.time() + 20
+        while time.time() < deadline and any(p < e + 1 for p, e in zip(self.pos, last)):
+            time.sleep(0.2)
+        time.sleep(1)
         self.stop.set()
         for t in threads.values():
             t.join(240)
@@ -275,6 +289,7 @@ class Run:
             except BaseException as e:  # noqa: BLE001 - a dead thread is a finding: reported
                 self.errors.append(f"{name} died: {type(e).__name__}: {e}")
                 self.stop.set()
+                self.txn_ready.set()
 
         return body
 
