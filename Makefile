@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install system-deps lint lint-types format test test-slow test-fast demo bench bench-client bench-peers clean
+.PHONY: install system-deps lint lint-types format test test-slow test-fast demo bench bench-client bench-peers bench-multinode clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard storage/_crecords*.c storage/_crecords.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ bench-peers: install
 	@bash .ci/system-deps.sh bench
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/peers_bench.py --json
+
+# rafka on 3 and 5 real Ray nodes (network namespaces, so root) beside the same brokers on one node: librdkafka
+# produce/consume, failover per fault, an empty replica's catch-up MB/s (benchmarks/multinode_bench.py, ~15 minutes)
+bench-multinode: install system-deps
+	$(PY) benchmarks/multinode_bench.py --json
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis build storage/_crecords*.so

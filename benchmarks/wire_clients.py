@@ -35,27 +35,36 @@ def _q(lat: list[float]) -> dict:
     return {"p50_ms": round(statistics.median(lat), 2), "p99_ms": round(q[98], 2)}
 
 
-def _rate(n: int, secs: float) -> dict:
+def _rate(n: int, secs: float, value_bytes: int = VALUE_BYTES) -> dict:
     return {
         "records": n,
         "seconds": round(secs, 2),
         "records_per_s": round(n / secs),
-        "mb_per_s": round(n * VALUE_BYTES / secs / 1e6, 1),
+        "mb_per_s": round(n * value_bytes / secs / 1e6, 1),
     }
 
 
-def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int, errors_only: bool = False) -> dict:
+def librdkafka_produce(
+    bootstrap: str,
+    topic: str,
+    n: int,
+    lat_n: int,
+    errors_only: bool = False,
+    partitions: int = PARTITIONS,
+    value_bytes: int = VALUE_BYTES,
+) -> dict:
     """``errors_only``: the throughput run with ``delivery.report.only.error`` (librdkafka reports failed
     messages only), so the client does not run a Python callback per message; the latency run always has
-    one per message (it is what it measures)."""
+    one per message (it is what it measures). ``partitions``/``value_bytes``: the topic's partitions the records
+    go round, and each record's value size (benchmarks/multinode_bench.py sets both)."""
     from confluent_kafka import Producer
 
-    value = os.urandom(VALUE_BYTES)
+    value = os.urandom(value_bytes)
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, **V4}
     errors: list = []
     p = Producer(conf)
     # connections, metadata and the producer id first, outside the latency run (as rafka's below)
-    for i in range(PARTITIONS):
+    for i in range(partitions):
         p.produce(topic, value, partition=i)
     p.flush(60)
     lat: list[float] = []
@@ -64,7 +73,7 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int, errors_on
         p.produce(
             topic,
             value,
-            partition=i % PARTITIONS,
+            partition=i % partitions,
             on_delivery=lambda e, _m, t0=t0: lat.append((time.perf_counter() - t0) * 1000),
         )
         p.poll(0)
@@ -80,19 +89,21 @@ def librdkafka_produce(bootstrap: str, topic: str, n: int, lat_n: int, errors_on
         while True:
             try:
                 if errors_only:
-                    p.produce(topic, value, partition=i % PARTITIONS)
+                    p.produce(topic, value, partition=i % partitions)
                 else:
-                    p.produce(topic, value, partition=i % PARTITIONS, on_delivery=lambda e, _m: e and errors.append(e))
+                    p.produce(topic, value, partition=i % partitions, on_delivery=lambda e, _m: e and errors.append(e))
                 break
             except BufferError:
                 p.poll(0.01)
     left = p.flush(120)
-    out = _rate(n, time.monotonic() - t)
+    out = _rate(n, time.monotonic() - t, value_bytes)
     out.update(cpu.stop(), **_q(lat), errors=len(errors) + left)
     return out
 
 
-def librdkafka_consume(bootstrap: str, topic: str, n: int, **conf) -> dict:
+def librdkafka_consume(
+    bootstrap: str, topic: str, n: int, partitions: int = PARTITIONS, value_bytes: int = VALUE_BYTES, **conf
+) -> dict:
     from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as CTP
 
@@ -106,13 +117,13 @@ def librdkafka_consume(bootstrap: str, topic: str, n: int, **conf) -> dict:
             **conf,
         }
     )
-    c.assign([CTP(topic, p, 0) for p in range(PARTITIONS)])
+    c.assign([CTP(topic, p, 0) for p in range(partitions)])
     got = 0
     t = time.monotonic()
     cpu = CpuMeter()
     while got < n and time.monotonic() - t < 300:
         got += sum(1 for m in c.consume(num_messages=10000, timeout=1.0) if not m.error())
-    out = {**_rate(got, time.monotonic() - t), **cpu.stop()}
+    out = {**_rate(got, time.monotonic() - t, value_bytes), **cpu.stop()}
     c.close()
     return {**out, "complete": got >= n}
 
