@@ -197,36 +197,51 @@ class Run:
         while not self.stop.is_set():
             began = time.time()
             abort = n % TXN_ABORT_EVERY == TXN_ABORT_EVERY - 1
+            step = "begin"
             try:
                 p.begin_transaction()
                 for q in (0, 1):
                     p.produce(a.txn_topic, value=f"{a.run}:t{n}:{q}".encode(), partition=q)
-                if abort:
-                    p.abort_transaction(30)
-                    outcome = "abort"
-                else:
-                    p.commit_transaction(30)
-                    outcome = "commit"
+                step = "abort" if abort else "commit"
+                outcome = self._end(p, commit=not abort)
             except KafkaException as e:
                 err = e.args[0]
-                outcome = f"unknown: {err.name()}"
-                try:
-                    if err.txn_requires_abort():
-                        p.abort_transaction(30)
-                        outcome = "abort"
-                    elif not err.fatal():
-                        outcome = f"unknown: {err.name()}"
-                        p.abort_transaction(30)  # retriable: the outcome stays unknown
-                except KafkaException as e2:
-                    outcome = f"unknown: {err.name()}, then {e2.args[0].name()}"
-                if err.fatal() or outcome.startswith("unknown"):
-                    try:
-                        p = make()  # fences the old one: its transaction is aborted or done
-                    except KafkaException as e3:
-                        self.errors.append(f"init_transactions: {e3}")
-                        time.sleep(1)
+                if err.fatal():
+                    outcome = f"unknown: fatal {err.name()}"
+                    p = make()  # a fatal error ends this instance; the next one fences it and aborts what it left
+                elif err.retriable() and step == "commit":
+                    outcome = self._end(p, commit=True, first=err)  # commit again: it may have gone through
+                else:  # abortable (librdkafka's txn_requires_abort), or it failed before the commit
+                    outcome = self._end(p, commit=False, first=err)
             self.txns.append([n, outcome, began, time.time()])
             n += 1
+
+    def _end(self, p, commit: bool, first=None) -> str:
+        """Commit or abort the current transaction with the same producer instance, asked again while the answer
+        is retriable (librdkafka's rules: a second instance of the id would fence this one mid-way). The outcome:
+        "commit"/"abort" once acknowledged, else "unknown: ..." (then the transaction may be either, but whole)."""
+        from confluent_kafka import KafkaException
+
+        errors = [first.name()] if first is not None else []
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                if commit:
+                    p.commit_transaction(30)
+                    return "commit"
+                p.abort_transaction(30)
+                return "abort"
+            except KafkaException as e:
+                err = e.args[0]
+                errors.append(err.name())
+                if err.fatal():
+                    return f"unknown: {', '.join(errors)}"
+                if commit and err.txn_requires_abort():
+                    commit = False  # the commit failed: abort it
+                elif not err.retriable() and not err.txn_requires_abort():
+                    return f"unknown: {', '.join(errors)}"
+                time.sleep(0.2)
+        return f"unknown: {', '.join(errors)} (gave up)"
 
     def txn_consumer(self) -> None:
         from confluent_kafka import TopicPartition

@@ -171,8 +171,12 @@ def test_five_network_faults_each_over_a_100k_history(node_cluster, tmp_path):
         with open(hist) as f:
             history = json.load(f)
         histories.append(history)
-        log = _read(c, tmp_path, bootstrap, TOPIC, PARTITIONS, history["start_offsets"], "read_uncommitted", run)
-        txn_log = _read(c, tmp_path, bootstrap, TXN_TOPIC, 2, history["txn_start_offsets"], "read_committed", run + "t")
+        log = _read(
+            c, tmp_path, bootstrap, TOPIC, PARTITIONS, history["start_offsets"], "read_uncommitted", run + "-log"
+        )
+        txn_log = _read(
+            c, tmp_path, bootstrap, TXN_TOPIC, 2, history["txn_start_offsets"], "read_committed", run + "-txn-log"
+        )
         rep = check_run(history, log, txn_log, strike.struck_at, strike.healed_at)
         rep["expectations"] = _expectations(kind, strike, before, after)
         rep["died"] = [e for e in rep["workload_errors"] if " died: " in e]
