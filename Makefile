@@ -68,7 +68,7 @@ bench-peers: install
 	$(PY) benchmarks/peers_bench.py --json
 
 # rafka on 3 and 5 real Ray nodes (network namespaces, so root) beside the same brokers on one node: librdkafka
-# produce/consume, failover per fault, an empty replica's catch-up MB/s (benchmarks/multinode_bench.py, ~15 minutes)
+# produce/consume, failover per fault, an empty replica's catch-up MB/s (benchmarks/multinode_bench.py, ~20 minutes)
 bench-multinode: install system-deps
 	$(PY) benchmarks/multinode_bench.py --json
 

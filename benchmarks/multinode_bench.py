@@ -29,7 +29,8 @@ Multi-node only (``--skip-failover``, ``--skip-catchup``):
   byte on the new disk (or the broker's registration) to the broker back in every ISR, apart from the node's start.
 
 The machine is shared (2 cores for every node, the clients and anything else running): ``load_avg`` and
-``raylets_on_machine`` are recorded beside each figure. The default run takes ~12-15 minutes.
+``raylets_on_machine`` are recorded beside each figure. The default run took 20 minutes there (load average 12-50,
+`ray start` up to 219 s a cluster); docs/deploying.md ("Sizing, measured") has its figures.
 """
 
 from __future__ import annotations
