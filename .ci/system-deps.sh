@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Debian packages rafka's two commands need, installed when missing (as .ci/run always did):
 #   Java 17 (Spark through RayDP: make demo, the Spark tests), make, kcat and Node/npm (the Kafka-client tests),
-#   Chromium (the web console's page tests), iproute2/nftables/iptables (the multi-node suites); `bench` adds redis-server and nats-server, the peers of
+#   Chromium (the web console's page tests), iproute2/nftables/iptables and redis-server (the multi-node suites, GCS fault tolerance); `bench` adds redis-server and nats-server, the peers of
 #   benchmarks/peers_bench.py. Usage: .ci/system-deps.sh [demo|test|bench]  (default: test)
 set -euo pipefail
 what="${1:-test}"
@@ -15,6 +15,7 @@ if [ "$what" = test ]; then
   command -v ip >/dev/null 2>&1 || need+=(iproute2)             # network-namespace nodes: tests/multinode (rafka.testkit)
   command -v nft >/dev/null 2>&1 || need+=(nftables)            # their partitions and lossy links
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)  # Ray's GCS fault tolerance: tests/multinode/test_head_node.py
 fi
 if [ "$what" = bench ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

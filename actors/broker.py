@@ -11,11 +11,13 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from actors.metadata.kv import GcsKV
+from actors.metadata.kv import BoundedKVReads, GcsKV, KVUnavailableError
+from actors.metadata.log_recovery import read_node_metadata_log
 from actors.replica import (
     ReplicaActor,  # imported here, at actor start, not on the event loop of the first LeaderAndIsr
 )
@@ -43,6 +45,7 @@ from protocol.errors import (
     CoordinatorNotAvailableError,
     KafkaError,
     KafkaStorageError,
+    RequestTimedOutError,
     StaleControllerEpochError,
     UnknownServerError,
     error_response,
@@ -115,6 +118,8 @@ class BrokerActor:
         self._sessions: list[tuple[int, asyncio.Future]] = []
         self._tasks: list[asyncio.Task] = []
         self._kv = GcsKV(cluster)
+        self._kv_reads = BoundedKVReads()  # metadata reads on the request path give up while the GCS is down
+        self._stale_warned_at = 0.0
         self.coordinators = {k: ch.CoordinatorHost(self, kind) for k, kind in ch.KINDS.items()}
         self.wire: wire.Listeners | None = None  # the Kafka wire listener (serve/kafka_wire)
 
@@ -192,6 +197,11 @@ class BrokerActor:
             return {"error_code": 0, "reason": "shutdown"}
         self._sessions.append((controller_epoch, fut))
         return await fut
+
+    def node_metadata_log(self) -> list[dict]:
+        """The metadata log the controllers that ran on this node left in its data directory (a whole-cluster
+        restart's controller compares the nodes' logs: actors/metadata/log_recovery.py)."""
+        return read_node_metadata_log(self.data_dir)
 
     def incarnation(self) -> dict:
         return {
@@ -341,13 +351,30 @@ class BrokerActor:
         ``fresh``: KV's metadata version is read first (one key), so that a topic the controller has just
         created is answered before its UpdateMetadata reaches this broker (the Kafka listener asks it when a
         Metadata request names a topic the cache lacks: an auto-created topic is listed on the next Metadata)."""
-        if fresh and self._cache is not None:
-            stored = await asyncio.to_thread(self._kv.get, METADATA_VERSION)
-            self.latest_version = max(self.latest_version, int(stored or 0))
-        if self._cache is None or self._cache_version < self.latest_version:
-            self._cache = read_cluster(self._kv)
-            self._cache_version = self._cache["version"]
+        try:
+            if fresh and self._cache is not None:
+                stored = await self._kv_reads.call(self._kv.get, METADATA_VERSION)
+                self.latest_version = max(self.latest_version, int(stored or 0))
+            if self._cache is None or self._cache_version < self.latest_version:
+                self._cache = await self._kv_reads.call(read_cluster, self._kv)
+                self._cache_version = self._cache["version"]
+        except KVUnavailableError as e:  # the head node down: answer from the cache, as a Kafka broker does
+            if self._cache is None:
+                raise RequestTimedOutError(f"broker {self.broker_id}: cluster metadata not readable: {e}") from None
+            self._stale_metadata_warning(e)
         return {"controller_epoch": self.controller_epoch, "broker_id": self.broker_id, **self._cache}
+
+    def _stale_metadata_warning(self, e: Exception) -> None:
+        now = time.monotonic()
+        if now - self._stale_warned_at > 10:
+            self._stale_warned_at = now
+            log.warning(
+                "broker %s: GCS KV unreadable (%s): answering from the metadata cache (version %s, newest announced %s)",
+                self.broker_id,
+                e,
+                self._cache_version,
+                self.latest_version,
+            )
 
     async def init_producer_id(self) -> dict:
         """A fresh producer id (epoch 0) from this broker's block; a new block from the controller."""
@@ -391,8 +418,13 @@ class BrokerActor:
 
     # ---- coordination (actors/server/coordinator_host.py) -------------------------------------------------------
     async def _fresh_metadata(self) -> dict:
-        self._cache = await asyncio.to_thread(read_cluster, self._kv)
-        self._cache_version = self._cache["version"]
+        try:
+            self._cache = await self._kv_reads.call(read_cluster, self._kv)
+            self._cache_version = self._cache["version"]
+        except KVUnavailableError as e:
+            if self._cache is None:
+                raise RequestTimedOutError(f"broker {self.broker_id}: cluster metadata not readable: {e}") from None
+            self._stale_metadata_warning(e)
         return await self.metadata()
 
     async def _notify_coordinator(self, key, leader: bool, epoch: int | None, replica) -> None:

@@ -22,6 +22,7 @@ from actors.metadata.controller_channel_manager import ControllerChannelManager
 from actors.metadata.controller_config import ControllerConfig
 from actors.metadata.controller_logic import ELECT_PREFERRED, ControllerLogic
 from actors.metadata.image import MetadataImage
+from actors.metadata.log_recovery import adopt_newest_log, metadata_log_path
 from actors.metadata.replica_state_machine import offline_replicas, online_replicas
 from actors.metadata.store import ClusterKV, MetadataLog, load_image
 from actors.server import server_log
@@ -48,7 +49,9 @@ class ControllerActor:
         self.dir_lock.acquire(self.config.session_timeout_ms / 1000)
         self.kv = ClusterKV(cluster)
         self.epoch = self.kv.claim_controller_epoch({"host_broker_id": host_broker_id, "ts": int(time.time() * 1000)})
-        self.mlog = MetadataLog(os.path.join(data_dir, "controller", "metadata.log"))
+        self.mlog = MetadataLog(metadata_log_path(data_dir))
+        if not self.kv.has_image():  # a whole-cluster restart: the newest of the nodes' metadata logs wins
+            adopt_newest_log(cluster, self.mlog, host_broker_id)
         image, unlogged_base, unlogged = load_image(self.kv, self.mlog)
         self.logic = ControllerLogic(image, self.config, random.Random())
         self.channels = ControllerChannelManager(self)

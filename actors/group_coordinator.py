@@ -52,6 +52,7 @@ class GroupCoordinatorActor:
         self.parts = self.runtime.parts  # the __consumer_offsets partitions led here, by number
         self.partition_view = PartitionView()  # which partitions exist, for the offset commits' check
         self._kv: Any = None  # the cluster's GCS KV (actors/metadata/kv.py), opened on first need
+        self._kv_reads: Any = None  # its bounded reads: a commit is not held up by a GCS outage
 
     # ================================================================== leadership
     async def on_elected(self, partition: int, leader_epoch: int, replica) -> dict:
@@ -208,7 +209,8 @@ class GroupCoordinatorActor:
         """Those of a commit's partitions the cluster's metadata holds (Kafka's KafkaApis check of an
         OffsetCommit / TxnOffsetCommit against the metadataCache, done here for every client: rafka's own and
         the Kafka listener's). Read from GCS KV by topic, cached (``PartitionView``); None when the request is
-        malformed (the shard answers it) or KV cannot be read: the commit is then not held back."""
+        malformed (the shard answers it) or KV cannot be read in time (the head node down): the commit is then
+        not held back."""
         try:
             asked = {(t["name"], int(p["partition_index"])) for t in topics for p in t.get("partitions", [])}
         except (TypeError, KeyError, ValueError, AttributeError):
@@ -217,10 +219,10 @@ class GroupCoordinatorActor:
         if names:
             try:
                 if self._kv is None:
-                    from actors.metadata.kv import GcsKV
+                    from actors.metadata.kv import BoundedKVReads, GcsKV
 
-                    self._kv = GcsKV(self.cluster)
-                found = await asyncio.to_thread(read_topics, self._kv, names)
+                    self._kv, self._kv_reads = GcsKV(self.cluster), BoundedKVReads()
+                found = await self._kv_reads.call(read_topics, self._kv, names)
             except Exception as e:  # noqa: BLE001 - GCS unreachable: commits go on unchecked
                 log.warning("b%d: topic metadata unreadable, offset commit not checked: %s", self.broker_id, e)
                 return None

@@ -1,5 +1,6 @@
-"""The Ray side of the cluster's GCS KV: ``GcsKV`` (one cluster's namespace of Ray's internal KV) and
-``cluster_key`` (the transactions' verification-token key, read once per process).
+"""The Ray side of the cluster's GCS KV: ``GcsKV`` (one cluster's namespace of Ray's internal KV),
+``BoundedKVReads`` (KV reads on a request path, given up when the GCS does not answer in time) and ``cluster_key``
+(the transactions' verification-token key, read once per process).
 
 The layout, encoding and readers are protocol/kv.py; the token signing is protocol/txn_tokens.py. Used by the
 broker, the controller's store, the coordinators, the metrics exporter, the clients and the REST gateway.
@@ -8,6 +9,7 @@ broker, the controller's store, the coordinators, the metrics exporter, the clie
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from protocol.kv import kv_namespace, pack, strip_listed_key, unpack
@@ -53,6 +55,32 @@ class GcsKV:
 
     def clear(self) -> None:
         self._kv._internal_kv_del(b"", del_by_prefix=True, namespace=self.ns)
+
+
+class KVUnavailableError(Exception):
+    """GCS KV did not answer in time (the head node down: Ray's KV client waits for the GCS to come back)."""
+
+
+class BoundedKVReads:
+    """KV reads for a request path, off the event loop with a deadline. While the GCS is down, Ray's KV client
+    waits for it to return (up to ``gcs_rpc_server_reconnect_timeout_s``), so a read not answered within
+    ``timeout_s`` raises KVUnavailableError and the caller goes on with what it has (a broker's metadata cache); no
+    other read starts while one still hangs, so a GCS outage ties up one thread, not the default pool."""
+
+    def __init__(self, timeout_s: float = 2.0):
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="gcs-kv-read")
+        self._hung: Future | None = None
+
+    async def call(self, fn, *args) -> Any:
+        if self._hung is not None and not self._hung.done():
+            raise KVUnavailableError("GCS KV has not answered an earlier read yet")
+        fut = self._pool.submit(fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(fut), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._hung = fut
+            raise KVUnavailableError(f"GCS KV did not answer within {self.timeout_s:.1f} s") from None
 
 
 async def cluster_key(cluster: str) -> bytes:

@@ -34,8 +34,9 @@ class MetadataLog:
         self._f: BinaryIO | None = None
         self.records_since_snapshot = 0
 
-    def read_all(self) -> list[dict]:
-        """Every intact record; truncates the file after the last intact frame."""
+    def read_all(self, repair: bool = True) -> list[dict]:
+        """Every intact record; truncates the file after the last intact frame (``repair``; a reader that does not
+        own the log, a peer's copy being compared, leaves it as it is)."""
         if not os.path.exists(self.path):
             return []
         with open(self.path, "rb") as f:
@@ -55,7 +56,7 @@ class MetadataLog:
                 break
             out.append(rec)
             pos = end
-        if pos != len(data):
+        if pos != len(data) and repair:
             with open(self.path, "r+b") as f:
                 f.truncate(pos)
                 os.fsync(f.fileno())
@@ -113,6 +114,10 @@ class ClusterKV(GcsKV):
         return n
 
     # ---- the image -----------------------------------------------------------------------------
+    def has_image(self) -> bool:
+        """Whether a controller has written the image here (not so in a new Ray cluster's GCS)."""
+        return self.get(K.METADATA_VERSION) is not None
+
     def load_image(self) -> MetadataImage | None:
         version = self.get(K.METADATA_VERSION)
         if version is None:

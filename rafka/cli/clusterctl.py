@@ -16,6 +16,10 @@ With ``--address`` (``start_on``: deploying onto a Ray cluster someone else runs
 the brokers are placed one per node (actors/server/broker_placement.py), and ``stop`` stops the rafka actors it
 started there (brokers, controller, exporter, CLI agent) and no Ray process at all.
 
+``--redis-address`` gives the head it starts Ray's GCS fault tolerance: its GCS keeps its tables in that Redis
+(RAY_REDIS_ADDRESS, under a storage namespace of its own recorded in the state file), so a GCS started again with
+the same Redis and namespace recovers the Ray cluster; stop deletes that namespace's keys.
+
 A head that crashed (its GCS killed, the state file left behind) can leave its raylet and the broker
 workers running, still holding the log directories: ``start`` ends those leftovers of the recorded temp
 dir before it starts a new head, and each broker's log directory lock (``.lock``) refuses a second
@@ -35,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from protocol.errors import ClusterNotFoundError, KafkaError
+from protocol.errors import ClusterNotFoundError, InvalidConfigError, KafkaError
 from protocol.names import RAY_NAMESPACE
 from rafka.cli.agent import AGENT_NAME, CliEntry, start_agent
 from rafka.client_utils import read_state, state_file
@@ -264,6 +268,44 @@ def start_on(
     return info
 
 
+def _gcs_storage(redis_address: str | None, redis_password: str | None, cluster: str) -> dict | None:
+    """Where the head's GCS keeps its tables: the Redis at ``redis_address`` (checked to answer first, so a wrong
+    address is a clear error rather than a `ray start` that waits on it) under a namespace of this start's own."""
+    if not redis_address:
+        if redis_password:
+            raise InvalidConfigError("--redis-password needs --redis-address")
+        return None
+    host, sep, port = redis_address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise InvalidConfigError(f"--redis-address must be HOST:PORT, got {redis_address!r}")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(b"PING\r\n")
+            reply = conn.recv(64)
+    except OSError as e:
+        raise ClusterNotFoundError(
+            f"no Redis answers at {redis_address} ({e}): GCS fault tolerance needs one"
+        ) from None
+    if not reply.startswith((b"+PONG", b"-NOAUTH")):
+        raise ClusterNotFoundError(f"{redis_address} did not answer as a Redis does: {reply[:40]!r}")
+    return {"redis_address": redis_address, "namespace": f"rafka-{cluster}-{secrets.token_hex(4)}"}
+
+
+def _drop_gcs_storage(storage: dict, password: str | None) -> None:
+    """Delete a stopped head's GCS tables from its Redis (Ray's own cleanup), so they never come back."""
+    from ray._private.gcs_utils import cleanup_redis_storage
+
+    host, _, port = storage["redis_address"].rpartition(":")
+    try:
+        cleanup_redis_storage(host, int(port), password or "", False, storage["namespace"])
+    except Exception as e:  # noqa: BLE001 - the cluster is stopped either way; say what is left behind
+        print(
+            f"rafka: warning: the GCS tables in Redis at {storage['redis_address']} (namespace "
+            f"{storage['namespace']}) were not deleted: {e}",
+            file=sys.stderr,
+        )
+
+
 def start(
     brokers: int = 3,
     data_dir: str | None = None,
@@ -273,9 +315,13 @@ def start(
     config: dict | None = None,
     *,
     entry: CliEntry,
+    redis_address: str | None = None,
+    redis_password: str | None = None,
 ) -> dict:
     """Start the Ray head, the cluster on it and its CLI agent (running ``entry``'s verbs); record them in the
-    state file. The cluster's description, as ``rafka cluster start`` prints it."""
+    state file. The cluster's description, as ``rafka cluster start`` prints it. ``redis_address`` (HOST:PORT):
+    the head's GCS keeps its tables there (Ray's GCS fault tolerance)."""
+    gcs_storage = _gcs_storage(redis_address, redis_password, cluster)
     state = read_state()
     _refuse_if_recorded_running(state)
     if state and state.get("attached"):  # a deployment recorded here whose Ray is gone: nothing to end
@@ -323,14 +369,14 @@ def start(
         "--num-cpus",
         str(num_cpus or os.cpu_count() or 1),
     ]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": str(WORKER_NICENESS)}
+    if gcs_storage:
+        env["RAY_REDIS_ADDRESS"] = gcs_storage["redis_address"]
+        env["RAY_external_storage_namespace"] = gcs_storage["namespace"]
+        if redis_password:
+            cmd += ["--redis-password", redis_password]
     ensure_token()
-    proc = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_worker_niceness": str(WORKER_NICENESS)},
-    )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     from actors.server import server_log
 
     # what `ray start` printed (its banner, the warnings of small machines) is kept with the server logs
@@ -361,6 +407,8 @@ def start(
         "started_at": time.time(),
         "pids": sorted(ray_processes(temp_dir)),
     }
+    if gcs_storage:
+        info["gcs_storage"] = gcs_storage
     try:
         quiet_worker_pool_warnings()
         ray.init(address=address, namespace=RAY_NAMESPACE, log_to_driver=False, logging_level="WARNING")
@@ -380,7 +428,8 @@ def start(
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     ray.shutdown()
-    _write_state(info, agent)
+    # the password goes to the state file (this user's alone, as the agent's token) for stop's cleanup, not to output
+    _write_state({**info, "redis_password": redis_password} if redis_password else info, agent)
     return info
 
 
@@ -447,6 +496,8 @@ def stop() -> dict:
                 ray.shutdown()
     killed = _kill(ray_processes(temp_dir))
     shutil.rmtree(temp_dir, ignore_errors=True)
+    if state.get("gcs_storage"):
+        _drop_gcs_storage(state["gcs_storage"], state.get("redis_password"))
     try:
         state_file().unlink()
     except FileNotFoundError:

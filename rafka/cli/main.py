@@ -68,6 +68,11 @@ _print, _table, _connect, _kv_pairs, _echo = print_result, table, connect, kv_pa
 # -- cluster -------------------------------------------------------------------------------------------
 def cmd_cluster_start(args) -> int:
     address = getattr(args, "address", None)
+    if address and (args.redis_address or args.redis_password):
+        raise UsageError(
+            "--redis-address is for the head `rafka cluster start` starts itself: on a Ray cluster that runs "
+            "already, GCS fault tolerance is its head's (RAY_REDIS_ADDRESS for its `ray start --head`)"
+        )
     if address:  # onto a Ray cluster that runs already: no Ray process is started
         info = clusterctl.start_on(
             address,
@@ -105,13 +110,17 @@ def cmd_cluster_start(args) -> int:
         port=args.port,
         config=_kv_pairs(args.config, "--config"),
         entry=ENTRY,
+        redis_address=args.redis_address,
+        redis_password=args.redis_password,
     )
+    gcs = info.get("gcs_storage")
     _print(
         args,
         info,
         f"rafka cluster {info['cluster']!r} started: {info['brokers']} broker(s)\n"
         f"  ray address   {info['address']}\n  ray client    {info['client_address']}\n"
-        f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
+        + (f"  gcs storage   redis {gcs['redis_address']} (namespace {gcs['namespace']})\n" if gcs else "")
+        + f"  data dir      {info['data_dir']}\n  ray temp dir  {info['temp_dir']}\n"
         f"  kafka         {info.get('bootstrap_servers') or '(no listener)'}\n"
         f"  metrics       {info.get('metrics_url') or '(off)'}\n"
         f"Attach with: rafka.connect() or rafka.connect({info['address']!r})",
@@ -339,6 +348,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-label", default=None, help="with --address: only nodes with this Ray label (key or key=value)"
     )
     s.add_argument("--node-resource", default=None, help="with --address: only nodes with this custom Ray resource")
+    s.add_argument(
+        "--redis-address",
+        default=None,
+        help="HOST:PORT of a Redis for the head's GCS (Ray's GCS fault tolerance; not with --address)",
+    )
+    s.add_argument("--redis-password", default=None, help="that Redis's password")
     s.set_defaults(func=cmd_cluster_start)
     cl.add_parser("stop", parents=[common], help="stop the cluster started here").set_defaults(func=cmd_cluster_stop)
     cl.add_parser("info", parents=[common], help="brokers, controller, topics").set_defaults(func=cmd_cluster_info)

@@ -27,6 +27,10 @@ GCS_PROBE = os.path.join(HERE, "gcs_probe.py")
 DELAY_PROXY = os.path.join(HERE, "delay_proxy.py")  # run as a script in a namespace
 WORKER_PORTS = range(10002, 20000)  # Ray's default worker port range: the GCS port must lie outside it
 CLIENT_NAMESPACE = "client"
+REDIS_NAMESPACE = "redis"  # the external Redis of GCS fault tolerance: a machine of its own, outliving the head
+REDIS_PORT = 6379
+STARTUP_TIMED_OUT = "timed out during startup"  # `ray start` giving up on its node's registration (Ray's node.py)
+START_ATTEMPTS = 3
 # not passed on from this process to the nodes: its own cluster's address and data dir, and the tests' loopback-only
 # switch (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, tests/conftest.py), with which `ray start --address` refuses to run
 INHERITED_NOT = ("RAY_ADDRESS", "RAFKA_DATA_DIR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
@@ -144,8 +148,10 @@ class NodeCluster:
     pid (SIGTERM, then SIGKILL), every namespace, link and nft table, the temp dirs, and ``root`` when it made it.
 
     ``labels``/``resources`` are per node (a list of n mappings); ``env`` goes to every node's processes;
-    ``system_config`` to the head's `ray start --system-config`. Drivers run on a node (``python``); from the host,
-    use Ray Client at ``client_address``."""
+    ``system_config`` to the head's `ray start --system-config`. ``gcs_ft``: Ray's GCS fault tolerance, with a
+    redis-server in a namespace of its own (``redis_address``) given to the head as RAY_REDIS_ADDRESS, so a head
+    killed and started again (``restart_node(0)``) recovers the same Ray cluster. Drivers run on a node
+    (``python``); from the host, use Ray Client at ``client_address``."""
 
     def __init__(
         self,
@@ -161,6 +167,7 @@ class NodeCluster:
         client_server_port: int = 10001,
         start_timeout: float = 180.0,
         keep_logs: bool = False,
+        gcs_ft: bool = False,
     ):
         if n < 1:
             raise ValueError("a cluster needs at least one node")
@@ -186,6 +193,7 @@ class NodeCluster:
         self.net: Network | None = None
         self.temp_root = ""
         self.start_seconds = 0.0
+        self.redis_address = ""
         _LIVE.add(self)
         try:
             ensure_token()
@@ -208,6 +216,8 @@ class NodeCluster:
                 os.makedirs(node.data_dir, exist_ok=True)
                 os.makedirs(node.temp_dir, exist_ok=True)
                 self.nodes.append(node)
+            if gcs_ft:
+                self._start_redis()
             t0 = time.monotonic()
             self._ray_start([self.nodes[0]])
             self._ray_start(self.nodes[1:])
@@ -252,15 +262,59 @@ class NodeCluster:
         """The environment of node ``i``'s processes (a driver's too); ``i=None``: a node-less one (the client
         namespace, the host's probes)."""
         env = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
-        env.update({"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0", **self.extra_env})
+        # a node's raylet waits this long for its dashboard agent's ports (a Python process that took 20 s to start
+        # on these 2 loaded cores, past Ray's wait, failing a head's restart)
+        env.update(
+            {"RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "120000"}
+        )
+        env.update(self.extra_env)
         if i is not None:
             env["RAFKA_DATA_DIR"] = self.nodes[i].data_dir
+        if i == 0 and self.redis_address:  # Ray's GCS fault tolerance: the head's GCS keeps its tables in Redis
+            env["RAY_REDIS_ADDRESS"] = self.redis_address
+            env["RAY_external_storage_namespace"] = f"{PREFIX}{self.network.id}"
         return env
+
+    def _start_redis(self, timeout: float = 30.0) -> None:
+        """redis-server in its own namespace (no persistence: it is the store that outlives the head, not a
+        database), up once it answers PING."""
+        ns = self.network.add(REDIS_NAMESPACE)
+        redis_dir = os.path.join(self.root, "redis")
+        os.makedirs(redis_dir, exist_ok=True)
+        argv = ["redis-server", "--port", str(REDIS_PORT), "--bind", "0.0.0.0", "--protected-mode", "no"]
+        argv += ["--save", "", "--appendonly", "no", "--dir", redis_dir]
+        log = open(os.path.join(redis_dir, "redis.log"), "a", encoding="utf-8")
+        self._popens.append(subprocess.Popen(ns.exec_argv(argv), stdout=log, stderr=subprocess.STDOUT))
+        log.close()
+        ping = ns.exec_argv(["redis-cli", "-p", str(REDIS_PORT), "ping"])
+        deadline = time.monotonic() + timeout
+        while subprocess.run(ping, capture_output=True, text=True).stdout.strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise NodeClusterError(f"redis-server did not answer in {timeout} s (see {redis_dir}/redis.log)")
+            time.sleep(0.1)
+        self.redis_address = f"{ns.address}:{REDIS_PORT}"
 
     # -- starting and waiting --
 
     def _ray_start(self, nodes: Sequence[Node], timeout: float = 180.0) -> None:
-        """`ray start` on ``nodes`` at once, in their namespaces; raises naming each node whose start failed."""
+        """`ray start` on ``nodes`` at once, in their namespaces; a node whose start Ray gave up on (its own 30 s
+        wait for the raylet's registration, passed when several nodes start at once on 2 busy cores) is started
+        again, alone, after its processes are ended; raises naming each node whose start failed otherwise."""
+        pending = list(nodes)
+        for attempt in range(START_ATTEMPTS):
+            batches = [pending] if attempt == 0 else [[n] for n in pending]
+            failed = [f for batch in batches for f in self._ray_start_once(batch, timeout)]
+            if not failed:
+                return
+            if attempt == START_ATTEMPTS - 1 or any(STARTUP_TIMED_OUT not in why for _, why in failed):
+                raise NodeClusterError("; ".join(why for _, why in failed))
+            pending = [node for node, _ in failed]
+            for node in pending:
+                kill_netns_processes(node.ns.netns)
+                shutil.rmtree(node.temp_dir, ignore_errors=True)
+                os.makedirs(node.temp_dir)
+
+    def _ray_start_once(self, nodes: Sequence[Node], timeout: float) -> list[tuple[Node, str]]:
         procs = []
         for node in nodes:
             argv = node.ns.exec_argv(
@@ -283,9 +337,8 @@ class NodeCluster:
             if rc != 0:
                 with open(node.log_path, encoding="utf-8", errors="replace") as f:
                     tail = " | ".join(f.read().strip().splitlines()[-3:])
-                failed.append(f"{node.name} ({node.address}): `ray start` exit {rc}: {tail}")
-        if failed:
-            raise NodeClusterError("; ".join(failed))
+                failed.append((node, f"{node.name} ({node.address}): `ray start` exit {rc}: {tail}"))
+        return failed
 
     def _probe(self, *args: str, timeout: float) -> tuple[int, dict | list]:
         proc = subprocess.run(

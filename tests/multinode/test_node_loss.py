@@ -101,10 +101,10 @@ def _workload(c, argv, timeout=300):
     )
 
 
-def _deployed(node_cluster, tmp_path):
-    """4 nodes (a head, 3 broker nodes), the cluster deployed and the topic made: ``(cluster, bootstrap, state,
-    broker -> node index, the broker leading the most partitions)``."""
-    c = node_cluster(4, labels=[{}] + [{BROKER_LABEL: "yes"} for _ in range(3)])
+def _deployed(node_cluster, tmp_path, **kw):
+    """4 nodes (a head, 3 broker nodes; ``kw`` to NodeCluster), the cluster deployed and the topic made: ``(cluster,
+    bootstrap, state, broker -> node index, the broker leading the most partitions)``."""
+    c = node_cluster(4, labels=[{}] + [{BROKER_LABEL: "yes"} for _ in range(3)], **kw)
     bootstrap = _driver(c, 0, DEPLOY, args=[str(tmp_path / "d")], timeout=300)["bootstrap"]
     st = _state(c)
     node_of_broker = {
