@@ -94,7 +94,7 @@ def _ack_gap(history, start, end):
 def test_the_head_lost_under_load_with_gcs_fault_tolerance(node_cluster, tmp_path):
     # the nodes' raylets wait this long for the GCS to come back (Ray's default 60 s): a margin for these 2 cores
     c, bootstrap, st, _node_of_broker, _ = _deployed(
-        node_cluster, tmp_path, gcs_ft=True, system_config={"gcs_rpc_server_reconnect_timeout_s": 120}
+        node_cluster, tmp_path, gcs_ft=True, env={"RAY_gcs_rpc_server_reconnect_timeout_s": "120"}
     )
     epochs = {b["id"]: b["epoch"] for b in st["brokers"]}
     before = _client(c, "commit", bootstrap, "g-before", TOPIC, PARTITIONS)
@@ -187,9 +187,10 @@ def test_without_gcs_fault_tolerance_a_head_loss_ends_ray_and_a_new_start_on_the
     """The controller moves first (its node lost and back), so the nodes' metadata logs differ: the new controller
     after the restart takes the newest, whichever node it is elected on; every acknowledged record and committed
     offset is back, and no leader epoch went back."""
-    # Ray's own default is 60 s of GCS silence before a node's raylet gives up; 15 s here keeps the test short
+    # Ray's own default is 60 s of GCS silence before a node's raylet gives up (each node reads it from its own
+    # environment: the head's --system-config does not reach the others' raylets); 15 s keeps the test short
     c, bootstrap, st, node_of_broker, _ = _deployed(
-        node_cluster, tmp_path, system_config={"gcs_rpc_server_reconnect_timeout_s": 15}
+        node_cluster, tmp_path, env={"RAY_gcs_rpc_server_reconnect_timeout_s": "15"}
     )
     hists = {TOPIC: str(tmp_path / "h1.json"), "after": str(tmp_path / "h2.json")}
     _produce(c, bootstrap, TOPIC, hists[TOPIC])
