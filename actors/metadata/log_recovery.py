@@ -78,7 +78,8 @@ def adopt_newest_log(cluster: str, mlog: MetadataLog, host_broker_id: int, wait_
     missing = sorted(set(refs) - set(logs))
     broker_id, version, records = newest(logs)
     log.info(
-        "Whole-cluster restart (GCS KV empty): metadata log versions: local %d, brokers %s%s, in %.1f s",
+        "GCS KV empty (a new cluster, or a whole-cluster restart): metadata log versions: local %d, brokers %s%s, "
+        "in %.1f s",
         mine_version,
         {b: (MetadataImage.from_records(r).version if r else -1) for b, r in sorted(logs.items())},
         f", no answer from {missing}" if missing else "",

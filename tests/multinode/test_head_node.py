@@ -6,8 +6,10 @@ cluster goes on with nothing lost. Without it: the head's loss ends the Ray clus
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import sys
 import time
 
@@ -240,6 +242,15 @@ def test_without_gcs_fault_tolerance_a_head_loss_ends_ray_and_a_new_start_on_the
         f"deployed again in {time.monotonic() - t0:.1f} s; controller on n{node_of_broker[md['controller_id']]}; "
         f"metadata version {before['version']} before, {md['version']} after"
     )
+    # the new controller compared the nodes' logs, and took another node's when its own was not the newest
+    ctl_node = node_of_broker[md["controller_id"]]
+    with open(os.path.join(c.node(ctl_node).data_dir, "logs", "controller.log"), encoding="utf-8") as f:
+        ctl_log = f.read().split("GCS KV empty (a new cluster, or a whole-cluster restart)")[-1]
+    print(f"the new controller on n{ctl_node}: {ctl_log.splitlines()[0].strip()}")
+    peers = ast.literal_eval(re.search(r"brokers (\{[^}]*\})", ctl_log.splitlines()[0]).group(1))
+    assert set(peers) == {0, 1, 2} - {md["controller_id"]}, peers  # every other broker's node answered
+    if logs[ctl_node] < max(logs.values()):
+        assert "Taking the metadata log of broker" in ctl_log, ctl_log[:2000]
     assert {t["name"] for t in md["topics"]} >= {TOPIC, "after", "__consumer_offsets"}, md["topics"]
     assert md["version"] >= before["version"]
     regressed = {k: (v, _epochs(md).get(k)) for k, v in _epochs(before).items() if _epochs(md).get(k, -1) < v}
