@@ -568,6 +568,12 @@ class ControllerLogic:
                     )
                 else:
                     target = self._check_assignment([target])[0]
+                    heading = len([r for r in s.replicas if r not in s.removing])  # the RF it is headed for
+                    if not a.get("allow_replication_factor_change", True) and heading != len(target):
+                        # KIP-860 (AlterPartitionReassignments v1's allow_replication_factor_change false)
+                        raise InvalidReplicationFactorError(
+                            f"The replication factor is changed from {heading} to {len(target)}"
+                        )
                     merged, adding, removing = reassignment_plan(original, target)
                     b = self._builder(topic, p, alive).set_replicas(merged, adding, removing)
                 rec = b.build()

@@ -117,6 +117,8 @@ class KafkaApis:
         versions.ALTER_CONFIGS: configs.alter_configs,
         versions.DESCRIBE_CLUSTER: admin.describe_cluster,
         versions.ELECT_LEADERS: admin.elect_leaders,
+        versions.ALTER_PARTITION_REASSIGNMENTS: admin.alter_partition_reassignments,
+        versions.LIST_PARTITION_REASSIGNMENTS: admin.list_partition_reassignments,
         versions.JOIN_GROUP: groups.join_group,
         versions.SYNC_GROUP: groups.sync_group,
         versions.HEARTBEAT: groups.heartbeat,

@@ -87,6 +87,10 @@ class Backend(Protocol):
 
     async def elect_leaders(self, partitions: list | None, election_type: int) -> list[dict]: ...
 
+    async def alter_partition_reassignments(self, assignments: list[dict], timeout_ms: int) -> list[dict] | dict: ...
+
+    async def list_partition_reassignments(self, timeout_ms: int) -> list[dict] | dict: ...
+
     async def controller_id(self) -> int: ...
 
     async def group_call(self, request) -> dict: ...
@@ -288,6 +292,14 @@ class BrokerBackend:
         if isinstance(res, dict):  # the controller did not answer: every partition asked gets its error
             return [{"topic": t, "partition": p, **res} for t, p in (partitions or [])]
         return res
+
+    async def alter_partition_reassignments(self, assignments: list[dict], timeout_ms: int) -> list[dict] | dict:
+        """KIP-455 on the controller: one result per entry, or ``{error_code, error_message}`` when the controller
+        did not answer within ``timeout_ms`` (REQUEST_TIMED_OUT) or at all (NOT_CONTROLLER)."""
+        return await self._controller("alter_partition_reassignments", assignments, timeout_s=timeout_ms / 1000)
+
+    async def list_partition_reassignments(self, timeout_ms: int) -> list[dict] | dict:
+        return await self._controller("list_partition_reassignments", timeout_s=timeout_ms / 1000)
 
     async def controller_id(self) -> int:
         res = await self._controller("describe_controller", timeout_s=5)

@@ -16,6 +16,8 @@
   request) and the broker hosting the controller.
 - ElectLeaders (43, v0-2): preferred (0) or unclean (1, v1+) election by the controller; null partitions
   means every partition, answering only those an election was tried for (not ELECTION_NOT_NEEDED).
+- AlterPartitionReassignments (45, v0-1) / ListPartitionReassignments (46, v0): KIP-455 reassignments on the
+  controller (a null replicas list cancels; null topics lists every one in progress); v1 KIP-860.
 
 Controller unavailability answers NOT_CONTROLLER (41): the clients refresh metadata and retry.
 """
@@ -288,4 +290,106 @@ async def elect_leaders(backend, request, version: int):
         throttle_time=responses.ZERO,
         error_code=responses.error_code(0),
         replica_election_results=out,
+    )
+
+
+def _timeout_ms(request) -> int:
+    """The request's ``timeout_ms``: the controller's time to answer; a non-positive one takes Kafka's 60 s default."""
+    ms = _ms(request.timeout)
+    return ms if ms > 0 else 60_000
+
+
+async def alter_partition_reassignments(backend, request, version: int):
+    """KIP-455 on the controller: each partition's target replicas, or null to cancel (back to the original
+    replicas); v1's ``allow_replication_factor_change`` false refuses a target of another length. Per-partition
+    errors are the controller's (UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, NO_REASSIGNMENT_IN_PROGRESS,
+    INVALID_REPLICATION_FACTOR); a controller that does not answer within ``timeout_ms`` gives its error both at the
+    top level and to every partition (Kafka's AlterPartitionReassignmentsRequest.getErrorResponse)."""
+    mod = responses.response_module(45, version)
+    allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
+    asked = [
+        {
+            "topic": t.name,
+            "partition": int(p.partition_index),
+            "replicas": None if p.replicas is None else [int(b) for b in p.replicas],
+            "allow_replication_factor_change": allow_rf_change,
+        }
+        for t in request.topics
+        for p in t.partitions
+    ]
+    top: dict = {"error_code": 0, "error_message": None}
+    results: list[dict] = []
+    if asked:
+        res = await backend.alter_partition_reassignments(asked, _timeout_ms(request))
+        if isinstance(res, dict):  # the controller did not answer
+            top = {"error_code": res.get("error_code", 0), "error_message": res.get("error_message")}
+            results = [{**a, **top} for a in asked]
+        else:
+            results = res
+    per_topic = responses.by_topic(
+        (
+            a["topic"],
+            responses.make(
+                mod,
+                "ReassignablePartitionResponse",
+                partition_index=a["partition"],
+                error_code=responses.error_code(r.get("error_code", 0)),
+                error_message=r.get("error_message"),
+            ),
+        )
+        for a, r in zip(asked, results)
+    )
+    return responses.make(
+        mod,
+        "AlterPartitionReassignmentsResponse",
+        throttle_time=responses.ZERO,
+        allow_replication_factor_change=allow_rf_change,
+        error_code=responses.error_code(top["error_code"]),
+        error_message=top["error_message"],
+        responses=tuple(
+            responses.make(mod, "ReassignableTopicResponse", name=n, partitions=ps) for n, ps in per_topic.items()
+        ),
+    )
+
+
+async def list_partition_reassignments(backend, request, version: int):
+    """The reassignments in progress: every one with null ``topics``, else those of the named partitions (a
+    topic or partition that does not exist, or is not being reassigned, is left out, as Kafka's
+    ReplicationControlManager does). Each lists its replicas, adding and removing replicas."""
+    mod = responses.response_module(46, version)
+    res = await backend.list_partition_reassignments(_timeout_ms(request))
+    if isinstance(res, dict):  # the controller did not answer
+        return responses.make(
+            mod,
+            "ListPartitionReassignmentsResponse",
+            throttle_time=responses.ZERO,
+            error_code=responses.error_code(res.get("error_code", 0)),
+            error_message=res.get("error_message"),
+            topics=(),
+        )
+    wanted = None if request.topics is None else {(t.name, int(p)) for t in request.topics for p in t.partition_indexes}
+    per_topic = responses.by_topic(
+        (
+            r["topic"],
+            responses.make(
+                mod,
+                "OngoingPartitionReassignment",
+                partition_index=r["partition"],
+                replicas=tuple(r["replicas"]),
+                adding_replicas=tuple(r["adding"]),
+                removing_replicas=tuple(r["removing"]),
+            ),
+        )
+        for r in res
+        if wanted is None or (r["topic"], r["partition"]) in wanted
+    )
+    return responses.make(
+        mod,
+        "ListPartitionReassignmentsResponse",
+        throttle_time=responses.ZERO,
+        error_code=responses.error_code(0),
+        error_message=None,
+        topics=tuple(
+            responses.make(mod, "OngoingTopicReassignment", name=n, partitions=ps) for n, ps in per_topic.items()
+        ),
     )
