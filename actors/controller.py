@@ -23,6 +23,8 @@ from actors.metadata.controller_config import ControllerConfig
 from actors.metadata.controller_logic import ELECT_PREFERRED, ControllerLogic
 from actors.metadata.image import MetadataImage
 from actors.metadata.log_recovery import adopt_newest_log, metadata_log_path
+from actors.metadata.partition_balancer import BalancePlan, DowntimeClock, underloaded
+from actors.metadata.partition_balancer import plan as balancer_plan
 from actors.metadata.replica_state_machine import offline_replicas, online_replicas
 from actors.metadata.store import ClusterKV, MetadataLog, load_image
 from actors.server import server_log
@@ -66,6 +68,9 @@ class ControllerActor:
         self._tasks: list[asyncio.Task] = []
         self.sessions = BrokerSessions()
         self._handles: dict[int, object] = {}  # broker handles passed in by register_broker
+        self.downtime = DowntimeClock()  # the partition balancer's clocks (since this controller started)
+        self.balance_armed = False  # a broker joined below its share: balance until within the tolerance
+        self.balancer: dict = {"moves_started": 0, "elections": 0, "unhealable": [], "last_plan": None}
         server_log.set_context(f"Controller id={host_broker_id} epoch={self.epoch}")
         log.info(
             "Becoming the active controller of cluster %s at epoch %d on broker %d (metadata version %d, pid %d)",
@@ -115,7 +120,11 @@ class ControllerActor:
             self.channels.publish_version(self.image.version)
         loop = asyncio.get_running_loop()
         checker = session_checker(self.heartbeats, self.config.heartbeat_interval_ms, lambda: self.image, self.fence)
-        self._tasks += [loop.create_task(checker), loop.create_task(self._rebalancer())]
+        self._tasks += [
+            loop.create_task(checker),
+            loop.create_task(self._rebalancer()),
+            loop.create_task(self._partition_balancer()),
+        ]
 
     async def _rebalancer(self) -> None:
         """Auto leader rebalance: preferred leader election of the imbalanced partitions, periodically."""
@@ -126,6 +135,70 @@ class ControllerActor:
                 if tps:
                     log.info("auto leader rebalance: %s", tps)
                     await self.commit(self.logic.elect_leaders(tps, ELECT_PREFERRED)[0])
+
+    async def _partition_balancer(self) -> None:
+        """The partition balancer (actors/metadata/partition_balancer.py): every replica.balance.check.interval.ms,
+        under the commit lock, heal the brokers down past replica.auto.heal.delay.ms and, once a broker joined
+        below its share, balance until the brokers are within the tolerance."""
+        while True:
+            await asyncio.sleep(self.config.balance_check_interval_ms / 1000)
+            try:
+                async with self.lock:
+                    if self.stopping or self.resigned:
+                        return
+                    p = self._balancer_plan(balance=self.balance_armed)
+                    await self._balancer_execute(p)
+                    if self.balance_armed and not p.balance_skipped and not (p.moves or p.deferred or p.elections):
+                        self.balance_armed = False
+                        log.info(
+                            "partition balancer: balanced (replicas per broker %s, band %s; preferred leaders %s)",
+                            p.replicas_per_broker,
+                            p.replica_band,
+                            p.leaders_per_broker,
+                        )
+            except NotControllerError:
+                return
+            except Exception:  # noqa: BLE001 - a bad round is logged; the next one plans from the image again
+                log.exception("partition balancer round failed")
+
+    def _balancer_plan(self, balance: bool) -> BalancePlan:
+        """The plan now (callers hold ``lock``); logs the partitions that cannot be healed when they change."""
+        down = self.downtime.observe(self.image, int(time.monotonic() * 1000))
+        p = balancer_plan(self.image, self.config, down, balance=balance)
+        unhealable = [(u["topic"], u["partition"], u["reason"]) for u in p.unhealable]
+        if unhealable != [(u["topic"], u["partition"], u["reason"]) for u in self.balancer["unhealable"]]:
+            if unhealable:
+                log.warning(
+                    "partition balancer: %d partition(s) cannot be healed: %s",
+                    len(unhealable),
+                    "; ".join(f"{t}-{q} ({why})" for t, q, why in unhealable[:20]),
+                )
+            else:
+                log.info("partition balancer: no partition is left that cannot be healed")
+        self.balancer["unhealable"] = p.unhealable
+        self.balancer["last_plan"] = p.to_dict()
+        return p
+
+    async def _balancer_execute(self, p: BalancePlan) -> None:
+        """A plan's moves committed through the reassignment logic (KIP-455), then the preferred elections of
+        its leader moves and elections (callers hold ``lock``)."""
+        if p.moves:
+            reqs = [{"topic": m.topic, "partition": m.partition, "replicas": list(m.target)} for m in p.moves]
+            records, results = self.logic.alter_partition_reassignments(reqs)
+            for m, r in zip(p.moves, results):
+                if r["error_code"]:
+                    log.warning("partition balancer: %s-%d not moved: %s", m.topic, m.partition, r["error_message"])
+                else:
+                    log.info(
+                        "partition balancer: %s %s-%d %s -> %s", m.reason, m.topic, m.partition, m.replicas, m.target
+                    )
+            await self.commit(records)
+            self.balancer["moves_started"] += sum(1 for r in results if not r["error_code"])
+        elect = [(m.topic, m.partition) for m in p.moves if m.reason == "leaders"] + list(p.elections)
+        if elect:
+            records, _ = self.logic.elect_leaders(elect, ELECT_PREFERRED)
+            await self.commit(records)
+            self.balancer["elections"] += len(records)
 
     def resign(self, why: str) -> None:
         if self.resigned:
@@ -263,6 +336,10 @@ class ControllerActor:
             if handle is not None:
                 self._handles[broker_id] = handle
             await self.commit(records)
+            if self.config.auto_balance and underloaded(self.image, broker_id, self.config.balance_tolerance_pct):
+                if not self.balance_armed:
+                    log.info("partition balancer: broker %d joined below its share of replicas: balancing", broker_id)
+                self.balance_armed = True
         return {"error_code": 0, "controller_epoch": self.epoch, "broker_epoch": resp["broker_epoch"]}
 
     async def heartbeat(self, broker_id: int, broker_epoch: int) -> dict:
@@ -398,6 +475,33 @@ class ControllerActor:
         await self._ensure_started()
         return self.logic.list_partition_reassignments()
 
+    async def partition_balancer_plan(self, execute: bool = False) -> dict:
+        """``rafka cluster balance``: the balancer's plan now, heal and balance (Cruise Control's proposals);
+        ``execute`` commits it and keeps balancing on later rounds until the brokers are within the tolerance."""
+        await self._ensure_started()
+        async with self.lock:
+            p = self._balancer_plan(balance=True)
+            if execute:
+                await self._balancer_execute(p)
+                if p.moves or p.deferred or p.elections:
+                    self.balance_armed = True
+        return {**p.to_dict(), "executed": bool(execute), "error_code": 0, "error_message": None}
+
+    async def partition_balancer_status(self) -> dict:
+        """The balancer's state (Redpanda's balancer-status): its last plan, the partitions it cannot heal,
+        the moves it started, whether a join's balancing is still going on, and the reassignments running."""
+        await self._ensure_started()
+        return {
+            "heal_delay_ms": self.config.heal_delay_ms,
+            "auto_balance": self.config.auto_balance,
+            "balancing": self.balance_armed,
+            "moves_started": self.balancer["moves_started"],
+            "elections": self.balancer["elections"],
+            "unhealable_partitions": list(self.balancer["unhealable"]),
+            "last_plan": self.balancer["last_plan"],
+            "reassignments": self.logic.list_partition_reassignments(),
+        }
+
     async def shutdown(self) -> dict:
         """Cluster shutdown: stop reacting to broker loss, close the metadata log."""
         self.stopping = True
@@ -416,6 +520,12 @@ class ControllerActor:
             "controller_epoch": self.epoch,
             "host_broker_id": self.host_broker_id,
             "resigned": bool(self.resigned),
+            # the partition balancer: partitions with a lost broker's replica it cannot heal, moves started
+            "unhealable_partitions": len(self.balancer["unhealable"]),
+            "balancer_moves_started": self.balancer["moves_started"],
+            "reassigning_partitions": sum(
+                1 for t in self.image.topics.values() for s in t.partitions.values() if s.reassigning
+            ),
             **self.stats.snapshot(),
         }
 

@@ -22,6 +22,13 @@ class ControllerConfig:
     default_replication_factor: int = 1  # default.replication.factor
     session_timeout_ms: int = 9000  # broker.session.timeout.ms
     heartbeat_interval_ms: int = 2000  # broker.heartbeat.interval.ms
+    min_insync_replicas: int = 1  # min.insync.replicas (the broker default of the topic config)
+    # the partition balancer (actors/metadata/partition_balancer.py; docs/deploying.md "Self-healing")
+    heal_delay_ms: int = 600_000  # replica.auto.heal.delay.ms: a broker down this long is healed away; < 0: never
+    auto_balance: bool = True  # replica.auto.balance.enable: a broker that registers receives replicas, leaders
+    balance_tolerance_pct: int = 10  # replica.balance.tolerance.percentage: of the mean, per broker
+    movements_per_broker: int = 5  # num.concurrent.partition.movements.per.broker (Cruise Control's)
+    balance_check_interval_ms: int = 10_000  # replica.balance.check.interval.ms: how often the balancer plans
 
     @classmethod
     def from_props(cls, props: dict | None) -> "ControllerConfig":
@@ -36,6 +43,20 @@ class ControllerConfig:
             c.default_replication_factor = int(props.get("default.replication.factor", 1))
             c.session_timeout_ms = int(props.get("broker.session.timeout.ms", 9000))
             c.heartbeat_interval_ms = int(props.get("broker.heartbeat.interval.ms", 2000))
+            c.min_insync_replicas = int(props.get("min.insync.replicas", 1))
+            c.heal_delay_ms = int(props.get("replica.auto.heal.delay.ms", c.heal_delay_ms))
+            c.auto_balance = truthy(props.get("replica.auto.balance.enable", True))
+            c.balance_tolerance_pct = int(props.get("replica.balance.tolerance.percentage", 10))
+            c.movements_per_broker = int(props.get("num.concurrent.partition.movements.per.broker", 5))
+            c.balance_check_interval_ms = int(props.get("replica.balance.check.interval.ms", 10_000))
         except (TypeError, ValueError) as e:
             raise InvalidConfigError(f"Invalid broker config: {e}") from None
+        for key, value, floor in (
+            ("min.insync.replicas", c.min_insync_replicas, 1),
+            ("replica.balance.tolerance.percentage", c.balance_tolerance_pct, 0),
+            ("num.concurrent.partition.movements.per.broker", c.movements_per_broker, 1),
+            ("replica.balance.check.interval.ms", c.balance_check_interval_ms, 1),
+        ):
+            if value < floor:
+                raise InvalidConfigError(f"Invalid value {value} for configuration {key}: must be at least {floor}")
         return c

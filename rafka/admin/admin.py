@@ -319,6 +319,17 @@ class Admin:
     def list_partition_reassignments(self) -> list[dict]:
         return self._call("list_partition_reassignments")
 
+    def balance_plan(self, execute: bool = False) -> dict:
+        """The controller's partition balancer plan now (``rafka cluster balance``, Cruise Control's proposals):
+        ``{moves: [{topic, partition, replicas, target, reason}], elections, unhealable, deferred,
+        replicas_per_broker, leaders_per_broker, replica_band, leader_band, balanced, ...}``; ``execute``
+        starts its reassignments (KIP-455) and keeps the balancer going until the brokers are balanced."""
+        return self._call("partition_balancer_plan", bool(execute))
+
+    def partition_balancer_status(self) -> dict:
+        """The balancer's state: its last plan, the partitions it cannot heal, the moves it started."""
+        return self._call("partition_balancer_status")
+
     # -- transactions (rafka/admin/txn_admin.py) -----------------------------------------------------------
     def list_transactions(self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()) -> list[dict]:
         from rafka.admin import txn_admin

@@ -14,6 +14,8 @@ EXAMPLES: dict[str, list[str]] = {
     "cluster info": ["rafka cluster info", "rafka cluster info --json"],
     "cluster health": ["rafka cluster health", "rafka cluster health --json || echo unhealthy: $?"],
     "cluster configs": ["rafka cluster configs", "rafka cluster configs --broker 1 --json"],
+    "cluster balance": ["rafka cluster balance --dry-run", "rafka cluster balance --execute --json"],
+    "cluster balancer-status": ["rafka cluster balancer-status", "rafka cluster balancer-status --json"],
     "topic create": ["rafka topic create clicks -p 6 -r 3 -c min.insync.replicas=2", "rafka topic create a b c"],
     "topic list": ["rafka topic list", "rafka topic list -i --json"],
     "topic describe": ["rafka topic describe clicks", "rafka topic describe clicks -a"],

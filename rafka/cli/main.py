@@ -9,6 +9,7 @@
     rafka topic add-partitions NAME -n N | alter-config NAME --set k=v [--delete k]
     rafka topic trim-prefix NAME -o OFFSET | elect-leaders | reassign NAME -p P --replicas 1,2,0
     rafka cluster configs [--broker N]                      (rafka/cli/topics.py)
+    rafka cluster balance --dry-run|--execute | balancer-status   the partition balancer (rafka/cli/balance.py)
     rafka topic produce NAME [-k KEY | --key-separator SEP] [-H k=v] [--print-acks]  (a record per stdin line)
     rafka topic consume NAME [-o start|end|N|-N|s@TS|P:SPEC] [-n N] [-e] [-f json|'%k %v %h\\n'] [-E hex] [-g G]
     rafka group list | describe G | seek G --to start|end|N [--topic T] | delete G
@@ -32,6 +33,7 @@ from importlib.metadata import entry_points
 
 from protocol.errors import ClusterNotFoundError, KafkaError
 from protocol.names import INTERNAL_TOPICS
+from rafka.cli import balance as cli_balance
 from rafka.cli import clusterctl
 from rafka.cli import groups as cli_groups
 from rafka.cli import help as cli_help
@@ -447,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_topic_consume)
 
     cli_topics.register(tp, cl, common)
+    cli_balance.register(cl, common)  # `rafka cluster balance` / `balancer-status` (rafka/cli/balance.py)
 
     cli_groups.register(groups, common)
     cli_perf.register(groups, common)
@@ -464,7 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # verbs that only talk to the cluster run in its CLI agent when one is recorded (rafka/cli/remote.py);
 # cluster start/stop, logs, perf, serve, job and verify run in this process
-REMOTE_VERBS = {"topic": None, "group": None, "txn": None, "cluster": {"info", "health", "configs"}}
+REMOTE_VERBS = {
+    "topic": None,
+    "group": None,
+    "txn": None,
+    "cluster": {"info", "health", "configs", "balance", "balancer-status"},
+}
 
 
 def _mark_remote(groups) -> None:
