@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import time
 from collections.abc import Collection
 from typing import Any, Protocol
 
 import msgpack
 
 from actors.channels.listener import TokenListener, serving
+from actors.server.replication_quota import LEADER_RATE, LEADER_REPLICAS, ReplicationQuotaManager, throttled_replicas
 from protocol import errors as E
 from protocol.channel_frames import U32, BadFrame
 from protocol.messages import FetchRequest, FetchResponse
@@ -38,7 +40,9 @@ class ConnectionLost(Exception):
 
 
 class ServedPartition(Protocol):
-    """What the server needs of a leader replica (``Replica`` in actors/replica.py)."""
+    """What the server needs of a leader replica (``Replica`` in actors/replica.py). A served partition with
+    ``replica_conf`` (its replica settings: the throttle's rate and list) and ``partition`` (its ISR, broker id and
+    partition number) can be throttled (``ReplicationServer.leader_quota``)."""
 
     def replica_ids(self) -> Collection[int]: ...
 
@@ -91,7 +95,18 @@ class ReplicationServer(TokenListener):
     def __init__(self, name: str):
         super().__init__(name, self._serve)
         self.partitions: dict[tuple[str, int], ServedPartition] = {}
-        self.stats = {"connections": 0, "refused": 0, "bad_frames": 0, "fetches": 0, "partition_fetches": 0, "pokes": 0}
+        self.stats = {
+            "connections": 0,
+            "refused": 0,
+            "bad_frames": 0,
+            "fetches": 0,
+            "partition_fetches": 0,
+            "pokes": 0,
+            "throttled_bytes": 0,  # records sent to throttled replicas (leader.replication.throttled.replicas)
+            "throttled_holds": 0,  # throttled partitions left out of an answer: the leader's quota was exceeded
+        }
+        # Kafka's leader-side ReplicationQuotaManager, over every partition led in this process
+        self.leader_quota = ReplicationQuotaManager()
 
     def register(self, topic: str, partition: int, served: ServedPartition) -> None:
         self.partitions[(topic, partition)] = served
@@ -169,24 +184,51 @@ class ReplicationServer(TokenListener):
             )
         return served.fetch_now(req, track)
 
+    def _leader_throttled(self, replica_id: int, entry: list) -> bool:
+        """Kafka's shouldLeaderThrottle, less the quota: a follower out of the ISR fetching a partition whose
+        ``leader.replication.throttled.replicas`` names this broker's replica, with a leader rate set."""
+        served = self.partitions.get((entry[0], entry[1]))
+        conf = getattr(served, "replica_conf", None)
+        p = getattr(served, "partition", None)
+        if conf is None or p is None:
+            return False
+        self.leader_quota.configure(conf, LEADER_RATE)
+        if not self.leader_quota.limited or replica_id in p.isr:
+            return False
+        return throttled_replicas(conf.get(LEADER_REPLICAS)).includes(p.partition, p.broker_id)
+
+    def _hold_throttled(self, answers: list[dict], throttled: list[bool]) -> list[bool]:
+        """Over the leader's quota, the throttled partitions' records stay out of this answer (their follower
+        state moved all the same, as Kafka's readFromLocalLog answers them empty). Which partitions are held."""
+        if not any(throttled) or not self.leader_quota.is_quota_exceeded(time.monotonic()):
+            return [False] * len(answers)
+        for a, t in zip(answers, throttled):
+            if t and a.get("records"):
+                a["records"] = b""
+                self.stats["throttled_holds"] += 1
+        return throttled
+
     async def fetch_session(self, msg: dict, poke: Poke) -> list[dict]:
         """Every partition's answer, in request order. When none has records or an error, the fetch waits up to
         ``max_wait_ms`` for data on any of them (or a poke) and reads them all again (Kafka's DelayedFetch
         over a fetch session's partitions). The answer holds at most ``max_bytes`` of records in all (at least
-        the first partition's), the rest comes with the next fetch."""
+        the first partition's), the rest comes with the next fetch. Throttled replicas' partitions are left out
+        while the leader's quota is exceeded (not waited on either: their data is there), and their bytes counted."""
         rid, parts = msg["replica_id"], msg["partitions"]
         # one request per partition (offset, max bytes, leader epoch) for the read, the wait and the read again
         reqs = [FetchRequest(e[2], e[4], 0, 1, rid, e[3]) for e in parts]
+        throttled = [self._leader_throttled(rid, e) for e in parts]
         answers = [self._fetch_one(rid, e, r) for e, r in zip(parts, reqs)]
+        held = self._hold_throttled(answers, throttled)
         if msg["max_wait_ms"] > 0 and not any(a["error_code"] or a["records"] for a in answers):
             # one future for the whole wait: a partition's data or a poke resolves it, one timer bounds it (no
             # task, timer or callback per partition per round)
             loop = asyncio.get_running_loop()
             wake = poke.arm(loop)
             ops = []
-            for e, r in zip(parts, reqs):
+            for e, r, h in zip(parts, reqs, held):
                 served = self.partitions.get((e[0], e[1]))
-                if served is not None:
+                if served is not None and not h:
                     ops.append(served.park(r, wake))
             timer = loop.call_later(msg["max_wait_ms"] / 1000, _wake, wake)
             try:
@@ -196,13 +238,18 @@ class ReplicationServer(TokenListener):
                 for op in ops:
                     op.cancel()
             answers = [self._fetch_one(rid, e, r, False) for e, r in zip(parts, reqs)]  # follower state: above
-        total = 0
-        for a in answers:
+            self._hold_throttled(answers, throttled)
+        total = throttled_bytes = 0
+        for a, t in zip(answers, throttled):
             n = len(a.get("records") or b"")
             if total and total + n > msg["max_bytes"]:
                 a["records"] = b""  # over the response's limit: it comes with the next fetch
                 continue
             total += n
+            throttled_bytes += n if t else 0
+        if throttled_bytes:
+            self.leader_quota.record(throttled_bytes, time.monotonic())
+            self.stats["throttled_bytes"] += throttled_bytes
         return answers
 
 

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from typing import Any
 
 from actors.channels.replication_channel import ConnectionLost, ReplicationConnection
+from actors.server.replication_quota import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    ReplicationQuotaManager,
+    throttled_replicas,
+)
 from protocol.replication_frames import encode_session_fetch
 
 log = logging.getLogger("actors.replica")
@@ -25,7 +32,7 @@ class SessionMember:
     """One follower partition in a session: its fetcher (``partition``, ``apply(answer)``), the generation and
     leader epoch it fetches under, its replica config, and ``done``, failed with what ended its membership."""
 
-    __slots__ = ("fetcher", "gen", "leader_epoch", "conf", "done", "applied", "key")
+    __slots__ = ("fetcher", "gen", "leader_epoch", "conf", "done", "applied", "key", "in_sync")
 
     def __init__(self, fetcher: Any, gen: int, leader_epoch: int, conf: dict):
         self.fetcher, self.gen, self.leader_epoch, self.conf = fetcher, gen, leader_epoch, conf
@@ -33,6 +40,7 @@ class SessionMember:
         self.key = (p.topic, p.partition)
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
         self.applied = 0  # answers applied (a member that fetched is not backing off from scratch)
+        self.in_sync = False  # its last answer brought it to the leader's high watermark (Kafka's isReplicaInSync)
 
     def entry(self) -> list:
         p = self.fetcher.partition
@@ -40,6 +48,15 @@ class SessionMember:
 
     def current(self) -> bool:
         return self.fetcher.partition.generation == self.gen
+
+    def throttled(self, quota: ReplicationQuotaManager) -> bool:
+        """Kafka's shouldFollowerThrottle, less the quota: not caught up, a follower rate set, and the topic's
+        ``follower.replication.throttled.replicas`` names this broker's replica."""
+        if self.in_sync:
+            return False
+        quota.configure(self.conf, FOLLOWER_RATE)
+        p = self.fetcher.partition
+        return quota.limited and throttled_replicas(self.conf.get(FOLLOWER_REPLICAS)).includes(p.partition, p.broker_id)
 
     def fail(self, exc: BaseException) -> None:
         if not self.done.done():
@@ -56,6 +73,8 @@ class FetchSession:
         self.in_flight = False
         self.fetches = 0
         self.task: asyncio.Task | None = None
+        self.quota = follower_quota()  # the process's, shared by its sessions (Kafka's per-broker follower quota)
+        self.throttled_holds = 0  # fetches that left throttled members out: the follower quota was exceeded
 
     def describe(self) -> dict:
         """For ``state()``: the leader process's endpoint, this end's local port (one per connection), members."""
@@ -65,7 +84,17 @@ class FetchSession:
             "local_port": None if not sock else sock[1],
             "partitions": len(self.members),
             "fetches": self.fetches,
+            "throttled_holds": self.throttled_holds,
         }
+
+    def _unthrottled(self, batch: list[SessionMember]) -> tuple[list[SessionMember], set[int]]:
+        """The members to fetch for now (every one, less the throttled ones while the follower quota is
+        exceeded) and the ids of the throttled members among them (their bytes count against the quota)."""
+        throttled = {id(m) for m in batch if m.throttled(self.quota)}
+        if throttled and self.quota.is_quota_exceeded(time.monotonic()):
+            self.throttled_holds += 1
+            return [m for m in batch if id(m) not in throttled], set()
+        return batch, throttled
 
     def join(self, member: SessionMember) -> None:
         old = self.members.get(member.key)
@@ -102,7 +131,10 @@ class FetchSession:
                 self.endpoint, self.broker_id, conf["replica.socket.timeout.ms"] / 1000.0
             )
             while self.members:
-                batch = list(self.members.values())
+                batch, throttled = self._unthrottled(list(self.members.values()))
+                if not batch:  # every member is throttled and over the quota: back off (Kafka's fetchBackOffMs)
+                    await asyncio.sleep(conf.get("replica.fetch.backoff.ms", 50) / 1000.0)
+                    continue
                 wait_ms = batch[0].conf["replica.fetch.wait.max.ms"]
                 frame = encode_session_fetch(self.broker_id, wait_ms, 1, RESPONSE_MAX_BYTES, [m.entry() for m in batch])
                 self.in_flight = True
@@ -113,15 +145,21 @@ class FetchSession:
                 if len(answers) != len(batch):
                     raise ConnectionLost(f"{len(answers)} answers to a fetch of {len(batch)} partitions")
                 self.fetches += 1
+                moved = 0
                 for m, answer in zip(batch, answers):
+                    if id(m) in throttled:
+                        moved += len(answer.get("records") or b"")
                     if self.members.get(m.key) is not m or not m.current():
                         continue  # it left, or its partition moved on, while the fetch was out
                     try:
                         m.fetcher.apply(answer)
                         m.applied += 1
+                        hw = answer.get("high_watermark")
+                        m.in_sync = hw is not None and hw >= 0 and m.fetcher.partition.log.log_end_offset >= hw
                     except Exception as exc:  # noqa: BLE001 - this member's trouble, handled by its fetcher
                         del self.members[m.key]
                         m.fail(exc)
+                self._record(moved)
         except asyncio.CancelledError:
             pass
         except ConnectionLost as exc:
@@ -132,8 +170,23 @@ class FetchSession:
         finally:
             self._end()
 
+    def _record(self, nbytes: int) -> None:
+        if nbytes:
+            self.quota.record(nbytes, time.monotonic())
+
 
 _registries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {key: FetchSession}
+_quotas: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> its follower quota
+
+
+def follower_quota() -> ReplicationQuotaManager:
+    """This event loop's (this process's) follower-side quota: ``follower.replication.throttled.rate`` over
+    every session's throttled members."""
+    loop = asyncio.get_running_loop()
+    quota = _quotas.get(loop)
+    if quota is None:
+        quota = _quotas[loop] = ReplicationQuotaManager()
+    return quota
 
 
 def session_for(endpoint: dict, broker_id: int) -> FetchSession:
