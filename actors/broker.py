@@ -31,7 +31,7 @@ from actors.server.broker_config import broker_overrides
 from actors.server.broker_config import validate as validate_broker_config
 from actors.server.broker_placement import DEFAULT_RACK_LABEL
 from actors.server.controller_link import ControllerLink, ControllerUnavailable
-from actors.server.log_dir_lock import LogDirLock
+from actors.server.log_dirs import BrokerLogDirs, LogDirFailures
 from actors.server.replica_hosts import ReplicaHosts
 from actors.server.replica_pool import ReplicaPool
 from actors.server.replica_supervisor import ReplicaSupervisor
@@ -51,7 +51,7 @@ from protocol.errors import (
     error_response,
 )
 from protocol.kv import METADATA_VERSION, read_cluster
-from storage import meta_properties
+from storage.log_dirs import describe_failure
 from storage.partition_metadata import prepare_partition_dir
 
 _REPLICA_CLS = ReplicaActor if hasattr(ReplicaActor, "options") else ray.remote(ReplicaActor)
@@ -84,8 +84,9 @@ class BrokerActor:
         validate_broker_config(self.config)  # a broker that cannot run with its config does not start
         self.node_index = int(node_index)  # this broker's index among its node's brokers (listener ports)
         self.directory_id = ""  # meta.properties' directory.id, read at start
-        self.dir = os.path.join(data_dir, f"broker-{broker_id}")
-        os.makedirs(self.dir, exist_ok=True)
+        # ``log.dirs`` (JBOD), else ``log.dir``, else data_dir/broker-{id}: actors/server/log_dirs.py
+        self.log_dirs = BrokerLogDirs(self.config, os.path.join(data_dir, f"broker-{broker_id}"), self.broker_id)
+        self.dir = self.log_dirs.first
         server_log.configure(server_log.broker_log(data_dir, self.broker_id), f"Broker id={self.broker_id}")
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
@@ -94,7 +95,7 @@ class BrokerActor:
             rack = ctx.get_node_labels().get(self.config.get("broker.rack.label", DEFAULT_RACK_LABEL))
             if rack:
                 self.config["broker.rack"] = rack
-        self.dir_lock = LogDirLock(self.dir)
+        self.log_dir_failures = LogDirFailures(self, self.log_dirs)
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
         hosted = host_max_partitions(self.config)
@@ -127,12 +128,12 @@ class BrokerActor:
     async def start(self) -> dict:
         """Lock the log directory, elect or find the controller, register, then heartbeat and watch it."""
         self._pid_lock = asyncio.Lock()
+        self._loop = asyncio.get_running_loop()
         lock_timeout = int(self.config.get("broker.session.timeout.ms", 9000)) / 1000
-        await asyncio.to_thread(self.dir_lock.acquire, lock_timeout)  # KafkaStorageError when held
-        # the directory's identity: a new one when the disk was replaced (the controller then knows its replicas
-        # are gone, and never elects them while they catch up)
-        props = await asyncio.to_thread(meta_properties.load_or_create, self.dir, self.broker_id)
-        self.directory_id = props["directory.id"]
+        # every log dir locked (KafkaStorageError when held) and identified: a new directory id when a disk was
+        # replaced (the controller then knows its replicas are gone, and never elects them while they catch up)
+        await asyncio.to_thread(self.log_dirs.acquire, lock_timeout)
+        self.directory_id = self.log_dirs.directory_id
         loop = asyncio.get_running_loop()
         # the election first, in the background: the controller's process starts (a worker and its imports)
         # while this broker starts its Kafka listener; ``register`` below waits for the same election
@@ -140,17 +141,17 @@ class BrokerActor:
         try:
             self.wire = await wire.start(self)
         except BaseException:
-            self.dir_lock.release()
+            self.log_dirs.release()
             raise
         self._tasks = [loop.create_task(self.link.probe_loop()), loop.create_task(self.supervisor.probe_loop())]
         res = await self.link.register()
         self.pool.fill()  # warm replica actors, in the background (actors/server/replica_pool.py)
         self._tasks += [loop.create_task(self.link.heartbeat_loop()), loop.create_task(self.link.watch_loop())]
         log.info(
-            "started (broker epoch %d, controller epoch %s, log dir %s, pid %d)",
+            "started (broker epoch %d, controller epoch %s, log dirs %s, pid %d)",
             self.broker_epoch,
             res.get("controller_epoch", self.controller_epoch),
-            self.dir,
+            ",".join(self.log_dirs.dirs),
             os.getpid(),
         )
         return {
@@ -221,11 +222,18 @@ class BrokerActor:
         return lock
 
     def _partition_dir(self, topic: str, p: int) -> str:
-        return os.path.join(self.dir, lai.partition_dir_name(topic, p))
+        """Where the partition's log is, else the log dir with the fewest partitions (KafkaStorageError when its
+        dir is offline)."""
+        return self.log_dirs.partition_path((topic, p))
 
     def _prepare_dir(self, topic: str, p: int, topic_id: str) -> str:
         d = self._partition_dir(topic, p)
-        prepare_partition_dir(d, topic_id)  # a stale log of a re-created topic is wiped (and logged)
+        try:
+            prepare_partition_dir(d, topic_id)  # a stale log of a re-created topic is wiped (and logged)
+        except OSError as e:  # the disk failed: its whole log dir goes offline
+            why = describe_failure(e)
+            self._loop.call_soon_threadsafe(self.log_dir_failures.report, self.log_dirs.dir_containing(d), why)
+            raise KafkaStorageError(f"Error while preparing the log of {topic}-{p} in {d}: {why}") from e
         return d
 
     async def _create_replica(self, s: LeaderAndIsrPartitionState):
@@ -247,6 +255,8 @@ class BrokerActor:
                 self.pool.bound()
             if res.get("error_code"):
                 self.pool.end(h)
+                if res.get("log_dir_failure"):  # the log could not be opened: its disk failed
+                    self.log_dir_failures.report(self.log_dirs.dir_containing(d), res.get("error_message") or "")
                 raise KafkaStorageError(res.get("error_message") or f"binding replica {topic}-{p} failed")
             return h, res.get("pid")
         raise RuntimeError(f"no replica actor for {topic}-{p} could be started")
@@ -286,9 +296,18 @@ class BrokerActor:
             for key in lai.replicas_to_remove(list(self.replicas), states):
                 async with self._lock(key):
                     await self._stop_one(key, delete=True)
-            for name in lai.stray_partition_dirs(os.listdir(self.dir), states):
-                log.info("broker %s: deleting stray log %s", self.broker_id, name)
-                shutil.rmtree(os.path.join(self.dir, name), ignore_errors=True)
+            for d in self.log_dirs.online():
+                try:
+                    names = os.listdir(d)
+                except OSError as e:
+                    self.log_dir_failures.report(d, describe_failure(e))
+                    continue
+                for name in lai.stray_partition_dirs(names, states):
+                    log.info("broker %s: deleting stray log %s in %s", self.broker_id, name, d)
+                    shutil.rmtree(os.path.join(d, name), ignore_errors=True)
+                    key = lai.parse_partition_dir(name)
+                    if key is not None and self.log_dirs.dir_of(key) == d:
+                        self.log_dirs.forget(key)
         return LeaderAndIsrResponse(partitions=tuple(results)).to_dict()
 
     async def replica_gone(self, key) -> None:
@@ -308,7 +327,10 @@ class BrokerActor:
             except (RayActorError, RayTaskError, KafkaError) as e:
                 res.update(_err_dict(e))
         if delete:
-            shutil.rmtree(self._partition_dir(*key), ignore_errors=True)
+            d = self.log_dirs.dir_of(key)
+            if d is not None and d not in self.log_dirs.offline:
+                shutil.rmtree(os.path.join(d, lai.partition_dir_name(*key)), ignore_errors=True)
+            self.log_dirs.forget(key)
         return res
 
     async def stop_replica(self, request: StopReplicaRequest) -> dict:
@@ -467,6 +489,27 @@ class BrokerActor:
     def hosted_partitions(self) -> list[tuple[str, int]]:
         return sorted(self.replicas)
 
+    async def describe_log_dirs(self, partitions: list | None = None) -> list[dict]:
+        """DescribeLogDirs of this broker (actors/server/log_dirs.py ``describe``): each log dir with its error,
+        volume bytes and partitions (``[[topic, partition], ...]`` to name some; None: all), each partition's
+        size and lag from its running replica (measured on disk when it does not answer within 5 s)."""
+        wanted = None if partitions is None else [(str(t), int(p)) for t, p in partitions]
+        keys = [k for k in self.replicas if wanted is None or k in wanted]
+
+        async def figures(key):
+            try:
+                return key, await asyncio.wait_for(self.replicas[key].metrics.remote(), 5)
+            except (RayActorError, RayTaskError, asyncio.TimeoutError, KeyError):
+                return key, None
+
+        sizes = {k: f for k, f in await asyncio.gather(*(figures(k) for k in keys)) if isinstance(f, dict)}
+        sizes = {k: {"size": f.get("size", 0), **f} for k, f in sizes.items() if "log_end_offset" in f}
+        return await asyncio.to_thread(self.log_dirs.describe, sizes, wanted)
+
+    def log_dir_failures_seen(self) -> list[dict]:
+        """The log dirs that failed since this broker started: ``[{log_dir, why, partitions, reported}]``."""
+        return [dict(e) for e in self.log_dir_failures.handled]
+
     # ---- shutdown -------------------------------------------------------------------------------------
     def prepare_shutdown(self) -> dict:
         """Stop heartbeating and watching the controller (a cluster shutdown is under way)."""
@@ -487,7 +530,7 @@ class BrokerActor:
         keys = list(self.replicas)
         res = await asyncio.gather(*(self._stop_one(k, delete=False) for k in keys))
         self.pool.shutdown()
-        self.dir_lock.release()
+        self.log_dirs.release()
         return {"error_code": 0, "partitions": list(res)}
 
     def ping(self) -> int:

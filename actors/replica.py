@@ -54,6 +54,7 @@ from protocol.messages import (
 from protocol.names import broker_name
 from protocol.txn_messages import TxnResponse, TxnVerifiedRequest, WriteTxnMarkersRequest
 from storage.log import Log, LogConfig
+from storage.log_dirs import is_storage_failure
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class Replica:
         self.bound = False
         self.dir_lock: LogDirLock | None = None
         self._stopped: asyncio.Future | None = None  # answers the broker's supervise() long-poll
+        self.dir_failure: dict | None = None  # set when the log's directory failed (``_log_dir_failed``)
+        self._loop: asyncio.AbstractEventLoop | None = None
         if binding:
             self._bind(*binding)
 
@@ -101,10 +104,12 @@ class Replica:
                 if time.monotonic() >= deadline:
                     lock.acquire(0)  # raises KafkaStorageError naming the holder's pid
                 await asyncio.sleep(0.05)
+            self._loop = asyncio.get_running_loop()
             self._bind(cluster, topic, partition, topic_id, broker_id, log_dir, config_props, lock)
         except Exception as exc:  # noqa: BLE001 - answered, the broker kills this actor
             lock.release()
-            return _err(exc)
+            # the log could not be opened for the disk's sake: the broker takes its log dir offline
+            return {**_err(exc), "log_dir_failure": is_storage_failure(exc)}
         return {"error_code": 0, "error_message": None, "pid": os.getpid()}
 
     def _bind(
@@ -139,6 +144,7 @@ class Replica:
         self.config_props = dict(config_props or {})
         self.config = LogConfig.from_props(topic_props)
         self.log = Log(log_dir, self.config, now_ms=now_ms())
+        self.log.on_dir_failure = self._log_dir_failed  # an I/O error: the broker takes the whole log dir offline
         self.partition = Partition(self.broker_id, self.log, topic, int(partition))
         self.partition.topic_id = topic_id
         self.replica_manager = replica_manager_of(self.broker_id)  # the broker's, shared by this process's replicas
@@ -158,6 +164,25 @@ class Replica:
         )
         self.housekeeping = ReplicaHousekeeping(self.partition, self._stats, f"{self.tp} b{self.broker_id}", now_ms())
         self.bound = True
+
+    def _log_dir_failed(self, log_dir: str, err: E.KafkaStorageError) -> None:
+        """The log went offline on an I/O error (storage/log.py ``Log.fail``): the broker's supervise() long-poll
+        is answered with it, and the broker stops every replica of that log dir and tells the controller
+        (actors/server/log_dirs.py). Until then this replica answers KAFKA_STORAGE_ERROR."""
+        if self.dir_failure is not None:
+            return
+        self.dir_failure = {"reason": "log_dir_failure", "log_dir": log_dir, "error_message": err.message}
+
+        def answer() -> None:
+            if self._stopped is not None and not self._stopped.done():
+                self._stopped.set_result(self.dir_failure)
+
+        try:
+            asyncio.get_running_loop()
+            answer()
+        except RuntimeError:  # a compaction thread: the answer is the event loop's to give
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(answer)
 
     # ---- LeaderAndIsr -----------------------------------------------------------------------------
     def _ignored(self, stale: str) -> dict:
@@ -213,11 +238,14 @@ class Replica:
         )
         return {"error_code": 0, "error_message": None}
 
-    async def stop(self, delete: bool = False) -> dict:
+    async def stop(self, delete: bool = False, abandon: bool = False) -> dict:
         """StopReplica: answer parked requests, stop the loops, close (and with ``delete`` remove) the log,
-        release the partition directory's lock. An unbound (pool) actor has nothing to stop."""
+        release the partition directory's lock. ``abandon``: the log dir failed, its files are closed without
+        writing anything (no flush, no clean-shutdown marker). An unbound (pool) actor has nothing to stop."""
         if not self.bound:
             return {"error_code": 0, "error_message": None}
+        if abandon:
+            self.log.abandon()
         if not self.partition.stop():
             return {"error_code": 0, "error_message": None}
         self._cancel_follower()
@@ -522,6 +550,8 @@ class Replica:
     async def supervise(self) -> dict:
         """The broker's long-poll: pending while the replica runs (raises at the caller when the process
         dies), answered when it is stopped on purpose."""
+        if self.dir_failure is not None:
+            return self.dir_failure
         if self.bound and self.partition.role == STOPPED:
             return {"reason": "stopped"}
         if self._stopped is None:

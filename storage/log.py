@@ -6,11 +6,13 @@ every mutation and flushing: docs/internals.md (storage/).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 
 from protocol.errors import (
     KafkaStorageError,
@@ -24,6 +26,7 @@ from storage.checkpoint import create_marker, fsync_dir, write_offset_checkpoint
 from storage.cleaner import CleanerStats, CleanPass
 from storage.epoch_cache import LeaderEpochCache
 from storage.log_config import LogConfig
+from storage.log_dirs import describe_failure, is_storage_failure
 from storage.log_loader import (
     CLEAN_SHUTDOWN_FILE,
     EPOCH_FILE,
@@ -92,6 +95,23 @@ def _dirty_enough(p: CleanPass, dirty_from: int, now_ms: int, config: LogConfig)
     return 0 <= first < now_ms - config.max_compaction_lag_ms
 
 
+def _io_guarded(method):
+    """A Log operation whose OSError (or KafkaStorageError raised from one) is the log directory failing: the log
+    goes offline for good (``Log.fail``: every later call raises KafkaStorageError, nothing is written again) and
+    its ``on_dir_failure`` is told, once (Kafka's ``LocalLog.maybeHandleIOException``)."""
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:
+            if self.failure is not None or not is_storage_failure(exc):
+                raise
+            raise self.fail(exc) from exc
+
+    return guarded
+
+
 # ---------------------------------------------------------------------------------------------- log
 
 
@@ -112,6 +132,9 @@ class Log:
         self._unflushed = 0
         self._cleaning: CleanPass | None = None  # the compaction pass between begin_clean and end_clean
         self._last_flush_ms = self._last_checkpoint_ms = now
+        self.failure: KafkaStorageError | None = None  # set once the directory failed (``fail``)
+        # told (directory, error) when an I/O error takes this log offline (the replica reports its log dir)
+        self.on_dir_failure: Callable[[str, KafkaStorageError], None] | None = None
         self.epoch_cache = LeaderEpochCache(os.path.join(self.dir, EPOCH_FILE))
         self.producer_state = ProducerStateManager(self.dir)
         self._load(now)
@@ -163,6 +186,7 @@ class Log:
         """New configs apply from now on (index sizes to segments created from now on)."""
         self.config = config
 
+    @_io_guarded
     def update_high_watermark(self, hw: int) -> int:
         """Set the high watermark (clamped into ``[log_start_offset, log_end_offset]``); returns it."""
         self._hw = min(max(hw, self._log_start_offset), self._leo)
@@ -179,8 +203,36 @@ class Log:
         return self.epoch_cache.end_offset_for_epoch(epoch, self._leo)
 
     def _check_open(self) -> None:
+        if self.failure is not None:
+            raise KafkaStorageError(self.failure.message)
         if self._closed:
             raise KafkaStorageError(f"log {self.dir} is closed")
+
+    def fail(self, exc: BaseException) -> KafkaStorageError:
+        """The log's directory failed (``exc``, an I/O error): the log is offline from now on, its files closed
+        without a flush or the clean-shutdown marker (the next open recovers from the recovery point, cutting a
+        torn write); ``on_dir_failure`` is told once. Returns the KafkaStorageError its callers raise."""
+        if self.failure is not None:
+            return self.failure
+        self.failure = KafkaStorageError(
+            f"Error while writing to the log of {os.path.basename(self.dir)} in dir {os.path.dirname(self.dir)}: "
+            f"{describe_failure(exc)}; the log is offline until the broker restarts"
+        )
+        log.error("%s", self.failure.message)
+        self.abandon()
+        if self.on_dir_failure is not None:
+            try:
+                self.on_dir_failure(os.path.dirname(self.dir), self.failure)
+            except Exception:  # noqa: BLE001 - the owner's callback must not hide the storage error
+                log.exception("log %s: the directory-failure callback failed", self.dir)
+        return self.failure
+
+    def abandon(self) -> None:
+        """Close every file without writing anything (a failed directory's logs: Kafka's ``closeHandlers``)."""
+        self._abort_cleaning()
+        for seg in self._segments:
+            seg.abandon()
+        self._closed = True
 
     # ------------------------------------------------------------------ loading and recovery
     def _new_segment(self, base: int, now_ms: int, suffix: str = "") -> LogSegment:
@@ -217,6 +269,7 @@ class Log:
                 write_offset_checkpoint(os.path.join(self.dir, name), value)
                 self._written[name] = value
 
+    @_io_guarded
     def flush(self, now_ms: int | None = None, checkpoint: bool = True) -> None:
         """fsync every segment above the recovery point, move the recovery point to the log end and
         (unless ``checkpoint`` is False) persist the recovery point, high watermark and log start."""
@@ -232,6 +285,7 @@ class Log:
             self._write_checkpoints()
             self._last_checkpoint_ms = now
 
+    @_io_guarded
     def maybe_flush(self, now_ms: int) -> bool:
         """Apply the flush policy (``flush.messages``, ``flush.ms``, rolled-but-unflushed segments);
         returns whether it flushed. The owner may call this on a timer."""
@@ -246,6 +300,7 @@ class Log:
         return False
 
     # ------------------------------------------------------------------ append
+    @_io_guarded
     def append_as_leader(
         self, batches: bytes, leader_epoch: int, now_ms: int, origin: str = log_validator.CLIENT
     ) -> LogAppendInfo:
@@ -332,6 +387,7 @@ class Log:
             seen[pid] = h
         return None
 
+    @_io_guarded
     def append_as_follower(self, batches: bytes, now_ms: int | None = None) -> LogAppendInfo:
         """Append batches fetched from the leader, keeping their offsets and epochs: the first must start
         at the log end (a compacted topic may skip ahead), each must continue the previous one."""
@@ -392,6 +448,7 @@ class Log:
         elif seg.size == 0 and not seg.can_convert_to_relative_offset(max_offset):
             self.roll(now_ms, first_offset)
 
+    @_io_guarded
     def roll(self, now_ms: int | None = None, new_base: int | None = None) -> LogSegment:
         """Start a new active segment at ``new_base`` (default: the log end); an empty active segment is
         reused (or replaced when ``new_base`` differs). Snapshots producer state at the new base."""
@@ -427,6 +484,7 @@ class Log:
     def _segment_index(self, offset: int) -> int:
         return max(bisect_right(self._bases, offset) - 1, 0)
 
+    @_io_guarded
     def read(
         self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
     ) -> FetchDataInfo:
@@ -453,6 +511,7 @@ class Log:
                 return FetchDataInfo(*r)
         return empty
 
+    @_io_guarded
     def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[start_offset, upper_bound_offset)`` (marker at or
         after the start, first offset below the bound), for a read_committed fetch: Kafka's
@@ -462,6 +521,7 @@ class Log:
         return collect_aborted((s.txn_index for s in segs), start_offset, upper_bound_offset)
 
     # ------------------------------------------------------------------ offsets by time
+    @_io_guarded
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets: ``(offset, timestamp, leader_epoch)`` of the first record with a timestamp >=
         ``timestamp``; -2/-4 earliest (log start), -1 latest (log end), -3 the record with the largest
@@ -470,6 +530,7 @@ class Log:
         return offset_by_timestamp(self._segments, self._log_start_offset, self._leo, self.epoch_cache, timestamp)
 
     # ------------------------------------------------------------------ truncation
+    @_io_guarded
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
         """Remove every batch at or above ``offset`` (a batch holding it goes whole); returns whether
         anything was removed. Below the first segment this is ``truncate_fully_and_start_at``."""
@@ -507,6 +568,7 @@ class Log:
         self._rp, self._hw = min(self._rp, offset), min(self._hw, offset)
         self._write_checkpoints()
 
+    @_io_guarded
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything; the log restarts empty at ``offset`` (log start = end = high watermark)."""
         self._check_open()
@@ -526,6 +588,7 @@ class Log:
 
     # ------------------------------------------------------------------ DeleteRecords and retention
     # Data goes from the start of the log only, in whole segments, in a crash-safe order (docs/internals.md).
+    @_io_guarded
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the high watermark,
         else OffsetOutOfRangeError), persist it, drop whole segments below it; returns the log start."""
@@ -551,6 +614,7 @@ class Log:
         self.epoch_cache.truncate_from_start(offset)
         self.producer_state.evict_unretained(offset)
 
+    @_io_guarded
     def delete_old_segments(self, now_ms: int) -> int:
         """Retention: with ``cleanup.policy`` delete, whole segments older than ``retention.ms`` (by their
         largest timestamp) and the oldest segments beyond ``retention.bytes`` (never the active one); in
@@ -620,6 +684,7 @@ class Log:
     # ------------------------------------------------------------------ compaction
     # begin_clean / end_clean on the owner thread around a pass's build on any thread (storage/cleaner.py), or
     # compact for the three in a row; every operation that removes or rewrites segments aborts a pass first.
+    @_io_guarded
     def begin_clean(self, now_ms: int, dirty_from: int = 0) -> CleanPass | None:
         """Plan a pass (owner thread): None when ``cleanup.policy`` has no compact, a pass is already under
         way, or the range is not dirty enough. ``dirty_from`` is where the owner's last pass ended (Kafka's
@@ -665,6 +730,7 @@ class Log:
             stats = self.end_clean(p)
         return stats if stats is not None else CleanerStats()
 
+    @_io_guarded
     def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment]) -> None:
         """Swap a cleaned segment (built with suffix ``.cleaned``, covering exactly the offsets of the
         contiguous ``old_segments``) into the log: flush it, rename it ``.swap`` (the commit point:
@@ -692,9 +758,13 @@ class Log:
         self._bases.insert(i, new_segment.base_offset)
 
     # ------------------------------------------------------------------ lifecycle
+    @_io_guarded
     def close(self) -> None:
         """Flush, checkpoint, snapshot producer state and mark the shutdown clean."""
         if self._closed:
+            return
+        if self.failure is not None:  # a failed directory is never written again
+            self.abandon()
             return
         self._abort_cleaning()
         # Everything durable before the marker: it tells the next open that no repair is needed.

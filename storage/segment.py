@@ -564,6 +564,23 @@ class LogSegment:
         os.close(self._fd)
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close the files without writing anything (no index entry, no flush): the segment's directory has
+        failed; what reached the disk is recovered on the next open."""
+        if self._closed:
+            return
+        for idx in (self._offset_index, self._time_index):
+            if idx is not None:
+                try:
+                    idx.close()
+                except (OSError, ValueError):
+                    pass
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self._closed = True
+
     def delete(self) -> None:
         """Close and remove the four files."""
         if not self._closed:

@@ -54,6 +54,8 @@ class BalancePlan:
     down_brokers: list[int] = field(default_factory=list)  # down, not yet past the delay
     replicas_per_broker: dict[int, int] = field(default_factory=dict)  # live brokers, once the moves are done
     leaders_per_broker: dict[int, int] = field(default_factory=dict)  # preferred leaders, likewise
+    replicas_before: dict[int, int] = field(default_factory=dict)  # the same two before the moves
+    leaders_before: dict[int, int] = field(default_factory=dict)
     replica_band: tuple[int, int] = (0, 0)
     leader_band: tuple[int, int] = (0, 0)
     balance_skipped: str = ""  # why balancing was not planned ("" when it was)
@@ -76,6 +78,8 @@ class BalancePlan:
             "down_brokers": list(self.down_brokers),
             "replicas_per_broker": {str(b): n for b, n in sorted(self.replicas_per_broker.items())},
             "leaders_per_broker": {str(b): n for b, n in sorted(self.leaders_per_broker.items())},
+            "replicas_before": {str(b): n for b, n in sorted(self.replicas_before.items())},
+            "leaders_before": {str(b): n for b, n in sorted(self.leaders_before.items())},
             "replica_band": list(self.replica_band),
             "leader_band": list(self.leader_band),
             "balanced": self.balanced,
@@ -156,6 +160,8 @@ class _Planner:
             in_progress=sum(1 for _, _, s in self.parts if s.reassigning),
             lost_brokers=sorted(self.lost),
             down_brokers=sorted(self.down),
+            replicas_before={b: self.load[b] for b in sorted(self.alive)},
+            leaders_before={b: self.lead[b] for b in sorted(self.alive)},
         )
 
     def _involved(self, s: PartitionRegistration, adding) -> list[int]:

@@ -93,12 +93,14 @@ class ReplicaSupervisor:
                         "process is stopped: killed"
                     ) from None
 
-    async def stop(self, key: tuple, handle, delete: bool, pid: int | None) -> dict:
+    async def stop(self, key: tuple, handle, delete: bool, pid: int | None, abandon: bool = False) -> dict:
         """StopReplica of an unwatched replica, bounded: one that does not answer within the session
         timeout (frozen) has its process killed, so it never wakes to write into a log being deleted or
-        reopened by its successor. The handle is killed either way."""
+        reopened by its successor. The handle is killed either way. ``abandon``: its log dir failed, the log is
+        closed without writing (actors/server/log_dirs.py)."""
         try:
-            return await asyncio.wait_for(handle.stop.remote(delete), self.session_s)
+            ref = handle.stop.remote(delete, True) if abandon else handle.stop.remote(delete)
+            return await asyncio.wait_for(ref, self.session_s)
         except asyncio.TimeoutError:
             if pid is None:  # frozen before its first probe answered: GCS knows its process
                 pid = await asyncio.to_thread(actor_pid, process_handle(handle))
@@ -113,13 +115,16 @@ class ReplicaSupervisor:
     # ---- detection ------------------------------------------------------------------------------------
     async def _long_poll(self, key, seq, handle) -> None:
         try:
-            await handle.supervise.remote()
+            res = await handle.supervise.remote()
         except asyncio.CancelledError:
             return
         except RayActorError as e:
             await self.on_death(key, seq, handle, f"died ({type(e).__name__})")
         except RayTaskError as e:
             log.warning("broker %s: supervise() of %s failed: %s", self.b.broker_id, key, e)
+        else:
+            if isinstance(res, dict) and res.get("reason") == "log_dir_failure":  # its log dir failed: all go
+                self.b.log_dir_failures.report(res.get("log_dir"), res.get("error_message") or "I/O error")
 
     async def probe_loop(self) -> None:
         while not self.b.stopping:

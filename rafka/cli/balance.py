@@ -10,7 +10,11 @@ from rafka.cli.support import EXIT_OK, UsageError, connect, print_result, table
 
 def _brokers(plan: dict) -> str:
     reps, leads = plan.get("replicas_per_broker") or {}, plan.get("leaders_per_broker") or {}
-    rows = [[b, reps.get(b, 0), leads.get(b, 0)] for b in sorted(reps, key=int)]
+    reps0, leads0 = plan.get("replicas_before") or reps, plan.get("leaders_before") or leads
+    rows = [
+        [b, f"{reps0.get(b, 0)} -> {reps.get(b, 0)}", f"{leads0.get(b, 0)} -> {leads.get(b, 0)}"]
+        for b in sorted(reps, key=int)
+    ]
     lo, hi = plan.get("replica_band") or (0, 0)
     llo, lhi = plan.get("leader_band") or (0, 0)
     return (

@@ -93,6 +93,8 @@ class Backend(Protocol):
 
     async def controller_id(self) -> int: ...
 
+    async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list[dict]: ...
+
     async def group_call(self, request) -> dict: ...
 
 
@@ -300,6 +302,10 @@ class BrokerBackend:
 
     async def list_partition_reassignments(self, timeout_ms: int) -> list[dict] | dict:
         return await self._controller("list_partition_reassignments", timeout_s=timeout_ms / 1000)
+
+    async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list[dict]:
+        """This broker's log dirs (actors/broker.py ``describe_log_dirs``)."""
+        return await self.broker.describe_log_dirs(None if partitions is None else [list(k) for k in partitions])
 
     async def controller_id(self) -> int:
         res = await self._controller("describe_controller", timeout_s=5)

@@ -36,6 +36,7 @@ def test_a_heal_plan_renders_its_moves_and_the_brokers_after_it():
     assert "lost brokers (down past replica.auto.heal.delay.ms): [3]" in text
     assert "balance not planned: healing first" in text
     assert "BROKER  REPLICAS  PREFERRED-LEADERS" in text
+    assert "0       1 -> 2    1 -> 1" in text  # broker 0 receives the lost broker's replica
 
 
 def test_a_plan_with_nothing_to_do():

@@ -1,0 +1,80 @@
+"""DescribeLogDirs (35) without Ray: KafkaApis in front of a backend whose ``describe_log_dirs`` is a real
+BrokerLogDirs over two directories on disk (one failed), encoded as a client sends it and decoded from the bytes
+the listener writes, at v1 (no volume bytes) and v4."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from kio.index import load_response_schema
+from kio.schema.describe_log_dirs.v1 import request as dl1
+from kio.schema.describe_log_dirs.v4 import request as dl4
+
+from actors.server.log_dirs import BrokerLogDirs
+from protocol.errors import KafkaStorageError
+from serve.kafka_wire import codec, versions
+from serve.kafka_wire.apis import KafkaApis
+
+
+class LogDirsBackend:
+    broker_id, cluster_id = 0, "unit"
+
+    def __init__(self, dirs: BrokerLogDirs, figures: dict):
+        self.dirs, self.figures = dirs, figures
+        self.asked: list = []
+
+    async def describe_log_dirs(self, partitions):
+        self.asked.append(partitions)
+        return self.dirs.describe(self.figures, partitions)
+
+
+def call(backend, request):
+    frame = codec.encode_request(5, request)
+    out = asyncio.run(KafkaApis(backend).handle(frame[4:]))
+    assert out is not None
+    cid, resp = codec.decode_response(out[4:], load_response_schema(request.__api_key__, request.__version__))
+    assert cid == 5
+    return resp
+
+
+def backend(tmp_path):
+    a, b = str(tmp_path / "d0"), str(tmp_path / "d1")
+    ld = BrokerLogDirs({"log.dirs": f"{a},{b}"}, "/unused", 0)
+    ld.acquire(1)
+    for key in (("orders", 0), ("orders", 1), ("audit", 0)):
+        os.makedirs(ld.partition_path(key))  # orders-0 -> d0, orders-1 -> d1, audit-0 -> d0
+    ld.mark_offline(b, "ENOSPC: No space left on device")
+    figures = {("orders", 0): {"size": 4096, "log_end_offset": 50, "high_watermark": 50}}
+    return ld, LogDirsBackend(ld, figures)
+
+
+def test_describe_log_dirs_v4_all_partitions_with_a_failed_dir(tmp_path):
+    ld, be = backend(tmp_path)
+    assert versions.SUPPORTED[versions.DESCRIBE_LOG_DIRS] == (1, 4)
+    resp = call(be, dl4.DescribeLogDirsRequest(topics=None))
+    assert be.asked == [None] and resp.error_code == 0
+    by_dir = {r.log_dir: r for r in resp.results}
+    ok, failed = by_dir[ld.dirs[0]], by_dir[ld.dirs[1]]
+    assert ok.error_code == 0 and ok.total_bytes > 0 and 0 <= ok.usable_bytes <= ok.total_bytes
+    got = {
+        (t.name, p.partition_index): (p.partition_size, p.offset_lag, p.is_future_key)
+        for t in ok.topics
+        for p in t.partitions
+    }
+    assert got == {("orders", 0): (4096, 0, False), ("audit", 0): (0, 0, False)}
+    assert failed.error_code == KafkaStorageError.code and failed.topics == ()
+    assert (failed.total_bytes, failed.usable_bytes) == (-1, -1)
+    ld.release()
+
+
+def test_describe_log_dirs_v1_named_partitions_and_none(tmp_path):
+    ld, be = backend(tmp_path)
+    named = dl1.DescribeLogDirsRequest(topics=(dl1.DescribableLogDirTopic(topic="audit", partitions=(0, 7)),))
+    resp = call(be, named)
+    assert be.asked == [[("audit", 0), ("audit", 7)]]
+    ok = {r.log_dir: r for r in resp.results}[ld.dirs[0]]
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in ok.topics] == [("audit", [0])]
+    empty = call(be, dl1.DescribeLogDirsRequest(topics=()))  # an empty list: the dirs, no partition
+    assert [r.topics for r in empty.results] == [(), ()]
+    ld.release()
