@@ -23,6 +23,7 @@ from actors.replication.housekeeping import ReplicaHousekeeping
 from actors.replication.leader_writes import LeaderWrites
 from actors.replication.partition import Partition
 from actors.replication.partition_state import FOLLOWER, STOPPED, LeaderHwChange
+from actors.replication.read_replica import ReadReplicas, broker_racks
 from actors.replication.replica_config import split_config
 from actors.replication.replica_fetcher import ReplicaFetcher
 from actors.replication.replica_manager import (
@@ -37,6 +38,7 @@ from actors.replication.replica_manager import (
 from actors.server import server_log
 from actors.server.log_dir_lock import LogDirLock
 from actors.server.metrics import ReplicaStats
+from actors.server.replica_selector import REPLICA_SELECTOR_CLASS
 from protocol import errors as E
 from protocol.clock import now_ms
 from protocol.control_messages import LeaderAndIsrPartitionState
@@ -150,6 +152,7 @@ class Replica:
         self.replica_manager = replica_manager_of(self.broker_id)  # the broker's, shared by this process's replicas
         self.replica_manager.add_partition(self.partition)
         self.fetcher = ReplicaFetcher(cluster, self.partition)
+        self.read_replicas = ReadReplicas(self.partition, broker_racks(cluster, self.broker_id))  # KIP-392
         self._follower_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
         self.alter_partition = AlterPartitionManager(cluster, self.partition, self._isr_applied)
@@ -293,12 +296,16 @@ class Replica:
     async def fetch(self, req: FetchRequest) -> dict:
         t0 = time.perf_counter()
         answer = await self._fetch(req)
+        self.read_replicas.served(req, answer)
         self.metrics_stats.fetched(getattr(req, "is_follower", False), answer, (time.perf_counter() - t0) * 1000)
         return answer
 
     async def _fetch(self, req: FetchRequest) -> dict:
         try:
             req = check_request(req, FetchRequest, "fetch")
+            moved = await self.read_replicas.redirect(req, self.replica_conf.get(REPLICA_SELECTOR_CLASS))
+            if moved is not None:  # KIP-392: the broker's replica selector names another replica
+                return moved
             resp = self._fetch_now(req)
             if resp["error_code"] or req.max_wait_ms <= 0 or len(resp["records"]) >= max(1, req.min_bytes):
                 return resp
@@ -310,7 +317,7 @@ class Replica:
         """The fetch without its wait: the leader check, a follower's fetch state (unless ``track`` is False),
         the read."""
         p = self.partition
-        err = p.check_leader(req.current_leader_epoch)
+        err = p.check_leader(req.current_leader_epoch, req.fetch_only_leader)
         if err is not None:
             raise err
         if track and req.is_follower:
@@ -433,6 +440,7 @@ class Replica:
                 segments=len(lg.segments),
             )
         st["stats"] = dict(self._stats)
+        st["read_replica"] = self.read_replicas.describe()  # KIP-392: redirects as leader, reads served as follower
         st["replication_listener"] = dict(self.replication.stats, port=self.replication.port)
         st["client_listener"] = self.clients.describe()
         st["produce_listener"] = produce_listener(self.replication).describe()  # the process's, shared

@@ -126,15 +126,29 @@ class FetchRequest:
     # Kafka's minOneMessage: the first batch goes whole even over max_bytes (else: only what fits, maybe nothing;
     # the wire Fetch reads later partitions so once the response's fetch.max.bytes is spent)
     min_one_message: bool = True
+    # KIP-392: the client's metadata (Fetch v11+ carries it): None, none (only the leader serves the fetch); else
+    # its ``client.rack`` ("" when it set none): any replica serves it up to its HW, and the leader's
+    # ``replica.selector.class`` may answer a preferred read replica instead of records
+    client_rack: str | None = None
 
     @property
     def is_follower(self) -> bool:
         return self.replica_id >= 0
 
+    @property
+    def fetch_only_leader(self) -> bool:
+        """Kafka's FetchParams.fetchOnlyLeader: a follower's fetch, or a consumer's without client metadata."""
+        return self.replica_id >= 0 or self.client_rack is None
+
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse(_Response):
-    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("log_end_offset", "leader_epoch", "aborted_transactions")
+    _OMIT_DEFAULT: ClassVar[tuple[str, ...]] = (
+        "log_end_offset",
+        "leader_epoch",
+        "aborted_transactions",
+        "preferred_read_replica",
+    )
 
     error_code: int = 0
     error_message: str | None = None
@@ -147,6 +161,8 @@ class FetchResponse(_Response):
     leader_epoch: int | None = None  # follower fetches only
     # read_committed only: (producer_id, first_offset) of the aborted transactions overlapping the records
     aborted_transactions: tuple[tuple[int, int], ...] | None = None
+    # KIP-392: the broker the consumer should fetch from instead (no records then); -1: this one
+    preferred_read_replica: int = -1
 
 
 # ---- list offsets --------------------------------------------------------------------------------------

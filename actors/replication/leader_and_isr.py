@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.replication.replica_config import REPLICA_DEFAULTS
+from actors.replication.replica_config import REPLICA_DEFAULTS, REPLICA_STRING_DEFAULTS
 from protocol.control_messages import LeaderAndIsrPartitionError, LeaderAndIsrPartitionState
 from protocol.errors import NotLeaderOrFollowerError, StaleControllerEpochError, error_response
 
@@ -47,7 +47,8 @@ BROKER_TOPIC_DEFAULTS = {
     "log.message.timestamp.type": "message.timestamp.type",
     "min.insync.replicas": "min.insync.replicas",
 }
-REPLICA_KEYS = tuple(REPLICA_DEFAULTS)  # the broker settings its replicas take (replica_config.py)
+# the broker settings its replicas take (replica_config.py)
+REPLICA_KEYS = (*REPLICA_DEFAULTS, *REPLICA_STRING_DEFAULTS)
 
 NOT_A_REPLICA, CREATE, RECREATE, UPDATE = "not_a_replica", "create", "recreate", "update"
 

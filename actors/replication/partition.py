@@ -133,8 +133,9 @@ class Partition:
         self.generation += 1
         return True
 
-    def check_leader(self, current_leader_epoch: int | None) -> E.KafkaError | None:
-        """The error a leader-only request gets here (epoch fencing, not the leader), or None."""
+    def check_leader(self, current_leader_epoch: int | None, require_leader: bool = True) -> E.KafkaError | None:
+        """The error a leader-only request gets here (epoch fencing, not the leader), or None. ``require_leader``
+        False (Kafka's getLocalLog): a follower serves too (KIP-392 consumer fetches), with the same fencing."""
         if current_leader_epoch is not None and current_leader_epoch >= 0:
             if current_leader_epoch < self.leader_epoch:
                 return E.FencedLeaderEpochError(
@@ -144,7 +145,7 @@ class Partition:
                 return E.UnknownLeaderEpochError(
                     f"request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}"
                 )
-        if self.role != LEADER:
+        if self.role != LEADER and (require_leader or self.role != FOLLOWER):
             return E.NotLeaderOrFollowerError(
                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition} "
                 f"(role {self.role}, leader {self.leader_id}, epoch {self.leader_epoch})"
@@ -283,11 +284,21 @@ class Partition:
     def fetchable_end(self, isolation_level: int) -> int:
         return self.log.last_stable_offset if isolation_level == 1 else self.log.high_watermark
 
-    def read(self, fetch_offset: int, max_bytes: int, replica_id: int, isolation_level: int, epoch: int, one=True):
-        """One synchronous read answering a fetch (leader only): followers read up to the LEO, consumers
-        up to the HW (or the LSO for read_committed). Raises the Kafka error to answer. ``one`` is Kafka's
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        replica_id: int,
+        isolation_level: int,
+        epoch: int,
+        one=True,
+        leader_only: bool = True,
+    ):
+        """One synchronous read answering a fetch (leader only, unless ``leader_only`` is False: a KIP-392 consumer
+        fetch, which a follower serves from its own log): followers read up to the LEO, consumers up to this
+        replica's HW (or LSO for read_committed). Raises the Kafka error to answer. ``one`` is Kafka's
         minOneMessage: the first batch goes whole even when over ``max_bytes``."""
-        err = self.check_leader(epoch)
+        err = self.check_leader(epoch, leader_only)
         if err is not None:
             raise err
         lg = self.log
@@ -369,18 +380,21 @@ class Partition:
             lg.high_watermark,
         )
 
-    def append_as_follower(self, records: bytes, leader_hw: int, leader_log_start: int) -> None:
-        """Apply one fetch answer: append, follow the leader's HW (capped at our LEO) and log start."""
+    def append_as_follower(self, records: bytes, leader_hw: int, leader_log_start: int) -> bool:
+        """Apply one fetch answer: append, follow the leader's HW (capped at our LEO) and log start. True when
+        this replica's HW rose (consumers long-polling this follower may read more: KIP-392)."""
         lg = self.log
         if records:
             info = lg.append_as_follower(records)
             self.marks.record(lg.log_end_offset, info.valid_bytes)
         hw = min(leader_hw, lg.log_end_offset)
-        if hw > lg.high_watermark:
+        rose = hw > lg.high_watermark
+        if rose:
             lg.update_high_watermark(hw)
         leader_start = min(leader_log_start, lg.high_watermark)
         if leader_start > lg.log_start_offset:  # retention / DeleteRecords on the leader
             lg.delete_records(leader_start)
+        return rose
 
     def offset_out_of_range_truncation(self, leader_leo: int, leader_start: int) -> tuple[int, bool] | None:
         """After OFFSET_OUT_OF_RANGE from the leader: ``(offset, restart)``: truncate to ``offset``

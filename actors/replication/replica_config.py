@@ -15,13 +15,17 @@ REPLICA_DEFAULTS = {
     "log.flush.scheduler.interval.ms": 1000,
     "log.cleaner.backoff.ms": 15000,
 }
+# the broker's string settings its replicas take: KIP-392's selector (actors/server/replica_selector.py; "": none)
+REPLICA_STRING_DEFAULTS = {"replica.selector.class": ""}
 
 
 def split_config(config_props: dict | None) -> tuple[dict, dict]:
     """(replica-level settings with defaults, topic configs for LogConfig)."""
-    replica, topic = dict(REPLICA_DEFAULTS), {}
+    replica, topic = {**REPLICA_DEFAULTS, **REPLICA_STRING_DEFAULTS}, {}
     for k, v in (config_props or {}).items():
-        if k in REPLICA_DEFAULTS:
+        if k in REPLICA_STRING_DEFAULTS:
+            replica[k] = "" if v is None else str(v)
+        elif k in REPLICA_DEFAULTS:
             try:
                 replica[k] = int(v)
             except (TypeError, ValueError):

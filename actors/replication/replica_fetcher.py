@@ -14,6 +14,8 @@ from actors.channels.replica_lookup import replica_handle_async
 from actors.channels.replication_channel import ConnectionLost
 from actors.replication.fetch_session import FetchSession, SessionMember, session_for
 from actors.replication.partition import Partition
+from actors.replication.partition_state import LeaderHwChange
+from actors.replication.replica_manager import replica_manager_of
 from protocol import errors as E
 from protocol.messages import FetchResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 
@@ -89,7 +91,10 @@ class ReplicaFetcher:
         self.fetches += 1
         code = resp.error_code
         if code == 0:
-            self.partition.append_as_follower(resp.records, resp.high_watermark, resp.log_start_offset)
+            p = self.partition
+            if p.append_as_follower(resp.records, resp.high_watermark, resp.log_start_offset):
+                # KIP-392: consumers long-polling this follower read up to its HW, which just rose
+                replica_manager_of(p.broker_id).complete_delayed_requests(p, LeaderHwChange.INCREASED)
             self.error = None
         elif code == E.OffsetOutOfRangeError.code:
             self._out_of_range(resp)

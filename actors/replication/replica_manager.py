@@ -11,7 +11,7 @@ import logging
 from typing import TypeVar
 
 from actors.replication.partition import Partition
-from actors.replication.partition_state import LEADER, LeaderHwChange
+from actors.replication.partition_state import FOLLOWER, LEADER, LeaderHwChange
 from actors.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
 from protocol import errors as E
 from protocol.messages import FetchRequest, FetchResponse
@@ -65,6 +65,7 @@ def fetch_answer(partition: Partition, req: FetchRequest) -> dict:
             req.isolation_level,
             req.current_leader_epoch,
             req.min_one_message,
+            req.fetch_only_leader,
         ).to_dict()
     except Exception as exc:
         return fetch_error(partition, exc)
@@ -123,8 +124,8 @@ class _FetchWait(DelayedOperation):
 
     def try_complete(self) -> bool:
         p, req, fetch_offset = self.partition, self.req, self.req.fetch_offset
-        if p.generation != self.gen or p.role != LEADER:
-            return self.force_complete()
+        if p.generation != self.gen or (p.role != LEADER and (req.fetch_only_leader or p.role != FOLLOWER)):
+            return self.force_complete()  # moved on; a KIP-392 consumer fetch waits on a follower too
         if fetch_offset < p.log.log_start_offset or fetch_offset > p.log.log_end_offset:
             return self.force_complete()  # the read will answer OFFSET_OUT_OF_RANGE
         end = p.log.log_end_offset if req.is_follower else p.fetchable_end(req.isolation_level)

@@ -39,3 +39,6 @@ def validate(config: dict) -> None:
             raise InvalidConfigError(
                 f"Invalid value {value} for configuration log.segment.bytes: Value must be at least {MIN_LOG_SEGMENT_BYTES}"
             )
+    from actors.server.replica_selector import REPLICA_SELECTOR_CLASS, selector_for
+
+    selector_for(config.get(REPLICA_SELECTOR_CLASS))  # KIP-392: a selector Kafka could not load stops the broker
