@@ -198,13 +198,15 @@ class _Planner:
             if not lost:
                 continue
             u = {"topic": topic, "partition": p, "replicas": list(s.replicas), "lost": lost}
-            live_isr = [r for r in s.isr if r in self.alive]
-            if not live_isr or s.leader == NO_LEADER:
+            if not [r for r in s.isr if r in self.alive]:
                 # the last in-sync replica is on a lost broker: removing it would lose the partition's data,
                 # and a new replica has no leader to copy from
                 self.out.unhealable.append(
                     {**u, "reason": "no live in-sync replica (the last one is on a lost broker)"}
                 )
+                continue
+            if s.leader == NO_LEADER:
+                self.out.unhealable.append({**u, "reason": "no leader to copy from"})
                 continue
             if len(target) < _min_isr(self.image, topic, self.config):
                 self.out.unhealable.append(

@@ -448,3 +448,27 @@ def test_underloaded_marks_a_joining_broker_not_a_returning_one():
     register(logic, 0)  # back with its replicas still assigned: nothing to give it
     assert not underloaded(logic.image, 0, 10)
     assert not underloaded(logic.image, 9, 10)  # not a live broker
+
+
+def test_a_partition_without_a_leader_is_reported_not_moved():
+    recs = [
+        {"type": "RegisterBroker", "broker_id": b, "broker_epoch": b + 1, "rack": None, "log_dir": ""}
+        for b in (0, 1, 2)
+    ]
+    recs += [
+        {"type": "FenceBroker", "broker_id": 2, "broker_epoch": 3},
+        {"type": "Topic", "name": "t", "topic_id": "x"},
+        {
+            "type": "Partition",
+            "topic": "t",
+            "topic_id": "x",
+            "partition": 0,
+            "replicas": [1, 2],
+            "isr": [1],
+            "leader": NO_LEADER,
+            "leader_epoch": 0,
+            "partition_epoch": 0,
+        },
+    ]
+    p = plan(MetadataImage.from_records(recs), ControllerConfig(heal_delay_ms=0), {2: 1})
+    assert p.moves == [] and p.unhealable[0]["reason"] == "no leader to copy from"
