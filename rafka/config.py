@@ -223,6 +223,8 @@ class ConsumerConfig(_Config):
         "retry_backoff_ms": (100, _int(0)),
         "metadata_max_age_ms": (300000, _int(0)),
         "check_crcs": (True, _bool),
+        # KIP-392: the consumer's rack; set, it fetches from the replica the leader's replica.selector.class names
+        "client_rack": ("", _str_or_none),
         "consumer_timeout_ms": (None, _opt_int(0)),
         # consumer groups (subscribe / commits: rafka/consumer/consumer_coordinator.py)
         "group_id": (None, _str_or_none),

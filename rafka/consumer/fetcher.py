@@ -13,6 +13,10 @@ position (a fetch returns whole batches) are dropped.
 Each partition's state carries an ``epoch`` bumped by every seek/reset/reassign: replies to fetches sent
 under an older epoch are discarded, so a seek is never followed by stale records.
 
+KIP-392 (``client_rack`` set): fetches carry the rack; a leader answering ``preferred_read_replica`` sends the
+partition's next fetches to that replica until ``metadata_max_age_ms`` passes or it answers an error, then back
+to the leader (Kafka's Fetcher, librdkafka alike). ListOffsets stays on the leader.
+
 Not thread-safe: one thread drives a consumer, as in Kafka.
 """
 
@@ -171,6 +175,7 @@ class Fetcher:
                 st.retry_at = now + cfg.retry_backoff_ms / 1000.0
                 continue
             handle, leader_id, epoch = leader
+            source, handle = self._read_replica(st, now, leader_id, handle)
             req = FetchRequest(
                 st.fetch_position,
                 max_bytes=cfg.max_partition_fetch_bytes,
@@ -178,9 +183,23 @@ class Fetcher:
                 min_bytes=cfg.fetch_min_bytes,
                 current_leader_epoch=epoch,
                 isolation_level=cfg.isolation_id,
+                client_rack=cfg.client_rack or None,
             )
             ref = self.transport.call(handle, "fetch", req)
-            st.in_flight = (ref, st.epoch, leader_id)
+            st.in_flight = (ref, st.epoch, source, source != leader_id)
+
+    def _read_replica(self, st: TopicPartitionState, now: float, leader_id: int, leader_handle) -> tuple[int, object]:
+        """``(broker, replica handle)`` the partition's fetch goes to: the preferred read replica while it is in
+        force and can be found, else the leader (Kafka's Fetcher.selectReadReplica)."""
+        preferred = st.read_replica(now)
+        if preferred is None or preferred == leader_id:
+            return leader_id, leader_handle
+        handle = self.metadata.replica_handle(st.tp, preferred)
+        if handle is None:
+            log.debug("preferred read replica %s of %s not found: fetching from the leader", preferred, st.tp)
+            st.clear_preferred_read_replica()
+            return leader_id, leader_handle
+        return preferred, handle
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for fetch replies and buffer them; True if any arrived."""
@@ -200,7 +219,7 @@ class Fetcher:
         return True
 
     def _complete(self, st: TopicPartitionState) -> None:
-        ref, epoch, leader_id = st.in_flight
+        ref, epoch, source, to_follower = st.in_flight
         st.in_flight = None
         resp = FetchResponse()
         try:
@@ -211,6 +230,16 @@ class Fetcher:
             err = for_code(resp.error_code)(resp.error_message or None) if resp.error_code else None
         if epoch != st.epoch:
             return  # a seek happened meanwhile
+        if err is None and resp.preferred_read_replica >= 0:  # KIP-392: no records, read there from now on
+            expires = time.monotonic() + self.cfg.metadata_max_age_ms / 1000.0
+            st.update_preferred_read_replica(resp.preferred_read_replica, expires)
+            log.debug("%s: reading from preferred replica %s", st.tp, resp.preferred_read_replica)
+            return
+        if err is not None and to_follower:  # the preferred replica failed: back to the leader at once
+            st.clear_preferred_read_replica()
+            log.debug("fetch of %s from follower %s failed (%s): back to the leader", st.tp, source, err)
+            if isinstance(err, OffsetOutOfRangeError):
+                return  # its log is behind the position (Kafka's Fetcher): the leader answers, no reset
         if err is None:
             st.high_watermark = resp.high_watermark
             st.log_start_offset = resp.log_start_offset
@@ -234,7 +263,8 @@ class Fetcher:
             return
         st.retry_at = time.monotonic() + self.cfg.retry_backoff_ms / 1000.0
         if refresh_metadata(err.code):
-            self.metadata.forget_handle(st.tp, leader_id)
+            st.clear_preferred_read_replica()
+            self.metadata.forget_handle(st.tp, source)
             return
         if not err.retriable:
             raise err

@@ -38,6 +38,8 @@ class TopicPartitionState:
         "buffer",
         "in_flight",
         "retry_at",
+        "preferred_read_replica",
+        "preferred_read_replica_expires",
     )
 
     def __init__(self, tp: TopicPartition):
@@ -51,8 +53,27 @@ class TopicPartitionState:
         self.log_start_offset = -1
         self.last_stable_offset = -1
         self.buffer: list = []  # CompletedFetch replies not yet handed out
-        self.in_flight: tuple[Any, int, int] | None = None  # (ref, epoch, leader)
+        self.in_flight: tuple[Any, int, int, bool] | None = None  # (ref, epoch, broker, to a follower)
         self.retry_at = 0.0
+        # KIP-392: the replica the leader told this consumer to read from, until (monotonic s) metadata.max.age.ms
+        self.preferred_read_replica: int | None = None
+        self.preferred_read_replica_expires = 0.0
+
+    def update_preferred_read_replica(self, broker_id: int, expires: float) -> None:
+        """The leader answered ``preferred_read_replica``: fetch from ``broker_id`` until ``expires``."""
+        self.preferred_read_replica, self.preferred_read_replica_expires = int(broker_id), expires
+
+    def read_replica(self, now: float) -> int | None:
+        """The preferred read replica still in force at ``now`` (an expired one is cleared: back to the leader,
+        which may name it again), else None."""
+        if self.preferred_read_replica is not None and now >= self.preferred_read_replica_expires:
+            self.preferred_read_replica = None
+        return self.preferred_read_replica
+
+    def clear_preferred_read_replica(self) -> int | None:
+        """Back to the leader (an error from the preferred replica, or metadata to refresh); the one cleared."""
+        cleared, self.preferred_read_replica = self.preferred_read_replica, None
+        return cleared
 
     def seek(self, offset: int) -> None:
         self.position = self.fetch_position = offset

@@ -10,7 +10,10 @@ sessions (KIP-227): session id 0 always. read_committed answers the aborted tran
 response holds at most the request's ``max_bytes`` of records (``fetch.max.bytes``, KIP-74), but for the
 first partition with records, which is answered whole; and, as Kafka's ReplicaManager reads, a partition is
 read for no more than the response has left (``_read_within``), so a consumer of many partitions with a small
-``fetch.max.bytes`` does not make the replicas read ``max.partition.fetch.bytes`` of each only to drop it."""
+``fetch.max.bytes`` does not make the replicas read ``max.partition.fetch.bytes`` of each only to drop it.
+KIP-392 (v11+, the request's ``rack_id``): any replica this broker hosts serves the fetch up to its HW, and a
+leader whose ``replica.selector.class`` picks another replica answers ``preferred_read_replica`` with no records
+(then nothing waits: the response goes at once, as Kafka's)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,11 @@ from serve.kafka_wire import responses
 from serve.kafka_wire.topic_ids import topic_uuid
 
 UNKNOWN_TOPIC_ID = E.UnknownTopicIdError.code
+
+
+def _moved(r: dict) -> bool:
+    """The leader named a preferred read replica (KIP-392): answered, nothing to wait for."""
+    return int(r.get("preferred_read_replica", -1)) >= 0
 
 
 def _drop(task: asyncio.Future) -> None:
@@ -89,7 +97,7 @@ async def _long_poll(backend, parts, reqs, first: list, max_wait_ms: int, budget
         got = [tasks.index(d) for d in done]
         for i in got:
             results[i] = tasks[i].result()
-        if any(results[i].get("records") or results[i].get("error_code") for i in got):
+        if any(results[i].get("records") or results[i].get("error_code") or _moved(results[i]) for i in got):
             break
     if pending:
         for task in pending:
@@ -111,6 +119,7 @@ async def handle(backend, request, version: int):
         md = await backend.metadata()
         names = {topic_uuid(t["topic_id"]): n for n, t in md["topics"].items()}
     isolation = int(getattr(request, "isolation_level", 0))
+    rack = str(getattr(request, "rack_id", "") or "") if version >= 11 else None  # KIP-392's client metadata
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     parts, reqs, unknown = [], [], []
     for t in request.topics:
@@ -128,6 +137,7 @@ async def handle(backend, request, version: int):
                     min_bytes=int(request.min_bytes),
                     current_leader_epoch=int(getattr(p, "current_leader_epoch", -1)),
                     isolation_level=isolation,
+                    client_rack=rack,
                 )
             )
     max_bytes = int(getattr(request, "max_bytes", 0) or 0)
@@ -135,7 +145,7 @@ async def handle(backend, request, version: int):
     results = await _read_within(backend, parts, reqs, budget)
     size = sum(len(r.get("records") or b"") for r in results)
     if max_wait_ms > 0 and parts and not unknown and size < max(1, int(request.min_bytes)):
-        if not any(r.get("error_code") for r in results):
+        if not any(r.get("error_code") or _moved(r) for r in results):
             results = await _long_poll(backend, parts, reqs, results, max_wait_ms, budget)
     results = _within(results, max_bytes)
     answers = [(key, _partition_data(mod, p, r)) for (_name, p, key), r in zip(parts, results)]
@@ -189,6 +199,6 @@ def _partition_data(mod, p: int, r: dict):
         else tuple(
             responses.make(mod, "AbortedTransaction", producer_id=pid, first_offset=off) for pid, off in aborted
         ),
-        preferred_read_replica=-1,
+        preferred_read_replica=int(r.get("preferred_read_replica", -1)),
         records=bytes(r.get("records") or b""),
     )
