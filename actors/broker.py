@@ -31,7 +31,7 @@ from actors.server.broker_config import broker_overrides
 from actors.server.broker_config import validate as validate_broker_config
 from actors.server.broker_placement import DEFAULT_RACK_LABEL
 from actors.server.controller_link import ControllerLink, ControllerUnavailable
-from actors.server.log_dirs import BrokerLogDirs, LogDirFailures
+from actors.server.log_dirs import BrokerLogDirs, LogDirFailures, ReplicaLogDirMoves
 from actors.server.replica_hosts import ReplicaHosts
 from actors.server.replica_pool import ReplicaPool
 from actors.server.replica_supervisor import ReplicaSupervisor
@@ -96,6 +96,8 @@ class BrokerActor:
             if rack:
                 self.config["broker.rack"] = rack
         self.log_dir_failures = LogDirFailures(self, self.log_dirs)
+        self.log_dir_moves = ReplicaLogDirMoves(self, self.log_dirs)  # AlterReplicaLogDirs
+        self.last_states: dict[tuple[str, int], LeaderAndIsrPartitionState] = {}  # each replica's last LeaderAndIsr
         self.link = ControllerLink(self)
         self.supervisor = ReplicaSupervisor(self)
         hosted = host_max_partitions(self.config)
@@ -268,6 +270,7 @@ class BrokerActor:
             act = lai.replica_action(self.broker_id, s, self.topic_ids.get(key) if key in self.replicas else None)
             if act.kind == lai.NOT_A_REPLICA:
                 return lai.partition_result(s, error=lai.not_a_replica_error())
+            self.last_states[key] = s
             try:
                 if act.kind == lai.RECREATE:
                     await self._stop_one(key, delete=True)
@@ -317,6 +320,8 @@ class BrokerActor:
     async def _stop_one(self, key, delete: bool) -> dict:
         pid = self.supervisor.unwatch(key, forget=delete)
         h = self.replicas.pop(key, None)
+        if delete:
+            self.last_states.pop(key, None)
         self.topic_ids.pop(key, None)
         await self._notify_coordinator(key, False, None, None)
         res = {"topic": key[0], "partition": key[1], "error_code": 0, "error_message": None}
@@ -505,6 +510,11 @@ class BrokerActor:
         sizes = {k: f for k, f in await asyncio.gather(*(figures(k) for k in keys)) if isinstance(f, dict)}
         sizes = {k: {"size": f.get("size", 0), **f} for k, f in sizes.items() if "log_end_offset" in f}
         return await asyncio.to_thread(self.log_dirs.describe, sizes, wanted)
+
+    async def alter_replica_log_dirs(self, moves: list) -> list[dict]:
+        """AlterReplicaLogDirs: ``[[log dir, topic, partition], ...]`` -> ``[{topic, partition, error_code,
+        error_message}]`` (actors/server/log_dirs.py ``ReplicaLogDirMoves``)."""
+        return await self.log_dir_moves.alter(list(moves))
 
     def log_dir_failures_seen(self) -> list[dict]:
         """The log dirs that failed since this broker started: ``[{log_dir, why, partitions, reported}]``."""

@@ -3,7 +3,8 @@
 ``next_log_dir``), and keeps the offline ones; ``LogDirFailures`` is Kafka's LogDirFailureChannel +
 ``ReplicaManager.handleLogDirFailure``: a directory failing (ENOSPC, EIO, EROFS) goes offline for the rest of the
 broker's life, its replicas are stopped without writing and reported to the controller (``replicas_offline``),
-which moves leadership away. Used by the broker shell (actors/broker.py) on its event loop; it calls Ray only
+which moves leadership away; ``ReplicaLogDirMoves`` is AlterReplicaLogDirs (a replica moved to another dir of its
+broker: stopped, its directory copied, started again there). Used by the broker shell (actors/broker.py) on its event loop; it calls Ray only
 through the broker (its supervisor and controller link).
 docs/internals.md ("Log directories") has the rules.
 """
@@ -11,14 +12,16 @@ docs/internals.md ("Log directories") has the rules.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 
 from actors.replication.leader_and_isr import parse_partition_dir, partition_dir_name
 from actors.server.controller_link import ControllerUnavailable
 from actors.server.log_dir_lock import LogDirLock
-from protocol.errors import KafkaStorageError
+from protocol.errors import KafkaError, KafkaStorageError, LogDirNotFoundError, error_response
 from storage import meta_properties
 from storage.log_dirs import configured_log_dirs, describe_failure, next_log_dir, partition_size, volume_bytes
 
@@ -282,3 +285,99 @@ class LogDirFailures:
                 )
             return not refused
         return False
+
+
+MOVE_SUFFIX = ".move"  # a partition directory being copied into its new log dir (no partition name parses from it)
+
+
+def move_partition_dir(src_dir: str, dest_dir: str, name: str) -> None:
+    """Copy ``src_dir/name`` into ``dest_dir`` under a temporary name, rename it into place, then remove the source
+    (a crash before the rename leaves the source whole; after it, two equal copies, and the scan takes the first)."""
+    tmp = os.path.join(dest_dir, name + MOVE_SUFFIX)
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(os.path.join(src_dir, name), tmp)
+    os.rename(tmp, os.path.join(dest_dir, name))
+    shutil.rmtree(os.path.join(src_dir, name))
+
+
+class ReplicaLogDirMoves:
+    """AlterReplicaLogDirs on one broker. Kafka copies into a future log while the replica serves; here the replica
+    is stopped for the copy (its clients retry: NOT_LEADER_OR_FOLLOWER) and started again in the new dir at the
+    partition state it had, so a move suits small partitions."""
+
+    def __init__(self, broker, dirs: BrokerLogDirs):
+        self.b, self.dirs = broker, dirs
+
+    async def move(self, key: Key, dest: str) -> tuple[int, str | None]:
+        """``(error_code, message)`` of moving ``key``'s replica to the log dir ``dest``: LOG_DIR_NOT_FOUND for a
+        path that is not one of ``log.dirs``, KAFKA_STORAGE_ERROR when either dir is offline; a partition not
+        hosted here gets ``dest`` as its dir when it is created (Kafka's preferred log dir)."""
+        b, dirs = self.b, self.dirs
+        dest = os.path.abspath(dest)
+        if dest not in dirs.dirs:
+            return error_response(LogDirNotFoundError(f"{dest} is not one of broker {b.broker_id}'s log.dirs"))
+        if dest in dirs.offline:
+            return error_response(KafkaStorageError(f"log dir {dest} is offline: {dirs.offline[dest]}"))
+        async with b._lock(key):
+            cur = dirs.dir_of(key)
+            if cur == dest:
+                return 0, None
+            if cur is not None and cur in dirs.offline:
+                return error_response(KafkaStorageError(f"log dir {cur} of {key[0]}-{key[1]} is offline"))
+            h = b.replicas.get(key)
+            if cur is None:
+                dirs.placement[key] = dest
+                return 0, None
+            state = None
+            if h is not None:
+                if key not in self.b.last_states:
+                    return error_response(KafkaStorageError(f"replica {key[0]}-{key[1]} is not started yet"))
+                try:
+                    st = await asyncio.wait_for(h.state.remote(), 30)
+                except Exception as e:  # noqa: BLE001 - the replica is dying: its supervisor recreates it
+                    return error_response(KafkaStorageError(f"replica {key[0]}-{key[1]} did not answer: {e}"))
+                state = self._state_now(key, st)
+                await b._stop_one(key, delete=False)
+            name = partition_dir_name(*key)
+            moved: str | None = None  # why the copy failed
+            try:
+                await asyncio.to_thread(move_partition_dir, cur, dest, name)
+            except OSError as e:
+                moved = describe_failure(e)
+                log.error("broker %s: moving %s-%s to %s failed: %s", b.broker_id, *key, dest, moved)
+                shutil.rmtree(os.path.join(dest, name + MOVE_SUFFIX), ignore_errors=True)
+            else:
+                dirs.placement[key] = dest
+                log.info("broker %s: moved %s-%s from %s to %s", b.broker_id, *key, cur, dest)
+        if state is not None:  # started again where its log now is (or where it was, if the copy failed)
+            res = await b._apply(state)
+            if res.error_code:
+                return res.error_code, res.error_message
+        if moved is not None:
+            return error_response(KafkaStorageError(f"moving {key[0]}-{key[1]} to {dest} failed: {moved}"))
+        return 0, None
+
+    def _state_now(self, key: Key, st: dict):
+        """The LeaderAndIsr state the replica runs at (its own view: the ISR it knows, its epochs)."""
+        last = self.b.last_states[key]
+        return dataclasses.replace(
+            last,
+            controller_epoch=max(int(st.get("controller_epoch", -1)), last.controller_epoch),
+            leader=int(st["leader"]),
+            leader_epoch=int(st["leader_epoch"]),
+            isr=tuple(st["isr"]),
+            partition_epoch=int(st["partition_epoch"]),
+            replicas=tuple(st["replicas"]),
+            is_new=False,
+        )
+
+    async def alter(self, moves: list) -> list[dict]:
+        """``[[dir, topic, partition], ...]`` -> ``[{topic, partition, error_code, error_message}]``, in order."""
+        out = []
+        for d, t, p in moves:
+            try:
+                code, msg = await self.move((str(t), int(p)), str(d))
+            except KafkaError as e:
+                code, msg = error_response(e)
+            out.append({"topic": t, "partition": int(p), "error_code": code, "error_message": msg})
+        return out

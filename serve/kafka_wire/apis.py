@@ -117,6 +117,7 @@ class KafkaApis:
         versions.INCREMENTAL_ALTER_CONFIGS: configs.incremental_alter_configs,
         versions.ALTER_CONFIGS: configs.alter_configs,
         versions.DESCRIBE_LOG_DIRS: log_dirs.describe_log_dirs,
+        versions.ALTER_REPLICA_LOG_DIRS: log_dirs.alter_replica_log_dirs,
         versions.DESCRIBE_CLUSTER: admin.describe_cluster,
         versions.ELECT_LEADERS: admin.elect_leaders,
         versions.ALTER_PARTITION_REASSIGNMENTS: admin.alter_partition_reassignments,

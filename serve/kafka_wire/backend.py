@@ -95,6 +95,8 @@ class Backend(Protocol):
 
     async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list[dict]: ...
 
+    async def alter_replica_log_dirs(self, moves: list[list]) -> list[dict]: ...
+
     async def group_call(self, request) -> dict: ...
 
 
@@ -306,6 +308,10 @@ class BrokerBackend:
     async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list[dict]:
         """This broker's log dirs (actors/broker.py ``describe_log_dirs``)."""
         return await self.broker.describe_log_dirs(None if partitions is None else [list(k) for k in partitions])
+
+    async def alter_replica_log_dirs(self, moves: list[list]) -> list[dict]:
+        """``[[log dir, topic, partition], ...]`` moved on this broker (actors/broker.py ``alter_replica_log_dirs``)."""
+        return await self.broker.alter_replica_log_dirs(moves)
 
     async def controller_id(self) -> int:
         res = await self._controller("describe_controller", timeout_s=5)

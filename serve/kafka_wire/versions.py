@@ -19,7 +19,7 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, DELETE_RECORDS = 19, 20, 37, 21
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DESCRIBE_CLUSTER, ELECT_LEADERS = 32, 44, 60, 43
 ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 45, 46
 ALTER_CONFIGS = 33
-DESCRIBE_LOG_DIRS = 35
+ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 11, 14, 12, 13, 8, 9
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 
@@ -47,6 +47,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     DESCRIBE_CONFIGS: (1, 4),  # topic and broker resources
     INCREMENTAL_ALTER_CONFIGS: (0, 1),  # topics: SET, DELETE, APPEND/SUBTRACT on cleanup.policy
     ALTER_CONFIGS: (0, 2),  # legacy, replace-all (handlers/configs.py)
+    ALTER_REPLICA_LOG_DIRS: (1, 2),  # handlers/log_dirs.py: a replica moved to another of its broker's log.dirs
     DESCRIBE_LOG_DIRS: (1, 4),  # handlers/log_dirs.py; v0 was removed in Kafka 4.0, v5 adds KIP-1066 cordoning
     DESCRIBE_CLUSTER: (0, 2),
     ELECT_LEADERS: (0, 2),  # preferred; unclean from v1

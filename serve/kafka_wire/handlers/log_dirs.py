@@ -2,7 +2,10 @@
 for an offline one, which lists no partitions), the bytes of each hosted partition's segments, the offset lag
 (Kafka's: the high watermark minus the log end offset, at least 0, for a current log; rafka has no future logs)
 and, from v4, the volume's total and usable bytes. ``topics`` null asks for every partition, an empty list for
-none. The broker answers (backend ``describe_log_dirs``); the client sends the request to each broker it asks.
+none. AlterReplicaLogDirs (api key 34, v1-2): move this broker's replicas to other dirs of its ``log.dirs``
+(LOG_DIR_NOT_FOUND for another path, KAFKA_STORAGE_ERROR for an offline dir); one answer per named partition.
+The broker answers both (backend ``describe_log_dirs`` / ``alter_replica_log_dirs``); a client sends them to
+each broker concerned.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from protocol.errors import KafkaError, error_response
 from serve.kafka_wire import responses
 
-DESCRIBE_LOG_DIRS = 35
+ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 
 
 def wanted_partitions(request) -> list[tuple[str, int]] | None:
@@ -64,4 +67,35 @@ async def describe_log_dirs(backend, request, version: int):
         throttle_time=responses.ZERO,
         error_code=responses.error_code(top),
         results=tuple(results),
+    )
+
+
+async def alter_replica_log_dirs(backend, request, version: int):
+    mod = responses.response_module(ALTER_REPLICA_LOG_DIRS, version)
+    moves = [[d.path, t.name, int(p)] for d in request.dirs for t in d.topics for p in t.partitions]
+    try:
+        answers = await backend.alter_replica_log_dirs(moves)
+    except KafkaError as e:  # the broker could not take the request: every partition gets its error
+        code = error_response(e)[0]
+        answers = [{"topic": t, "partition": p, "error_code": code} for _, t, p in moves]
+    by_topic = responses.by_topic(
+        (
+            a["topic"],
+            responses.make(
+                mod,
+                "AlterReplicaLogDirPartitionResult",
+                partition_index=a["partition"],
+                error_code=responses.error_code(a["error_code"]),
+            ),
+        )
+        for a in answers
+    )
+    return responses.make(
+        mod,
+        "AlterReplicaLogDirsResponse",
+        throttle_time=responses.ZERO,
+        results=tuple(
+            responses.make(mod, "AlterReplicaLogDirTopicResult", topic_name=name, partitions=parts)
+            for name, parts in by_topic.items()
+        ),
     )

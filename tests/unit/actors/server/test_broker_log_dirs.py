@@ -181,3 +181,104 @@ def test_a_failed_dir_stops_its_replicas_without_writing_and_reports_them_once(t
     assert ld.partition_path(("t", 9)) == os.path.join(a, "t-9")  # new replicas go to the dir that works
     assert failures.report("/elsewhere", "EIO") is None  # not one of this broker's dirs
     ld.release()
+
+
+# ---- AlterReplicaLogDirs ------------------------------------------------------------------------------
+class FakeReplica:
+    def __init__(self, st):
+        self.st = st
+
+    @property
+    def state(self):
+        replica = self
+
+        class Call:
+            @staticmethod
+            async def remote():
+                return dict(replica.st)
+
+        return Call
+
+
+class MovingBroker(FakeBroker):
+    def __init__(self, dirs):
+        super().__init__(FakeLink())
+        self.dirs = dirs
+        self.last_states: dict = {}
+        self.stops: list = []
+        self.applied: list = []
+
+    async def _stop_one(self, key, delete):
+        self.stops.append((key, delete))
+        self.replicas.pop(key, None)
+
+    async def _apply(self, s):
+        # what the broker's LeaderAndIsr does: a replica bound to the partition's dir, which must hold its log
+        path = self.dirs.partition_path(s.key)
+        assert os.path.exists(os.path.join(path, "00000000000000000000.log"))
+        self.applied.append((s, path))
+        self.replicas[s.key] = "new-handle"
+
+        class Res:
+            error_code, error_message = 0, None
+
+        return Res
+
+
+def test_alter_replica_log_dirs_moves_a_running_replica_with_its_state_now(tmp_path):
+    from actors.server.log_dirs import ReplicaLogDirMoves
+    from protocol.control_messages import LeaderAndIsrPartitionState
+
+    a, b = dirs_of(tmp_path)
+    ld = BrokerLogDirs({"log.dirs": [a, b]}, "/unused", 0)
+    ld.acquire(1)
+    key = ("t", 0)
+    src = ld.partition_path(key)  # in a
+    os.makedirs(src)
+    with open(os.path.join(src, "00000000000000000000.log"), "wb") as f:
+        f.write(b"records" * 100)
+    broker = MovingBroker(ld)
+    broker.replicas[key] = FakeReplica(
+        {
+            "leader": 0,
+            "leader_epoch": 4,
+            "isr": [0, 1],
+            "partition_epoch": 9,
+            "replicas": [0, 1, 2],
+            "controller_epoch": 2,
+        }
+    )
+    broker.last_states[key] = LeaderAndIsrPartitionState(
+        topic="t",
+        partition=0,
+        controller_epoch=1,
+        leader=0,
+        leader_epoch=3,
+        isr=(0, 1, 2),
+        partition_epoch=7,
+        replicas=(0, 1, 2),
+        topic_id="tid",
+        configs={"retention.ms": "1000"},
+    )
+    moves = ReplicaLogDirMoves(broker, ld)
+    out = asyncio.run(moves.alter([[b, "t", 0], [b, "t", 0], [str(tmp_path / "nope"), "t", 0], [a, "new", 5]]))
+    assert [(o["topic"], o["partition"], o["error_code"]) for o in out] == [
+        ("t", 0, 0),
+        ("t", 0, 0),  # already there
+        ("t", 0, 57),  # LOG_DIR_NOT_FOUND
+        ("new", 5, 0),  # not hosted: its log will be created in a
+    ]
+    assert not os.path.exists(src) and ld.dir_of(key) == b
+    with open(os.path.join(b, "t-0", "00000000000000000000.log"), "rb") as f:
+        assert f.read() == b"records" * 100
+    assert broker.stops == [(key, False)]
+    ((state, path),) = broker.applied
+    assert path == os.path.join(b, "t-0")
+    # restarted at the replica's own view (ISR, epochs), the last LeaderAndIsr's topic id and configs
+    assert (state.leader_epoch, state.isr, state.partition_epoch, state.controller_epoch) == (4, (0, 1), 9, 2)
+    assert (state.topic_id, state.configs) == ("tid", {"retention.ms": "1000"})
+    assert ld.partition_path(("new", 5)) == os.path.join(a, "new-5")
+    ld.mark_offline(a, "EIO")
+    (back,) = asyncio.run(moves.alter([[a, "t", 0]]))
+    assert back["error_code"] == KafkaStorageError.code and "offline" in back["error_message"]
+    ld.release()

@@ -78,3 +78,33 @@ def test_describe_log_dirs_v1_named_partitions_and_none(tmp_path):
     empty = call(be, dl1.DescribeLogDirsRequest(topics=()))  # an empty list: the dirs, no partition
     assert [r.topics for r in empty.results] == [(), ()]
     ld.release()
+
+
+class MovesBackend(LogDirsBackend):
+    async def alter_replica_log_dirs(self, moves):
+        self.asked.append(moves)
+        return [
+            {"topic": t, "partition": p, "error_code": 57 if d == "/nope" else 0, "error_message": None}
+            for d, t, p in moves
+        ]
+
+
+def test_alter_replica_log_dirs_v2_one_answer_per_partition(tmp_path):
+    from kio.schema.alter_replica_log_dirs.v2 import request as ar2
+
+    ld, be = backend(tmp_path)
+    be = MovesBackend(ld, {})
+    req = ar2.AlterReplicaLogDirsRequest(
+        dirs=(
+            ar2.AlterReplicaLogDir(
+                path=ld.dirs[1], topics=(ar2.AlterReplicaLogDirTopic(name="orders", partitions=(0, 1)),)
+            ),
+            ar2.AlterReplicaLogDir(path="/nope", topics=(ar2.AlterReplicaLogDirTopic(name="audit", partitions=(0,)),)),
+        )
+    )
+    resp = call(be, req)
+    assert be.asked == [[[ld.dirs[1], "orders", 0], [ld.dirs[1], "orders", 1], ["/nope", "audit", 0]]]
+    got = {(t.topic_name, p.partition_index): p.error_code for t in resp.results for p in t.partitions}
+    assert got == {("orders", 0): 0, ("orders", 1): 0, ("audit", 0): 57}
+    assert versions.SUPPORTED[versions.ALTER_REPLICA_LOG_DIRS] == (1, 2)
+    ld.release()
