@@ -3,6 +3,7 @@ the topic configs its Log takes. Pure: no Ray."""
 
 from __future__ import annotations
 
+from actors.server.replication_quota import QUOTA_DEFAULTS, THROTTLED_REPLICAS_KEYS
 from protocol import errors as E
 
 REPLICA_DEFAULTS = {
@@ -14,6 +15,7 @@ REPLICA_DEFAULTS = {
     "log.retention.check.interval.ms": 300000,
     "log.flush.scheduler.interval.ms": 1000,
     "log.cleaner.backoff.ms": 15000,
+    **QUOTA_DEFAULTS,  # the replication throttle's rates and window (actors/server/replication_quota.py)
 }
 # the broker's string settings its replicas take: KIP-392's selector (actors/server/replica_selector.py; "": none)
 REPLICA_STRING_DEFAULTS = {"replica.selector.class": ""}
@@ -32,6 +34,8 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
                 raise E.InvalidConfigError(f"{k}={v!r} is not an integer") from None
         else:
             topic[k] = v
+    for k in THROTTLED_REPLICAS_KEYS:  # topic configs the replication throttle reads as well
+        replica[k] = str(topic.get(k) or "")
     return replica, topic
 
 
