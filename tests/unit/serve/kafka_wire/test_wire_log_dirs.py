@@ -108,3 +108,24 @@ def test_alter_replica_log_dirs_v2_one_answer_per_partition(tmp_path):
     assert got == {("orders", 0): 0, ("orders", 1): 0, ("audit", 0): 57}
     assert versions.SUPPORTED[versions.ALTER_REPLICA_LOG_DIRS] == (1, 2)
     ld.release()
+
+
+def test_kafka_python_decodes_the_answer(tmp_path):
+    """kafka-python's own DescribeLogDirsResponse v4 parses what the listener writes (what its
+    ``KafkaAdminClient.describe_log_dirs`` returns)."""
+    from kafka.protocol.admin.cluster import DescribeLogDirsResponse
+
+    ld, be = backend(tmp_path)
+    frame = codec.encode_request(5, dl4.DescribeLogDirsRequest(topics=None))
+    out = bytes(asyncio.run(KafkaApis(be).handle(frame[4:])))
+    got = DescribeLogDirsResponse.decode(out[4:], version=4, header=True).to_dict()
+    by_dir = {r["log_dir"]: r for r in got["results"]}
+    assert by_dir[ld.dirs[1]]["error_code"] == KafkaStorageError.code and by_dir[ld.dirs[1]]["topics"] == []
+    parts = {
+        (t["name"], p["partition_index"]): p["partition_size"]
+        for t in by_dir[ld.dirs[0]]["topics"]
+        for p in t["partitions"]
+    }
+    assert parts == {("orders", 0): 4096, ("audit", 0): 0}
+    assert by_dir[ld.dirs[0]]["total_bytes"] > 0
+    ld.release()
