@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterable
 
 from actors.replication.leader_and_isr import parse_partition_dir, partition_dir_name
@@ -217,7 +218,8 @@ class LogDirFailures:
 
     def __init__(self, broker, dirs: BrokerLogDirs):
         self.b, self.dirs = broker, dirs
-        self.handled: list[dict] = []  # one entry per failed dir: {log_dir, why, partitions, reported}
+        # one entry per failed dir: {log_dir, why, partitions, reported, at (wall clock), stopped_ms, reported_ms}
+        self.handled: list[dict] = []
 
     def report(self, d: str | None, why: str) -> asyncio.Task | None:
         """A replica, a bind or the broker's own write found ``d`` failing: handle it in the background (the
@@ -238,11 +240,20 @@ class LogDirFailures:
             len(keys),
             ", ".join(f"{t}-{p}" for t, p in keys),
         )
-        entry = {"log_dir": d, "why": why, "partitions": [list(k) for k in keys], "reported": False}
+        t0 = time.monotonic()
+        entry = {
+            "log_dir": d,
+            "why": why,
+            "partitions": [list(k) for k in keys],
+            "reported": False,
+            "at": time.time(),
+        }
         self.handled.append(entry)
         await asyncio.gather(*(self._stop(k) for k in keys))
+        entry["stopped_ms"] = round((time.monotonic() - t0) * 1000, 1)  # every replica of the dir stopped
         if keys:
             entry["reported"] = await self._report(keys)
+        entry["reported_ms"] = round((time.monotonic() - t0) * 1000, 1)  # the controller moved their leadership
         return entry
 
     async def _stop(self, key: Key) -> None:

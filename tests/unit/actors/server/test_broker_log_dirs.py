@@ -163,6 +163,7 @@ def test_a_failed_dir_stops_its_replicas_without_writing_and_reports_them_once(t
         return await task
 
     entry = asyncio.run(run())
+    assert entry.pop("stopped_ms") <= entry.pop("reported_ms") and entry.pop("at") > 0
     assert entry == {
         "log_dir": b,
         "why": "ENOSPC: No space left on device",
