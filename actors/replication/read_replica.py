@@ -30,6 +30,7 @@ log = logging.getLogger("actors.replica")
 
 RACKS_MAX_AGE_S = 30.0  # a broker's rack changes only when it registers again: re-read this often at most
 RACKS_TIMEOUT_S = 5.0
+MISSING_RETRY_S = 1.0  # a broker the cache lacks (new, or its first read failed): asked again this often at most
 
 
 def preferred_read_replica(
@@ -85,7 +86,8 @@ class BrokerRacks:
         return time.monotonic() - self.read_at < self.max_age_s and all(b in self.racks for b in brokers)
 
     async def get(self, brokers=()) -> dict[int, str | None]:
-        if self.fresh(brokers) or time.monotonic() - self.read_at < 1.0:  # a broker missing: asked again after 1 s
+        age = time.monotonic() - self.read_at
+        if age < self.max_age_s and (age < MISSING_RETRY_S or all(b in self.racks for b in brokers)):
             return self.racks
         if self._reading is None or self._reading.done():
             self._reading = asyncio.ensure_future(self._read())

@@ -245,3 +245,56 @@ def test_client_metadata_travels_in_the_data_channels_frame():
     assert back.client_rack == "b" and not back.fetch_only_leader
     assert decode_fetch(msgpack.packb(fetch_fields(FetchRequest(5)))).fetch_only_leader
     assert FetchRequest(5, replica_id=2, client_rack="b").fetch_only_leader  # a follower's own fetch
+
+
+# ---- the racks' cache ------------------------------------------------------------------------------------
+
+
+class _Broker:
+    """The broker actor's ``metadata`` as a replica process calls it (``.metadata.remote()``, awaited)."""
+
+    def __init__(self):
+        self.brokers = [{"id": 1, "rack": "a", "alive": True}, {"id": 2, "rack": "b", "alive": True}]
+        self.calls, self.fail = 0, False
+
+    @property
+    def metadata(self):
+        outer = self
+
+        class _M:
+            async def remote(self):
+                outer.calls += 1
+                await asyncio.sleep(0.01)
+                if outer.fail:
+                    raise asyncio.TimeoutError()
+                return {"brokers": list(outer.brokers)}
+
+        return _M()
+
+
+def test_broker_racks_are_read_once_and_again_when_old_or_missing(monkeypatch):
+    import actors.channels.replica_lookup as lookup
+
+    broker = _Broker()
+
+    async def handle(cluster, broker_id):
+        return broker
+
+    monkeypatch.setattr(lookup, "broker_handle_async", handle)
+
+    async def main():
+        racks = BrokerRacks("c", 1, max_age_s=0.5)
+        got = await asyncio.gather(*(racks.get((1, 2)) for _ in range(5)))  # five fetches at once: one read
+        assert got == [{1: "a", 2: "b"}] * 5 and broker.calls == 1 and racks.reads == 1
+        assert await racks.get((1, 2)) == {1: "a", 2: "b"} and broker.calls == 1  # fresh: no read
+        broker.brokers.append({"id": 3, "rack": "c", "alive": True})
+        assert 3 not in await racks.get((1, 3))  # a broker missing: asked again, but not within a second
+        assert broker.calls == 1
+        await asyncio.sleep(0.6)  # old: read again
+        assert (await racks.get((1, 3)))[3] == "c" and broker.calls == 2
+        broker.fail = True
+        await asyncio.sleep(0.6)
+        assert await racks.get((1,)) == {1: "a", 2: "b", 3: "c"}  # the broker did not answer: the last racks kept
+        assert broker.calls == 3 and racks.reads == 2
+
+    asyncio.run(main())
