@@ -324,18 +324,45 @@ class _Planner:
                 return
 
     def _one_leader_move(self, srcs: list[int], dsts: list[int]) -> bool:
+        """One preferred leadership from a ``srcs`` broker to a ``dsts`` broker holding at least two fewer: a reorder
+        of a partition they share, else a chain of reorders through brokers in between (each passes one on, so
+        their own counts stay), the shortest found breadth-first."""
+        edges: dict[int, list[tuple[int, str, int, PartitionRegistration]]] = {}
+        for topic, p, s in self.parts:
+            if (topic, p) in self.moved or not s.replicas or not self._movable(topic, s):
+                continue
+            for r in s.replicas[1:]:
+                edges.setdefault(s.replicas[0], []).append((r, topic, p, s))
         for src in srcs:
-            for dst in dsts:
-                if self.lead[src] - self.lead[dst] < 2:
-                    continue
-                for topic, p, s in self.parts:
-                    if (topic, p) in self.moved or not s.replicas or s.replicas[0] != src or dst not in s.replicas:
-                        continue
-                    if not self._movable(topic, s):
-                        continue
-                    target = [dst] + [r for r in s.replicas if r != dst]
-                    self._add(topic, p, s, target, LEADERS)
-                    return True
+            want = {d for d in dsts if self.lead[src] - self.lead[d] >= 2}
+            if not want:
+                continue
+            back: dict[int, tuple[int, str, int, PartitionRegistration] | None] = {src: None}
+            queue, found = [src], None
+            while queue and found is None:
+                nxt = []
+                for a in queue:
+                    for b, topic, p, s in edges.get(a, ()):
+                        if b in back:
+                            continue
+                        back[b] = (a, topic, p, s)
+                        if b in want:
+                            found = b
+                            break
+                        nxt.append(b)
+                    if found is not None:
+                        break
+                queue = nxt
+            if found is None:
+                continue
+            path = []
+            b = found
+            while (step := back[b]) is not None:
+                path.append((b, step))
+                b = step[0]
+            for b, (_a, topic, p, s) in reversed(path):
+                self._add(topic, p, s, [b] + [r for r in s.replicas if r != b], LEADERS)
+            return True
         return False
 
     def elect_preferred(self) -> None:

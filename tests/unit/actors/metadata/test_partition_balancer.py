@@ -14,9 +14,9 @@ import pytest
 from actors.metadata.controller_config import ControllerConfig
 from actors.metadata.controller_logic import ControllerLogic
 from actors.metadata.image import MetadataImage
-from actors.metadata.partition_balancer import DowntimeClock, plan, tolerance_band, underloaded
+from actors.metadata.partition_balancer import DowntimeClock, _within, plan, tolerance_band, underloaded
 from actors.metadata.partition_change import ELECT_PREFERRED, NO_LEADER
-from protocol.errors import InvalidConfigError
+from protocol.errors import InvalidConfigError, NewLeaderElectedError
 
 DELAY = 5000
 LOST = DELAY + 1
@@ -73,7 +73,8 @@ def catch_up(logic):
             if s.leader == NO_LEADER or set(want) == set(s.isr):
                 continue
             recs, res = logic.alter_partition(t.name, p, s.leader, s.leader_epoch, want, s.partition_epoch)
-            assert res["error_code"] in (0, 88), res  # 88: NEW_LEADER_ELECTED (the move took the leader away)
+            # NEW_LEADER_ELECTED: the ISR completed a move that dropped the leader, and a target replica leads now
+            assert res["error_code"] in (0, NewLeaderElectedError.code), res
             apply(logic, recs)
 
 
@@ -472,3 +473,78 @@ def test_a_partition_without_a_leader_is_reported_not_moved():
     ]
     p = plan(MetadataImage.from_records(recs), ControllerConfig(heal_delay_ms=0), {2: 1})
     assert p.moves == [] and p.unhealable[0]["reason"] == "no leader to copy from"
+
+
+# ---- invariants over random clusters ---------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(3, 7),
+    racks=st.integers(1, 3),
+    topics=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 3)), min_size=1, max_size=3),
+    lost=st.sets(st.integers(0, 6), max_size=2),
+    bound=st.integers(1, 4),
+    seed=st.integers(0, 1000),
+)
+def test_every_round_keeps_the_invariants_and_the_balancer_settles(n, racks, topics, lost, bound, seed):
+    rack_names = [f"r{b % racks}" for b in range(n)]
+    logic = ControllerLogic(
+        MetadataImage(), ControllerConfig(heal_delay_ms=DELAY, movements_per_broker=bound), random.Random(seed)
+    )
+    for b in range(n):
+        register(logic, b, rack_names[b])
+    for i, (parts_n, rf) in enumerate(topics):
+        create(logic, f"t{i}", n=parts_n, rf=min(rf, n), min_insync_replicas=1)
+    lost = {b for b in lost if b < n}
+    for b in sorted(lost):
+        fence(logic, b)
+    down = {b: LOST for b in lost}
+    alive = logic.image.alive_brokers()
+
+    def invariants(lg):
+        no_duplicates(lg)
+        for t in lg.image.topics.values():
+            for s in t.partitions.values():
+                assert s.leader == NO_LEADER or s.leader in s.isr
+
+    for _ in range(60):
+        p = plan(logic.image, logic.config, down)
+        running = Counter()
+        for t in logic.image.topics.values():
+            for s in t.partitions.values():
+                if s.reassigning:
+                    running.update(r for r in {*s.adding, s.leader} if r in alive)
+        for m in p.moves:
+            s = logic.image.partition(m.topic, m.partition)
+            assert len(set(m.target)) == len(m.target) == len(s.target_replicas)  # the RF is kept
+            assert not set(m.target) & lost  # nothing moves onto a lost broker
+            if m.reason == "heal":
+                assert set(s.target_replicas) - set(m.target) <= lost  # heal removes lost replicas only
+            adding = [r for r in m.target if r not in s.target_replicas]
+            if m.reason != "leaders":
+                running.update(r for r in {*adding, s.leader} if r in alive)
+        assert all(v <= bound for v in running.values()), running  # the bound, with the running ones
+        if not p.moves and not p.deferred and not p.elections:
+            break
+        execute(logic, p)
+        invariants(logic)
+        catch_up(logic)
+        invariants(logic)
+    else:
+        raise AssertionError("the balancer never settled")
+    final = plan(logic.image, logic.config, down)
+    unhealable = {(u["topic"], u["partition"]) for u in final.unhealable}
+    for t in logic.image.topics.values():
+        for q, s in t.partitions.items():
+            if (t.name, q) in unhealable:
+                continue
+            assert not set(s.replicas) & lost and not s.reassigning, (t.name, q, s)
+            assert set(s.isr) == set(s.replicas)
+    if not lost and racks == 1:  # nothing in the way: the replica band is reached
+        assert final.balance_skipped == "" and _within(final.replicas_per_broker, final.replica_band), final
+        if all(min(rf, n) >= 2 for _, rf in topics):  # leaders move by reorders only: RF 1 partitions cannot
+            assert final.balanced, final.to_dict()
