@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from actors.metadata.image import MetadataImage
 from actors.metadata.partition_change import NO_LEADER
-from actors.metadata.topic_configs import acted_on
+from actors.metadata.topic_configs import replica_configs
 from protocol.control_messages import FULL, LeaderAndIsrPartitionState, LeaderAndIsrRequest, StopReplicaRequest
 
 __all__ = [
@@ -58,7 +58,7 @@ def partition_state(
         removing_replicas=tuple(s.removing),
         is_new=is_new,
         topic_id=t.topic_id,
-        configs=acted_on(t.configs),
+        configs=replica_configs(t.configs),
     )
 
 
@@ -131,7 +131,7 @@ def derive_requests(
         elif t == "FenceBroker":
             events.append((FENCE, r["broker_id"], r["broker_epoch"]))
     topic_configs = {
-        b: [(n, acted_on(image.topics[n].configs)) for n in sorted(names) if n in image.topics]
+        b: [(n, replica_configs(image.topics[n].configs)) for n in sorted(names) if n in image.topics]
         for b, names in configs.items()
     }
     states = {

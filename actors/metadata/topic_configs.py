@@ -19,6 +19,7 @@ __all__ = [
     "topic_config_keys",
     "acted_on_keys",
     "acted_on",
+    "replica_configs",
     "effective_topic_configs",
     "topic_config_type",
     "config_str",
@@ -123,6 +124,17 @@ def acted_on(configs: dict | None) -> dict:
     """The overrides the replicas' ``LogConfig`` takes (stored-only names dropped)."""
     keys = acted_on_keys()
     return {k: v for k, v in (configs or {}).items() if k in keys}
+
+
+# the stored configs the replication throttle reads in the replicas (actors/server/replication_quota.py), besides LogConfig's
+THROTTLE_CONFIGS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def replica_configs(configs: dict | None) -> dict:
+    """The overrides a topic's replicas get (LeaderAndIsr, topic config updates): LogConfig's and the throttle's."""
+    out = acted_on(configs)
+    out.update({k: v for k, v in (configs or {}).items() if k in THROTTLE_CONFIGS})
+    return out
 
 
 def topic_config_type(name: str) -> str | None:

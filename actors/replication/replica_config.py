@@ -34,8 +34,8 @@ def split_config(config_props: dict | None) -> tuple[dict, dict]:
                 raise E.InvalidConfigError(f"{k}={v!r} is not an integer") from None
         else:
             topic[k] = v
-    for k in THROTTLED_REPLICAS_KEYS:  # topic configs the replication throttle reads as well
-        replica[k] = str(topic.get(k) or "")
+    for k in THROTTLED_REPLICAS_KEYS:  # topic configs the replication throttle reads (not LogConfig's)
+        replica[k] = str(topic.pop(k, None) or "")
     return replica, topic
 
 

@@ -111,3 +111,25 @@ def test_a_steady_throttled_loop_runs_at_about_the_rate():
     end, moved = trace[-1]
     assert 0.8 * (1 << 20) <= moved / end <= 1.6 * (1 << 20)
     assert min_seconds_for(8 << 20, 1 << 20, 2, 1.0, 320 << 10) == pytest.approx((8 - 1 - 0.625) / 1.3125)
+
+
+def test_the_configs_reach_a_replica_as_replica_settings_not_as_log_configs():
+    """The controller passes a topic's throttled-replica lists to its replicas with LogConfig's overrides; the
+    broker's rates and window come with the replica settings; the replica's LogConfig never sees the lists."""
+    from actors.metadata.topic_configs import replica_configs
+    from actors.replication.leader_and_isr import replica_props
+    from actors.replication.replica_config import split_config
+    from storage.log import LogConfig
+
+    overrides = {"retention.ms": "5000", "preallocate": "true", "leader.replication.throttled.replicas": "0:1"}
+    sent = replica_configs(overrides)
+    assert sent == {"retention.ms": "5000", "leader.replication.throttled.replicas": "0:1"}  # stored-only dropped
+    broker = {LEADER_RATE: "1048576", WINDOW_NUM: 2, "log.retention.ms": 1}
+    replica, topic = split_config(replica_props(broker, sent))
+    assert (replica[LEADER_RATE], replica[WINDOW_NUM], replica[FOLLOWER_RATE]) == (1 << 20, 2, UNLIMITED)
+    assert replica["leader.replication.throttled.replicas"] == "0:1"
+    assert replica["follower.replication.throttled.replicas"] == ""
+    assert "leader.replication.throttled.replicas" not in topic
+    LogConfig.from_props(topic)  # takes what is left
+    q = ReplicationQuotaManager.from_config(replica, LEADER_RATE)
+    assert q.is_throttled(throttled_replicas(replica["leader.replication.throttled.replicas"]), 0, 1)
