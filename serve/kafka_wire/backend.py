@@ -3,7 +3,8 @@
 ``Backend`` is the narrow async interface KafkaApis' handlers use; ``BrokerBackend`` serves it from inside
 the broker actor's process: metadata from the broker's cached view (GCS KV), partition requests to the
 replica actors the broker hosts (produce and consumer fetch over each one's client listener,
-actors/channels/data_channel.py; a follower answers NOT_LEADER_OR_FOLLOWER itself; a partition this broker
+actors/channels/data_channel.py; a follower answers NOT_LEADER_OR_FOLLOWER itself, but for a KIP-392 consumer
+fetch (Fetch v11+), which it serves up to its HW; a partition this broker
 does not host gets NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION when no such partition exists),
 and the other brokers' advertised endpoints from their ``incarnation()`` (cached per broker epoch).
 Transactional calls go to this broker's transaction / group coordinator actor (the same ones rafka's Python
