@@ -223,13 +223,13 @@ class BrokerActor:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    def _partition_dir(self, topic: str, p: int) -> str:
+    def _partition_dir(self, topic: str, p: int, is_new: bool = True) -> str:
         """Where the partition's log is, else the log dir with the fewest partitions (KafkaStorageError when its
-        dir is offline)."""
-        return self.log_dirs.partition_path((topic, p))
+        dir is offline, or when it is not new and a dir is offline: actors/server/log_dirs.py)."""
+        return self.log_dirs.partition_path((topic, p), is_new)
 
-    def _prepare_dir(self, topic: str, p: int, topic_id: str) -> str:
-        d = self._partition_dir(topic, p)
+    def _prepare_dir(self, topic: str, p: int, topic_id: str, is_new: bool = True) -> str:
+        d = self._partition_dir(topic, p, is_new)
         try:
             prepare_partition_dir(d, topic_id)  # a stale log of a re-created topic is wiped (and logged)
         except OSError as e:  # the disk failed: its whole log dir goes offline
@@ -243,7 +243,7 @@ class BrokerActor:
         open. A warm actor that died meanwhile is replaced by the next; a bind refused (the directory's
         lock is held: another live replica of this partition on this broker) raises its Kafka error."""
         topic, p = s.topic, s.partition
-        d = await asyncio.to_thread(self._prepare_dir, topic, p, s.topic_id)
+        d = await asyncio.to_thread(self._prepare_dir, topic, p, s.topic_id, s.is_new)
         props = lai.replica_props(self.config, s.configs)
         for _attempt in range(3):
             h = self.pool.take()

@@ -133,11 +133,18 @@ class BrokerLogDirs:
     def partitions_in(self, d: str) -> list[Key]:
         return sorted(k for k, v in self.placement.items() if v == d)
 
-    def partition_path(self, key: Key) -> str:
+    def partition_path(self, key: Key, is_new: bool = True) -> str:
         """The directory of ``key``'s log: where it is, else in the online dir with the fewest partitions
-        (recorded now). KafkaStorageError when its dir is offline, or every dir is."""
+        (recorded now). KafkaStorageError when its dir is offline, or every dir is, or (Kafka's
+        ``LogManager.getOrCreateLog``) when the log is not found, the partition is not new (LeaderAndIsr's
+        ``is_new``) and a dir is offline: its log may be on that dir, and an empty one elsewhere would hide it."""
         d = self.placement.get(key)
         if d is None:
+            if not is_new and self.offline:
+                raise KafkaStorageError(
+                    f"Can not create log for {key[0]}-{key[1]} because log directories {','.join(self.offline)} "
+                    "are offline"
+                )
             d = self.placement[key] = next_log_dir(self.counts(), self.online())
         elif d in self.offline:
             raise KafkaStorageError(

@@ -180,6 +180,10 @@ def test_a_failed_dir_stops_its_replicas_without_writing_and_reports_them_once(t
     with pytest.raises(KafkaStorageError, match="offline log dir"):
         ld.partition_path(("t", 3))
     assert ld.partition_path(("t", 9)) == os.path.join(a, "t-9")  # new replicas go to the dir that works
+    # a replica that is not new and whose log is not found may have it on the failed dir: not created elsewhere
+    with pytest.raises(KafkaStorageError, match="Can not create log for t-8 because log directories"):
+        ld.partition_path(("t", 8), is_new=False)
+    assert ld.partition_path(("t", 0), is_new=False) == os.path.join(a, "t-0")  # found: used
     assert failures.report("/elsewhere", "EIO") is None  # not one of this broker's dirs
     ld.release()
 
