@@ -1,7 +1,8 @@
 """The controller's partition balancer on one Ray node (the multi-node run is tests/multinode/test_heal.py): a killed
 broker's replicas healed onto the live brokers past replica.auto.heal.delay.ms, every record still there; the broker
 back on its directory deletes the replicas it no longer hosts and is given its share again (balance on join);
-with too few brokers left, the partitions that cannot be healed are reported with their reasons."""
+with too few brokers left, the partitions that cannot be healed are reported with their reasons; a broker lost while
+a (throttled) heal copies onto it is healed around."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from support import batch, clusters, read_values, wait_until
 from protocol.messages import ProduceRequest
 from rafka.admin.admin import Admin
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # a 4-broker cluster, three kills, a restart: ~40 s
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # two clusters of 4 and 5 brokers, kills, a restart
 
 CONFIG = {
     "broker.heartbeat.interval.ms": 200,
@@ -129,3 +130,78 @@ def test_heal_then_back_then_too_few_brokers(cluster, tmp_path):
             assert why.startswith("no live in-sync replica"), reasons
     assert ray.get(ch.controller().metrics.remote())["unhealable_partitions"] == PARTITIONS
     assert ray.get(ch.controller().list_partition_reassignments.remote()) == []
+
+
+THROTTLED = {  # Kafka's replication throttles, so that a heal's copy lasts seconds and a second loss lands inside it
+    "leader.replication.throttled.rate": 1 << 20,
+    "follower.replication.throttled.rate": 1 << 20,
+    "replication.quota.window.num": 2,
+    "replication.quota.window.size.seconds": 1,
+    "replica.fetch.max.bytes": 256 << 10,
+}
+
+
+def test_a_second_broker_lost_while_it_receives_a_heal_is_healed_around(cluster):
+    """A heal in progress (throttled) onto broker X, and X is lost: the move is planned again onto another live
+    broker, the leader never changes, and every record is there."""
+    ch = cluster(5, config=THROTTLED)
+    host = ray.get(ch.controller().describe_controller.remote())["host_broker_id"]
+    a, b = [x for x in range(5) if x != host][:2]
+    configs = {
+        "min.insync.replicas": "1",
+        "leader.replication.throttled.replicas": "*",
+        "follower.replication.throttled.replicas": "*",
+    }
+    res = ray.get(
+        ch.controller().create_topics.remote([{"name": "m", "replica_assignment": [[a, b]], "configs": configs}])
+    )
+    assert res[0]["error_code"] == 0, res
+    # a replica on the controller's broker, so that the heals go to the two idle brokers and the controller stays
+    res = ray.get(ch.controller().create_topics.remote([{"name": "pin", "replica_assignment": [[host]]}]))
+    assert res[0]["error_code"] == 0, res
+    ch.wait_for(lambda md: _leader(md) == a and md, 30, what="the topic's leader")
+    for i in range(6):  # 6 MB: about 6 s a copy at 1 MiB/s
+        values = [b"%d-%d-" % (i, j) + b"x" * 100_000 for j in range(10)]
+        r = ray.get(ch.leader_replica("m", 0).produce.remote(ProduceRequest(batch(values), -1, 30000)))
+        assert r["error_code"] == 0, r
+    written = read_values(ch.leader_replica("m", 0))
+    leaders = set()
+
+    def moving(md):
+        p = _part_m(md)
+        leaders.add(p["leader"])
+        return p["adding"] and p
+
+    ch.kill_broker(b)
+    p = ch.wait_for(moving, 60, what="the heal of the lost broker's replica started")
+    (x,) = p["adding"]
+    assert p["removing"] == [b] and x not in (a, b, host), p
+    still = ray.get(ch.controller().list_partition_reassignments.remote())
+    assert [r["adding"] for r in still] == [[x]], still  # mid-copy when it is lost (the copy takes seconds)
+    t0 = time.monotonic()
+    ch.kill_broker(x)
+
+    def healed(md):
+        p = _part_m(md)
+        leaders.add(p["leader"])
+        ok = not p["adding"] and not p["removing"] and len(p["replicas"]) == len(p["isr"]) == 2
+        return ok and not {b, x} & set(p["replicas"]) and p
+
+    p = ch.wait_for(healed, 120, what="the partition healed around both lost brokers", interval_s=0.2)
+    print(
+        f"broker {x}, receiving broker {b}'s replica, lost mid-copy: healed onto {p['replicas']} "
+        f"{time.monotonic() - t0:.1f} s later"
+    )
+    assert leaders == {a}, leaders  # the in-sync replica kept leading throughout
+    assert read_values(ch.leader_replica("m", 0)) == written
+    st = ray.get(ch.controller().partition_balancer_status.remote())
+    assert st["unhealable_partitions"] == [] and st["moves_started"] >= 2, st
+
+
+def _part_m(md):
+    return next(t for t in md["topics"] if t["name"] == "m")["partitions"][0]
+
+
+def _leader(md):
+    t = next((t for t in md["topics"] if t["name"] == "m"), None)
+    return t and t["partitions"][0]["leader"]
